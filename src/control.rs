@@ -1,0 +1,316 @@
+//! The control protocol: typed messages in length-prefixed frames over TCP.
+//!
+//! A frame is a 4-byte big-endian length followed by that many bytes of JSON encoding
+//! one [`Message`]. Frames larger than [`MAX_FRAME`] are refused before anything is
+//! allocated for them. The first frame of every connection to the server's base port
+//! says what the connection is: [`Message::Hello`] opens a control session,
+//! [`Message::DataHello`] attaches a data socket to a running session (so a default run
+//! needs only the one TCP port).
+//!
+//! The codec ([`encode`], [`frame_len`], [`decode`]) does no I/O and is tested in
+//! memory; [`Channel`] drives it over a socket with time-outs.
+
+use crate::report::SideResult;
+use crate::settings::Settings;
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+use thiserror::Error;
+
+/// Version of the control protocol; both ends must speak the same one.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest frame body accepted, in bytes.
+pub const MAX_FRAME: usize = 1 << 20;
+/// Bytes of the length prefix.
+pub const HEADER_LEN: usize = 4;
+
+/// Every message of the control protocol.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Message {
+    /// Client → server, first frame of a control connection.
+    Hello { version: u32, software: String },
+    /// Client → server, first frame of a data connection.
+    DataHello {
+        version: u32,
+        session: u64,
+        stream: u32,
+        socket: u32,
+    },
+    /// Server → client: the session is open.
+    Welcome {
+        version: u32,
+        software: String,
+        session: u64,
+    },
+    /// Client → server: what to run.
+    Settings { settings: Settings },
+    /// Server → client: the data streams are ready to be connected.
+    Ready,
+    /// Server → client: the server's figures, sent once every data stream ended.
+    Results { result: Box<SideResult> },
+    /// Either way: why the other end is giving up.
+    Error { message: String },
+}
+
+/// Why a control exchange failed.
+#[derive(Debug, Error)]
+pub enum ControlError {
+    #[error("control connection: {0}")]
+    Io(#[from] io::Error),
+    #[error("control connection timed out waiting for the peer")]
+    Timeout,
+    #[error("control connection closed by the peer")]
+    Closed,
+    #[error("control frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
+    FrameTooLarge(usize),
+    #[error("malformed control frame: {0}")]
+    Malformed(String),
+    #[error("protocol version mismatch: this fperf speaks version {ours}, the peer {theirs}")]
+    VersionMismatch { ours: u32, theirs: u32 },
+    #[error("{0}")]
+    Peer(String),
+    #[error("unexpected control message: expected {expected}, got {got}")]
+    Unexpected { expected: &'static str, got: String },
+}
+
+/// Encodes `msg` as one frame.
+pub fn encode(msg: &Message) -> Result<Vec<u8>, ControlError> {
+    let body = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    if body.len() > MAX_FRAME {
+        return Err(ControlError::FrameTooLarge(body.len()));
+    }
+    let mut frame = Vec::with_capacity(HEADER_LEN + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// The body length a frame header announces, checked against [`MAX_FRAME`].
+pub fn frame_len(header: [u8; HEADER_LEN]) -> Result<usize, ControlError> {
+    let len = u32::from_be_bytes(header) as usize;
+    if len > MAX_FRAME {
+        return Err(ControlError::FrameTooLarge(len));
+    }
+    Ok(len)
+}
+
+/// Decodes a frame body.
+pub fn decode(body: &[u8]) -> Result<Message, ControlError> {
+    serde_json::from_slice(body).map_err(|e| ControlError::Malformed(e.to_string()))
+}
+
+/// Checks a peer's protocol version.
+pub fn check_version(theirs: u32) -> Result<(), ControlError> {
+    if theirs == PROTOCOL_VERSION {
+        Ok(())
+    } else {
+        Err(ControlError::VersionMismatch {
+            ours: PROTOCOL_VERSION,
+            theirs,
+        })
+    }
+}
+
+/// A short name of a message, for errors.
+pub fn kind(msg: &Message) -> String {
+    match msg {
+        Message::Hello { .. } => "hello",
+        Message::DataHello { .. } => "data_hello",
+        Message::Welcome { .. } => "welcome",
+        Message::Settings { .. } => "settings",
+        Message::Ready => "ready",
+        Message::Results { .. } => "results",
+        Message::Error { .. } => "error",
+    }
+    .to_string()
+}
+
+/// Reads one frame from `r` (blocking, subject to the socket's read time-out).
+pub fn read_frame(r: &mut impl Read) -> Result<Message, ControlError> {
+    let mut header = [0u8; HEADER_LEN];
+    read_exact(r, &mut header)?;
+    let len = frame_len(header)?;
+    let mut body = vec![0u8; len];
+    read_exact(r, &mut body)?;
+    decode(&body)
+}
+
+fn read_exact(r: &mut impl Read, buf: &mut [u8]) -> Result<(), ControlError> {
+    r.read_exact(buf).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => ControlError::Closed,
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ControlError::Timeout,
+        _ => ControlError::Io(e),
+    })
+}
+
+/// Writes one frame to `w`.
+pub fn write_frame(w: &mut impl Write, msg: &Message) -> Result<(), ControlError> {
+    let frame = encode(msg)?;
+    w.write_all(&frame)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// A control connection: framed messages over a blocking TCP socket with time-outs.
+pub struct Channel {
+    sock: TcpStream,
+}
+
+impl Channel {
+    /// Wraps a connected socket (made blocking; writes time out after `io_timeout`).
+    pub fn new(sock: TcpStream, io_timeout: Duration) -> io::Result<Channel> {
+        sock.set_nonblocking(false)?;
+        sock.set_nodelay(true)?;
+        sock.set_write_timeout(Some(io_timeout))?;
+        Ok(Channel { sock })
+    }
+
+    /// Sends one message.
+    pub fn send(&mut self, msg: &Message) -> Result<(), ControlError> {
+        write_frame(&mut self.sock, msg)
+    }
+
+    /// Receives one message, waiting at most `timeout` for it to begin and complete.
+    /// An [`Message::Error`] from the peer becomes [`ControlError::Peer`].
+    pub fn recv(&mut self, timeout: Duration) -> Result<Message, ControlError> {
+        self.sock
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+        match read_frame(&mut self.sock)? {
+            Message::Error { message } => Err(ControlError::Peer(message)),
+            m => Ok(m),
+        }
+    }
+
+    /// Tells the peer why we give up (best effort: the peer may be gone).
+    pub fn send_error(&mut self, message: &str) {
+        let _ = self.send(&Message::Error {
+            message: message.to_string(),
+        });
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.peer_addr()
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
+    /// Gives the socket back, e.g. when the connection turned out to carry data.
+    pub fn into_socket(self) -> TcpStream {
+        self.sock
+    }
+}
+
+impl ControlError {
+    /// A message arrived that the exchange did not expect at this point.
+    pub fn unexpected(expected: &'static str, got: &Message) -> ControlError {
+        ControlError::Unexpected {
+            expected,
+            got: kind(got),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(msg: Message) {
+        let frame = encode(&msg).expect("encode");
+        let mut r = &frame[..];
+        assert_eq!(read_frame(&mut r).expect("decode"), msg);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn every_message_roundtrips() {
+        roundtrip(Message::Hello {
+            version: 1,
+            software: "fperf 0.1".into(),
+        });
+        roundtrip(Message::DataHello {
+            version: 1,
+            session: 7,
+            stream: 2,
+            socket: 3,
+        });
+        roundtrip(Message::Welcome {
+            version: 1,
+            software: "x".into(),
+            session: u64::MAX,
+        });
+        roundtrip(Message::Settings {
+            settings: Settings::default(),
+        });
+        roundtrip(Message::Ready);
+        roundtrip(Message::Error {
+            message: "busy".into(),
+        });
+    }
+
+    #[test]
+    fn truncated_frames_are_closed_not_panics() {
+        let frame = encode(&Message::Ready).expect("encode");
+        for cut in 0..frame.len() {
+            let mut r = &frame[..cut];
+            assert!(
+                matches!(read_frame(&mut r), Err(ControlError::Closed)),
+                "cut {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn oversized_length_is_refused_before_allocating() {
+        let mut r: &[u8] = &[0xff, 0xff, 0xff, 0xff, b'{'];
+        assert!(matches!(
+            read_frame(&mut r),
+            Err(ControlError::FrameTooLarge(_))
+        ));
+        assert!(frame_len(((MAX_FRAME + 1) as u32).to_be_bytes()).is_err());
+        assert_eq!(
+            frame_len((MAX_FRAME as u32).to_be_bytes()).expect("max ok"),
+            MAX_FRAME
+        );
+    }
+
+    #[test]
+    fn malformed_bodies_are_errors() {
+        for body in [
+            &b"not json"[..],
+            b"{}",
+            b"{\"type\":\"nope\"}",
+            b"{\"type\":\"hello\"}",
+            b"\xff\xfe",
+        ] {
+            let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+            frame.extend_from_slice(body);
+            let mut r = &frame[..];
+            assert!(
+                matches!(read_frame(&mut r), Err(ControlError::Malformed(_))),
+                "{body:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn settings_with_hostile_values_decode_but_fail_validation() {
+        let body = br#"{"type":"settings","settings":{"protocol":"tcp","nstreams":4294967295,"nsockets":0,"mb":1,"pktsize":1,"mprtt":false,"queue":"mutex","nodelay":false,"quickack":false}}"#;
+        let Message::Settings { settings } = decode(body).expect("decodes") else {
+            panic!("not settings")
+        };
+        assert!(settings.validate().is_err());
+    }
+
+    #[test]
+    fn version_mismatch_is_named() {
+        let e = check_version(PROTOCOL_VERSION + 1).expect_err("mismatch");
+        assert!(e.to_string().contains("version"), "{e}");
+        assert!(check_version(PROTOCOL_VERSION).is_ok());
+    }
+}

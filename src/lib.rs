@@ -1,0 +1,26 @@
+//! fperf: measures the bandwidth and latency of TCP, UDP and RDMA between two hosts.
+//!
+//! The library holds everything but the command line:
+//! - [`stream`]: the STREAM abstraction (one type for both ends, `nsockets` sockets,
+//!   sender threads and queues) and its transports;
+//! - [`control`]: the versioned, length-prefixed control protocol;
+//! - [`settings`]: the validated run settings both ends agree on;
+//! - [`stats`]: latency histograms and counters recorded on the hot path;
+//! - [`report`]: the typed results and their human-readable rendering;
+//! - [`server`] and [`client`]: the two roles that drive a run.
+//!
+//! The library never prints to stdout on its own, never exits the process and never
+//! panics on input from a peer: every byte from the network is untrusted.
+
+pub mod client;
+pub mod control;
+pub mod report;
+pub mod server;
+pub mod settings;
+pub mod stats;
+pub mod stream;
+pub mod transport;
+pub mod units;
+
+/// The fperf version, as reported to peers and in reports.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

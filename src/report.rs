@@ -1,0 +1,329 @@
+//! Typed results of a run and their human-readable rendering.
+//!
+//! Both ends turn their merged [`StreamStats`] into a [`SideResult`]; the server's
+//! travels to the client over the control stream. Every printer renders the same typed
+//! figures; exact integers (bytes, nanoseconds) are kept next to derived rates.
+
+use crate::settings::Settings;
+use crate::stats::{LatencySummary, StreamStats};
+use crate::units::{bit_rate, byte_rate, pkt_size, rate, size_triplet};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Which end produced a result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Client,
+    Server,
+}
+
+/// The figures of one stream, or of all streams together.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
+    /// Payload bytes this end sent (ACK bytes on a receiving end with MPRTT).
+    pub bytes_sent: u64,
+    /// Payload bytes this end received (ACK bytes on a sending end with MPRTT).
+    pub bytes_received: u64,
+    /// The time the figures cover, in nanoseconds.
+    pub duration_ns: u64,
+    /// Latency of each send (write, or with MPRTT the round trip).
+    pub send_latency: Option<LatencySummary>,
+    /// Latency of each receive.
+    pub recv_latency: Option<LatencySummary>,
+    /// Latency of each `send_submit()`.
+    pub submit_latency: Option<LatencySummary>,
+    /// MPRTT retransmissions.
+    pub retries: u64,
+}
+
+impl Figures {
+    /// Summarizes `stats` over `duration`.
+    pub fn new(stats: &StreamStats, duration: Duration) -> Figures {
+        Figures {
+            bytes_sent: stats.bytes_sent,
+            bytes_received: stats.bytes_received,
+            duration_ns: u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX),
+            send_latency: stats.send_latency.summary(),
+            recv_latency: stats.recv_latency.summary(),
+            submit_latency: stats.submit_latency.summary(),
+            retries: stats.retries,
+        }
+    }
+
+    /// Duration in seconds.
+    pub fn secs(&self) -> f64 {
+        self.duration_ns as f64 / 1e9
+    }
+}
+
+/// One stream as an end saw it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StreamResult {
+    /// Stream index: the stream uses port `base + index`.
+    pub index: u32,
+    pub local: String,
+    pub peer: String,
+    pub figures: Figures,
+}
+
+/// Everything one end measured in a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SideResult {
+    pub role: Role,
+    pub total: Figures,
+    pub streams: Vec<StreamResult>,
+}
+
+fn latency_line(label: &str, width: usize, l: &LatencySummary) -> String {
+    let us = |ns: f64| format!("{:.2}us", ns / 1000.0);
+    format!(
+        "{label:<width$}: avg={}  min={}  max={}  p50={}  p90={}  p99={}  p99.9={}  stddev={}\n",
+        us(l.mean_ns),
+        us(l.min_ns as f64),
+        us(l.max_ns as f64),
+        us(l.p50_ns as f64),
+        us(l.p90_ns as f64),
+        us(l.p99_ns as f64),
+        us(l.p999_ns as f64),
+        us(l.stddev_ns),
+    )
+}
+
+fn submit_line(label: &str, width: usize, l: &LatencySummary) -> String {
+    format!(
+        "{label:<width$}: avg={:.0}ns  min={}ns  max={}ns  p50={}ns  p90={}ns  p99={}ns  p99.9={}ns  stddev={:.0}ns\n",
+        l.mean_ns, l.min_ns, l.max_ns, l.p50_ns, l.p90_ns, l.p99_ns, l.p999_ns, l.stddev_ns
+    )
+}
+
+fn volume_line(label: &str, width: usize, bytes: u64, secs: f64) -> String {
+    let r = rate(bytes, secs);
+    format!(
+        "{label:<width$}: {} in {secs:.2}s. (bw: {} {})\n",
+        size_triplet(bytes),
+        byte_rate(r),
+        bit_rate(r)
+    )
+}
+
+/// The name of a send-latency figure: `mprtt` with MPRTT, else `latency`.
+fn latency_label(settings: &Settings) -> &'static str {
+    if settings.mprtt {
+        "mprtt"
+    } else {
+        "latency"
+    }
+}
+
+/// The client's header line(s): one line for a single stream, one per stream else.
+pub fn client_header(settings: &Settings, streams: &[(u32, String, String)]) -> String {
+    let proto = settings.protocol.name();
+    let tail = format!(
+        "pkt_size={}B {} nsockets={}",
+        settings.pktsize,
+        settings.mode_label(),
+        settings.nsockets
+    );
+    let mut out = String::new();
+    if let [(_, _, peer)] = streams {
+        let _ = writeln!(out, "{proto} CLIENT => {peer} {tail}");
+    } else {
+        for (i, local, peer) in streams {
+            let _ = writeln!(out, "{proto} STREAM {i} {local} => {peer} {tail}");
+        }
+    }
+    out
+}
+
+/// The client's report body (after the header).
+pub fn client_body(settings: &Settings, r: &SideResult) -> String {
+    const W: usize = 10;
+    let t = &r.total;
+    let mut out = String::new();
+    if r.streams.len() > 1 {
+        out.push('\n');
+    }
+    out += &volume_line("sent", W, t.bytes_sent, t.secs());
+    if settings.mprtt {
+        let _ = writeln!(
+            out,
+            "{:<W$}: {}",
+            "received",
+            size_triplet(t.bytes_received)
+        );
+    }
+    if t.retries > 0 || (settings.mprtt && settings.protocol == crate::settings::Protocol::Udp) {
+        let _ = writeln!(out, "{:<W$}: {}", "retries", t.retries);
+    }
+    if let Some(l) = &t.send_latency {
+        out += &latency_line(latency_label(settings), W, l);
+    }
+    if settings.asynchronous() {
+        if let Some(l) = &t.submit_latency {
+            out += &submit_line("lat_submit", W, l);
+        }
+    }
+    if r.streams.len() > 1 {
+        out += "\nPer Stream:\n";
+        for s in &r.streams {
+            let f = &s.figures;
+            let lat = f
+                .send_latency
+                .as_ref()
+                .map_or_else(String::new, short_latency);
+            let _ = writeln!(
+                out,
+                "  stream {} : {lat} sent: {}  bw: {}",
+                s.index,
+                size_triplet(f.bytes_sent),
+                bit_rate(rate(f.bytes_sent, f.secs()))
+            );
+        }
+    }
+    out
+}
+
+fn short_latency(l: &LatencySummary) -> String {
+    format!(
+        "avg={:.2}us  min={:.2}us  max={:.2}us  p99={:.2}us",
+        l.mean_ns / 1000.0,
+        l.min_ns as f64 / 1000.0,
+        l.max_ns as f64 / 1000.0,
+        l.p99_ns as f64 / 1000.0
+    )
+}
+
+/// The server's connection line, completing `Server listening ....`.
+pub fn server_header(settings: &Settings, from: &str) -> String {
+    format!(
+        " new {} connection from {from}. pkt_size({})\n",
+        settings.protocol.name(),
+        pkt_size(settings.pktsize)
+    )
+}
+
+/// The server's report body.
+pub fn server_body(settings: &Settings, r: &SideResult) -> String {
+    const W: usize = 9;
+    let t = &r.total;
+    let mut out = String::new();
+    if r.streams.len() > 1 {
+        for s in &r.streams {
+            let _ = writeln!(
+                out,
+                "{} STREAM {} {} <= {}",
+                settings.protocol.name(),
+                s.index,
+                s.local,
+                s.peer
+            );
+        }
+    }
+    out += &volume_line("received", W, t.bytes_received, t.secs());
+    if settings.mprtt {
+        let _ = writeln!(out, "{:<W$}: {}", "sent", size_triplet(t.bytes_sent));
+    }
+    if let Some(l) = &t.recv_latency {
+        out += &latency_line(latency_label(settings), W, l);
+    }
+    if r.streams.len() > 1 {
+        out += "\nPer Stream:\n";
+        for s in &r.streams {
+            let f = &s.figures;
+            let lat = f
+                .recv_latency
+                .as_ref()
+                .map_or_else(String::new, short_latency);
+            let _ = writeln!(
+                out,
+                "  stream {} : {lat} received: {}  bw: {}",
+                s.index,
+                size_triplet(f.bytes_received),
+                bit_rate(rate(f.bytes_received, f.secs()))
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::LatencyStats;
+
+    fn side(bytes: u64, secs: f64, nstreams: u32) -> SideResult {
+        let mut lat = LatencyStats::default();
+        for ns in [5_090u64, 8_000, 74_840] {
+            lat.record(ns);
+        }
+        let figures = Figures {
+            bytes_sent: bytes,
+            bytes_received: 0,
+            duration_ns: (secs * 1e9) as u64,
+            send_latency: lat.summary(),
+            recv_latency: lat.summary(),
+            submit_latency: None,
+            retries: 0,
+        };
+        SideResult {
+            role: Role::Client,
+            total: figures.clone(),
+            streams: (0..nstreams)
+                .map(|index| StreamResult {
+                    index,
+                    local: "127.0.0.1:1".into(),
+                    peer: "127.0.0.1:28444".into(),
+                    figures: figures.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn client_report_has_the_seed_layout() {
+        let s = Settings::default();
+        let head = client_header(&s, &[(0, "127.0.0.1:1".into(), "127.0.0.1:28444".into())]);
+        assert_eq!(
+            head,
+            "TCP CLIENT => 127.0.0.1:28444 pkt_size=32768B sync(no-queue) nsockets=1\n"
+        );
+        let body = client_body(&s, &side(10_737_418_240, 2.83, 1));
+        let lines: Vec<&str> = body.lines().collect();
+        assert_eq!(
+            lines[0],
+            "sent      : 10240MB(10.00GB 10737418240B) in 2.83s. (bw: 3.53GB/s 30.4Gbit/s)"
+        );
+        assert!(lines[1].starts_with("latency   : avg=29.31us  min=5.09us  max=74.84us  p50="));
+        assert!(lines[1].contains(" p99.9=") && lines[1].contains(" stddev="));
+        assert_eq!(lines.len(), 2);
+    }
+
+    #[test]
+    fn server_report_has_the_seed_layout() {
+        let s = Settings::default();
+        assert_eq!(
+            server_header(&s, "127.0.0.1:50384"),
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB)\n"
+        );
+        let mut r = side(10_737_418_240, 2.83, 1);
+        r.total.bytes_received = r.total.bytes_sent;
+        let body = server_body(&s, &r);
+        assert!(body.starts_with("received : 10240MB(10.00GB 10737418240B) in 2.83s. (bw: 3.53GB/s 30.4Gbit/s)\nlatency  : avg="));
+    }
+
+    #[test]
+    fn multi_stream_reports_list_each_stream() {
+        let s = Settings {
+            nstreams: 2,
+            mprtt: true,
+            ..Settings::default()
+        };
+        let body = client_body(&s, &side(1 << 30, 1.0, 2));
+        assert!(body.contains("\nmprtt     : avg="));
+        assert!(body.contains("received  : "));
+        assert!(body.contains("Per Stream:\n  stream 0 : avg="));
+        assert!(body.contains("  stream 1 : avg="));
+    }
+}

@@ -1,0 +1,236 @@
+//! The settings of one run: chosen by the client, sent to the server over the control
+//! stream, and validated on both ends by the same code.
+//!
+//! Invariant: a [`Settings`] value that passed [`Settings::validate`] is safe to act on;
+//! nothing past validation re-checks a field.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Default base port: data stream `i` uses `DEFAULT_PORT + i`.
+pub const DEFAULT_PORT: u16 = 28444;
+/// Default bytes per send.
+pub const DEFAULT_PKTSIZE: u32 = 32768;
+/// Default MB (2^20 B) to send per stream.
+pub const DEFAULT_MB: u64 = 10240;
+/// Most sockets one STREAM may hold.
+pub const MAX_NSOCKETS: u32 = 100;
+/// Most data streams one run may open.
+pub const MAX_NSTREAMS: u32 = 256;
+/// Largest bytes-per-send accepted (a buffer of this size is allocated per socket).
+pub const MAX_PKTSIZE: u32 = 64 << 20;
+/// Largest run size accepted: 2^40 MB would overflow byte counters' headroom.
+pub const MAX_MB: u64 = 1 << 30;
+/// Bytes in one "MB" as fperf counts it.
+pub const MB: u64 = 1 << 20;
+
+/// The transport of the data streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Rdma,
+}
+
+impl Protocol {
+    /// The name used in reports ("TCP", "UDP", "RDMA").
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::Rdma => "RDMA",
+        }
+    }
+}
+
+/// The queue between `send_submit()` and a STREAM's sender threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueKind {
+    /// A mutex-protected queue holding up to 10000 requests (`-q 1`, the default).
+    Mutex,
+    /// A lock-free single-producer single-consumer queue (`-q 0`); forces nsockets to 1.
+    LockFree,
+}
+
+impl QueueKind {
+    /// Maps the seed's `-q` values: 1 = mutex queue, 0 = lock-free queue.
+    pub fn from_qtype(q: u8) -> Option<Self> {
+        match q {
+            1 => Some(QueueKind::Mutex),
+            0 => Some(QueueKind::LockFree),
+            _ => None,
+        }
+    }
+}
+
+/// Everything both ends must agree on for one run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub protocol: Protocol,
+    /// Data STREAMs, each driven by its own thread; stream `i` uses port `port + i`.
+    pub nstreams: u32,
+    /// Sockets inside each STREAM.
+    pub nsockets: u32,
+    /// MB (2^20 B) to send per stream.
+    pub mb: u64,
+    /// Bytes per send.
+    pub pktsize: u32,
+    /// Wait for a 1-byte ACK after each packet.
+    pub mprtt: bool,
+    pub queue: QueueKind,
+    /// TCP only: TCP_NODELAY on both ends.
+    pub nodelay: bool,
+    /// TCP only: TCP_QUICKACK on both ends, re-armed after every receive.
+    pub quickack: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            protocol: Protocol::Tcp,
+            nstreams: 1,
+            nsockets: 1,
+            mb: DEFAULT_MB,
+            pktsize: DEFAULT_PKTSIZE,
+            mprtt: false,
+            queue: QueueKind::Mutex,
+            nodelay: false,
+            quickack: false,
+        }
+    }
+}
+
+/// Why a [`Settings`] value was refused.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum SettingsError {
+    #[error("--nstreams must be between 1 and {MAX_NSTREAMS}, not {0}")]
+    NStreams(u32),
+    #[error("--nsockets must be between 1 and {MAX_NSOCKETS}, not {0}")]
+    NSockets(u32),
+    #[error("--pktsize must be between 1 and {MAX_PKTSIZE} bytes, not {0}")]
+    PktSize(u32),
+    #[error("--mb must be between 1 and {MAX_MB}, not {0}")]
+    Mb(u64),
+    #[error("--nodelay and --quickack are TCP options; they cannot be used with {0}")]
+    TcpOnly(&'static str),
+    #[error("the lock-free queue (-q 0) drives a single socket; --nsockets must be 1, not {0}")]
+    LockFreeSockets(u32),
+    #[error("{0} is not supported by this build of fperf yet")]
+    Unsupported(&'static str),
+}
+
+impl Settings {
+    /// Checks every field; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        if !(1..=MAX_NSTREAMS).contains(&self.nstreams) {
+            return Err(SettingsError::NStreams(self.nstreams));
+        }
+        if !(1..=MAX_NSOCKETS).contains(&self.nsockets) {
+            return Err(SettingsError::NSockets(self.nsockets));
+        }
+        if !(1..=MAX_PKTSIZE).contains(&self.pktsize) {
+            return Err(SettingsError::PktSize(self.pktsize));
+        }
+        if !(1..=MAX_MB).contains(&self.mb) {
+            return Err(SettingsError::Mb(self.mb));
+        }
+        if self.protocol != Protocol::Tcp && (self.nodelay || self.quickack) {
+            return Err(SettingsError::TcpOnly(self.protocol.name()));
+        }
+        if self.queue == QueueKind::LockFree && self.nsockets != 1 {
+            return Err(SettingsError::LockFreeSockets(self.nsockets));
+        }
+        if self.protocol != Protocol::Tcp {
+            return Err(SettingsError::Unsupported(match self.protocol {
+                Protocol::Udp => "UDP (-u)",
+                _ => "RDMA (-R)",
+            }));
+        }
+        Ok(())
+    }
+
+    /// Bytes each stream sends.
+    pub fn bytes_per_stream(&self) -> u64 {
+        self.mb * MB
+    }
+
+    /// Whether the tool drives its streams with `send_submit()` (asynchronous) rather than
+    /// `send()`: the seed uses `send()` only for one socket with the mutex queue.
+    pub fn asynchronous(&self) -> bool {
+        self.nsockets > 1 || self.queue == QueueKind::LockFree
+    }
+
+    /// The sending mode as the report header names it.
+    pub fn mode_label(&self) -> &'static str {
+        match (self.asynchronous(), self.queue) {
+            (false, _) => "sync(no-queue)",
+            (true, QueueKind::Mutex) => "async(mutex-queue)",
+            (true, QueueKind::LockFree) => "async(lockfree-queue)",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_match_the_seed() {
+        let s = Settings::default();
+        assert_eq!(s.validate(), Ok(()));
+        assert_eq!(s.bytes_per_stream(), 10_737_418_240);
+        assert_eq!(s.mode_label(), "sync(no-queue)");
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused() {
+        let base = Settings::default();
+        let cases = [
+            Settings {
+                nsockets: 0,
+                ..base.clone()
+            },
+            Settings {
+                nsockets: 101,
+                ..base.clone()
+            },
+            Settings {
+                nstreams: 0,
+                ..base.clone()
+            },
+            Settings {
+                pktsize: 0,
+                ..base.clone()
+            },
+            Settings {
+                mb: 0,
+                ..base.clone()
+            },
+            Settings {
+                queue: QueueKind::LockFree,
+                nsockets: 2,
+                ..base.clone()
+            },
+        ];
+        for c in cases {
+            assert!(c.validate().is_err(), "{c:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn modes_follow_the_seed() {
+        let s = Settings {
+            nsockets: 4,
+            ..Settings::default()
+        };
+        assert_eq!(s.mode_label(), "async(mutex-queue)");
+        let s = Settings {
+            queue: QueueKind::LockFree,
+            ..Settings::default()
+        };
+        assert_eq!(s.mode_label(), "async(lockfree-queue)");
+        assert_eq!(QueueKind::from_qtype(2), None);
+    }
+}

@@ -1,0 +1,255 @@
+//! Statistics recorded on the hot path: latency histograms and byte/message counters.
+//!
+//! Each thread that moves data owns its [`StreamStats`] (no locks, no allocation per
+//! record); the owners merge them once a run or an interval ends. Latency keeps exact
+//! count/min/max/sum next to an HDR histogram, so `avg/min/max` are exact and the
+//! percentiles are within the histogram's 3 significant digits.
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// Highest latency the histogram resolves, in ns (one hour); larger values are clamped.
+const HIST_MAX_NS: u64 = 3_600_000_000_000;
+/// Significant decimal digits of the histogram.
+const HIST_SIGFIG: u8 = 3;
+
+/// A latency distribution in nanoseconds.
+#[derive(Clone, Debug)]
+pub struct LatencyStats {
+    hist: Option<Histogram<u64>>,
+    count: u64,
+    sum_ns: u128,
+    sum_sq_ns: f64,
+    min_ns: u64,
+    max_ns: u64,
+}
+
+impl Default for LatencyStats {
+    fn default() -> Self {
+        LatencyStats {
+            hist: None,
+            count: 0,
+            sum_ns: 0,
+            sum_sq_ns: 0.0,
+            min_ns: u64::MAX,
+            max_ns: 0,
+        }
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    // The bounds are constants that hdrhistogram accepts; failure would be a bug here.
+    Histogram::new_with_bounds(1, HIST_MAX_NS, HIST_SIGFIG)
+        .unwrap_or_else(|_| unreachable!("constant histogram bounds are valid"))
+}
+
+impl LatencyStats {
+    /// Records one latency sample.
+    #[inline]
+    pub fn record(&mut self, ns: u64) {
+        let hist = self.hist.get_or_insert_with(new_histogram);
+        hist.saturating_record(ns.clamp(1, HIST_MAX_NS));
+        self.count += 1;
+        self.sum_ns += u128::from(ns);
+        let f = ns as f64;
+        self.sum_sq_ns += f * f;
+        self.min_ns = self.min_ns.min(ns);
+        self.max_ns = self.max_ns.max(ns);
+    }
+
+    /// Records the time elapsed since `start`.
+    #[inline]
+    pub fn record_since(&mut self, start: Instant) {
+        self.record(elapsed_ns(start));
+    }
+
+    /// Adds every sample of `other`.
+    pub fn merge(&mut self, other: &LatencyStats) {
+        if other.count == 0 {
+            return;
+        }
+        if let Some(oh) = &other.hist {
+            let hist = self.hist.get_or_insert_with(new_histogram);
+            // Same bounds on both sides, so adding cannot fail.
+            let _ = hist.add(oh);
+        }
+        self.count += other.count;
+        self.sum_ns += other.sum_ns;
+        self.sum_sq_ns += other.sum_sq_ns;
+        self.min_ns = self.min_ns.min(other.min_ns);
+        self.max_ns = self.max_ns.max(other.max_ns);
+    }
+
+    /// Number of samples.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The figures a report shows; `None` when nothing was recorded.
+    pub fn summary(&self) -> Option<LatencySummary> {
+        if self.count == 0 {
+            return None;
+        }
+        let mean = self.sum_ns as f64 / self.count as f64;
+        let variance = (self.sum_sq_ns / self.count as f64 - mean * mean).max(0.0);
+        let q = |p: f64| {
+            self.hist
+                .as_ref()
+                .map_or(0, |h| h.value_at_quantile(p))
+                .clamp(self.min_ns, self.max_ns)
+        };
+        Some(LatencySummary {
+            count: self.count,
+            min_ns: self.min_ns,
+            max_ns: self.max_ns,
+            mean_ns: mean,
+            stddev_ns: variance.sqrt(),
+            p50_ns: q(0.50),
+            p90_ns: q(0.90),
+            p99_ns: q(0.99),
+            p999_ns: q(0.999),
+        })
+    }
+}
+
+/// Nanoseconds since `start`, saturating.
+#[inline]
+pub fn elapsed_ns(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The reported figures of one latency distribution, in nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub mean_ns: f64,
+    pub stddev_ns: f64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+}
+
+/// What one end of a STREAM measured.
+#[derive(Clone, Debug, Default)]
+pub struct StreamStats {
+    /// Payload bytes written to the peer.
+    pub bytes_sent: u64,
+    /// Payload bytes read from the peer (MPRTT ACK bytes on the sending side).
+    pub bytes_received: u64,
+    /// Per-send latency: write() start to return, or to the ACK read with MPRTT.
+    pub send_latency: LatencyStats,
+    /// Per-receive latency: poll() start to the read() that returns data (and, with
+    /// MPRTT, the ACK written).
+    pub recv_latency: LatencyStats,
+    /// `send_submit()` called to request accepted by the queue.
+    pub submit_latency: LatencyStats,
+    /// MPRTT retransmissions (UDP).
+    pub retries: u64,
+    /// When the first payload byte arrived.
+    pub first_recv: Option<Instant>,
+    /// When the last payload byte arrived.
+    pub last_recv: Option<Instant>,
+}
+
+impl StreamStats {
+    /// Notes that payload arrived now.
+    #[inline]
+    pub fn mark_recv(&mut self, now: Instant) {
+        if self.first_recv.is_none() {
+            self.first_recv = Some(now);
+        }
+        self.last_recv = Some(now);
+    }
+
+    /// Adds `other` into `self`.
+    pub fn merge(&mut self, other: &StreamStats) {
+        self.bytes_sent += other.bytes_sent;
+        self.bytes_received += other.bytes_received;
+        self.send_latency.merge(&other.send_latency);
+        self.recv_latency.merge(&other.recv_latency);
+        self.submit_latency.merge(&other.submit_latency);
+        self.retries += other.retries;
+        self.first_recv = min_opt(self.first_recv, other.first_recv);
+        self.last_recv = max_opt(self.last_recv, other.last_recv);
+    }
+}
+
+fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
+    }
+}
+
+fn max_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_figures_and_percentiles_match_a_sorted_reference() {
+        let mut s = LatencyStats::default();
+        let mut values: Vec<u64> = (0..10_000u64).map(|i| (i * 7919) % 100_000 + 100).collect();
+        for &v in &values {
+            s.record(v);
+        }
+        values.sort_unstable();
+        let sum = s.summary().expect("samples were recorded");
+        assert_eq!(sum.count, 10_000);
+        assert_eq!(sum.min_ns, values[0]);
+        assert_eq!(sum.max_ns, values[9_999]);
+        let mean = values.iter().sum::<u64>() as f64 / 10_000.0;
+        assert!((sum.mean_ns - mean).abs() < 1e-6);
+        for (p, got) in [(0.5, sum.p50_ns), (0.99, sum.p99_ns), (0.999, sum.p999_ns)] {
+            let idx = ((p * 10_000.0) as usize).saturating_sub(1);
+            let want = values[idx] as f64;
+            assert!(
+                (got as f64 - want).abs() / want < 0.002,
+                "p{p}: got {got}, sorted reference {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn merging_equals_recording_everything_in_one() {
+        let mut a = LatencyStats::default();
+        let mut b = LatencyStats::default();
+        let mut all = LatencyStats::default();
+        for v in 1..=1000u64 {
+            if v % 3 == 0 {
+                a.record(v * 10);
+            } else {
+                b.record(v * 10);
+            }
+            all.record(v * 10);
+        }
+        a.merge(&b);
+        assert_eq!(a.summary(), all.summary());
+    }
+
+    #[test]
+    fn stddev_is_exact_for_a_known_set() {
+        let mut s = LatencyStats::default();
+        for v in [2u64, 4, 4, 4, 5, 5, 7, 9] {
+            s.record(v);
+        }
+        let sum = s.summary().expect("samples were recorded");
+        assert!((sum.stddev_ns - 2.0).abs() < 1e-9);
+        assert!((sum.mean_ns - 5.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn empty_has_no_summary() {
+        assert!(LatencyStats::default().summary().is_none());
+    }
+}

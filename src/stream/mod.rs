@@ -1,0 +1,194 @@
+//! The STREAM: fperf's core abstraction, also usable as a library.
+//!
+//! A STREAM is one end of a channel between two hosts. Both ends have the same type:
+//! a passive end is made by binding and accepting, an active end by connecting, and once
+//! connected both read and write alike. A STREAM holds `nsockets` sockets:
+//! - [`Stream::send`] is synchronous and uses socket 0 only;
+//! - [`Stream::send_submit`] queues a request for the sender threads (one per socket),
+//!   and [`Stream::sender_drain`] waits until every submitted request is sent;
+//! - [`Stream::recv`] uses no extra thread: it multiplexes all sockets with `poll()`.
+//!
+//! With more than one socket the byte stream may arrive out of order (the sender threads
+//! race); order is kept when `nsockets` is 1 or only `send()` is used.
+//!
+//! Sockets are non-blocking and `poll()` is called only after a read or write returned
+//! `EAGAIN`. Every blocking call takes a [`Timeout`].
+//!
+//! With MPRTT (`mprtt`), every packet is answered by a 1-byte ACK: the sending side's
+//! `send()` returns once the ACK is read, and the receiving side's `recv()` writes the
+//! ACK once a whole packet (`pktsize` bytes) has arrived on a socket.
+
+pub mod sender;
+pub(crate) mod sys;
+pub mod tcp;
+
+use crate::settings::QueueKind;
+use crate::stats::StreamStats;
+use bytes::Bytes;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use tcp::TcpStream;
+
+/// How long a STREAM call may block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timeout {
+    /// Do not block: fail with `WouldBlock` if the call cannot proceed at once.
+    NonBlocking,
+    /// Block until done or failed.
+    Forever,
+    /// Block at most this many milliseconds, then fail with `TimedOut`.
+    Millis(u32),
+}
+
+impl Timeout {
+    /// The seed's convention: 0 = do not block, negative = block forever, N = N ms.
+    pub fn from_millis(ms: i64) -> Self {
+        match ms {
+            0 => Timeout::NonBlocking,
+            m if m < 0 => Timeout::Forever,
+            m => Timeout::Millis(u32::try_from(m).unwrap_or(u32::MAX)),
+        }
+    }
+
+    /// Converts to a [`Deadline`] starting now.
+    pub fn deadline(self) -> Deadline {
+        match self {
+            Timeout::NonBlocking => Deadline::Now,
+            Timeout::Forever => Deadline::Never,
+            Timeout::Millis(ms) => {
+                Deadline::At(Instant::now() + Duration::from_millis(u64::from(ms)))
+            }
+        }
+    }
+}
+
+/// A point in time after which a blocking call gives up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deadline {
+    Now,
+    Never,
+    At(Instant),
+}
+
+/// Longest single sleep in `poll()`, so that blocked calls notice an abort in time.
+const POLL_SLICE_MS: i32 = 100;
+
+impl Deadline {
+    /// The `poll()` timeout for the next wait, or the error to return if none is left.
+    pub(crate) fn poll_ms(self) -> io::Result<i32> {
+        match self {
+            Deadline::Now => Err(io::ErrorKind::WouldBlock.into()),
+            Deadline::Never => Ok(POLL_SLICE_MS),
+            Deadline::At(t) => {
+                let left = t.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                let ms = left.as_millis().min(POLL_SLICE_MS as u128) as i32;
+                Ok(ms.max(1))
+            }
+        }
+    }
+
+    /// Whether the deadline has passed (never true for `Never`).
+    pub fn expired(self) -> bool {
+        match self {
+            Deadline::Now => true,
+            Deadline::Never => false,
+            Deadline::At(t) => Instant::now() >= t,
+        }
+    }
+}
+
+/// Options fixed when a STREAM is created. Both ends of a STREAM must use the same
+/// `nsockets`, `pktsize` and `mprtt`.
+#[derive(Clone, Debug)]
+pub struct StreamOptions {
+    /// Sockets inside the STREAM (and sender threads).
+    pub nsockets: usize,
+    /// Queue between `send_submit()` and the sender threads.
+    pub queue: QueueKind,
+    /// Bytes per packet: the unit an MPRTT ACK answers (and the size of buffers).
+    pub pktsize: usize,
+    /// Answer / wait for a 1-byte ACK per packet.
+    pub mprtt: bool,
+    /// TCP: set TCP_NODELAY.
+    pub nodelay: bool,
+    /// TCP: set TCP_QUICKACK, re-armed after every read.
+    pub quickack: bool,
+    /// Set to make every blocked call of this STREAM fail with `Interrupted` soon.
+    pub abort: Arc<AtomicBool>,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions {
+            nsockets: 1,
+            queue: QueueKind::Mutex,
+            pktsize: crate::settings::DEFAULT_PKTSIZE as usize,
+            mprtt: false,
+            nodelay: false,
+            quickack: false,
+            abort: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+impl StreamOptions {
+    /// Fails with `Interrupted` once the abort flag is set.
+    #[inline]
+    pub(crate) fn check_abort(&self) -> io::Result<()> {
+        check_abort(&self.abort)
+    }
+}
+
+/// Fails with `Interrupted` once `flag` is set.
+#[inline]
+pub(crate) fn check_abort(flag: &AtomicBool) -> io::Result<()> {
+    if flag.load(Ordering::Relaxed) {
+        Err(io::Error::new(io::ErrorKind::Interrupted, "stream aborted"))
+    } else {
+        Ok(())
+    }
+}
+
+/// One end of a STREAM. Implemented once per transport (TCP, UDP, RDMA); nothing
+/// outside a transport asks which transport it is.
+pub trait Stream: Send {
+    /// Number of sockets (or queue pairs) inside the STREAM.
+    fn nsockets(&self) -> usize;
+
+    /// Local address of socket 0, for reports.
+    fn local_addr(&self) -> String;
+
+    /// Peer address of socket 0, for reports.
+    fn peer_addr(&self) -> String;
+
+    /// Sends `buf` synchronously on socket 0 (with MPRTT: until its ACK is read).
+    /// Returns the number of payload bytes sent, always `buf.len()` on success.
+    fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize>;
+
+    /// Queues `buf` for the sender threads, waiting at most `timeout` for queue space.
+    fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()>;
+
+    /// Waits until every submitted request has been sent; reports a sender's failure.
+    fn sender_drain(&mut self, timeout: Timeout) -> io::Result<()>;
+
+    /// Receives into `buf` from whichever socket has data. `Ok(0)` means every socket
+    /// reached end of stream.
+    fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize>;
+
+    /// MPRTT: acknowledges packets that arrived only in part. Call when the sender is
+    /// known to have finished with a short final packet.
+    fn ack_partial(&mut self) -> io::Result<()>;
+
+    /// Drains the senders, stops them and signals end of stream to the peer.
+    fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()>;
+
+    /// What this end measured so far (sender threads' figures are merged in once they
+    /// have stopped, i.e. after `finish_sending`).
+    fn stats(&self) -> StreamStats;
+}

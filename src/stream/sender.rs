@@ -1,0 +1,559 @@
+//! The asynchronous sending half of a STREAM: a queue of send requests and one sender
+//! thread per socket that drains it.
+//!
+//! Two queues, as in the seed:
+//! - the mutex queue holds up to [`MUTEX_QUEUE_CAPACITY`] requests and may feed many
+//!   sender threads;
+//! - the lock-free queue is a single-producer single-consumer ring (the `rtrb` crate),
+//!   so it feeds exactly one sender thread.
+//!
+//! A transport supplies a [`PacketSink`] per socket; everything else here is shared by
+//! all transports. Each sender thread records into its own [`StreamStats`], returned
+//! when the thread stops, so the hot path takes no lock for statistics.
+
+use super::{check_abort, Deadline, Timeout};
+use crate::settings::QueueKind;
+use crate::stats::{LatencyStats, StreamStats};
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Requests the mutex queue holds before `send_submit()` blocks.
+pub const MUTEX_QUEUE_CAPACITY: usize = 10_000;
+/// Slots of the lock-free ring.
+pub const LOCKFREE_QUEUE_CAPACITY: usize = 10_000;
+/// Longest a waiting thread sleeps before it looks at the abort flag again.
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+
+/// Sends whole packets on one socket; implemented by each transport.
+pub trait PacketSink: Send + 'static {
+    /// Sends all of `buf` (with MPRTT: and waits for its ACK), recording the send latency
+    /// and byte counts into `stats`.
+    fn send_packet(
+        &mut self,
+        buf: &[u8],
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()>;
+}
+
+/// State shared by the submitting thread and the sender threads.
+struct Shared {
+    abort: Arc<AtomicBool>,
+    /// Set once a sender thread failed; `error` holds why.
+    failed: AtomicBool,
+    error: Mutex<Option<(io::ErrorKind, String)>>,
+    /// Requests completed by sender threads (lock-free queue only).
+    completed: AtomicU64,
+    /// Set when the queue is closed and sender threads should stop once it is empty.
+    closed: AtomicBool,
+    /// Set when the `Senders` is dropped: stop without sending what is queued.
+    cancelled: AtomicBool,
+}
+
+impl Shared {
+    fn fail(&self, err: &io::Error) {
+        if let Ok(mut slot) = self.error.lock() {
+            if slot.is_none() {
+                *slot = Some((err.kind(), err.to_string()));
+            }
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+
+    /// Whether sender threads should stop now, queued requests or not.
+    fn stopping(&self) -> bool {
+        self.abort.load(Ordering::Relaxed) || self.cancelled.load(Ordering::Relaxed)
+    }
+
+    fn check(&self) -> io::Result<()> {
+        check_abort(&self.abort)?;
+        if !self.failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let (kind, msg) = self
+            .error
+            .lock()
+            .ok()
+            .and_then(|s| s.clone())
+            .unwrap_or((io::ErrorKind::Other, "sender thread failed".into()));
+        Err(io::Error::new(kind, format!("sender thread: {msg}")))
+    }
+}
+
+struct MutexState {
+    items: VecDeque<Bytes>,
+    /// Requests queued or being sent.
+    in_flight: usize,
+    consumers_waiting: usize,
+    producer_waiting: bool,
+    drainer_waiting: bool,
+}
+
+/// The mutex queue. Condition variables are signalled only when someone waits, so an
+/// uncontended submit costs one lock and no system call.
+struct MutexQueue {
+    state: Mutex<MutexState>,
+    not_empty: Condvar,
+    not_full: Condvar,
+    drained: Condvar,
+}
+
+impl MutexQueue {
+    fn lock(&self) -> io::Result<MutexGuard<'_, MutexState>> {
+        self.state
+            .lock()
+            .map_err(|_| io::Error::other("send queue poisoned by a panicked sender"))
+    }
+}
+
+enum Producer {
+    Mutex(Arc<MutexQueue>),
+    LockFree {
+        ring: rtrb::Producer<Bytes>,
+        submitted: u64,
+    },
+}
+
+/// The queue and the sender threads of one STREAM.
+pub struct Senders {
+    producer: Producer,
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<StreamStats>>,
+    /// `send_submit()` latency, recorded by the submitting thread.
+    submit_latency: LatencyStats,
+    /// Figures of sender threads that have stopped.
+    finished: StreamStats,
+}
+
+impl Senders {
+    /// Starts one sender thread per sink. The lock-free queue takes exactly one sink.
+    pub fn start<S: PacketSink>(
+        queue: QueueKind,
+        sinks: Vec<S>,
+        abort: Arc<AtomicBool>,
+    ) -> io::Result<Senders> {
+        let shared = Arc::new(Shared {
+            abort,
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            completed: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            cancelled: AtomicBool::new(false),
+        });
+        let mut threads = Vec::with_capacity(sinks.len());
+        let producer = match queue {
+            QueueKind::Mutex => {
+                let q = Arc::new(MutexQueue {
+                    state: Mutex::new(MutexState {
+                        items: VecDeque::with_capacity(MUTEX_QUEUE_CAPACITY),
+                        in_flight: 0,
+                        consumers_waiting: 0,
+                        producer_waiting: false,
+                        drainer_waiting: false,
+                    }),
+                    not_empty: Condvar::new(),
+                    not_full: Condvar::new(),
+                    drained: Condvar::new(),
+                });
+                for (i, sink) in sinks.into_iter().enumerate() {
+                    let (q, shared) = (q.clone(), shared.clone());
+                    threads.push(spawn(i, move || mutex_consumer(sink, &q, &shared))?);
+                }
+                Producer::Mutex(q)
+            }
+            QueueKind::LockFree => {
+                if sinks.len() != 1 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "the lock-free queue has exactly one consumer: use one socket",
+                    ));
+                }
+                let (ring, consumer) = rtrb::RingBuffer::new(LOCKFREE_QUEUE_CAPACITY);
+                if let Some(sink) = sinks.into_iter().next() {
+                    let shared = shared.clone();
+                    threads.push(spawn(0, move || {
+                        lockfree_consumer(sink, consumer, &shared)
+                    })?);
+                }
+                Producer::LockFree { ring, submitted: 0 }
+            }
+        };
+        Ok(Senders {
+            producer,
+            shared,
+            threads,
+            submit_latency: LatencyStats::default(),
+            finished: StreamStats::default(),
+        })
+    }
+
+    /// Queues `buf`, waiting for space until `timeout`; records the submit latency.
+    pub fn submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
+        let start = Instant::now();
+        self.shared.check()?;
+        if self.threads.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "senders stopped"));
+        }
+        let deadline = timeout.deadline();
+        match &mut self.producer {
+            Producer::Mutex(q) => {
+                let mut st = q.lock()?;
+                while st.items.len() >= MUTEX_QUEUE_CAPACITY {
+                    self.shared.check()?;
+                    let wait = wait_slice(deadline)?;
+                    st.producer_waiting = true;
+                    st = q
+                        .not_full
+                        .wait_timeout(st, wait)
+                        .map_err(|_| io::Error::other("send queue poisoned"))?
+                        .0;
+                }
+                st.producer_waiting = false;
+                st.items.push_back(buf);
+                st.in_flight += 1;
+                let wake = st.consumers_waiting > 0;
+                drop(st);
+                if wake {
+                    q.not_empty.notify_one();
+                }
+            }
+            Producer::LockFree { ring, submitted } => {
+                let mut item = buf;
+                let mut backoff = Backoff::default();
+                loop {
+                    match ring.push(item) {
+                        Ok(()) => break,
+                        Err(rtrb::PushError::Full(back)) => {
+                            item = back;
+                            self.shared.check()?;
+                            if deadline.expired() {
+                                return Err(timeout_error(deadline));
+                            }
+                            backoff.snooze();
+                        }
+                    }
+                }
+                *submitted += 1;
+            }
+        }
+        self.submit_latency.record_since(start);
+        Ok(())
+    }
+
+    /// Waits until every queued request was sent, or a sender failed.
+    pub fn drain(&mut self, timeout: Timeout) -> io::Result<()> {
+        let deadline = timeout.deadline();
+        match &self.producer {
+            Producer::Mutex(q) => {
+                let mut st = q.lock()?;
+                while st.in_flight > 0 {
+                    self.shared.check()?;
+                    let wait = wait_slice(deadline)?;
+                    st.drainer_waiting = true;
+                    st = q
+                        .drained
+                        .wait_timeout(st, wait)
+                        .map_err(|_| io::Error::other("send queue poisoned"))?
+                        .0;
+                }
+                st.drainer_waiting = false;
+            }
+            Producer::LockFree { submitted, .. } => {
+                let mut backoff = Backoff::default();
+                while self.shared.completed.load(Ordering::Acquire) < *submitted {
+                    self.shared.check()?;
+                    if deadline.expired() {
+                        return Err(timeout_error(deadline));
+                    }
+                    backoff.snooze();
+                }
+            }
+        }
+        self.shared.check()
+    }
+
+    /// Drains, stops the sender threads and keeps their figures.
+    pub fn stop(&mut self, timeout: Timeout) -> io::Result<()> {
+        let drained = self.drain(timeout);
+        self.shared.closed.store(true, Ordering::Release);
+        if let Producer::Mutex(q) = &self.producer {
+            q.not_empty.notify_all();
+        }
+        for t in self.threads.drain(..) {
+            match t.join() {
+                Ok(stats) => self.finished.merge(&stats),
+                Err(_) => return Err(io::Error::other("a sender thread panicked")),
+            }
+        }
+        drained
+    }
+
+    /// Figures of the stopped sender threads plus the submit latency.
+    pub fn stats(&self) -> StreamStats {
+        let mut s = self.finished.clone();
+        s.submit_latency.merge(&self.submit_latency);
+        s
+    }
+}
+
+impl Drop for Senders {
+    fn drop(&mut self) {
+        // Stop the threads without waiting for queued requests to be sent.
+        self.shared.cancelled.store(true, Ordering::Relaxed);
+        self.shared.closed.store(true, Ordering::Release);
+        if let Producer::Mutex(q) = &self.producer {
+            q.not_empty.notify_all();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn spawn<F>(i: usize, f: F) -> io::Result<JoinHandle<StreamStats>>
+where
+    F: FnOnce() -> StreamStats + Send + 'static,
+{
+    std::thread::Builder::new()
+        .name(format!("fperf-sender-{i}"))
+        .spawn(f)
+}
+
+fn wait_slice(deadline: Deadline) -> io::Result<Duration> {
+    match deadline {
+        Deadline::Now => Err(io::ErrorKind::WouldBlock.into()),
+        Deadline::Never => Ok(WAIT_SLICE),
+        Deadline::At(t) => {
+            let left = t.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                Err(io::ErrorKind::TimedOut.into())
+            } else {
+                Ok(left.min(WAIT_SLICE))
+            }
+        }
+    }
+}
+
+fn timeout_error(deadline: Deadline) -> io::Error {
+    match deadline {
+        Deadline::Now => io::ErrorKind::WouldBlock.into(),
+        _ => io::ErrorKind::TimedOut.into(),
+    }
+}
+
+fn mutex_consumer<S: PacketSink>(mut sink: S, q: &MutexQueue, shared: &Shared) -> StreamStats {
+    let mut stats = StreamStats::default();
+    loop {
+        let Ok(mut st) = q.lock() else { break };
+        let buf = loop {
+            if shared.stopping() {
+                break None;
+            }
+            if let Some(b) = st.items.pop_front() {
+                break Some(b);
+            }
+            if shared.closed.load(Ordering::Acquire) {
+                break None;
+            }
+            st.consumers_waiting += 1;
+            let Ok((g, _)) = q.not_empty.wait_timeout(st, WAIT_SLICE) else {
+                return stats;
+            };
+            st = g;
+            st.consumers_waiting -= 1;
+        };
+        let Some(buf) = buf else { break };
+        let wake_producer = st.producer_waiting;
+        drop(st);
+        if wake_producer {
+            q.not_full.notify_one();
+        }
+        let result = sink.send_packet(&buf, Deadline::Never, &mut stats);
+        let Ok(mut st) = q.lock() else { break };
+        st.in_flight -= 1;
+        let wake_drainer = st.in_flight == 0 && st.drainer_waiting;
+        drop(st);
+        if wake_drainer {
+            q.drained.notify_all();
+        }
+        if let Err(e) = result {
+            shared.fail(&e);
+            if let Ok(st) = q.lock() {
+                if st.drainer_waiting {
+                    q.drained.notify_all();
+                }
+            }
+            break;
+        }
+    }
+    stats
+}
+
+fn lockfree_consumer<S: PacketSink>(
+    mut sink: S,
+    mut ring: rtrb::Consumer<Bytes>,
+    shared: &Shared,
+) -> StreamStats {
+    let mut stats = StreamStats::default();
+    let mut backoff = Backoff::default();
+    while !shared.stopping() {
+        match ring.pop() {
+            Ok(buf) => {
+                backoff = Backoff::default();
+                let result = sink.send_packet(&buf, Deadline::Never, &mut stats);
+                // Record a failure before counting the request done, so a drainer
+                // that sees the count also sees the failure.
+                if let Err(e) = &result {
+                    shared.fail(e);
+                }
+                shared.completed.fetch_add(1, Ordering::Release);
+                if result.is_err() {
+                    break;
+                }
+            }
+            Err(_) => {
+                if shared.closed.load(Ordering::Acquire) {
+                    break;
+                }
+                backoff.snooze();
+            }
+        }
+    }
+    stats
+}
+
+/// Spin, then yield, then sleep briefly: the lock-free queue's wait, which busy-waits
+/// while work is near and stops burning a core when it is not.
+#[derive(Default)]
+struct Backoff {
+    step: u32,
+}
+
+impl Backoff {
+    fn snooze(&mut self) {
+        if self.step < 64 {
+            std::hint::spin_loop();
+        } else if self.step < 1024 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        self.step = self.step.saturating_add(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// A sink that records what it was given.
+    struct ChannelSink(mpsc::Sender<usize>);
+
+    impl PacketSink for ChannelSink {
+        fn send_packet(
+            &mut self,
+            buf: &[u8],
+            _: Deadline,
+            stats: &mut StreamStats,
+        ) -> io::Result<()> {
+            stats.bytes_sent += buf.len() as u64;
+            stats.send_latency.record(1);
+            self.0
+                .send(buf.len())
+                .map_err(|_| io::Error::other("closed"))
+        }
+    }
+
+    struct FailingSink;
+
+    impl PacketSink for FailingSink {
+        fn send_packet(&mut self, _: &[u8], _: Deadline, _: &mut StreamStats) -> io::Result<()> {
+            Err(io::Error::new(io::ErrorKind::BrokenPipe, "peer went away"))
+        }
+    }
+
+    fn run(queue: QueueKind, nsinks: usize, packets: usize) {
+        let (tx, rx) = mpsc::channel();
+        let sinks = (0..nsinks).map(|_| ChannelSink(tx.clone())).collect();
+        drop(tx);
+        let mut s = Senders::start(queue, sinks, Arc::default()).expect("start");
+        let buf = Bytes::from(vec![7u8; 100]);
+        for _ in 0..packets {
+            s.submit(buf.clone(), Timeout::Forever).expect("submit");
+        }
+        s.stop(Timeout::Millis(10_000)).expect("stop");
+        let stats = s.stats();
+        assert_eq!(stats.bytes_sent, 100 * packets as u64);
+        assert_eq!(stats.send_latency.count(), packets as u64);
+        assert_eq!(stats.submit_latency.count(), packets as u64);
+        assert_eq!(rx.iter().count(), packets);
+    }
+
+    #[test]
+    fn mutex_queue_delivers_every_request_once() {
+        run(QueueKind::Mutex, 4, 25_000);
+    }
+
+    #[test]
+    fn lockfree_queue_delivers_every_request_once() {
+        run(QueueKind::LockFree, 1, 25_000);
+    }
+
+    #[test]
+    fn lockfree_queue_refuses_several_consumers() {
+        let (tx, _rx) = mpsc::channel();
+        let sinks = vec![ChannelSink(tx.clone()), ChannelSink(tx)];
+        assert!(Senders::start(QueueKind::LockFree, sinks, Arc::default()).is_err());
+    }
+
+    #[test]
+    fn a_failing_sender_is_reported_by_drain() {
+        for queue in [QueueKind::Mutex, QueueKind::LockFree] {
+            let mut s = Senders::start(queue, vec![FailingSink], Arc::default()).expect("start");
+            let _ = s.submit(Bytes::from_static(b"x"), Timeout::Forever);
+            let err = s
+                .drain(Timeout::Millis(5_000))
+                .expect_err("drain must fail");
+            assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+            assert!(s
+                .submit(Bytes::from_static(b"x"), Timeout::Forever)
+                .is_err());
+        }
+    }
+
+    #[test]
+    fn full_mutex_queue_times_out_submit() {
+        struct Stuck;
+        impl PacketSink for Stuck {
+            fn send_packet(
+                &mut self,
+                _: &[u8],
+                _: Deadline,
+                _: &mut StreamStats,
+            ) -> io::Result<()> {
+                std::thread::sleep(Duration::from_millis(300));
+                Ok(())
+            }
+        }
+        let abort = Arc::new(AtomicBool::new(false));
+        let mut s = Senders::start(QueueKind::Mutex, vec![Stuck], abort).expect("start");
+        let b = Bytes::from_static(b"x");
+        let mut result = Ok(());
+        for _ in 0..=MUTEX_QUEUE_CAPACITY + 1 {
+            result = s.submit(b.clone(), Timeout::NonBlocking);
+            if result.is_err() {
+                break;
+            }
+        }
+        assert_eq!(
+            result.expect_err("queue must fill").kind(),
+            io::ErrorKind::WouldBlock
+        );
+    }
+}

@@ -1,0 +1,507 @@
+//! The TCP STREAM.
+//!
+//! `nsockets` TCP connections between the same two hosts. Writes and reads are
+//! non-blocking; `poll()` runs only after `EAGAIN`. Latency is timed as the seed
+//! defines it: a send from the write() start to its return (poll waits included, and
+//! with MPRTT to the ACK read); a receive from the start of the call to the read() that
+//! returns data (and with MPRTT, the ACK written).
+
+use super::sender::{PacketSink, Senders};
+use super::sys::{poll_many, poll_one, tcp_quickack};
+use super::{Deadline, Stream, StreamOptions, Timeout};
+use crate::stats::StreamStats;
+use bytes::Bytes;
+use std::io::{self, Read, Write};
+use std::net::{self, Shutdown, SocketAddr, TcpListener, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One socket of a TCP STREAM, shared by the receiving path and a sender thread.
+#[derive(Clone)]
+struct Socket {
+    sock: Arc<net::TcpStream>,
+    mprtt: bool,
+    quickack: bool,
+    abort: Arc<AtomicBool>,
+}
+
+impl Socket {
+    /// Writes all of `buf`, polling for POLLOUT after EAGAIN.
+    fn write_all(&self, mut buf: &[u8], deadline: Deadline) -> io::Result<()> {
+        while !buf.is_empty() {
+            match (&*self.sock).write(buf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.wait(libc::POLLOUT, deadline)?
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the 1-byte MPRTT ACK.
+    fn read_ack(&self, deadline: Deadline) -> io::Result<()> {
+        let mut ack = [0u8; 1];
+        loop {
+            match (&*self.sock).read(&mut ack) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "peer closed the connection while an ACK was awaited",
+                    ))
+                }
+                Ok(_) => {
+                    if self.quickack {
+                        tcp_quickack(&*self.sock)?;
+                    }
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.wait(libc::POLLIN, deadline)?
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn wait(&self, events: libc::c_short, deadline: Deadline) -> io::Result<()> {
+        super::check_abort(&self.abort)?;
+        let ms = deadline.poll_ms()?;
+        poll_one(self.sock.as_raw_fd(), events, ms)?;
+        Ok(())
+    }
+}
+
+impl PacketSink for Socket {
+    fn send_packet(
+        &mut self,
+        buf: &[u8],
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        let start = Instant::now();
+        self.write_all(buf, deadline)?;
+        if self.mprtt {
+            self.read_ack(deadline)?;
+            stats.bytes_received += 1;
+        }
+        stats.send_latency.record_since(start);
+        stats.bytes_sent += buf.len() as u64;
+        Ok(())
+    }
+}
+
+/// One end of a TCP STREAM.
+pub struct TcpStream {
+    sockets: Vec<Socket>,
+    opts: StreamOptions,
+    senders: Option<Senders>,
+    /// Figures of `send()` and `recv()` (the calling thread's).
+    stats: StreamStats,
+    /// Sockets that reached end of stream.
+    eof: Vec<bool>,
+    open: usize,
+    /// Sockets the last `poll()` found readable and not yet read.
+    ready: Vec<usize>,
+    /// Socket read last; tried first next time.
+    cursor: usize,
+    /// MPRTT: bytes of the current packet received per socket.
+    partial: Vec<usize>,
+    pollfds: Vec<libc::pollfd>,
+}
+
+impl TcpStream {
+    /// Active end: connects `opts.nsockets` sockets to `addr`.
+    pub fn connect(addr: impl ToSocketAddrs, opts: StreamOptions) -> io::Result<TcpStream> {
+        let addr = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address"))?;
+        let socks = (0..opts.nsockets)
+            .map(|_| net::TcpStream::connect(addr))
+            .collect::<io::Result<Vec<_>>>()?;
+        TcpStream::from_sockets(socks, opts)
+    }
+
+    /// Passive end: accepts `opts.nsockets` connections on `listener`.
+    pub fn accept(listener: &TcpListener, opts: StreamOptions) -> io::Result<TcpStream> {
+        let socks = (0..opts.nsockets)
+            .map(|_| listener.accept().map(|(s, _)| s))
+            .collect::<io::Result<Vec<_>>>()?;
+        TcpStream::from_sockets(socks, opts)
+    }
+
+    /// Builds a STREAM from connected sockets (socket 0 first); sets them non-blocking,
+    /// applies the TCP options and starts one sender thread per socket.
+    pub fn from_sockets(socks: Vec<net::TcpStream>, opts: StreamOptions) -> io::Result<TcpStream> {
+        if socks.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a STREAM needs a socket",
+            ));
+        }
+        let mut sockets = Vec::with_capacity(socks.len());
+        for s in socks {
+            s.set_nonblocking(true)?;
+            if opts.nodelay {
+                s.set_nodelay(true)?;
+            }
+            if opts.quickack {
+                tcp_quickack(&s)?;
+            }
+            sockets.push(Socket {
+                sock: Arc::new(s),
+                mprtt: opts.mprtt,
+                quickack: opts.quickack,
+                abort: opts.abort.clone(),
+            });
+        }
+        let n = sockets.len();
+        let senders = Senders::start(opts.queue, sockets.clone(), opts.abort.clone())?;
+        let pollfds = sockets
+            .iter()
+            .map(|s| libc::pollfd {
+                fd: s.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        Ok(TcpStream {
+            sockets,
+            opts,
+            senders: Some(senders),
+            stats: StreamStats::default(),
+            eof: vec![false; n],
+            open: n,
+            ready: Vec::with_capacity(n),
+            cursor: 0,
+            partial: vec![0; n],
+            pollfds,
+        })
+    }
+
+    /// The local and peer addresses of every socket.
+    pub fn addrs(&self) -> Vec<(Option<SocketAddr>, Option<SocketAddr>)> {
+        self.sockets
+            .iter()
+            .map(|s| (s.sock.local_addr().ok(), s.sock.peer_addr().ok()))
+            .collect()
+    }
+
+    /// Reads once from socket `k`. `Ok(None)` is EAGAIN.
+    fn read_from(&mut self, k: usize, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        loop {
+            return match (&*self.sockets[k].sock).read(buf) {
+                Ok(0) => {
+                    self.eof[k] = true;
+                    self.open -= 1;
+                    Ok(Some(0))
+                }
+                Ok(n) => Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => Err(e),
+            };
+        }
+    }
+
+    /// After `n` bytes arrived on socket `k`: re-arm QUICKACK, send MPRTT ACKs.
+    fn after_read(&mut self, k: usize, n: usize) -> io::Result<()> {
+        let sock = &self.sockets[k];
+        if self.opts.quickack {
+            tcp_quickack(&*sock.sock)?;
+        }
+        if self.opts.mprtt {
+            self.partial[k] += n;
+            let pkt = self.opts.pktsize.max(1);
+            while self.partial[k] >= pkt {
+                self.partial[k] -= pkt;
+                sock.write_all(&[1u8], Deadline::Never)?;
+                self.stats.bytes_sent += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls the open sockets; fills `ready`.
+    fn poll_open(&mut self, deadline: Deadline) -> io::Result<()> {
+        self.opts.check_abort()?;
+        let ms = deadline.poll_ms()?;
+        for (p, &eof) in self.pollfds.iter_mut().zip(&self.eof) {
+            // A negative fd makes poll() skip the entry.
+            p.fd = if eof { -1 } else { p.fd.abs() };
+            p.revents = 0;
+        }
+        if poll_many(&mut self.pollfds, ms)? > 0 {
+            self.ready.extend(
+                self.pollfds
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.fd >= 0 && p.revents != 0)
+                    .map(|(k, _)| k),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Stream for TcpStream {
+    fn nsockets(&self) -> usize {
+        self.sockets.len()
+    }
+
+    fn local_addr(&self) -> String {
+        self.sockets[0]
+            .sock
+            .local_addr()
+            .map_or_else(|_| "?".into(), |a| a.to_string())
+    }
+
+    fn peer_addr(&self) -> String {
+        self.sockets[0]
+            .sock
+            .peer_addr()
+            .map_or_else(|_| "?".into(), |a| a.to_string())
+    }
+
+    fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
+        self.opts.check_abort()?;
+        self.sockets[0].send_packet(buf, timeout.deadline(), &mut self.stats)?;
+        Ok(buf.len())
+    }
+
+    fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
+        match &mut self.senders {
+            Some(s) => s.submit(buf, timeout),
+            None => Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "sending finished",
+            )),
+        }
+    }
+
+    fn sender_drain(&mut self, timeout: Timeout) -> io::Result<()> {
+        match &mut self.senders {
+            Some(s) => s.drain(timeout),
+            None => Ok(()),
+        }
+    }
+
+    fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
+        let start = Instant::now();
+        let deadline = timeout.deadline();
+        loop {
+            if self.open == 0 {
+                return Ok(0);
+            }
+            let k = match self.ready.pop() {
+                Some(k) => k,
+                None if !self.eof[self.cursor] => self.cursor,
+                None => {
+                    self.poll_open(deadline)?;
+                    continue;
+                }
+            };
+            if self.eof[k] {
+                continue;
+            }
+            match self.read_from(k, buf)? {
+                Some(0) => continue,
+                Some(n) => {
+                    self.cursor = k;
+                    self.after_read(k, n)?;
+                    let now = Instant::now();
+                    self.stats
+                        .recv_latency
+                        .record(crate::stats::elapsed_ns(start));
+                    self.stats.bytes_received += n as u64;
+                    self.stats.mark_recv(now);
+                    return Ok(n);
+                }
+                None => {
+                    if self.ready.is_empty() {
+                        self.poll_open(deadline)?;
+                    }
+                }
+            }
+        }
+    }
+
+    fn ack_partial(&mut self) -> io::Result<()> {
+        if !self.opts.mprtt {
+            return Ok(());
+        }
+        for k in 0..self.sockets.len() {
+            if self.partial[k] > 0 {
+                self.partial[k] = 0;
+                self.sockets[k].write_all(&[1u8], Deadline::Never)?;
+                self.stats.bytes_sent += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
+        let result = match &mut self.senders {
+            Some(s) => s.stop(timeout),
+            None => Ok(()),
+        };
+        for s in &self.sockets {
+            // The peer may already have closed; end of stream is what we want anyway.
+            let _ = s.sock.shutdown(Shutdown::Write);
+        }
+        result
+    }
+
+    fn stats(&self) -> StreamStats {
+        let mut s = self.stats.clone();
+        if let Some(senders) = &self.senders {
+            s.merge(&senders.stats());
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::thread;
+
+    fn pair(opts: StreamOptions) -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let o = opts.clone();
+        let t = thread::spawn(move || TcpStream::connect(addr, o).expect("connect"));
+        let server = TcpStream::accept(&listener, opts).expect("accept");
+        (t.join().expect("join"), server)
+    }
+
+    fn drain_all(server: &mut TcpStream, bufsize: usize) -> u64 {
+        let mut buf = vec![0u8; bufsize];
+        let mut total = 0;
+        loop {
+            match server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv")
+            {
+                0 => return total,
+                n => total += n as u64,
+            }
+        }
+    }
+
+    #[test]
+    fn sync_send_keeps_order_and_counts() {
+        let (mut client, mut server) = pair(StreamOptions::default());
+        let t = thread::spawn(move || {
+            for i in 0..1000u32 {
+                client
+                    .send(&i.to_be_bytes(), Timeout::Forever)
+                    .expect("send");
+            }
+            client.finish_sending(Timeout::Forever).expect("finish");
+            client.stats()
+        });
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        let want: Vec<u8> = (0..1000u32).flat_map(|i| i.to_be_bytes()).collect();
+        assert_eq!(got, want);
+        let cs = t.join().expect("join");
+        assert_eq!(cs.bytes_sent, 4000);
+        assert_eq!(cs.send_latency.count(), 1000);
+        assert_eq!(server.stats().bytes_received, 4000);
+    }
+
+    #[test]
+    fn async_sends_over_four_sockets_arrive_in_full() {
+        let opts = StreamOptions {
+            nsockets: 4,
+            ..StreamOptions::default()
+        };
+        let (mut client, mut server) = pair(opts);
+        let t = thread::spawn(move || {
+            let buf = Bytes::from(vec![0xabu8; 65536]);
+            for _ in 0..256 {
+                client
+                    .send_submit(buf.clone(), Timeout::Forever)
+                    .expect("submit");
+            }
+            client.sender_drain(Timeout::Forever).expect("drain");
+            client.finish_sending(Timeout::Forever).expect("finish");
+            client.stats()
+        });
+        assert_eq!(drain_all(&mut server, 65536), 256 * 65536);
+        let cs = t.join().expect("join");
+        assert_eq!(cs.bytes_sent, 256 * 65536);
+        assert_eq!(cs.submit_latency.count(), 256);
+    }
+
+    #[test]
+    fn mprtt_acks_every_packet_and_the_partial_last_one() {
+        let opts = StreamOptions {
+            mprtt: true,
+            pktsize: 1000,
+            ..StreamOptions::default()
+        };
+        let (mut client, mut server) = pair(opts);
+        let t = thread::spawn(move || {
+            let buf = vec![1u8; 1000];
+            for _ in 0..50 {
+                client.send(&buf, Timeout::Forever).expect("send");
+            }
+            client
+                .send(&buf[..10], Timeout::Forever)
+                .expect("send short");
+            client.finish_sending(Timeout::Forever).expect("finish");
+            client.stats()
+        });
+        let mut buf = vec![0u8; 1000];
+        let mut total = 0;
+        while total < 50_010 {
+            total += server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            if total == 50_010 {
+                server.ack_partial().expect("ack");
+            }
+        }
+        let cs = t.join().expect("join");
+        assert_eq!(cs.bytes_received, 51, "one ACK byte per packet");
+        assert_eq!(server.stats().bytes_sent, 51);
+        assert_eq!(
+            server.recv(&mut buf, Timeout::Millis(10_000)).expect("eof"),
+            0
+        );
+    }
+
+    #[test]
+    fn recv_timeouts_follow_the_seed_convention() {
+        let (_client, mut server) = pair(StreamOptions::default());
+        let mut buf = [0u8; 16];
+        let e = server
+            .recv(&mut buf, Timeout::from_millis(0))
+            .expect_err("no data");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        let t0 = Instant::now();
+        let e = server
+            .recv(&mut buf, Timeout::from_millis(150))
+            .expect_err("no data");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(140));
+    }
+}

@@ -1,0 +1,97 @@
+//! Transports: how the data STREAMs of one protocol are set up between the two ends.
+//!
+//! The server and client drive every protocol through [`Transport`]; the only place
+//! that maps a [`Protocol`] to code is [`for_protocol`]. A new transport is a new
+//! module implementing the trait (its STREAM lives under [`crate::stream`]).
+
+pub mod tcp;
+
+use crate::settings::{Protocol, Settings};
+use crate::stream::{Stream, StreamOptions};
+use anyhow::{bail, Context, Result};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A data connection that arrived on a TCP port of the server and named itself with a
+/// `DataHello` frame.
+pub struct DataConn {
+    pub stream: u32,
+    pub socket: u32,
+    pub sock: std::net::TcpStream,
+}
+
+/// What the server side of a transport knows about the session being set up.
+pub struct ServerCtx {
+    pub settings: Settings,
+    pub session: u64,
+    /// The address the client reached the control port on; data listeners use its IP.
+    pub local: SocketAddr,
+    /// Base port: stream `i` uses `port + i`.
+    pub port: u16,
+    /// Data connections arriving on the base port (routed by the server's accept loop).
+    pub routed: Receiver<DataConn>,
+    /// Where a transport's own listeners forward the data connections they accept.
+    pub routed_tx: Sender<DataConn>,
+    /// How long connecting the data streams may take.
+    pub setup_timeout: Duration,
+    pub abort: Arc<AtomicBool>,
+}
+
+/// What the client side of a transport knows.
+pub struct ClientCtx {
+    pub settings: Settings,
+    pub session: u64,
+    /// The server's control address; stream `i` connects to its IP at `port + i`.
+    pub server: SocketAddr,
+    /// Local address to bind data sockets to (`-B`).
+    pub bind: Option<IpAddr>,
+    pub setup_timeout: Duration,
+    pub abort: Arc<AtomicBool>,
+}
+
+/// The server side of a transport once its listeners are bound.
+pub trait Acceptor: Send {
+    /// Waits for the client's data streams, in stream order.
+    fn accept(self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>>;
+}
+
+/// One protocol's way of setting up data STREAMs.
+pub trait Transport: Send + Sync {
+    /// Server: binds what the data streams need, before the client is told `Ready`.
+    fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>>;
+    /// Client: connects the data streams, in stream order.
+    fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>>;
+}
+
+/// The transport for `protocol`.
+pub fn for_protocol(protocol: Protocol) -> Result<Box<dyn Transport>> {
+    match protocol {
+        Protocol::Tcp => Ok(Box::new(tcp::TcpTransport)),
+        Protocol::Udp => bail!("UDP (-u) is not supported by this build of fperf yet"),
+        Protocol::Rdma => bail!("RDMA (-R) is not supported by this build of fperf yet"),
+    }
+}
+
+/// The STREAM options both ends derive from the run's settings.
+pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOptions {
+    StreamOptions {
+        nsockets: settings.nsockets as usize,
+        queue: settings.queue,
+        pktsize: settings.pktsize as usize,
+        mprtt: settings.mprtt,
+        nodelay: settings.nodelay,
+        quickack: settings.quickack,
+        abort,
+    }
+}
+
+/// `addr` with its port moved up by `offset`.
+pub fn port_offset(addr: SocketAddr, base: u16, offset: u32) -> Result<SocketAddr> {
+    let port = u32::from(base) + offset;
+    let port =
+        u16::try_from(port).context("stream port beyond 65535: lower --port or --nstreams")?;
+    Ok(SocketAddr::new(addr.ip(), port))
+}

@@ -1,0 +1,93 @@
+//! Unit formatting for reports.
+//!
+//! Byte sizes and byte rates are binary (MB = 2^20 B, GB/s = 2^30 B/s), as in the seed;
+//! bit rates are decimal (Gbit/s = 10^9 bit/s), as link speeds are quoted.
+
+/// `10240MB(10.00GB 10737418240B)`: rounded MB, GB with two decimals, exact bytes.
+pub fn size_triplet(bytes: u64) -> String {
+    let mb = (bytes as f64 / (1u64 << 20) as f64).round() as u64;
+    let gb = bytes as f64 / (1u64 << 30) as f64;
+    format!("{mb}MB({gb:.2}GB {bytes}B)")
+}
+
+/// Three significant digits, as `30.4`, `3.54`, `354`.
+fn three_digits(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// A byte rate in binary units: `3.54GB/s`, `812MB/s`.
+pub fn byte_rate(bytes_per_sec: f64) -> String {
+    const UNITS: [&str; 4] = ["B/s", "KB/s", "MB/s", "GB/s"];
+    let mut v = bytes_per_sec.max(0.0);
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{}{}", three_digits(v), UNITS[unit])
+}
+
+/// A bit rate in decimal units: `30.4Gbit/s`, `812Mbit/s`.
+pub fn bit_rate(bytes_per_sec: f64) -> String {
+    const UNITS: [&str; 5] = ["bit/s", "Kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"];
+    let mut v = (bytes_per_sec * 8.0).max(0.0);
+    let mut unit = 0;
+    while v >= 1000.0 && unit + 1 < UNITS.len() {
+        v /= 1000.0;
+        unit += 1;
+    }
+    format!("{}{}", three_digits(v), UNITS[unit])
+}
+
+/// Bytes per second, zero for an empty interval.
+pub fn rate(bytes: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        bytes as f64 / secs
+    } else {
+        0.0
+    }
+}
+
+/// A packet size as the server header shows it: `32KB` when a whole number of KB.
+pub fn pkt_size(bytes: u32) -> String {
+    if bytes >= 1024 && bytes % 1024 == 0 {
+        format!("{}KB", bytes / 1024)
+    } else {
+        format!("{bytes}B")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_figures() {
+        assert_eq!(
+            size_triplet(10_737_418_240),
+            "10240MB(10.00GB 10737418240B)"
+        );
+        assert_eq!(size_triplet(327_680), "0MB(0.00GB 327680B)");
+        assert_eq!(size_triplet(655_360), "1MB(0.00GB 655360B)");
+        // 10 GiB in 2.83 s: 3.53 GiB/s, and 30.4 Gbit/s decimal (not the seed's 28).
+        let r = rate(10_737_418_240, 2.83);
+        assert_eq!(byte_rate(r), "3.53GB/s");
+        assert_eq!(bit_rate(r), "30.4Gbit/s");
+        assert_eq!(pkt_size(32768), "32KB");
+        assert_eq!(pkt_size(1000), "1000B");
+    }
+
+    #[test]
+    fn small_rates_pick_smaller_units() {
+        assert_eq!(byte_rate(5.0 * 1024.0 * 1024.0), "5.00MB/s");
+        assert_eq!(bit_rate(5_000_000.0 / 8.0), "5.00Mbit/s");
+        assert_eq!(bit_rate(0.0), "0.00bit/s");
+        assert_eq!(rate(10, 0.0), 0.0);
+    }
+}
