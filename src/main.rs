@@ -141,11 +141,17 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
+            // clap's message may span lines (e.g. a list of missing flags): keep it to one.
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
+            let message: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let message = message.join(" ");
             eprintln!(
                 "fperf: {} (see fperf --help)",
-                first.trim_start_matches("error: ")
+                message.trim_start_matches("error: ")
             );
             return ExitCode::from(2);
         }

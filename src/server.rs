@@ -160,7 +160,7 @@ fn greet(
 ) {
     let client_error = |error: String| {
         let _ = events.send(ServerEvent::ClientError {
-            peer: peer.to_string(),
+            peer: crate::stream::canonical(peer).to_string(),
             error,
         });
     };

@@ -26,6 +26,7 @@ use crate::settings::QueueKind;
 use crate::stats::StreamStats;
 use bytes::Bytes;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -153,6 +154,11 @@ pub(crate) fn check_abort(flag: &AtomicBool) -> io::Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// `addr` with an IPv4-mapped IPv6 address (from a dual-stack socket) shown as IPv4.
+pub fn canonical(addr: SocketAddr) -> SocketAddr {
+    SocketAddr::new(addr.ip().to_canonical(), addr.port())
 }
 
 /// One end of a STREAM. Implemented once per transport (TCP, UDP, RDMA); nothing

@@ -260,14 +260,14 @@ impl Stream for TcpStream {
         self.sockets[0]
             .sock
             .local_addr()
-            .map_or_else(|_| "?".into(), |a| a.to_string())
+            .map_or_else(|_| "?".into(), |a| super::canonical(a).to_string())
     }
 
     fn peer_addr(&self) -> String {
         self.sockets[0]
             .sock
             .peer_addr()
-            .map_or_else(|_| "?".into(), |a| a.to_string())
+            .map_or_else(|_| "?".into(), |a| super::canonical(a).to_string())
     }
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {

@@ -1,0 +1,285 @@
+//! Shared helpers for integration tests: run the real `fperf` binary as server and
+//! client on loopback, with ports no other test uses, bounded in time, killed on drop.
+#![allow(dead_code)]
+
+use regex::Regex;
+use std::io::{BufRead, BufReader, Read};
+use std::net::{TcpListener, UdpSocket};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Path of the fperf binary under test.
+pub fn fperf_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_fperf")
+}
+
+static NEXT_BLOCK: AtomicU16 = AtomicU16::new(0);
+
+/// A base port such that `base..base+width` are free on 127.0.0.1 and ::1 for TCP and
+/// UDP. Test binaries run one after another and tests in parallel threads; the pid
+/// spreads binaries apart and the counter spreads tests.
+pub fn port_block(width: u16) -> u16 {
+    let spread = (std::process::id() % 64) as u16 * 300;
+    loop {
+        let block = NEXT_BLOCK.fetch_add(1, Ordering::Relaxed);
+        let base = 20000 + (spread + block * 12) % 40000;
+        let free = (0..width.max(12)).all(|i| {
+            let p = base + i;
+            TcpListener::bind(("127.0.0.1", p)).is_ok()
+                && UdpSocket::bind(("127.0.0.1", p)).is_ok()
+                && TcpListener::bind(("::1", p)).is_ok()
+        });
+        if free {
+            return base;
+        }
+    }
+}
+
+/// A running `fperf -s`, killed when dropped.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+fn collect(mut r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+    let text = Arc::new(Mutex::new(String::new()));
+    let t = text.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            t.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    text
+}
+
+impl Server {
+    /// Starts a server on a fresh port block with `args` added; waits until it listens.
+    pub fn start(args: &[&str]) -> Server {
+        Server::start_on(port_block(12), args)
+    }
+
+    /// Starts a server on `port`.
+    pub fn start_on(port: u16, args: &[&str]) -> Server {
+        let child = Command::new(fperf_bin())
+            .args(["-s", "-p", &port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fperf server");
+        let mut child = child;
+        let stdout = collect(child.stdout.take().unwrap());
+        let stderr = collect(child.stderr.take().unwrap());
+        let s = Server {
+            child,
+            port,
+            stdout,
+            stderr,
+        };
+        s.wait_for(|o| o.contains("Server listening"), Duration::from_secs(10));
+        s
+    }
+
+    /// What the server printed on stdout so far.
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    /// What the server printed on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until `pred(stdout)` holds; panics with the output after `timeout`.
+    pub fn wait_for(&self, pred: impl Fn(&str) -> bool, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let out = self.stdout();
+            if pred(&out) {
+                return out;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "server output did not match in {timeout:?}:\n{out}\nstderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the report of the `n`th test (1-based) and returns that report's text.
+    pub fn report(&self, n: usize) -> String {
+        let out = self.wait_for(
+            |o| o.matches("Server listening").count() > n,
+            Duration::from_secs(60),
+        );
+        out.split("Server listening")
+            .nth(n)
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// The server process, e.g. to signal it.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the server to exit within `timeout`; returns its exit code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return st.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `fperf ARGS`, killing it after `timeout` (then panicking).
+pub fn run(args: &[&str], timeout: Duration) -> Output {
+    let mut child = Command::new(fperf_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fperf");
+    let out = collect(child.stdout.take().unwrap());
+    let err = collect(child.stderr.take().unwrap());
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "fperf {args:?} did not finish in {timeout:?}\nstdout:\n{}\nstderr:\n{}",
+                out.lock().unwrap(),
+                err.lock().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // Let the readers see end of file.
+    std::thread::sleep(Duration::from_millis(30));
+    let stdout = out.lock().unwrap().clone().into_bytes();
+    let stderr = err.lock().unwrap().clone().into_bytes();
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// Runs a client against `server` with `args`; asserts it succeeded; returns stdout.
+pub fn client_ok(server: &Server, host: &str, args: &[&str]) -> String {
+    let port = server.port.to_string();
+    let mut all = vec!["-c", host, "-p", &port];
+    all.extend_from_slice(args);
+    let out = run(&all, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "client {all:?} failed: {:?}\nstdout:\n{stdout}\nstderr:\n{}\nserver:\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        server.stdout(),
+        server.stderr()
+    );
+    stdout
+}
+
+/// A `label : NMB(N.NNGB NB) in S.SSs. (bw: R R)` line, parsed.
+#[derive(Debug, Clone, Copy)]
+pub struct Volume {
+    pub mb: u64,
+    pub bytes: u64,
+    pub secs: f64,
+}
+
+/// Finds the volume line with `label` (e.g. "sent", "received") in `text`.
+pub fn volume(text: &str, label: &str) -> Volume {
+    let re = Regex::new(&format!(
+        r"(?m)^{label}\s*: (\d+)MB\((\d+\.\d\d)GB (\d+)B\)(?: in (\d+\.\d\d)s\. \(bw: [\d.]+[KMG]?B/s [\d.]+[KMGT]?bit/s\))?$"
+    ))
+    .unwrap();
+    let c = re
+        .captures(text)
+        .unwrap_or_else(|| panic!("no '{label}' line in:\n{text}"));
+    let bytes: u64 = c[3].parse().unwrap();
+    let mb: u64 = c[1].parse().unwrap();
+    assert_eq!(
+        mb,
+        (bytes as f64 / 1048576.0).round() as u64,
+        "MB figure of {bytes}B"
+    );
+    let gb: f64 = c[2].parse().unwrap();
+    assert!(
+        (gb - bytes as f64 / 1073741824.0).abs() < 0.006,
+        "GB figure of {bytes}B"
+    );
+    Volume {
+        mb,
+        bytes,
+        secs: c.get(4).map_or(0.0, |m| m.as_str().parse().unwrap()),
+    }
+}
+
+/// A latency line with `label`, parsed into (avg, min, max) in microseconds; checks the
+/// percentile fields are present and ordered.
+pub fn latency(text: &str, label: &str) -> (f64, f64, f64) {
+    let re = Regex::new(&format!(
+        r"(?m)^{label}\s*: avg=([\d.]+)us  min=([\d.]+)us  max=([\d.]+)us  p50=([\d.]+)us  p90=([\d.]+)us  p99=([\d.]+)us  p99\.9=([\d.]+)us  stddev=([\d.]+)us$"
+    ))
+    .unwrap();
+    let c = re
+        .captures(text)
+        .unwrap_or_else(|| panic!("no '{label}' latency line in:\n{text}"));
+    let v: Vec<f64> = (1..=8).map(|i| c[i].parse().unwrap()).collect();
+    let (avg, min, max) = (v[0], v[1], v[2]);
+    assert!(
+        min <= avg && avg <= max,
+        "{label}: min {min} avg {avg} max {max}"
+    );
+    assert!(
+        min <= v[3] && v[3] <= v[4] && v[4] <= v[5] && v[5] <= v[6] && v[6] <= max,
+        "{label}: percentiles out of order: {v:?}"
+    );
+    (avg, min, max)
+}
+
+/// Whether `text` has a line starting with `prefix`.
+pub fn has_line(text: &str, prefix: &str) -> bool {
+    text.lines().any(|l| l.starts_with(prefix))
+}
+
+/// Reads lines from a child's stdout until `pred` matches one.
+pub fn read_until(r: impl Read, pred: impl Fn(&str) -> bool) -> Option<String> {
+    BufReader::new(r)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| pred(l))
+}

@@ -1,0 +1,261 @@
+//! End-to-end TCP runs: a real `fperf -s` and `fperf -c` on loopback, for each flag
+//! alone and in combination, asserting both sides' byte counts and report fields.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+const MB: u64 = 1 << 20;
+
+/// Runs a client with `args` against a fresh server; returns (client, server report).
+fn run_pair(host: &str, args: &[&str]) -> (String, String) {
+    let server = Server::start(&[]);
+    let client = client_ok(&server, host, args);
+    let report = server.report(1);
+    (client, report)
+}
+
+fn assert_bytes(client: &str, server: &str, bytes: u64) {
+    let sent = volume(client, "sent");
+    let recv = volume(server, "received");
+    assert_eq!(sent.bytes, bytes, "client sent\n{client}");
+    assert_eq!(recv.bytes, bytes, "server received\n{server}");
+}
+
+#[test]
+fn default_single_stream() {
+    let (c, s) = run_pair("127.0.0.1", &["-m", "64"]);
+    let first = c.lines().next().unwrap();
+    assert!(
+        regex::Regex::new(
+            r"^TCP CLIENT => 127\.0\.0\.1:\d+ pkt_size=32768B sync\(no-queue\) nsockets=1$"
+        )
+        .unwrap()
+        .is_match(first),
+        "{first}"
+    );
+    assert_bytes(&c, &s, 64 * MB);
+    latency(&c, "latency");
+    latency(&s, "latency");
+    assert!(
+        !c.contains("lat_submit"),
+        "sync sending has no lat_submit:\n{c}"
+    );
+    assert!(
+        s.starts_with(" .... new TCP connection from 127.0.0.1:"),
+        "{s}"
+    );
+    assert!(s.contains(". pkt_size(32KB)\n"), "{s}");
+    // Client and server time the same transfer: their durations agree.
+    let (cs, ss) = (volume(&c, "sent").secs, volume(&s, "received").secs);
+    assert!(
+        (cs - ss).abs() <= 0.05 + cs * 0.5,
+        "client {cs}s vs server {ss}s"
+    );
+}
+
+#[test]
+fn two_streams_use_consecutive_ports_and_report_per_stream() {
+    let server = Server::start(&[]);
+    let c = client_ok(&server, "127.0.0.1", &["-m", "16", "-t", "2"]);
+    let s = server.report(1);
+    assert_bytes(&c, &s, 32 * MB);
+    for k in 0..2u16 {
+        let port = server.port + k;
+        assert!(
+            c.lines()
+                .any(|l| l.starts_with(&format!("TCP STREAM {k} 127.0.0.1:"))
+                    && l.contains(&format!("=> 127.0.0.1:{port} "))),
+            "stream {k} on port {port}:\n{c}"
+        );
+        assert!(c.contains(&format!("  stream {k} : avg=")), "{c}");
+        assert!(c.contains("sent: 16MB(0.02GB 16777216B)"), "{c}");
+        assert!(s.contains(&format!("  stream {k} : avg=")), "{s}");
+    }
+    assert!(c.contains("\nPer Stream:\n"), "{c}");
+}
+
+#[test]
+fn four_sockets_send_asynchronously() {
+    let (c, s) = run_pair("127.0.0.1", &["-m", "32", "-n", "4"]);
+    assert!(
+        c.lines()
+            .next()
+            .unwrap()
+            .ends_with("async(mutex-queue) nsockets=4"),
+        "{c}"
+    );
+    assert_bytes(&c, &s, 32 * MB);
+    latency(&c, "latency");
+    assert!(has_line(&c, "lat_submit: avg="), "{c}");
+    assert!(
+        regex::Regex::new(r"lat_submit: avg=\d+ns  min=\d+ns  max=\d+ns")
+            .unwrap()
+            .is_match(&c),
+        "{c}"
+    );
+}
+
+#[test]
+fn lockfree_queue_is_asynchronous_with_one_socket() {
+    let (c, s) = run_pair("127.0.0.1", &["-m", "32", "-q", "0"]);
+    assert!(
+        c.lines()
+            .next()
+            .unwrap()
+            .ends_with("async(lockfree-queue) nsockets=1"),
+        "{c}"
+    );
+    assert_bytes(&c, &s, 32 * MB);
+    assert!(has_line(&c, "lat_submit: avg="), "{c}");
+}
+
+#[test]
+fn lockfree_queue_forces_one_socket() {
+    let server = Server::start(&[]);
+    let port = server.port.to_string();
+    let out = run(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-m",
+            "8",
+            "-q",
+            "0",
+            "-n",
+            "4",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success());
+    let c = String::from_utf8_lossy(&out.stdout);
+    assert!(c.lines().next().unwrap().ends_with("nsockets=1"), "{c}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("forced to 1"));
+}
+
+#[test]
+fn mprtt_counts_one_ack_byte_per_packet() {
+    let (c, s) = run_pair("127.0.0.1", &["-m", "8", "-r"]);
+    assert_bytes(&c, &s, 8 * MB);
+    // 8 MB in 32 KB packets: 256 ACK bytes.
+    assert_eq!(volume(&c, "received").bytes, 256, "{c}");
+    latency(&c, "mprtt");
+    latency(&s, "mprtt");
+    assert!(!has_line(&c, "latency"), "{c}");
+}
+
+#[test]
+fn mprtt_with_streams_sockets_and_odd_packet_size() {
+    // 2 MB is not a whole number of 1000-byte packets: the short last one is ACKed too.
+    let (c, s) = run_pair(
+        "127.0.0.1",
+        &["-m", "2", "-r", "-t", "2", "-n", "3", "-l", "1000"],
+    );
+    assert_bytes(&c, &s, 4 * MB);
+    let packets_per_stream = (2 * MB).div_ceil(1000);
+    assert_eq!(volume(&c, "received").bytes, 2 * packets_per_stream, "{c}");
+    latency(&c, "mprtt");
+    assert!(has_line(&c, "lat_submit: avg="), "{c}");
+}
+
+#[test]
+fn nodelay_and_quickack() {
+    let (c, s) = run_pair("127.0.0.1", &["-m", "4", "-d", "-a", "-r", "-l", "100"]);
+    assert_bytes(&c, &s, 4 * MB);
+    let acks = (4 * MB).div_ceil(100);
+    assert_eq!(volume(&c, "received").bytes, acks, "{c}");
+    let (avg, _, _) = latency(&c, "mprtt");
+    // With Nagle and delayed ACK off, a 100-byte round trip on loopback is far below
+    // the 40 ms delayed-ACK timer.
+    assert!(avg < 10_000.0, "mprtt avg {avg}us with -d -a:\n{c}");
+}
+
+#[test]
+fn one_byte_packets() {
+    let (c, s) = run_pair("127.0.0.1", &["-m", "1", "-l", "1"]);
+    assert!(c.contains("pkt_size=1B"), "{c}");
+    assert!(s.contains("pkt_size(1B)"), "{s}");
+    assert_bytes(&c, &s, MB);
+    let (avg, min, _) = latency(&c, "latency");
+    assert!(min > 0.0 && avg > 0.0);
+}
+
+#[test]
+fn one_megabyte_packets() {
+    let (c, s) = run_pair("127.0.0.1", &["-m", "64", "-l", "1048576"]);
+    assert!(s.contains("pkt_size(1024KB)"), "{s}");
+    assert_bytes(&c, &s, 64 * MB);
+}
+
+#[test]
+fn ipv6_loopback() {
+    let server = Server::start(&[]);
+    let c = client_ok(&server, "::1", &["-m", "16"]);
+    let s = server.report(1);
+    assert!(c.starts_with("TCP CLIENT => [::1]:"), "{c}");
+    assert!(s.contains("new TCP connection from [::1]:"), "{s}");
+    assert_bytes(&c, &s, 16 * MB);
+}
+
+#[test]
+fn ipv6_two_streams_with_bind() {
+    let server = Server::start(&["-B", "::1"]);
+    let c = client_ok(&server, "::1", &["-m", "4", "-t", "2", "-B", "::1"]);
+    assert_bytes(&c, &server.report(1), 8 * MB);
+}
+
+#[test]
+fn server_serves_clients_one_after_another() {
+    let server = Server::start(&[]);
+    for n in 1..=3u64 {
+        let m = (n * 3).to_string();
+        let c = client_ok(&server, "localhost", &["-m", &m]);
+        let s = server.report(n as usize);
+        assert_bytes(&c, &s, n * 3 * MB);
+    }
+}
+
+#[test]
+fn combined_flags() {
+    let (c, s) = run_pair(
+        "127.0.0.1",
+        &["-m", "8", "-t", "2", "-n", "4", "-d", "-a", "-l", "4096"],
+    );
+    assert_bytes(&c, &s, 16 * MB);
+    assert!(
+        c.contains("pkt_size=4096B async(mutex-queue) nsockets=4"),
+        "{c}"
+    );
+}
+
+#[test]
+fn loopback_mode_prints_both_reports() {
+    let port = port_block(12).to_string();
+    let out = run(
+        &["--loopback", "-m", "16", "-p", &port],
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(volume(&text, "sent").bytes, 16 * MB, "{text}");
+    assert_eq!(volume(&text, "received").bytes, 16 * MB, "{text}");
+    assert!(
+        text.contains("Server listening .... new TCP connection from 127.0.0.1:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn client_fails_clearly_without_a_server() {
+    let port = port_block(12).to_string();
+    let out = run(
+        &["-c", "127.0.0.1", "-p", &port, "-m", "1"],
+        Duration::from_secs(20),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot connect to the fperf server"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
