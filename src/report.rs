@@ -162,9 +162,6 @@ pub fn client_body(settings: &Settings, r: &SideResult) -> String {
     if t.retries > 0 || (settings.mprtt && settings.protocol == crate::settings::Protocol::Udp) {
         let _ = writeln!(out, "{:<W$}: {}", "retries", t.retries);
     }
-    if let Some(d) = &t.datagrams {
-        out += &d.report_lines(W);
-    }
     if let Some(l) = &t.send_latency {
         out += &latency_line(latency_label(settings), W, l);
     }
@@ -172,6 +169,9 @@ pub fn client_body(settings: &Settings, r: &SideResult) -> String {
         if let Some(l) = &t.submit_latency {
             out += &submit_line("lat_submit", W, l);
         }
+    }
+    if let Some(d) = &t.datagrams {
+        out += &d.report_lines(W);
     }
     if r.streams.len() > 1 {
         out += "\nPer Stream:\n";
@@ -233,11 +233,11 @@ pub fn server_body(settings: &Settings, r: &SideResult) -> String {
     if settings.mprtt {
         let _ = writeln!(out, "{:<W$}: {}", "sent", size_triplet(t.bytes_sent));
     }
-    if let Some(d) = &t.datagrams {
-        out += &d.report_lines(W);
-    }
     if let Some(l) = &t.recv_latency {
         out += &latency_line(latency_label(settings), W, l);
+    }
+    if let Some(d) = &t.datagrams {
+        out += &d.report_lines(W);
     }
     if r.streams.len() > 1 {
         out += "\nPer Stream:\n";

@@ -118,6 +118,9 @@ impl Socket {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.wait(libc::POLLOUT, deadline)?
                 }
+                // A local firewall dropped it: lost as if on the wire, and accounted
+                // for as such by the receiver (and with MPRTT, sent again).
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => return Ok(()),
                 // The device queue is full: poll() cannot tell when it drains.
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     check_abort(&self.abort)?;
@@ -182,8 +185,11 @@ impl Socket {
                     poll_one(self.sock.as_raw_fd(), libc::POLLOUT, ACK_POLL_MS)?;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // The ACK is lost as if on the wire; the sender will send the datagram again.
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => return Ok(false),
+                // No room in the device queue, or a local firewall dropped it: the ACK
+                // is lost as if on the wire, and the sender will send the datagram again.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EPERM)) => {
+                    return Ok(false)
+                }
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Ok(false),
                 Err(e) => return Err(e),
             }

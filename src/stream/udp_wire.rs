@@ -134,8 +134,9 @@ pub struct DatagramCounts {
     pub lost: u64,
     /// Datagrams that were empty or named another stream.
     pub foreign: u64,
-    /// Interarrival jitter (RFC 3550), ns; the largest of merged streams.
-    pub jitter_ns: f64,
+    /// Interarrival jitter (RFC 3550), ns; the largest of merged streams. `None`
+    /// when no datagram carried a send time (datagrams below [`HEADER_LEN`] bytes).
+    pub jitter_ns: Option<f64>,
     /// Socket buffer sizes asked for and granted by the kernel (smallest when merged).
     pub rcvbuf: BufferGrant,
     pub sndbuf: BufferGrant,
@@ -174,7 +175,10 @@ impl DatagramCounts {
         self.out_of_order += other.out_of_order;
         self.lost += other.lost;
         self.foreign += other.foreign;
-        self.jitter_ns = self.jitter_ns.max(other.jitter_ns);
+        self.jitter_ns = match (self.jitter_ns, other.jitter_ns) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
         self.rcvbuf.merge(&other.rcvbuf);
         self.sndbuf.merge(&other.sndbuf);
     }
@@ -199,7 +203,7 @@ impl DatagramCounts {
         if self.received > 0 || self.peer_sent > 0 {
             let _ = writeln!(
                 out,
-                "{:<width$}: sent={}  received={}  lost={} ({:.2}%)  duplicated={}  out-of-order={}  jitter={:.2}us",
+                "{:<width$}: sent={}  received={}  lost={} ({:.2}%)  duplicated={}  out-of-order={}  jitter={}",
                 "datagrams",
                 self.peer_sent,
                 self.received,
@@ -207,7 +211,10 @@ impl DatagramCounts {
                 self.loss_percent(),
                 self.duplicates,
                 self.out_of_order,
-                self.jitter_ns / 1000.0,
+                self.jitter_ns.map_or_else(
+                    || "n/a (datagrams too short to carry a send time)".to_string(),
+                    |j| format!("{:.2}us", j / 1000.0)
+                ),
             );
             if self.foreign > 0 {
                 let _ = writeln!(
@@ -244,7 +251,7 @@ pub struct SeqTracker {
     highest: Option<u64>,
     /// RFC 3550 jitter state: the previous transit time and the running estimate.
     last_transit_ns: Option<i128>,
-    jitter_ns: f64,
+    jitter_ns: Option<f64>,
     pub counts: DatagramCounts,
 }
 
@@ -256,7 +263,7 @@ impl SeqTracker {
             seen: vec![0; (WINDOW / 64) as usize],
             highest: None,
             last_transit_ns: None,
-            jitter_ns: 0.0,
+            jitter_ns: None,
             counts: DatagramCounts::default(),
         }
     }
@@ -343,7 +350,8 @@ impl SeqTracker {
     fn on_transit(&mut self, transit_ns: i128) {
         if let Some(last) = self.last_transit_ns {
             let d = (transit_ns - last).unsigned_abs() as f64;
-            self.jitter_ns += (d - self.jitter_ns) / 16.0;
+            let j = self.jitter_ns.unwrap_or(0.0);
+            self.jitter_ns = Some(j + (d - j) / 16.0);
         }
         self.last_transit_ns = Some(transit_ns);
     }
@@ -557,8 +565,15 @@ mod tests {
             let transit = if seq % 2 == 0 { 100 } else { 200 };
             t.on_datagram(&d, sent + transit);
         }
-        let j = t.counts().jitter_ns;
+        let j = t.counts().jitter_ns.expect("timed datagrams");
         assert!((j - 100.0).abs() < 1.0, "jitter {j}");
+        // One-byte datagrams carry no send time: jitter is unknown, not zero.
+        let mut t = SeqTracker::new(0);
+        for seq in 0..10 {
+            t.on_datagram(&datagram(seq, 0, 1), 5);
+        }
+        assert_eq!(t.counts().jitter_ns, None);
+        assert!(t.counts().report_lines(9).contains("jitter=n/a"));
     }
 
     #[test]
@@ -590,7 +605,7 @@ mod tests {
         );
         assert!(a.rcvbuf.capped());
         let lines = a.report_lines(9);
-        assert!(lines.starts_with("datagrams: sent=8  received=9  lost=1 (12.50%)  duplicated=2  out-of-order=0  jitter=0.00us\n"), "{lines}");
+        assert!(lines.starts_with("datagrams: sent=8  received=9  lost=1 (12.50%)  duplicated=2  out-of-order=0  jitter=n/a (datagrams too short to carry a send time)\n"), "{lines}");
         assert!(
             lines.contains("capped SO_RCVBUF at 50B of the 100B"),
             "{lines}"

@@ -96,9 +96,13 @@ impl Transport for UdpTransport {
         } else {
             Ipv6Addr::UNSPECIFIED.into()
         });
+        // Every control connection first: the server sets the streams up only once
+        // all have arrived.
+        let controls = (0..s.nstreams)
+            .map(|i| open_data_conn(ctx, i, 0))
+            .collect::<Result<Vec<_>>>()?;
         let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
-        for i in 0..s.nstreams {
-            let mut control = open_data_conn(ctx, i, 0)?;
+        for (i, mut control) in (0..s.nstreams).zip(controls) {
             let server_udp = port_offset(ctx.server, ctx.server.port(), i)?;
             let mut socks = Vec::with_capacity(s.nsockets as usize);
             for _ in 0..s.nsockets {
