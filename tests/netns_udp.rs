@@ -13,6 +13,7 @@ use std::io::{Read, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const SERVER_IP: &str = "10.99.0.1";
@@ -204,8 +205,8 @@ impl Netns {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start fperf -c");
-        let out = collect(child.stdout.take().unwrap());
-        let err = collect(child.stderr.take().unwrap());
+        let (out, out_reader) = collect_joinable(child.stdout.take().unwrap());
+        let (err, err_reader) = collect_joinable(child.stderr.take().unwrap());
         let deadline = Instant::now() + Duration::from_secs(120);
         let status = loop {
             if let Some(st) = child.try_wait().unwrap() {
@@ -218,7 +219,8 @@ impl Netns {
             }
             std::thread::sleep(Duration::from_millis(10));
         };
-        std::thread::sleep(Duration::from_millis(30));
+        // The process is gone, so its pipes end: read them to the end.
+        let _ = (out_reader.join(), err_reader.join());
         let stdout = out.lock().unwrap().clone().into_bytes();
         let stderr = err.lock().unwrap().clone().into_bytes();
         Output {
@@ -283,10 +285,15 @@ impl Drop for NsServer {
     }
 }
 
-fn collect(mut r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+fn collect(r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+    collect_joinable(r).0
+}
+
+/// Reads `r` to its end in a thread; the handle says when everything was read.
+fn collect_joinable(mut r: impl Read + Send + 'static) -> (Arc<Mutex<String>>, JoinHandle<()>) {
     let text = Arc::new(Mutex::new(String::new()));
     let t = text.clone();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
         while let Ok(n) = r.read(&mut buf) {
             if n == 0 {
@@ -297,7 +304,7 @@ fn collect(mut r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
                 .push_str(&String::from_utf8_lossy(&buf[..n]));
         }
     });
-    text
+    (text, reader)
 }
 
 /// A number after `key` on the line starting with `label`.

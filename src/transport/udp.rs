@@ -181,7 +181,9 @@ impl Acceptor for UdpAcceptor {
                     .with_context(|| format!("stream {i}: cannot connect UDP to {addr}"))?;
                 socks.push(sock);
             }
-            control::write_frame(&mut control, &Message::Ready)?;
+            // The STREAM (which sizes the socket buffers) must exist before the client is
+            // told to send: its first datagrams would overflow the default buffers.
+            let mut ready = control.try_clone()?;
             let opts = stream_options(s, ctx.abort.clone());
             streams.push(Box::new(UdpStream::from_sockets(
                 socks,
@@ -189,6 +191,7 @@ impl Acceptor for UdpAcceptor {
                 opts,
                 udp_options(s, i),
             )?));
+            control::write_frame(&mut ready, &Message::Ready)?;
         }
         Ok(streams)
     }
