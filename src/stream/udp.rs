@@ -34,7 +34,7 @@ use crate::stats::StreamStats;
 use bytes::Bytes;
 use socket2::SockRef;
 use std::io::{self, IoSlice};
-use std::net::{self, SocketAddr};
+use std::net;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -339,14 +339,6 @@ impl UdpStream {
             cursor: 0,
             pollfds,
         })
-    }
-
-    /// The local and peer addresses of every socket.
-    pub fn addrs(&self) -> Vec<(Option<SocketAddr>, Option<SocketAddr>)> {
-        self.sockets
-            .iter()
-            .map(|s| (s.sock.local_addr().ok(), s.sock.peer_addr().ok()))
-            .collect()
     }
 
     /// Reads one datagram from socket `k`. `Ok(None)` is EAGAIN.
