@@ -122,15 +122,24 @@ impl Netns {
     /// Drops `percent`% of the datagrams to the server's stream-0 port at random, and
     /// with `acks`, as many of the server's ACKs.
     fn drop_share(&self, percent: u32, acks: bool) {
+        self.drop_share_on(percent, acks, 1);
+    }
+
+    /// As [`Netns::drop_share`], on the ports of streams `0..nstreams`.
+    fn drop_share_on(&self, percent: u32, acks: bool, nstreams: u16) {
+        assert!((1..=100).contains(&percent));
+        let ports = format!("{PORT}-{}", PORT + nstreams - 1);
+        // The random draw is 0..=99: it is below `percent` `percent` times in 100.
+        let below = percent - 1;
         let ack_rule = if acks {
-            format!("udp sport {PORT} numgen random mod 100 < {percent} counter drop;")
+            format!("udp sport {ports} numgen random mod 100 <= {below} counter drop;")
         } else {
             String::new()
         };
         self.nft(&format!(
             "table inet fperf_loss {{
                chain input {{ type filter hook input priority 0; policy accept;
-                 udp dport {PORT} numgen random mod 100 < {percent} counter drop; }}
+                 udp dport {ports} numgen random mod 100 <= {below} counter drop; }}
                chain output {{ type filter hook output priority 0; policy accept; {ack_rule} }}
              }}"
         ));
@@ -451,4 +460,56 @@ fn mprtt_survives_dropped_acks() {
         (1024..=received - acks_dropped).contains(&acks),
         "ACK bytes {acks}\n{c}"
     );
+}
+
+#[test]
+fn several_streams_and_sockets_across_the_link() {
+    require_root!();
+    let ns = Netns::create();
+    ns.drop_share_on(10, false, 2);
+    let server = ns.server();
+    // Two streams of four sockets each; the server pairs its sockets on each port with
+    // the client's by source address.
+    let c = ns.client(&["-t", "2", "-n", "4", "-m", "4", "-l", "1472"], &server);
+    let s = server.report();
+    for k in 0..2u16 {
+        let port = PORT + k;
+        assert!(
+            s.lines().any(|l| l.starts_with(&format!(
+                "UDP STREAM {k} {SERVER_IP}:{port} <= {CLIENT_IP}:"
+            ))),
+            "{s}"
+        );
+    }
+    // 4 MB in 1472-byte datagrams is 2850 per stream.
+    let sent = field(&c, "datagrams", "sent=");
+    assert_eq!(sent, 2 * 2850, "{c}");
+    assert_eq!(field(&s, "datagrams", "sent="), sent, "{s}");
+    let dropped = ns.dropped("input");
+    let share = dropped as f64 / sent as f64;
+    assert!(
+        (0.07..0.13).contains(&share),
+        "nft dropped {dropped} of {sent}"
+    );
+    assert_eq!(field(&s, "datagrams", "lost="), dropped, "{s}");
+    assert_eq!(field(&s, "datagrams", "received="), sent - dropped, "{s}");
+    assert_eq!(field(&s, "datagrams", "duplicated="), 0, "{s}");
+}
+
+#[test]
+fn mprtt_gives_up_naming_the_packet() {
+    require_root!();
+    let ns = Netns::create();
+    ns.drop_share(100, false);
+    let server = ns.server();
+    let out = ns.client_output(&["-r", "-m", "1", "--ack-timeout", "10"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a dead link must fail the run");
+    assert!(
+        err.contains("packet seq=0 (32768 bytes) was not acknowledged after 10 retries (10 ms ACK time-out each)"),
+        "{err}"
+    );
+    // The first transmission and ten retries, all dropped.
+    assert_eq!(ns.dropped("input"), 11);
+    drop(server);
 }
