@@ -163,6 +163,10 @@ impl Acceptor for UdpAcceptor {
                     s.nsockets
                 );
             }
+            let distinct: std::collections::HashSet<_> = addrs.iter().collect();
+            if distinct.len() != addrs.len() {
+                bail!("stream {i}: the client named one UDP socket twice");
+            }
             let host = control.peer_addr()?.ip().to_canonical();
             let local = first.local_addr()?;
             let mut socks = Vec::with_capacity(addrs.len());
