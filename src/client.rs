@@ -75,6 +75,8 @@ pub fn run(
 ) -> Result<ClientOutcome> {
     cfg.settings.validate()?;
     let server = resolve(&cfg.host, cfg.port)?;
+    let transport = transport::for_protocol(cfg.settings.protocol)?;
+    transport.check(&cfg.settings, server)?;
     let sock = connect(server, cfg.bind, cfg.control_timeout)
         .with_context(|| format!("cannot connect to the fperf server at {server}"))?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
@@ -106,7 +108,7 @@ pub fn run(
         setup_timeout: cfg.control_timeout,
         abort: abort.clone(),
     };
-    let streams = transport::for_protocol(cfg.settings.protocol)?.connect(&ctx)?;
+    let streams = transport.connect(&ctx)?;
     let infos: Vec<StreamInfo> = streams
         .iter()
         .enumerate()

@@ -6,7 +6,10 @@ use clap::{ArgGroup, Parser};
 use fperf::client::{self, ClientConfig, ClientOutcome};
 use fperf::report;
 use fperf::server::{Server, ServerConfig, ServerEvent};
-use fperf::settings::{Protocol, QueueKind, Settings, DEFAULT_MB, DEFAULT_PKTSIZE, DEFAULT_PORT};
+use fperf::settings::{
+    Protocol, QueueKind, Settings, DEFAULT_ACK_TIMEOUT_MS, DEFAULT_MB, DEFAULT_PKTSIZE,
+    DEFAULT_PORT,
+};
 use std::io::Write;
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -89,6 +92,11 @@ struct Cli {
     #[arg(short = 'p', long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
     port: u16,
 
+    /// UDP with -r: ms to wait for a datagram's ACK before sending it again (up to 10
+    /// times) [default: 100].
+    #[arg(long, value_name = "MS")]
+    ack_timeout: Option<u32>,
+
     /// Local address to bind: the server listens only there; the client sends from it.
     #[arg(short = 'B', long, value_name = "ADDR")]
     bind: Option<IpAddr>,
@@ -116,6 +124,9 @@ impl Cli {
         } else {
             self.nsockets
         };
+        if self.ack_timeout.is_some() && !(self.udp && self.mprtt) {
+            bail!("--ack-timeout applies to UDP with MPRTT only: use it with -u -r");
+        }
         let s = Settings {
             protocol,
             nstreams: self.nstreams,
@@ -126,6 +137,7 @@ impl Cli {
             queue,
             nodelay: self.nodelay,
             quickack: self.quickack,
+            ack_timeout_ms: self.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT_MS),
         };
         s.validate()?;
         Ok(s)

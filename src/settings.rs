@@ -23,6 +23,13 @@ pub const MAX_PKTSIZE: u32 = 64 << 20;
 pub const MAX_MB: u64 = 1 << 30;
 /// Bytes in one "MB" as fperf counts it.
 pub const MB: u64 = 1 << 20;
+/// UDP with MPRTT: default wait for an ACK before a datagram is sent again, in ms.
+pub const DEFAULT_ACK_TIMEOUT_MS: u32 = 100;
+/// Longest ACK time-out accepted, in ms.
+pub const MAX_ACK_TIMEOUT_MS: u32 = 60_000;
+/// Largest UDP payload over any IP version (IPv6: 65535 - 8; IPv4 allows 20 fewer,
+/// which the UDP transport checks once it knows the server's address).
+pub const MAX_UDP_PKTSIZE: u32 = 65_527;
 
 /// The transport of the data streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +91,13 @@ pub struct Settings {
     pub nodelay: bool,
     /// TCP only: TCP_QUICKACK on both ends, re-armed after every receive.
     pub quickack: bool,
+    /// UDP with MPRTT: ms to wait for an ACK before sending a datagram again.
+    #[serde(default = "default_ack_timeout_ms")]
+    pub ack_timeout_ms: u32,
+}
+
+fn default_ack_timeout_ms() -> u32 {
+    DEFAULT_ACK_TIMEOUT_MS
 }
 
 impl Default for Settings {
@@ -98,6 +112,7 @@ impl Default for Settings {
             queue: QueueKind::Mutex,
             nodelay: false,
             quickack: false,
+            ack_timeout_ms: DEFAULT_ACK_TIMEOUT_MS,
         }
     }
 }
@@ -119,6 +134,10 @@ pub enum SettingsError {
     LockFreeSockets(u32),
     #[error("{0} is not supported by this build of fperf yet")]
     Unsupported(&'static str),
+    #[error("--pktsize {0} does not fit in one UDP datagram (at most {MAX_UDP_PKTSIZE} bytes over IPv6, 65507 over IPv4)")]
+    UdpPktSize(u32),
+    #[error("--ack-timeout must be between 1 and {MAX_ACK_TIMEOUT_MS} ms, not {0}")]
+    AckTimeout(u32),
 }
 
 impl Settings {
@@ -142,11 +161,14 @@ impl Settings {
         if self.queue == QueueKind::LockFree && self.nsockets != 1 {
             return Err(SettingsError::LockFreeSockets(self.nsockets));
         }
-        if self.protocol != Protocol::Tcp {
-            return Err(SettingsError::Unsupported(match self.protocol {
-                Protocol::Udp => "UDP (-u)",
-                _ => "RDMA (-R)",
-            }));
+        if self.protocol == Protocol::Udp && self.pktsize > MAX_UDP_PKTSIZE {
+            return Err(SettingsError::UdpPktSize(self.pktsize));
+        }
+        if !(1..=MAX_ACK_TIMEOUT_MS).contains(&self.ack_timeout_ms) {
+            return Err(SettingsError::AckTimeout(self.ack_timeout_ms));
+        }
+        if self.protocol == Protocol::Rdma {
+            return Err(SettingsError::Unsupported("RDMA (-R)"));
         }
         Ok(())
     }
@@ -213,9 +235,40 @@ mod tests {
                 nsockets: 2,
                 ..base.clone()
             },
+            Settings {
+                protocol: Protocol::Udp,
+                pktsize: MAX_UDP_PKTSIZE + 1,
+                ..base.clone()
+            },
+            Settings {
+                protocol: Protocol::Udp,
+                nodelay: true,
+                ..base.clone()
+            },
+            Settings {
+                protocol: Protocol::Udp,
+                quickack: true,
+                ..base.clone()
+            },
+            Settings {
+                ack_timeout_ms: 0,
+                ..base.clone()
+            },
         ];
         for c in cases {
             assert!(c.validate().is_err(), "{c:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn udp_datagram_sizes_are_accepted_up_to_the_ipv6_limit() {
+        for pktsize in [1, 20, 1472, 65_507, MAX_UDP_PKTSIZE] {
+            let s = Settings {
+                protocol: Protocol::Udp,
+                pktsize,
+                ..Settings::default()
+            };
+            assert_eq!(s.validate(), Ok(()), "{pktsize}");
         }
     }
 

@@ -21,6 +21,8 @@
 pub mod sender;
 pub(crate) mod sys;
 pub mod tcp;
+pub mod udp;
+pub mod udp_wire;
 
 use crate::settings::QueueKind;
 use crate::stats::StreamStats;
@@ -32,6 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use tcp::TcpStream;
+pub use udp::UdpStream;
 
 /// How long a STREAM call may block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
