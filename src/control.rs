@@ -52,6 +52,17 @@ pub enum Message {
     Results { result: Box<SideResult> },
     /// Either way: why the other end is giving up.
     Error { message: String },
+    /// Server → client, during a run with `-i`: the server's figures of one interval.
+    Interval {
+        result: Box<crate::interval::IntervalResult>,
+    },
+    /// Client → server, first frame of a connection that only asks for the server's
+    /// system facts (`--conf`).
+    Conf { version: u32 },
+    /// Server → client: the answer to `Conf`.
+    Facts {
+        facts: crate::sysinfo::SystemFacts,
+    },
 }
 
 /// Why a control exchange failed.
@@ -123,6 +134,9 @@ pub fn kind(msg: &Message) -> String {
         Message::Ready => "ready",
         Message::Results { .. } => "results",
         Message::Error { .. } => "error",
+        Message::Interval { .. } => "interval",
+        Message::Conf { .. } => "conf",
+        Message::Facts { .. } => "facts",
     }
     .to_string()
 }
@@ -248,6 +262,10 @@ mod tests {
             settings: Settings::default(),
         });
         roundtrip(Message::Ready);
+        roundtrip(Message::Conf { version: 1 });
+        roundtrip(Message::Facts {
+            facts: crate::sysinfo::SystemFacts::collect(),
+        });
         roundtrip(Message::Error {
             message: "busy".into(),
         });

@@ -23,6 +23,11 @@ pub const MAX_PKTSIZE: u32 = 64 << 20;
 pub const MAX_MB: u64 = 1 << 30;
 /// Bytes in one "MB" as fperf counts it.
 pub const MB: u64 = 1 << 20;
+/// Shortest reporting interval (`-i`), in ms.
+pub const MIN_INTERVAL_MS: u64 = 10;
+/// Longest time-bounded run, reporting interval or warm-up (`--time`, `-i`, `--omit`):
+/// one week, in ms.
+pub const MAX_TIME_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// The transport of the data streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +89,15 @@ pub struct Settings {
     pub nodelay: bool,
     /// TCP only: TCP_QUICKACK on both ends, re-armed after every receive.
     pub quickack: bool,
+    /// `--time`: each stream sends for this many ms instead of `mb` MB.
+    #[serde(default)]
+    pub time_ms: Option<u64>,
+    /// `-i`: both ends report figures every this many ms while the run goes on.
+    #[serde(default)]
+    pub interval_ms: Option<u64>,
+    /// `--omit`: the first this many ms are left out of the totals (warm-up).
+    #[serde(default)]
+    pub omit_ms: Option<u64>,
 }
 
 impl Default for Settings {
@@ -98,6 +112,9 @@ impl Default for Settings {
             queue: QueueKind::Mutex,
             nodelay: false,
             quickack: false,
+            time_ms: None,
+            interval_ms: None,
+            omit_ms: None,
         }
     }
 }
@@ -117,6 +134,10 @@ pub enum SettingsError {
     TcpOnly(&'static str),
     #[error("the lock-free queue (-q 0) drives a single socket; --nsockets must be 1, not {0}")]
     LockFreeSockets(u32),
+    #[error("--{0} must be between {MIN_INTERVAL_MS} ms and one week, not {1} ms")]
+    Timing(&'static str, u64),
+    #[error("--omit ({0} ms) must be shorter than --time ({1} ms)")]
+    OmitTooLong(u64, u64),
     #[error("{0} is not supported by this build of fperf yet")]
     Unsupported(&'static str),
 }
@@ -142,6 +163,22 @@ impl Settings {
         if self.queue == QueueKind::LockFree && self.nsockets != 1 {
             return Err(SettingsError::LockFreeSockets(self.nsockets));
         }
+        for (name, value, min) in [
+            ("time", self.time_ms, 1),
+            ("interval", self.interval_ms, MIN_INTERVAL_MS),
+            ("omit", self.omit_ms, 0),
+        ] {
+            if let Some(v) = value {
+                if !(min..=MAX_TIME_MS).contains(&v) {
+                    return Err(SettingsError::Timing(name, v));
+                }
+            }
+        }
+        if let (Some(omit), Some(time)) = (self.omit_ms, self.time_ms) {
+            if omit >= time {
+                return Err(SettingsError::OmitTooLong(omit, time));
+            }
+        }
         if self.protocol != Protocol::Tcp {
             return Err(SettingsError::Unsupported(match self.protocol {
                 Protocol::Udp => "UDP (-u)",
@@ -149,6 +186,14 @@ impl Settings {
             }));
         }
         Ok(())
+    }
+
+    /// Bytes each stream sends, or `None` when the run is bounded by time.
+    pub fn byte_limit(&self) -> Option<u64> {
+        match self.time_ms {
+            Some(_) => None,
+            None => Some(self.bytes_per_stream()),
+        }
     }
 
     /// Bytes each stream sends.
@@ -211,6 +256,19 @@ mod tests {
             Settings {
                 queue: QueueKind::LockFree,
                 nsockets: 2,
+                ..base.clone()
+            },
+            Settings {
+                interval_ms: Some(1),
+                ..base.clone()
+            },
+            Settings {
+                time_ms: Some(0),
+                ..base.clone()
+            },
+            Settings {
+                time_ms: Some(1000),
+                omit_ms: Some(1000),
                 ..base.clone()
             },
         ];

@@ -9,7 +9,9 @@
 //!
 //! A transport supplies a [`PacketSink`] per socket; everything else here is shared by
 //! all transports. Each sender thread records into its own [`StreamStats`], returned
-//! when the thread stops, so the hot path takes no lock for statistics.
+//! when the thread stops, so the hot path takes no lock for statistics. While threads
+//! run, [`Senders::stats`] asks them for a snapshot (a generation counter each thread
+//! reads with one relaxed load per packet) and each publishes a copy into its own slot.
 
 use super::{check_abort, Deadline, Timeout};
 use crate::settings::QueueKind;
@@ -28,6 +30,9 @@ pub const MUTEX_QUEUE_CAPACITY: usize = 10_000;
 pub const LOCKFREE_QUEUE_CAPACITY: usize = 10_000;
 /// Longest a waiting thread sleeps before it looks at the abort flag again.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
+/// Longest [`Senders::stats`] waits for running threads' snapshots; a thread stuck in
+/// one long send is represented by its previous snapshot.
+const SNAPSHOT_WAIT: Duration = Duration::from_millis(100);
 
 /// Sends whole packets on one socket; implemented by each transport.
 pub trait PacketSink: Send + 'static {
@@ -53,6 +58,10 @@ struct Shared {
     closed: AtomicBool,
     /// Set when the `Senders` is dropped: stop without sending what is queued.
     cancelled: AtomicBool,
+    /// Snapshot generation last asked for by [`Senders::stats`].
+    snapshot_wanted: AtomicU64,
+    /// Each sender thread's latest snapshot and the generation it answers.
+    snapshots: Vec<Mutex<(u64, StreamStats)>>,
 }
 
 impl Shared {
@@ -68,6 +77,21 @@ impl Shared {
     /// Whether sender threads should stop now, queued requests or not.
     fn stopping(&self) -> bool {
         self.abort.load(Ordering::Relaxed) || self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Publishes `stats` into thread `i`'s slot if a snapshot newer than `*answered`
+    /// was asked for. Costs one relaxed load when none was.
+    #[inline]
+    fn maybe_publish(&self, i: usize, answered: &mut u64, stats: &StreamStats) {
+        let wanted = self.snapshot_wanted.load(Ordering::Relaxed);
+        if wanted == *answered {
+            return;
+        }
+        *answered = wanted;
+        if let Some(Ok(mut slot)) = self.snapshots.get(i).map(Mutex::lock) {
+            slot.1.clone_from(stats);
+            slot.0 = wanted;
+        }
     }
 
     fn check(&self) -> io::Result<()> {
@@ -144,6 +168,10 @@ impl Senders {
             completed: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
+            snapshot_wanted: AtomicU64::new(0),
+            snapshots: (0..sinks.len())
+                .map(|_| Mutex::new((0, StreamStats::default())))
+                .collect(),
         });
         let mut threads = Vec::with_capacity(sinks.len());
         let producer = match queue {
@@ -162,7 +190,7 @@ impl Senders {
                 });
                 for (i, sink) in sinks.into_iter().enumerate() {
                     let (q, shared) = (q.clone(), shared.clone());
-                    threads.push(spawn(i, move || mutex_consumer(sink, &q, &shared))?);
+                    threads.push(spawn(i, move || mutex_consumer(i, sink, &q, &shared))?);
                 }
                 Producer::Mutex(q)
             }
@@ -177,7 +205,7 @@ impl Senders {
                 if let Some(sink) = sinks.into_iter().next() {
                     let shared = shared.clone();
                     threads.push(spawn(0, move || {
-                        lockfree_consumer(sink, consumer, &shared)
+                        lockfree_consumer(0, sink, consumer, &shared)
                     })?);
                 }
                 Producer::LockFree { ring, submitted: 0 }
@@ -293,10 +321,34 @@ impl Senders {
         drained
     }
 
-    /// Figures of the stopped sender threads plus the submit latency.
+    /// Figures of the sender threads plus the submit latency: exact once they stopped;
+    /// while they run, as of a snapshot each takes on request (waiting at most
+    /// [`SNAPSHOT_WAIT`] for them).
     pub fn stats(&self) -> StreamStats {
         let mut s = self.finished.clone();
         s.submit_latency.merge(&self.submit_latency);
+        if !self.threads.is_empty() {
+            let wanted = self.shared.snapshot_wanted.fetch_add(1, Ordering::Relaxed) + 1;
+            if let Producer::Mutex(q) = &self.producer {
+                // Notify under the lock: a consumer about to wait has either seen the
+                // new generation or is already waiting and gets the wake-up.
+                let _guard = q.lock();
+                q.not_empty.notify_all();
+            }
+            let give_up = Instant::now() + SNAPSHOT_WAIT;
+            let answered = |slot: &Mutex<(u64, StreamStats)>| slot.lock().map_or(true, |g| g.0 >= wanted);
+            while !self.shared.snapshots.iter().all(answered)
+                && Instant::now() < give_up
+                && !self.threads.iter().all(JoinHandle::is_finished)
+            {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            for slot in &self.shared.snapshots {
+                if let Ok(g) = slot.lock() {
+                    s.merge(&g.1);
+                }
+            }
+        }
         s
     }
 }
@@ -346,9 +398,16 @@ fn timeout_error(deadline: Deadline) -> io::Error {
     }
 }
 
-fn mutex_consumer<S: PacketSink>(mut sink: S, q: &MutexQueue, shared: &Shared) -> StreamStats {
+fn mutex_consumer<S: PacketSink>(
+    index: usize,
+    mut sink: S,
+    q: &MutexQueue,
+    shared: &Shared,
+) -> StreamStats {
     let mut stats = StreamStats::default();
-    loop {
+    let mut answered = 0;
+    'requests: loop {
+        shared.maybe_publish(index, &mut answered, &stats);
         let Ok(mut st) = q.lock() else { break };
         let buf = loop {
             if shared.stopping() {
@@ -359,6 +418,11 @@ fn mutex_consumer<S: PacketSink>(mut sink: S, q: &MutexQueue, shared: &Shared) -
             }
             if shared.closed.load(Ordering::Acquire) {
                 break None;
+            }
+            if shared.snapshot_wanted.load(Ordering::Relaxed) != answered {
+                // Publish without holding the queue lock.
+                drop(st);
+                continue 'requests;
             }
             st.consumers_waiting += 1;
             let Ok((g, _)) = q.not_empty.wait_timeout(st, WAIT_SLICE) else {
@@ -395,13 +459,16 @@ fn mutex_consumer<S: PacketSink>(mut sink: S, q: &MutexQueue, shared: &Shared) -
 }
 
 fn lockfree_consumer<S: PacketSink>(
+    index: usize,
     mut sink: S,
     mut ring: rtrb::Consumer<Bytes>,
     shared: &Shared,
 ) -> StreamStats {
     let mut stats = StreamStats::default();
     let mut backoff = Backoff::default();
+    let mut answered = 0;
     while !shared.stopping() {
+        shared.maybe_publish(index, &mut answered, &stats);
         match ring.pop() {
             Ok(buf) => {
                 backoff = Backoff::default();
@@ -487,6 +554,9 @@ mod tests {
         for _ in 0..packets {
             s.submit(buf.clone(), Timeout::Forever).expect("submit");
         }
+        let live = s.stats();
+        assert!(live.bytes_sent <= 100 * packets as u64);
+        assert_eq!(live.submit_latency.count(), packets as u64);
         s.stop(Timeout::Millis(10_000)).expect("stop");
         let stats = s.stats();
         assert_eq!(stats.bytes_sent, 100 * packets as u64);
@@ -503,6 +573,28 @@ mod tests {
     #[test]
     fn lockfree_queue_delivers_every_request_once() {
         run(QueueKind::LockFree, 1, 25_000);
+    }
+
+    #[test]
+    fn running_senders_report_live_snapshots() {
+        for (queue, nsinks) in [(QueueKind::Mutex, 3), (QueueKind::LockFree, 1)] {
+            let (tx, rx) = mpsc::channel();
+            let sinks = (0..nsinks).map(|_| ChannelSink(tx.clone())).collect();
+            drop(tx);
+            let mut s = Senders::start(queue, sinks, Arc::default()).expect("start");
+            let buf = Bytes::from(vec![7u8; 10]);
+            for _ in 0..1000 {
+                s.submit(buf.clone(), Timeout::Forever).expect("submit");
+            }
+            s.drain(Timeout::Millis(10_000)).expect("drain");
+            // Idle threads answer the request: every sent byte is in the snapshot.
+            let live = s.stats();
+            assert_eq!(live.bytes_sent, 10_000, "{queue:?}");
+            assert_eq!(live.send_latency.count(), 1000, "{queue:?}");
+            s.stop(Timeout::Millis(10_000)).expect("stop");
+            assert_eq!(s.stats().bytes_sent, 10_000, "no double counting");
+            assert_eq!(rx.iter().count(), 1000);
+        }
     }
 
     #[test]
