@@ -8,10 +8,10 @@
 use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
 use crate::interval::{Collector, IntervalResult, Meter, Schedule};
 use crate::report::{Figures, Role, SideResult, StreamResult};
-use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
 use crate::stream::{Stream, Timeout};
+use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
 use crate::transport::{self, tcp::connect, ClientCtx};
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
@@ -224,7 +224,9 @@ pub fn run_observed(
     }
     // Ends the reader thread if it is still waiting.
     let _ = control_sock.shutdown(std::net::Shutdown::Both);
-    let (end, last_word) = inbox.last_word.unwrap_or((Instant::now(), Err(ControlError::Timeout)));
+    let (end, last_word) = inbox
+        .last_word
+        .unwrap_or((Instant::now(), Err(ControlError::Timeout)));
     let mut server_result = match last_word {
         Ok(Message::Results { result }) => *result,
         Ok(other) => return Err(ControlError::unexpected("results", &other).into()),
@@ -324,10 +326,13 @@ fn drive(mut stream: Box<dyn Stream>, settings: &Settings, mut meter: Meter) -> 
         let n = left.min(pkt as u64) as usize;
         let sent = if asynchronous {
             let now = Instant::now();
-            let wait = [meter.until_due(now), deadline.map(|d| d.saturating_duration_since(now))]
-                .into_iter()
-                .flatten()
-                .min();
+            let wait = [
+                meter.until_due(now),
+                deadline.map(|d| d.saturating_duration_since(now)),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let timeout = wait.map_or(Timeout::Forever, |w| {
                 Timeout::Millis(u32::try_from(w.as_millis()).unwrap_or(u32::MAX).max(1))
             });

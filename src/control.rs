@@ -60,9 +60,7 @@ pub enum Message {
     /// system facts (`--conf`).
     Conf { version: u32 },
     /// Server → client: the answer to `Conf`.
-    Facts {
-        facts: crate::sysinfo::SystemFacts,
-    },
+    Facts { facts: crate::sysinfo::SystemFacts },
 }
 
 /// Why a control exchange failed.

@@ -44,7 +44,10 @@ pub fn rows(role: Role, r: &IntervalResult) -> String {
             },
         );
         let (utime, stime) = r.cpu.map_or((String::new(), String::new()), |c| {
-            (format!("{:.6}", c.user_secs()), format!("{:.6}", c.system_secs()))
+            (
+                format!("{:.6}", c.user_secs()),
+                format!("{:.6}", c.system_secs()),
+            )
         });
         let _ = writeln!(
             out,
@@ -118,6 +121,9 @@ mod tests {
         );
         // The server side has no receive latency here: empty latency cells.
         let server = rows(Role::Server, &r);
-        assert!(server.starts_with("2.000000000,0,0,0,,,,,,,,,1.500000,0.250000\n"), "{server}");
+        assert!(
+            server.starts_with("2.000000000,0,0,0,,,,,,,,,1.500000,0.250000\n"),
+            "{server}"
+        );
     }
 }

@@ -185,8 +185,10 @@ impl Meter {
 
     /// How long a blocking call may wait before the next boundary (at least 1 ms).
     pub fn until_due(&self, now: Instant) -> Option<Duration> {
-        self.next_due
-            .map(|t| t.saturating_duration_since(now).max(Duration::from_millis(1)))
+        self.next_due.map(|t| {
+            t.saturating_duration_since(now)
+                .max(Duration::from_millis(1))
+        })
     }
 
     /// Acts on every boundary that passed by `now`: ships the interval's figures and
@@ -207,7 +209,10 @@ impl Meter {
             self.prev_tcp = tcp;
             self.index = self.schedule.index_at(now);
             self.interval_start = now;
-            self.next_interval = self.index.checked_add(1).and_then(|k| self.schedule.boundary(k));
+            self.next_interval = self
+                .index
+                .checked_add(1)
+                .and_then(|k| self.schedule.boundary(k));
         }
         self.next_due = self.compute_next_due();
     }
@@ -381,7 +386,9 @@ impl Collector {
 
     fn build(&self, index: u32, mut samples: Vec<Sample>) -> IntervalResult {
         samples.sort_by_key(|s| s.stream);
-        let ns = |t: Instant| u64::try_from(t.saturating_duration_since(self.start).as_nanos()).unwrap_or(u64::MAX);
+        let ns = |t: Instant| {
+            u64::try_from(t.saturating_duration_since(self.start).as_nanos()).unwrap_or(u64::MAX)
+        };
         let mut total = StreamStats::default();
         let mut tcp = None;
         let (mut start, mut end) = (u64::MAX, 0);

@@ -254,7 +254,10 @@ fn run(cli: &Cli) -> Result<ExitCode> {
     cfg.bind = cli.bind;
     if cli.conf {
         let server = client::conf(&cfg)?;
-        print!("{}", sysinfo::side_by_side(&sysinfo::SystemFacts::collect(), &server));
+        print!(
+            "{}",
+            sysinfo::side_by_side(&sysinfo::SystemFacts::collect(), &server)
+        );
         return Ok(ExitCode::SUCCESS);
     }
     run_client(&cfg, interrupted, &output)

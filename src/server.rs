@@ -398,9 +398,7 @@ fn receive(
                     meter.tick(last_data, &*stream);
                 }
             }
-            Err(e)
-                if e.kind() == io::ErrorKind::TimedOut && last_data.elapsed() < idle =>
-            {
+            Err(e) if e.kind() == io::ErrorKind::TimedOut && last_data.elapsed() < idle => {
                 meter.tick(std::time::Instant::now(), &*stream);
             }
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {

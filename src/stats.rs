@@ -329,7 +329,10 @@ mod tests {
             (diff.p50_ns, want.p50_ns),
             (diff.p99_ns, want.p99_ns),
         ] {
-            assert!((got as f64 - exp as f64).abs() / (exp as f64) < 0.002, "{got} vs {exp}");
+            assert!(
+                (got as f64 - exp as f64).abs() / (exp as f64) < 0.002,
+                "{got} vs {exp}"
+            );
         }
         assert!(s.since(&s).summary().is_none());
     }

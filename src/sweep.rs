@@ -139,7 +139,10 @@ pub fn parse(spec: &str) -> Result<Sweep, SweepError> {
         }
         values
     } else {
-        let values = range.split(',').map(number).collect::<Result<Vec<_>, _>>()?;
+        let values = range
+            .split(',')
+            .map(number)
+            .collect::<Result<Vec<_>, _>>()?;
         if values.len() > MAX_SWEEP_VALUES {
             return Err(SweepError::TooMany);
         }
@@ -217,10 +220,19 @@ mod tests {
 
     #[test]
     fn additive_steps_and_lists() {
-        assert_eq!(parse("nsockets=1..10:+3").expect("valid").values, vec![1, 4, 7, 10]);
-        assert_eq!(parse("nstreams=2..5:+1").expect("valid").values, vec![2, 3, 4, 5]);
+        assert_eq!(
+            parse("nsockets=1..10:+3").expect("valid").values,
+            vec![1, 4, 7, 10]
+        );
+        assert_eq!(
+            parse("nstreams=2..5:+1").expect("valid").values,
+            vec![2, 3, 4, 5]
+        );
         assert_eq!(parse("mb=1,2,8").expect("valid").values, vec![1, 2, 8]);
-        assert_eq!(parse("l=100..1000:*3").expect("valid").values, vec![100, 300, 900]);
+        assert_eq!(
+            parse("l=100..1000:*3").expect("valid").values,
+            vec![100, 300, 900]
+        );
         assert_eq!(parse("mb=5..5").expect("valid").values, vec![5]);
     }
 
@@ -229,13 +241,22 @@ mod tests {
         assert!(matches!(parse("pktsize"), Err(SweepError::Syntax(_))));
         assert!(matches!(parse("speed=1..2"), Err(SweepError::Name(_))));
         assert!(matches!(parse("pktsize=a..2"), Err(SweepError::Number(_))));
-        assert!(matches!(parse("pktsize=9..2"), Err(SweepError::Empty(9, 2))));
+        assert!(matches!(
+            parse("pktsize=9..2"),
+            Err(SweepError::Empty(9, 2))
+        ));
         assert!(matches!(parse("pktsize=1..8:*1"), Err(SweepError::Step(_))));
         assert!(matches!(parse("pktsize=0..8:*2"), Err(SweepError::Step(_))));
         assert!(matches!(parse("pktsize=1..8:+0"), Err(SweepError::Step(_))));
         assert!(matches!(parse("pktsize=1..8:/2"), Err(SweepError::Step(_))));
-        assert!(matches!(parse("pktsize=1..100000:+1"), Err(SweepError::TooMany)));
-        assert!(matches!(parse("mb=1..99999999999999999999"), Err(SweepError::Number(_))));
+        assert!(matches!(
+            parse("pktsize=1..100000:+1"),
+            Err(SweepError::TooMany)
+        ));
+        assert!(matches!(
+            parse("mb=1..99999999999999999999"),
+            Err(SweepError::Number(_))
+        ));
     }
 
     #[test]
@@ -244,7 +265,10 @@ mod tests {
         assert_eq!(SweepParam::PktSize.apply(&base, 64).pktsize, 64);
         assert_eq!(SweepParam::NSockets.apply(&base, 4).nsockets, 4);
         assert_eq!(SweepParam::Mb.apply(&base, 3).mb, 3);
-        assert!(SweepParam::NStreams.apply(&base, 1 << 40).validate().is_err());
+        assert!(SweepParam::NStreams
+            .apply(&base, 1 << 40)
+            .validate()
+            .is_err());
     }
 
     #[test]

@@ -48,7 +48,8 @@ pub fn side_by_side(client: &SystemFacts, server: &SystemFacts) -> String {
         [
             or_unknown(&f.hostname),
             or_unknown(&f.cpu_model),
-            f.cpu_cores.map_or_else(|| "unknown".into(), |n| n.to_string()),
+            f.cpu_cores
+                .map_or_else(|| "unknown".into(), |n| n.to_string()),
             or_unknown(&f.kernel),
             f.arch.clone(),
             f.fperf_version.clone(),
@@ -57,7 +58,10 @@ pub fn side_by_side(client: &SystemFacts, server: &SystemFacts) -> String {
     let (c, s) = (rows(client), rows(server));
     let width = c.iter().map(String::len).max().unwrap_or(0).max(6);
     let mut out = format!("{:<10}  {:<width$}  {}\n", "", "client", "server");
-    for (i, label) in ["host", "cpu", "cores", "kernel", "arch", "fperf"].iter().enumerate() {
+    for (i, label) in ["host", "cpu", "cores", "kernel", "arch", "fperf"]
+        .iter()
+        .enumerate()
+    {
         out += &format!("{label:<10}  {:<width$}  {}\n", c[i], s[i]);
     }
     out
@@ -211,7 +215,10 @@ mod tests {
     #[test]
     fn cpu_model_is_found_on_x86_and_arm_layouts() {
         let x86 = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) CPU\n";
-        assert_eq!(parse_cpu_model(x86).as_deref(), Some("Intel(R) Xeon(R) CPU"));
+        assert_eq!(
+            parse_cpu_model(x86).as_deref(),
+            Some("Intel(R) Xeon(R) CPU")
+        );
         let arm = "processor\t: 0\nBogoMIPS\t: 50.00\n\nProcessor\t: ARMv8 rev 1\n";
         assert_eq!(parse_cpu_model(arm).as_deref(), Some("ARMv8 rev 1"));
         assert_eq!(parse_cpu_model("flags : x\n"), None);

@@ -336,7 +336,8 @@ impl Senders {
                 q.not_empty.notify_all();
             }
             let give_up = Instant::now() + SNAPSHOT_WAIT;
-            let answered = |slot: &Mutex<(u64, StreamStats)>| slot.lock().map_or(true, |g| g.0 >= wanted);
+            let answered =
+                |slot: &Mutex<(u64, StreamStats)>| slot.lock().map_or(true, |g| g.0 >= wanted);
             while !self.shared.snapshots.iter().all(answered)
                 && Instant::now() < give_up
                 && !self.threads.iter().all(JoinHandle::is_finished)

@@ -183,8 +183,11 @@ pub fn run(args: &[&str], timeout: Duration) -> Output {
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    // Let the readers see end of file.
-    std::thread::sleep(Duration::from_millis(30));
+    // Let the readers reach end of file: each drops its clone of the text when done.
+    let drained = Instant::now() + Duration::from_secs(5);
+    while (Arc::strong_count(&out) > 1 || Arc::strong_count(&err) > 1) && Instant::now() < drained {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let stdout = out.lock().unwrap().clone().into_bytes();
     let stderr = err.lock().unwrap().clone().into_bytes();
     Output {
