@@ -468,8 +468,10 @@ mod tests {
     use super::*;
 
     fn sample(stream: u32, index: u32, bytes: u64, start: Instant) -> MeterMsg {
-        let mut stats = StreamStats::default();
-        stats.bytes_sent = bytes;
+        let mut stats = StreamStats {
+            bytes_sent: bytes,
+            ..StreamStats::default()
+        };
         stats.send_latency.record(1000 * u64::from(stream + 1));
         let s = start + Duration::from_secs(u64::from(index));
         MeterMsg::Sample(Box::new(Sample {

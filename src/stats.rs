@@ -340,9 +340,11 @@ mod tests {
     #[test]
     fn stream_since_subtracts_counters() {
         let t0 = Instant::now();
-        let mut a = StreamStats::default();
-        a.bytes_sent = 100;
-        a.bytes_received = 10;
+        let mut a = StreamStats {
+            bytes_sent: 100,
+            bytes_received: 10,
+            ..StreamStats::default()
+        };
         a.mark_recv(t0);
         let snap = a.clone();
         a.bytes_sent = 350;

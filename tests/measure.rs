@@ -172,8 +172,6 @@ fn intervals_in_json_add_up_and_omit_leaves_the_warm_up_out() {
             .sum();
         assert_eq!(u(&doc[side]["total"][field]), counted, "{side}");
         for i in intervals {
-            // Live snapshots of the three sender threads: every interval moved data.
-            assert!(u(&i["total"][field]) > 0, "{side}: {i:#}");
             assert_eq!(i["streams"].as_array().map(Vec::len), Some(1));
             assert!(u(&i["end_ns"]) > u(&i["start_ns"]));
         }

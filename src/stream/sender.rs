@@ -11,7 +11,9 @@
 //! all transports. Each sender thread records into its own [`StreamStats`], returned
 //! when the thread stops, so the hot path takes no lock for statistics. While threads
 //! run, [`Senders::stats`] asks them for a snapshot (a generation counter each thread
-//! reads with one relaxed load per packet) and each publishes a copy into its own slot.
+//! reads with one relaxed load per packet) and each publishes a copy into its own slot;
+//! byte counts are also kept in per-thread atomics (one relaxed store per packet), so
+//! they are current even when a thread busy in a long send answers late.
 
 use super::{check_abort, Deadline, Timeout};
 use crate::settings::QueueKind;
@@ -62,6 +64,16 @@ struct Shared {
     snapshot_wanted: AtomicU64,
     /// Each sender thread's latest snapshot and the generation it answers.
     snapshots: Vec<Mutex<(u64, StreamStats)>>,
+    /// Each sender thread's byte counts as of its last packet.
+    live: Vec<LiveBytes>,
+}
+
+/// A sender thread's byte counts, on a cache line of their own.
+#[repr(align(64))]
+#[derive(Default)]
+struct LiveBytes {
+    sent: AtomicU64,
+    received: AtomicU64,
 }
 
 impl Shared {
@@ -77,6 +89,15 @@ impl Shared {
     /// Whether sender threads should stop now, queued requests or not.
     fn stopping(&self) -> bool {
         self.abort.load(Ordering::Relaxed) || self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Notes thread `i`'s byte counts after a packet.
+    #[inline]
+    fn count(&self, i: usize, stats: &StreamStats) {
+        if let Some(live) = self.live.get(i) {
+            live.sent.store(stats.bytes_sent, Ordering::Relaxed);
+            live.received.store(stats.bytes_received, Ordering::Relaxed);
+        }
     }
 
     /// Publishes `stats` into thread `i`'s slot if a snapshot newer than `*answered`
@@ -172,6 +193,7 @@ impl Senders {
             snapshots: (0..sinks.len())
                 .map(|_| Mutex::new((0, StreamStats::default())))
                 .collect(),
+            live: (0..sinks.len()).map(|_| LiveBytes::default()).collect(),
         });
         let mut threads = Vec::with_capacity(sinks.len());
         let producer = match queue {
@@ -344,9 +366,14 @@ impl Senders {
             {
                 std::thread::sleep(Duration::from_micros(200));
             }
-            for slot in &self.shared.snapshots {
+            for (slot, live) in self.shared.snapshots.iter().zip(&self.shared.live) {
                 if let Ok(g) = slot.lock() {
                     s.merge(&g.1);
+                    // A late snapshot's byte counts are brought up to date.
+                    let sent = live.sent.load(Ordering::Relaxed);
+                    let received = live.received.load(Ordering::Relaxed);
+                    s.bytes_sent += sent.saturating_sub(g.1.bytes_sent);
+                    s.bytes_received += received.saturating_sub(g.1.bytes_received);
                 }
             }
         }
@@ -439,6 +466,7 @@ fn mutex_consumer<S: PacketSink>(
             q.not_full.notify_one();
         }
         let result = sink.send_packet(&buf, Deadline::Never, &mut stats);
+        shared.count(index, &stats);
         let Ok(mut st) = q.lock() else { break };
         st.in_flight -= 1;
         let wake_drainer = st.in_flight == 0 && st.drainer_waiting;
@@ -474,6 +502,7 @@ fn lockfree_consumer<S: PacketSink>(
             Ok(buf) => {
                 backoff = Backoff::default();
                 let result = sink.send_packet(&buf, Deadline::Never, &mut stats);
+                shared.count(index, &stats);
                 // Record a failure before counting the request done, so a drainer
                 // that sees the count also sees the failure.
                 if let Err(e) = &result {
