@@ -325,14 +325,19 @@ fn drive(mut stream: Box<dyn Stream>, settings: &Settings, mut meter: Meter) -> 
     while left > 0 {
         let n = left.min(pkt as u64) as usize;
         let sent = if asynchronous {
-            let now = Instant::now();
-            let wait = [
-                meter.until_due(now),
-                deadline.map(|d| d.saturating_duration_since(now)),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
+            // Without a schedule the clock is not read here at all.
+            let wait = if timed {
+                let now = Instant::now();
+                [
+                    meter.until_due(now),
+                    deadline.map(|d| d.saturating_duration_since(now)),
+                ]
+                .into_iter()
+                .flatten()
+                .min()
+            } else {
+                None
+            };
             let timeout = wait.map_or(Timeout::Forever, |w| {
                 Timeout::Millis(u32::try_from(w.as_millis()).unwrap_or(u32::MAX).max(1))
             });

@@ -380,9 +380,9 @@ fn receive(
     let mut last_data = std::time::Instant::now();
     let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
     loop {
-        let wait = match meter.until_due(std::time::Instant::now()) {
-            Some(until) => until.min(idle),
-            None => idle,
+        let wait = match timed.then(|| meter.until_due(std::time::Instant::now())) {
+            Some(Some(until)) => until.min(idle),
+            _ => idle,
         };
         match stream.recv(&mut buf, Timeout::Millis(ms(wait))) {
             Ok(0) => break,

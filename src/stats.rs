@@ -45,6 +45,15 @@ fn new_histogram() -> Histogram<u64> {
 }
 
 impl LatencyStats {
+    /// A distribution whose histogram is allocated up front, so that the first sample
+    /// recorded on a hot path does not allocate.
+    pub fn preallocated() -> LatencyStats {
+        LatencyStats {
+            hist: Some(new_histogram()),
+            ..LatencyStats::default()
+        }
+    }
+
     /// Records one latency sample.
     #[inline]
     pub fn record(&mut self, ns: u64) {

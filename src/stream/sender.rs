@@ -237,7 +237,7 @@ impl Senders {
             producer,
             shared,
             threads,
-            submit_latency: LatencyStats::default(),
+            submit_latency: LatencyStats::preallocated(),
             finished: StreamStats::default(),
         })
     }
@@ -432,7 +432,11 @@ fn mutex_consumer<S: PacketSink>(
     q: &MutexQueue,
     shared: &Shared,
 ) -> StreamStats {
-    let mut stats = StreamStats::default();
+    // Sender threads record send latency only: its histogram is allocated up front.
+    let mut stats = StreamStats {
+        send_latency: LatencyStats::preallocated(),
+        ..StreamStats::default()
+    };
     let mut answered = 0;
     'requests: loop {
         shared.maybe_publish(index, &mut answered, &stats);
@@ -467,20 +471,19 @@ fn mutex_consumer<S: PacketSink>(
         }
         let result = sink.send_packet(&buf, Deadline::Never, &mut stats);
         shared.count(index, &stats);
+        // Record a failure before counting the request done, so a drainer that sees
+        // the count also sees the failure.
+        if let Err(e) = &result {
+            shared.fail(e);
+        }
         let Ok(mut st) = q.lock() else { break };
         st.in_flight -= 1;
-        let wake_drainer = st.in_flight == 0 && st.drainer_waiting;
+        let wake_drainer = (st.in_flight == 0 || result.is_err()) && st.drainer_waiting;
         drop(st);
         if wake_drainer {
             q.drained.notify_all();
         }
-        if let Err(e) = result {
-            shared.fail(&e);
-            if let Ok(st) = q.lock() {
-                if st.drainer_waiting {
-                    q.drained.notify_all();
-                }
-            }
+        if result.is_err() {
             break;
         }
     }
@@ -493,7 +496,11 @@ fn lockfree_consumer<S: PacketSink>(
     mut ring: rtrb::Consumer<Bytes>,
     shared: &Shared,
 ) -> StreamStats {
-    let mut stats = StreamStats::default();
+    // Sender threads record send latency only: its histogram is allocated up front.
+    let mut stats = StreamStats {
+        send_latency: LatencyStats::preallocated(),
+        ..StreamStats::default()
+    };
     let mut backoff = Backoff::default();
     let mut answered = 0;
     while !shared.stopping() {
