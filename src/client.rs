@@ -362,10 +362,11 @@ fn drive(mut stream: Box<dyn Stream>, settings: &Settings, mut meter: Meter) -> 
         }
         if timed {
             let now = Instant::now();
+            // Boundaries first: a send blocked across one still reports it.
+            meter.tick(now, &*stream);
             if deadline.is_some_and(|d| now >= d) {
                 break;
             }
-            meter.tick(now, &*stream);
         }
     }
     let finished = stream.finish_sending(Timeout::Forever);

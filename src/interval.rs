@@ -438,7 +438,8 @@ pub fn interval_line(role: Role, settings: &Settings, r: &IntervalResult) -> Str
         Role::Client => ("sent", t.bytes_sent, t.send_latency.as_ref()),
         Role::Server => ("received", t.bytes_received, t.recv_latency.as_ref()),
     };
-    let secs = (r.end_ns - r.start_ns) as f64 / 1e9;
+    // The server's intervals arrive from the network: never trust their order.
+    let secs = r.end_ns.saturating_sub(r.start_ns) as f64 / 1e9;
     let mut line = format!(
         "[{:>7.2}-{:>7.2}s] {label}: {}  bw: {}",
         r.start_ns as f64 / 1e9,

@@ -289,6 +289,29 @@ fn sweep_over_four_sizes_prints_four_rows() {
 }
 
 #[test]
+fn bandwidth_sweep_rows_have_bandwidth_and_iterations() {
+    let server = Server::start(&[]);
+    let out = client_ok(&server, "127.0.0.1", &["--sweep", "mb=1,2,4"]);
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(&header[..4], ["#", "mb", "bw_Gbit/s", "mean_us"]);
+    let rows: Vec<Vec<f64>> = lines
+        .map(|l| l.split_whitespace().map(|c| c.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    for (row, mb) in rows.iter().zip([1u64, 2, 4]) {
+        assert_eq!(row.len(), 9);
+        assert_eq!(row[0] as u64, mb);
+        assert!(row[1] > 0.0, "bandwidth of {mb} MB");
+        assert_eq!(row[8] as u64, mb * MB / 32768, "32 KB sends in {mb} MB");
+    }
+    // Every value was a test of its own on the same server.
+    for n in 1..=3 {
+        assert!(volume(&server.report(n), "received").bytes > 0);
+    }
+}
+
+#[test]
 fn sweep_json_has_one_record_per_value() {
     let server = Server::start(&[]);
     let doc = json_run(&server, &["-m", "2", "--sweep", "nsockets=1..3:+1"]);
