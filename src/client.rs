@@ -152,8 +152,8 @@ pub fn run_observed(
 
     // From here on a reader thread owns the control stream: the server may send interval
     // figures at any time and must never block on a client busy sending.
-    let control_sock = chan.into_socket();
-    let mut reader = Channel::new(control_sock.try_clone()?, cfg.control_timeout)?;
+    let control_sock = ShutdownOnDrop(chan.into_socket());
+    let mut reader = Channel::new(control_sock.0.try_clone()?, cfg.control_timeout)?;
     let (ctrl_tx, ctrl_rx) = mpsc::channel::<(Instant, Result<Message, ControlError>)>();
     std::thread::Builder::new()
         .name("fperf-control".into())
@@ -223,7 +223,7 @@ pub fn run_observed(
         }
     }
     // Ends the reader thread if it is still waiting.
-    let _ = control_sock.shutdown(std::net::Shutdown::Both);
+    drop(control_sock);
     let (end, last_word) = inbox
         .last_word
         .unwrap_or((Instant::now(), Err(ControlError::Timeout)));
@@ -273,6 +273,16 @@ pub fn run_observed(
         server: server_result,
         interrupted,
     })
+}
+
+/// The control socket, shut down when the run ends however it ends, so that the
+/// control reader thread (which holds a clone) stops waiting.
+struct ShutdownOnDrop(std::net::TcpStream);
+
+impl Drop for ShutdownOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Both);
+    }
 }
 
 /// The server's messages during a run, as the control reader passed them on.
