@@ -89,6 +89,26 @@ fn json_of_a_tcp_run_agrees_with_both_human_reports() {
     // The same run in human form counts the same bytes.
     let human = client_ok(&server, "127.0.0.1", &["-m", "16", "-t", "2", "-n", "2"]);
     assert_eq!(volume(&human, "sent").bytes, u(&c["total"]["bytes_sent"]));
+    // Every latency figure has its percentiles, per stream and for lat_submit too.
+    let full = regex::Regex::new(
+        r"avg=[\d.]+us  min=[\d.]+us  max=[\d.]+us  p50=[\d.]+us  p90=[\d.]+us  p99=[\d.]+us  p99\.9=[\d.]+us  stddev=[\d.]+us",
+    )
+    .unwrap();
+    for k in 0..2 {
+        let line = human
+            .lines()
+            .find(|l| l.starts_with(&format!("  stream {k} : ")))
+            .unwrap_or_else(|| panic!("no stream {k} line:\n{human}"));
+        assert!(full.is_match(line), "{line}");
+    }
+    assert!(
+        regex::Regex::new(r"(?m)^lat_submit: avg=\d+ns  min=\d+ns  max=\d+ns  p50=\d+ns  p90=\d+ns  p99=\d+ns  p99\.9=\d+ns  stddev=\d+ns$")
+            .unwrap()
+            .is_match(&human),
+        "{human}"
+    );
+    assert!(has_line(&human, "cpu       : user="), "{human}");
+    assert!(has_line(&human, "tcp_info  : retransmits="), "{human}");
     let mut all = Vec::new();
     numbers(&doc, &mut all);
     assert!(all.iter().all(|x| x.is_finite()), "non-finite number");
