@@ -364,6 +364,24 @@ fn conf_prints_both_ends_side_by_side() {
 }
 
 #[test]
+fn help_lists_the_measurement_flags() {
+    let out = run(&["--help"], Duration::from_secs(10));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--time <SECS>",
+        "-i, --interval <SECS>",
+        "--omit <SECS>",
+        "--json",
+        "--json-stream",
+        "--csv <FILE>",
+        "--conf",
+        "--sweep <SPEC>",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+    }
+}
+
+#[test]
 fn measurement_flags_are_checked() {
     let out = run(
         &["-c", "127.0.0.1", "--time", "1", "--omit", "1"],
