@@ -110,7 +110,17 @@ impl Shared {
         }
         *answered = wanted;
         if let Some(Ok(mut slot)) = self.snapshots.get(i).map(Mutex::lock) {
-            slot.1.clone_from(stats);
+            // An idle thread's figures are unchanged: skip copying its histograms.
+            let old = &slot.1;
+            let unchanged = old.bytes_sent == stats.bytes_sent
+                && old.bytes_received == stats.bytes_received
+                && old.retries == stats.retries
+                && old.send_latency.count() == stats.send_latency.count()
+                && old.recv_latency.count() == stats.recv_latency.count()
+                && old.submit_latency.count() == stats.submit_latency.count();
+            if !unchanged {
+                slot.1.clone_from(stats);
+            }
             slot.0 = wanted;
         }
     }
