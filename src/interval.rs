@@ -546,47 +546,89 @@ mod tests {
         assert!(c.flush().is_empty());
     }
 
-    #[test]
-    fn meter_slices_a_stream_into_intervals_that_add_up() {
-        use crate::stream::{Stream, Timeout};
-        use std::cell::Cell;
-        /// A stream whose cumulative byte count the test sets.
-        struct Fake(Cell<u64>);
-        impl Stream for Fake {
-            fn nsockets(&self) -> usize {
-                1
-            }
-            fn local_addr(&self) -> String {
-                String::new()
-            }
-            fn peer_addr(&self) -> String {
-                String::new()
-            }
-            fn send(&mut self, b: &[u8], _: Timeout) -> std::io::Result<usize> {
-                Ok(b.len())
-            }
-            fn send_submit(&mut self, _: bytes::Bytes, _: Timeout) -> std::io::Result<()> {
-                Ok(())
-            }
-            fn sender_drain(&mut self, _: Timeout) -> std::io::Result<()> {
-                Ok(())
-            }
-            fn recv(&mut self, _: &mut [u8], _: Timeout) -> std::io::Result<usize> {
-                Ok(0)
-            }
-            fn ack_partial(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-            fn finish_sending(&mut self, _: Timeout) -> std::io::Result<()> {
-                Ok(())
-            }
-            fn stats(&self) -> StreamStats {
-                StreamStats {
-                    bytes_sent: self.0.get(),
-                    ..StreamStats::default()
-                }
+    use crate::stream::{Stream, Timeout};
+    use std::cell::Cell;
+    /// A stream whose cumulative byte count the test sets.
+    struct Fake(Cell<u64>);
+    impl Stream for Fake {
+        fn nsockets(&self) -> usize {
+            1
+        }
+        fn local_addr(&self) -> String {
+            String::new()
+        }
+        fn peer_addr(&self) -> String {
+            String::new()
+        }
+        fn send(&mut self, b: &[u8], _: Timeout) -> std::io::Result<usize> {
+            Ok(b.len())
+        }
+        fn send_submit(&mut self, _: bytes::Bytes, _: Timeout) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn sender_drain(&mut self, _: Timeout) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn recv(&mut self, _: &mut [u8], _: Timeout) -> std::io::Result<usize> {
+            Ok(0)
+        }
+        fn ack_partial(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn finish_sending(&mut self, _: Timeout) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn stats(&self) -> StreamStats {
+            StreamStats {
+                bytes_sent: self.0.get(),
+                ..StreamStats::default()
             }
         }
+    }
+
+    #[test]
+    fn a_timed_run_gives_one_interval_per_second() {
+        let start = Instant::now();
+        let schedule = Schedule {
+            start,
+            interval: Some(Duration::from_secs(1)),
+            omit: None,
+            time: Some(Duration::from_secs(3)),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut m = Meter::new(0, schedule, Some(tx));
+        assert_eq!(m.deadline(), Some(start + Duration::from_secs(3)));
+        let fake = Fake(Cell::new(0));
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        for (ms, bytes) in [(400, 10), (1001, 20), (1500, 30), (2003, 40), (3000, 50)] {
+            fake.0.set(bytes);
+            m.tick(at(ms), &fake);
+        }
+        fake.0.set(55);
+        let totals = m.finish(at(3010), &fake);
+        assert_eq!((totals.stats.bytes_sent, totals.from), (55, start));
+        drop(m);
+        let mut c = Collector::new(start, 1, None);
+        let all: Vec<_> = rx.try_iter().flat_map(|msg| c.push(msg)).collect();
+        let got: Vec<_> = all
+            .iter()
+            .map(|r| {
+                (
+                    r.index,
+                    r.start_ns / 1_000_000,
+                    r.end_ns / 1_000_000,
+                    r.total.bytes_sent,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![(0, 0, 1001, 20), (1, 1001, 2003, 20), (2, 2003, 3010, 15)]
+        );
+    }
+
+    #[test]
+    fn meter_slices_a_stream_into_intervals_that_add_up() {
         let start = Instant::now();
         let schedule = Schedule {
             start,
