@@ -6,16 +6,19 @@
 //! client's socket buffers are never counted as sent.
 
 use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
+use crate::interval::{Collector, IntervalResult, Meter, Schedule};
 use crate::report::{Figures, Role, SideResult, StreamResult};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
 use crate::stream::{Stream, Timeout};
+use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
 use crate::transport::{self, tcp::connect, ClientCtx};
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,12 +69,41 @@ pub struct ClientOutcome {
     pub interrupted: bool,
 }
 
+/// Longest the control reader waits for the server's next message during a run (the
+/// run's own length is bounded elsewhere: by `--time`, by `-m` and by the idle time-outs).
+const CONTROL_READ_LIMIT: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How often the client looks for the server's interval messages while its streams run.
+const CONTROL_POLL: Duration = Duration::from_millis(50);
+
+/// What a run tells its caller while it goes on.
+pub trait RunObserver {
+    /// The data streams are connected (for the report header).
+    fn connected(&mut self, streams: &[StreamInfo]);
+    /// A reporting interval of one side ended (`-i`).
+    fn interval(&mut self, _role: Role, _result: &IntervalResult) {}
+}
+
+impl<F: FnMut(&[StreamInfo])> RunObserver for F {
+    fn connected(&mut self, streams: &[StreamInfo]) {
+        self(streams)
+    }
+}
+
 /// Runs one test. `on_connected` is called once the data streams are connected (for the
 /// report header); `abort` cuts the run short, still collecting the server's figures.
 pub fn run(
     cfg: &ClientConfig,
     abort: Arc<AtomicBool>,
     on_connected: &mut dyn FnMut(&[StreamInfo]),
+) -> Result<ClientOutcome> {
+    run_observed(cfg, abort, &mut |s: &[StreamInfo]| on_connected(s))
+}
+
+/// Runs one test, telling `observer` about connected streams and ended intervals.
+pub fn run_observed(
+    cfg: &ClientConfig,
+    abort: Arc<AtomicBool>,
+    observer: &mut dyn RunObserver,
 ) -> Result<ClientOutcome> {
     cfg.settings.validate()?;
     let server = resolve(&cfg.host, cfg.port)?;
@@ -118,19 +150,61 @@ pub fn run(
             peer: s.peer_addr(),
         })
         .collect();
-    on_connected(&infos);
+    observer.connected(&infos);
+
+    // From here on a reader thread owns the control stream: the server may send interval
+    // figures at any time and must never block on a client busy sending.
+    let control_sock = ShutdownOnDrop(chan.into_socket());
+    let mut reader = Channel::new(control_sock.0.try_clone()?, cfg.control_timeout)?;
+    let (ctrl_tx, ctrl_rx) = mpsc::channel::<(Instant, Result<Message, ControlError>)>();
+    std::thread::Builder::new()
+        .name("fperf-control".into())
+        .spawn(move || loop {
+            let msg = reader.recv(CONTROL_READ_LIMIT);
+            let more = matches!(msg, Ok(Message::Interval { .. }));
+            if ctrl_tx.send((Instant::now(), msg)).is_err() || !more {
+                return;
+            }
+        })?;
 
     let settings = cfg.settings.clone();
+    let start = Instant::now();
+    let cpu_start = CpuUsage::now();
+    let schedule = Schedule::new(&settings, start);
+    let (meter_tx, meter_rx) = mpsc::channel();
+    let mut collector = Collector::new(start, infos.len(), cpu_start);
     let workers: Vec<_> = streams
         .into_iter()
         .enumerate()
         .map(|(i, stream)| {
             let settings = settings.clone();
+            let meter = Meter::new(i as u32, schedule, Some(meter_tx.clone()));
             std::thread::Builder::new()
                 .name(format!("fperf-send-{i}"))
-                .spawn(move || drive(stream, &settings))
+                .spawn(move || drive(stream, &settings, meter))
         })
         .collect::<io::Result<_>>()?;
+    drop(meter_tx);
+    let mut client_intervals = Vec::new();
+    let mut inbox = Inbox::default();
+    loop {
+        let msgs = match meter_rx.recv_timeout(CONTROL_POLL) {
+            Ok(msg) => collector.push(msg),
+            Err(mpsc::RecvTimeoutError::Timeout) => Vec::new(),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        for r in msgs {
+            observer.interval(Role::Client, &r);
+            client_intervals.push(r);
+        }
+        while let Ok(m) = ctrl_rx.try_recv() {
+            inbox.take(m, observer);
+        }
+    }
+    for r in collector.flush() {
+        observer.interval(Role::Client, &r);
+        client_intervals.push(r);
+    }
     let mut sent = Vec::with_capacity(workers.len());
     let mut interrupted = false;
     for (i, w) in workers.into_iter().enumerate() {
@@ -141,7 +215,21 @@ pub fn run(
         interrupted |= driven.interrupted;
         sent.push(driven);
     }
-    let server_result = match chan.recv(cfg.results_timeout) {
+    let cpu = CpuUsage::now().zip(cpu_start).map(|(n, s)| n.since(s));
+    let give_up = Instant::now() + cfg.results_timeout;
+    while inbox.last_word.is_none() {
+        let left = give_up.saturating_duration_since(Instant::now());
+        match ctrl_rx.recv_timeout(left) {
+            Ok(m) => inbox.take(m, observer),
+            Err(_) => break,
+        }
+    }
+    // Ends the reader thread if it is still waiting.
+    drop(control_sock);
+    let (end, last_word) = inbox
+        .last_word
+        .unwrap_or((Instant::now(), Err(ControlError::Timeout)));
+    let mut server_result = match last_word {
         Ok(Message::Results { result }) => *result,
         Ok(other) => return Err(ControlError::unexpected("results", &other).into()),
         Err(ControlError::Timeout) => bail!(
@@ -150,28 +238,37 @@ pub fn run(
         ),
         Err(e) => return Err(e.into()),
     };
-    let end = Instant::now();
+    server_result.intervals = inbox.server_intervals;
 
     let mut total = StreamStats::default();
+    let mut tcp = None;
     let mut first_start = end;
     let streams = sent
         .iter()
         .zip(&infos)
         .map(|(d, info)| {
             total.merge(&d.stats);
+            TcpInfo::merge_opt(&mut tcp, d.tcp.as_ref());
             first_start = first_start.min(d.start);
+            let mut figures = Figures::new(&d.stats, end.saturating_duration_since(d.start));
+            figures.tcp = d.tcp;
             StreamResult {
                 index: info.index,
                 local: info.local.clone(),
                 peer: info.peer.clone(),
-                figures: Figures::new(&d.stats, end.duration_since(d.start)),
+                figures,
             }
         })
         .collect();
+    let mut total = Figures::new(&total, end.saturating_duration_since(first_start));
+    total.tcp = tcp;
     let client = SideResult {
         role: Role::Client,
-        total: Figures::new(&total, end.duration_since(first_start)),
+        total,
         streams,
+        system: Some(SystemFacts::collect()),
+        cpu,
+        intervals: client_intervals,
     };
     Ok(ClientOutcome {
         client,
@@ -180,38 +277,108 @@ pub fn run(
     })
 }
 
+/// The control socket, shut down when the run ends however it ends, so that the
+/// control reader thread (which holds a clone) stops waiting.
+struct ShutdownOnDrop(std::net::TcpStream);
+
+impl Drop for ShutdownOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// The server's messages during a run, as the control reader passed them on.
+#[derive(Default)]
+struct Inbox {
+    server_intervals: Vec<IntervalResult>,
+    /// The message that ended the run (normally `Results`) and when it arrived.
+    last_word: Option<(Instant, Result<Message, ControlError>)>,
+}
+
+impl Inbox {
+    fn take(
+        &mut self,
+        (at, msg): (Instant, Result<Message, ControlError>),
+        observer: &mut dyn RunObserver,
+    ) {
+        match msg {
+            Ok(Message::Interval { result }) => {
+                observer.interval(Role::Server, &result);
+                self.server_intervals.push(*result);
+            }
+            other => self.last_word = Some((at, other)),
+        }
+    }
+}
+
 /// What driving one stream produced.
 struct Driven {
+    /// Where the counted figures begin (after the warm-up with `--omit`).
     start: Instant,
     stats: StreamStats,
+    tcp: Option<TcpInfo>,
     interrupted: bool,
 }
 
 /// Sends the stream's bytes: with `send()` for one socket and the mutex queue, with
 /// `send_submit()` otherwise (as the seed's tool does). The buffer is allocated once.
-fn drive(mut stream: Box<dyn Stream>, settings: &Settings) -> io::Result<Driven> {
+/// A time-bounded run sends whole packets until its deadline. With a schedule, the
+/// clock is read once per send and a queued send waits no longer than the next boundary
+/// (a synchronous `send()` cannot be cut short without tearing a packet).
+fn drive(mut stream: Box<dyn Stream>, settings: &Settings, mut meter: Meter) -> io::Result<Driven> {
     let pkt = settings.pktsize as usize;
-    let mut left = settings.bytes_per_stream();
+    // Time-bounded runs have no byte limit; u64::MAX bytes is never reached.
+    let mut left = settings.byte_limit().unwrap_or(u64::MAX);
     let payload = Bytes::from(vec![0xa5u8; pkt]);
-    let start = Instant::now();
+    let timed = meter.active();
+    let deadline = meter.deadline();
+    let asynchronous = settings.asynchronous();
     let mut result = Ok(());
-    if settings.asynchronous() {
-        while left > 0 {
-            let n = left.min(pkt as u64) as usize;
-            if let Err(e) = stream.send_submit(payload.slice(..n), Timeout::Forever) {
-                result = Err(e);
-                break;
+    while left > 0 {
+        let n = left.min(pkt as u64) as usize;
+        let sent = if asynchronous {
+            // Without a schedule the clock is not read here at all.
+            let wait = if timed {
+                let now = Instant::now();
+                [
+                    meter.until_due(now),
+                    deadline.map(|d| d.saturating_duration_since(now)),
+                ]
+                .into_iter()
+                .flatten()
+                .min()
+            } else {
+                None
+            };
+            let timeout = wait.map_or(Timeout::Forever, |w| {
+                Timeout::Millis(u32::try_from(w.as_millis()).unwrap_or(u32::MAX).max(1))
+            });
+            match stream.send_submit(payload.slice(..n), timeout) {
+                Ok(()) => true,
+                // The queue stayed full up to a boundary: report, then try again.
+                Err(e) if e.kind() == io::ErrorKind::TimedOut && wait.is_some() => false,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
             }
-            left -= n as u64;
-        }
-    } else {
-        while left > 0 {
-            let n = left.min(pkt as u64) as usize;
+        } else {
             if let Err(e) = stream.send(&payload[..n], Timeout::Forever) {
                 result = Err(e);
                 break;
             }
+            true
+        };
+        if sent {
             left -= n as u64;
+        }
+        if timed {
+            let now = Instant::now();
+            // Boundaries first: a send blocked across one still reports it.
+            meter.tick(now, &*stream);
+            if deadline.is_some_and(|d| now >= d) {
+                break;
+            }
         }
     }
     let finished = stream.finish_sending(Timeout::Forever);
@@ -221,11 +388,28 @@ fn drive(mut stream: Box<dyn Stream>, settings: &Settings) -> io::Result<Driven>
         result?;
         finished?;
     }
+    let totals = meter.finish(Instant::now(), &*stream);
     Ok(Driven {
-        start,
-        stats: stream.stats(),
+        start: totals.from,
+        stats: totals.stats,
+        tcp: totals.tcp,
         interrupted,
     })
+}
+
+/// Asks the server for its system facts (`--conf`) without running a test.
+pub fn conf(cfg: &ClientConfig) -> Result<SystemFacts> {
+    let server = resolve(&cfg.host, cfg.port)?;
+    let sock = connect(server, cfg.bind, cfg.control_timeout)
+        .with_context(|| format!("cannot connect to the fperf server at {server}"))?;
+    let mut chan = Channel::new(sock, cfg.control_timeout)?;
+    chan.send(&Message::Conf {
+        version: PROTOCOL_VERSION,
+    })?;
+    match chan.recv(cfg.control_timeout)? {
+        Message::Facts { facts } => Ok(facts),
+        other => Err(ControlError::unexpected("facts", &other).into()),
+    }
 }
 
 fn resolve(host: &str, port: u16) -> Result<SocketAddr> {

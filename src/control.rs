@@ -57,6 +57,15 @@ pub enum Message {
     UdpSockets { addrs: Vec<SocketAddr> },
     /// On a UDP stream's control connection: the sender sent everything it will send.
     UdpFinished { datagrams: u64, bytes: u64 },
+    /// Server → client, during a run with `-i`: the server's figures of one interval.
+    Interval {
+        result: Box<crate::interval::IntervalResult>,
+    },
+    /// Client → server, first frame of a connection that only asks for the server's
+    /// system facts (`--conf`).
+    Conf { version: u32 },
+    /// Server → client: the answer to `Conf`.
+    Facts { facts: crate::sysinfo::SystemFacts },
 }
 
 /// Why a control exchange failed.
@@ -130,6 +139,9 @@ pub fn kind(msg: &Message) -> String {
         Message::Error { .. } => "error",
         Message::UdpSockets { .. } => "udp_sockets",
         Message::UdpFinished { .. } => "udp_finished",
+        Message::Interval { .. } => "interval",
+        Message::Conf { .. } => "conf",
+        Message::Facts { .. } => "facts",
     }
     .to_string()
 }
@@ -255,6 +267,10 @@ mod tests {
             settings: Settings::default(),
         });
         roundtrip(Message::Ready);
+        roundtrip(Message::Conf { version: 1 });
+        roundtrip(Message::Facts {
+            facts: crate::sysinfo::SystemFacts::collect(),
+        });
         roundtrip(Message::Error {
             message: "busy".into(),
         });

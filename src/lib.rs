@@ -7,6 +7,9 @@
 //! - [`settings`]: the validated run settings both ends agree on;
 //! - [`stats`]: latency histograms and counters recorded on the hot path;
 //! - [`report`]: the typed results and their human-readable rendering;
+//! - [`interval`]: `--time`, `-i` and `--omit`: slicing a run into intervals;
+//! - [`sysinfo`]: host, CPU, kernel, CPU time and TCP_INFO facts;
+//! - [`json`], [`csv`]: the machine-readable outputs; [`sweep`]: `--sweep` specs;
 //! - [`server`] and [`client`]: the two roles that drive a run.
 //!
 //! The library never prints to stdout on its own, never exits the process and never
@@ -14,11 +17,16 @@
 
 pub mod client;
 pub mod control;
+pub mod csv;
+pub mod interval;
+pub mod json;
 pub mod report;
 pub mod server;
 pub mod settings;
 pub mod stats;
 pub mod stream;
+pub mod sweep;
+pub mod sysinfo;
 pub mod transport;
 pub mod units;
 

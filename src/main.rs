@@ -5,6 +5,10 @@ use anyhow::{bail, Result};
 use clap::{ArgGroup, Parser};
 use fperf::client::{self, ClientConfig, ClientOutcome};
 use fperf::report;
+use fperf::sysinfo;
+use measure::Output;
+
+mod measure;
 use fperf::server::{Server, ServerConfig, ServerEvent};
 use fperf::settings::{
     Protocol, QueueKind, Settings, DEFAULT_ACK_TIMEOUT_MS, DEFAULT_MB, DEFAULT_PKTSIZE,
@@ -100,6 +104,53 @@ struct Cli {
     /// Local address to bind: the server listens only there; the client sends from it.
     #[arg(short = 'B', long, value_name = "ADDR")]
     bind: Option<IpAddr>,
+
+    /// Bound the run by time: each stream sends for SECS seconds instead of --mb MB.
+    #[arg(long, value_name = "SECS", conflicts_with_all = ["mb", "server"])]
+    time: Option<f64>,
+
+    /// Print each side's figures every SECS seconds while the run goes on (and keep
+    /// them in --json and --csv).
+    #[arg(short = 'i', long, value_name = "SECS", conflicts_with = "server")]
+    interval: Option<f64>,
+
+    /// Leave the first SECS seconds (warm-up) out of the totals.
+    #[arg(long, value_name = "SECS", conflicts_with = "server")]
+    omit: Option<f64>,
+
+    /// Print one JSON document for the run (both ends' figures) and nothing else on
+    /// stdout. Layout: docs/json.md.
+    #[arg(long, conflicts_with = "server")]
+    json: bool,
+
+    /// Print one JSON object per line per event (start, interval, end).
+    #[arg(long, conflicts_with_all = ["server", "json", "sweep"])]
+    json_stream: bool,
+
+    /// Write per-interval samples (one row per stream per interval) to FILE as CSV.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["server", "sweep"])]
+    csv: Option<std::path::PathBuf>,
+
+    /// Print this host's and the server's system facts side by side, then exit.
+    #[arg(long, requires = "client")]
+    conf: bool,
+
+    /// Run one measurement per value of an option and print one row per value:
+    /// NAME=LO..HI[:*K|:+K] or NAME=V1,V2,... for pktsize, nsockets, nstreams or mb
+    /// (e.g. pktsize=1..64K:*2).
+    #[arg(long, value_name = "SPEC", conflicts_with = "server")]
+    sweep: Option<String>,
+}
+
+/// Seconds from the command line as whole milliseconds.
+fn secs_to_ms(flag: &str, secs: Option<f64>) -> Result<Option<u64>> {
+    match secs {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s >= 0.0 && s * 1000.0 < u64::MAX as f64 => {
+            Ok(Some((s * 1000.0).round() as u64))
+        }
+        Some(s) => bail!("--{flag} must be a number of seconds, not {s}"),
+    }
 }
 
 impl Cli {
@@ -138,6 +189,9 @@ impl Cli {
             nodelay: self.nodelay,
             quickack: self.quickack,
             ack_timeout_ms: self.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT_MS),
+            time_ms: secs_to_ms("time", self.time)?,
+            interval_ms: secs_to_ms("interval", self.interval)?,
+            omit_ms: secs_to_ms("omit", self.omit)?,
         };
         s.validate()?;
         Ok(s)
@@ -203,29 +257,54 @@ fn run(cli: &Cli) -> Result<ExitCode> {
         let _ = writeln!(out);
         return Ok(ExitCode::SUCCESS);
     }
+    let output = Output::from_cli(cli)?;
     if cli.loopback {
-        return loopback(cli, settings, interrupted);
+        return loopback(cli, settings, interrupted, &output);
     }
     let host = cli.client.clone().unwrap_or_default();
     let mut cfg = ClientConfig::new(host, cli.port, settings);
     cfg.bind = cli.bind;
-    run_client(&cfg, interrupted)
+    if cli.conf {
+        let server = client::conf(&cfg)?;
+        print!(
+            "{}",
+            sysinfo::side_by_side(&sysinfo::SystemFacts::collect(), &server)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    run_client(&cfg, interrupted, &output)
 }
 
-/// Runs the client and prints its report.
-fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>) -> Result<ExitCode> {
+/// Runs the client (or a sweep of clients) and prints its report.
+fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>, output: &Output) -> Result<ExitCode> {
+    if let Some(sweep) = &output.sweep {
+        return measure::run_sweep(cfg, abort, output, sweep);
+    }
     let settings = cfg.settings.clone();
-    let outcome: ClientOutcome = client::run(cfg, abort, &mut |streams| {
-        let list: Vec<_> = streams
-            .iter()
-            .map(|s| (s.index, s.local.clone(), s.peer.clone()))
-            .collect();
-        print!("{}", report::client_header(&settings, &list));
-        let _ = std::io::stdout().flush();
-    })?;
-    print!("{}", report::client_body(&settings, &outcome.client));
+    let start = fperf::json::StartTime::now();
+    let mut printer = measure::Printer::new(&settings, output, start.clone())?;
+    let outcome: ClientOutcome = client::run_observed(cfg, abort, &mut printer)?;
+    printer.finish()?;
+    match output.mode {
+        measure::Mode::Human => {
+            print!("{}", report::client_body(&settings, &outcome.client));
+            if outcome.interrupted {
+                println!("(interrupted: the figures cover what was sent before Ctrl-C)");
+            }
+        }
+        measure::Mode::Json => {
+            let doc = fperf::json::RunDoc::new(&settings, start, &outcome);
+            println!("{}", fperf::json::to_document(&doc));
+        }
+        measure::Mode::JsonStream => {
+            let doc = fperf::json::RunDoc::new(&settings, start, &outcome);
+            let end = fperf::json::Event::End {
+                result: Box::new(doc),
+            };
+            println!("{}", fperf::json::to_line(&end));
+        }
+    }
     if outcome.interrupted {
-        println!("(interrupted: the figures cover what was sent before Ctrl-C)");
         return Ok(ExitCode::from(130));
     }
     Ok(ExitCode::SUCCESS)
@@ -233,7 +312,12 @@ fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>) -> Result<ExitCode> {
 
 /// Starts a server on loopback in this process, runs the client against it, then prints
 /// the server's report too.
-fn loopback(cli: &Cli, settings: Settings, abort: Arc<AtomicBool>) -> Result<ExitCode> {
+fn loopback(
+    cli: &Cli,
+    settings: Settings,
+    abort: Arc<AtomicBool>,
+    output: &Output,
+) -> Result<ExitCode> {
     let ip: IpAddr = cli.bind.unwrap_or(IpAddr::from([127, 0, 0, 1]));
     let server = Server::bind(ServerConfig {
         bind: Some(ip),
@@ -258,13 +342,17 @@ fn loopback(cli: &Cli, settings: Settings, abort: Arc<AtomicBool>) -> Result<Exi
     };
     let mut cfg = ClientConfig::new(ip.to_string(), cli.port, settings);
     cfg.bind = None;
-    let code = run_client(&cfg, abort);
+    let code = run_client(&cfg, abort, output);
     stop.store(true, Ordering::Relaxed);
     let served = handle
         .join()
         .map_err(|_| anyhow::anyhow!("server thread panicked"))?;
     if let Err(e) = served {
         bail!("loopback server: {e}");
+    }
+    if output.mode != measure::Mode::Human {
+        // Machine-readable output holds the server's figures already; stdout is only it.
+        return code;
     }
     let text = server_text.lock().map(|t| t.clone()).unwrap_or_default();
     println!();
@@ -295,6 +383,13 @@ impl ServerPrinter {
                 self.in_test = true;
                 let _ = write!(out, "{}", report::server_header(&settings, &from));
                 self.line_open = false;
+            }
+            ServerEvent::Interval { settings, result } => {
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    fperf::interval::interval_line(fperf::report::Role::Server, &settings, &result)
+                );
             }
             ServerEvent::Finished { settings, result } => {
                 let _ = writeln!(out, "{}", report::server_body(&settings, &result));

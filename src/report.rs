@@ -40,6 +40,9 @@ pub struct Figures {
     /// Datagram accounting (UDP only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub datagrams: Option<DatagramCounts>,
+    /// TCP's own figures for the sockets (`TCP_INFO`); `None` for other transports.
+    #[serde(default)]
+    pub tcp: Option<crate::sysinfo::TcpInfo>,
 }
 
 impl Figures {
@@ -54,6 +57,7 @@ impl Figures {
             submit_latency: stats.submit_latency.summary(),
             retries: stats.retries,
             datagrams: (!stats.datagrams.is_empty()).then_some(stats.datagrams),
+            tcp: None,
         }
     }
 
@@ -79,6 +83,15 @@ pub struct SideResult {
     pub role: Role,
     pub total: Figures,
     pub streams: Vec<StreamResult>,
+    /// This end's machine.
+    #[serde(default)]
+    pub system: Option<crate::sysinfo::SystemFacts>,
+    /// CPU time this end's process spent during the run.
+    #[serde(default)]
+    pub cpu: Option<crate::sysinfo::CpuUsage>,
+    /// Figures of each reporting interval (`-i`), in order.
+    #[serde(default)]
+    pub intervals: Vec<crate::interval::IntervalResult>,
 }
 
 fn latency_line(label: &str, width: usize, l: &LatencySummary) -> String {
@@ -173,6 +186,7 @@ pub fn client_body(settings: &Settings, r: &SideResult) -> String {
     if let Some(d) = &t.datagrams {
         out += &d.report_lines(W);
     }
+    out += &facts_lines(W, r);
     if r.streams.len() > 1 {
         out += "\nPer Stream:\n";
         for s in &r.streams {
@@ -193,14 +207,31 @@ pub fn client_body(settings: &Settings, r: &SideResult) -> String {
     out
 }
 
+/// The CPU time and TCP_INFO lines, for what was measured.
+fn facts_lines(width: usize, r: &SideResult) -> String {
+    let mut out = String::new();
+    if let Some(c) = &r.cpu {
+        let _ = writeln!(
+            out,
+            "{:<width$}: user={:.2}s  sys={:.2}s",
+            "cpu",
+            c.user_secs(),
+            c.system_secs()
+        );
+    }
+    if let Some(t) = &r.total.tcp {
+        let _ = writeln!(
+            out,
+            "{:<width$}: retransmits={}  cwnd={}B  srtt={}us  rttvar={}us",
+            "tcp_info", t.retransmits, t.cwnd_bytes, t.srtt_us, t.rttvar_us
+        );
+    }
+    out
+}
+
 fn short_latency(l: &LatencySummary) -> String {
-    format!(
-        "avg={:.2}us  min={:.2}us  max={:.2}us  p99={:.2}us",
-        l.mean_ns / 1000.0,
-        l.min_ns as f64 / 1000.0,
-        l.max_ns as f64 / 1000.0,
-        l.p99_ns as f64 / 1000.0
-    )
+    let line = latency_line("", 0, l);
+    line.trim_start_matches(": ").trim_end().to_string()
 }
 
 /// The server's connection line, completing `Server listening ....`.
@@ -239,6 +270,7 @@ pub fn server_body(settings: &Settings, r: &SideResult) -> String {
     if let Some(d) = &t.datagrams {
         out += &d.report_lines(W);
     }
+    out += &facts_lines(W, r);
     if r.streams.len() > 1 {
         out += "\nPer Stream:\n";
         for s in &r.streams {
@@ -278,6 +310,7 @@ mod tests {
             submit_latency: None,
             retries: 0,
             datagrams: None,
+            tcp: None,
         };
         SideResult {
             role: Role::Client,
@@ -290,6 +323,9 @@ mod tests {
                     figures: figures.clone(),
                 })
                 .collect(),
+            system: None,
+            cpu: None,
+            intervals: Vec::new(),
         }
     }
 

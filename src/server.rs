@@ -54,6 +54,11 @@ pub enum ServerEvent {
     Listening,
     /// A test was set up: its settings and the client's data address.
     Started { settings: Settings, from: String },
+    /// A reporting interval (`-i`) of the running test ended; the server's figures.
+    Interval {
+        settings: Settings,
+        result: Box<crate::interval::IntervalResult>,
+    },
     /// A test ended; the server's figures.
     Finished {
         settings: Settings,
@@ -224,6 +229,14 @@ fn greet(
                 _ => chan.send_error("data connection for no running test"),
             }
         }
+        Message::Conf { version } => match control::check_version(version) {
+            Ok(()) => {
+                let _ = chan.send(&Message::Facts {
+                    facts: crate::sysinfo::SystemFacts::collect(),
+                });
+            }
+            Err(e) => chan.send_error(&e.to_string()),
+        },
         other => {
             let e = format!("expected hello, got {}", control::kind(&other));
             chan.send_error(&e);
@@ -272,18 +285,43 @@ fn run_session(
         from,
     });
 
-    let expected = settings.bytes_per_stream();
+    let expected = settings.byte_limit();
     let idle = config.idle_timeout;
+    let start = std::time::Instant::now();
+    let cpu_start = crate::sysinfo::CpuUsage::now();
+    let schedule = crate::interval::Schedule::new(&settings, start);
+    let (meter_tx, meter_rx) = mpsc::channel();
+    let mut collector = crate::interval::Collector::new(start, streams.len(), cpu_start);
     let workers: Vec<_> = streams
         .into_iter()
         .enumerate()
         .map(|(i, stream)| {
             let pkt = settings.pktsize as usize;
+            let meter = crate::interval::Meter::new(i as u32, schedule, Some(meter_tx.clone()));
             std::thread::Builder::new()
                 .name(format!("fperf-recv-{i}"))
-                .spawn(move || receive(stream, pkt, expected, idle))
+                .spawn(move || receive(stream, pkt, expected, idle, meter))
         })
         .collect::<io::Result<_>>()?;
+    drop(meter_tx);
+    // Until every receiver ended (and dropped its meter), pass intervals on as they end.
+    for msg in meter_rx {
+        for result in collector.push(msg) {
+            let result = Box::new(result);
+            if chan
+                .send(&Message::Interval {
+                    result: result.clone(),
+                })
+                .is_err()
+            {
+                abort.store(true, Ordering::Relaxed);
+            }
+            let _ = events.send(ServerEvent::Interval {
+                settings: settings.clone(),
+                result,
+            });
+        }
+    }
     let mut per_stream = Vec::with_capacity(workers.len());
     let mut failure = None;
     for (i, w) in workers.into_iter().enumerate() {
@@ -302,7 +340,11 @@ fn run_session(
     if let Some(e) = failure {
         return Err(e);
     }
-    let result = server_result(&per_stream);
+    let mut result = server_result(&per_stream);
+    result.system = Some(crate::sysinfo::SystemFacts::collect());
+    result.cpu = crate::sysinfo::CpuUsage::now()
+        .zip(cpu_start)
+        .map(|(now, then)| now.since(then));
     let _ = events.send(ServerEvent::Finished {
         settings,
         result: Box::new(result.clone()),
@@ -316,30 +358,48 @@ fn run_session(
 /// What a receiving thread hands back.
 struct Received {
     stats: StreamStats,
+    tcp: Option<crate::sysinfo::TcpInfo>,
     local: String,
     peer: String,
 }
 
-/// Receives on one stream until the client ends it.
+/// Receives on one stream until the client ends it. `expected` is the stream's byte
+/// count when the run is bounded by size; a time-bounded run sends whole packets only.
+/// With intervals, a receive waits no longer than the next boundary, so an idle stream
+/// still reports on time.
 fn receive(
     mut stream: Box<dyn Stream>,
     pktsize: usize,
-    expected: u64,
+    expected: Option<u64>,
     idle: Duration,
+    mut meter: crate::interval::Meter,
 ) -> io::Result<Received> {
     let mut buf = vec![0u8; pktsize.max(1)];
     let mut total = 0u64;
-    let idle_ms = u32::try_from(idle.as_millis()).unwrap_or(u32::MAX);
+    let timed = meter.active();
+    let mut last_data = std::time::Instant::now();
+    let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
     loop {
-        match stream.recv(&mut buf, Timeout::Millis(idle_ms)) {
+        let wait = match timed.then(|| meter.until_due(std::time::Instant::now())) {
+            Some(Some(until)) => until.min(idle),
+            _ => idle,
+        };
+        match stream.recv(&mut buf, Timeout::Millis(ms(wait))) {
             Ok(0) => break,
             Ok(n) => {
                 let before = total;
                 total += n as u64;
                 // The last packet of a run may be short: acknowledge it once it is whole.
-                if before < expected && total >= expected {
+                if expected.is_some_and(|e| before < e && total >= e) {
                     stream.ack_partial()?;
                 }
+                if timed {
+                    last_data = std::time::Instant::now();
+                    meter.tick(last_data, &*stream);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut && last_data.elapsed() < idle => {
+                meter.tick(std::time::Instant::now(), &*stream);
             }
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                 return Err(io::Error::new(
@@ -350,8 +410,10 @@ fn receive(
             Err(e) => return Err(e),
         }
     }
+    let totals = meter.finish(std::time::Instant::now(), &*stream);
     Ok(Received {
-        stats: stream.stats(),
+        stats: totals.stats,
+        tcp: totals.tcp,
         local: stream.local_addr(),
         peer: stream.peer_addr(),
     })
@@ -365,22 +427,31 @@ fn server_result(per_stream: &[(u32, Received)]) -> SideResult {
         _ => Duration::ZERO,
     };
     let mut total = StreamStats::default();
+    let mut tcp = None;
     let streams = per_stream
         .iter()
         .map(|(index, r)| {
             total.merge(&r.stats);
+            crate::sysinfo::TcpInfo::merge_opt(&mut tcp, r.tcp.as_ref());
+            let mut figures = Figures::new(&r.stats, span(&r.stats));
+            figures.tcp = r.tcp;
             StreamResult {
                 index: *index,
                 local: r.local.clone(),
                 peer: r.peer.clone(),
-                figures: Figures::new(&r.stats, span(&r.stats)),
+                figures,
             }
         })
         .collect();
+    let mut total = Figures::new(&total, span(&total));
+    total.tcp = tcp;
     SideResult {
         role: Role::Server,
-        total: Figures::new(&total, span(&total)),
+        total,
         streams,
+        system: None,
+        cpu: None,
+        intervals: Vec::new(),
     }
 }
 

@@ -30,6 +30,11 @@ pub const MAX_ACK_TIMEOUT_MS: u32 = 60_000;
 /// Largest UDP payload over any IP version (IPv6: 65535 - 8; IPv4 allows 20 fewer,
 /// which the UDP transport checks once it knows the server's address).
 pub const MAX_UDP_PKTSIZE: u32 = 65_527;
+/// Shortest reporting interval (`-i`), in ms.
+pub const MIN_INTERVAL_MS: u64 = 10;
+/// Longest time-bounded run, reporting interval or warm-up (`--time`, `-i`, `--omit`):
+/// one week, in ms.
+pub const MAX_TIME_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// The transport of the data streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +99,15 @@ pub struct Settings {
     /// UDP with MPRTT: ms to wait for an ACK before sending a datagram again.
     #[serde(default = "default_ack_timeout_ms")]
     pub ack_timeout_ms: u32,
+    /// `--time`: each stream sends for this many ms instead of `mb` MB.
+    #[serde(default)]
+    pub time_ms: Option<u64>,
+    /// `-i`: both ends report figures every this many ms while the run goes on.
+    #[serde(default)]
+    pub interval_ms: Option<u64>,
+    /// `--omit`: the first this many ms are left out of the totals (warm-up).
+    #[serde(default)]
+    pub omit_ms: Option<u64>,
 }
 
 fn default_ack_timeout_ms() -> u32 {
@@ -113,6 +127,9 @@ impl Default for Settings {
             nodelay: false,
             quickack: false,
             ack_timeout_ms: DEFAULT_ACK_TIMEOUT_MS,
+            time_ms: None,
+            interval_ms: None,
+            omit_ms: None,
         }
     }
 }
@@ -132,6 +149,10 @@ pub enum SettingsError {
     TcpOnly(&'static str),
     #[error("the lock-free queue (-q 0) drives a single socket; --nsockets must be 1, not {0}")]
     LockFreeSockets(u32),
+    #[error("--{0} must be between {MIN_INTERVAL_MS} ms and one week, not {1} ms")]
+    Timing(&'static str, u64),
+    #[error("--omit ({0} ms) must be shorter than --time ({1} ms)")]
+    OmitTooLong(u64, u64),
     #[error("{0} is not supported by this build of fperf yet")]
     Unsupported(&'static str),
     #[error("--pktsize {0} does not fit in one UDP datagram (at most {MAX_UDP_PKTSIZE} bytes over IPv6, 65507 over IPv4)")]
@@ -161,6 +182,23 @@ impl Settings {
         if self.queue == QueueKind::LockFree && self.nsockets != 1 {
             return Err(SettingsError::LockFreeSockets(self.nsockets));
         }
+        for (name, value, min) in [
+            ("time", self.time_ms, 1),
+            ("interval", self.interval_ms, MIN_INTERVAL_MS),
+            ("omit", self.omit_ms, 0),
+        ] {
+            if let Some(v) = value {
+                if !(min..=MAX_TIME_MS).contains(&v) {
+                    return Err(SettingsError::Timing(name, v));
+                }
+            }
+        }
+        if let (Some(omit), Some(time)) = (self.omit_ms, self.time_ms) {
+            if omit >= time {
+                return Err(SettingsError::OmitTooLong(omit, time));
+            }
+        }
+
         if self.protocol == Protocol::Udp && self.pktsize > MAX_UDP_PKTSIZE {
             return Err(SettingsError::UdpPktSize(self.pktsize));
         }
@@ -171,6 +209,14 @@ impl Settings {
             return Err(SettingsError::Unsupported("RDMA (-R)"));
         }
         Ok(())
+    }
+
+    /// Bytes each stream sends, or `None` when the run is bounded by time.
+    pub fn byte_limit(&self) -> Option<u64> {
+        match self.time_ms {
+            Some(_) => None,
+            None => Some(self.bytes_per_stream()),
+        }
     }
 
     /// Bytes each stream sends.
@@ -252,6 +298,19 @@ mod tests {
             },
             Settings {
                 ack_timeout_ms: 0,
+                ..base.clone()
+            },
+            Settings {
+                interval_ms: Some(1),
+                ..base.clone()
+            },
+            Settings {
+                time_ms: Some(0),
+                ..base.clone()
+            },
+            Settings {
+                time_ms: Some(1000),
+                omit_ms: Some(1000),
                 ..base.clone()
             },
         ];

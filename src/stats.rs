@@ -45,6 +45,15 @@ fn new_histogram() -> Histogram<u64> {
 }
 
 impl LatencyStats {
+    /// A distribution whose histogram is allocated up front, so that the first sample
+    /// recorded on a hot path does not allocate.
+    pub fn preallocated() -> LatencyStats {
+        LatencyStats {
+            hist: Some(new_histogram()),
+            ..LatencyStats::default()
+        }
+    }
+
     /// Records one latency sample.
     #[inline]
     pub fn record(&mut self, ns: u64) {
@@ -79,6 +88,41 @@ impl LatencyStats {
         self.sum_sq_ns += other.sum_sq_ns;
         self.min_ns = self.min_ns.min(other.min_ns);
         self.max_ns = self.max_ns.max(other.max_ns);
+    }
+
+    /// The samples recorded after `earlier`, an older snapshot of this same distribution.
+    ///
+    /// Counts, sums and the histogram are exact differences; min and max come from the
+    /// difference histogram, so they are within its precision rather than exact.
+    pub fn since(&self, earlier: &LatencyStats) -> LatencyStats {
+        if earlier.count == 0 {
+            return self.clone();
+        }
+        let count = self.count.saturating_sub(earlier.count);
+        if count == 0 {
+            return LatencyStats::default();
+        }
+        let mut hist = self.hist.clone().unwrap_or_else(new_histogram);
+        if let Some(old) = &earlier.hist {
+            // `earlier` is a prefix of `self` with the same bounds: nothing can underflow.
+            let _ = hist.subtract(old);
+        }
+        let (min_ns, max_ns) = if hist.is_empty() {
+            (self.min_ns, self.max_ns)
+        } else {
+            (
+                hist.min().max(self.min_ns),
+                hist.highest_equivalent(hist.max()).min(self.max_ns),
+            )
+        };
+        LatencyStats {
+            hist: Some(hist),
+            count,
+            sum_ns: self.sum_ns.saturating_sub(earlier.sum_ns),
+            sum_sq_ns: (self.sum_sq_ns - earlier.sum_sq_ns).max(0.0),
+            min_ns,
+            max_ns,
+        }
     }
 
     /// Number of samples.
@@ -181,6 +225,30 @@ impl StreamStats {
     }
 }
 
+impl StreamStats {
+    /// What happened after `earlier` (an older snapshot of the same stream) was taken at
+    /// `at`: counters and latencies are differences, and the receive span starts no
+    /// earlier than `at`.
+    pub fn since(&self, earlier: &StreamStats, at: Instant) -> StreamStats {
+        let received = self.bytes_received > earlier.bytes_received;
+        StreamStats {
+            bytes_sent: self.bytes_sent.saturating_sub(earlier.bytes_sent),
+            bytes_received: self.bytes_received.saturating_sub(earlier.bytes_received),
+            send_latency: self.send_latency.since(&earlier.send_latency),
+            recv_latency: self.recv_latency.since(&earlier.recv_latency),
+            submit_latency: self.submit_latency.since(&earlier.submit_latency),
+            retries: self.retries.saturating_sub(earlier.retries),
+            datagrams: self.datagrams.since(&earlier.datagrams),
+            first_recv: if received {
+                max_opt(self.first_recv, Some(at))
+            } else {
+                None
+            },
+            last_recv: if received { self.last_recv } else { None },
+        }
+    }
+}
+
 fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(x), Some(y)) => Some(x.min(y)),
@@ -249,6 +317,59 @@ mod tests {
         let sum = s.summary().expect("samples were recorded");
         assert!((sum.stddev_ns - 2.0).abs() < 1e-9);
         assert!((sum.mean_ns - 5.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn since_is_the_difference_of_two_snapshots() {
+        let mut s = LatencyStats::default();
+        for v in 1..=500u64 {
+            s.record(v * 100);
+        }
+        let early = s.clone();
+        let mut later_only = LatencyStats::default();
+        for v in 501..=2000u64 {
+            s.record(v * 100);
+            later_only.record(v * 100);
+        }
+        let diff = s.since(&early).summary().expect("samples");
+        let want = later_only.summary().expect("samples");
+        assert_eq!(diff.count, 1500);
+        assert!((diff.mean_ns - want.mean_ns).abs() < 1e-6);
+        assert!((diff.stddev_ns - want.stddev_ns).abs() / want.stddev_ns < 1e-6);
+        for (got, exp) in [
+            (diff.min_ns, want.min_ns),
+            (diff.max_ns, want.max_ns),
+            (diff.p50_ns, want.p50_ns),
+            (diff.p99_ns, want.p99_ns),
+        ] {
+            assert!(
+                (got as f64 - exp as f64).abs() / (exp as f64) < 0.002,
+                "{got} vs {exp}"
+            );
+        }
+        assert!(s.since(&s).summary().is_none());
+    }
+
+    #[test]
+    fn stream_since_subtracts_counters() {
+        let t0 = Instant::now();
+        let mut a = StreamStats {
+            bytes_sent: 100,
+            bytes_received: 10,
+            ..StreamStats::default()
+        };
+        a.mark_recv(t0);
+        let snap = a.clone();
+        a.bytes_sent = 350;
+        let later = t0 + std::time::Duration::from_millis(5);
+        let d = a.since(&snap, later);
+        assert_eq!((d.bytes_sent, d.bytes_received), (250, 0));
+        assert_eq!(d.first_recv, None);
+        a.bytes_received = 30;
+        a.mark_recv(later + std::time::Duration::from_millis(1));
+        let d = a.since(&snap, later);
+        assert_eq!(d.bytes_received, 20);
+        assert_eq!(d.first_recv, Some(later));
     }
 
     #[test]

@@ -197,7 +197,13 @@ pub trait Stream: Send {
     /// Drains the senders, stops them and signals end of stream to the peer.
     fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()>;
 
-    /// What this end measured so far (sender threads' figures are merged in once they
-    /// have stopped, i.e. after `finish_sending`).
+    /// What this end measured so far (running sender threads' figures as of their last
+    /// snapshot, which this call asks for and briefly waits on).
     fn stats(&self) -> StreamStats;
+
+    /// TCP's own figures for the STREAM's sockets (`TCP_INFO`); `None` for transports
+    /// that have no such thing.
+    fn tcp_info(&self) -> Option<crate::sysinfo::TcpInfo> {
+        None
+    }
 }

@@ -9,7 +9,11 @@
 //!
 //! A transport supplies a [`PacketSink`] per socket; everything else here is shared by
 //! all transports. Each sender thread records into its own [`StreamStats`], returned
-//! when the thread stops, so the hot path takes no lock for statistics.
+//! when the thread stops, so the hot path takes no lock for statistics. While threads
+//! run, [`Senders::stats`] asks them for a snapshot (a generation counter each thread
+//! reads with one relaxed load per packet) and each publishes a copy into its own slot;
+//! byte counts are also kept in per-thread atomics (one relaxed store per packet), so
+//! they are current even when a thread busy in a long send answers late.
 
 use super::{check_abort, Deadline, Timeout};
 use crate::settings::QueueKind;
@@ -28,6 +32,9 @@ pub const MUTEX_QUEUE_CAPACITY: usize = 10_000;
 pub const LOCKFREE_QUEUE_CAPACITY: usize = 10_000;
 /// Longest a waiting thread sleeps before it looks at the abort flag again.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
+/// Longest [`Senders::stats`] waits for running threads' snapshots; a thread stuck in
+/// one long send is represented by its previous snapshot.
+const SNAPSHOT_WAIT: Duration = Duration::from_millis(100);
 
 /// Sends whole packets on one socket; implemented by each transport.
 pub trait PacketSink: Send + 'static {
@@ -53,6 +60,20 @@ struct Shared {
     closed: AtomicBool,
     /// Set when the `Senders` is dropped: stop without sending what is queued.
     cancelled: AtomicBool,
+    /// Snapshot generation last asked for by [`Senders::stats`].
+    snapshot_wanted: AtomicU64,
+    /// Each sender thread's latest snapshot and the generation it answers.
+    snapshots: Vec<Mutex<(u64, StreamStats)>>,
+    /// Each sender thread's byte counts as of its last packet.
+    live: Vec<LiveBytes>,
+}
+
+/// A sender thread's byte counts, on a cache line of their own.
+#[repr(align(64))]
+#[derive(Default)]
+struct LiveBytes {
+    sent: AtomicU64,
+    received: AtomicU64,
 }
 
 impl Shared {
@@ -68,6 +89,40 @@ impl Shared {
     /// Whether sender threads should stop now, queued requests or not.
     fn stopping(&self) -> bool {
         self.abort.load(Ordering::Relaxed) || self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Notes thread `i`'s byte counts after a packet.
+    #[inline]
+    fn count(&self, i: usize, stats: &StreamStats) {
+        if let Some(live) = self.live.get(i) {
+            live.sent.store(stats.bytes_sent, Ordering::Relaxed);
+            live.received.store(stats.bytes_received, Ordering::Relaxed);
+        }
+    }
+
+    /// Publishes `stats` into thread `i`'s slot if a snapshot newer than `*answered`
+    /// was asked for. Costs one relaxed load when none was.
+    #[inline]
+    fn maybe_publish(&self, i: usize, answered: &mut u64, stats: &StreamStats) {
+        let wanted = self.snapshot_wanted.load(Ordering::Relaxed);
+        if wanted == *answered {
+            return;
+        }
+        *answered = wanted;
+        if let Some(Ok(mut slot)) = self.snapshots.get(i).map(Mutex::lock) {
+            // An idle thread's figures are unchanged: skip copying its histograms.
+            let old = &slot.1;
+            let unchanged = old.bytes_sent == stats.bytes_sent
+                && old.bytes_received == stats.bytes_received
+                && old.retries == stats.retries
+                && old.send_latency.count() == stats.send_latency.count()
+                && old.recv_latency.count() == stats.recv_latency.count()
+                && old.submit_latency.count() == stats.submit_latency.count();
+            if !unchanged {
+                slot.1.clone_from(stats);
+            }
+            slot.0 = wanted;
+        }
     }
 
     fn check(&self) -> io::Result<()> {
@@ -144,6 +199,11 @@ impl Senders {
             completed: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
+            snapshot_wanted: AtomicU64::new(0),
+            snapshots: (0..sinks.len())
+                .map(|_| Mutex::new((0, StreamStats::default())))
+                .collect(),
+            live: (0..sinks.len()).map(|_| LiveBytes::default()).collect(),
         });
         let mut threads = Vec::with_capacity(sinks.len());
         let producer = match queue {
@@ -162,7 +222,7 @@ impl Senders {
                 });
                 for (i, sink) in sinks.into_iter().enumerate() {
                     let (q, shared) = (q.clone(), shared.clone());
-                    threads.push(spawn(i, move || mutex_consumer(sink, &q, &shared))?);
+                    threads.push(spawn(i, move || mutex_consumer(i, sink, &q, &shared))?);
                 }
                 Producer::Mutex(q)
             }
@@ -177,7 +237,7 @@ impl Senders {
                 if let Some(sink) = sinks.into_iter().next() {
                     let shared = shared.clone();
                     threads.push(spawn(0, move || {
-                        lockfree_consumer(sink, consumer, &shared)
+                        lockfree_consumer(0, sink, consumer, &shared)
                     })?);
                 }
                 Producer::LockFree { ring, submitted: 0 }
@@ -187,7 +247,7 @@ impl Senders {
             producer,
             shared,
             threads,
-            submit_latency: LatencyStats::default(),
+            submit_latency: LatencyStats::preallocated(),
             finished: StreamStats::default(),
         })
     }
@@ -301,10 +361,40 @@ impl Senders {
         drained
     }
 
-    /// Figures of the stopped sender threads plus the submit latency.
+    /// Figures of the sender threads plus the submit latency: exact once they stopped;
+    /// while they run, as of a snapshot each takes on request (waiting at most
+    /// [`SNAPSHOT_WAIT`] for them).
     pub fn stats(&self) -> StreamStats {
         let mut s = self.finished.clone();
         s.submit_latency.merge(&self.submit_latency);
+        if !self.threads.is_empty() {
+            let wanted = self.shared.snapshot_wanted.fetch_add(1, Ordering::Relaxed) + 1;
+            if let Producer::Mutex(q) = &self.producer {
+                // Notify under the lock: a consumer about to wait has either seen the
+                // new generation or is already waiting and gets the wake-up.
+                let _guard = q.lock();
+                q.not_empty.notify_all();
+            }
+            let give_up = Instant::now() + SNAPSHOT_WAIT;
+            let answered =
+                |slot: &Mutex<(u64, StreamStats)>| slot.lock().map_or(true, |g| g.0 >= wanted);
+            while !self.shared.snapshots.iter().all(answered)
+                && Instant::now() < give_up
+                && !self.threads.iter().all(JoinHandle::is_finished)
+            {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            for (slot, live) in self.shared.snapshots.iter().zip(&self.shared.live) {
+                if let Ok(g) = slot.lock() {
+                    s.merge(&g.1);
+                    // A late snapshot's byte counts are brought up to date.
+                    let sent = live.sent.load(Ordering::Relaxed);
+                    let received = live.received.load(Ordering::Relaxed);
+                    s.bytes_sent += sent.saturating_sub(g.1.bytes_sent);
+                    s.bytes_received += received.saturating_sub(g.1.bytes_received);
+                }
+            }
+        }
         s
     }
 }
@@ -354,9 +444,20 @@ fn timeout_error(deadline: Deadline) -> io::Error {
     }
 }
 
-fn mutex_consumer<S: PacketSink>(mut sink: S, q: &MutexQueue, shared: &Shared) -> StreamStats {
-    let mut stats = StreamStats::default();
-    loop {
+fn mutex_consumer<S: PacketSink>(
+    index: usize,
+    mut sink: S,
+    q: &MutexQueue,
+    shared: &Shared,
+) -> StreamStats {
+    // Sender threads record send latency only: its histogram is allocated up front.
+    let mut stats = StreamStats {
+        send_latency: LatencyStats::preallocated(),
+        ..StreamStats::default()
+    };
+    let mut answered = 0;
+    'requests: loop {
+        shared.maybe_publish(index, &mut answered, &stats);
         let Ok(mut st) = q.lock() else { break };
         let buf = loop {
             if shared.stopping() {
@@ -367,6 +468,11 @@ fn mutex_consumer<S: PacketSink>(mut sink: S, q: &MutexQueue, shared: &Shared) -
             }
             if shared.closed.load(Ordering::Acquire) {
                 break None;
+            }
+            if shared.snapshot_wanted.load(Ordering::Relaxed) != answered {
+                // Publish without holding the queue lock.
+                drop(st);
+                continue 'requests;
             }
             st.consumers_waiting += 1;
             let Ok((g, _)) = q.not_empty.wait_timeout(st, WAIT_SLICE) else {
@@ -382,20 +488,20 @@ fn mutex_consumer<S: PacketSink>(mut sink: S, q: &MutexQueue, shared: &Shared) -
             q.not_full.notify_one();
         }
         let result = sink.send_packet(&buf, Deadline::Never, &mut stats);
+        shared.count(index, &stats);
+        // Record a failure before counting the request done, so a drainer that sees
+        // the count also sees the failure.
+        if let Err(e) = &result {
+            shared.fail(e);
+        }
         let Ok(mut st) = q.lock() else { break };
         st.in_flight -= 1;
-        let wake_drainer = st.in_flight == 0 && st.drainer_waiting;
+        let wake_drainer = (st.in_flight == 0 || result.is_err()) && st.drainer_waiting;
         drop(st);
         if wake_drainer {
             q.drained.notify_all();
         }
-        if let Err(e) = result {
-            shared.fail(&e);
-            if let Ok(st) = q.lock() {
-                if st.drainer_waiting {
-                    q.drained.notify_all();
-                }
-            }
+        if result.is_err() {
             break;
         }
     }
@@ -403,17 +509,25 @@ fn mutex_consumer<S: PacketSink>(mut sink: S, q: &MutexQueue, shared: &Shared) -
 }
 
 fn lockfree_consumer<S: PacketSink>(
+    index: usize,
     mut sink: S,
     mut ring: rtrb::Consumer<Bytes>,
     shared: &Shared,
 ) -> StreamStats {
-    let mut stats = StreamStats::default();
+    // Sender threads record send latency only: its histogram is allocated up front.
+    let mut stats = StreamStats {
+        send_latency: LatencyStats::preallocated(),
+        ..StreamStats::default()
+    };
     let mut backoff = Backoff::default();
+    let mut answered = 0;
     while !shared.stopping() {
+        shared.maybe_publish(index, &mut answered, &stats);
         match ring.pop() {
             Ok(buf) => {
                 backoff = Backoff::default();
                 let result = sink.send_packet(&buf, Deadline::Never, &mut stats);
+                shared.count(index, &stats);
                 // Record a failure before counting the request done, so a drainer
                 // that sees the count also sees the failure.
                 if let Err(e) = &result {
@@ -495,6 +609,9 @@ mod tests {
         for _ in 0..packets {
             s.submit(buf.clone(), Timeout::Forever).expect("submit");
         }
+        let live = s.stats();
+        assert!(live.bytes_sent <= 100 * packets as u64);
+        assert_eq!(live.submit_latency.count(), packets as u64);
         s.stop(Timeout::Millis(10_000)).expect("stop");
         let stats = s.stats();
         assert_eq!(stats.bytes_sent, 100 * packets as u64);
@@ -511,6 +628,28 @@ mod tests {
     #[test]
     fn lockfree_queue_delivers_every_request_once() {
         run(QueueKind::LockFree, 1, 25_000);
+    }
+
+    #[test]
+    fn running_senders_report_live_snapshots() {
+        for (queue, nsinks) in [(QueueKind::Mutex, 3), (QueueKind::LockFree, 1)] {
+            let (tx, rx) = mpsc::channel();
+            let sinks = (0..nsinks).map(|_| ChannelSink(tx.clone())).collect();
+            drop(tx);
+            let mut s = Senders::start(queue, sinks, Arc::default()).expect("start");
+            let buf = Bytes::from(vec![7u8; 10]);
+            for _ in 0..1000 {
+                s.submit(buf.clone(), Timeout::Forever).expect("submit");
+            }
+            s.drain(Timeout::Millis(10_000)).expect("drain");
+            // Idle threads answer the request: every sent byte is in the snapshot.
+            let live = s.stats();
+            assert_eq!(live.bytes_sent, 10_000, "{queue:?}");
+            assert_eq!(live.send_latency.count(), 1000, "{queue:?}");
+            s.stop(Timeout::Millis(10_000)).expect("stop");
+            assert_eq!(s.stats().bytes_sent, 10_000, "no double counting");
+            assert_eq!(rx.iter().count(), 1000);
+        }
     }
 
     #[test]

@@ -61,3 +61,31 @@ pub(crate) fn set_int_opt(
 pub(crate) fn tcp_quickack(fd: &impl AsRawFd) -> io::Result<()> {
     set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
 }
+
+/// Reads `TCP_INFO`: (retransmitted segments in total, congestion window in bytes,
+/// smoothed RTT in µs, RTT variation in µs).
+pub(crate) fn tcp_info(fd: &impl AsRawFd) -> io::Result<(u64, u64, u32, u32)> {
+    // SAFETY: tcp_info is plain old data; zeroed is a valid value for it.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the pointer and length describe `info`, exclusively borrowed for the
+    // call; the kernel writes at most `len` bytes and updates `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((
+        u64::from(info.tcpi_total_retrans),
+        u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
+        info.tcpi_rtt,
+        info.tcpi_rttvar,
+    ))
+}

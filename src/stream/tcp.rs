@@ -7,7 +7,7 @@
 //! returns data (and with MPRTT, the ACK written).
 
 use super::sender::{PacketSink, Senders};
-use super::sys::{poll_many, poll_one, tcp_quickack};
+use super::sys::{poll_many, poll_one, tcp_info, tcp_quickack};
 use super::{Deadline, Stream, StreamOptions, Timeout};
 use crate::stats::StreamStats;
 use bytes::Bytes;
@@ -365,6 +365,24 @@ impl Stream for TcpStream {
             s.merge(&senders.stats());
         }
         s
+    }
+
+    fn tcp_info(&self) -> Option<crate::sysinfo::TcpInfo> {
+        let mut total: Option<crate::sysinfo::TcpInfo> = None;
+        for s in &self.sockets {
+            // A socket the kernel cannot describe (already torn down) adds nothing.
+            if let Ok((retransmits, cwnd_bytes, srtt_us, rttvar_us)) = tcp_info(&*s.sock) {
+                let one = crate::sysinfo::TcpInfo {
+                    sockets: 1,
+                    retransmits,
+                    cwnd_bytes,
+                    srtt_us,
+                    rttvar_us,
+                };
+                crate::sysinfo::TcpInfo::merge_opt(&mut total, Some(&one));
+            }
+        }
+        total
     }
 }
 

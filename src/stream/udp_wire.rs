@@ -183,6 +183,21 @@ impl DatagramCounts {
         self.sndbuf.merge(&other.sndbuf);
     }
 
+    /// The counts accrued after `earlier` (an older snapshot of the same stream); the
+    /// jitter and buffer sizes are the current ones.
+    pub fn since(&self, earlier: &DatagramCounts) -> DatagramCounts {
+        DatagramCounts {
+            sent: self.sent.saturating_sub(earlier.sent),
+            peer_sent: self.peer_sent.saturating_sub(earlier.peer_sent),
+            received: self.received.saturating_sub(earlier.received),
+            duplicates: self.duplicates.saturating_sub(earlier.duplicates),
+            out_of_order: self.out_of_order.saturating_sub(earlier.out_of_order),
+            lost: self.lost.saturating_sub(earlier.lost),
+            foreign: self.foreign.saturating_sub(earlier.foreign),
+            ..*self
+        }
+    }
+
     /// Whether anything datagram-related was recorded (false for stream transports).
     pub fn is_empty(&self) -> bool {
         *self == DatagramCounts::default()

@@ -1,0 +1,130 @@
+//! `--csv FILE`: per-interval samples, one row per stream per interval, with neper's
+//! columns.
+//!
+//! Columns: `time` (seconds from the start of the run to the end of the interval),
+//! `stream`, `bytes` (sent by the client, received by the server), `transactions`
+//! (sends or receives timed), the latency figures in seconds (`latency_min`,
+//! `latency_mean`, `latency_max`, `latency_stddev`, `latency_p50`, `latency_p90`,
+//! `latency_p99`, `latency_p99.9`; empty when nothing was timed), and `utime`/`stime`,
+//! the CPU seconds the process used from the start of the run to the end of the
+//! interval.
+
+use crate::interval::IntervalResult;
+use crate::report::Role;
+use std::fmt::Write as _;
+
+/// The header row.
+pub const HEADER: &str = "time,stream,bytes,transactions,latency_min,latency_mean,latency_max,latency_stddev,latency_p50,latency_p90,latency_p99,latency_p99.9,utime,stime";
+
+/// The rows of one interval of `role`'s side, one per stream, each ending in a newline.
+pub fn rows(role: Role, r: &IntervalResult) -> String {
+    let secs = |ns: f64| format!("{:.9}", ns / 1e9);
+    let mut out = String::new();
+    for s in &r.streams {
+        let f = &s.figures;
+        let (bytes, lat) = match role {
+            Role::Client => (f.bytes_sent, f.send_latency.as_ref()),
+            Role::Server => (f.bytes_received, f.recv_latency.as_ref()),
+        };
+        let latency = lat.map_or_else(
+            || ",,,,,,,".to_string(),
+            |l| {
+                [
+                    l.min_ns as f64,
+                    l.mean_ns,
+                    l.max_ns as f64,
+                    l.stddev_ns,
+                    l.p50_ns as f64,
+                    l.p90_ns as f64,
+                    l.p99_ns as f64,
+                    l.p999_ns as f64,
+                ]
+                .map(secs)
+                .join(",")
+            },
+        );
+        let (utime, stime) = r.cpu.map_or((String::new(), String::new()), |c| {
+            (
+                format!("{:.6}", c.user_secs()),
+                format!("{:.6}", c.system_secs()),
+            )
+        });
+        let _ = writeln!(
+            out,
+            "{},{},{bytes},{},{latency},{utime},{stime}",
+            secs(r.end_ns as f64),
+            s.index,
+            lat.map_or(0, |l| l.count),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interval::StreamInterval;
+    use crate::report::Figures;
+    use crate::stats::LatencyStats;
+    use crate::sysinfo::CpuUsage;
+
+    #[test]
+    fn one_row_per_stream_with_every_column() {
+        let mut lat = LatencyStats::default();
+        lat.record(2_000);
+        lat.record(4_000);
+        let figures = |bytes| Figures {
+            bytes_sent: bytes,
+            bytes_received: 0,
+            duration_ns: 1_000_000_000,
+            send_latency: lat.summary(),
+            recv_latency: None,
+            submit_latency: None,
+            retries: 0,
+            tcp: None,
+            datagrams: None,
+        };
+        let r = IntervalResult {
+            index: 1,
+            start_ns: 1_000_000_000,
+            end_ns: 2_000_000_000,
+            omitted: false,
+            total: figures(300),
+            streams: vec![
+                StreamInterval {
+                    index: 0,
+                    start_ns: 1_000_000_000,
+                    end_ns: 2_000_000_000,
+                    figures: figures(100),
+                },
+                StreamInterval {
+                    index: 1,
+                    start_ns: 1_000_000_000,
+                    end_ns: 2_000_000_000,
+                    figures: figures(200),
+                },
+            ],
+            cpu: Some(CpuUsage {
+                user_us: 1_500_000,
+                system_us: 250_000,
+            }),
+        };
+        let text = rows(Role::Client, &r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        let columns = HEADER.split(',').count();
+        for l in &lines {
+            assert_eq!(l.split(',').count(), columns, "{l}");
+        }
+        assert_eq!(
+            lines[1],
+            "2.000000000,1,200,2,0.000002000,0.000003000,0.000004000,0.000001000,0.000002000,0.000004000,0.000004000,0.000004000,1.500000,0.250000"
+        );
+        // The server side has no receive latency here: empty latency cells.
+        let server = rows(Role::Server, &r);
+        assert!(
+            server.starts_with("2.000000000,0,0,0,,,,,,,,,1.500000,0.250000\n"),
+            "{server}"
+        );
+    }
+}

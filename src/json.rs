@@ -1,0 +1,399 @@
+//! The machine-readable results: `--json` (one document per run) and `--json-stream`
+//! (one JSON object per line per event), as documented in `docs/json.md` and
+//! `docs/fperf-result.schema.json`.
+//!
+//! Invariants: every number is finite (a rate over zero time is 0, never NaN or
+//! infinity); exact integers (bytes, nanoseconds, microseconds of CPU) sit next to the
+//! rates derived from them; keys are unique (the documents are typed structs); fields
+//! are only ever added, and `schema_version` changes when one is removed or changes
+//! meaning.
+
+use crate::client::{ClientOutcome, StreamInfo};
+use crate::interval::{IntervalResult, StreamInterval};
+use crate::report::{Figures, Role, SideResult};
+use crate::settings::Settings;
+use crate::stats::LatencySummary;
+use crate::stream::udp_wire::DatagramCounts;
+use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use serde::Serialize;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Version of the document layout.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A value that must be finite in JSON.
+fn finite(x: f64) -> f64 {
+    if x.is_finite() {
+        x
+    } else {
+        0.0
+    }
+}
+
+/// When a run started.
+#[derive(Clone, Debug, Serialize)]
+pub struct StartTime {
+    /// Nanoseconds since the Unix epoch.
+    pub unix_ns: u64,
+    /// The same instant as RFC 3339 UTC text, to the second.
+    pub utc: String,
+}
+
+impl StartTime {
+    /// Now.
+    pub fn now() -> StartTime {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        StartTime {
+            unix_ns: u64::try_from(since.as_nanos()).unwrap_or(u64::MAX),
+            utc: rfc3339(since.as_secs()),
+        }
+    }
+}
+
+/// `secs` since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (proleptic Gregorian calendar).
+fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Figures with their derived rates.
+#[derive(Clone, Debug, Serialize)]
+pub struct FiguresDoc {
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub duration_ns: u64,
+    pub seconds: f64,
+    /// bytes_sent × 8 / seconds (0 over zero time).
+    pub sent_bits_per_second: f64,
+    pub received_bits_per_second: f64,
+    pub send_latency: Option<LatencySummary>,
+    pub recv_latency: Option<LatencySummary>,
+    pub submit_latency: Option<LatencySummary>,
+    pub retries: u64,
+    pub tcp: Option<TcpInfo>,
+    /// UDP datagram accounting; `None` for stream transports.
+    pub datagrams: Option<DatagramCounts>,
+}
+
+impl FiguresDoc {
+    fn new(f: &Figures) -> FiguresDoc {
+        let secs = f.duration_ns as f64 / 1e9;
+        let bps = |bytes: u64| {
+            if f.duration_ns == 0 {
+                0.0
+            } else {
+                finite(bytes as f64 * 8.0 / secs)
+            }
+        };
+        let lat = |l: &Option<LatencySummary>| {
+            l.map(|l| LatencySummary {
+                mean_ns: finite(l.mean_ns),
+                stddev_ns: finite(l.stddev_ns),
+                ..l
+            })
+        };
+        FiguresDoc {
+            bytes_sent: f.bytes_sent,
+            bytes_received: f.bytes_received,
+            duration_ns: f.duration_ns,
+            seconds: finite(secs),
+            sent_bits_per_second: bps(f.bytes_sent),
+            received_bits_per_second: bps(f.bytes_received),
+            send_latency: lat(&f.send_latency),
+            recv_latency: lat(&f.recv_latency),
+            submit_latency: lat(&f.submit_latency),
+            retries: f.retries,
+            tcp: f.tcp,
+            datagrams: f.datagrams.map(|d| DatagramCounts {
+                jitter_ns: d.jitter_ns.map(finite),
+                ..d
+            }),
+        }
+    }
+}
+
+/// CPU time with seconds next to the exact microseconds.
+#[derive(Clone, Debug, Serialize)]
+pub struct CpuDoc {
+    pub user_us: u64,
+    pub system_us: u64,
+    pub user_seconds: f64,
+    pub system_seconds: f64,
+}
+
+impl CpuDoc {
+    fn new(c: &CpuUsage) -> CpuDoc {
+        CpuDoc {
+            user_us: c.user_us,
+            system_us: c.system_us,
+            user_seconds: c.user_secs(),
+            system_seconds: c.system_secs(),
+        }
+    }
+}
+
+/// One stream of one side.
+#[derive(Clone, Debug, Serialize)]
+pub struct StreamDoc {
+    pub index: u32,
+    pub local: String,
+    pub peer: String,
+    pub figures: FiguresDoc,
+}
+
+/// One stream's share of an interval.
+#[derive(Clone, Debug, Serialize)]
+pub struct StreamIntervalDoc {
+    pub index: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub figures: FiguresDoc,
+}
+
+impl StreamIntervalDoc {
+    fn new(s: &StreamInterval) -> StreamIntervalDoc {
+        StreamIntervalDoc {
+            index: s.index,
+            start_ns: s.start_ns,
+            end_ns: s.end_ns,
+            figures: FiguresDoc::new(&s.figures),
+        }
+    }
+}
+
+/// One interval of one side.
+#[derive(Clone, Debug, Serialize)]
+pub struct IntervalDoc {
+    pub index: u32,
+    /// Since the side's start.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub start_seconds: f64,
+    pub end_seconds: f64,
+    /// Began inside the warm-up (`--omit`): not part of the totals.
+    pub omitted: bool,
+    pub total: FiguresDoc,
+    pub streams: Vec<StreamIntervalDoc>,
+    /// CPU time of the process from the side's start to the end of the interval.
+    pub cpu: Option<CpuDoc>,
+}
+
+impl IntervalDoc {
+    /// The document of one interval.
+    pub fn new(r: &IntervalResult) -> IntervalDoc {
+        IntervalDoc {
+            index: r.index,
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+            start_seconds: r.start_ns as f64 / 1e9,
+            end_seconds: r.end_ns as f64 / 1e9,
+            omitted: r.omitted,
+            total: FiguresDoc::new(&r.total),
+            streams: r.streams.iter().map(StreamIntervalDoc::new).collect(),
+            cpu: r.cpu.as_ref().map(CpuDoc::new),
+        }
+    }
+}
+
+/// Everything one side measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct SideDoc {
+    pub role: Role,
+    pub system: Option<SystemFacts>,
+    pub cpu: Option<CpuDoc>,
+    pub total: FiguresDoc,
+    pub streams: Vec<StreamDoc>,
+    pub intervals: Vec<IntervalDoc>,
+}
+
+impl SideDoc {
+    fn new(r: &SideResult) -> SideDoc {
+        SideDoc {
+            role: r.role,
+            system: r.system.clone(),
+            cpu: r.cpu.as_ref().map(CpuDoc::new),
+            total: FiguresDoc::new(&r.total),
+            streams: r
+                .streams
+                .iter()
+                .map(|s| StreamDoc {
+                    index: s.index,
+                    local: s.local.clone(),
+                    peer: s.peer.clone(),
+                    figures: FiguresDoc::new(&s.figures),
+                })
+                .collect(),
+            intervals: r.intervals.iter().map(IntervalDoc::new).collect(),
+        }
+    }
+}
+
+/// The `--json` document of one run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunDoc {
+    pub schema_version: u32,
+    pub fperf_version: &'static str,
+    pub start: StartTime,
+    /// The settings both ends ran with.
+    pub settings: Settings,
+    /// Cut short by Ctrl-C: the figures cover what was done until then.
+    pub interrupted: bool,
+    pub client: SideDoc,
+    pub server: SideDoc,
+}
+
+impl RunDoc {
+    /// The document of a finished run.
+    pub fn new(settings: &Settings, start: StartTime, outcome: &ClientOutcome) -> RunDoc {
+        RunDoc {
+            schema_version: SCHEMA_VERSION,
+            fperf_version: crate::VERSION,
+            start,
+            settings: settings.clone(),
+            interrupted: outcome.interrupted,
+            client: SideDoc::new(&outcome.client),
+            server: SideDoc::new(&outcome.server),
+        }
+    }
+}
+
+/// One value of a sweep.
+#[derive(Clone, Debug, Serialize)]
+pub struct SweepRecord {
+    pub value: u64,
+    pub result: RunDoc,
+}
+
+/// What a sweep varied.
+#[derive(Clone, Debug, Serialize)]
+pub struct SweepSpecDoc {
+    pub parameter: &'static str,
+    pub values: Vec<u64>,
+}
+
+/// The `--json` document of a sweep: one record per value.
+#[derive(Clone, Debug, Serialize)]
+pub struct SweepDoc {
+    pub schema_version: u32,
+    pub fperf_version: &'static str,
+    pub sweep: SweepSpecDoc,
+    pub records: Vec<SweepRecord>,
+}
+
+/// A stream as connected, for the `start` event.
+#[derive(Clone, Debug, Serialize)]
+pub struct StreamInfoDoc {
+    pub index: u32,
+    pub local: String,
+    pub peer: String,
+}
+
+/// One line of `--json-stream`.
+// Built a few times per run and serialized at once: boxing the large variant buys nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub enum Event {
+    /// The data streams are connected.
+    Start {
+        schema_version: u32,
+        fperf_version: &'static str,
+        start: StartTime,
+        settings: Settings,
+        client_system: SystemFacts,
+        streams: Vec<StreamInfoDoc>,
+    },
+    /// An interval of one side ended.
+    Interval {
+        side: Role,
+        interval: Box<IntervalDoc>,
+    },
+    /// The run ended: its whole document.
+    End { result: Box<RunDoc> },
+}
+
+impl Event {
+    /// The `start` event.
+    pub fn start(settings: &Settings, start: StartTime, streams: &[StreamInfo]) -> Event {
+        Event::Start {
+            schema_version: SCHEMA_VERSION,
+            fperf_version: crate::VERSION,
+            start,
+            settings: settings.clone(),
+            client_system: SystemFacts::collect(),
+            streams: streams
+                .iter()
+                .map(|s| StreamInfoDoc {
+                    index: s.index,
+                    local: s.local.clone(),
+                    peer: s.peer.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `value` as one line of JSON.
+pub fn to_line<T: Serialize>(value: &T) -> String {
+    // Serializing these typed documents cannot fail: every map key is a string.
+    serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+/// `value` as an indented JSON document.
+pub fn to_document<T: Serialize>(value: &T) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_matches_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn rates_over_zero_time_are_zero_not_nan() {
+        let f = Figures {
+            bytes_sent: 100,
+            bytes_received: 0,
+            duration_ns: 0,
+            send_latency: None,
+            recv_latency: None,
+            submit_latency: None,
+            retries: 0,
+            tcp: None,
+            datagrams: None,
+        };
+        let d = FiguresDoc::new(&f);
+        assert_eq!(d.sent_bits_per_second, 0.0);
+        let text = to_line(&d);
+        assert!(text.contains("\"sent_bits_per_second\":0.0"), "{text}");
+        let f = Figures {
+            duration_ns: 2_000_000_000,
+            ..f
+        };
+        assert_eq!(FiguresDoc::new(&f).sent_bits_per_second, 400.0);
+    }
+}

@@ -1,0 +1,229 @@
+//! The command line's measurement output: which printer a run uses (human, `--json`,
+//! `--json-stream`), the `--csv` file, and `--sweep`. The library computes; this module
+//! only chooses what goes to stdout and files.
+
+use anyhow::{bail, Context, Result};
+use fperf::client::{self, ClientConfig, RunObserver, StreamInfo};
+use fperf::interval::{interval_line, IntervalResult};
+use fperf::json::{self, Event, IntervalDoc, RunDoc, StartTime, SweepDoc, SweepRecord};
+use fperf::report::{self, Role};
+use fperf::settings::Settings;
+use fperf::sweep::{self, Sweep, SweepRow};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What stdout carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The seed's report, with interval lines (`-i`).
+    Human,
+    /// One JSON document at the end.
+    Json,
+    /// One JSON object per line per event.
+    JsonStream,
+}
+
+/// The output options of the command line.
+pub struct Output {
+    pub mode: Mode,
+    pub csv: Option<std::path::PathBuf>,
+    pub sweep: Option<Sweep>,
+}
+
+impl Output {
+    /// The output options `cli` asks for.
+    pub fn from_cli(cli: &crate::Cli) -> Result<Output> {
+        let mode = match (cli.json, cli.json_stream) {
+            (true, _) => Mode::Json,
+            (_, true) => Mode::JsonStream,
+            _ => Mode::Human,
+        };
+        let sweep = cli.sweep.as_deref().map(sweep::parse).transpose()?;
+        Ok(Output {
+            mode,
+            csv: cli.csv.clone(),
+            sweep,
+        })
+    }
+}
+
+/// Prints a run's progress as it goes on.
+pub struct Printer {
+    settings: Settings,
+    mode: Mode,
+    /// A sweep prints rows only.
+    quiet: bool,
+    csv: Option<BufWriter<File>>,
+    csv_error: Option<std::io::Error>,
+    start: StartTime,
+}
+
+impl Printer {
+    /// A printer for one run; creates the CSV file and writes its header.
+    pub fn new(settings: &Settings, output: &Output, start: StartTime) -> Result<Printer> {
+        let csv = match &output.csv {
+            Some(path) => {
+                let mut f = BufWriter::new(
+                    File::create(path)
+                        .with_context(|| format!("cannot create --csv file {}", path.display()))?,
+                );
+                writeln!(f, "{}", fperf::csv::HEADER)?;
+                Some(f)
+            }
+            None => None,
+        };
+        Ok(Printer {
+            settings: settings.clone(),
+            mode: output.mode,
+            quiet: false,
+            csv,
+            csv_error: None,
+            start,
+        })
+    }
+
+    /// Flushes the CSV file; reports a write that failed during the run.
+    pub fn finish(mut self) -> Result<()> {
+        if let Some(f) = &mut self.csv {
+            if let Err(e) = f.flush() {
+                self.csv_error.get_or_insert(e);
+            }
+        }
+        match self.csv_error {
+            Some(e) => bail!("cannot write the --csv file: {e}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl RunObserver for Printer {
+    fn connected(&mut self, streams: &[StreamInfo]) {
+        match self.mode {
+            Mode::Human if !self.quiet => {
+                let list: Vec<_> = streams
+                    .iter()
+                    .map(|s| (s.index, s.local.clone(), s.peer.clone()))
+                    .collect();
+                print!("{}", report::client_header(&self.settings, &list));
+            }
+            Mode::JsonStream => {
+                let ev = Event::start(&self.settings, self.start.clone(), streams);
+                println!("{}", json::to_line(&ev));
+            }
+            _ => {}
+        }
+        let _ = std::io::stdout().flush();
+    }
+
+    fn interval(&mut self, role: Role, result: &IntervalResult) {
+        match self.mode {
+            Mode::Human if !self.quiet && role == Role::Client => {
+                println!("{}", interval_line(role, &self.settings, result));
+            }
+            Mode::JsonStream => {
+                let ev = Event::Interval {
+                    side: role,
+                    interval: Box::new(IntervalDoc::new(result)),
+                };
+                println!("{}", json::to_line(&ev));
+            }
+            _ => {}
+        }
+        let _ = std::io::stdout().flush();
+        if role == Role::Client {
+            if let Some(f) = &mut self.csv {
+                if let Err(e) = f.write_all(fperf::csv::rows(role, result).as_bytes()) {
+                    self.csv_error.get_or_insert(e);
+                }
+            }
+        }
+    }
+}
+
+/// How often a sweep asks a server that is still closing the previous test again.
+const BUSY_RETRIES: u32 = 100;
+const BUSY_PAUSE: Duration = Duration::from_millis(20);
+
+/// Runs one measurement per sweep value against the same server; prints one row per
+/// value (or, with `--json`, one document with one record per value).
+pub fn run_sweep(
+    cfg: &ClientConfig,
+    abort: Arc<AtomicBool>,
+    output: &Output,
+    sweep: &Sweep,
+) -> Result<ExitCode> {
+    let mprtt = cfg.settings.mprtt;
+    if output.mode == Mode::Human {
+        println!("{}", sweep::header(sweep.param, mprtt));
+    }
+    let mut records = Vec::new();
+    for &value in &sweep.values {
+        let settings = sweep.param.apply(&cfg.settings, value);
+        settings
+            .validate()
+            .with_context(|| format!("--sweep {}={value}", sweep.param.name()))?;
+        let run_cfg = ClientConfig {
+            settings: settings.clone(),
+            ..cfg.clone()
+        };
+        let start = StartTime::now();
+        let mut printer = Printer::new(&settings, output, start.clone())?;
+        printer.quiet = true;
+        let mut attempt = 0;
+        let outcome = loop {
+            match client::run_observed(&run_cfg, abort.clone(), &mut printer) {
+                // The server frees its session a moment after sending the previous
+                // test's figures; a "busy" answer then is worth asking again.
+                Err(e) if format!("{e:#}").contains("server busy") && attempt < BUSY_RETRIES => {
+                    attempt += 1;
+                    std::thread::sleep(BUSY_PAUSE);
+                }
+                other => break other.with_context(|| format!("{}={value}", sweep.param.name()))?,
+            }
+        };
+        printer.finish()?;
+        let total = &outcome.client.total;
+        let secs = total.duration_ns as f64 / 1e9;
+        let row = SweepRow {
+            value,
+            bits_per_second: if secs > 0.0 {
+                total.bytes_sent as f64 * 8.0 / secs
+            } else {
+                0.0
+            },
+            latency: total.send_latency,
+            iterations: total.send_latency.map_or(0, |l| l.count),
+        };
+        if output.mode == Mode::Human {
+            println!("{}", sweep::row(&row, mprtt));
+            let _ = std::io::stdout().flush();
+        }
+        records.push(SweepRecord {
+            value,
+            result: RunDoc::new(&settings, start, &outcome),
+        });
+        if outcome.interrupted || abort.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+    if output.mode == Mode::Json {
+        let doc = SweepDoc {
+            schema_version: json::SCHEMA_VERSION,
+            fperf_version: fperf::VERSION,
+            sweep: json::SweepSpecDoc {
+                parameter: sweep.param.name(),
+                values: sweep.values.clone(),
+            },
+            records,
+        };
+        println!("{}", json::to_document(&doc));
+    }
+    if abort.load(Ordering::Relaxed) {
+        return Ok(ExitCode::from(130));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,294 @@
+//! `--sweep NAME=LO..HI[:STEP]`: one measurement per value of a numeric option against
+//! the same server, one row per value (sfnt-pingpong's table).
+//!
+//! The spec is parsed here without I/O. `STEP` is `*K` (multiply, K ≥ 2; the default is
+//! `*2`) or `+K` (add, K ≥ 1); the values run from `LO` while they do not exceed `HI`.
+//! `NAME=V1,V2,...` lists the values instead. Numbers may end in `K`, `M` or `G`
+//! (binary: `64K` = 65536).
+
+use crate::settings::Settings;
+use crate::stats::LatencySummary;
+use thiserror::Error;
+
+/// Most values one sweep may hold.
+pub const MAX_SWEEP_VALUES: usize = 1000;
+
+/// The options a sweep can vary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SweepParam {
+    PktSize,
+    NSockets,
+    NStreams,
+    Mb,
+}
+
+impl SweepParam {
+    fn from_name(name: &str) -> Option<SweepParam> {
+        match name {
+            "pktsize" | "l" => Some(SweepParam::PktSize),
+            "nsockets" | "n" => Some(SweepParam::NSockets),
+            "nstreams" | "t" => Some(SweepParam::NStreams),
+            "mb" | "m" => Some(SweepParam::Mb),
+            _ => None,
+        }
+    }
+
+    /// The option's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SweepParam::PktSize => "pktsize",
+            SweepParam::NSockets => "nsockets",
+            SweepParam::NStreams => "nstreams",
+            SweepParam::Mb => "mb",
+        }
+    }
+
+    /// The first column's title in the table.
+    pub fn column(self) -> &'static str {
+        match self {
+            SweepParam::PktSize => "size",
+            other => other.name(),
+        }
+    }
+
+    /// `base` with this option set to `value` (not yet validated).
+    pub fn apply(self, base: &Settings, value: u64) -> Settings {
+        let small = u32::try_from(value).unwrap_or(u32::MAX);
+        let mut s = base.clone();
+        match self {
+            SweepParam::PktSize => s.pktsize = small,
+            SweepParam::NSockets => s.nsockets = small,
+            SweepParam::NStreams => s.nstreams = small,
+            SweepParam::Mb => s.mb = value,
+        }
+        s
+    }
+}
+
+/// A parsed `--sweep`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sweep {
+    pub param: SweepParam,
+    pub values: Vec<u64>,
+}
+
+/// Why a `--sweep` spec was refused.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum SweepError {
+    #[error("--sweep wants NAME=LO..HI[:*K|:+K] or NAME=V1,V2,..., not '{0}'")]
+    Syntax(String),
+    #[error("--sweep can vary pktsize, nsockets, nstreams or mb, not '{0}'")]
+    Name(String),
+    #[error("--sweep: '{0}' is not a number")]
+    Number(String),
+    #[error("--sweep: the range {0}..{1} is empty")]
+    Empty(u64, u64),
+    #[error("--sweep: a step must be *K with K >= 2 or +K with K >= 1, not '{0}'")]
+    Step(String),
+    #[error("--sweep: more than {MAX_SWEEP_VALUES} values")]
+    TooMany,
+}
+
+fn number(text: &str) -> Result<u64, SweepError> {
+    let t = text.trim();
+    let (digits, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|v| v.checked_mul(mult))
+        .ok_or_else(|| SweepError::Number(text.to_string()))
+}
+
+/// Parses a `--sweep` spec.
+pub fn parse(spec: &str) -> Result<Sweep, SweepError> {
+    let (name, range) = spec
+        .split_once('=')
+        .ok_or_else(|| SweepError::Syntax(spec.to_string()))?;
+    let param = SweepParam::from_name(name.trim().to_ascii_lowercase().as_str())
+        .ok_or_else(|| SweepError::Name(name.to_string()))?;
+    let values = if let Some((lo, rest)) = range.split_once("..") {
+        let (hi, step) = rest.split_once(':').unwrap_or((rest, "*2"));
+        let (lo, hi) = (number(lo)?, number(hi)?);
+        if lo > hi {
+            return Err(SweepError::Empty(lo, hi));
+        }
+        let step = step.trim();
+        let k = step
+            .get(1..)
+            .map(number)
+            .transpose()?
+            .ok_or_else(|| SweepError::Step(step.to_string()))?;
+        let next: Box<dyn Fn(u64) -> Option<u64>> = match step.as_bytes().first() {
+            Some(b'*') if k >= 2 && lo >= 1 => Box::new(move |v: u64| v.checked_mul(k)),
+            Some(b'+') if k >= 1 => Box::new(move |v: u64| v.checked_add(k)),
+            _ => return Err(SweepError::Step(step.to_string())),
+        };
+        let mut values = Vec::new();
+        let mut v = Some(lo);
+        while let Some(x) = v.filter(|&x| x <= hi) {
+            if values.len() == MAX_SWEEP_VALUES {
+                return Err(SweepError::TooMany);
+            }
+            values.push(x);
+            v = next(x);
+        }
+        values
+    } else {
+        let values = range
+            .split(',')
+            .map(number)
+            .collect::<Result<Vec<_>, _>>()?;
+        if values.len() > MAX_SWEEP_VALUES {
+            return Err(SweepError::TooMany);
+        }
+        values
+    };
+    if values.is_empty() {
+        return Err(SweepError::Syntax(spec.to_string()));
+    }
+    Ok(Sweep { param, values })
+}
+
+/// What one sweep value measured (the client's figures).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepRow {
+    pub value: u64,
+    /// Payload bits per second sent.
+    pub bits_per_second: f64,
+    /// Send latency (the MPRTT round trip with `-r`).
+    pub latency: Option<LatencySummary>,
+    /// Sends timed.
+    pub iterations: u64,
+}
+
+/// The table's header: latency columns for `-r` runs, bandwidth first otherwise.
+pub fn header(param: SweepParam, mprtt: bool) -> String {
+    let lat = "mean_us min_us p50_us p99_us max_us stddev_us";
+    let cols = if mprtt {
+        format!("{lat} iter")
+    } else {
+        format!("bw_Gbit/s {lat} iter")
+    };
+    let cols: Vec<String> = cols.split(' ').map(|c| format!("{c:>12}")).collect();
+    format!("#{:>11}{}", param.column(), cols.join(""))
+}
+
+/// One row of the table.
+pub fn row(r: &SweepRow, mprtt: bool) -> String {
+    let us = |ns: f64| format!("{:>12.2}", ns / 1000.0);
+    let lat = r.latency.map_or_else(
+        || format!("{:>12}", "-").repeat(6),
+        |l| {
+            [
+                l.mean_ns,
+                l.min_ns as f64,
+                l.p50_ns as f64,
+                l.p99_ns as f64,
+                l.max_ns as f64,
+                l.stddev_ns,
+            ]
+            .map(us)
+            .join("")
+        },
+    );
+    let bw = if mprtt {
+        String::new()
+    } else {
+        format!("{:>12.3}", r.bits_per_second / 1e9)
+    };
+    format!("{:>12}{bw}{lat}{:>12}", r.value, r.iterations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doubling_ranges_include_both_ends() {
+        let s = parse("pktsize=1..65536:*2").expect("valid");
+        assert_eq!(s.param, SweepParam::PktSize);
+        assert_eq!(s.values.len(), 17);
+        assert_eq!(s.values.first(), Some(&1));
+        assert_eq!(s.values.last(), Some(&65536));
+        assert_eq!(parse("pktsize=1..64K").expect("valid").values, s.values);
+    }
+
+    #[test]
+    fn additive_steps_and_lists() {
+        assert_eq!(
+            parse("nsockets=1..10:+3").expect("valid").values,
+            vec![1, 4, 7, 10]
+        );
+        assert_eq!(
+            parse("nstreams=2..5:+1").expect("valid").values,
+            vec![2, 3, 4, 5]
+        );
+        assert_eq!(parse("mb=1,2,8").expect("valid").values, vec![1, 2, 8]);
+        assert_eq!(
+            parse("l=100..1000:*3").expect("valid").values,
+            vec![100, 300, 900]
+        );
+        assert_eq!(parse("mb=5..5").expect("valid").values, vec![5]);
+    }
+
+    #[test]
+    fn bad_specs_are_refused_with_a_reason() {
+        assert!(matches!(parse("pktsize"), Err(SweepError::Syntax(_))));
+        assert!(matches!(parse("speed=1..2"), Err(SweepError::Name(_))));
+        assert!(matches!(parse("pktsize=a..2"), Err(SweepError::Number(_))));
+        assert!(matches!(
+            parse("pktsize=9..2"),
+            Err(SweepError::Empty(9, 2))
+        ));
+        assert!(matches!(parse("pktsize=1..8:*1"), Err(SweepError::Step(_))));
+        assert!(matches!(parse("pktsize=0..8:*2"), Err(SweepError::Step(_))));
+        assert!(matches!(parse("pktsize=1..8:+0"), Err(SweepError::Step(_))));
+        assert!(matches!(parse("pktsize=1..8:/2"), Err(SweepError::Step(_))));
+        assert!(matches!(
+            parse("pktsize=1..100000:+1"),
+            Err(SweepError::TooMany)
+        ));
+        assert!(matches!(
+            parse("mb=1..99999999999999999999"),
+            Err(SweepError::Number(_))
+        ));
+    }
+
+    #[test]
+    fn values_apply_to_the_named_option() {
+        let base = Settings::default();
+        assert_eq!(SweepParam::PktSize.apply(&base, 64).pktsize, 64);
+        assert_eq!(SweepParam::NSockets.apply(&base, 4).nsockets, 4);
+        assert_eq!(SweepParam::Mb.apply(&base, 3).mb, 3);
+        assert!(SweepParam::NStreams
+            .apply(&base, 1 << 40)
+            .validate()
+            .is_err());
+    }
+
+    #[test]
+    fn rows_line_up_with_the_header() {
+        let r = SweepRow {
+            value: 1024,
+            bits_per_second: 1.5e9,
+            latency: None,
+            iterations: 10,
+        };
+        for mprtt in [false, true] {
+            let h = header(SweepParam::PktSize, mprtt);
+            let line = row(&r, mprtt);
+            assert_eq!(h.len(), line.len(), "{h}\n{line}");
+            // The header's leading '#' is a token of its own.
+            assert_eq!(
+                h.split_whitespace().count(),
+                line.split_whitespace().count() + 1
+            );
+        }
+        assert!(header(SweepParam::PktSize, false).starts_with("#       size   bw_Gbit/s"));
+    }
+}

@@ -1,0 +1,279 @@
+//! Facts about the machine and the process that frame a measurement: host, CPU, kernel,
+//! fperf version ([`SystemFacts`]), the CPU time a run cost ([`CpuUsage`], from
+//! `getrusage`), and TCP's own view of a connection ([`TcpInfo`], from `TCP_INFO`).
+//!
+//! Everything here is read outside the hot path: at the start and end of a run and at
+//! interval boundaries. A fact the system does not provide is `None`, never a guess.
+
+use serde::{Deserialize, Serialize};
+
+/// What one end reports about its machine (qperf's `conf`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemFacts {
+    /// Host name.
+    pub hostname: Option<String>,
+    /// CPU model name as /proc/cpuinfo gives it.
+    pub cpu_model: Option<String>,
+    /// Logical CPUs online.
+    pub cpu_cores: Option<u32>,
+    /// Operating system and kernel release, e.g. `Linux 6.1.0-18-amd64`.
+    pub kernel: Option<String>,
+    /// Machine architecture, e.g. `x86_64`.
+    pub arch: String,
+    /// The fperf version of this end.
+    pub fperf_version: String,
+}
+
+impl SystemFacts {
+    /// Reads the facts of this machine.
+    pub fn collect() -> SystemFacts {
+        let uts = uname();
+        SystemFacts {
+            hostname: uts.as_ref().map(|u| u.0.clone()).filter(|h| !h.is_empty()),
+            cpu_model: cpu_model(),
+            cpu_cores: std::thread::available_parallelism()
+                .ok()
+                .and_then(|n| u32::try_from(n.get()).ok()),
+            kernel: uts.map(|u| format!("{} {}", u.1, u.2)),
+            arch: std::env::consts::ARCH.to_string(),
+            fperf_version: crate::VERSION.to_string(),
+        }
+    }
+}
+
+/// The two ends' facts side by side (`fperf -c HOST --conf`).
+pub fn side_by_side(client: &SystemFacts, server: &SystemFacts) -> String {
+    let rows = |f: &SystemFacts| {
+        let or_unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
+        [
+            or_unknown(&f.hostname),
+            or_unknown(&f.cpu_model),
+            f.cpu_cores
+                .map_or_else(|| "unknown".into(), |n| n.to_string()),
+            or_unknown(&f.kernel),
+            f.arch.clone(),
+            f.fperf_version.clone(),
+        ]
+    };
+    let (c, s) = (rows(client), rows(server));
+    let width = c.iter().map(String::len).max().unwrap_or(0).max(6);
+    let mut out = format!("{:<10}  {:<width$}  {}\n", "", "client", "server");
+    for (i, label) in ["host", "cpu", "cores", "kernel", "arch", "fperf"]
+        .iter()
+        .enumerate()
+    {
+        out += &format!("{label:<10}  {:<width$}  {}\n", c[i], s[i]);
+    }
+    out
+}
+
+/// (nodename, sysname, release) from `uname()`.
+fn uname() -> Option<(String, String, String)> {
+    // SAFETY: utsname is plain old data; zeroed is a valid value for it.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, exclusively borrowed utsname for the call.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return None;
+    }
+    let field = |f: &[libc::c_char]| {
+        let bytes: Vec<u8> = f
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    Some((field(&u.nodename), field(&u.sysname), field(&u.release)))
+}
+
+/// The first `model name` (x86) or `Processor`/`cpu model` (other architectures) in
+/// /proc/cpuinfo.
+fn cpu_model() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    parse_cpu_model(&text)
+}
+
+fn parse_cpu_model(cpuinfo: &str) -> Option<String> {
+    ["model name", "Processor", "cpu model", "uarch", "cpu"]
+        .iter()
+        .find_map(|key| {
+            cpuinfo.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == *key && !v.trim().is_empty()).then(|| v.trim().to_string())
+            })
+        })
+}
+
+/// CPU time used by this process, in microseconds (as `getrusage` counts it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuUsage {
+    pub user_us: u64,
+    pub system_us: u64,
+}
+
+impl CpuUsage {
+    /// CPU time this process used so far (every thread).
+    pub fn now() -> Option<CpuUsage> {
+        // SAFETY: rusage is plain old data; zeroed is a valid value for it.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is a valid, exclusively borrowed rusage for the call.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+            return None;
+        }
+        let us = |tv: libc::timeval| {
+            u64::try_from(tv.tv_sec).unwrap_or(0) * 1_000_000
+                + u64::try_from(tv.tv_usec).unwrap_or(0)
+        };
+        Some(CpuUsage {
+            user_us: us(ru.ru_utime),
+            system_us: us(ru.ru_stime),
+        })
+    }
+
+    /// The CPU time used between `earlier` and `self`.
+    pub fn since(self, earlier: CpuUsage) -> CpuUsage {
+        CpuUsage {
+            user_us: self.user_us.saturating_sub(earlier.user_us),
+            system_us: self.system_us.saturating_sub(earlier.system_us),
+        }
+    }
+
+    /// User seconds.
+    pub fn user_secs(self) -> f64 {
+        self.user_us as f64 / 1e6
+    }
+
+    /// System seconds.
+    pub fn system_secs(self) -> f64 {
+        self.system_us as f64 / 1e6
+    }
+}
+
+/// TCP's own figures for the sockets of a stream (or of all streams), from `TCP_INFO`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpInfo {
+    /// Sockets these figures cover.
+    pub sockets: u32,
+    /// Segments retransmitted (since the connections opened, or within an interval).
+    pub retransmits: u64,
+    /// Congestion windows added up, in bytes (segments × MSS).
+    pub cwnd_bytes: u64,
+    /// Smoothed round-trip time, mean over the sockets, in microseconds.
+    pub srtt_us: u32,
+    /// Round-trip time variation, mean over the sockets, in microseconds.
+    pub rttvar_us: u32,
+}
+
+impl TcpInfo {
+    /// Combines the figures of two disjoint sets of sockets.
+    pub fn merge(&mut self, other: &TcpInfo) {
+        let n = u64::from(self.sockets) + u64::from(other.sockets);
+        if n > 0 {
+            let mean = |a: u32, b: u32| {
+                ((u64::from(a) * u64::from(self.sockets) + u64::from(b) * u64::from(other.sockets))
+                    / n) as u32
+            };
+            self.srtt_us = mean(self.srtt_us, other.srtt_us);
+            self.rttvar_us = mean(self.rttvar_us, other.rttvar_us);
+        }
+        self.sockets += other.sockets;
+        self.retransmits += other.retransmits;
+        self.cwnd_bytes += other.cwnd_bytes;
+    }
+
+    /// The figures of an interval: retransmits since `earlier`, the rest as now.
+    pub fn since(self, earlier: &TcpInfo) -> TcpInfo {
+        TcpInfo {
+            retransmits: self.retransmits.saturating_sub(earlier.retransmits),
+            ..self
+        }
+    }
+
+    /// Sums optional figures (a transport without TCP_INFO gives `None`).
+    pub fn merge_opt(acc: &mut Option<TcpInfo>, other: Option<&TcpInfo>) {
+        match (acc.as_mut(), other) {
+            (Some(a), Some(b)) => a.merge(b),
+            (None, Some(b)) => *acc = Some(*b),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facts_of_this_machine_are_read() {
+        let f = SystemFacts::collect();
+        assert!(f.hostname.is_some());
+        assert!(f.kernel.as_deref().is_some_and(|k| k.starts_with("Linux ")));
+        assert!(f.cpu_cores.is_some_and(|n| n >= 1));
+        assert_eq!(f.fperf_version, crate::VERSION);
+    }
+
+    #[test]
+    fn cpu_model_is_found_on_x86_and_arm_layouts() {
+        let x86 = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) CPU\n";
+        assert_eq!(
+            parse_cpu_model(x86).as_deref(),
+            Some("Intel(R) Xeon(R) CPU")
+        );
+        let arm = "processor\t: 0\nBogoMIPS\t: 50.00\n\nProcessor\t: ARMv8 rev 1\n";
+        assert_eq!(parse_cpu_model(arm).as_deref(), Some("ARMv8 rev 1"));
+        assert_eq!(parse_cpu_model("flags : x\n"), None);
+    }
+
+    #[test]
+    fn side_by_side_has_one_row_per_fact() {
+        let f = SystemFacts::collect();
+        let text = side_by_side(&f, &f);
+        assert_eq!(text.lines().count(), 7);
+        assert!(text.lines().nth(3).is_some_and(|l| l.starts_with("cores ")));
+    }
+
+    #[test]
+    fn cpu_usage_grows_with_work() {
+        let a = CpuUsage::now().expect("getrusage");
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        let b = CpuUsage::now().expect("getrusage");
+        assert!(b.since(a).user_us > 0);
+    }
+
+    #[test]
+    fn tcp_info_merges_sums_and_means() {
+        let mut a = TcpInfo {
+            sockets: 1,
+            retransmits: 2,
+            cwnd_bytes: 100,
+            srtt_us: 10,
+            rttvar_us: 2,
+        };
+        a.merge(&TcpInfo {
+            sockets: 3,
+            retransmits: 1,
+            cwnd_bytes: 300,
+            srtt_us: 30,
+            rttvar_us: 6,
+        });
+        assert_eq!(
+            a,
+            TcpInfo {
+                sockets: 4,
+                retransmits: 3,
+                cwnd_bytes: 400,
+                srtt_us: 25,
+                rttvar_us: 5
+            }
+        );
+        let later = TcpInfo {
+            retransmits: 10,
+            ..a
+        };
+        assert_eq!(later.since(&a).retransmits, 7);
+    }
+}

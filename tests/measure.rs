@@ -1,0 +1,492 @@
+//! Measurement depth end to end: `--json` and `--json-stream` (validated against
+//! docs/fperf-result.schema.json), `--time`, `-i`, `--omit`, `--csv`, `--conf` and
+//! `--sweep`, with real `fperf -s` / `fperf -c` processes on loopback.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::time::Duration;
+
+const MB: u64 = 1 << 20;
+
+/// Runs a client with `args` plus `--json`; returns the parsed document.
+fn json_run(server: &Server, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let out = client_ok(server, "127.0.0.1", &all);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{out}"))
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64()
+        .unwrap_or_else(|| panic!("not an unsigned integer: {v}"))
+}
+
+fn schema() -> Value {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/fperf-result.schema.json"
+    ))
+    .expect("schema file");
+    serde_json::from_str(&text).expect("schema is JSON")
+}
+
+fn assert_valid(schema: &Value, doc: &Value) {
+    let v = jsonschema::validator_for(schema).expect("schema compiles");
+    let errors: Vec<String> = v
+        .iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}\n{doc:#}");
+}
+
+/// The schema of one `--json-stream` line.
+fn event_schema() -> Value {
+    let s = schema();
+    serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$ref": "#/$defs/event",
+        "$defs": s["$defs"].clone(),
+    })
+}
+
+/// Every number in `v` (recursively).
+fn numbers(v: &Value, out: &mut Vec<f64>) {
+    match v {
+        Value::Number(n) => out.push(n.as_f64().unwrap_or(f64::NAN)),
+        Value::Array(a) => a.iter().for_each(|x| numbers(x, out)),
+        Value::Object(o) => o.values().for_each(|x| numbers(x, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn json_of_a_tcp_run_agrees_with_both_human_reports() {
+    let server = Server::start(&[]);
+    let doc = json_run(&server, &["-m", "16", "-t", "2", "-n", "2"]);
+    let human_server = server.report(1);
+    assert_valid(&schema(), &doc);
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["settings"]["nstreams"], 2);
+    let (c, s) = (&doc["client"], &doc["server"]);
+    assert_eq!(u(&c["total"]["bytes_sent"]), 32 * MB);
+    assert_eq!(u(&s["total"]["bytes_received"]), 32 * MB);
+    assert_eq!(
+        u(&s["total"]["bytes_received"]),
+        volume(&human_server, "received").bytes,
+        "server JSON vs its human report"
+    );
+    for side in [c, s] {
+        assert_eq!(side["streams"].as_array().map(Vec::len), Some(2));
+        assert!(side["system"]["kernel"].as_str().is_some());
+        assert!(side["cpu"]["system_us"].as_u64().is_some());
+        assert!(u(&side["total"]["tcp"]["sockets"]) == 4, "{side:#}");
+    }
+    for k in 0..2 {
+        assert_eq!(u(&c["streams"][k]["figures"]["bytes_sent"]), 16 * MB);
+        assert_eq!(u(&s["streams"][k]["figures"]["bytes_received"]), 16 * MB);
+    }
+    // The same run in human form counts the same bytes.
+    let human = client_ok(&server, "127.0.0.1", &["-m", "16", "-t", "2", "-n", "2"]);
+    assert_eq!(volume(&human, "sent").bytes, u(&c["total"]["bytes_sent"]));
+    // Every latency figure has its percentiles, per stream and for lat_submit too.
+    let full = regex::Regex::new(
+        r"avg=[\d.]+us  min=[\d.]+us  max=[\d.]+us  p50=[\d.]+us  p90=[\d.]+us  p99=[\d.]+us  p99\.9=[\d.]+us  stddev=[\d.]+us",
+    )
+    .unwrap();
+    for k in 0..2 {
+        let line = human
+            .lines()
+            .find(|l| l.starts_with(&format!("  stream {k} : ")))
+            .unwrap_or_else(|| panic!("no stream {k} line:\n{human}"));
+        assert!(full.is_match(line), "{line}");
+    }
+    assert!(
+        regex::Regex::new(r"(?m)^lat_submit: avg=\d+ns  min=\d+ns  max=\d+ns  p50=\d+ns  p90=\d+ns  p99=\d+ns  p99\.9=\d+ns  stddev=\d+ns$")
+            .unwrap()
+            .is_match(&human),
+        "{human}"
+    );
+    assert!(has_line(&human, "cpu       : user="), "{human}");
+    assert!(has_line(&human, "tcp_info  : retransmits="), "{human}");
+    let mut all = Vec::new();
+    numbers(&doc, &mut all);
+    assert!(all.iter().all(|x| x.is_finite()), "non-finite number");
+}
+
+#[test]
+fn json_of_an_mprtt_run_counts_packets_and_acks() {
+    let server = Server::start(&[]);
+    // 4 MB in 1000-byte packets: 4194 whole packets and a short one, each acknowledged.
+    let doc = json_run(&server, &["-r", "-m", "4", "-l", "1000"]);
+    let human_server = server.report(1);
+    assert_valid(&schema(), &doc);
+    let packets = (4 * MB).div_ceil(1000);
+    let (c, s) = (&doc["client"]["total"], &doc["server"]["total"]);
+    assert_eq!(u(&c["bytes_sent"]), 4 * MB);
+    assert_eq!(u(&c["bytes_received"]), packets, "one ACK byte per packet");
+    assert_eq!(u(&c["send_latency"]["count"]), packets);
+    assert_eq!(u(&s["bytes_received"]), 4 * MB);
+    assert_eq!(u(&s["bytes_sent"]), packets);
+    assert_eq!(volume(&human_server, "received").bytes, 4 * MB);
+    assert_eq!(volume(&human_server, "sent").bytes, packets);
+    let l = &c["send_latency"];
+    assert!(u(&l["min_ns"]) <= u(&l["p50_ns"]) && u(&l["p50_ns"]) <= u(&l["p99_ns"]));
+    assert!(u(&l["p99_ns"]) <= u(&l["p999_ns"]) && u(&l["p999_ns"]) <= u(&l["max_ns"]));
+}
+
+#[test]
+fn json_of_udp_runs_counts_datagrams_on_both_sides() {
+    let server = Server::start(&[]);
+    let schema = schema();
+    // Plain UDP, with intervals: 4 MB in 1472-byte datagrams.
+    let doc = json_run(&server, &["-u", "-m", "4", "-l", "1472", "-i", "0.05"]);
+    assert_valid(&schema, &doc);
+    let datagrams = (4 * MB).div_ceil(1472);
+    let (c, s) = (&doc["client"]["total"], &doc["server"]["total"]);
+    assert_eq!(u(&c["bytes_sent"]), 4 * MB);
+    assert_eq!(u(&c["datagrams"]["sent"]), datagrams);
+    let d = &s["datagrams"];
+    assert_eq!(u(&d["peer_sent"]), datagrams);
+    assert_eq!(
+        u(&d["received"]) - u(&d["duplicates"]) + u(&d["lost"]),
+        datagrams
+    );
+    assert!(u(&s["bytes_received"]) <= u(&d["received"]) * 1472);
+    if u(&d["lost"]) == 0 && u(&d["duplicates"]) == 0 {
+        assert_eq!(u(&s["bytes_received"]), 4 * MB);
+    }
+    assert!(
+        doc["client"]["total"]["tcp"].is_null(),
+        "no TCP_INFO on UDP"
+    );
+    // UDP with MPRTT: every datagram acknowledged.
+    let doc = json_run(&server, &["-u", "-r", "-m", "1", "-l", "1000"]);
+    assert_valid(&schema, &doc);
+    let packets = MB.div_ceil(1000);
+    let c = &doc["client"]["total"];
+    assert!(
+        u(&c["bytes_received"]) >= packets,
+        "at least one ACK per packet"
+    );
+    if u(&c["retries"]) == 0 {
+        assert_eq!(u(&c["bytes_received"]), packets, "one ACK per packet");
+    }
+    assert_eq!(u(&c["send_latency"]["count"]), packets);
+    assert!(u(&doc["server"]["total"]["bytes_received"]) >= MB);
+}
+
+fn interval_lines(text: &str, label: &str) -> Vec<String> {
+    let re = regex::Regex::new(&format!(
+        r"^\[\s*[\d.]+-\s*[\d.]+s\] {label}: \d+MB\([\d.]+GB (\d+)B\)  bw: [\d.]+[KMGT]?bit/s  latency: p50=[\d.]+us p99=[\d.]+us  retransmits: \d+$"
+    ))
+    .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with('['))
+        .inspect(|l| assert!(re.is_match(l), "bad interval line: {l}"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn time_3_interval_1_prints_three_intervals_per_side() {
+    let server = Server::start(&[]);
+    let c = client_ok(&server, "127.0.0.1", &["--time", "3", "-i", "1"]);
+    let s = server.report(1);
+    assert_eq!(interval_lines(&c, "sent").len(), 3, "{c}");
+    assert_eq!(interval_lines(&s, "received").len(), 3, "{s}");
+    // Both ends count the same bytes; a time-bounded run sends whole packets.
+    let (sent, received) = (volume(&c, "sent"), volume(&s, "received"));
+    assert_eq!(sent.bytes, received.bytes);
+    assert_eq!(sent.bytes % 32768, 0);
+    assert!(sent.bytes > 0);
+    let sum: u64 = interval_lines(&c, "sent")
+        .iter()
+        .map(|l| {
+            let re = regex::Regex::new(r"GB (\d+)B\)").unwrap();
+            re.captures(l).unwrap()[1].parse::<u64>().unwrap()
+        })
+        .sum();
+    assert_eq!(sum, sent.bytes, "intervals add up to the total");
+}
+
+#[test]
+fn intervals_in_json_add_up_and_omit_leaves_the_warm_up_out() {
+    let server = Server::start(&[]);
+    let doc = json_run(
+        &server,
+        &["--time", "2", "-i", "0.5", "--omit", "1", "-n", "3"],
+    );
+    assert_valid(&schema(), &doc);
+    for (side, field) in [("client", "bytes_sent"), ("server", "bytes_received")] {
+        let intervals = doc[side]["intervals"].as_array().expect("intervals");
+        assert_eq!(intervals.len(), 4, "{side}: {intervals:#?}");
+        let omitted: Vec<bool> = intervals
+            .iter()
+            .map(|i| i["omitted"].as_bool().unwrap())
+            .collect();
+        assert_eq!(omitted, [true, true, false, false], "{side}");
+        let counted: u64 = intervals
+            .iter()
+            .filter(|i| !i["omitted"].as_bool().unwrap())
+            .map(|i| u(&i["total"][field]))
+            .sum();
+        assert_eq!(u(&doc[side]["total"][field]), counted, "{side}");
+        for i in intervals {
+            assert_eq!(i["streams"].as_array().map(Vec::len), Some(1));
+            assert!(u(&i["end_ns"]) > u(&i["start_ns"]));
+        }
+    }
+}
+
+#[test]
+fn json_stream_prints_start_intervals_and_end_events() {
+    let server = Server::start(&[]);
+    let out = client_ok(
+        &server,
+        "127.0.0.1",
+        &["--time", "1", "-i", "0.5", "--json-stream"],
+    );
+    let schema = event_schema();
+    let events: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    for e in &events {
+        assert_valid(&schema, e);
+    }
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"start"));
+    assert_eq!(kinds.last(), Some(&"end"));
+    let sides = |s: &str| {
+        events
+            .iter()
+            .filter(|e| e["event"] == "interval" && e["side"] == s)
+            .count()
+    };
+    assert_eq!((sides("client"), sides("server")), (2, 2), "{out}");
+    let end = &events[events.len() - 1]["result"];
+    assert_eq!(
+        u(&end["client"]["total"]["bytes_sent"]),
+        u(&end["server"]["total"]["bytes_received"])
+    );
+}
+
+#[test]
+fn csv_has_neper_columns_and_one_row_per_stream_per_interval() {
+    let server = Server::start(&[]);
+    let dir =
+        std::env::temp_dir().join(format!("fperf-csv-{}-{}", std::process::id(), server.port));
+    let path = dir.with_extension("csv");
+    let path_s = path.to_str().unwrap().to_string();
+    let doc = json_run(
+        &server,
+        &["-t", "2", "--time", "2", "-i", "1", "--csv", &path_s],
+    );
+    let text = std::fs::read_to_string(&path).expect("csv written");
+    let _ = std::fs::remove_file(&path);
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("time,stream,bytes,transactions,latency_min,latency_mean,latency_max,latency_stddev,latency_p50,latency_p90,latency_p99,latency_p99.9,utime,stime")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 4, "2 streams x 2 intervals:\n{text}");
+    for r in &rows {
+        assert_eq!(r.len(), 14, "{r:?}");
+        for cell in r {
+            assert!(cell.parse::<f64>().is_ok(), "{r:?}");
+        }
+    }
+    let streams: Vec<&str> = rows.iter().map(|r| r[1]).collect();
+    assert_eq!(streams, ["0", "1", "0", "1"]);
+    let bytes: u64 = rows.iter().map(|r| r[2].parse::<u64>().unwrap()).sum();
+    assert_eq!(bytes, u(&doc["client"]["total"]["bytes_sent"]));
+    let transactions: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
+    assert_eq!(
+        transactions,
+        u(&doc["client"]["total"]["send_latency"]["count"])
+    );
+}
+
+#[test]
+fn sweep_over_four_sizes_prints_four_rows() {
+    let server = Server::start(&[]);
+    let out = client_ok(
+        &server,
+        "127.0.0.1",
+        &["-r", "-m", "1", "--sweep", "pktsize=1024..8192:*2"],
+    );
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "#",
+            "size",
+            "mean_us",
+            "min_us",
+            "p50_us",
+            "p99_us",
+            "max_us",
+            "stddev_us",
+            "iter"
+        ]
+    );
+    let rows: Vec<Vec<f64>> = lines
+        .map(|l| l.split_whitespace().map(|c| c.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{out}");
+    for (row, size) in rows.iter().zip([1024u64, 2048, 4096, 8192]) {
+        assert_eq!(row.len(), 8);
+        assert_eq!(row[0] as u64, size);
+        assert_eq!(row[7] as u64, MB / size, "iterations at {size}");
+        let (mean, min, p50, p99, max) = (row[1], row[2], row[3], row[4], row[5]);
+        assert!(min <= p50 && p50 <= p99 && p99 <= max && min <= mean && mean <= max);
+    }
+}
+
+#[test]
+fn bandwidth_sweep_rows_have_bandwidth_and_iterations() {
+    let server = Server::start(&[]);
+    let out = client_ok(&server, "127.0.0.1", &["--sweep", "mb=1,2,4"]);
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(&header[..4], ["#", "mb", "bw_Gbit/s", "mean_us"]);
+    let rows: Vec<Vec<f64>> = lines
+        .map(|l| l.split_whitespace().map(|c| c.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    for (row, mb) in rows.iter().zip([1u64, 2, 4]) {
+        assert_eq!(row.len(), 9);
+        assert_eq!(row[0] as u64, mb);
+        assert!(row[1] > 0.0, "bandwidth of {mb} MB");
+        assert_eq!(row[8] as u64, mb * MB / 32768, "32 KB sends in {mb} MB");
+    }
+    // Every value was a test of its own on the same server.
+    for n in 1..=3 {
+        assert!(volume(&server.report(n), "received").bytes > 0);
+    }
+}
+
+#[test]
+fn sweep_json_has_one_record_per_value() {
+    let server = Server::start(&[]);
+    let doc = json_run(&server, &["-m", "2", "--sweep", "nsockets=1..3:+1"]);
+    assert_valid(&schema(), &doc);
+    let records = doc["records"].as_array().expect("records");
+    assert_eq!(records.len(), 3);
+    for (r, n) in records.iter().zip(1u64..) {
+        assert_eq!(u(&r["value"]), n);
+        assert_eq!(u(&r["result"]["settings"]["nsockets"]), n);
+        assert_eq!(u(&r["result"]["server"]["total"]["bytes_received"]), 2 * MB);
+    }
+}
+
+#[test]
+fn conf_prints_both_ends_side_by_side() {
+    let server = Server::start(&[]);
+    let out = client_ok(&server, "127.0.0.1", &["--conf"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 7, "{out}");
+    assert!(lines[0].contains("client") && lines[0].contains("server"));
+    for (line, label) in lines[1..]
+        .iter()
+        .zip(["host", "cpu", "cores", "kernel", "arch", "fperf"])
+    {
+        assert!(line.starts_with(label), "{line}");
+    }
+    assert_eq!(lines[6].matches(env!("CARGO_PKG_VERSION")).count(), 2);
+    // A conf query is not a test: the server is still idle and serves one next.
+    client_ok(&server, "127.0.0.1", &["-m", "1"]);
+}
+
+#[test]
+fn help_lists_the_measurement_flags() {
+    let out = run(&["--help"], Duration::from_secs(10));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--time <SECS>",
+        "-i, --interval <SECS>",
+        "--omit <SECS>",
+        "--json",
+        "--json-stream",
+        "--csv <FILE>",
+        "--conf",
+        "--sweep <SPEC>",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+    }
+}
+
+#[test]
+fn measurement_flags_are_checked() {
+    let out = run(
+        &["-c", "127.0.0.1", "--time", "1", "--omit", "1"],
+        Duration::from_secs(10),
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--omit"));
+    let out = run(
+        &["-c", "127.0.0.1", "--sweep", "pktsize=9..1"],
+        Duration::from_secs(10),
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("empty"));
+    let out = run(&["-s", "-i", "1"], Duration::from_secs(10));
+    assert!(!out.status.success());
+    let out = run(
+        &["-c", "127.0.0.1", "--time", "1", "-m", "5"],
+        Duration::from_secs(10),
+    );
+    assert!(!out.status.success());
+}
+
+#[test]
+fn ctrl_c_still_yields_one_json_document_with_both_sides() {
+    let server = Server::start(&[]);
+    let port = server.port.to_string();
+    let mut child = std::process::Command::new(fperf_bin())
+        .args([
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--time",
+            "60",
+            "-i",
+            "0.5",
+            "--json",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start client");
+    std::thread::sleep(Duration::from_millis(1200));
+    // SAFETY: signalling our own child process by its pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("client did not stop after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut text).unwrap();
+    let doc: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
+    assert_valid(&schema(), &doc);
+    assert_eq!(doc["interrupted"], true);
+    let sent = u(&doc["client"]["total"]["bytes_sent"]);
+    assert!(sent > 0);
+    assert_eq!(sent, u(&doc["server"]["total"]["bytes_received"]));
+    assert!(!doc["client"]["intervals"].as_array().unwrap().is_empty());
+}
