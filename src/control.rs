@@ -15,7 +15,7 @@ use crate::settings::Settings;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// Version of the control protocol; both ends must speak the same one.
@@ -52,6 +52,14 @@ pub enum Message {
     Results { result: Box<SideResult> },
     /// Either way: why the other end is giving up.
     Error { message: String },
+    /// Server → client, instead of `Welcome`, when the server requires a shared key:
+    /// a fresh random nonce (hex) the client's proof must cover.
+    AuthChallenge { nonce: String },
+    /// Client → server: the client's own nonce and its HMAC over both nonces (hex).
+    AuthResponse { nonce: String, mac: String },
+    /// Server → client: the server's HMAC over both nonces, proving it holds the key
+    /// too; `Welcome` follows.
+    AuthConfirm { mac: String },
 }
 
 /// Why a control exchange failed.
@@ -123,26 +131,71 @@ pub fn kind(msg: &Message) -> String {
         Message::Ready => "ready",
         Message::Results { .. } => "results",
         Message::Error { .. } => "error",
+        Message::AuthChallenge { .. } => "auth_challenge",
+        Message::AuthResponse { .. } => "auth_response",
+        Message::AuthConfirm { .. } => "auth_confirm",
     }
     .to_string()
 }
 
-/// Reads one frame from `r` (blocking, subject to the socket's read time-out).
+/// Bytes reserved for a frame body before any of it arrived: a peer that announces a
+/// large frame and sends nothing costs no more than this.
+const INITIAL_BODY_CAPACITY: usize = 4096;
+
+/// Reads one frame from `r` (blocking, subject to the socket's read time-out). The body
+/// buffer grows with the bytes that actually arrive, not with the announced length.
 pub fn read_frame(r: &mut impl Read) -> Result<Message, ControlError> {
     let mut header = [0u8; HEADER_LEN];
     read_exact(r, &mut header)?;
     let len = frame_len(header)?;
-    let mut body = vec![0u8; len];
-    read_exact(r, &mut body)?;
+    let mut body = Vec::with_capacity(len.min(INITIAL_BODY_CAPACITY));
+    r.take(len as u64)
+        .read_to_end(&mut body)
+        .map_err(read_error)?;
+    if body.len() < len {
+        return Err(ControlError::Closed);
+    }
     decode(&body)
 }
 
-fn read_exact(r: &mut impl Read, buf: &mut [u8]) -> Result<(), ControlError> {
-    r.read_exact(buf).map_err(|e| match e.kind() {
+/// Reads one frame from `sock`, giving up once `timeout` has passed since the call
+/// began, however slowly the peer trickles bytes in.
+pub fn read_frame_within(sock: &TcpStream, timeout: Duration) -> Result<Message, ControlError> {
+    let mut r = DeadlineReader {
+        sock,
+        deadline: Instant::now() + timeout,
+    };
+    read_frame(&mut r)
+}
+
+/// A socket reader whose every read waits only for what is left of one deadline.
+struct DeadlineReader<'a> {
+    sock: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.sock.set_read_timeout(Some(left))?;
+        let mut sock = self.sock;
+        sock.read(buf)
+    }
+}
+
+fn read_error(e: io::Error) -> ControlError {
+    match e.kind() {
         io::ErrorKind::UnexpectedEof => ControlError::Closed,
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ControlError::Timeout,
         _ => ControlError::Io(e),
-    })
+    }
+}
+
+fn read_exact(r: &mut impl Read, buf: &mut [u8]) -> Result<(), ControlError> {
+    r.read_exact(buf).map_err(read_error)
 }
 
 /// Writes one frame to `w`.
@@ -175,9 +228,7 @@ impl Channel {
     /// Receives one message, waiting at most `timeout` for it to begin and complete.
     /// An [`Message::Error`] from the peer becomes [`ControlError::Peer`].
     pub fn recv(&mut self, timeout: Duration) -> Result<Message, ControlError> {
-        self.sock
-            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-        match read_frame(&mut self.sock)? {
+        match read_frame_within(&self.sock, timeout.max(Duration::from_millis(1)))? {
             Message::Error { message } => Err(ControlError::Peer(message)),
             m => Ok(m),
         }

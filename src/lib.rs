@@ -7,13 +7,16 @@
 //! - [`settings`]: the validated run settings both ends agree on;
 //! - [`stats`]: latency histograms and counters recorded on the hot path;
 //! - [`report`]: the typed results and their human-readable rendering;
-//! - [`server`] and [`client`]: the two roles that drive a run.
+//! - [`server`] and [`client`]: the two roles that drive a run;
+//! - [`limits`] and [`auth`]: what a server allows, and its shared-key check.
 //!
 //! The library never prints to stdout on its own, never exits the process and never
 //! panics on input from a peer: every byte from the network is untrusted.
 
+pub mod auth;
 pub mod client;
 pub mod control;
+pub mod limits;
 pub mod report;
 pub mod server;
 pub mod settings;

@@ -7,7 +7,9 @@
 //! The session thread runs the test and reports through [`ServerEvent`]s, which the
 //! accept loop hands to the caller, so the library itself prints nothing.
 
+use crate::auth::{self, AuthKey};
 use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
+use crate::limits::{Limits, TestWatch, Watchdog};
 use crate::report::{Figures, Role, SideResult, StreamResult};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
@@ -18,7 +20,7 @@ use socket2::{Domain, Socket, Type};
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -34,6 +36,24 @@ pub struct ServerConfig {
     pub control_timeout: Duration,
     /// Longest silence on the data streams before the test is abandoned.
     pub idle_timeout: Duration,
+    /// What one test may ask for.
+    pub limits: Limits,
+    /// The shared key clients must prove they hold, if any.
+    pub auth: Option<AuthKey>,
+}
+
+/// Most connections at a time that have not yet said what they are: a flood of silent
+/// connections costs at most this many threads and descriptors, each for at most
+/// [`transport::tcp::HELLO_TIMEOUT`].
+pub const MAX_PENDING_GREETERS: usize = 64;
+
+/// Counts a connection as pending identification until dropped.
+struct PendingGreeter(Arc<AtomicUsize>);
+
+impl Drop for PendingGreeter {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Default for ServerConfig {
@@ -43,6 +63,8 @@ impl Default for ServerConfig {
             port: crate::settings::DEFAULT_PORT,
             control_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(10),
+            limits: Limits::default(),
+            auth: None,
         }
     }
 }
@@ -102,6 +124,7 @@ impl Server {
     /// Serves clients until `stop` is set, calling `on_event` from this thread.
     pub fn run(&self, stop: &AtomicBool, on_event: &mut dyn FnMut(ServerEvent)) -> Result<()> {
         let active: ActiveSession = Arc::new(Mutex::new(None));
+        let pending = Arc::new(AtomicUsize::new(0));
         let (events_tx, events_rx) = mpsc::channel::<ServerEvent>();
         on_event(ServerEvent::Listening);
         while !stop.load(Ordering::Relaxed) {
@@ -120,11 +143,24 @@ impl Server {
             }
             match self.listener.accept() {
                 Ok((sock, peer)) => {
+                    if pending.fetch_add(1, Ordering::Relaxed) >= MAX_PENDING_GREETERS {
+                        pending.fetch_sub(1, Ordering::Relaxed);
+                        refuse_flood(sock);
+                        on_event(ServerEvent::ClientError {
+                            peer: crate::stream::canonical(peer).to_string(),
+                            error: format!(
+                                "refused: {MAX_PENDING_GREETERS} connections are already \
+                                 waiting to say what they are"
+                            ),
+                        });
+                        continue;
+                    }
+                    let slot = PendingGreeter(pending.clone());
                     let (active, events, config) =
                         (active.clone(), events_tx.clone(), self.config.clone());
                     let _ = std::thread::Builder::new()
                         .name("fperf-greeter".into())
-                        .spawn(move || greet(sock, peer, &active, &events, &config));
+                        .spawn(move || greet(sock, peer, slot, &active, &events, &config));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -150,10 +186,26 @@ fn listen(addr: SocketAddr, dual_stack: bool) -> io::Result<TcpListener> {
     Ok(sock.into())
 }
 
-/// Reads the first frame of a new connection and acts on it.
+/// Tells a connection beyond [`MAX_PENDING_GREETERS`] why it is dropped, without ever
+/// blocking the accept loop.
+fn refuse_flood(sock: std::net::TcpStream) {
+    if sock.set_nonblocking(true).is_ok() {
+        let mut sock = sock;
+        let _ = control::write_frame(
+            &mut sock,
+            &Message::Error {
+                message: "server busy: too many connections at once, try again later".into(),
+            },
+        );
+    }
+}
+
+/// Reads the first frame of a new connection and acts on it. `pending` counts the
+/// connection as unidentified until it has said what it is (and, with a key, proved it).
 fn greet(
     sock: std::net::TcpStream,
     peer: SocketAddr,
+    pending: PendingGreeter,
     active: &ActiveSession,
     events: &Sender<ServerEvent>,
     config: &ServerConfig,
@@ -180,9 +232,25 @@ fn greet(
                 chan.send_error(&e.to_string());
                 return client_error(e.to_string());
             }
-            let Ok(session) = random_u64() else {
+            let exchange = match &config.auth {
+                Some(key) => match auth::server_handshake(&mut chan, key, config.control_timeout) {
+                    Ok(x) => Some((key, x)),
+                    Err(e) => {
+                        chan.send_error(&e.to_string());
+                        return client_error(e.to_string());
+                    }
+                },
+                None => None,
+            };
+            drop(pending);
+            let Ok(public_session) = random_u64() else {
                 chan.send_error("server cannot draw a session id");
                 return client_error("no entropy for a session id".into());
+            };
+            // With a key, data connections must present an id only key holders can derive.
+            let session = match &exchange {
+                Some((key, x)) => auth::bind_session(key, x, public_session),
+                None => public_session,
             };
             let (tx, rx) = mpsc::channel();
             {
@@ -193,7 +261,7 @@ fn greet(
                 }
                 *slot = Some((session, tx.clone()));
             }
-            let outcome = run_session(&mut chan, session, rx, tx, config, events);
+            let outcome = run_session(&mut chan, public_session, session, rx, tx, config, events);
             if let Ok(mut slot) = active.lock() {
                 *slot = None;
             }
@@ -232,9 +300,11 @@ fn greet(
     }
 }
 
-/// Runs one test on an accepted control channel.
+/// Runs one test on an accepted control channel. `public_session` is announced in
+/// `Welcome`; data connections must present `session`.
 fn run_session(
     chan: &mut Channel,
+    public_session: u64,
     session: u64,
     routed: Receiver<DataConn>,
     routed_tx: Sender<DataConn>,
@@ -244,13 +314,14 @@ fn run_session(
     chan.send(&Message::Welcome {
         version: PROTOCOL_VERSION,
         software: format!("fperf {}", crate::VERSION),
-        session,
+        session: public_session,
     })?;
     let settings = match chan.recv(config.control_timeout)? {
         Message::Settings { settings } => settings,
         other => return Err(ControlError::unexpected("settings", &other).into()),
     };
     settings.validate()?;
+    config.limits.check(&settings)?;
     let abort = Arc::new(AtomicBool::new(false));
     let ctx = ServerCtx {
         settings: settings.clone(),
@@ -269,21 +340,40 @@ fn run_session(
     let from = streams.first().map_or_else(String::new, |s| s.peer_addr());
     let _ = events.send(ServerEvent::Started {
         settings: settings.clone(),
-        from,
+        from: from.clone(),
     });
 
     let expected = settings.bytes_per_stream();
     let idle = config.idle_timeout;
+    let watch = Arc::new(TestWatch::new(
+        streams.len(),
+        config.limits.max_rate,
+        abort.clone(),
+    ));
     let workers: Vec<_> = streams
         .into_iter()
         .enumerate()
         .map(|(i, stream)| {
             let pkt = settings.pktsize as usize;
+            let watch = watch.clone();
             std::thread::Builder::new()
                 .name(format!("fperf-recv-{i}"))
-                .spawn(move || receive(stream, pkt, expected, idle))
+                .spawn(move || receive(stream, pkt, expected, idle, (&watch, i)))
         })
         .collect::<io::Result<_>>()?;
+    // The watchdog stops a test that stalls (even with a receiver blocked writing) or
+    // runs past --max-time; the receivers then fail with `Interrupted`.
+    let mut watchdog = Watchdog::new(&watch, idle, config.limits.max_time);
+    let mut stopped = None;
+    while !workers.iter().all(|w| w.is_finished()) {
+        if stopped.is_none() {
+            stopped = watchdog.check();
+            if stopped.is_some() {
+                abort.store(true, Ordering::Relaxed);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut per_stream = Vec::with_capacity(workers.len());
     let mut failure = None;
     for (i, w) in workers.into_iter().enumerate() {
@@ -299,8 +389,23 @@ fn run_session(
             }
         }
     }
+    if let Some(reason) = stopped {
+        return Err(anyhow!("{reason}"));
+    }
     if let Some(e) = failure {
         return Err(e);
+    }
+    let got: u64 = per_stream.iter().map(|(_, r)| r.stats.bytes_received).sum();
+    let want = expected.saturating_mul(per_stream.len() as u64);
+    if got < want {
+        // Ctrl-C on the client, or a client that died, ends its data early.
+        let _ = events.send(ServerEvent::ClientError {
+            peer: from.clone(),
+            error: format!(
+                "the client ended the test early: {got} of {want} bytes received \
+                 (interrupted or gone); figures cover what arrived"
+            ),
+        });
     }
     let result = server_result(&per_stream);
     let _ = events.send(ServerEvent::Finished {
@@ -320,12 +425,14 @@ struct Received {
     peer: String,
 }
 
-/// Receives on one stream until the client ends it.
+/// Receives on one stream until the client ends it, publishing progress (and pacing to
+/// the rate cap) through `watch`, the test's watch and this stream's index.
 fn receive(
     mut stream: Box<dyn Stream>,
     pktsize: usize,
     expected: u64,
     idle: Duration,
+    watch: (&TestWatch, usize),
 ) -> io::Result<Received> {
     let mut buf = vec![0u8; pktsize.max(1)];
     let mut total = 0u64;
@@ -336,6 +443,13 @@ fn receive(
             Ok(n) => {
                 let before = total;
                 total += n as u64;
+                watch.0.received(watch.1, total, n);
+                if total > expected {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("the client sent more than the {expected} bytes it announced"),
+                    ));
+                }
                 // The last packet of a run may be short: acknowledge it once it is whole.
                 if before < expected && total >= expected {
                     stream.ack_partial()?;

@@ -21,6 +21,9 @@ pub const MAX_NSTREAMS: u32 = 256;
 pub const MAX_PKTSIZE: u32 = 64 << 20;
 /// Largest run size accepted: 2^40 MB would overflow byte counters' headroom.
 pub const MAX_MB: u64 = 1 << 30;
+/// Largest `nstreams × nsockets × pktsize` accepted: a bound on the packet buffers a run
+/// may make either end allocate, whatever each field says alone.
+pub const MAX_FOOTPRINT: u64 = 2 << 30;
 /// Bytes in one "MB" as fperf counts it.
 pub const MB: u64 = 1 << 20;
 
@@ -117,6 +120,11 @@ pub enum SettingsError {
     TcpOnly(&'static str),
     #[error("the lock-free queue (-q 0) drives a single socket; --nsockets must be 1, not {0}")]
     LockFreeSockets(u32),
+    #[error(
+        "--nstreams × --nsockets × --pktsize is {0} bytes; at most {MAX_FOOTPRINT} bytes of \
+         packet buffers are allowed"
+    )]
+    Footprint(u64),
     #[error("{0} is not supported by this build of fperf yet")]
     Unsupported(&'static str),
 }
@@ -135,6 +143,11 @@ impl Settings {
         }
         if !(1..=MAX_MB).contains(&self.mb) {
             return Err(SettingsError::Mb(self.mb));
+        }
+        let footprint =
+            u64::from(self.nstreams) * u64::from(self.nsockets) * u64::from(self.pktsize);
+        if footprint > MAX_FOOTPRINT {
+            return Err(SettingsError::Footprint(footprint));
         }
         if self.protocol != Protocol::Tcp && (self.nodelay || self.quickack) {
             return Err(SettingsError::TcpOnly(self.protocol.name()));

@@ -49,6 +49,9 @@ pub struct ClientCtx {
     /// Local address to bind data sockets to (`-B`).
     pub bind: Option<IpAddr>,
     pub setup_timeout: Duration,
+    /// Longest a data connection may leave sent data unacknowledged before it fails
+    /// (`TCP_USER_TIMEOUT` for TCP): bounds how long a vanished server can stall sends.
+    pub stall_timeout: Duration,
     pub abort: Arc<AtomicBool>,
 }
 
