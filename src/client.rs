@@ -240,7 +240,15 @@ fn lost_server(chan: &mut Channel, i: usize, e: &io::Error, stall: Duration) -> 
     if let Err(ControlError::Peer(msg)) = chan.recv(Duration::from_secs(2)) {
         return anyhow!("{msg}");
     }
+    let unreachable = matches!(
+        e.raw_os_error(),
+        Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::ENETDOWN)
+    );
     let why = match e.kind() {
+        _ if unreachable => format!(
+            "no acknowledgement from the server for {}s: the server or the network is gone",
+            stall.as_secs_f64()
+        ),
         io::ErrorKind::TimedOut => format!(
             "no acknowledgement from the server for {}s: the server or the network is gone",
             stall.as_secs_f64()

@@ -138,6 +138,11 @@ pub fn kind(msg: &Message) -> String {
     .to_string()
 }
 
+/// How long [`Channel::send_error`] keeps reading a peer's input after the error frame.
+const LINGER: Duration = Duration::from_millis(200);
+/// How much input [`Channel::send_error`] reads and drops at most.
+const LINGER_BYTES: usize = 256 << 10;
+
 /// Bytes reserved for a frame body before any of it arrived: a peer that announces a
 /// large frame and sends nothing costs no more than this.
 const INITIAL_BODY_CAPACITY: usize = 4096;
@@ -234,11 +239,28 @@ impl Channel {
         }
     }
 
-    /// Tells the peer why we give up (best effort: the peer may be gone).
+    /// Tells the peer why we give up (best effort: the peer may be gone), then ends our
+    /// side. Input still arriving is read and dropped for a moment, because closing a
+    /// socket with unread input resets the connection and may destroy the error frame
+    /// before the peer reads it.
     pub fn send_error(&mut self, message: &str) {
         let _ = self.send(&Message::Error {
             message: message.to_string(),
         });
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
+        let deadline = Instant::now() + LINGER;
+        let mut sink = [0u8; 4096];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            if wait.is_zero() || self.sock.set_read_timeout(Some(wait)).is_err() {
+                break;
+            }
+            match self.sock.read(&mut sink) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
     }
 
     /// The peer's address.

@@ -458,7 +458,10 @@ fn receive(
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("no data from the client for {}s", idle.as_secs()),
+                    format!(
+                        "no data from the client for {}s (--idle-timeout)",
+                        idle.as_secs_f64()
+                    ),
                 ))
             }
             Err(e) => return Err(e),
