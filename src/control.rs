@@ -106,7 +106,29 @@ pub fn frame_len(header: [u8; HEADER_LEN]) -> Result<usize, ControlError> {
 
 /// Decodes a frame body.
 pub fn decode(body: &[u8]) -> Result<Message, ControlError> {
-    serde_json::from_slice(body).map_err(|e| ControlError::Malformed(e.to_string()))
+    // serde's messages quote the offending input (e.g. an unknown message type).
+    serde_json::from_slice(body).map_err(|e| ControlError::Malformed(printable(&e.to_string())))
+}
+
+/// Longest peer-supplied text shown in an error or a log line.
+const MAX_SHOWN: usize = 300;
+
+/// `text` made safe to print as part of one log line: control characters (line breaks,
+/// terminal escapes) escaped, and cut to [`MAX_SHOWN`] characters.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(MAX_SHOWN + 3));
+    for (i, c) in text.chars().enumerate() {
+        if i == MAX_SHOWN {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Checks a peer's protocol version.
@@ -234,7 +256,7 @@ impl Channel {
     /// An [`Message::Error`] from the peer becomes [`ControlError::Peer`].
     pub fn recv(&mut self, timeout: Duration) -> Result<Message, ControlError> {
         match read_frame_within(&self.sock, timeout.max(Duration::from_millis(1)))? {
-            Message::Error { message } => Err(ControlError::Peer(message)),
+            Message::Error { message } => Err(ControlError::Peer(printable(&message))),
             m => Ok(m),
         }
     }
@@ -378,6 +400,16 @@ mod tests {
             panic!("not settings")
         };
         assert!(settings.validate().is_err());
+    }
+
+    #[test]
+    fn peer_text_is_made_printable() {
+        assert_eq!(printable("a\nb\x1b[2J"), "a\\nb\\u{1b}[2J");
+        let long = "x".repeat(1000);
+        assert_eq!(printable(&long).len(), MAX_SHOWN + 3);
+        let body = br#"{"type":"evil\n\u001b[31m"}"#;
+        let e = decode(body).expect_err("unknown type").to_string();
+        assert!(!e.contains('\n') && !e.contains('\x1b'), "{e}");
     }
 
     #[test]
