@@ -888,3 +888,36 @@ fn a_link_going_down_mid_run_costs_both_ends_a_bounded_time() {
     let last = s.rsplit("new TCP connection").next().unwrap();
     assert_eq!(volume(last, "received").bytes, 8 * MB, "{s}");
 }
+
+#[test]
+fn a_client_that_never_reads_its_acks_or_sends_too_much_cannot_hold_the_server() {
+    let server = Server::start(&["--idle-timeout", "2"]);
+    let port = server.port;
+    // MPRTT with 1-byte packets: one ACK byte per byte sent, and this client reads none,
+    // so the server's ACK writes block once the buffers are full.
+    let s = Settings {
+        mprtt: true,
+        pktsize: 1,
+        mb: 1024,
+        ..Settings::default()
+    };
+    let (control, _, session) = open_session(port, &s, None);
+    let mut d = data_conn(port, session, 0);
+    d.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+    let t0 = Instant::now();
+    let buf = vec![1u8; 65536];
+    while d.write_all(&buf).is_ok() && t0.elapsed() < Duration::from_secs(20) {}
+    wait_stderr(&server, "--idle-timeout");
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    drop((d, control));
+    served_normally(&server, 1, &[]);
+
+    // A client sending more than it announced is cut off.
+    let (mut control, _, session) = open_session(port, &settings(1, 1), None);
+    let mut d = data_conn(port, session, 0);
+    let _ = std::io::Write::write_all(&mut d, &vec![0u8; 2 * MB as usize]);
+    let got = replies(control.try_clone().unwrap());
+    assert!(is_error(&got, "more than the"), "{got:?}");
+    let _ = control.shutdown(Shutdown::Both);
+    served_normally(&server, 2, &[]);
+}
