@@ -921,3 +921,37 @@ fn a_client_that_never_reads_its_acks_or_sends_too_much_cannot_hold_the_server()
     let _ = control.shutdown(Shutdown::Both);
     served_normally(&server, 2, &[]);
 }
+
+#[test]
+fn guard_options_are_checked_before_anything_starts() {
+    for (args, needle) in [
+        (
+            &["-c", "127.0.0.1", "--max-mb", "5"][..],
+            "--max-mb is a server option",
+        ),
+        (
+            &["-c", "127.0.0.1", "--max-rate", "1G"][..],
+            "--max-rate is a server option",
+        ),
+        (&["-s", "--max-rate", "10X"][..], "unknown rate unit"),
+        (&["-s", "--max-time", "0"][..], "--max-time"),
+        (&["-s", "--idle-timeout", "0"][..], "--idle-timeout"),
+        (
+            &["-c", "127.0.0.1", "--auth-key", "/nonexistent/key"][..],
+            "cannot read the key file",
+        ),
+    ] {
+        let out = run(args, Duration::from_secs(10));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let out = Command::new(fperf_bin())
+        .args(["-c", "127.0.0.1", "-m", "1"])
+        .env("FPERF_AUTH_KEY", "")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is empty"));
+}
