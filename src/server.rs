@@ -330,6 +330,7 @@ fn run_session(
         port: config.port,
         routed,
         routed_tx,
+        events: events.clone(),
         setup_timeout: config.control_timeout,
         abort: abort.clone(),
     };

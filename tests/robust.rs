@@ -401,6 +401,14 @@ fn junk_and_strangers_on_the_data_ports_do_not_disturb_a_test() {
     send_bytes(&mut d0, 4 * MB);
     send_bytes(&mut d1, 4 * MB);
     assert_eq!(results(&mut control), vec![4 * MB, 4 * MB]);
+    // Each stranger on the data port was logged, one line each.
+    wait_stderr(
+        &server,
+        &format!(
+            "data port {}: data connection for no running test",
+            port + 1
+        ),
+    );
     drop(silent);
     served_normally(&server, 2, &["-t", "2"]);
 }

@@ -35,6 +35,8 @@ pub struct ServerCtx {
     pub routed: Receiver<DataConn>,
     /// Where a transport's own listeners forward the data connections they accept.
     pub routed_tx: Sender<DataConn>,
+    /// Where a transport's own listeners report connections they refused (one line each).
+    pub events: Sender<crate::server::ServerEvent>,
     /// How long connecting the data streams may take.
     pub setup_timeout: Duration,
     pub abort: Arc<AtomicBool>,

@@ -4,6 +4,7 @@
 
 use super::{port_offset, stream_options, Acceptor, ClientCtx, DataConn, ServerCtx, Transport};
 use crate::control::{self, Message, PROTOCOL_VERSION};
+use crate::server::ServerEvent;
 use crate::stream::{Stream, TcpStream};
 use anyhow::{anyhow, bail, Context, Result};
 use socket2::{Domain, Socket, Type};
@@ -37,6 +38,7 @@ impl Transport for TcpTransport {
                 .with_context(|| format!("cannot listen on {addr} for stream {i}"))?;
             listener.set_nonblocking(true)?;
             let tx = ctx.routed_tx.clone();
+            let events = ctx.events.clone();
             let (session, nsockets) = (ctx.session, ctx.settings.nsockets);
             let deadline = Instant::now() + ctx.setup_timeout;
             let abort = ctx.abort.clone();
@@ -51,8 +53,16 @@ impl Transport for TcpTransport {
                     && !abort.load(Ordering::Relaxed)
                 {
                     match listener.accept() {
-                        Ok((sock, _)) => {
+                        Ok((sock, peer)) => {
+                            let events = events.clone();
+                            let refused = move |error: String| {
+                                let _ = events.send(ServerEvent::ClientError {
+                                    peer: crate::stream::canonical(peer).to_string(),
+                                    error: format!("data port {}: {error}", addr.port()),
+                                });
+                            };
                             if pending.load(Ordering::Relaxed) >= MAX_PENDING_PER_PORT {
+                                refused("refused: too many unidentified connections".into());
                                 continue;
                             }
                             pending.fetch_add(1, Ordering::Relaxed);
@@ -60,10 +70,13 @@ impl Transport for TcpTransport {
                                 (tx.clone(), pending.clone(), routed.clone());
                             let identify = move || {
                                 let left = deadline.saturating_duration_since(Instant::now());
-                                if let Ok(conn) = read_data_hello(sock, session, i, left) {
-                                    if tx.send(conn).is_ok() {
-                                        routed.fetch_add(1, Ordering::Relaxed);
+                                match read_data_hello(sock, session, i, left) {
+                                    Ok(conn) => {
+                                        if tx.send(conn).is_ok() {
+                                            routed.fetch_add(1, Ordering::Relaxed);
+                                        }
                                     }
+                                    Err(e) => refused(format!("{e:#}")),
                                 }
                                 pending.fetch_sub(1, Ordering::Relaxed);
                             };
