@@ -921,7 +921,7 @@ fn a_client_that_never_reads_its_acks_or_sends_too_much_cannot_hold_the_server()
     served_normally(&server, 1, &[]);
 
     // A client sending more than it announced is cut off.
-    let (mut control, _, session) = open_session(port, &settings(1, 1), None);
+    let (control, _, session) = open_session(port, &settings(1, 1), None);
     let mut d = data_conn(port, session, 0);
     let _ = std::io::Write::write_all(&mut d, &vec![0u8; 2 * MB as usize]);
     let got = replies(control.try_clone().unwrap());
