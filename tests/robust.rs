@@ -963,3 +963,52 @@ fn guard_options_are_checked_before_anything_starts() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is empty"));
 }
+
+#[test]
+fn a_client_with_a_key_refuses_a_server_that_cannot_prove_it() {
+    // A fake server that challenges but answers with a proof made without the key.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let fake = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut chan = control::Channel::new(s, Duration::from_secs(10)).unwrap();
+        let t = Duration::from_secs(10);
+        assert!(matches!(chan.recv(t).unwrap(), Message::Hello { .. }));
+        chan.send(&Message::AuthChallenge {
+            nonce: auth::to_hex(&[7u8; 32]),
+        })
+        .unwrap();
+        assert!(matches!(
+            chan.recv(t).unwrap(),
+            Message::AuthResponse { .. }
+        ));
+        chan.send(&Message::AuthConfirm {
+            mac: auth::to_hex(&[0u8; 32]),
+        })
+        .unwrap();
+        // The client says why it gives up.
+        chan.recv(t).expect_err("client must refuse").to_string()
+    });
+    let dir = temp_dir("fake");
+    let key = key_file(&dir, "k", "secret");
+    let out = run(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-m",
+            "1",
+            "--auth-key",
+            &key,
+        ],
+        Duration::from_secs(20),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("the server's proof does not match"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let told = fake.join().unwrap();
+    assert!(told.contains("the server's proof does not match"), "{told}");
+    let _ = std::fs::remove_dir_all(dir);
+}
