@@ -8,7 +8,8 @@
 //! - [`stats`]: latency histograms and counters recorded on the hot path;
 //! - [`report`]: the typed results and their human-readable rendering;
 //! - [`server`] and [`client`]: the two roles that drive a run;
-//! - [`limits`] and [`auth`]: what a server allows, and its shared-key check.
+//! - [`limits`], [`auth`] and [`sessions`]: what a server allows, its shared-key check,
+//!   and which tests it runs at once.
 //!
 //! The library never prints to stdout on its own, never exits the process and never
 //! panics on input from a peer: every byte from the network is untrusted.
@@ -19,6 +20,7 @@ pub mod control;
 pub mod limits;
 pub mod report;
 pub mod server;
+pub mod sessions;
 pub mod settings;
 pub mod stats;
 pub mod stream;

@@ -133,6 +133,12 @@ struct Guard {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     idle_timeout: u64,
 
+    /// Server: run up to N tests at once (default 1: one at a time, others are told
+    /// "server busy"). Tests with several streams (-t > 1) still need the server alone.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    parallel: u32,
+
     /// Shared secret file; both ends must use the same one. The server then accepts
     /// only clients that prove they hold it (HMAC-SHA256 challenge-response); the
     /// client only servers that do. Without this flag the secret itself may be given in
@@ -160,6 +166,7 @@ impl Guard {
             (self.max_time.is_some(), "--max-time"),
             (self.max_streams.is_some(), "--max-streams"),
             (self.max_rate.is_some(), "--max-rate"),
+            (self.parallel != 1, "--parallel"),
         ];
         if let Some((_, flag)) = server_only.iter().find(|(given, _)| *given) {
             bail!("{flag} is a server option (use it with -s)");
@@ -265,6 +272,7 @@ fn run(cli: &Cli) -> Result<ExitCode> {
             idle_timeout: idle,
             limits: cli.guard.limits(),
             auth,
+            parallel: cli.guard.parallel as usize,
             ..ServerConfig::default()
         })?;
         let mut printer = ServerPrinter::default();

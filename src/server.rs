@@ -11,6 +11,7 @@ use crate::auth::{self, AuthKey};
 use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
 use crate::limits::{Limits, TestWatch, Watchdog};
 use crate::report::{Figures, Role, SideResult, StreamResult};
+use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
 use crate::stream::{Stream, Timeout};
@@ -22,7 +23,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How the server listens and how patient it is.
@@ -40,6 +41,8 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// The shared key clients must prove they hold, if any.
     pub auth: Option<AuthKey>,
+    /// Most tests run at once (`--parallel`); see [`crate::sessions`].
+    pub parallel: usize,
 }
 
 /// Most connections at a time that have not yet said what they are: a flood of silent
@@ -65,6 +68,7 @@ impl Default for ServerConfig {
             idle_timeout: Duration::from_secs(10),
             limits: Limits::default(),
             auth: None,
+            parallel: 1,
         }
     }
 }
@@ -85,8 +89,8 @@ pub enum ServerEvent {
     ClientError { peer: String, error: String },
 }
 
-/// The session that is running, if any: its id and where its data connections go.
-type ActiveSession = Arc<Mutex<Option<(u64, Sender<DataConn>)>>>;
+/// The tests that are running: their ids and where their data connections go.
+type ActiveSession = Arc<Sessions>;
 
 /// A bound fperf server.
 pub struct Server {
@@ -123,7 +127,7 @@ impl Server {
 
     /// Serves clients until `stop` is set, calling `on_event` from this thread.
     pub fn run(&self, stop: &AtomicBool, on_event: &mut dyn FnMut(ServerEvent)) -> Result<()> {
-        let active: ActiveSession = Arc::new(Mutex::new(None));
+        let active: ActiveSession = Sessions::new(self.config.parallel);
         let pending = Arc::new(AtomicUsize::new(0));
         let (events_tx, events_rx) = mpsc::channel::<ServerEvent>();
         on_event(ServerEvent::Listening);
@@ -253,18 +257,23 @@ fn greet(
                 None => public_session,
             };
             let (tx, rx) = mpsc::channel();
-            {
-                let Ok(mut slot) = active.lock() else { return };
-                if slot.is_some() {
-                    chan.send_error("server busy: another test is running, try again later");
-                    return client_error("refused: server busy".into());
+            let registered = match active.open(session, tx.clone()) {
+                Ok(guard) => guard,
+                Err(busy) => {
+                    chan.send_error(&busy);
+                    return client_error(format!("refused: {busy}"));
                 }
-                *slot = Some((session, tx.clone()));
-            }
-            let outcome = run_session(&mut chan, public_session, session, rx, tx, config, events);
-            if let Ok(mut slot) = active.lock() {
-                *slot = None;
-            }
+            };
+            let outcome = run_session(
+                &mut chan,
+                public_session,
+                &registered,
+                rx,
+                tx,
+                config,
+                events,
+            );
+            drop(registered);
             match outcome {
                 Ok(()) => {}
                 Err(e) => {
@@ -279,19 +288,16 @@ fn greet(
             session,
             stream,
             socket,
-        } => {
-            let route = active.lock().ok().and_then(|a| a.clone());
-            match route {
-                Some((id, tx)) if id == session && stream == 0 && version == PROTOCOL_VERSION => {
-                    let _ = tx.send(DataConn {
-                        stream,
-                        socket,
-                        sock: chan.into_socket(),
-                    });
-                }
-                _ => chan.send_error("data connection for no running test"),
+        } => match active.route(session) {
+            Some(tx) if stream == 0 && version == PROTOCOL_VERSION => {
+                let _ = tx.send(DataConn {
+                    stream,
+                    socket,
+                    sock: chan.into_socket(),
+                });
             }
-        }
+            _ => chan.send_error("data connection for no running test"),
+        },
         other => {
             let e = format!("expected hello, got {}", control::kind(&other));
             chan.send_error(&e);
@@ -305,7 +311,7 @@ fn greet(
 fn run_session(
     chan: &mut Channel,
     public_session: u64,
-    session: u64,
+    registered: &SessionGuard,
     routed: Receiver<DataConn>,
     routed_tx: Sender<DataConn>,
     config: &ServerConfig,
@@ -322,6 +328,11 @@ fn run_session(
     };
     settings.validate()?;
     config.limits.check(&settings)?;
+    let parallel = registered.sessions().parallel() > 1;
+    if parallel && settings.nstreams > 1 {
+        registered.claim_alone().map_err(|e| anyhow!(e))?;
+    }
+    let session = registered.id();
     let abort = Arc::new(AtomicBool::new(false));
     let ctx = ServerCtx {
         settings: settings.clone(),
@@ -339,10 +350,13 @@ fn run_session(
     chan.send(&Message::Ready)?;
     let streams = acceptor.accept(&ctx)?;
     let from = streams.first().map_or_else(String::new, |s| s.peer_addr());
-    let _ = events.send(ServerEvent::Started {
-        settings: settings.clone(),
-        from: from.clone(),
-    });
+    // With tests in parallel, each report is sent in one piece at the end.
+    if !parallel {
+        let _ = events.send(ServerEvent::Started {
+            settings: settings.clone(),
+            from: from.clone(),
+        });
+    }
 
     let expected = settings.bytes_per_stream();
     let idle = config.idle_timeout;
@@ -409,10 +423,18 @@ fn run_session(
         });
     }
     let result = server_result(&per_stream);
+    let report_lock = registered.sessions().report_lock();
+    if parallel {
+        let _ = events.send(ServerEvent::Started {
+            settings: settings.clone(),
+            from: from.clone(),
+        });
+    }
     let _ = events.send(ServerEvent::Finished {
         settings,
         result: Box::new(result.clone()),
     });
+    drop(report_lock);
     chan.send(&Message::Results {
         result: Box::new(result),
     })?;

@@ -1012,3 +1012,30 @@ fn a_client_with_a_key_refuses_a_server_that_cannot_prove_it() {
     assert!(told.contains("the server's proof does not match"), "{told}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn parallel_tests_when_allowed_and_several_streams_need_the_server_alone() {
+    let server = Server::start(&["--parallel", "2", "--max-rate", "200M"]);
+    let port = server.port.to_string();
+    // Each test is capped at 200 Mbit/s: 150 MB takes about 6 s.
+    let mut a = Proc::fperf(&["-c", "127.0.0.1", "-p", &port, "-m", "150"]);
+    std::thread::sleep(Duration::from_millis(1000));
+    client_refused(&server, &["-m", "1", "-t", "2"], "needs the server alone");
+    let mut b = Proc::fperf(&["-c", "127.0.0.1", "-p", &port, "-m", "150"]);
+    std::thread::sleep(Duration::from_millis(1000));
+    client_refused(&server, &["-m", "1"], "2 tests are running (--parallel 2)");
+    for p in [&mut a, &mut b] {
+        let (code, _) = p.wait(Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{}", p.stderr());
+        assert_eq!(volume(&p.stdout(), "sent").bytes, 150 * MB);
+    }
+    let out = server.wait_for(
+        |o| o.matches("received : ").count() >= 2,
+        Duration::from_secs(10),
+    );
+    for report in out.split("new TCP connection").skip(1) {
+        assert_eq!(volume(report, "received").bytes, 150 * MB, "{out}");
+    }
+    // Alone, a test with several streams runs.
+    served_normally(&server, 3, &["-t", "2"]);
+}
