@@ -139,6 +139,12 @@ impl SessionGuard {
     }
 }
 
+impl std::fmt::Debug for SessionGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionGuard").field("id", &self.id).finish()
+    }
+}
+
 impl Drop for SessionGuard {
     fn drop(&mut self) {
         if let Ok(mut running) = self.sessions.running.lock() {
