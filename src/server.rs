@@ -288,16 +288,26 @@ fn greet(
             session,
             stream,
             socket,
-        } => match active.route(session) {
-            Some(tx) if stream == 0 && version == PROTOCOL_VERSION => {
-                let _ = tx.send(DataConn {
-                    stream,
-                    socket,
-                    sock: chan.into_socket(),
-                });
+        } => {
+            if let Err(e) = control::check_version(version) {
+                chan.send_error(&e.to_string());
+                return client_error(e.to_string());
             }
-            _ => chan.send_error("data connection for no running test"),
-        },
+            match active.route(session) {
+                Some(tx) if stream == 0 => {
+                    let _ = tx.send(DataConn {
+                        stream,
+                        socket,
+                        sock: chan.into_socket(),
+                    });
+                }
+                _ => {
+                    let e = "data connection for no running test";
+                    chan.send_error(e);
+                    client_error(e.into());
+                }
+            }
+        }
         other => {
             let e = format!("expected hello, got {}", control::kind(&other));
             chan.send_error(&e);

@@ -141,7 +141,9 @@ impl SessionGuard {
 
 impl std::fmt::Debug for SessionGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionGuard").field("id", &self.id).finish()
+        f.debug_struct("SessionGuard")
+            .field("id", &self.id)
+            .finish()
     }
 }
 

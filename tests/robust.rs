@@ -394,6 +394,20 @@ fn junk_and_strangers_on_the_data_ports_do_not_disturb_a_test() {
         let got = replies(s);
         assert!(is_error(&got, "no running test"), "{got:?}");
     }
+    // A data connection speaking another protocol version is told so.
+    let mut other = connect(port);
+    control::write_frame(
+        &mut other,
+        &Message::DataHello {
+            version: PROTOCOL_VERSION + 1,
+            session,
+            stream: 0,
+            socket: 0,
+        },
+    )
+    .unwrap();
+    let got = replies(other);
+    assert!(is_error(&got, "version mismatch"), "{got:?}");
     assert!(!replies(noise).is_empty());
     let _ = public;
     let mut d0 = data_conn(port, session, 0);
