@@ -5,6 +5,7 @@
 //! it has received everything (the `Results` message), so bytes still sitting in the
 //! client's socket buffers are never counted as sent.
 
+use crate::auth::{self, AuthKey};
 use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
 use crate::interval::{Collector, IntervalResult, Meter, Schedule};
 use crate::report::{Figures, Role, SideResult, StreamResult};
@@ -36,6 +37,10 @@ pub struct ClientConfig {
     pub control_timeout: Duration,
     /// Longest wait for the server's figures once everything was sent.
     pub results_timeout: Duration,
+    /// Longest sent data may stay unacknowledged before the server counts as gone.
+    pub stall_timeout: Duration,
+    /// The shared key to prove to the server, if any.
+    pub auth: Option<AuthKey>,
 }
 
 impl ClientConfig {
@@ -48,6 +53,8 @@ impl ClientConfig {
             settings,
             control_timeout: Duration::from_secs(10),
             results_timeout: Duration::from_secs(30),
+            stall_timeout: Duration::from_secs(10),
+            auth: None,
         }
     }
 }
@@ -111,20 +118,13 @@ pub fn run_observed(
     transport.check(&cfg.settings, server)?;
     let sock = connect(server, cfg.bind, cfg.control_timeout)
         .with_context(|| format!("cannot connect to the fperf server at {server}"))?;
+    crate::limits::set_user_timeout(&sock, cfg.stall_timeout)?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
     chan.send(&Message::Hello {
         version: PROTOCOL_VERSION,
         software: format!("fperf {}", crate::VERSION),
     })?;
-    let session = match chan.recv(cfg.control_timeout)? {
-        Message::Welcome {
-            version, session, ..
-        } => {
-            control::check_version(version)?;
-            session
-        }
-        other => return Err(ControlError::unexpected("welcome", &other).into()),
-    };
+    let session = handshake(&mut chan, cfg)?;
     chan.send(&Message::Settings {
         settings: cfg.settings.clone(),
     })?;
@@ -138,6 +138,7 @@ pub fn run_observed(
         server,
         bind: cfg.bind,
         setup_timeout: cfg.control_timeout,
+        stall_timeout: cfg.stall_timeout,
         abort: abort.clone(),
     };
     let streams = transport.connect(&ctx)?;
@@ -207,13 +208,36 @@ pub fn run_observed(
     }
     let mut sent = Vec::with_capacity(workers.len());
     let mut interrupted = false;
+    let mut failure = None;
     for (i, w) in workers.into_iter().enumerate() {
-        let driven = w
-            .join()
-            .map_err(|_| anyhow!("stream {i}: sender panicked"))?;
-        let driven = driven.with_context(|| format!("stream {i}"))?;
-        interrupted |= driven.interrupted;
-        sent.push(driven);
+        match w.join() {
+            Ok(Ok(driven)) => {
+                interrupted |= driven.interrupted;
+                sent.push(driven);
+            }
+            Ok(Err(e)) => {
+                failure.get_or_insert((i, e));
+            }
+            Err(_) => bail!("stream {i}: sender panicked"),
+        }
+    }
+    if let Some((i, e)) = failure {
+        // The server may have said why (e.g. a limit): the control reader passes it on,
+        // perhaps already while the streams were still running.
+        let said = match inbox.last_word.take() {
+            Some((_, Err(ControlError::Peer(msg)))) => Some(msg),
+            _ => None,
+        };
+        let give_up = Instant::now() + Duration::from_secs(2);
+        let reason = said.or_else(|| loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            match ctrl_rx.recv_timeout(left) {
+                Ok((_, Err(ControlError::Peer(msg)))) => break Some(msg),
+                Ok((_, Ok(Message::Interval { .. }))) => continue,
+                _ => break None,
+            }
+        });
+        return Err(lost_server(reason, i, &e, cfg.stall_timeout));
     }
     let cpu = CpuUsage::now().zip(cpu_start).map(|(n, s)| n.since(s));
     let give_up = Instant::now() + cfg.results_timeout;
@@ -235,6 +259,10 @@ pub fn run_observed(
         Err(ControlError::Timeout) => bail!(
             "the server did not confirm the end of the test within {}s",
             cfg.results_timeout.as_secs()
+        ),
+        Err(ControlError::Closed) => bail!(
+            "the server closed the control connection before sending its results \
+             (it stopped or was killed)"
         ),
         Err(e) => return Err(e.into()),
     };
@@ -309,6 +337,79 @@ impl Inbox {
             other => self.last_word = Some((at, other)),
         }
     }
+}
+
+/// Opens the session after `Hello`: answers the server's challenge if it has one, and
+/// returns the session id data connections must present.
+fn handshake(chan: &mut Channel, cfg: &ClientConfig) -> Result<u64> {
+    let mut exchange = None;
+    let mut reply = chan.recv(cfg.control_timeout)?;
+    if let Message::AuthChallenge { nonce } = &reply {
+        let Some(key) = &cfg.auth else {
+            chan.send_error("authentication failed: the client has no key");
+            bail!(
+                "the server requires authentication: give --auth-key FILE or set {}",
+                auth::KEY_ENV
+            );
+        };
+        match auth::client_handshake(chan, key, nonce, cfg.control_timeout) {
+            Ok(x) => exchange = Some((key, x)),
+            Err(auth::AuthError::Control(ControlError::Peer(msg))) => bail!("server: {msg}"),
+            Err(e) => {
+                chan.send_error(&e.to_string());
+                return Err(e.into());
+            }
+        }
+        reply = chan.recv(cfg.control_timeout)?;
+    } else if cfg.auth.is_some() {
+        chan.send_error("authentication failed: the server has no key but the client has one");
+        bail!(
+            "this client has a key but the server does not ask for one; refusing to run \
+             unauthenticated (start the server with --auth-key)"
+        );
+    }
+    match reply {
+        Message::Welcome {
+            version, session, ..
+        } => {
+            control::check_version(version)?;
+            Ok(match exchange {
+                Some((key, x)) => auth::bind_session(key, &x, session),
+                None => session,
+            })
+        }
+        other => Err(ControlError::unexpected("welcome", &other).into()),
+    }
+}
+
+/// The error for a stream that failed mid-test: the server's own reason if it sent one
+/// (e.g. a limit), else what the failure says about the server or the network.
+fn lost_server(reason: Option<String>, i: usize, e: &io::Error, stall: Duration) -> anyhow::Error {
+    if let Some(msg) = reason {
+        return anyhow!("{msg}");
+    }
+    let unreachable = matches!(
+        e.raw_os_error(),
+        Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::ENETDOWN)
+    );
+    let why = match e.kind() {
+        _ if unreachable => format!(
+            "no acknowledgement from the server for {}s: the server or the network is gone",
+            stall.as_secs_f64()
+        ),
+        io::ErrorKind::TimedOut => format!(
+            "no acknowledgement from the server for {}s: the server or the network is gone",
+            stall.as_secs_f64()
+        ),
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::ConnectionAborted => {
+            "the server closed the connection mid-test (it stopped or was killed)".to_string()
+        }
+        _ => "the test failed mid-way".to_string(),
+    };
+    anyhow!("{why} (stream {i}: {e})")
 }
 
 /// What driving one stream produced.

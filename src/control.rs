@@ -15,7 +15,7 @@ use crate::settings::Settings;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// Version of the control protocol; both ends must speak the same one.
@@ -66,6 +66,14 @@ pub enum Message {
     Conf { version: u32 },
     /// Server → client: the answer to `Conf`.
     Facts { facts: crate::sysinfo::SystemFacts },
+    /// Server → client, instead of `Welcome`, when the server requires a shared key:
+    /// a fresh random nonce (hex) the client's proof must cover.
+    AuthChallenge { nonce: String },
+    /// Client → server: the client's own nonce and its HMAC over both nonces (hex).
+    AuthResponse { nonce: String, mac: String },
+    /// Server → client: the server's HMAC over both nonces, proving it holds the key
+    /// too; `Welcome` follows.
+    AuthConfirm { mac: String },
 }
 
 /// Why a control exchange failed.
@@ -112,7 +120,29 @@ pub fn frame_len(header: [u8; HEADER_LEN]) -> Result<usize, ControlError> {
 
 /// Decodes a frame body.
 pub fn decode(body: &[u8]) -> Result<Message, ControlError> {
-    serde_json::from_slice(body).map_err(|e| ControlError::Malformed(e.to_string()))
+    // serde's messages quote the offending input (e.g. an unknown message type).
+    serde_json::from_slice(body).map_err(|e| ControlError::Malformed(printable(&e.to_string())))
+}
+
+/// Longest peer-supplied text shown in an error or a log line.
+const MAX_SHOWN: usize = 300;
+
+/// `text` made safe to print as part of one log line: control characters (line breaks,
+/// terminal escapes) escaped, and cut to [`MAX_SHOWN`] characters.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(MAX_SHOWN + 3));
+    for (i, c) in text.chars().enumerate() {
+        if i == MAX_SHOWN {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Checks a peer's protocol version.
@@ -142,26 +172,76 @@ pub fn kind(msg: &Message) -> String {
         Message::Interval { .. } => "interval",
         Message::Conf { .. } => "conf",
         Message::Facts { .. } => "facts",
+        Message::AuthChallenge { .. } => "auth_challenge",
+        Message::AuthResponse { .. } => "auth_response",
+        Message::AuthConfirm { .. } => "auth_confirm",
     }
     .to_string()
 }
 
-/// Reads one frame from `r` (blocking, subject to the socket's read time-out).
+/// How long [`Channel::send_error`] keeps reading a peer's input after the error frame.
+const LINGER: Duration = Duration::from_millis(200);
+/// How much input [`Channel::send_error`] reads and drops at most.
+const LINGER_BYTES: usize = 256 << 10;
+
+/// Bytes reserved for a frame body before any of it arrived: a peer that announces a
+/// large frame and sends nothing costs no more than this.
+const INITIAL_BODY_CAPACITY: usize = 4096;
+
+/// Reads one frame from `r` (blocking, subject to the socket's read time-out). The body
+/// buffer grows with the bytes that actually arrive, not with the announced length.
 pub fn read_frame(r: &mut impl Read) -> Result<Message, ControlError> {
     let mut header = [0u8; HEADER_LEN];
     read_exact(r, &mut header)?;
     let len = frame_len(header)?;
-    let mut body = vec![0u8; len];
-    read_exact(r, &mut body)?;
+    let mut body = Vec::with_capacity(len.min(INITIAL_BODY_CAPACITY));
+    r.take(len as u64)
+        .read_to_end(&mut body)
+        .map_err(read_error)?;
+    if body.len() < len {
+        return Err(ControlError::Closed);
+    }
     decode(&body)
 }
 
-fn read_exact(r: &mut impl Read, buf: &mut [u8]) -> Result<(), ControlError> {
-    r.read_exact(buf).map_err(|e| match e.kind() {
+/// Reads one frame from `sock`, giving up once `timeout` has passed since the call
+/// began, however slowly the peer trickles bytes in.
+pub fn read_frame_within(sock: &TcpStream, timeout: Duration) -> Result<Message, ControlError> {
+    let mut r = DeadlineReader {
+        sock,
+        deadline: Instant::now() + timeout,
+    };
+    read_frame(&mut r)
+}
+
+/// A socket reader whose every read waits only for what is left of one deadline.
+struct DeadlineReader<'a> {
+    sock: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.sock.set_read_timeout(Some(left))?;
+        let mut sock = self.sock;
+        sock.read(buf)
+    }
+}
+
+fn read_error(e: io::Error) -> ControlError {
+    match e.kind() {
         io::ErrorKind::UnexpectedEof => ControlError::Closed,
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ControlError::Timeout,
         _ => ControlError::Io(e),
-    })
+    }
+}
+
+fn read_exact(r: &mut impl Read, buf: &mut [u8]) -> Result<(), ControlError> {
+    r.read_exact(buf).map_err(read_error)
 }
 
 /// Writes one frame to `w`.
@@ -194,19 +274,34 @@ impl Channel {
     /// Receives one message, waiting at most `timeout` for it to begin and complete.
     /// An [`Message::Error`] from the peer becomes [`ControlError::Peer`].
     pub fn recv(&mut self, timeout: Duration) -> Result<Message, ControlError> {
-        self.sock
-            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-        match read_frame(&mut self.sock)? {
-            Message::Error { message } => Err(ControlError::Peer(message)),
+        match read_frame_within(&self.sock, timeout.max(Duration::from_millis(1)))? {
+            Message::Error { message } => Err(ControlError::Peer(printable(&message))),
             m => Ok(m),
         }
     }
 
-    /// Tells the peer why we give up (best effort: the peer may be gone).
+    /// Tells the peer why we give up (best effort: the peer may be gone), then ends our
+    /// side. Input still arriving is read and dropped for a moment, because closing a
+    /// socket with unread input resets the connection and may destroy the error frame
+    /// before the peer reads it.
     pub fn send_error(&mut self, message: &str) {
         let _ = self.send(&Message::Error {
             message: message.to_string(),
         });
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
+        let deadline = Instant::now() + LINGER;
+        let mut sink = [0u8; 4096];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            if wait.is_zero() || self.sock.set_read_timeout(Some(wait)).is_err() {
+                break;
+            }
+            match self.sock.read(&mut sink) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
     }
 
     /// The peer's address.
@@ -335,6 +430,16 @@ mod tests {
             panic!("not settings")
         };
         assert!(settings.validate().is_err());
+    }
+
+    #[test]
+    fn peer_text_is_made_printable() {
+        assert_eq!(printable("a\nb\x1b[2J"), "a\\nb\\u{1b}[2J");
+        let long = "x".repeat(1000);
+        assert_eq!(printable(&long).len(), MAX_SHOWN + 3);
+        let body = br#"{"type":"evil\n\u001b[31m"}"#;
+        let e = decode(body).expect_err("unknown type").to_string();
+        assert!(!e.contains('\n') && !e.contains('\x1b'), "{e}");
     }
 
     #[test]

@@ -10,18 +10,23 @@
 //! - [`interval`]: `--time`, `-i` and `--omit`: slicing a run into intervals;
 //! - [`sysinfo`]: host, CPU, kernel, CPU time and TCP_INFO facts;
 //! - [`json`], [`csv`]: the machine-readable outputs; [`sweep`]: `--sweep` specs;
-//! - [`server`] and [`client`]: the two roles that drive a run.
+//! - [`server`] and [`client`]: the two roles that drive a run;
+//! - [`limits`], [`auth`] and [`sessions`]: what a server allows, its shared-key check,
+//!   and which tests it runs at once.
 //!
 //! The library never prints to stdout on its own, never exits the process and never
 //! panics on input from a peer: every byte from the network is untrusted.
 
+pub mod auth;
 pub mod client;
 pub mod control;
 pub mod csv;
 pub mod interval;
 pub mod json;
+pub mod limits;
 pub mod report;
 pub mod server;
+pub mod sessions;
 pub mod settings;
 pub mod stats;
 pub mod stream;

@@ -3,7 +3,9 @@
 
 use anyhow::{bail, Result};
 use clap::{ArgGroup, Parser};
+use fperf::auth::AuthKey;
 use fperf::client::{self, ClientConfig, ClientOutcome};
+use fperf::limits::Limits;
 use fperf::report;
 use fperf::sysinfo;
 use measure::Output;
@@ -19,6 +21,7 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// 'fperf' measures UDP/TCP/RDMA bandwidth and latency.
 ///
@@ -140,6 +143,84 @@ struct Cli {
     /// (e.g. pktsize=1..64K:*2).
     #[arg(long, value_name = "SPEC", conflicts_with = "server")]
     sweep: Option<String>,
+
+    #[command(flatten)]
+    guard: Guard,
+}
+
+/// Limits, time-outs and the shared key (see `fperf::limits` and `fperf::auth`).
+#[derive(clap::Args, Debug)]
+struct Guard {
+    /// Server: most MB one test may send, all streams together; larger tests are
+    /// refused before any data flows.
+    #[arg(long, value_name = "MB", value_parser = clap::value_parser!(u64).range(1..))]
+    max_mb: Option<u64>,
+
+    /// Server: longest one test may run once data flows; the server aborts it after.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    max_time: Option<u64>,
+
+    /// Server: most data streams (-t) one test may open.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_streams: Option<u32>,
+
+    /// Server: most data sockets (-t × -n) one test may open.
+    #[arg(long, value_name = "N", default_value_t = fperf::limits::DEFAULT_MAX_SOCKETS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_sockets: u32,
+
+    /// Server: cap on how fast the server reads one test's data, in bits/s over all
+    /// streams (e.g. 100M, 2.5G; K/M/G/T = 10^3/10^6/10^9/10^12). TCP flow control
+    /// then holds the client to it; it is not a reason to refuse a test.
+    #[arg(long, value_name = "RATE", value_parser = fperf::limits::parse_rate)]
+    max_rate: Option<u64>,
+
+    /// Server: a test whose data stops moving this long is abandoned. Client: sent data
+    /// unacknowledged this long means the server is gone (TCP_USER_TIMEOUT).
+    #[arg(long, value_name = "SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    idle_timeout: u64,
+
+    /// Server: run up to N tests at once (default 1: one at a time, others are told
+    /// "server busy"). Tests with several streams (-t > 1) still need the server alone.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    parallel: u32,
+
+    /// Shared secret file; both ends must use the same one. The server then accepts
+    /// only clients that prove they hold it (HMAC-SHA256 challenge-response); the
+    /// client only servers that do. Without this flag the secret itself may be given in
+    /// $FPERF_AUTH_KEY.
+    #[arg(long, value_name = "FILE")]
+    auth_key: Option<std::path::PathBuf>,
+}
+
+impl Guard {
+    /// The server's limits.
+    fn limits(&self) -> Limits {
+        Limits {
+            max_mb: self.max_mb,
+            max_time: self.max_time.map(Duration::from_secs),
+            max_streams: self.max_streams,
+            max_sockets: self.max_sockets,
+            max_rate: self.max_rate,
+        }
+    }
+
+    /// Refuses server-only options on a client.
+    fn check_client(&self) -> Result<()> {
+        let server_only = [
+            (self.max_mb.is_some(), "--max-mb"),
+            (self.max_time.is_some(), "--max-time"),
+            (self.max_streams.is_some(), "--max-streams"),
+            (self.max_rate.is_some(), "--max-rate"),
+            (self.parallel != 1, "--parallel"),
+        ];
+        if let Some((_, flag)) = server_only.iter().find(|(given, _)| *given) {
+            bail!("{flag} is a server option (use it with -s)");
+        }
+        Ok(())
+    }
 }
 
 /// Seconds from the command line as whole milliseconds.
@@ -235,6 +316,11 @@ fn run(cli: &Cli) -> Result<ExitCode> {
     // Server mode takes its settings from each client; checking the flags given still
     // catches a mistyped combination before anything starts.
     let settings = cli.settings()?;
+    let auth = AuthKey::from_cli(cli.guard.auth_key.as_deref())?;
+    let idle = Duration::from_secs(cli.guard.idle_timeout);
+    if !cli.server {
+        cli.guard.check_client()?;
+    }
     let interrupted = Arc::new(AtomicBool::new(false));
     // A second Ctrl-C ends the process at once.
     signal_hook::flag::register_conditional_shutdown(
@@ -249,6 +335,10 @@ fn run(cli: &Cli) -> Result<ExitCode> {
         let server = Server::bind(ServerConfig {
             bind: cli.bind,
             port: cli.port,
+            idle_timeout: idle,
+            limits: cli.guard.limits(),
+            auth,
+            parallel: cli.guard.parallel as usize,
             ..ServerConfig::default()
         })?;
         let mut printer = ServerPrinter::default();
@@ -264,6 +354,8 @@ fn run(cli: &Cli) -> Result<ExitCode> {
     let host = cli.client.clone().unwrap_or_default();
     let mut cfg = ClientConfig::new(host, cli.port, settings);
     cfg.bind = cli.bind;
+    cfg.stall_timeout = idle;
+    cfg.auth = auth;
     if cli.conf {
         let server = client::conf(&cfg)?;
         print!(

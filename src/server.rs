@@ -7,8 +7,11 @@
 //! The session thread runs the test and reports through [`ServerEvent`]s, which the
 //! accept loop hands to the caller, so the library itself prints nothing.
 
+use crate::auth::{self, AuthKey};
 use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
+use crate::limits::{Limits, TestWatch, Watchdog};
 use crate::report::{Figures, Role, SideResult, StreamResult};
+use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
 use crate::stream::{Stream, Timeout};
@@ -18,9 +21,9 @@ use socket2::{Domain, Socket, Type};
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How the server listens and how patient it is.
@@ -34,6 +37,26 @@ pub struct ServerConfig {
     pub control_timeout: Duration,
     /// Longest silence on the data streams before the test is abandoned.
     pub idle_timeout: Duration,
+    /// What one test may ask for.
+    pub limits: Limits,
+    /// The shared key clients must prove they hold, if any.
+    pub auth: Option<AuthKey>,
+    /// Most tests run at once (`--parallel`); see [`crate::sessions`].
+    pub parallel: usize,
+}
+
+/// Most connections at a time that have not yet said what they are: a flood of silent
+/// connections costs at most this many threads and descriptors, each for at most
+/// [`transport::tcp::HELLO_TIMEOUT`].
+pub const MAX_PENDING_GREETERS: usize = 64;
+
+/// Counts a connection as pending identification until dropped.
+struct PendingGreeter(Arc<AtomicUsize>);
+
+impl Drop for PendingGreeter {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Default for ServerConfig {
@@ -43,6 +66,9 @@ impl Default for ServerConfig {
             port: crate::settings::DEFAULT_PORT,
             control_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(10),
+            limits: Limits::default(),
+            auth: None,
+            parallel: 1,
         }
     }
 }
@@ -68,8 +94,8 @@ pub enum ServerEvent {
     ClientError { peer: String, error: String },
 }
 
-/// The session that is running, if any: its id and where its data connections go.
-type ActiveSession = Arc<Mutex<Option<(u64, Sender<DataConn>)>>>;
+/// The tests that are running: their ids and where their data connections go.
+type ActiveSession = Arc<Sessions>;
 
 /// A bound fperf server.
 pub struct Server {
@@ -106,7 +132,8 @@ impl Server {
 
     /// Serves clients until `stop` is set, calling `on_event` from this thread.
     pub fn run(&self, stop: &AtomicBool, on_event: &mut dyn FnMut(ServerEvent)) -> Result<()> {
-        let active: ActiveSession = Arc::new(Mutex::new(None));
+        let active: ActiveSession = Sessions::new(self.config.parallel);
+        let pending = Arc::new(AtomicUsize::new(0));
         let (events_tx, events_rx) = mpsc::channel::<ServerEvent>();
         on_event(ServerEvent::Listening);
         while !stop.load(Ordering::Relaxed) {
@@ -125,11 +152,24 @@ impl Server {
             }
             match self.listener.accept() {
                 Ok((sock, peer)) => {
+                    if pending.fetch_add(1, Ordering::Relaxed) >= MAX_PENDING_GREETERS {
+                        pending.fetch_sub(1, Ordering::Relaxed);
+                        refuse_flood(sock);
+                        on_event(ServerEvent::ClientError {
+                            peer: crate::stream::canonical(peer).to_string(),
+                            error: format!(
+                                "refused: {MAX_PENDING_GREETERS} connections are already \
+                                 waiting to say what they are"
+                            ),
+                        });
+                        continue;
+                    }
+                    let slot = PendingGreeter(pending.clone());
                     let (active, events, config) =
                         (active.clone(), events_tx.clone(), self.config.clone());
                     let _ = std::thread::Builder::new()
                         .name("fperf-greeter".into())
-                        .spawn(move || greet(sock, peer, &active, &events, &config));
+                        .spawn(move || greet(sock, peer, slot, &active, &events, &config));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -155,10 +195,26 @@ fn listen(addr: SocketAddr, dual_stack: bool) -> io::Result<TcpListener> {
     Ok(sock.into())
 }
 
-/// Reads the first frame of a new connection and acts on it.
+/// Tells a connection beyond [`MAX_PENDING_GREETERS`] why it is dropped, without ever
+/// blocking the accept loop.
+fn refuse_flood(sock: std::net::TcpStream) {
+    if sock.set_nonblocking(true).is_ok() {
+        let mut sock = sock;
+        let _ = control::write_frame(
+            &mut sock,
+            &Message::Error {
+                message: "server busy: too many connections at once, try again later".into(),
+            },
+        );
+    }
+}
+
+/// Reads the first frame of a new connection and acts on it. `pending` counts the
+/// connection as unidentified until it has said what it is (and, with a key, proved it).
 fn greet(
     sock: std::net::TcpStream,
     peer: SocketAddr,
+    pending: PendingGreeter,
     active: &ActiveSession,
     events: &Sender<ServerEvent>,
     config: &ServerConfig,
@@ -185,23 +241,44 @@ fn greet(
                 chan.send_error(&e.to_string());
                 return client_error(e.to_string());
             }
-            let Ok(session) = random_u64() else {
+            let exchange = match &config.auth {
+                Some(key) => match auth::server_handshake(&mut chan, key, config.control_timeout) {
+                    Ok(x) => Some((key, x)),
+                    Err(e) => {
+                        chan.send_error(&e.to_string());
+                        return client_error(e.to_string());
+                    }
+                },
+                None => None,
+            };
+            drop(pending);
+            let Ok(public_session) = random_u64() else {
                 chan.send_error("server cannot draw a session id");
                 return client_error("no entropy for a session id".into());
             };
+            // With a key, data connections must present an id only key holders can derive.
+            let session = match &exchange {
+                Some((key, x)) => auth::bind_session(key, x, public_session),
+                None => public_session,
+            };
             let (tx, rx) = mpsc::channel();
-            {
-                let Ok(mut slot) = active.lock() else { return };
-                if slot.is_some() {
-                    chan.send_error("server busy: another test is running, try again later");
-                    return client_error("refused: server busy".into());
+            let registered = match active.open(session, tx.clone()) {
+                Ok(guard) => guard,
+                Err(busy) => {
+                    chan.send_error(&busy);
+                    return client_error(format!("refused: {busy}"));
                 }
-                *slot = Some((session, tx.clone()));
-            }
-            let outcome = run_session(&mut chan, session, rx, tx, config, events);
-            if let Ok(mut slot) = active.lock() {
-                *slot = None;
-            }
+            };
+            let outcome = run_session(
+                &mut chan,
+                public_session,
+                &registered,
+                rx,
+                tx,
+                config,
+                events,
+            );
+            drop(registered);
             match outcome {
                 Ok(()) => {}
                 Err(e) => {
@@ -217,16 +294,23 @@ fn greet(
             stream,
             socket,
         } => {
-            let route = active.lock().ok().and_then(|a| a.clone());
-            match route {
-                Some((id, tx)) if id == session && stream == 0 && version == PROTOCOL_VERSION => {
+            if let Err(e) = control::check_version(version) {
+                chan.send_error(&e.to_string());
+                return client_error(e.to_string());
+            }
+            match active.route(session) {
+                Some(tx) if stream == 0 => {
                     let _ = tx.send(DataConn {
                         stream,
                         socket,
                         sock: chan.into_socket(),
                     });
                 }
-                _ => chan.send_error("data connection for no running test"),
+                _ => {
+                    let e = "data connection for no running test";
+                    chan.send_error(e);
+                    client_error(e.into());
+                }
             }
         }
         Message::Conf { version } => match control::check_version(version) {
@@ -245,10 +329,12 @@ fn greet(
     }
 }
 
-/// Runs one test on an accepted control channel.
+/// Runs one test on an accepted control channel. `public_session` is announced in
+/// `Welcome`; data connections must present `session`.
 fn run_session(
     chan: &mut Channel,
-    session: u64,
+    public_session: u64,
+    registered: &SessionGuard,
     routed: Receiver<DataConn>,
     routed_tx: Sender<DataConn>,
     config: &ServerConfig,
@@ -257,13 +343,19 @@ fn run_session(
     chan.send(&Message::Welcome {
         version: PROTOCOL_VERSION,
         software: format!("fperf {}", crate::VERSION),
-        session,
+        session: public_session,
     })?;
     let settings = match chan.recv(config.control_timeout)? {
         Message::Settings { settings } => settings,
         other => return Err(ControlError::unexpected("settings", &other).into()),
     };
     settings.validate()?;
+    config.limits.check(&settings)?;
+    let parallel = registered.sessions().parallel() > 1;
+    if parallel && settings.nstreams > 1 {
+        registered.claim_alone().map_err(|e| anyhow!(e))?;
+    }
+    let session = registered.id();
     let abort = Arc::new(AtomicBool::new(false));
     let ctx = ServerCtx {
         settings: settings.clone(),
@@ -272,6 +364,7 @@ fn run_session(
         port: config.port,
         routed,
         routed_tx,
+        events: events.clone(),
         setup_timeout: config.control_timeout,
         abort: abort.clone(),
     };
@@ -280,46 +373,74 @@ fn run_session(
     chan.send(&Message::Ready)?;
     let streams = acceptor.accept(&ctx)?;
     let from = streams.first().map_or_else(String::new, |s| s.peer_addr());
-    let _ = events.send(ServerEvent::Started {
-        settings: settings.clone(),
-        from,
-    });
+    // With tests in parallel, each report is sent in one piece at the end.
+    if !parallel {
+        let _ = events.send(ServerEvent::Started {
+            settings: settings.clone(),
+            from: from.clone(),
+        });
+    }
 
     let expected = settings.byte_limit();
+    let ceiling = expected.map(|announced| Ceiling::new(&settings, announced));
     let idle = config.idle_timeout;
     let start = std::time::Instant::now();
     let cpu_start = crate::sysinfo::CpuUsage::now();
     let schedule = crate::interval::Schedule::new(&settings, start);
     let (meter_tx, meter_rx) = mpsc::channel();
     let mut collector = crate::interval::Collector::new(start, streams.len(), cpu_start);
+    let watch = Arc::new(TestWatch::new(
+        streams.len(),
+        config.limits.max_rate,
+        abort.clone(),
+    ));
     let workers: Vec<_> = streams
         .into_iter()
         .enumerate()
         .map(|(i, stream)| {
             let pkt = settings.pktsize as usize;
             let meter = crate::interval::Meter::new(i as u32, schedule, Some(meter_tx.clone()));
+            let watch = watch.clone();
             std::thread::Builder::new()
                 .name(format!("fperf-recv-{i}"))
-                .spawn(move || receive(stream, pkt, expected, idle, meter))
+                .spawn(move || receive(stream, pkt, ceiling, idle, meter, (&watch, i)))
         })
         .collect::<io::Result<_>>()?;
     drop(meter_tx);
-    // Until every receiver ended (and dropped its meter), pass intervals on as they end.
-    for msg in meter_rx {
-        for result in collector.push(msg) {
-            let result = Box::new(result);
-            if chan
-                .send(&Message::Interval {
-                    result: result.clone(),
-                })
-                .is_err()
-            {
+    // The watchdog stops a test that stalls (even with a receiver blocked writing), runs
+    // past --max-time or moves more than --max-mb; the receivers then fail with
+    // `Interrupted`. Meanwhile intervals are passed on as they end, until every receiver
+    // ended (and dropped its meter).
+    let max_mb = settings.time_ms.and(config.limits.max_mb);
+    let mut watchdog = Watchdog::new(&watch, idle, config.limits.max_time, max_mb);
+    let mut stopped = None;
+    loop {
+        match meter_rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(msg) => {
+                for result in collector.push(msg) {
+                    let result = Box::new(result);
+                    if chan
+                        .send(&Message::Interval {
+                            result: result.clone(),
+                        })
+                        .is_err()
+                    {
+                        abort.store(true, Ordering::Relaxed);
+                    }
+                    let _ = events.send(ServerEvent::Interval {
+                        settings: settings.clone(),
+                        result,
+                    });
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if stopped.is_none() {
+            stopped = watchdog.check();
+            if stopped.is_some() {
                 abort.store(true, Ordering::Relaxed);
             }
-            let _ = events.send(ServerEvent::Interval {
-                settings: settings.clone(),
-                result,
-            });
         }
     }
     let mut per_stream = Vec::with_capacity(workers.len());
@@ -337,18 +458,55 @@ fn run_session(
             }
         }
     }
+    if let Some(reason) = stopped {
+        return Err(anyhow!("{reason}"));
+    }
     if let Some(e) = failure {
         return Err(e);
+    }
+    // Datagrams the network lost were sent all the same: they do not make a test short.
+    let lost_bytes: u64 = per_stream
+        .iter()
+        .map(|(_, r)| {
+            r.stats
+                .datagrams
+                .lost
+                .saturating_mul(u64::from(settings.pktsize))
+        })
+        .sum();
+    let got: u64 = per_stream
+        .iter()
+        .map(|(_, r)| r.stats.bytes_received)
+        .sum::<u64>()
+        .saturating_add(lost_bytes);
+    let want = expected.map(|e| e.saturating_mul(per_stream.len() as u64));
+    if let Some(want) = want.filter(|&w| got < w) {
+        // Ctrl-C on the client, or a client that died, ends its data early.
+        let _ = events.send(ServerEvent::ClientError {
+            peer: from.clone(),
+            error: format!(
+                "the client ended the test early: {got} of {want} bytes received \
+                 (interrupted or gone); figures cover what arrived"
+            ),
+        });
     }
     let mut result = server_result(&per_stream);
     result.system = Some(crate::sysinfo::SystemFacts::collect());
     result.cpu = crate::sysinfo::CpuUsage::now()
         .zip(cpu_start)
         .map(|(now, then)| now.since(then));
+    let report_lock = registered.sessions().report_lock();
+    if parallel {
+        let _ = events.send(ServerEvent::Started {
+            settings: settings.clone(),
+            from: from.clone(),
+        });
+    }
     let _ = events.send(ServerEvent::Finished {
         settings,
         result: Box::new(result.clone()),
     });
+    drop(report_lock);
     chan.send(&Message::Results {
         result: Box::new(result),
     })?;
@@ -363,16 +521,42 @@ struct Received {
     peer: String,
 }
 
-/// Receives on one stream until the client ends it. `expected` is the stream's byte
-/// count when the run is bounded by size; a time-bounded run sends whole packets only.
-/// With intervals, a receive waits no longer than the next boundary, so an idle stream
-/// still reports on time.
+/// The most bytes a size-bounded stream may deliver before the server calls it a
+/// protocol violation.
+#[derive(Clone, Copy)]
+struct Ceiling {
+    /// The stream's bytes as the settings announce them.
+    announced: u64,
+    /// `announced`, times the copies MPRTT retries may legitimately deliver.
+    most: u64,
+}
+
+impl Ceiling {
+    fn new(settings: &Settings, announced: u64) -> Ceiling {
+        let copies = if settings.mprtt {
+            1 + u64::from(crate::stream::udp::MAX_RETRIES)
+        } else {
+            1
+        };
+        Ceiling {
+            announced,
+            most: announced.saturating_mul(copies),
+        }
+    }
+}
+
+/// Receives on one stream until the client ends it, publishing progress (and pacing to
+/// the rate cap) through `watch`, the test's watch and this stream's index. `ceiling`
+/// bounds the bytes a size-bounded run may deliver (MPRTT retries may repeat packets);
+/// a time-bounded run has none and sends whole packets only. With intervals, a receive
+/// waits no longer than the next boundary, so an idle stream still reports on time.
 fn receive(
     mut stream: Box<dyn Stream>,
     pktsize: usize,
-    expected: Option<u64>,
+    ceiling: Option<Ceiling>,
     idle: Duration,
     mut meter: crate::interval::Meter,
+    watch: (&TestWatch, usize),
 ) -> io::Result<Received> {
     let mut buf = vec![0u8; pktsize.max(1)];
     let mut total = 0u64;
@@ -389,9 +573,21 @@ fn receive(
             Ok(n) => {
                 let before = total;
                 total += n as u64;
-                // The last packet of a run may be short: acknowledge it once it is whole.
-                if expected.is_some_and(|e| before < e && total >= e) {
-                    stream.ack_partial()?;
+                watch.0.received(watch.1, total, n);
+                if let Some(c) = &ceiling {
+                    if total > c.most {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!(
+                                "the client sent more than the {} bytes it announced",
+                                c.announced
+                            ),
+                        ));
+                    }
+                    // The last packet of a run may be short: acknowledge it once whole.
+                    if before < c.announced && total >= c.announced {
+                        stream.ack_partial()?;
+                    }
                 }
                 if timed {
                     last_data = std::time::Instant::now();
@@ -404,7 +600,10 @@ fn receive(
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("no data from the client for {}s", idle.as_secs()),
+                    format!(
+                        "no data from the client for {}s (--idle-timeout)",
+                        idle.as_secs_f64()
+                    ),
                 ))
             }
             Err(e) => return Err(e),

@@ -21,6 +21,9 @@ pub const MAX_NSTREAMS: u32 = 256;
 pub const MAX_PKTSIZE: u32 = 64 << 20;
 /// Largest run size accepted: 2^40 MB would overflow byte counters' headroom.
 pub const MAX_MB: u64 = 1 << 30;
+/// Largest `nstreams × nsockets × pktsize` accepted: a bound on the packet buffers a run
+/// may make either end allocate, whatever each field says alone.
+pub const MAX_FOOTPRINT: u64 = 2 << 30;
 /// Bytes in one "MB" as fperf counts it.
 pub const MB: u64 = 1 << 20;
 /// UDP with MPRTT: default wait for an ACK before a datagram is sent again, in ms.
@@ -153,6 +156,11 @@ pub enum SettingsError {
     Timing(&'static str, u64),
     #[error("--omit ({0} ms) must be shorter than --time ({1} ms)")]
     OmitTooLong(u64, u64),
+    #[error(
+        "--nstreams × --nsockets × --pktsize is {0} bytes; at most {MAX_FOOTPRINT} bytes of \
+         packet buffers are allowed"
+    )]
+    Footprint(u64),
     #[error("{0} is not supported by this build of fperf yet")]
     Unsupported(&'static str),
     #[error("--pktsize {0} does not fit in one UDP datagram (at most {MAX_UDP_PKTSIZE} bytes over IPv6, 65507 over IPv4)")]
@@ -175,6 +183,11 @@ impl Settings {
         }
         if !(1..=MAX_MB).contains(&self.mb) {
             return Err(SettingsError::Mb(self.mb));
+        }
+        let footprint =
+            u64::from(self.nstreams) * u64::from(self.nsockets) * u64::from(self.pktsize);
+        if footprint > MAX_FOOTPRINT {
+            return Err(SettingsError::Footprint(footprint));
         }
         if self.protocol != Protocol::Tcp && (self.nodelay || self.quickack) {
             return Err(SettingsError::TcpOnly(self.protocol.name()));

@@ -36,6 +36,8 @@ pub struct ServerCtx {
     pub routed: Receiver<DataConn>,
     /// Where a transport's own listeners forward the data connections they accept.
     pub routed_tx: Sender<DataConn>,
+    /// Where a transport's own listeners report connections they refused (one line each).
+    pub events: Sender<crate::server::ServerEvent>,
     /// How long connecting the data streams may take.
     pub setup_timeout: Duration,
     pub abort: Arc<AtomicBool>,
@@ -50,6 +52,9 @@ pub struct ClientCtx {
     /// Local address to bind data sockets to (`-B`).
     pub bind: Option<IpAddr>,
     pub setup_timeout: Duration,
+    /// Longest a data connection may leave sent data unacknowledged before it fails
+    /// (`TCP_USER_TIMEOUT` for TCP): bounds how long a vanished server can stall sends.
+    pub stall_timeout: Duration,
     pub abort: Arc<AtomicBool>,
 }
 

@@ -4,18 +4,23 @@
 
 use super::{port_offset, stream_options, Acceptor, ClientCtx, DataConn, ServerCtx, Transport};
 use crate::control::{self, Message, PROTOCOL_VERSION};
+use crate::server::ServerEvent;
 use crate::stream::{Stream, TcpStream};
 use anyhow::{anyhow, bail, Context, Result};
 use socket2::{Domain, Socket, Type};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{self, IpAddr, SocketAddr, TcpListener};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long a new data connection may take to send its `DataHello`.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most connections at a time on a data port (stream > 0) that have not yet said what
+/// they are; more are dropped at once.
+const MAX_PENDING_PER_PORT: usize = 32;
 
 /// The TCP transport.
 pub struct TcpTransport;
@@ -69,22 +74,53 @@ pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<
             .with_context(|| format!("cannot listen on {addr} for stream {i}"))?;
         listener.set_nonblocking(true)?;
         let tx = ctx.routed_tx.clone();
+        let events = ctx.events.clone();
         let session = ctx.session;
         let deadline = Instant::now() + ctx.setup_timeout;
         let abort = ctx.abort.clone();
         listeners.push(std::thread::spawn(move || {
-            let mut accepted = 0;
-            while accepted < per_stream
+            // Each connection says what it is in its own short-lived thread, so a
+            // silent or junk connection on this port never holds up the client's;
+            // only connections that prove they belong to this stream count.
+            let pending = Arc::new(AtomicUsize::new(0));
+            let routed = Arc::new(AtomicUsize::new(0));
+            while routed.load(Ordering::Relaxed) < per_stream as usize
                 && Instant::now() < deadline
                 && !abort.load(Ordering::Relaxed)
             {
                 match listener.accept() {
-                    Ok((sock, _)) => {
-                        accepted += 1;
-                        if let Ok(conn) = read_data_hello(sock, session) {
-                            if conn.stream == i && tx.send(conn).is_err() {
-                                return;
+                    Ok((sock, peer)) => {
+                        let events = events.clone();
+                        let refused = move |error: String| {
+                            let _ = events.send(ServerEvent::ClientError {
+                                peer: crate::stream::canonical(peer).to_string(),
+                                error: format!("data port {}: {error}", addr.port()),
+                            });
+                        };
+                        if pending.load(Ordering::Relaxed) >= MAX_PENDING_PER_PORT {
+                            refused("refused: too many unidentified connections".into());
+                            continue;
+                        }
+                        pending.fetch_add(1, Ordering::Relaxed);
+                        let (tx, pending, routed) = (tx.clone(), pending.clone(), routed.clone());
+                        let identify = move || {
+                            let left = deadline.saturating_duration_since(Instant::now());
+                            match read_data_hello(sock, session, i, left) {
+                                Ok(conn) => {
+                                    if tx.send(conn).is_ok() {
+                                        routed.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                }
+                                Err(e) => refused(format!("{e:#}")),
                             }
+                            pending.fetch_sub(1, Ordering::Relaxed);
+                        };
+                        if std::thread::Builder::new()
+                            .name(format!("fperf-data-hello-{i}"))
+                            .spawn(identify)
+                            .is_err()
+                        {
+                            return;
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -143,6 +179,7 @@ pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Resul
     let addr = port_offset(ctx.server, ctx.server.port(), stream)?;
     let mut sock = connect(addr, ctx.bind, ctx.setup_timeout)
         .with_context(|| format!("stream {stream}: cannot connect to {addr}"))?;
+    crate::limits::set_user_timeout(&sock, ctx.stall_timeout)?;
     control::write_frame(
         &mut sock,
         &Message::DataHello {
@@ -155,22 +192,39 @@ pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Resul
     Ok(sock)
 }
 
-/// Reads the `DataHello` that opens a data connection and checks it belongs to
-/// `session`.
-pub fn read_data_hello(mut sock: net::TcpStream, session: u64) -> Result<DataConn> {
+/// Reads the `DataHello` that opens a data connection on stream `stream`'s port and
+/// checks it belongs to `session` and that stream, within `timeout` (at most
+/// [`HELLO_TIMEOUT`]). A connection that fails is told why (best effort) and dropped.
+pub fn read_data_hello(
+    mut sock: net::TcpStream,
+    session: u64,
+    stream: u32,
+    timeout: Duration,
+) -> Result<DataConn> {
     sock.set_nonblocking(false)?;
-    sock.set_read_timeout(Some(HELLO_TIMEOUT))?;
-    match control::read_frame(&mut sock)? {
-        Message::DataHello {
+    sock.set_write_timeout(Some(HELLO_TIMEOUT))?;
+    let checked = match control::read_frame_within(&sock, timeout.min(HELLO_TIMEOUT)) {
+        Ok(Message::DataHello {
             version,
             session: s,
-            stream,
+            stream: k,
             socket,
-        } => {
-            control::check_version(version)?;
-            if s != session {
-                bail!("data connection for an unknown session");
-            }
+        }) => control::check_version(version)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| {
+                if s != session || k != stream {
+                    bail!("data connection for no running test");
+                }
+                Ok(socket)
+            }),
+        Ok(other) => Err(anyhow!(
+            "expected data_hello, got {}",
+            control::kind(&other)
+        )),
+        Err(e) => Err(e.into()),
+    };
+    match checked {
+        Ok(socket) => {
             sock.set_read_timeout(None)?;
             Ok(DataConn {
                 stream,
@@ -178,10 +232,15 @@ pub fn read_data_hello(mut sock: net::TcpStream, session: u64) -> Result<DataCon
                 sock,
             })
         }
-        other => Err(anyhow!(
-            "expected data_hello, got {}",
-            control::kind(&other)
-        )),
+        Err(e) => {
+            let _ = control::write_frame(
+                &mut sock,
+                &Message::Error {
+                    message: e.to_string(),
+                },
+            );
+            Err(e)
+        }
     }
 }
 

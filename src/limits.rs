@@ -1,0 +1,388 @@
+//! What a server allows one test to ask for, and how the server watches a running test.
+//!
+//! [`Limits`] are checked once, on the validated settings, before the server answers
+//! `Ready`: a test beyond them is refused before any data flows, with the limit named.
+//! Some limits cannot be checked up front because the settings carry no such figure:
+//! - `--max-time`: a `--time` above it is refused up front; the [`Watchdog`] also aborts
+//!   a test that runs longer (e.g. a slow size-bounded one);
+//! - `--max-mb` on a time-bounded run (`--time`), whose volume is not known ahead: the
+//!   [`Watchdog`] aborts it once it has moved more;
+//! - `--max-rate`: the server reads a test's data no faster than the cap (all streams
+//!   together), so TCP flow control holds the client to it — see [`RatePacer`].
+//!
+//! The watchdog also ends a test whose data stopped moving for the idle time-out, even
+//! when a receiving thread is blocked writing (e.g. MPRTT ACKs to a client that reads
+//! none), so no client can hold the server for longer than that.
+
+use crate::settings::Settings;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// Default for [`Limits::max_sockets`]: every data socket costs the server a descriptor
+/// and a thread.
+pub const DEFAULT_MAX_SOCKETS: u32 = 1024;
+
+/// What one test may ask of this server. `None` means no limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Most MB (2^20 B) one test may send, all streams together (`--max-mb`).
+    pub max_mb: Option<u64>,
+    /// Longest one test may run once its data flows (`--max-time`); the server aborts it.
+    pub max_time: Option<Duration>,
+    /// Most data streams (`-t`) one test may open (`--max-streams`).
+    pub max_streams: Option<u32>,
+    /// Most data sockets (`-t` × `-n`) one test may open (`--max-sockets`).
+    pub max_sockets: u32,
+    /// Fastest the server reads one test's data, bits/s over all streams
+    /// (`--max-rate`).
+    pub max_rate: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_mb: None,
+            max_time: None,
+            max_streams: None,
+            max_sockets: DEFAULT_MAX_SOCKETS,
+            max_rate: None,
+        }
+    }
+}
+
+/// A test asked for more than the server allows.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum LimitError {
+    #[error(
+        "the test would send {asked} MB in total but this server allows at most {max} MB \
+         per test (--max-mb)"
+    )]
+    Mb { asked: u64, max: u64 },
+    #[error(
+        "the test asks for {asked} streams but this server allows at most {max} (--max-streams)"
+    )]
+    Streams { asked: u32, max: u32 },
+    #[error(
+        "the test asks for {asked} data sockets (streams × sockets) but this server allows \
+         at most {max} (--max-sockets)"
+    )]
+    Sockets { asked: u64, max: u32 },
+    #[error(
+        "the test asks to run {asked_ms} ms but this server allows at most {max_ms} ms per \
+         test (--max-time)"
+    )]
+    Time { asked_ms: u64, max_ms: u64 },
+}
+
+impl Limits {
+    /// Checks validated settings against the limits; the first one exceeded is returned.
+    pub fn check(&self, s: &Settings) -> Result<(), LimitError> {
+        if let Some(max) = self.max_streams {
+            if s.nstreams > max {
+                return Err(LimitError::Streams {
+                    asked: s.nstreams,
+                    max,
+                });
+            }
+        }
+        let sockets = u64::from(s.nstreams) * u64::from(s.nsockets);
+        if sockets > u64::from(self.max_sockets) {
+            return Err(LimitError::Sockets {
+                asked: sockets,
+                max: self.max_sockets,
+            });
+        }
+        if let (Some(max), None) = (self.max_mb, s.time_ms) {
+            let asked = s.mb.saturating_mul(u64::from(s.nstreams));
+            if asked > max {
+                return Err(LimitError::Mb { asked, max });
+            }
+        }
+        if let (Some(max), Some(asked_ms)) = (self.max_time, s.time_ms) {
+            let max_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
+            if asked_ms > max_ms {
+                return Err(LimitError::Time { asked_ms, max_ms });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses a rate in bits/s with an optional decimal suffix: `500K`, `100M`, `2.5G`,
+/// `1T` (K = 10^3). A trailing `bit/s` or `bps` is accepted.
+pub fn parse_rate(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let t = t
+        .strip_suffix("bit/s")
+        .or_else(|| t.strip_suffix("bps"))
+        .unwrap_or(t);
+    let (number, scale) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let scale = match c.to_ascii_uppercase() {
+                'K' => 1e3,
+                'M' => 1e6,
+                'G' => 1e9,
+                'T' => 1e12,
+                _ => {
+                    return Err(format!(
+                        "unknown rate unit '{c}' in '{text}' (use K, M, G or T)"
+                    ))
+                }
+            };
+            (&t[..i], scale)
+        }
+        _ => (t, 1.0),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a rate such as 100M or 2.5G (bits/s)"))?;
+    let bits = value * scale;
+    if !bits.is_finite() || bits < 1.0 || bits > u64::MAX as f64 {
+        return Err(format!("rate '{text}' is out of range"));
+    }
+    Ok(bits as u64)
+}
+
+/// Paces the reading of one test's data to a rate cap, across all its streams.
+#[derive(Debug)]
+pub struct RatePacer {
+    bits_per_sec: u64,
+    start: Instant,
+    bytes: AtomicU64,
+}
+
+/// Longest single sleep while pacing, so an abort is noticed in time.
+const PACE_SLICE: Duration = Duration::from_millis(50);
+
+impl RatePacer {
+    /// A pacer for `bits_per_sec`, starting now.
+    pub fn new(bits_per_sec: u64) -> RatePacer {
+        RatePacer {
+            bits_per_sec: bits_per_sec.max(1),
+            start: Instant::now(),
+            bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts `n` bytes just read and sleeps until the cap allows them, or `abort`.
+    pub fn pace(&self, n: usize, abort: &AtomicBool) {
+        let total = self.bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        let due_secs = total as f64 * 8.0 / self.bits_per_sec as f64;
+        let due = self.start + Duration::from_secs_f64(due_secs.min(1e9));
+        loop {
+            let now = Instant::now();
+            if now >= due || abort.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep((due - now).min(PACE_SLICE));
+        }
+    }
+}
+
+/// Why the server stopped a running test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// No data moved for the idle time-out.
+    Idle(Duration),
+    /// The test ran past `--max-time`.
+    MaxTime(Duration),
+    /// A time-bounded test moved more than `--max-mb` (MB).
+    MaxMb(u64),
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::Idle(d) => write!(
+                f,
+                "no data moved for {}s: the client is gone or stuck (--idle-timeout)",
+                d.as_secs_f64()
+            ),
+            StopReason::MaxTime(d) => write!(
+                f,
+                "test aborted: it ran past this server's limit of {}s per test (--max-time)",
+                d.as_secs_f64()
+            ),
+            StopReason::MaxMb(mb) => write!(
+                f,
+                "test aborted: it moved more than this server's limit of {mb} MB per test \
+                 (--max-mb)"
+            ),
+        }
+    }
+}
+
+/// What the receiving threads of one test share with the session thread: bytes received
+/// per stream (each thread writes only its own counter) and the rate cap.
+#[derive(Debug)]
+pub struct TestWatch {
+    progress: Vec<AtomicU64>,
+    pacer: Option<RatePacer>,
+    abort: Arc<AtomicBool>,
+}
+
+impl TestWatch {
+    /// A watch over `nstreams` streams, pacing to `max_rate` bits/s if given; `abort`
+    /// cuts pacing short.
+    pub fn new(nstreams: usize, max_rate: Option<u64>, abort: Arc<AtomicBool>) -> TestWatch {
+        TestWatch {
+            progress: (0..nstreams).map(|_| AtomicU64::new(0)).collect(),
+            pacer: max_rate.map(RatePacer::new),
+            abort,
+        }
+    }
+
+    /// Called by stream `index`'s receiver after `n` more bytes, `total` in all.
+    pub fn received(&self, index: usize, total: u64, n: usize) {
+        if let Some(p) = self.progress.get(index) {
+            p.store(total, Ordering::Relaxed);
+        }
+        if let Some(pacer) = &self.pacer {
+            pacer.pace(n, &self.abort);
+        }
+    }
+}
+
+/// Watches a running test from the session thread: total bytes received and elapsed
+/// time.
+pub struct Watchdog<'a> {
+    progress: &'a [AtomicU64],
+    idle: Duration,
+    max_time: Option<Duration>,
+    /// Most MB the test may move (time-bounded tests, whose volume is not announced).
+    max_mb: Option<u64>,
+    started: Instant,
+    last_total: u64,
+    last_change: Instant,
+}
+
+impl<'a> Watchdog<'a> {
+    /// Starts watching now.
+    pub fn new(
+        watch: &'a TestWatch,
+        idle: Duration,
+        max_time: Option<Duration>,
+        max_mb: Option<u64>,
+    ) -> Self {
+        let now = Instant::now();
+        Watchdog {
+            progress: &watch.progress,
+            idle,
+            max_time,
+            max_mb,
+            started: now,
+            last_total: 0,
+            last_change: now,
+        }
+    }
+
+    /// Whether the test must be stopped now.
+    pub fn check(&mut self) -> Option<StopReason> {
+        let now = Instant::now();
+        if let Some(max) = self.max_time {
+            if now.duration_since(self.started) > max {
+                return Some(StopReason::MaxTime(max));
+            }
+        }
+        let total: u64 = self
+            .progress
+            .iter()
+            .map(|p| p.load(Ordering::Relaxed))
+            .sum();
+        if let Some(mb) = self.max_mb {
+            if total > mb.saturating_mul(crate::settings::MB) {
+                return Some(StopReason::MaxMb(mb));
+            }
+        }
+        if total != self.last_total {
+            self.last_total = total;
+            self.last_change = now;
+        } else if now.duration_since(self.last_change) > self.idle {
+            return Some(StopReason::Idle(self.idle));
+        }
+        None
+    }
+}
+
+/// Makes the kernel fail a TCP connection whose sent data stays unacknowledged for
+/// `timeout` (`TCP_USER_TIMEOUT`): a peer that vanished (killed host, pulled cable)
+/// then turns a blocked send into an error instead of hours of retransmissions.
+pub fn set_user_timeout(sock: &std::net::TcpStream, timeout: Duration) -> std::io::Result<()> {
+    socket2::SockRef::from(sock).set_tcp_user_timeout(Some(timeout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_limit_is_named_when_exceeded() {
+        let limits = Limits {
+            max_mb: Some(100),
+            max_streams: Some(2),
+            max_sockets: 8,
+            ..Limits::default()
+        };
+        let s = |nstreams, nsockets, mb| Settings {
+            nstreams,
+            nsockets,
+            mb,
+            ..Settings::default()
+        };
+        assert_eq!(limits.check(&s(2, 4, 50)), Ok(()));
+        let e = limits.check(&s(3, 1, 1)).expect_err("streams");
+        assert!(e.to_string().contains("--max-streams"), "{e}");
+        let e = limits.check(&s(2, 5, 1)).expect_err("sockets");
+        assert!(e.to_string().contains("--max-sockets"), "{e}");
+        let e = limits.check(&s(2, 1, 51)).expect_err("mb");
+        assert!(e.to_string().contains("102 MB"), "{e}");
+        assert!(e.to_string().contains("--max-mb"), "{e}");
+        let timed = |ms| Settings {
+            time_ms: Some(ms),
+            mb: 1 << 20,
+            ..Settings::default()
+        };
+        let capped = Limits {
+            max_time: Some(Duration::from_secs(10)),
+            ..limits.clone()
+        };
+        // A time-bounded run announces no volume: --max-mb is the watchdog's to enforce.
+        assert_eq!(capped.check(&timed(10_000)), Ok(()));
+        let e = capped.check(&timed(10_001)).expect_err("over --max-time");
+        assert!(e.to_string().contains("--max-time"), "{e}");
+    }
+
+    #[test]
+    fn rates_parse_with_decimal_units() {
+        assert_eq!(parse_rate("100M"), Ok(100_000_000));
+        assert_eq!(parse_rate("2.5G"), Ok(2_500_000_000));
+        assert_eq!(parse_rate("800k"), Ok(800_000));
+        assert_eq!(parse_rate("1Gbit/s"), Ok(1_000_000_000));
+        assert_eq!(parse_rate("12345"), Ok(12345));
+        for bad in ["", "M", "fast", "10X", "-1M", "0", "1e30T", "NaN"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn watchdog_sees_idle_and_max_time() {
+        let watch = TestWatch::new(2, None, Arc::default());
+        let mut w = Watchdog::new(&watch, Duration::from_millis(100), None, None);
+        assert_eq!(w.check(), None);
+        std::thread::sleep(Duration::from_millis(60));
+        watch.received(1, 10, 10);
+        assert_eq!(w.check(), None);
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(w.check(), None, "progress 60 ms ago");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(matches!(w.check(), Some(StopReason::Idle(_))));
+        let mut w = Watchdog::new(&watch, Duration::from_secs(60), Some(Duration::ZERO), None);
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(matches!(w.check(), Some(StopReason::MaxTime(_))));
+        let mut w = Watchdog::new(&watch, Duration::from_secs(60), None, Some(0));
+        watch.received(0, 1 << 20, 1 << 20);
+        assert!(matches!(w.check(), Some(StopReason::MaxMb(0))));
+    }
+}

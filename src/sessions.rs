@@ -1,0 +1,190 @@
+//! The tests a server is running, and who may start one.
+//!
+//! By default a server runs one test at a time and every other client is told "server
+//! busy" at once. With `--parallel N` it runs up to N at once, under one rule that keeps
+//! their data ports apart: stream 0 of every test shares the base port (its connections
+//! are routed by session id), but streams `i > 0` listen on `port + i`, which two tests
+//! cannot both bind. So a test with more than one stream must have the server to itself:
+//! it is refused while another test runs, and no test starts while it runs.
+//!
+//! Invariant: a session is registered exactly as long as its [`SessionGuard`] lives, so
+//! no failure path can leave the server "busy" forever.
+
+use crate::transport::DataConn;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// One running test.
+struct Running {
+    /// The id its data connections present.
+    id: u64,
+    /// Where data connections for it that arrive on the base port go.
+    route: Sender<DataConn>,
+    /// It has more than one stream and needs the server alone.
+    alone: bool,
+}
+
+/// The running tests of one server.
+pub struct Sessions {
+    running: Mutex<Vec<Running>>,
+    parallel: usize,
+    /// Held while one test's report events are sent, so reports never interleave.
+    report: Mutex<()>,
+}
+
+/// Keeps a session registered until dropped.
+pub struct SessionGuard {
+    sessions: Arc<Sessions>,
+    id: u64,
+}
+
+impl Sessions {
+    /// Room for `parallel` tests at once (at least one).
+    pub fn new(parallel: usize) -> Arc<Sessions> {
+        Arc::new(Sessions {
+            running: Mutex::new(Vec::new()),
+            parallel: parallel.max(1),
+            report: Mutex::new(()),
+        })
+    }
+
+    /// How many tests may run at once.
+    pub fn parallel(&self) -> usize {
+        self.parallel
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Vec<Running>>, String> {
+        self.running
+            .lock()
+            .map_err(|_| "server state poisoned by a panic".to_string())
+    }
+
+    /// Registers a new test, or says why the server is busy.
+    pub fn open(
+        self: &Arc<Self>,
+        id: u64,
+        route: Sender<DataConn>,
+    ) -> Result<SessionGuard, String> {
+        let mut running = self.lock()?;
+        if running.iter().any(|r| r.alone) {
+            return Err(if self.parallel == 1 {
+                "server busy: another test is running, try again later".into()
+            } else {
+                "server busy: a test with several streams has the server to itself, try again \
+                 later"
+                    .into()
+            });
+        }
+        if running.len() >= self.parallel {
+            return Err(if self.parallel == 1 {
+                "server busy: another test is running, try again later".into()
+            } else {
+                format!(
+                    "server busy: {} tests are running (--parallel {}), try again later",
+                    running.len(),
+                    self.parallel
+                )
+            });
+        }
+        running.push(Running {
+            id,
+            route,
+            alone: false,
+        });
+        Ok(SessionGuard {
+            sessions: self.clone(),
+            id,
+        })
+    }
+
+    /// Where data connections for session `id` go, if it is running.
+    pub fn route(&self, id: u64) -> Option<Sender<DataConn>> {
+        let running = self.lock().ok()?;
+        running.iter().find(|r| r.id == id).map(|r| r.route.clone())
+    }
+
+    /// Holds back other tests' reports while one test sends its report events.
+    pub fn report_lock(&self) -> Option<MutexGuard<'_, ()>> {
+        self.report.lock().ok()
+    }
+}
+
+impl SessionGuard {
+    /// Claims the server for this test alone (a test with several streams); refused
+    /// while another test runs.
+    pub fn claim_alone(&self) -> Result<(), String> {
+        let mut running = self.sessions.lock()?;
+        if running.len() > 1 {
+            return Err(format!(
+                "server busy: this server runs several tests at once (--parallel {}) and \
+                 another one is running; a test with several streams (-t > 1) needs the \
+                 server alone, try again later or use -t 1",
+                self.sessions.parallel
+            ));
+        }
+        for r in running.iter_mut().filter(|r| r.id == self.id) {
+            r.alone = true;
+        }
+        Ok(())
+    }
+
+    /// The id data connections of this session present.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The sessions this one belongs to.
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+}
+
+impl std::fmt::Debug for SessionGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionGuard")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        if let Ok(mut running) = self.sessions.running.lock() {
+            running.retain(|r| r.id != self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn one_at_a_time_by_default() {
+        let s = Sessions::new(1);
+        let (tx, _rx) = mpsc::channel();
+        let a = s.open(1, tx.clone()).expect("first");
+        assert!(s.open(2, tx.clone()).expect_err("busy").contains("busy"));
+        assert!(s.route(1).is_some() && s.route(2).is_none());
+        drop(a);
+        assert!(s.route(1).is_none(), "no state left behind");
+        let _b = s.open(2, tx).expect("free again");
+    }
+
+    #[test]
+    fn parallel_tests_and_the_several_streams_rule() {
+        let s = Sessions::new(2);
+        let (tx, _rx) = mpsc::channel();
+        let a = s.open(1, tx.clone()).expect("a");
+        let b = s.open(2, tx.clone()).expect("b");
+        assert!(s
+            .open(3, tx.clone())
+            .expect_err("full")
+            .contains("--parallel 2"));
+        assert!(b.claim_alone().expect_err("a runs").contains("-t > 1"));
+        drop(a);
+        b.claim_alone().expect("alone now");
+        assert!(s.open(4, tx).expect_err("b alone").contains("to itself"));
+    }
+}
