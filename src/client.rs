@@ -9,6 +9,7 @@ use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
 use crate::report::{Figures, Role, SideResult, StreamResult};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
+use crate::stream::affinity::{cpu_for, pin_current_thread};
 use crate::stream::{Stream, Timeout};
 use crate::transport::{self, tcp::connect, ClientCtx};
 use anyhow::{anyhow, bail, Context, Result};
@@ -124,9 +125,13 @@ pub fn run(
         .enumerate()
         .map(|(i, stream)| {
             let settings = settings.clone();
+            let cpu = cpu_for(&settings.client_cpus, i as u32);
             std::thread::Builder::new()
                 .name(format!("fperf-send-{i}"))
-                .spawn(move || drive(stream, &settings))
+                .spawn(move || {
+                    pin_current_thread(cpu)?;
+                    drive(stream, &settings)
+                })
         })
         .collect::<io::Result<_>>()?;
     let mut sent = Vec::with_capacity(workers.len());

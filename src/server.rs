@@ -279,9 +279,13 @@ fn run_session(
         .enumerate()
         .map(|(i, stream)| {
             let pkt = settings.pktsize as usize;
+            let cpu = crate::stream::affinity::cpu_for(&settings.server_cpus, i as u32);
             std::thread::Builder::new()
                 .name(format!("fperf-recv-{i}"))
-                .spawn(move || receive(stream, pkt, expected, idle))
+                .spawn(move || {
+                    crate::stream::affinity::pin_current_thread(cpu)?;
+                    receive(stream, pkt, expected, idle)
+                })
         })
         .collect::<io::Result<_>>()?;
     let mut per_stream = Vec::with_capacity(workers.len());

@@ -65,6 +65,19 @@ impl QueueKind {
     }
 }
 
+/// How a TCP sender hands bytes to the kernel (`--zerocopy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ZeroCopy {
+    /// Plain `write()`: the kernel copies the buffer.
+    #[default]
+    Off,
+    /// `send(MSG_ZEROCOPY)`, completions reaped from the socket's error queue.
+    Msg,
+    /// `vmsplice()` the buffer into a pipe, then `splice()` the pipe into the socket.
+    Splice,
+}
+
 /// Everything both ends must agree on for one run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -84,6 +97,19 @@ pub struct Settings {
     pub nodelay: bool,
     /// TCP only: TCP_QUICKACK on both ends, re-armed after every receive.
     pub quickack: bool,
+    /// TCP only: zero-copy sending (`--zerocopy`).
+    #[serde(default)]
+    pub zerocopy: ZeroCopy,
+    /// Spin on non-blocking calls instead of sleeping in `poll()` (`--busy-poll`).
+    #[serde(default)]
+    pub busy_poll: bool,
+    /// CPUs the client's data threads are pinned to (`--cpu`); stream i uses entry
+    /// i mod len. Empty: not pinned.
+    #[serde(default)]
+    pub client_cpus: Vec<u32>,
+    /// CPUs the server's data threads are pinned to (`--server-cpu`), as above.
+    #[serde(default)]
+    pub server_cpus: Vec<u32>,
 }
 
 impl Default for Settings {
@@ -98,6 +124,10 @@ impl Default for Settings {
             queue: QueueKind::Mutex,
             nodelay: false,
             quickack: false,
+            zerocopy: ZeroCopy::Off,
+            busy_poll: false,
+            client_cpus: Vec::new(),
+            server_cpus: Vec::new(),
         }
     }
 }
@@ -117,6 +147,10 @@ pub enum SettingsError {
     TcpOnly(&'static str),
     #[error("the lock-free queue (-q 0) drives a single socket; --nsockets must be 1, not {0}")]
     LockFreeSockets(u32),
+    #[error("--zerocopy is a TCP option; it cannot be used with {0}")]
+    ZeroCopyTcpOnly(&'static str),
+    #[error("CPU numbers must be below {max}, not {0}", max = crate::stream::affinity::MAX_CPUS)]
+    Cpu(u32),
     #[error("{0} is not supported by this build of fperf yet")]
     Unsupported(&'static str),
 }
@@ -138,6 +172,17 @@ impl Settings {
         }
         if self.protocol != Protocol::Tcp && (self.nodelay || self.quickack) {
             return Err(SettingsError::TcpOnly(self.protocol.name()));
+        }
+        if self.protocol != Protocol::Tcp && self.zerocopy != ZeroCopy::Off {
+            return Err(SettingsError::ZeroCopyTcpOnly(self.protocol.name()));
+        }
+        if let Some(&cpu) = self
+            .client_cpus
+            .iter()
+            .chain(&self.server_cpus)
+            .find(|&&c| c as usize >= crate::stream::affinity::MAX_CPUS)
+        {
+            return Err(SettingsError::Cpu(cpu));
         }
         if self.queue == QueueKind::LockFree && self.nsockets != 1 {
             return Err(SettingsError::LockFreeSockets(self.nsockets));

@@ -4,7 +4,8 @@
 
 use super::{port_offset, stream_options, Acceptor, ClientCtx, DataConn, ServerCtx, Transport};
 use crate::control::{self, Message, PROTOCOL_VERSION};
-use crate::stream::{Stream, TcpStream};
+use crate::stream::affinity::cpu_for;
+use crate::stream::{Stream, StreamOptions, TcpStream};
 use anyhow::{anyhow, bail, Context, Result};
 use socket2::{Domain, Socket, Type};
 use std::collections::BTreeMap;
@@ -82,7 +83,8 @@ impl Transport for TcpTransport {
                 )?;
                 socks.push(sock);
             }
-            let opts = stream_options(s, ctx.abort.clone());
+            let mut opts = stream_options(s, ctx.abort.clone());
+            opts.cpu = cpu_for(&s.client_cpus, i);
             streams.push(Box::new(TcpStream::from_sockets(socks, opts)?));
         }
         Ok(streams)
@@ -120,9 +122,13 @@ impl Acceptor for TcpAcceptor {
         let opts = stream_options(s, ctx.abort.clone());
         let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
         let mut socks = got.into_values();
-        for _ in 0..s.nstreams {
+        for i in 0..s.nstreams {
             let mine: Vec<_> = socks.by_ref().take(s.nsockets as usize).collect();
-            streams.push(Box::new(TcpStream::from_sockets(mine, opts.clone())?));
+            let opts = StreamOptions {
+                cpu: cpu_for(&s.server_cpus, i),
+                ..opts.clone()
+            };
+            streams.push(Box::new(TcpStream::from_sockets(mine, opts)?));
         }
         Ok(streams)
     }
