@@ -77,6 +77,13 @@ impl Socket {
     /// Reads the 1-byte MPRTT ACK.
     fn read_ack(&self, deadline: Deadline) -> io::Result<()> {
         let mut ack = [0u8; 1];
+        // The ACK needs the peer to wake and answer, so right after the write it is
+        // never there yet: sleeping in poll() first saves a read() that would only
+        // return EAGAIN (one system call per round trip). Spinning and non-blocking
+        // calls still try the read first.
+        if !self.busy_poll && deadline != Deadline::Now {
+            self.wait(libc::POLLIN, deadline)?;
+        }
         loop {
             match (&*self.sock).read(&mut ack) {
                 Ok(0) => {
@@ -114,6 +121,10 @@ impl Socket {
 /// Waits until `fd` may be ready for `events`: sleeps in `poll()`, or with `busy_poll`
 /// returns at once so the caller retries its non-blocking call (a spin). Fails once
 /// `abort` is set or `deadline` passed.
+///
+/// The spin yields the CPU to other runnable threads on each turn: on a machine with
+/// fewer free cores than spinning threads (both ends of a loopback run spin), a pure
+/// spin would keep the peer that must answer from running.
 fn wait_ready(
     fd: RawFd,
     events: libc::c_short,
@@ -124,7 +135,7 @@ fn wait_ready(
     super::check_abort(abort)?;
     let ms = deadline.poll_ms()?;
     if busy_poll {
-        std::hint::spin_loop();
+        std::thread::yield_now();
     } else {
         poll_one(fd, events, ms)?;
     }
@@ -166,6 +177,9 @@ pub struct TcpStream {
     cursor: usize,
     /// MPRTT: bytes of the current packet received per socket.
     partial: Vec<usize>,
+    /// MPRTT: an ACK was just written for a whole packet, so the next packet cannot be
+    /// there before the peer has read the ACK: the next `recv()` polls before reading.
+    acked: bool,
     pollfds: Vec<libc::pollfd>,
 }
 
@@ -242,6 +256,7 @@ impl TcpStream {
             ready: Vec::with_capacity(n),
             cursor: 0,
             partial: vec![0; n],
+            acked: false,
             pollfds,
         })
     }
@@ -285,6 +300,7 @@ impl TcpStream {
                 sock.write_all(&[1u8], Deadline::Never)?;
                 self.stats.bytes_sent += 1;
             }
+            self.acked = self.partial[k] == 0 && self.sockets.len() == 1;
         }
         Ok(())
     }
@@ -294,8 +310,9 @@ impl TcpStream {
         self.opts.check_abort()?;
         let ms = deadline.poll_ms()?;
         if self.opts.busy_poll {
-            // Spin: try every open socket again instead of sleeping until one is ready.
-            std::hint::spin_loop();
+            // Spin: try every open socket again instead of sleeping until one is ready
+            // (yielding, as `wait_ready` explains).
+            std::thread::yield_now();
             self.ready
                 .extend((0..self.eof.len()).filter(|&k| !self.eof[k]));
             return Ok(());
@@ -363,6 +380,14 @@ impl Stream for TcpStream {
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
         let start = Instant::now();
         let deadline = timeout.deadline();
+        if std::mem::take(&mut self.acked)
+            && !self.opts.busy_poll
+            && deadline != Deadline::Now
+            && self.open > 0
+        {
+            // See `acked`: skip the read() that would only return EAGAIN.
+            self.poll_open(deadline)?;
+        }
         loop {
             if self.open == 0 {
                 return Ok(0);
