@@ -62,8 +62,7 @@ impl ZeroCopyWriter {
             ZeroCopy::Splice => {
                 let mut fds = [0 as libc::c_int; 2];
                 // SAFETY: `fds` has room for the two descriptors pipe2 writes.
-                if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }
-                    < 0
+                if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } < 0
                 {
                     return Err(io::Error::last_os_error());
                 }
