@@ -307,7 +307,6 @@ mod tests {
         for _ in 0..n {
             w.write_all(fd, &buf, &mut wait).expect("write_all");
         }
-        drop(wait);
         let counts = w.counts();
         drop(w);
         sock.shutdown(std::net::Shutdown::Write).expect("shutdown");
