@@ -10,9 +10,10 @@
 //!   the socket: two system calls per pipe-full instead of one `write()`, but on
 //!   loopback the receiver's `read()` copies straight from the sender's pages.
 //!
-//! Either way the kernel reads the buffer after the call returned: the caller must not
-//! change a buffer it sent until the STREAM finished sending (fperf sends one constant
-//! buffer, so it never does).
+//! Either way the kernel reads the buffer after the call returned (with `splice`, until
+//! the peer has read the data): the caller must not change or free a buffer it sent
+//! until the peer has received it. fperf sends one constant buffer and does not check
+//! payload contents, so it never depends on this.
 
 use crate::settings::ZeroCopy;
 use std::io;
