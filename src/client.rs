@@ -11,6 +11,7 @@ use crate::interval::{Collector, IntervalResult, Meter, Schedule};
 use crate::report::{Figures, Role, SideResult, StreamResult};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
+use crate::stream::affinity::{cpu_for, pin_current_thread};
 use crate::stream::{Stream, Timeout};
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
 use crate::transport::{self, tcp::connect, ClientCtx};
@@ -180,9 +181,13 @@ pub fn run_observed(
         .map(|(i, stream)| {
             let settings = settings.clone();
             let meter = Meter::new(i as u32, schedule, Some(meter_tx.clone()));
+            let cpu = cpu_for(&settings.client_cpus, i as u32);
             std::thread::Builder::new()
                 .name(format!("fperf-send-{i}"))
-                .spawn(move || drive(stream, &settings, meter))
+                .spawn(move || {
+                    pin_current_thread(cpu)?;
+                    drive(stream, &settings, meter)
+                })
         })
         .collect::<io::Result<_>>()?;
     drop(meter_tx);

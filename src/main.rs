@@ -13,7 +13,7 @@ use measure::Output;
 mod measure;
 use fperf::server::{Server, ServerConfig, ServerEvent};
 use fperf::settings::{
-    Protocol, QueueKind, Settings, DEFAULT_ACK_TIMEOUT_MS, DEFAULT_MB, DEFAULT_PKTSIZE,
+    Protocol, QueueKind, Settings, ZeroCopy, DEFAULT_ACK_TIMEOUT_MS, DEFAULT_MB, DEFAULT_PKTSIZE,
     DEFAULT_PORT,
 };
 use std::io::Write;
@@ -94,6 +94,27 @@ struct Cli {
     /// every receive.
     #[arg(short = 'a', long)]
     quickack: bool,
+
+    /// TCP only: zero-copy sending. `splice` (the default) moves the buffer with
+    /// vmsplice()+splice(); `msg` uses send(MSG_ZEROCOPY) (on loopback the kernel copies
+    /// anyway). See bench/README.md for what each buys.
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "splice",
+          value_parser = ["splice", "msg"])]
+    zerocopy: Option<String>,
+
+    /// Spin on non-blocking reads and writes instead of sleeping in poll(): lower
+    /// latency, one busy core per waiting thread.
+    #[arg(long)]
+    busy_poll: bool,
+
+    /// Pin the client's data threads to these CPUs (comma-separated); stream i uses
+    /// entry i mod len.
+    #[arg(long, value_name = "CPUS", value_delimiter = ',')]
+    cpu: Vec<u32>,
+
+    /// Ask the server to pin its data threads to these CPUs (comma-separated), as --cpu.
+    #[arg(long, value_name = "CPUS", value_delimiter = ',')]
+    server_cpu: Vec<u32>,
 
     /// Base port: control and stream 0; stream i uses PORT+i.
     #[arg(short = 'p', long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
@@ -273,6 +294,14 @@ impl Cli {
             time_ms: secs_to_ms("time", self.time)?,
             interval_ms: secs_to_ms("interval", self.interval)?,
             omit_ms: secs_to_ms("omit", self.omit)?,
+            zerocopy: match self.zerocopy.as_deref() {
+                None => ZeroCopy::Off,
+                Some("msg") => ZeroCopy::Msg,
+                Some(_) => ZeroCopy::Splice,
+            },
+            busy_poll: self.busy_poll,
+            client_cpus: self.cpu.clone(),
+            server_cpus: self.server_cpu.clone(),
         };
         s.validate()?;
         Ok(s)

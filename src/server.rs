@@ -401,9 +401,13 @@ fn run_session(
             let pkt = settings.pktsize as usize;
             let meter = crate::interval::Meter::new(i as u32, schedule, Some(meter_tx.clone()));
             let watch = watch.clone();
+            let cpu = crate::stream::affinity::cpu_for(&settings.server_cpus, i as u32);
             std::thread::Builder::new()
                 .name(format!("fperf-recv-{i}"))
-                .spawn(move || receive(stream, pkt, ceiling, idle, meter, (&watch, i)))
+                .spawn(move || {
+                    crate::stream::affinity::pin_current_thread(cpu)?;
+                    receive(stream, pkt, ceiling, idle, meter, (&watch, i))
+                })
         })
         .collect::<io::Result<_>>()?;
     drop(meter_tx);

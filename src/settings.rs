@@ -80,6 +80,19 @@ impl QueueKind {
     }
 }
 
+/// How a TCP sender hands bytes to the kernel (`--zerocopy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ZeroCopy {
+    /// Plain `write()`: the kernel copies the buffer.
+    #[default]
+    Off,
+    /// `send(MSG_ZEROCOPY)`, completions reaped from the socket's error queue.
+    Msg,
+    /// `vmsplice()` the buffer into a pipe, then `splice()` the pipe into the socket.
+    Splice,
+}
+
 /// Everything both ends must agree on for one run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -111,6 +124,19 @@ pub struct Settings {
     /// `--omit`: the first this many ms are left out of the totals (warm-up).
     #[serde(default)]
     pub omit_ms: Option<u64>,
+    /// TCP only: zero-copy sending (`--zerocopy`).
+    #[serde(default)]
+    pub zerocopy: ZeroCopy,
+    /// Spin on non-blocking calls instead of sleeping in `poll()` (`--busy-poll`).
+    #[serde(default)]
+    pub busy_poll: bool,
+    /// CPUs the client's data threads are pinned to (`--cpu`); stream i uses entry
+    /// i mod len. Empty: not pinned.
+    #[serde(default)]
+    pub client_cpus: Vec<u32>,
+    /// CPUs the server's data threads are pinned to (`--server-cpu`), as above.
+    #[serde(default)]
+    pub server_cpus: Vec<u32>,
 }
 
 fn default_ack_timeout_ms() -> u32 {
@@ -133,6 +159,10 @@ impl Default for Settings {
             time_ms: None,
             interval_ms: None,
             omit_ms: None,
+            zerocopy: ZeroCopy::Off,
+            busy_poll: false,
+            client_cpus: Vec::new(),
+            server_cpus: Vec::new(),
         }
     }
 }
@@ -161,6 +191,12 @@ pub enum SettingsError {
          packet buffers are allowed"
     )]
     Footprint(u64),
+    #[error("--zerocopy is a TCP option; it cannot be used with {0}")]
+    ZeroCopyTcpOnly(&'static str),
+    #[error("--busy-poll is implemented for TCP only in this build; it cannot be used with {0}")]
+    BusyPollTcpOnly(&'static str),
+    #[error("CPU numbers must be below {max}, not {0}", max = crate::stream::affinity::MAX_CPUS)]
+    Cpu(u32),
     #[error("{0} is not supported by this build of fperf yet")]
     Unsupported(&'static str),
     #[error("--pktsize {0} does not fit in one UDP datagram (at most {MAX_UDP_PKTSIZE} bytes over IPv6, 65507 over IPv4)")]
@@ -191,6 +227,20 @@ impl Settings {
         }
         if self.protocol != Protocol::Tcp && (self.nodelay || self.quickack) {
             return Err(SettingsError::TcpOnly(self.protocol.name()));
+        }
+        if self.protocol != Protocol::Tcp && self.zerocopy != ZeroCopy::Off {
+            return Err(SettingsError::ZeroCopyTcpOnly(self.protocol.name()));
+        }
+        if self.protocol != Protocol::Tcp && self.busy_poll {
+            return Err(SettingsError::BusyPollTcpOnly(self.protocol.name()));
+        }
+        if let Some(&cpu) = self
+            .client_cpus
+            .iter()
+            .chain(&self.server_cpus)
+            .find(|&&c| c as usize >= crate::stream::affinity::MAX_CPUS)
+        {
+            return Err(SettingsError::Cpu(cpu));
         }
         if self.queue == QueueKind::LockFree && self.nsockets != 1 {
             return Err(SettingsError::LockFreeSockets(self.nsockets));

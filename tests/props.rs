@@ -79,6 +79,7 @@ fn settings() -> impl Strategy<Value = Settings> {
                     time_ms,
                     interval_ms,
                     omit_ms,
+                    ..Settings::default()
                 }
             },
         )

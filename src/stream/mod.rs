@@ -18,13 +18,15 @@
 //! `send()` returns once the ACK is read, and the receiving side's `recv()` writes the
 //! ACK once a whole packet (`pktsize` bytes) has arrived on a socket.
 
+pub mod affinity;
 pub mod sender;
 pub(crate) mod sys;
 pub mod tcp;
 pub mod udp;
 pub mod udp_wire;
+pub mod zerocopy;
 
-use crate::settings::QueueKind;
+use crate::settings::{QueueKind, ZeroCopy};
 use crate::stats::StreamStats;
 use bytes::Bytes;
 use std::io;
@@ -125,6 +127,13 @@ pub struct StreamOptions {
     pub quickack: bool,
     /// Set to make every blocked call of this STREAM fail with `Interrupted` soon.
     pub abort: Arc<AtomicBool>,
+    /// TCP: zero-copy sending (see [`zerocopy`]).
+    pub zerocopy: ZeroCopy,
+    /// Spin on non-blocking calls instead of sleeping in `poll()` (burns a core per
+    /// waiting thread, saves the wake-up).
+    pub busy_poll: bool,
+    /// CPU the STREAM's sender threads are pinned to (see [`affinity`]).
+    pub cpu: Option<usize>,
 }
 
 impl Default for StreamOptions {
@@ -137,6 +146,9 @@ impl Default for StreamOptions {
             nodelay: false,
             quickack: false,
             abort: Arc::new(AtomicBool::new(false)),
+            zerocopy: ZeroCopy::Off,
+            busy_poll: false,
+            cpu: None,
         }
     }
 }

@@ -192,6 +192,16 @@ impl Senders {
         sinks: Vec<S>,
         abort: Arc<AtomicBool>,
     ) -> io::Result<Senders> {
+        Senders::start_pinned(queue, sinks, abort, None)
+    }
+
+    /// As [`Senders::start`], with every sender thread pinned to `cpu` (if given).
+    pub fn start_pinned<S: PacketSink>(
+        queue: QueueKind,
+        sinks: Vec<S>,
+        abort: Arc<AtomicBool>,
+        cpu: Option<usize>,
+    ) -> io::Result<Senders> {
         let shared = Arc::new(Shared {
             abort,
             failed: AtomicBool::new(false),
@@ -222,7 +232,9 @@ impl Senders {
                 });
                 for (i, sink) in sinks.into_iter().enumerate() {
                     let (q, shared) = (q.clone(), shared.clone());
-                    threads.push(spawn(i, move || mutex_consumer(i, sink, &q, &shared))?);
+                    threads.push(spawn(i, cpu, &shared, move |shared| {
+                        mutex_consumer(i, sink, &q, shared)
+                    })?);
                 }
                 Producer::Mutex(q)
             }
@@ -235,9 +247,8 @@ impl Senders {
                 }
                 let (ring, consumer) = rtrb::RingBuffer::new(LOCKFREE_QUEUE_CAPACITY);
                 if let Some(sink) = sinks.into_iter().next() {
-                    let shared = shared.clone();
-                    threads.push(spawn(0, move || {
-                        lockfree_consumer(0, sink, consumer, &shared)
+                    threads.push(spawn(0, cpu, &shared, move |shared| {
+                        lockfree_consumer(0, sink, consumer, shared)
                     })?);
                 }
                 Producer::LockFree { ring, submitted: 0 }
@@ -413,13 +424,27 @@ impl Drop for Senders {
     }
 }
 
-fn spawn<F>(i: usize, f: F) -> io::Result<JoinHandle<StreamStats>>
+/// Starts sender thread `i`, pinned to `cpu` if given; a thread that cannot be pinned
+/// records the failure (reported by the next submit or drain) and stops.
+fn spawn<F>(
+    i: usize,
+    cpu: Option<usize>,
+    shared: &Arc<Shared>,
+    f: F,
+) -> io::Result<JoinHandle<StreamStats>>
 where
-    F: FnOnce() -> StreamStats + Send + 'static,
+    F: FnOnce(&Shared) -> StreamStats + Send + 'static,
 {
+    let shared = shared.clone();
     std::thread::Builder::new()
         .name(format!("fperf-sender-{i}"))
-        .spawn(f)
+        .spawn(move || match super::affinity::pin_current_thread(cpu) {
+            Ok(()) => f(&shared),
+            Err(e) => {
+                shared.fail(&e);
+                StreamStats::default()
+            }
+        })
 }
 
 fn wait_slice(deadline: Deadline) -> io::Result<Duration> {

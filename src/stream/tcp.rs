@@ -8,27 +8,57 @@
 
 use super::sender::{PacketSink, Senders};
 use super::sys::{poll_many, poll_one, tcp_info, tcp_quickack};
+use super::zerocopy::ZeroCopyWriter;
 use super::{Deadline, Stream, StreamOptions, Timeout};
+use crate::settings::ZeroCopy;
 use crate::stats::StreamStats;
 use bytes::Bytes;
 use std::io::{self, Read, Write};
 use std::net::{self, Shutdown, SocketAddr, TcpListener, ToSocketAddrs};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// One socket of a TCP STREAM, shared by the receiving path and a sender thread.
-#[derive(Clone)]
+/// One socket of a TCP STREAM. The receiving path and each sender thread hold their own
+/// `Socket` for the same connection (see [`Socket::for_sender`]).
 struct Socket {
     sock: Arc<net::TcpStream>,
     mprtt: bool,
     quickack: bool,
+    busy_poll: bool,
     abort: Arc<AtomicBool>,
+    /// `--zerocopy`: this thread's zero-copy writer; payload goes through it.
+    zerocopy: Option<ZeroCopyWriter>,
 }
 
 impl Socket {
-    /// Writes all of `buf`, polling for POLLOUT after EAGAIN.
+    /// Another handle on the same connection for a sender thread, with its own
+    /// zero-copy writer (a writer's state belongs to one thread).
+    fn for_sender(&self, mode: ZeroCopy) -> io::Result<Socket> {
+        Ok(Socket {
+            sock: self.sock.clone(),
+            mprtt: self.mprtt,
+            quickack: self.quickack,
+            busy_poll: self.busy_poll,
+            abort: self.abort.clone(),
+            zerocopy: ZeroCopyWriter::new(mode, &*self.sock)?,
+        })
+    }
+
+    /// Writes all of `buf` (zero-copy if so configured), waiting after EAGAIN.
+    fn write_payload(&mut self, buf: &[u8], deadline: Deadline) -> io::Result<()> {
+        let Some(zc) = &mut self.zerocopy else {
+            return self.write_all(buf, deadline);
+        };
+        let fd = self.sock.as_raw_fd();
+        let (abort, busy) = (&*self.abort, self.busy_poll);
+        zc.write_all(fd, buf, &mut || {
+            wait_ready(fd, libc::POLLOUT, deadline, abort, busy)
+        })
+    }
+
+    /// Writes all of `buf` with plain `write()`, waiting after EAGAIN.
     fn write_all(&self, mut buf: &[u8], deadline: Deadline) -> io::Result<()> {
         while !buf.is_empty() {
             match (&*self.sock).write(buf) {
@@ -47,6 +77,13 @@ impl Socket {
     /// Reads the 1-byte MPRTT ACK.
     fn read_ack(&self, deadline: Deadline) -> io::Result<()> {
         let mut ack = [0u8; 1];
+        // The ACK needs the peer to wake and answer, so right after the write it is
+        // never there yet: sleeping in poll() first saves a read() that would only
+        // return EAGAIN (one system call per round trip). Spinning and non-blocking
+        // calls still try the read first.
+        if !self.busy_poll && deadline != Deadline::Now {
+            self.wait(libc::POLLIN, deadline)?;
+        }
         loop {
             match (&*self.sock).read(&mut ack) {
                 Ok(0) => {
@@ -71,11 +108,38 @@ impl Socket {
     }
 
     fn wait(&self, events: libc::c_short, deadline: Deadline) -> io::Result<()> {
-        super::check_abort(&self.abort)?;
-        let ms = deadline.poll_ms()?;
-        poll_one(self.sock.as_raw_fd(), events, ms)?;
-        Ok(())
+        wait_ready(
+            self.sock.as_raw_fd(),
+            events,
+            deadline,
+            &self.abort,
+            self.busy_poll,
+        )
     }
+}
+
+/// Waits until `fd` may be ready for `events`: sleeps in `poll()`, or with `busy_poll`
+/// returns at once so the caller retries its non-blocking call (a spin). Fails once
+/// `abort` is set or `deadline` passed.
+///
+/// The spin yields the CPU to other runnable threads on each turn: on a machine with
+/// fewer free cores than spinning threads (both ends of a loopback run spin), a pure
+/// spin would keep the peer that must answer from running.
+fn wait_ready(
+    fd: RawFd,
+    events: libc::c_short,
+    deadline: Deadline,
+    abort: &AtomicBool,
+    busy_poll: bool,
+) -> io::Result<()> {
+    super::check_abort(abort)?;
+    let ms = deadline.poll_ms()?;
+    if busy_poll {
+        std::thread::yield_now();
+    } else {
+        poll_one(fd, events, ms)?;
+    }
+    Ok(())
 }
 
 impl PacketSink for Socket {
@@ -86,7 +150,7 @@ impl PacketSink for Socket {
         stats: &mut StreamStats,
     ) -> io::Result<()> {
         let start = Instant::now();
-        self.write_all(buf, deadline)?;
+        self.write_payload(buf, deadline)?;
         if self.mprtt {
             self.read_ack(deadline)?;
             stats.bytes_received += 1;
@@ -113,6 +177,9 @@ pub struct TcpStream {
     cursor: usize,
     /// MPRTT: bytes of the current packet received per socket.
     partial: Vec<usize>,
+    /// MPRTT: an ACK was just written for a whole packet, so the next packet cannot be
+    /// there before the peer has read the ACK: the next `recv()` polls before reading.
+    acked: bool,
     pollfds: Vec<libc::pollfd>,
 }
 
@@ -155,15 +222,22 @@ impl TcpStream {
             if opts.quickack {
                 tcp_quickack(&s)?;
             }
+            let sock = Arc::new(s);
             sockets.push(Socket {
-                sock: Arc::new(s),
+                zerocopy: ZeroCopyWriter::new(opts.zerocopy, &*sock)?,
+                sock,
                 mprtt: opts.mprtt,
                 quickack: opts.quickack,
+                busy_poll: opts.busy_poll,
                 abort: opts.abort.clone(),
             });
         }
         let n = sockets.len();
-        let senders = Senders::start(opts.queue, sockets.clone(), opts.abort.clone())?;
+        let sinks = sockets
+            .iter()
+            .map(|s| s.for_sender(opts.zerocopy))
+            .collect::<io::Result<Vec<_>>>()?;
+        let senders = Senders::start_pinned(opts.queue, sinks, opts.abort.clone(), opts.cpu)?;
         let pollfds = sockets
             .iter()
             .map(|s| libc::pollfd {
@@ -182,6 +256,7 @@ impl TcpStream {
             ready: Vec::with_capacity(n),
             cursor: 0,
             partial: vec![0; n],
+            acked: false,
             pollfds,
         })
     }
@@ -225,6 +300,7 @@ impl TcpStream {
                 sock.write_all(&[1u8], Deadline::Never)?;
                 self.stats.bytes_sent += 1;
             }
+            self.acked = self.partial[k] == 0 && self.sockets.len() == 1;
         }
         Ok(())
     }
@@ -233,6 +309,14 @@ impl TcpStream {
     fn poll_open(&mut self, deadline: Deadline) -> io::Result<()> {
         self.opts.check_abort()?;
         let ms = deadline.poll_ms()?;
+        if self.opts.busy_poll {
+            // Spin: try every open socket again instead of sleeping until one is ready
+            // (yielding, as `wait_ready` explains).
+            std::thread::yield_now();
+            self.ready
+                .extend((0..self.eof.len()).filter(|&k| !self.eof[k]));
+            return Ok(());
+        }
         for (p, &eof) in self.pollfds.iter_mut().zip(&self.eof) {
             // A negative fd makes poll() skip the entry.
             p.fd = if eof { -1 } else { p.fd.abs() };
@@ -296,6 +380,14 @@ impl Stream for TcpStream {
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
         let start = Instant::now();
         let deadline = timeout.deadline();
+        if std::mem::take(&mut self.acked)
+            && !self.opts.busy_poll
+            && deadline != Deadline::Now
+            && self.open > 0
+        {
+            // See `acked`: skip the read() that would only return EAGAIN.
+            self.poll_open(deadline)?;
+        }
         loop {
             if self.open == 0 {
                 return Ok(0);

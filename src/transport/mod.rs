@@ -96,6 +96,9 @@ pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOpti
         nodelay: settings.nodelay,
         quickack: settings.quickack,
         abort,
+        zerocopy: settings.zerocopy,
+        busy_poll: settings.busy_poll,
+        cpu: None,
     }
 }
 

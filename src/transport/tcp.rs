@@ -5,7 +5,8 @@
 use super::{port_offset, stream_options, Acceptor, ClientCtx, DataConn, ServerCtx, Transport};
 use crate::control::{self, Message, PROTOCOL_VERSION};
 use crate::server::ServerEvent;
-use crate::stream::{Stream, TcpStream};
+use crate::stream::affinity::cpu_for;
+use crate::stream::{Stream, StreamOptions, TcpStream};
 use anyhow::{anyhow, bail, Context, Result};
 use socket2::{Domain, Socket, Type};
 use std::collections::BTreeMap;
@@ -42,7 +43,8 @@ impl Transport for TcpTransport {
             let socks = (0..s.nsockets)
                 .map(|k| open_data_conn(ctx, i, k))
                 .collect::<Result<Vec<_>>>()?;
-            let opts = stream_options(s, ctx.abort.clone());
+            let mut opts = stream_options(s, ctx.abort.clone());
+            opts.cpu = cpu_for(&s.client_cpus, i);
             streams.push(Box::new(TcpStream::from_sockets(socks, opts)?));
         }
         Ok(streams)
@@ -55,8 +57,12 @@ impl Acceptor for TcpAcceptor {
         let conns = accept_data_conns(ctx, s.nsockets, self.listeners)?;
         let opts = stream_options(s, ctx.abort.clone());
         let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
-        for socks in conns {
-            streams.push(Box::new(TcpStream::from_sockets(socks, opts.clone())?));
+        for (i, socks) in (0u32..).zip(conns) {
+            let opts = StreamOptions {
+                cpu: cpu_for(&s.server_cpus, i),
+                ..opts.clone()
+            };
+            streams.push(Box::new(TcpStream::from_sockets(socks, opts)?));
         }
         Ok(streams)
     }

@@ -1,0 +1,79 @@
+//! CPU pinning of a STREAM's threads (`--cpu`, `--server-cpu`), shared by all
+//! transports.
+//!
+//! A run names a list of CPUs per end; stream `i`'s threads (the thread driving it and
+//! its sender threads) all run on entry `i mod len`, so the threads of one stream share
+//! a core's caches and the two ends of a loopback run can be kept apart.
+
+use std::io;
+
+/// CPUs a CPU set can name (`CPU_SETSIZE`).
+pub const MAX_CPUS: usize = libc::CPU_SETSIZE as usize;
+
+/// The CPU for stream `index` from `list`, or `None` when the list is empty (no pinning).
+pub fn cpu_for(list: &[u32], index: u32) -> Option<usize> {
+    if list.is_empty() {
+        return None;
+    }
+    list.get(index as usize % list.len()).map(|&c| c as usize)
+}
+
+/// Pins the calling thread to `cpu`; does nothing for `None`.
+pub fn pin_current_thread(cpu: Option<usize>) -> io::Result<()> {
+    let Some(cpu) = cpu else { return Ok(()) };
+    if cpu >= MAX_CPUS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("CPU {cpu} is beyond the {MAX_CPUS} a CPU set can name"),
+        ));
+    }
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` < CPU_SETSIZE was checked above, so CPU_SET stays inside `set`.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is the calling thread; the pointer and size describe `set`.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("cannot pin a thread to CPU {cpu}: {e}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU the calling thread last ran on.
+    fn current_cpu() -> io::Result<usize> {
+        // SAFETY: sched_getcpu takes no arguments and only reads kernel state.
+        let rc = unsafe { libc::sched_getcpu() };
+        usize::try_from(rc).map_err(|_| io::Error::last_os_error())
+    }
+
+    #[test]
+    fn streams_take_cpus_round_robin() {
+        assert_eq!(cpu_for(&[], 3), None);
+        assert_eq!(cpu_for(&[1], 3), Some(1));
+        assert_eq!(cpu_for(&[0, 1], 3), Some(1));
+        assert_eq!(cpu_for(&[0, 1], 4), Some(0));
+    }
+
+    #[test]
+    fn a_pinned_thread_runs_on_its_cpu() {
+        std::thread::spawn(|| {
+            pin_current_thread(Some(0)).expect("pin to CPU 0");
+            assert_eq!(current_cpu().expect("getcpu"), 0);
+        })
+        .join()
+        .expect("join");
+    }
+
+    #[test]
+    fn a_cpu_beyond_the_set_is_refused() {
+        assert!(pin_current_thread(Some(MAX_CPUS)).is_err());
+    }
+}
