@@ -74,6 +74,11 @@ pub fn run(
     on_connected: &mut dyn FnMut(&[StreamInfo]),
 ) -> Result<ClientOutcome> {
     cfg.settings.validate()?;
+    // Fails at once when this host lacks what the transport needs (e.g. RDMA).
+    let cfg = &ClientConfig {
+        settings: transport::prepare(&cfg.settings)?,
+        ..cfg.clone()
+    };
     let server = resolve(&cfg.host, cfg.port)?;
     let sock = connect(server, cfg.bind, cfg.control_timeout)
         .with_context(|| format!("cannot connect to the fperf server at {server}"))?;

@@ -6,7 +6,9 @@ use clap::{ArgGroup, Parser};
 use fperf::client::{self, ClientConfig, ClientOutcome};
 use fperf::report;
 use fperf::server::{Server, ServerConfig, ServerEvent};
-use fperf::settings::{Protocol, QueueKind, Settings, DEFAULT_MB, DEFAULT_PKTSIZE, DEFAULT_PORT};
+use fperf::settings::{
+    Protocol, QueueKind, RdmaApi, Settings, DEFAULT_MB, DEFAULT_PKTSIZE, DEFAULT_PORT,
+};
 use std::io::Write;
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -57,6 +59,16 @@ struct Cli {
     #[arg(short = 'D', long, value_name = "DEV", requires = "rdma")]
     rdmadev: Option<String>,
 
+    /// RDMA programming interface: ibverbs (the seed's default), cm, rsocket, or ofi
+    /// (libfabric; the only one this build implements). Needs -R.
+    #[arg(long, value_name = "API", requires = "rdma", value_parser = ["ibverbs", "cm", "rsocket", "ofi"])]
+    rdma_api: Option<String>,
+
+    /// libfabric provider for --rdma-api ofi (verbs, efa, tcp, shm, "tcp;ofi_rxm", ...;
+    /// default: the first of verbs, efa, tcp that works). Needs -R.
+    #[arg(long, value_name = "NAME", requires = "rdma")]
+    ofi_provider: Option<String>,
+
     /// MB (2^20 bytes) to send per stream.
     #[arg(short = 'm', long, value_name = "N", default_value_t = DEFAULT_MB)]
     mb: u64,
@@ -105,8 +117,19 @@ impl Cli {
         let Some(queue) = QueueKind::from_qtype(self.qtype) else {
             bail!("--qtype must be 0 or 1");
         };
-        if self.server && self.rdmadev.is_some() {
-            bail!("--rdmadev is a client option; the server uses what the client asks for");
+        if self.server
+            && (self.rdmadev.is_some() || self.rdma_api.is_some() || self.ofi_provider.is_some())
+        {
+            bail!("--rdmadev, --rdma-api and --ofi-provider are client options; the server uses what the client asks for");
+        }
+        let rdma_api = match self.rdma_api.as_deref() {
+            Some("cm") => RdmaApi::Cm,
+            Some("rsocket") => RdmaApi::Rsocket,
+            Some("ofi") => RdmaApi::Ofi,
+            _ => RdmaApi::Ibverbs,
+        };
+        if self.ofi_provider.is_some() && rdma_api != RdmaApi::Ofi {
+            bail!("--ofi-provider needs --rdma-api ofi");
         }
         let nsockets = if queue == QueueKind::LockFree && self.nsockets > 1 {
             eprintln!(
@@ -126,6 +149,9 @@ impl Cli {
             queue,
             nodelay: self.nodelay,
             quickack: self.quickack,
+            rdma_api,
+            rdma_device: self.rdmadev.clone(),
+            ofi_provider: self.ofi_provider.clone(),
         };
         s.validate()?;
         Ok(s)
@@ -202,7 +228,12 @@ fn run(cli: &Cli) -> Result<ExitCode> {
 
 /// Runs the client and prints its report.
 fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>) -> Result<ExitCode> {
-    let settings = cfg.settings.clone();
+    // Checks RDMA is usable here before contacting the server, and names the provider.
+    let settings = fperf::transport::prepare(&cfg.settings)?;
+    let cfg = &ClientConfig {
+        settings: settings.clone(),
+        ..cfg.clone()
+    };
     let outcome: ClientOutcome = client::run(cfg, abort, &mut |streams| {
         let list: Vec<_> = streams
             .iter()

@@ -44,6 +44,36 @@ impl Protocol {
     }
 }
 
+/// Which RDMA programming interface `-R` uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RdmaApi {
+    /// Raw verbs (libibverbs), the seed's default.
+    #[default]
+    Ibverbs,
+    /// rdma_cm connection management (librdmacm).
+    Cm,
+    /// rsocket (librdmacm's socket-like calls).
+    Rsocket,
+    /// libfabric (OFI), any provider: verbs, efa, tcp, ...
+    Ofi,
+}
+
+impl RdmaApi {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            RdmaApi::Ibverbs => "ibverbs",
+            RdmaApi::Cm => "cm",
+            RdmaApi::Rsocket => "rsocket",
+            RdmaApi::Ofi => "ofi",
+        }
+    }
+}
+
+/// Longest RDMA device or libfabric provider name accepted.
+pub const MAX_RDMA_NAME: usize = 128;
+
 /// The queue between `send_submit()` and a STREAM's sender threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -84,6 +114,16 @@ pub struct Settings {
     pub nodelay: bool,
     /// TCP only: TCP_QUICKACK on both ends, re-armed after every receive.
     pub quickack: bool,
+    /// RDMA only: the programming interface (`--rdma-api`).
+    #[serde(default)]
+    pub rdma_api: RdmaApi,
+    /// RDMA only: the device (`-D`); for libfabric, the domain name.
+    #[serde(default)]
+    pub rdma_device: Option<String>,
+    /// `--rdma-api ofi` only: the libfabric provider; the client resolves it to the one
+    /// libfabric picks (e.g. `tcp` to `tcp;ofi_rxm`) before the server sees it.
+    #[serde(default)]
+    pub ofi_provider: Option<String>,
 }
 
 impl Default for Settings {
@@ -98,6 +138,9 @@ impl Default for Settings {
             queue: QueueKind::Mutex,
             nodelay: false,
             quickack: false,
+            rdma_api: RdmaApi::default(),
+            rdma_device: None,
+            ofi_provider: None,
         }
     }
 }
@@ -119,6 +162,10 @@ pub enum SettingsError {
     LockFreeSockets(u32),
     #[error("{0} is not supported by this build of fperf yet")]
     Unsupported(&'static str),
+    #[error("{0} must be 1 to {MAX_RDMA_NAME} printable characters")]
+    RdmaName(&'static str),
+    #[error("{0} is an RDMA option; it needs -R")]
+    RdmaOnly(&'static str),
 }
 
 impl Settings {
@@ -142,11 +189,22 @@ impl Settings {
         if self.queue == QueueKind::LockFree && self.nsockets != 1 {
             return Err(SettingsError::LockFreeSockets(self.nsockets));
         }
-        if self.protocol != Protocol::Tcp {
-            return Err(SettingsError::Unsupported(match self.protocol {
-                Protocol::Udp => "UDP (-u)",
-                _ => "RDMA (-R)",
-            }));
+        if self.protocol == Protocol::Udp {
+            return Err(SettingsError::Unsupported("UDP (-u)"));
+        }
+        let names = [
+            ("--rdmadev", &self.rdma_device),
+            ("--ofi-provider", &self.ofi_provider),
+        ];
+        for (flag, name) in names {
+            let Some(name) = name else { continue };
+            if self.protocol != Protocol::Rdma {
+                return Err(SettingsError::RdmaOnly(flag));
+            }
+            let printable = name.chars().all(|c| c.is_ascii_graphic());
+            if name.is_empty() || name.len() > MAX_RDMA_NAME || !printable {
+                return Err(SettingsError::RdmaName(flag));
+            }
         }
         Ok(())
     }

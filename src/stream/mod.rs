@@ -18,6 +18,7 @@
 //! `send()` returns once the ACK is read, and the receiving side's `recv()` writes the
 //! ACK once a whole packet (`pktsize` bytes) has arrived on a socket.
 
+pub mod ofi;
 pub mod sender;
 pub(crate) mod sys;
 pub mod tcp;

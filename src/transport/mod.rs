@@ -4,6 +4,7 @@
 //! that maps a [`Protocol`] to code is [`for_protocol`]. A new transport is a new
 //! module implementing the trait (its STREAM lives under [`crate::stream`]).
 
+pub mod rdma;
 pub mod tcp;
 
 use crate::settings::{Protocol, Settings};
@@ -71,8 +72,14 @@ pub fn for_protocol(protocol: Protocol) -> Result<Box<dyn Transport>> {
     match protocol {
         Protocol::Tcp => Ok(Box::new(tcp::TcpTransport)),
         Protocol::Udp => bail!("UDP (-u) is not supported by this build of fperf yet"),
-        Protocol::Rdma => bail!("RDMA (-R) is not supported by this build of fperf yet"),
+        Protocol::Rdma => Ok(Box::new(rdma::RdmaTransport)),
     }
+}
+
+/// Client, before contacting the server: checks this host can run the settings'
+/// transport (RDMA: library, device, provider) and pins what the server must match.
+pub fn prepare(settings: &Settings) -> Result<Settings> {
+    rdma::prepare(settings)
 }
 
 /// The STREAM options both ends derive from the run's settings.
