@@ -8,15 +8,19 @@
 //! libfabric is not installed. `FPERF_LIBFABRIC=/path/to/libfabric.so` loads another
 //! copy (and `FPERF_LIBFABRIC=/nonexistent` hides the library, for tests).
 
-#![allow(
+/// The generated bindings (C names and all of the headers' items, used or not).
+#[allow(
     non_camel_case_types,
     non_upper_case_globals,
     non_snake_case,
     dead_code,
+    unsafe_op_in_unsafe_fn,
     clippy::all
 )]
-
-include!(concat!(env!("OUT_DIR"), "/ofi_bindings.rs"));
+mod bindings {
+    include!(concat!(env!("OUT_DIR"), "/ofi_bindings.rs"));
+}
+pub use bindings::*;
 
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::OnceLock;
