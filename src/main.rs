@@ -69,6 +69,11 @@ struct Cli {
     #[arg(long, value_name = "NAME", requires = "rdma")]
     ofi_provider: Option<String>,
 
+    /// RDMA: move the data with RDMA WRITEs into the receiver's buffer ring (with
+    /// immediate data) instead of SEND/RECV. Needs -R.
+    #[arg(long, requires = "rdma")]
+    rdma_write: bool,
+
     /// MB (2^20 bytes) to send per stream.
     #[arg(short = 'm', long, value_name = "N", default_value_t = DEFAULT_MB)]
     mb: u64,
@@ -152,6 +157,7 @@ impl Cli {
             rdma_api,
             rdma_device: self.rdmadev.clone(),
             ofi_provider: self.ofi_provider.clone(),
+            rdma_write: self.rdma_write,
         };
         s.validate()?;
         Ok(s)

@@ -122,7 +122,8 @@ fn rdma_label(settings: &Settings) -> String {
     if settings.protocol != crate::settings::Protocol::Rdma {
         return String::new();
     }
-    let mut out = format!(" api={}", settings.rdma_api.name());
+    let op = if settings.rdma_write { "write" } else { "send" };
+    let mut out = format!(" api={} op={op}", settings.rdma_api.name());
     if let Some(p) = &settings.ofi_provider {
         let _ = write!(out, " provider={p}");
     }

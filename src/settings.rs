@@ -124,6 +124,10 @@ pub struct Settings {
     /// libfabric picks (e.g. `tcp` to `tcp;ofi_rxm`) before the server sees it.
     #[serde(default)]
     pub ofi_provider: Option<String>,
+    /// RDMA only: move data with RDMA WRITEs into the receiver's ring (`--rdma-write`)
+    /// instead of SEND/RECV.
+    #[serde(default)]
+    pub rdma_write: bool,
 }
 
 impl Default for Settings {
@@ -141,6 +145,7 @@ impl Default for Settings {
             rdma_api: RdmaApi::default(),
             rdma_device: None,
             ofi_provider: None,
+            rdma_write: false,
         }
     }
 }
@@ -191,6 +196,9 @@ impl Settings {
         }
         if self.protocol == Protocol::Udp {
             return Err(SettingsError::Unsupported("UDP (-u)"));
+        }
+        if self.rdma_write && self.protocol != Protocol::Rdma {
+            return Err(SettingsError::RdmaOnly("--rdma-write"));
         }
         let names = [
             ("--rdmadev", &self.rdma_device),

@@ -15,7 +15,7 @@
 use super::{stream_options, Acceptor, ClientCtx, ServerCtx, Transport};
 use crate::control::{self, Message, PROTOCOL_VERSION};
 use crate::settings::{Protocol, RdmaApi, Settings};
-use crate::stream::ofi::{self, Endpoint, Info, OfiStream, OfiTarget};
+use crate::stream::ofi::{self, Endpoint, EndpointDetails, Info, OfiStream, OfiTarget};
 use crate::stream::Stream;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
@@ -35,16 +35,20 @@ const DEFAULT_PROVIDERS: &[&str] = &["verbs", "efa", "tcp"];
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ClientDetails {
     pub version: u32,
-    /// Endpoint names, `[stream][socket]`.
-    pub endpoints: Vec<Vec<Vec<u8>>>,
+    /// Endpoints, `[stream][socket]`.
+    pub endpoints: Vec<Vec<EndpointDetails>>,
 }
 
 /// Server → client: the server's endpoint names, or why it cannot go on.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerDetails {
-    Endpoints { endpoints: Vec<Vec<Vec<u8>>> },
-    Error { message: String },
+    Endpoints {
+        endpoints: Vec<Vec<EndpointDetails>>,
+    },
+    Error {
+        message: String,
+    },
 }
 
 /// Checks, before the server is contacted, that this host can run `settings`' RDMA
@@ -89,6 +93,7 @@ fn target(s: &Settings, provider: Option<String>, node: Option<String>) -> OfiTa
         provider,
         domain: s.rdma_device.clone(),
         node,
+        rma: s.rdma_write,
     }
 }
 
@@ -146,21 +151,21 @@ fn open_endpoints(
     (0..s.nstreams)
         .map(|_| {
             (0..s.nsockets)
-                .map(|_| Endpoint::open(&info, &opts).map_err(anyhow::Error::from))
+                .map(|_| Endpoint::open(&info, &opts, s.rdma_write).map_err(anyhow::Error::from))
                 .collect()
         })
         .collect()
 }
 
-fn names(endpoints: &[Vec<Endpoint>]) -> Vec<Vec<Vec<u8>>> {
+fn details(endpoints: &[Vec<Endpoint>]) -> Vec<Vec<EndpointDetails>> {
     endpoints
         .iter()
-        .map(|s| s.iter().map(|e| e.name().to_vec()).collect())
+        .map(|s| s.iter().map(Endpoint::details).collect())
         .collect()
 }
 
 /// Gives every endpoint its peer; `peers` must have the same shape.
-fn set_peers(endpoints: &mut [Vec<Endpoint>], peers: &[Vec<Vec<u8>>]) -> Result<()> {
+fn set_peers(endpoints: &mut [Vec<Endpoint>], peers: &[Vec<EndpointDetails>]) -> Result<()> {
     let shape_ok = peers.len() == endpoints.len()
         && peers
             .iter()
@@ -171,7 +176,7 @@ fn set_peers(endpoints: &mut [Vec<Endpoint>], peers: &[Vec<Vec<u8>>]) -> Result<
     }
     for (eps, names) in endpoints.iter_mut().zip(peers) {
         for (e, name) in eps.iter_mut().zip(names) {
-            if name.len() > ofi::MAX_NAME_LEN {
+            if name.name.len() > ofi::MAX_NAME_LEN {
                 bail!("the peer's endpoint name is too long");
             }
             e.set_peer(name)?;
@@ -255,7 +260,7 @@ impl Transport for RdmaTransport {
             &mut sock,
             &ClientDetails {
                 version: PROTOCOL_VERSION,
-                endpoints: names(&endpoints),
+                endpoints: details(&endpoints),
             },
         )?;
         match read_json::<ServerDetails>(&mut sock, ctx.setup_timeout)? {
@@ -287,9 +292,9 @@ impl Acceptor for OfiAcceptor {
         let mut sock = conn.sock;
         sock.set_nonblocking(false)?;
         sock.set_write_timeout(Some(ctx.setup_timeout))?;
-        let details: ClientDetails = read_json(&mut sock, ctx.setup_timeout)?;
-        control::check_version(details.version)?;
-        if let Err(e) = set_peers(&mut self.endpoints, &details.endpoints) {
+        let client: ClientDetails = read_json(&mut sock, ctx.setup_timeout)?;
+        control::check_version(client.version)?;
+        if let Err(e) = set_peers(&mut self.endpoints, &client.endpoints) {
             let _ = write_json(
                 &mut sock,
                 &ServerDetails::Error {
@@ -301,7 +306,7 @@ impl Acceptor for OfiAcceptor {
         write_json(
             &mut sock,
             &ServerDetails::Endpoints {
-                endpoints: names(&self.endpoints),
+                endpoints: details(&self.endpoints),
             },
         )?;
         into_streams(

@@ -52,6 +52,10 @@ const CQ_BATCH: usize = 16;
 const KIND_SHIFT: u32 = 56;
 const KIND_FIN: u64 = 1;
 const KIND_ACK: u64 = 2;
+/// An RMA write landed: the value holds (receive slot << 32) | length.
+const KIND_WRITE: u64 = 3;
+/// The receiver consumed this many written slots: the writer may reuse them.
+const KIND_CREDIT: u64 = 4;
 const VALUE_MASK: u64 = (1 << KIND_SHIFT) - 1;
 /// Longest endpoint name accepted from a peer.
 pub const MAX_NAME_LEN: usize = 512;
@@ -103,6 +107,8 @@ pub struct OfiTarget {
     pub domain: Option<String>,
     /// Local address to open the endpoint on (an IP for socket-based providers).
     pub node: Option<String>,
+    /// Ask for RMA writes (`--rdma-write`) on top of messages.
+    pub rma: bool,
 }
 
 /// A list of `fi_info` from `fi_getinfo`, freed on drop.
@@ -145,6 +151,9 @@ impl Info {
         unsafe {
             let h = &mut *hints.head;
             h.caps = u64::from(FI_MSG);
+            if target.rma {
+                h.caps |= u64::from(FI_RMA | FI_WRITE | FI_REMOTE_WRITE);
+            }
             // Every operation gets an fi_context2 of its own as its context.
             h.mode = FI_CONTEXT | FI_CONTEXT2;
             (*h.ep_attr).type_ = fi_ep_type_FI_EP_RDM;
@@ -336,13 +345,21 @@ pub struct Endpoint {
     peer_name: Vec<u8>,
     mprtt: bool,
     abort: Arc<std::sync::atomic::AtomicBool>,
+    /// `--rdma-write`: register for remote writes; send by writing into the peer's ring.
+    rma: bool,
+    /// RMA addresses are virtual addresses (else offsets into the region).
+    virt_addr: bool,
+    /// The peer's receive ring, when writing into it.
+    remote: Option<RemoteRing>,
+    /// Receive side of RMA writes: slots consumed and not yet credited back.
+    uncredited: u64,
     send_free: Vec<usize>,
     send_posted_at: Vec<Instant>,
     /// Bytes of the send posted from each send slot (completions do not say).
     send_len: Vec<usize>,
     control_free: Vec<usize>,
-    /// Data messages received and not yet consumed: (recv slot, length).
-    ready: VecDeque<(usize, usize)>,
+    /// Data received and not yet consumed.
+    ready: VecDeque<Ready>,
     /// Bytes of the front of `ready` already consumed.
     consumed: usize,
     /// Send side: data messages posted; ACKs received and not yet matched.
@@ -362,8 +379,10 @@ unsafe impl Send for Endpoint {}
 impl Endpoint {
     /// Opens an endpoint on the first provider of `info`, registers its rings and posts
     /// every receive.
-    pub fn open(info: &Info, opts: &StreamOptions) -> Result<Endpoint, OfiError> {
+    pub fn open(info: &Info, opts: &StreamOptions, rma: bool) -> Result<Endpoint, OfiError> {
         let lib = info.lib;
+        // SAFETY: `info.head` is a valid fi_info with its domain attributes set.
+        let mr_mode = unsafe { (*(*info.head).domain_attr).mr_mode };
         let layout = RingLayout::new(opts.pktsize);
         let mut e = Endpoint {
             lib,
@@ -392,6 +411,15 @@ impl Endpoint {
             acks: 0,
             msgs_received: 0,
             fin: None,
+            rma,
+            virt_addr: mr_mode & FI_MR_VIRT_ADDR as i32 != 0,
+            remote: None,
+            uncredited: 0,
+        };
+        let access = if rma {
+            FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE
+        } else {
+            FI_SEND | FI_RECV
         };
         // SAFETY: `info.head` is a valid fi_info; every out-pointer is a field of `e`,
         // which closes whatever was opened when dropped (also on the error paths).
@@ -469,7 +497,7 @@ impl Endpoint {
                     e.domain,
                     e.region.as_ptr().cast(),
                     e.region.len(),
-                    u64::from(FI_SEND | FI_RECV),
+                    u64::from(access),
                     0,
                     0,
                     0,
@@ -503,8 +531,43 @@ impl Endpoint {
         &self.name
     }
 
-    /// Adds the peer's endpoint name; every send goes there.
-    pub fn set_peer(&mut self, name: &[u8]) -> Result<(), OfiError> {
+    /// What the peer needs to reach this endpoint.
+    pub fn details(&self) -> EndpointDetails {
+        let base = if self.virt_addr {
+            self.region.as_ptr() as u64
+        } else {
+            0
+        };
+        EndpointDetails {
+            name: self.name.clone(),
+            // SAFETY: `mr` is the registered region (open succeeded).
+            ring_key: unsafe { fi_mr_key(self.mr) },
+            ring_addr: base + self.layout.offset(Slot::Recv(0)) as u64,
+            ring_slots: self.layout.recv as u64,
+            slot_bytes: self.layout.slot_bytes as u64,
+        }
+    }
+
+    /// Adds the peer's endpoint; every send goes there (with `--rdma-write`, data is
+    /// written into its receive ring).
+    pub fn set_peer(&mut self, peer: &EndpointDetails) -> Result<(), OfiError> {
+        if self.rma {
+            if peer.slot_bytes != self.layout.slot_bytes as u64
+                || peer.ring_slots == 0
+                || peer.ring_slots > RING_SLOTS_MAX as u64
+            {
+                return Err(OfiError::Peer(
+                    "the peer's receive ring does not match this end's".into(),
+                ));
+            }
+            self.remote = Some(RemoteRing::new(
+                peer.ring_addr,
+                peer.ring_key,
+                peer.ring_slots as usize,
+                peer.slot_bytes,
+            ));
+        }
+        let name = &peer.name[..];
         if name.len() != self.name.len() {
             return Err(OfiError::Peer(format!(
                 "the peer's endpoint name has {} bytes, this provider's have {}",
@@ -532,7 +595,7 @@ impl Endpoint {
             )));
         }
         self.peer = addr;
-        self.peer_name = name.to_vec();
+        self.peer_name = peer.name.clone();
         Ok(())
     }
 
@@ -597,6 +660,46 @@ impl Endpoint {
         }
     }
 
+    /// Writes `len` bytes of send slot `i` into the peer's next free receive slot,
+    /// waiting for a credit if none is free.
+    fn post_write(
+        &mut self,
+        i: usize,
+        len: usize,
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        let mut backoff = Backoff(0);
+        let (slot, addr, key) = loop {
+            if let Some(r) = &mut self.remote {
+                if let Some((slot, addr)) = r.take() {
+                    break (slot, addr, r.key);
+                }
+            }
+            if self.poll(stats)? == 0 {
+                backoff.wait(deadline, &self.abort)?;
+            }
+        };
+        let data = control_data(KIND_WRITE, ((slot as u64) << 32) | len as u64);
+        let (buf, ctx) = (self.slot_ptr(Slot::Send(i)), self.context(Slot::Send(i)));
+        loop {
+            // SAFETY: `buf..buf+len` is registered and untouched until completion; the
+            // remote range is one slot of the peer's registered ring, which the peer
+            // does not read until the write's CQ data arrives and does not reuse until
+            // it credits the slot back.
+            let ret = unsafe {
+                fi_writedata(
+                    self.ep, buf, len, self.desc, data, self.peer, addr, key, ctx,
+                )
+            };
+            if ret == -(FI_EAGAIN as isize) {
+                self.poll(stats)?;
+                continue;
+            }
+            return Ok(check(self.lib, "fi_writedata", ret as i64)?);
+        }
+    }
+
     /// Reads the completions that are there, without waiting. Returns how many.
     fn poll(&mut self, stats: &mut StreamStats) -> Result<usize, OfiError> {
         let mut entries = [fi_cq_data_entry::default(); CQ_BATCH];
@@ -630,11 +733,39 @@ impl Endpoint {
                     self.send_free.push(i);
                 }
                 Some(Slot::Control(i)) => self.control_free.push(i),
+                _ if entry.flags & u64::from(FI_REMOTE_WRITE) != 0 => {
+                    // An RMA write landed in our ring; it may or may not have used a
+                    // posted receive, depending on the provider.
+                    if let Some(Slot::Recv(i)) = slot {
+                        self.post_recv(i)?;
+                    }
+                    let (kind, value) = split_control(entry.data);
+                    let (written, len) = ((value >> 32) as usize, (value & 0xffff_ffff) as usize);
+                    if kind != KIND_WRITE
+                        || written >= self.layout.recv
+                        || len > self.layout.slot_bytes
+                    {
+                        return Err(OfiError::Peer(
+                            "an RMA write outside the receive ring".into(),
+                        ));
+                    }
+                    self.msgs_received += 1;
+                    self.ready.push_back(Ready {
+                        slot: written,
+                        len,
+                        written: true,
+                    });
+                }
                 Some(Slot::Recv(i)) => {
                     if entry.flags & u64::from(FI_REMOTE_CQ_DATA) != 0 {
                         match split_control(entry.data) {
                             (KIND_ACK, _) => self.acks += 1,
                             (KIND_FIN, count) => self.fin = Some(count),
+                            (KIND_CREDIT, n) => {
+                                if let Some(r) = &mut self.remote {
+                                    r.credit(n as usize).map_err(OfiError::Peer)?;
+                                }
+                            }
                             (kind, _) => {
                                 return Err(OfiError::Peer(format!(
                                     "unknown control message kind {kind} from the peer"
@@ -644,8 +775,11 @@ impl Endpoint {
                         self.post_recv(i)?;
                     } else {
                         self.msgs_received += 1;
-                        self.ready
-                            .push_back((i, entry.len.min(self.layout.slot_bytes)));
+                        self.ready.push_back(Ready {
+                            slot: i,
+                            len: entry.len.min(self.layout.slot_bytes),
+                            written: false,
+                        });
                     }
                 }
                 None => {
@@ -729,7 +863,11 @@ impl Endpoint {
             let start = Instant::now();
             self.send_posted_at[i] = start;
             self.send_len[i] = chunk.len();
-            self.post_send(Slot::Send(i), chunk.len(), None, stats)?;
+            if self.remote.is_some() {
+                self.post_write(i, chunk.len(), deadline, stats)?;
+            } else {
+                self.post_send(Slot::Send(i), chunk.len(), None, stats)?;
+            }
             self.msgs_sent += 1;
             // Harvest completions at once so their latency is not inflated.
             self.poll(stats)?;
@@ -783,7 +921,7 @@ impl Endpoint {
         if self.ready.is_empty() {
             self.poll(stats)?;
         }
-        let Some(&(slot, len)) = self.ready.front() else {
+        let Some(&Ready { slot, len, written }) = self.ready.front() else {
             return Ok(None);
         };
         if self.consumed == 0 && self.mprtt {
@@ -800,7 +938,20 @@ impl Endpoint {
         if self.consumed == len {
             self.consumed = 0;
             self.ready.pop_front();
-            self.post_recv(slot)?;
+            if written {
+                self.uncredited += 1;
+                // Credit back in batches: half a ring at a time, or when idle.
+                if self.uncredited as usize >= (self.layout.recv / 2).max(1)
+                    || self.ready.is_empty()
+                {
+                    let c = self.control_slot(Deadline::Never, stats)?;
+                    let credit = control_data(KIND_CREDIT, self.uncredited);
+                    self.uncredited = 0;
+                    self.post_send(Slot::Control(c), 0, Some(credit), stats)?;
+                }
+            } else {
+                self.post_recv(slot)?;
+            }
         }
         Ok(Some(n))
     }
@@ -834,6 +985,75 @@ impl Drop for Endpoint {
                 }
             }
         }
+    }
+}
+
+/// A received message or RMA write not yet consumed.
+#[derive(Clone, Copy, Debug)]
+struct Ready {
+    /// Receive slot holding the data.
+    slot: usize,
+    len: usize,
+    /// Written by the peer (credit it back) rather than received (re-post it).
+    written: bool,
+}
+
+/// What one end tells the other about an endpoint, over the control connection.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EndpointDetails {
+    /// The endpoint's address, for the peer's address vector.
+    pub name: Vec<u8>,
+    /// RMA address and key of receive slot 0; slots follow each other.
+    pub ring_addr: u64,
+    pub ring_key: u64,
+    pub ring_slots: u64,
+    pub slot_bytes: u64,
+}
+
+/// The peer's receive ring as a writer sees it: which slot is next and how many are
+/// free (credits). A slot is reused only once the peer said it consumed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteRing {
+    addr: u64,
+    key: u64,
+    slots: usize,
+    slot_bytes: u64,
+    next: usize,
+    credits: usize,
+}
+
+impl RemoteRing {
+    pub fn new(addr: u64, key: u64, slots: usize, slot_bytes: u64) -> RemoteRing {
+        RemoteRing {
+            addr,
+            key,
+            slots,
+            slot_bytes,
+            next: 0,
+            credits: slots,
+        }
+    }
+
+    /// Takes the next slot if the peer has one free: (slot, its RMA address).
+    pub fn take(&mut self) -> Option<(usize, u64)> {
+        if self.credits == 0 {
+            return None;
+        }
+        self.credits -= 1;
+        let slot = self.next;
+        self.next = (self.next + 1) % self.slots;
+        Some((slot, self.addr + slot as u64 * self.slot_bytes))
+    }
+
+    /// The peer consumed `n` slots.
+    pub fn credit(&mut self, n: usize) -> Result<(), String> {
+        if self.credits + n > self.slots {
+            return Err(format!(
+                "the peer returned {n} credits, more than it was owed"
+            ));
+        }
+        self.credits += n;
+        Ok(())
     }
 }
 
