@@ -286,6 +286,42 @@ mod tests {
     }
 
     #[test]
+    fn rdma_options_need_rdma_and_sane_names() {
+        let rdma = Settings {
+            protocol: Protocol::Rdma,
+            rdma_api: RdmaApi::Ofi,
+            ofi_provider: Some("tcp;ofi_rxm".into()),
+            rdma_device: Some("mlx5_0".into()),
+            rdma_write: true,
+            ..Settings::default()
+        };
+        assert_eq!(rdma.validate(), Ok(()));
+        let tcp = Settings {
+            protocol: Protocol::Tcp,
+            ..rdma.clone()
+        };
+        assert!(matches!(tcp.validate(), Err(SettingsError::RdmaOnly(_))));
+        for bad in ["", "a b", "x\0", &"p".repeat(MAX_RDMA_NAME + 1)] {
+            let s = Settings {
+                ofi_provider: Some(bad.to_string()),
+                ..rdma.clone()
+            };
+            assert_eq!(
+                s.validate(),
+                Err(SettingsError::RdmaName("--ofi-provider")),
+                "{bad:?}"
+            );
+        }
+        // Settings from an older peer, without the RDMA fields, still decode.
+        let old = r#"{"protocol":"tcp","nstreams":1,"nsockets":1,"mb":1,"pktsize":1,"mprtt":false,"queue":"mutex","nodelay":false,"quickack":false}"#;
+        let s: Settings = serde_json::from_str(old).expect("decodes");
+        assert_eq!(
+            (s.rdma_api, s.ofi_provider, s.rdma_write),
+            (RdmaApi::Ibverbs, None, false)
+        );
+    }
+
+    #[test]
     fn modes_follow_the_seed() {
         let s = Settings {
             nsockets: 4,

@@ -86,6 +86,17 @@ fn two_streams_each_move_their_share() {
 }
 
 #[test]
+fn rdma_write_moves_every_byte_with_and_without_mprtt() {
+    let (c, s) = run_ofi(&["--rdma-write", "-m", "64"]);
+    assert_bytes(&c, &s, 64 * MB);
+    assert!(c.contains(" api=ofi op=write provider=tcp;ofi_rxm"), "{c}");
+    assert!(s.contains(" api=ofi op=write provider=tcp;ofi_rxm"), "{s}");
+    let (c, s) = run_ofi(&["--rdma-write", "-r", "-m", "1", "-l", "4096", "-n", "2"]);
+    assert_bytes(&c, &s, MB);
+    assert!(c.contains("received  : 0MB(0.00GB 256B)"), "{c}");
+}
+
+#[test]
 fn one_byte_packets_arrive_in_full() {
     let (c, s) = run_ofi(&["-l", "1", "-m", "1"]);
     assert_bytes(&c, &s, MB);
@@ -281,5 +292,30 @@ fn run_with_deadline(cmd: &mut Command, limit: Duration) -> std::process::Output
                 .status();
             panic!("did not finish within {limit:?}");
         }
+    }
+}
+
+#[test]
+fn rdma_flags_without_rdma_are_refused_in_one_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["-c", "127.0.0.1", "--ofi-provider", "tcp"], "--rdma"),
+        (&["-c", "127.0.0.1", "--rdma-write"], "--rdma"),
+        (&["-c", "127.0.0.1", "--rdma-api", "ofi"], "--rdma"),
+        (
+            &["-c", "127.0.0.1", "-R", "--rdma-api", "nope"],
+            "invalid value",
+        ),
+        (
+            &["-c", "127.0.0.1", "-R", "--ofi-provider", "tcp"],
+            "needs --rdma-api ofi",
+        ),
+        (&["-s", "-R", "--rdma-api", "ofi"], "client options"),
+    ];
+    for (args, want) in cases {
+        let out = run(args, Duration::from_secs(10));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must fail");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
     }
 }

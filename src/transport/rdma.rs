@@ -315,3 +315,60 @@ impl Acceptor for OfiAcceptor {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn details(n: u8) -> EndpointDetails {
+        EndpointDetails {
+            name: vec![n; 16],
+            ring_addr: 0x7f00_0000_1000,
+            ring_key: 42,
+            ring_slots: 64,
+            slot_bytes: 32768,
+        }
+    }
+
+    #[test]
+    fn connection_details_roundtrip_as_json() {
+        let c = ClientDetails {
+            version: PROTOCOL_VERSION,
+            endpoints: vec![vec![details(1), details(2)], vec![details(3), details(4)]],
+        };
+        let back: ClientDetails =
+            serde_json::from_slice(&serde_json::to_vec(&c).expect("encode")).expect("decode");
+        assert_eq!(back.endpoints, c.endpoints);
+        let s = ServerDetails::Error {
+            message: "no".into(),
+        };
+        let json = serde_json::to_string(&s).expect("encode");
+        assert!(matches!(
+            serde_json::from_str(&json).expect("decode"),
+            ServerDetails::Error { .. }
+        ));
+        for bad in [
+            r#"{"version":1}"#,
+            r#"{"version":1,"endpoints":[[{"name":"x"}]]}"#,
+            "[]",
+        ] {
+            assert!(serde_json::from_str::<ClientDetails>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn peers_of_the_wrong_shape_are_refused_before_any_use() {
+        // No endpoints opened: the shape check alone must refuse these.
+        let mut none: Vec<Vec<Endpoint>> = Vec::new();
+        assert!(set_peers(&mut none, &[vec![details(1)]]).is_err());
+        let mut empty_stream: Vec<Vec<Endpoint>> = vec![Vec::new()];
+        assert!(set_peers(&mut empty_stream, &[vec![details(1)]]).is_err());
+        assert!(set_peers(&mut empty_stream, &[vec![]]).is_ok());
+    }
+
+    #[test]
+    fn tcp_settings_need_no_rdma_preparation() {
+        let s = Settings::default();
+        assert_eq!(prepare(&s).expect("tcp"), s);
+    }
+}
