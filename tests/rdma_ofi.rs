@@ -319,3 +319,41 @@ fn rdma_flags_without_rdma_are_refused_in_one_line() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn the_client_stops_soon_when_the_server_dies_mid_run() {
+    let server = Server::start(&[]);
+    let port = server.port.to_string();
+    let mut args = vec!["-c", "127.0.0.1", "-p", &port];
+    args.extend_from_slice(OFI);
+    args.extend_from_slice(&["-m", "100000"]);
+    let mut client = Command::new(fperf_bin())
+        .args(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("client");
+    server.wait_for(
+        |o| o.contains("new RDMA connection"),
+        Duration::from_secs(20),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    drop(server);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(st) = client.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = client.kill();
+            let _ = client.wait();
+            panic!("the client did not notice the server's death within 15s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut client.stderr.take().expect("stderr"), &mut err)
+        .expect("read");
+    assert!(!status.success(), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}

@@ -185,6 +185,16 @@ fn set_peers(endpoints: &mut [Vec<Endpoint>], peers: &[Vec<EndpointDetails>]) ->
     Ok(())
 }
 
+/// Keeps `sock` open for the run: every endpoint watches it to notice the peer leaving.
+fn watch(endpoints: &mut [Vec<Endpoint>], sock: TcpStream) -> Result<()> {
+    sock.set_nonblocking(true)?;
+    let sock = Arc::new(sock);
+    for e in endpoints.iter_mut().flatten() {
+        e.set_watch(sock.clone());
+    }
+    Ok(())
+}
+
 fn into_streams(
     endpoints: Vec<Vec<Endpoint>>,
     ctx_opts: crate::stream::StreamOptions,
@@ -267,6 +277,7 @@ impl Transport for RdmaTransport {
             ServerDetails::Endpoints { endpoints: peers } => set_peers(&mut endpoints, &peers)?,
             ServerDetails::Error { message } => bail!("server: {message}"),
         }
+        watch(&mut endpoints, sock)?;
         into_streams(endpoints, stream_options(s, ctx.abort.clone()))
     }
 }
@@ -309,6 +320,7 @@ impl Acceptor for OfiAcceptor {
                 endpoints: details(&self.endpoints),
             },
         )?;
+        watch(&mut self.endpoints, sock)?;
         into_streams(
             self.endpoints,
             stream_options(&ctx.settings, ctx.abort.clone()),

@@ -301,13 +301,36 @@ pub fn split_control(data: u64) -> (u64, u64) {
 
 /// Calls made while waiting for a completion: spin first, then yield, then nap, so
 /// an idle wait does not hog a CPU.
-struct Backoff(u32);
+struct Backoff {
+    spins: u32,
+    idle_since: Instant,
+    last_check: Instant,
+}
+
+/// How long a wait sees no progress before it checks that the peer is still there.
+const LIVENESS_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often it checks then.
+const LIVENESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Backoff {
+    fn new() -> Backoff {
+        let now = Instant::now();
+        Backoff {
+            spins: 0,
+            idle_since: now,
+            last_check: now,
+        }
+    }
+
+    /// One idle step of a wait. After [`LIVENESS_IDLE`] without progress, `watch` (the
+    /// TCP connection the ends swapped their details over, kept open for the run) is
+    /// checked: end of file means the peer stopped, and the wait fails with
+    /// `ConnectionAborted` rather than waiting for completions that will never come.
     fn wait(
         &mut self,
         deadline: Deadline,
         abort: &std::sync::atomic::AtomicBool,
+        watch: Option<&std::net::TcpStream>,
     ) -> io::Result<()> {
         super::check_abort(abort)?;
         match deadline {
@@ -315,13 +338,39 @@ impl Backoff {
             Deadline::At(t) if Instant::now() >= t => return Err(io::ErrorKind::TimedOut.into()),
             _ => {}
         }
-        self.0 = self.0.saturating_add(1);
-        if self.0 > 20_000 {
+        self.spins = self.spins.saturating_add(1);
+        if self.spins > 20_000 {
             std::thread::sleep(std::time::Duration::from_micros(50));
-        } else if self.0 > 200 {
+            let now = Instant::now();
+            if let Some(sock) = watch {
+                if now.duration_since(self.idle_since) >= LIVENESS_IDLE
+                    && now.duration_since(self.last_check) >= LIVENESS_EVERY
+                {
+                    self.last_check = now;
+                    peer_alive(sock)?;
+                }
+            }
+        } else if self.spins > 200 {
             std::thread::yield_now();
         }
         Ok(())
+    }
+}
+
+/// Fails with `ConnectionAborted` once the peer closed `sock` (it stopped or failed).
+fn peer_alive(sock: &std::net::TcpStream) -> io::Result<()> {
+    let mut byte = [0u8; 1];
+    match sock.peek(&mut byte) {
+        Ok(0) => Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "the peer closed its connection: it stopped or failed",
+        )),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!("the peer's connection failed: {e}"),
+        )),
     }
 }
 
@@ -353,6 +402,8 @@ pub struct Endpoint {
     remote: Option<RemoteRing>,
     /// Receive side of RMA writes: slots consumed and not yet credited back.
     uncredited: u64,
+    /// The TCP connection to the peer, kept open for the run: tells when it went away.
+    watch: Option<Arc<std::net::TcpStream>>,
     send_free: Vec<usize>,
     send_posted_at: Vec<Instant>,
     /// Bytes of the send posted from each send slot (completions do not say).
@@ -415,6 +466,7 @@ impl Endpoint {
             virt_addr: mr_mode & FI_MR_VIRT_ADDR as i32 != 0,
             remote: None,
             uncredited: 0,
+            watch: None,
         };
         let access = if rma {
             FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE
@@ -669,7 +721,7 @@ impl Endpoint {
         deadline: Deadline,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        let mut backoff = Backoff(0);
+        let mut backoff = Backoff::new();
         let (slot, addr, key) = loop {
             if let Some(r) = &mut self.remote {
                 if let Some((slot, addr)) = r.take() {
@@ -677,7 +729,7 @@ impl Endpoint {
                 }
             }
             if self.poll(stats)? == 0 {
-                backoff.wait(deadline, &self.abort)?;
+                backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
             }
         };
         let data = control_data(KIND_WRITE, ((slot as u64) << 32) | len as u64);
@@ -829,13 +881,13 @@ impl Endpoint {
 
     /// Takes a free control slot, waiting for one.
     fn control_slot(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<usize> {
-        let mut backoff = Backoff(0);
+        let mut backoff = Backoff::new();
         loop {
             if let Some(i) = self.control_free.pop() {
                 return Ok(i);
             }
             if self.poll(stats)? == 0 {
-                backoff.wait(deadline, &self.abort)?;
+                backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
             }
         }
     }
@@ -849,13 +901,13 @@ impl Endpoint {
         stats: &mut StreamStats,
     ) -> io::Result<()> {
         for chunk in buf.chunks(self.layout.slot_bytes) {
-            let mut backoff = Backoff(0);
+            let mut backoff = Backoff::new();
             let i = loop {
                 if let Some(i) = self.send_free.pop() {
                     break i;
                 }
                 if self.poll(stats)? == 0 {
-                    backoff.wait(deadline, &self.abort)?;
+                    backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
                 }
             };
             let off = self.layout.offset(Slot::Send(i));
@@ -872,10 +924,10 @@ impl Endpoint {
             // Harvest completions at once so their latency is not inflated.
             self.poll(stats)?;
             if self.mprtt {
-                let mut backoff = Backoff(0);
+                let mut backoff = Backoff::new();
                 while self.acks == 0 {
                     if self.poll(stats)? == 0 {
-                        backoff.wait(deadline, &self.abort)?;
+                        backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
                     }
                 }
                 self.acks -= 1;
@@ -888,22 +940,32 @@ impl Endpoint {
 
     /// Waits until every posted send completed, then sends the FIN and waits for it.
     pub fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()> {
-        let mut backoff = Backoff(0);
+        let mut backoff = Backoff::new();
         while self.send_free.len() < self.layout.send {
             if self.poll(stats)? == 0 {
-                backoff.wait(deadline, &self.abort)?;
+                backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
             }
         }
         let c = self.control_slot(deadline, stats)?;
         let fin = control_data(KIND_FIN, self.msgs_sent);
         self.post_send(Slot::Control(c), 0, Some(fin), stats)?;
-        let mut backoff = Backoff(0);
+        let mut backoff = Backoff::new();
         while self.control_free.len() < CONTROL_SLOTS {
             if self.poll(stats)? == 0 {
-                backoff.wait(deadline, &self.abort)?;
+                match backoff.wait(deadline, &self.abort, self.watch.as_deref()) {
+                    // Every data send completed (delivered) above; a peer that closed
+                    // after reading the FIN may not have acknowledged it.
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => return Ok(()),
+                    other => other?,
+                }
             }
         }
         Ok(())
+    }
+
+    /// Watches `sock`, the TCP connection to the peer, to notice when the peer is gone.
+    pub fn set_watch(&mut self, sock: Arc<std::net::TcpStream>) {
+        self.watch = Some(sock);
     }
 
     /// Whether the peer ended the stream and every message it sent was consumed.
@@ -1108,14 +1170,16 @@ pub struct OfiStream {
     cursor: usize,
     local: String,
     peer: String,
+    /// The TCP connection to the peer (see [`Endpoint::set_watch`]).
+    watch: Option<Arc<std::net::TcpStream>>,
 }
 
 impl OfiStream {
     /// Builds a STREAM from endpoints whose peers are set (endpoint 0 first) and starts
     /// one sender thread per endpoint.
     pub fn from_endpoints(endpoints: Vec<Endpoint>, opts: StreamOptions) -> io::Result<OfiStream> {
-        let (local, peer) = match endpoints.first() {
-            Some(e) => (e.local_addr(), e.peer_addr()),
+        let (local, peer, watch) = match endpoints.first() {
+            Some(e) => (e.local_addr(), e.peer_addr(), e.watch.clone()),
             None => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -1136,6 +1200,7 @@ impl OfiStream {
             cursor: 0,
             local,
             peer,
+            watch,
         })
     }
 }
@@ -1182,7 +1247,7 @@ impl Stream for OfiStream {
         let start = Instant::now();
         let deadline = timeout.deadline();
         let n_eps = self.endpoints.len();
-        let mut backoff = Backoff(0);
+        let mut backoff = Backoff::new();
         loop {
             let mut open = 0;
             for step in 0..n_eps {
@@ -1207,7 +1272,7 @@ impl Stream for OfiStream {
             if open == 0 {
                 return Ok(0);
             }
-            backoff.wait(deadline, &self.opts.abort)?;
+            backoff.wait(deadline, &self.opts.abort, self.watch.as_deref())?;
         }
     }
 
