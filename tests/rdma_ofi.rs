@@ -357,3 +357,16 @@ fn the_client_stops_soon_when_the_server_dies_mid_run() {
     assert!(!status.success(), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn rdmadev_picks_the_libfabric_domain_or_names_the_ones_there_are() {
+    let (c, s) = run_ofi(&["-D", "lo", "-m", "8"]);
+    assert_bytes(&c, &s, 8 * MB);
+    assert!(c.contains(" provider=tcp;ofi_rxm device=lo"), "{c}");
+    let port = port_block(1).to_string();
+    let mut args = vec!["-c", "127.0.0.1", "-p", &port];
+    args.extend_from_slice(OFI);
+    args.extend_from_slice(&["-D", "nosuch0", "-m", "1"]);
+    let (ok, err, secs) = run_env(&[], &args);
+    assert_one_line_failure(ok, &err, secs, &["no domain 'nosuch0'", "lo"]);
+}

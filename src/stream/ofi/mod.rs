@@ -115,6 +115,8 @@ pub struct OfiTarget {
 pub struct Info {
     lib: &'static OfiLib,
     head: *mut fi_info,
+    /// The entry fperf uses: the first, or the first on the domain asked for.
+    chosen: *mut fi_info,
 }
 
 impl Drop for Info {
@@ -146,7 +148,11 @@ impl Info {
         if hints.is_null() {
             return Err(OfiError::Library("fi_allocinfo: out of memory".into()));
         }
-        let hints = Info { lib, head: hints };
+        let hints = Info {
+            lib,
+            head: hints,
+            chosen: hints,
+        };
         // SAFETY: `hints` and its attribute pointers are valid (allocated above).
         unsafe {
             let h = &mut *hints.head;
@@ -197,14 +203,42 @@ impl Info {
                 lib.strerror(i64::from(ret))
             )));
         }
-        Ok(Info { lib, head })
+        let mut info = Info {
+            lib,
+            head,
+            chosen: head,
+        };
+        if let Some(want) = &target.domain {
+            // Some providers (e.g. tcp;ofi_rxm) ignore the domain hint: pick it here.
+            let mut found = Vec::new();
+            let mut p = head;
+            while !p.is_null() {
+                // SAFETY: `p` walks the list fi_getinfo returned, which `info` owns.
+                let name = unsafe { domain_name(p) };
+                if name == *want {
+                    info.chosen = p;
+                    return Ok(info);
+                }
+                if !found.contains(&name) {
+                    found.push(name);
+                }
+                // SAFETY: as above.
+                p = unsafe { (*p).next };
+            }
+            return Err(OfiError::NoProvider(format!(
+                "libfabric provider '{}' has no domain '{want}' (-D) here; its domains: {}",
+                info.provider_name(),
+                found.join(", ")
+            )));
+        }
+        Ok(info)
     }
 
     /// The name of the provider libfabric chose (e.g. `tcp;ofi_rxm`).
     pub fn provider_name(&self) -> String {
-        // SAFETY: `head` is a valid fi_info from fi_getinfo with its fabric_attr set.
+        // SAFETY: `chosen` is a valid fi_info from fi_getinfo with its fabric_attr set.
         unsafe {
-            let fa = (*self.head).fabric_attr;
+            let fa = (*self.chosen).fabric_attr;
             if fa.is_null() || (*fa).prov_name.is_null() {
                 return "?".into();
             }
@@ -212,6 +246,22 @@ impl Info {
                 .to_string_lossy()
                 .into_owned()
         }
+    }
+}
+
+/// The domain name of fi_info `p` ("" when it has none).
+///
+/// # Safety
+/// `p` must point to a valid fi_info.
+unsafe fn domain_name(p: *const fi_info) -> String {
+    // SAFETY: the caller passes a valid fi_info; its domain_attr and name are checked
+    // for NULL and the name is NUL-terminated.
+    unsafe {
+        let d = (*p).domain_attr;
+        if d.is_null() || (*d).name.is_null() {
+            return String::new();
+        }
+        CStr::from_ptr((*d).name).to_string_lossy().into_owned()
     }
 }
 
@@ -432,8 +482,8 @@ impl Endpoint {
     /// every receive.
     pub fn open(info: &Info, opts: &StreamOptions, rma: bool) -> Result<Endpoint, OfiError> {
         let lib = info.lib;
-        // SAFETY: `info.head` is a valid fi_info with its domain attributes set.
-        let mr_mode = unsafe { (*(*info.head).domain_attr).mr_mode };
+        // SAFETY: `info.chosen` is a valid fi_info with its domain attributes set.
+        let mr_mode = unsafe { (*(*info.chosen).domain_attr).mr_mode };
         let layout = RingLayout::new(opts.pktsize);
         let mut e = Endpoint {
             lib,
@@ -473,10 +523,10 @@ impl Endpoint {
         } else {
             FI_SEND | FI_RECV
         };
-        // SAFETY: `info.head` is a valid fi_info; every out-pointer is a field of `e`,
+        // SAFETY: `info.chosen` is a valid fi_info; every out-pointer is a field of `e`,
         // which closes whatever was opened when dropped (also on the error paths).
         unsafe {
-            let fi = info.head;
+            let fi = info.chosen;
             check(
                 lib,
                 "fi_fabric",
