@@ -454,6 +454,8 @@ pub struct Endpoint {
     uncredited: u64,
     /// The TCP connection to the peer, kept open for the run: tells when it went away.
     watch: Option<Arc<std::net::TcpStream>>,
+    /// Receive slots the provider could not take yet (its queue was full).
+    unposted: Vec<usize>,
     send_free: Vec<usize>,
     send_posted_at: Vec<Instant>,
     /// Bytes of the send posted from each send slot (completions do not say).
@@ -517,6 +519,7 @@ impl Endpoint {
             remote: None,
             uncredited: 0,
             watch: None,
+            unposted: Vec::new(),
         };
         let access = if rma {
             FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE
@@ -711,28 +714,27 @@ impl Endpoint {
         ptr::from_mut(&mut self.contexts[i]).cast()
     }
 
+    /// Posts receive slot `i`; if the provider's receive queue is full, keeps it for
+    /// the next [`Endpoint::poll`] to post again (no recursion, nothing lost).
     fn post_recv(&mut self, i: usize) -> Result<(), OfiError> {
         let (buf, ctx) = (self.slot_ptr(Slot::Recv(i)), self.context(Slot::Recv(i)));
-        loop {
-            // SAFETY: `buf` is a registered slot of `slot_bytes` bytes that stays alive
-            // and untouched until its completion; `ctx` is its own fi_context2.
-            let ret = unsafe {
-                fi_recv(
-                    self.ep,
-                    buf,
-                    self.layout.slot_bytes,
-                    self.desc,
-                    FI_ADDR_UNSPEC_VALUE,
-                    ctx,
-                )
-            };
-            if ret == -(FI_EAGAIN as isize) {
-                // The receive queue is full until completions are read.
-                self.poll(&mut StreamStats::default())?;
-                continue;
-            }
-            return check(self.lib, "fi_recv", ret as i64);
+        // SAFETY: `buf` is a registered slot of `slot_bytes` bytes that stays alive
+        // and untouched until its completion; `ctx` is its own fi_context2.
+        let ret = unsafe {
+            fi_recv(
+                self.ep,
+                buf,
+                self.layout.slot_bytes,
+                self.desc,
+                FI_ADDR_UNSPEC_VALUE,
+                ctx,
+            )
+        };
+        if ret == -(FI_EAGAIN as isize) {
+            self.unposted.push(i);
+            return Ok(());
         }
+        check(self.lib, "fi_recv", ret as i64)
     }
 
     /// Posts a send of `len` bytes from `slot`, with remote CQ data if given.
@@ -804,6 +806,9 @@ impl Endpoint {
 
     /// Reads the completions that are there, without waiting. Returns how many.
     fn poll(&mut self, stats: &mut StreamStats) -> Result<usize, OfiError> {
+        for i in std::mem::take(&mut self.unposted) {
+            self.post_recv(i)?;
+        }
         let mut entries = [fi_cq_data_entry::default(); CQ_BATCH];
         // SAFETY: `entries` has room for CQ_BATCH entries of the CQ's format (DATA).
         let n = unsafe { fi_cq_read(self.cq, entries.as_mut_ptr().cast(), CQ_BATCH) };
