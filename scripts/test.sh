@@ -4,4 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo build --release --all-targets
-cargo test --release -- --test-threads="${FPERF_TEST_THREADS:-4}"
+# --all-targets: unit and integration tests (there are no doc-tests), so the last
+# summary line is a real one.
+cargo test --release --all-targets -- --test-threads="${FPERF_TEST_THREADS:-4}"

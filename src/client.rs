@@ -80,6 +80,8 @@ pub fn run(
         ..cfg.clone()
     };
     let server = resolve(&cfg.host, cfg.port)?;
+    let transport = transport::for_protocol(cfg.settings.protocol)?;
+    transport.check(&cfg.settings, server)?;
     let sock = connect(server, cfg.bind, cfg.control_timeout)
         .with_context(|| format!("cannot connect to the fperf server at {server}"))?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
@@ -111,7 +113,7 @@ pub fn run(
         setup_timeout: cfg.control_timeout,
         abort: abort.clone(),
     };
-    let streams = transport::for_protocol(cfg.settings.protocol)?.connect(&ctx)?;
+    let streams = transport.connect(&ctx)?;
     let infos: Vec<StreamInfo> = streams
         .iter()
         .enumerate()

@@ -52,6 +52,11 @@ pub enum Message {
     Results { result: Box<SideResult> },
     /// Either way: why the other end is giving up.
     Error { message: String },
+    /// UDP client → server, on a UDP stream's control connection: the addresses of the
+    /// stream's UDP sockets, socket 0 first.
+    UdpSockets { addrs: Vec<SocketAddr> },
+    /// On a UDP stream's control connection: the sender sent everything it will send.
+    UdpFinished { datagrams: u64, bytes: u64 },
 }
 
 /// Why a control exchange failed.
@@ -123,6 +128,8 @@ pub fn kind(msg: &Message) -> String {
         Message::Ready => "ready",
         Message::Results { .. } => "results",
         Message::Error { .. } => "error",
+        Message::UdpSockets { .. } => "udp_sockets",
+        Message::UdpFinished { .. } => "udp_finished",
     }
     .to_string()
 }
@@ -250,6 +257,13 @@ mod tests {
         roundtrip(Message::Ready);
         roundtrip(Message::Error {
             message: "busy".into(),
+        });
+        roundtrip(Message::UdpSockets {
+            addrs: vec!["127.0.0.1:5".parse().unwrap(), "[::1]:6".parse().unwrap()],
+        });
+        roundtrip(Message::UdpFinished {
+            datagrams: 3,
+            bytes: u64::MAX,
         });
     }
 

@@ -7,7 +7,8 @@ use fperf::client::{self, ClientConfig, ClientOutcome};
 use fperf::report;
 use fperf::server::{Server, ServerConfig, ServerEvent};
 use fperf::settings::{
-    Protocol, QueueKind, RdmaApi, Settings, DEFAULT_MB, DEFAULT_PKTSIZE, DEFAULT_PORT,
+    Protocol, QueueKind, RdmaApi, Settings, DEFAULT_ACK_TIMEOUT_MS, DEFAULT_MB, DEFAULT_PKTSIZE,
+    DEFAULT_PORT,
 };
 use std::io::Write;
 use std::net::IpAddr;
@@ -106,6 +107,11 @@ struct Cli {
     #[arg(short = 'p', long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
     port: u16,
 
+    /// UDP with -r: ms to wait for a datagram's ACK before sending it again (up to 10
+    /// times) [default: 100].
+    #[arg(long, value_name = "MS")]
+    ack_timeout: Option<u32>,
+
     /// Local address to bind: the server listens only there; the client sends from it.
     #[arg(short = 'B', long, value_name = "ADDR")]
     bind: Option<IpAddr>,
@@ -144,6 +150,9 @@ impl Cli {
         } else {
             self.nsockets
         };
+        if self.ack_timeout.is_some() && !(self.udp && self.mprtt) {
+            bail!("--ack-timeout applies to UDP with MPRTT only: use it with -u -r");
+        }
         let s = Settings {
             protocol,
             nstreams: self.nstreams,
@@ -158,6 +167,7 @@ impl Cli {
             rdma_device: self.rdmadev.clone(),
             ofi_provider: self.ofi_provider.clone(),
             rdma_write: self.rdma_write,
+            ack_timeout_ms: self.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT_MS),
         };
         s.validate()?;
         Ok(s)

@@ -6,6 +6,7 @@
 
 use crate::settings::Settings;
 use crate::stats::{LatencySummary, StreamStats};
+use crate::stream::udp_wire::DatagramCounts;
 use crate::units::{bit_rate, byte_rate, pkt_size, rate, size_triplet};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -36,6 +37,9 @@ pub struct Figures {
     pub submit_latency: Option<LatencySummary>,
     /// MPRTT retransmissions.
     pub retries: u64,
+    /// Datagram accounting (UDP only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datagrams: Option<DatagramCounts>,
 }
 
 impl Figures {
@@ -49,6 +53,7 @@ impl Figures {
             recv_latency: stats.recv_latency.summary(),
             submit_latency: stats.submit_latency.summary(),
             retries: stats.retries,
+            datagrams: (!stats.datagrams.is_empty()).then_some(stats.datagrams),
         }
     }
 
@@ -182,6 +187,9 @@ pub fn client_body(settings: &Settings, r: &SideResult) -> String {
             out += &submit_line("lat_submit", W, l);
         }
     }
+    if let Some(d) = &t.datagrams {
+        out += &d.report_lines(W);
+    }
     if r.streams.len() > 1 {
         out += "\nPer Stream:\n";
         for s in &r.streams {
@@ -246,6 +254,9 @@ pub fn server_body(settings: &Settings, r: &SideResult) -> String {
     if let Some(l) = &t.recv_latency {
         out += &latency_line(latency_label(settings), W, l);
     }
+    if let Some(d) = &t.datagrams {
+        out += &d.report_lines(W);
+    }
     if r.streams.len() > 1 {
         out += "\nPer Stream:\n";
         for s in &r.streams {
@@ -284,6 +295,7 @@ mod tests {
             recv_latency: lat.summary(),
             submit_latency: None,
             retries: 0,
+            datagrams: None,
         };
         SideResult {
             role: Role::Client,

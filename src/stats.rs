@@ -149,6 +149,8 @@ pub struct StreamStats {
     pub submit_latency: LatencyStats,
     /// MPRTT retransmissions (UDP).
     pub retries: u64,
+    /// Datagram accounting (UDP); empty for stream transports.
+    pub datagrams: crate::stream::udp_wire::DatagramCounts,
     /// When the first payload byte arrived.
     pub first_recv: Option<Instant>,
     /// When the last payload byte arrived.
@@ -173,6 +175,7 @@ impl StreamStats {
         self.recv_latency.merge(&other.recv_latency);
         self.submit_latency.merge(&other.submit_latency);
         self.retries += other.retries;
+        self.datagrams.merge(&other.datagrams);
         self.first_recv = min_opt(self.first_recv, other.first_recv);
         self.last_recv = max_opt(self.last_recv, other.last_recv);
     }

@@ -31,6 +31,19 @@ fn invalid_combinations_are_refused() {
     refused(&["-c", "127.0.0.1", "-D", "mlx5_0"], "--rdma");
     refused(&["-c", "127.0.0.1", "-u", "-R"], "cannot be used with");
     refused(&["-c", "127.0.0.1", "-l", "x"], "invalid value");
+    refused(&["-c", "127.0.0.1", "-u", "-d"], "TCP options");
+    refused(&["-c", "127.0.0.1", "-u", "-a"], "TCP options");
+    refused(
+        &["-c", "127.0.0.1", "-u", "-l", "65528"],
+        "one UDP datagram",
+    );
+    refused(&["-c", "127.0.0.1", "-u", "-l", "65508"], "over IPv4");
+    refused(&["-c", "127.0.0.1", "--ack-timeout", "50"], "-u -r");
+    refused(&["-c", "127.0.0.1", "-u", "--ack-timeout", "50"], "-u -r");
+    refused(
+        &["-c", "127.0.0.1", "-u", "-r", "--ack-timeout", "0"],
+        "--ack-timeout",
+    );
 }
 
 #[test]
@@ -55,6 +68,7 @@ fn help_explains_every_flag() {
         "-h, --help",
         "-p, --port",
         "-B, --bind",
+        "--ack-timeout",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
     }

@@ -22,6 +22,8 @@ pub mod ofi;
 pub mod sender;
 pub(crate) mod sys;
 pub mod tcp;
+pub mod udp;
+pub mod udp_wire;
 
 use crate::settings::QueueKind;
 use crate::stats::StreamStats;
@@ -33,6 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use tcp::TcpStream;
+pub use udp::UdpStream;
 
 /// How long a STREAM call may block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

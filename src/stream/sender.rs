@@ -280,7 +280,15 @@ impl Senders {
     /// Drains, stops the sender threads and keeps their figures.
     pub fn stop(&mut self, timeout: Timeout) -> io::Result<()> {
         let drained = self.drain(timeout);
+        // Set `closed` under the queue's lock: a consumer checks it and starts waiting
+        // under that lock, so the notification below cannot fall between the two (which
+        // cost a whole wait slice).
+        let guard = match &self.producer {
+            Producer::Mutex(q) => Some(q.lock()?),
+            Producer::LockFree { .. } => None,
+        };
         self.shared.closed.store(true, Ordering::Release);
+        drop(guard);
         if let Producer::Mutex(q) = &self.producer {
             q.not_empty.notify_all();
         }

@@ -6,10 +6,11 @@
 
 pub mod rdma;
 pub mod tcp;
+pub mod udp;
 
 use crate::settings::{Protocol, Settings};
 use crate::stream::{Stream, StreamOptions};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
@@ -61,6 +62,11 @@ pub trait Acceptor: Send {
 
 /// One protocol's way of setting up data STREAMs.
 pub trait Transport: Send + Sync {
+    /// Client: refuses settings this transport cannot carry to `server`, before anything
+    /// is sent (e.g. a UDP datagram too large for the IP version).
+    fn check(&self, _settings: &Settings, _server: SocketAddr) -> Result<()> {
+        Ok(())
+    }
     /// Server: binds what the data streams need, before the client is told `Ready`.
     fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>>;
     /// Client: connects the data streams, in stream order.
@@ -71,7 +77,7 @@ pub trait Transport: Send + Sync {
 pub fn for_protocol(protocol: Protocol) -> Result<Box<dyn Transport>> {
     match protocol {
         Protocol::Tcp => Ok(Box::new(tcp::TcpTransport)),
-        Protocol::Udp => bail!("UDP (-u) is not supported by this build of fperf yet"),
+        Protocol::Udp => Ok(Box::new(udp::UdpTransport)),
         Protocol::Rdma => Ok(Box::new(rdma::RdmaTransport)),
     }
 }

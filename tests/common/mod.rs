@@ -45,10 +45,17 @@ pub struct Server {
     stderr: Arc<Mutex<String>>,
 }
 
-fn collect(mut r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+fn collect(r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+    collect_joinable(r).0
+}
+
+/// Reads `r` to its end in a thread; joining the handle waits for the last byte.
+fn collect_joinable(
+    mut r: impl Read + Send + 'static,
+) -> (Arc<Mutex<String>>, std::thread::JoinHandle<()>) {
     let text = Arc::new(Mutex::new(String::new()));
     let t = text.clone();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
         while let Ok(n) = r.read(&mut buf) {
             if n == 0 {
@@ -59,7 +66,7 @@ fn collect(mut r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
                 .push_str(&String::from_utf8_lossy(&buf[..n]));
         }
     });
-    text
+    (text, reader)
 }
 
 impl Server {
@@ -165,8 +172,8 @@ pub fn run(args: &[&str], timeout: Duration) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start fperf");
-    let out = collect(child.stdout.take().unwrap());
-    let err = collect(child.stderr.take().unwrap());
+    let (out, out_reader) = collect_joinable(child.stdout.take().unwrap());
+    let (err, err_reader) = collect_joinable(child.stderr.take().unwrap());
     let deadline = Instant::now() + timeout;
     let status = loop {
         if let Some(st) = child.try_wait().expect("wait") {
@@ -183,8 +190,8 @@ pub fn run(args: &[&str], timeout: Duration) -> Output {
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    // Let the readers see end of file.
-    std::thread::sleep(Duration::from_millis(30));
+    // The process exited: read its pipes to the end (a fixed pause lost output under load).
+    let _ = (out_reader.join(), err_reader.join());
     let stdout = out.lock().unwrap().clone().into_bytes();
     let stderr = err.lock().unwrap().clone().into_bytes();
     Output {

@@ -1,0 +1,756 @@
+//! The UDP STREAM.
+//!
+//! `nsockets` connected UDP sockets between the same two hosts, plus one reliable TCP
+//! connection, the stream's *control connection*, that carries what UDP cannot: the end
+//! of the data. One `send()` is one datagram of exactly the bytes given, starting with
+//! the header of [`super::udp_wire`] (sequence number, stream index, send time).
+//!
+//! Sockets are non-blocking; `poll()` runs only after `EAGAIN`. Sequence numbers are
+//! drawn from one counter per STREAM, so datagrams of several sockets interleave and
+//! the receiver sees (and counts) them out of order.
+//!
+//! End of data: [`Stream::finish_sending`] sends a `UdpFinished` frame with the number
+//! of datagrams and bytes sent over the control connection. The receiving end's
+//! [`Stream::recv`] then keeps reading until every datagram arrived, or the sockets were
+//! quiet for [`DRAIN_QUIET`] (at most [`DRAIN_MAX`] in all), and returns `Ok(0)`. Only
+//! then is the loss known.
+//!
+//! MPRTT: every datagram is answered by a 1-byte ACK holding the low byte of its
+//! sequence number (so a late ACK of an earlier packet is not taken for the current
+//! one). The sender resends a datagram whose ACK does not come within the ACK time-out,
+//! at most [`MAX_RETRIES`] times, then fails naming the packet. The receiver ACKs every
+//! copy it reads, duplicates included, and counts every byte.
+//!
+//! Latency is timed as for TCP: a send from the first write to its return (with MPRTT
+//! to the ACK, retries included); a receive from the call to the read that returns a
+//! datagram (with MPRTT, to the ACK written).
+
+use super::sender::{PacketSink, Senders};
+use super::sys::{poll_many, poll_one, set_int_opt};
+use super::udp_wire::{Arrival, BufferGrant, Header, SeqTracker, HEADER_LEN};
+use super::{check_abort, Deadline, Stream, StreamOptions, Timeout};
+use crate::control::{self, ControlError, Message};
+use crate::stats::StreamStats;
+use bytes::Bytes;
+use socket2::SockRef;
+use std::io::{self, IoSlice};
+use std::net;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Largest UDP payload over IPv4: 65535 - 20 (IP header) - 8 (UDP header).
+pub const MAX_DATAGRAM_V4: u32 = 65_507;
+/// Largest UDP payload over IPv6 without jumbograms: 65535 - 8 (UDP header).
+pub const MAX_DATAGRAM_V6: u32 = 65_527;
+/// MPRTT: how many times a datagram is sent again before the run fails.
+pub const MAX_RETRIES: u32 = 10;
+/// Socket buffer asked for, each way: enough that a loopback run at full speed is not
+/// limited by it (the kernel's default of ~200 KB holds a handful of 32 KB datagrams).
+pub const SOCKET_BUFFER: usize = 16 << 20;
+/// After the sender finished: stop once no datagram came for this long.
+pub const DRAIN_QUIET: Duration = Duration::from_millis(300);
+/// After the sender finished: stop after this long whatever arrives.
+pub const DRAIN_MAX: Duration = Duration::from_secs(3);
+/// Longest a control frame may take to arrive once it began, or to be written.
+const CONTROL_IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest single wait for socket space when sending an ACK.
+const ACK_POLL_MS: i32 = 100;
+
+/// What a UDP STREAM needs beyond [`StreamOptions`].
+#[derive(Clone, Debug)]
+pub struct UdpOptions {
+    /// The stream index carried in every datagram header.
+    pub stream: u32,
+    /// MPRTT: how long to wait for an ACK before sending the datagram again.
+    pub ack_timeout: Duration,
+}
+
+/// Nanoseconds since the Unix epoch: the header's send time (only differences of it
+/// are used, so the two hosts' clocks need not agree).
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// One socket of a UDP STREAM, shared by the receiving path and a sender thread.
+#[derive(Clone)]
+struct Socket {
+    sock: Arc<net::UdpSocket>,
+    mprtt: bool,
+    stream: u32,
+    ack_timeout: Duration,
+    /// The STREAM's sequence counter, shared by all its sockets.
+    next_seq: Arc<AtomicU64>,
+    abort: Arc<AtomicBool>,
+}
+
+fn port_closed() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionRefused,
+        "the peer's UDP port is closed (ICMP port unreachable)",
+    )
+}
+
+impl Socket {
+    /// Sends `buf` as one datagram whose first bytes are the header of `seq`.
+    fn send_datagram(&self, buf: &[u8], seq: u64, deadline: Deadline) -> io::Result<()> {
+        let mut header = [0u8; HEADER_LEN];
+        let n = Header {
+            seq,
+            stream: self.stream,
+            sent_ns: now_ns(),
+        }
+        .encode(&mut header[..buf.len().min(HEADER_LEN)]);
+        let iov = [IoSlice::new(&header[..n]), IoSlice::new(&buf[n..])];
+        let sock = SockRef::from(&*self.sock);
+        loop {
+            match sock.send_vectored(&iov) {
+                Ok(sent) if sent == buf.len() => return Ok(()),
+                Ok(sent) => {
+                    return Err(io::Error::other(format!(
+                        "UDP sent {sent} of a {}-byte datagram",
+                        buf.len()
+                    )))
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.wait(libc::POLLOUT, deadline)?
+                }
+                // A local firewall dropped it: lost as if on the wire, and accounted
+                // for as such by the receiver (and with MPRTT, sent again).
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => return Ok(()),
+                // The device queue is full: poll() cannot tell when it drains.
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    check_abort(&self.abort)?;
+                    deadline.poll_ms()?;
+                    std::thread::yield_now();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Err(port_closed()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Waits for the ACK of `seq` until `until`. `Ok(false)`: it did not come in time.
+    /// Every ACK byte read is counted, stale ones (of earlier packets) too.
+    fn await_ack(
+        &self,
+        seq: u64,
+        until: Instant,
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<bool> {
+        let mut buf = [0u8; 16];
+        loop {
+            match self.sock.recv(&mut buf) {
+                Ok(0) => {}
+                Ok(n) => {
+                    stats.bytes_received += n as u64;
+                    if buf[0] == seq as u8 {
+                        return Ok(true);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    check_abort(&self.abort)?;
+                    let Ok(attempt_ms) = Deadline::At(until).poll_ms() else {
+                        return Ok(false);
+                    };
+                    let ms = attempt_ms.min(deadline.poll_ms()?);
+                    poll_one(self.sock.as_raw_fd(), libc::POLLIN, ms)?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Err(port_closed()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn wait(&self, events: libc::c_short, deadline: Deadline) -> io::Result<()> {
+        check_abort(&self.abort)?;
+        let ms = deadline.poll_ms()?;
+        poll_one(self.sock.as_raw_fd(), events, ms)?;
+        Ok(())
+    }
+
+    /// Sends the 1-byte MPRTT ACK of `seq`. A peer that is gone needs no ACK.
+    fn send_ack(&self, seq: u64) -> io::Result<bool> {
+        loop {
+            match self.sock.send(&[seq as u8]) {
+                Ok(_) => return Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    check_abort(&self.abort)?;
+                    poll_one(self.sock.as_raw_fd(), libc::POLLOUT, ACK_POLL_MS)?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // No room in the device queue, or a local firewall dropped it: the ACK
+                // is lost as if on the wire, and the sender will send the datagram again.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EPERM)) => {
+                    return Ok(false)
+                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl PacketSink for Socket {
+    fn send_packet(
+        &mut self,
+        buf: &[u8],
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        self.send_datagram(buf, seq, deadline)?;
+        if self.mprtt {
+            let mut retries = 0;
+            while !self.await_ack(seq, Instant::now() + self.ack_timeout, deadline, stats)? {
+                if retries == MAX_RETRIES {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "UDP stream {}: packet seq={seq} ({} bytes) was not acknowledged after {MAX_RETRIES} retries ({} ms ACK time-out each)",
+                            self.stream,
+                            buf.len(),
+                            self.ack_timeout.as_millis()
+                        ),
+                    ));
+                }
+                retries += 1;
+                stats.retries += 1;
+                self.send_datagram(buf, seq, deadline)?;
+            }
+        }
+        stats.send_latency.record_since(start);
+        stats.bytes_sent += buf.len() as u64;
+        stats.datagrams.sent += 1;
+        Ok(())
+    }
+}
+
+/// Where the peer's sending stands, as the control connection told us.
+#[derive(Clone, Copy, Debug)]
+enum PeerSending {
+    /// Still sending (or not yet told otherwise).
+    Running,
+    /// Finished: reading what is still on its way.
+    Draining {
+        since: Instant,
+        last_arrival: Instant,
+        datagrams: u64,
+    },
+    /// Finished and drained: `recv()` returns end of stream.
+    Done,
+}
+
+/// One end of a UDP STREAM.
+pub struct UdpStream {
+    sockets: Vec<Socket>,
+    /// The reliable control connection (blocking, with I/O time-outs).
+    control: net::TcpStream,
+    opts: StreamOptions,
+    senders: Option<Senders>,
+    /// Figures of `send()` and `recv()` (the calling thread's).
+    stats: StreamStats,
+    tracker: SeqTracker,
+    rcvbuf: BufferGrant,
+    sndbuf: BufferGrant,
+    peer: PeerSending,
+    /// Whether our `UdpFinished` was sent.
+    finish_sent: bool,
+    /// Sockets the last `poll()` found readable and not yet read.
+    ready: Vec<usize>,
+    /// Socket read last; tried first next time.
+    cursor: usize,
+    /// One entry per socket, then the control connection.
+    pollfds: Vec<libc::pollfd>,
+}
+
+impl UdpStream {
+    /// Builds a STREAM from connected UDP sockets (socket 0 first) and the stream's
+    /// control connection; sizes the socket buffers, sets the sockets non-blocking and
+    /// starts one sender thread per socket.
+    pub fn from_sockets(
+        socks: Vec<net::UdpSocket>,
+        control: net::TcpStream,
+        opts: StreamOptions,
+        udp: UdpOptions,
+    ) -> io::Result<UdpStream> {
+        if socks.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a STREAM needs a socket",
+            ));
+        }
+        control.set_nonblocking(false)?;
+        control.set_nodelay(true)?;
+        control.set_read_timeout(Some(CONTROL_IO_TIMEOUT))?;
+        control.set_write_timeout(Some(CONTROL_IO_TIMEOUT))?;
+        let next_seq = Arc::new(AtomicU64::new(0));
+        let (mut rcvbuf, mut sndbuf) = (BufferGrant::default(), BufferGrant::default());
+        let mut sockets = Vec::with_capacity(socks.len());
+        for s in socks {
+            s.set_nonblocking(true)?;
+            let r = size_buffer(&s, Direction::Receive, SOCKET_BUFFER)?;
+            let w = size_buffer(&s, Direction::Send, SOCKET_BUFFER)?;
+            if sockets.is_empty() || r.granted < rcvbuf.granted {
+                rcvbuf = r;
+            }
+            if sockets.is_empty() || w.granted < sndbuf.granted {
+                sndbuf = w;
+            }
+            sockets.push(Socket {
+                sock: Arc::new(s),
+                mprtt: opts.mprtt,
+                stream: udp.stream,
+                ack_timeout: udp.ack_timeout,
+                next_seq: next_seq.clone(),
+                abort: opts.abort.clone(),
+            });
+        }
+        let senders = Senders::start(opts.queue, sockets.clone(), opts.abort.clone())?;
+        let pollfds = sockets
+            .iter()
+            .map(|s| s.sock.as_raw_fd())
+            .chain([control.as_raw_fd()])
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        Ok(UdpStream {
+            ready: Vec::with_capacity(sockets.len() + 1),
+            sockets,
+            control,
+            opts,
+            senders: Some(senders),
+            stats: StreamStats::default(),
+            tracker: SeqTracker::new(udp.stream),
+            rcvbuf,
+            sndbuf,
+            peer: PeerSending::Running,
+            finish_sent: false,
+            cursor: 0,
+            pollfds,
+        })
+    }
+
+    /// Reads one datagram from socket `k`. `Ok(None)` is EAGAIN.
+    fn read_from(&mut self, k: usize, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        loop {
+            return match self.sockets[k].sock.recv(buf) {
+                Ok(n) => Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // An ICMP error from an earlier ACK (the sender's port closed): it is
+                // reported once; the sender's end of data comes over the control link.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(e) => Err(e),
+            };
+        }
+    }
+
+    /// Whether the peer finished and everything that will arrive has; moves to `Done`
+    /// (working out the loss) when it just became so.
+    fn drained(&mut self) -> bool {
+        match self.peer {
+            PeerSending::Running => false,
+            PeerSending::Done => true,
+            PeerSending::Draining {
+                since,
+                last_arrival,
+                datagrams,
+            } => {
+                let now = Instant::now();
+                if self.tracker.unique() >= datagrams
+                    || now.duration_since(last_arrival) >= DRAIN_QUIET
+                    || now.duration_since(since) >= DRAIN_MAX
+                {
+                    self.tracker.finish(datagrams);
+                    self.peer = PeerSending::Done;
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+
+    /// Reads the frame the peer sent on the control connection.
+    fn read_control(&mut self) -> io::Result<()> {
+        match control::read_frame(&mut self.control) {
+            Ok(Message::UdpFinished { datagrams, .. }) => {
+                let now = Instant::now();
+                self.peer = PeerSending::Draining {
+                    since: now,
+                    last_arrival: now,
+                    datagrams,
+                };
+                Ok(())
+            }
+            Ok(other) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "unexpected {} on the UDP stream's control connection",
+                    control::kind(&other)
+                ),
+            )),
+            Err(ControlError::Closed) => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the peer closed the UDP stream's control connection before it finished sending",
+            )),
+            Err(e) => Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
+        }
+    }
+
+    /// Polls the sockets (and the control connection until the peer finished); fills
+    /// `ready`. With a non-blocking call, polls once and fails with `WouldBlock` if
+    /// nothing is ready.
+    fn poll_all(&mut self, deadline: Deadline) -> io::Result<()> {
+        self.opts.check_abort()?;
+        let (mut ms, once) = match deadline.poll_ms() {
+            Ok(ms) => (ms, false),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => (0, true),
+            Err(e) => return Err(e),
+        };
+        if let PeerSending::Draining { last_arrival, .. } = self.peer {
+            let left = DRAIN_QUIET.saturating_sub(last_arrival.elapsed());
+            ms = ms.min(left.as_millis() as i32 + 1);
+        }
+        let control = self.sockets.len();
+        let listen_control = matches!(self.peer, PeerSending::Running);
+        for (k, p) in self.pollfds.iter_mut().enumerate() {
+            // A negative fd makes poll() skip the entry.
+            p.fd = if k == control && !listen_control {
+                -p.fd.abs()
+            } else {
+                p.fd.abs()
+            };
+            p.revents = 0;
+        }
+        if poll_many(&mut self.pollfds, ms)? > 0 {
+            let control_ready = self.pollfds[control].fd >= 0 && self.pollfds[control].revents != 0;
+            self.ready.extend(
+                self.pollfds[..control]
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.revents != 0)
+                    .map(|(k, _)| k),
+            );
+            if control_ready {
+                self.read_control()?;
+            }
+        }
+        if once && self.ready.is_empty() && !self.drained() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(())
+    }
+}
+
+impl Stream for UdpStream {
+    fn nsockets(&self) -> usize {
+        self.sockets.len()
+    }
+
+    fn local_addr(&self) -> String {
+        self.sockets[0]
+            .sock
+            .local_addr()
+            .map_or_else(|_| "?".into(), |a| super::canonical(a).to_string())
+    }
+
+    fn peer_addr(&self) -> String {
+        self.sockets[0]
+            .sock
+            .peer_addr()
+            .map_or_else(|_| "?".into(), |a| super::canonical(a).to_string())
+    }
+
+    fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
+        self.opts.check_abort()?;
+        self.sockets[0].send_packet(buf, timeout.deadline(), &mut self.stats)?;
+        Ok(buf.len())
+    }
+
+    fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
+        match &mut self.senders {
+            Some(s) => s.submit(buf, timeout),
+            None => Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "sending finished",
+            )),
+        }
+    }
+
+    fn sender_drain(&mut self, timeout: Timeout) -> io::Result<()> {
+        match &mut self.senders {
+            Some(s) => s.drain(timeout),
+            None => Ok(()),
+        }
+    }
+
+    fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
+        let start = Instant::now();
+        let deadline = timeout.deadline();
+        loop {
+            if self.drained() {
+                return Ok(0);
+            }
+            let k = self.ready.pop().unwrap_or(self.cursor);
+            let Some(n) = self.read_from(k, buf)? else {
+                if self.ready.is_empty() {
+                    self.poll_all(deadline)?;
+                }
+                continue;
+            };
+            self.cursor = k;
+            let now = Instant::now();
+            if let PeerSending::Draining { last_arrival, .. } = &mut self.peer {
+                *last_arrival = now;
+            }
+            let (arrival, seq) = self.tracker.on_datagram(&buf[..n], now_ns());
+            if n == 0 {
+                // An empty datagram cannot be returned: Ok(0) means end of stream.
+                continue;
+            }
+            if self.opts.mprtt && arrival != Arrival::Foreign && self.sockets[k].send_ack(seq)? {
+                self.stats.bytes_sent += 1;
+            }
+            self.stats
+                .recv_latency
+                .record(crate::stats::elapsed_ns(start));
+            self.stats.bytes_received += n as u64;
+            self.stats.mark_recv(now);
+            return Ok(n);
+        }
+    }
+
+    fn ack_partial(&mut self) -> io::Result<()> {
+        // Every datagram is whole and acknowledged as it arrives.
+        Ok(())
+    }
+
+    fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
+        let result = match &mut self.senders {
+            Some(s) => s.stop(timeout),
+            None => Ok(()),
+        };
+        if self.finish_sent {
+            return result;
+        }
+        self.finish_sent = true;
+        let sent = self.stats();
+        let told = control::write_frame(
+            &mut self.control,
+            &Message::UdpFinished {
+                datagrams: sent.datagrams.sent,
+                bytes: sent.bytes_sent,
+            },
+        )
+        .map_err(|e| io::Error::new(io::ErrorKind::BrokenPipe, e.to_string()));
+        // A sender's failure says more than the failure to report it.
+        result.and(told)
+    }
+
+    fn stats(&self) -> StreamStats {
+        let mut s = self.stats.clone();
+        if let Some(senders) = &self.senders {
+            s.merge(&senders.stats());
+        }
+        let mut d = self.tracker.counts();
+        d.rcvbuf = self.rcvbuf;
+        d.sndbuf = self.sndbuf;
+        s.datagrams.merge(&d);
+        s
+    }
+}
+
+/// Which socket buffer to size.
+#[derive(Clone, Copy)]
+enum Direction {
+    Receive,
+    Send,
+}
+
+/// Asks for `size` bytes of socket buffer: first with the `*FORCE` option, which lets
+/// root exceed `net.core.{r,w}mem_max`, else with the plain one, which the kernel caps
+/// there. Returns what was asked and what the kernel granted (so a cap is reported).
+fn size_buffer(sock: &net::UdpSocket, dir: Direction, size: usize) -> io::Result<BufferGrant> {
+    let (force, plain) = match dir {
+        Direction::Receive => (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        Direction::Send => (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    };
+    let value = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
+    if set_int_opt(sock, libc::SOL_SOCKET, force, value).is_err() {
+        set_int_opt(sock, libc::SOL_SOCKET, plain, value)?;
+    }
+    let s = SockRef::from(sock);
+    let reported = match dir {
+        Direction::Receive => s.recv_buffer_size()?,
+        Direction::Send => s.send_buffer_size()?,
+    };
+    // Linux doubles the value set (for its own bookkeeping) and reports the double.
+    Ok(BufferGrant {
+        requested: size as u64,
+        granted: (reported / 2) as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::thread;
+
+    /// Two connected STREAM ends on loopback, joined by a real control connection.
+    fn pair(opts: StreamOptions, ack_timeout: Duration) -> (UdpStream, UdpStream) {
+        let n = opts.nsockets;
+        let listener = net::TcpListener::bind("127.0.0.1:0").expect("tcp bind");
+        let ctl_a = net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (ctl_b, _) = listener.accept().expect("accept");
+        let mut a_socks = Vec::new();
+        let mut b_socks = Vec::new();
+        for _ in 0..n {
+            let a = net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+            let b = net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+            a.connect(b.local_addr().expect("addr")).expect("connect");
+            b.connect(a.local_addr().expect("addr")).expect("connect");
+            a_socks.push(a);
+            b_socks.push(b);
+        }
+        let udp = UdpOptions {
+            stream: 0,
+            ack_timeout,
+        };
+        (
+            UdpStream::from_sockets(a_socks, ctl_a, opts.clone(), udp.clone()).expect("a"),
+            UdpStream::from_sockets(b_socks, ctl_b, opts, udp).expect("b"),
+        )
+    }
+
+    fn receive_all(r: &mut UdpStream, size: usize) -> u64 {
+        let mut buf = vec![0u8; size];
+        let mut total = 0;
+        loop {
+            match r.recv(&mut buf, Timeout::Millis(10_000)).expect("recv") {
+                0 => return total,
+                n => total += n as u64,
+            }
+        }
+    }
+
+    #[test]
+    fn sync_sends_arrive_counted_and_end_over_the_control_connection() {
+        let (mut client, mut server) = pair(StreamOptions::default(), Duration::from_millis(100));
+        let t = thread::spawn(move || {
+            let buf = vec![7u8; 1000];
+            for _ in 0..500 {
+                client.send(&buf, Timeout::Forever).expect("send");
+            }
+            client.send(&buf[..5], Timeout::Forever).expect("short");
+            client.finish_sending(Timeout::Forever).expect("finish");
+            client.stats()
+        });
+        assert_eq!(receive_all(&mut server, 1000), 500_005);
+        let cs = t.join().expect("join");
+        assert_eq!(cs.bytes_sent, 500_005);
+        assert_eq!(cs.datagrams.sent, 501);
+        let d = server.stats().datagrams;
+        assert_eq!(
+            (d.peer_sent, d.received, d.lost, d.duplicates),
+            (501, 501, 0, 0)
+        );
+        assert_eq!(d.out_of_order, 0, "one socket, one sender: in order");
+    }
+
+    #[test]
+    fn four_sockets_through_the_queue() {
+        let opts = StreamOptions {
+            nsockets: 4,
+            ..StreamOptions::default()
+        };
+        let (mut client, mut server) = pair(opts, Duration::from_millis(100));
+        let t = thread::spawn(move || {
+            let buf = Bytes::from(vec![1u8; 8192]);
+            for _ in 0..1000 {
+                client
+                    .send_submit(buf.clone(), Timeout::Forever)
+                    .expect("submit");
+            }
+            client.sender_drain(Timeout::Forever).expect("drain");
+            client.finish_sending(Timeout::Forever).expect("finish");
+            client.stats()
+        });
+        let got = receive_all(&mut server, 8192);
+        let cs = t.join().expect("join");
+        assert_eq!(cs.datagrams.sent, 1000);
+        let d = server.stats().datagrams;
+        assert_eq!(d.peer_sent, 1000);
+        assert_eq!(d.received - d.duplicates + d.lost, 1000);
+        assert_eq!(got, d.received * 8192);
+    }
+
+    #[test]
+    fn mprtt_resends_until_acknowledged_then_gives_up_naming_the_packet() {
+        let opts = StreamOptions {
+            mprtt: true,
+            ..StreamOptions::default()
+        };
+        let (mut client, mut server) = pair(opts, Duration::from_millis(20));
+        // Nobody receives yet: the first packet is sent 1 + MAX_RETRIES times, unanswered.
+        let e = client
+            .send(b"0123456789abcdefghijklmnop", Timeout::Forever)
+            .expect_err("no ACK");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("seq=0"), "{e}");
+        assert!(e.to_string().contains("after 10 retries"), "{e}");
+        assert_eq!(client.stats().retries, 10);
+        // The receiver reads all 11 copies: one new, ten duplicates, each ACKed.
+        let mut buf = [0u8; 64];
+        for _ in 0..11 {
+            server.recv(&mut buf, Timeout::Millis(5_000)).expect("copy");
+        }
+        let d = server.stats().datagrams;
+        assert_eq!((d.received, d.duplicates), (11, 10));
+        assert_eq!(server.stats().bytes_sent, 11, "every copy ACKed");
+        assert_eq!(server.stats().bytes_received, 11 * 26);
+    }
+
+    #[test]
+    fn recv_timeouts_follow_the_seed_convention() {
+        let (_client, mut server) = pair(StreamOptions::default(), Duration::from_millis(100));
+        let mut buf = [0u8; 16];
+        let e = server
+            .recv(&mut buf, Timeout::from_millis(0))
+            .expect_err("no data");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        let t0 = Instant::now();
+        let e = server
+            .recv(&mut buf, Timeout::from_millis(150))
+            .expect_err("no data");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(t0.elapsed() >= Duration::from_millis(140));
+    }
+
+    #[test]
+    fn a_lost_tail_is_loss_once_the_sender_finished() {
+        let (mut client, mut server) = pair(StreamOptions::default(), Duration::from_millis(100));
+        // Ten datagrams "sent", the last five lost on the way: the sender skips their
+        // sequence numbers but counts them, as if the network had dropped them.
+        for _ in 0..5 {
+            client.send(&[0u8; 100], Timeout::Forever).expect("send");
+        }
+        client.sockets[0].next_seq.fetch_add(5, Ordering::Relaxed);
+        client.stats.datagrams.sent += 5;
+        client.finish_sending(Timeout::Forever).expect("finish");
+        assert_eq!(receive_all(&mut server, 100), 500);
+        let d = server.stats().datagrams;
+        assert_eq!((d.peer_sent, d.received, d.lost), (10, 5, 5));
+    }
+}

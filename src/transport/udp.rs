@@ -1,0 +1,221 @@
+//! The UDP transport: stream `i` is `nsockets` UDP sockets sending to UDP port
+//! `base + i` of the server, plus one TCP *control connection* per stream, set up like a
+//! TCP data connection (to TCP port `base + i`, stream 0 through the base port, named by
+//! a `DataHello`). The control connection carries the set-up and, reliably, the end of
+//! the data (`UdpFinished`), so no UDP packet that could itself be lost ends a run.
+//!
+//! Several sockets on one port: each client socket connects to the server's
+//! `base + i`; the server opens as many sockets, all bound to `base + i` with
+//! SO_REUSEPORT, and connects each to one client socket, whose address the client sends
+//! in a `UdpSockets` frame. The kernel delivers a datagram to the socket connected to
+//! its source, so the sockets of the two ends pair up one to one, like TCP connections.
+//! (The addresses are the ones the client sees, so a NAT between the hosts breaks this;
+//! they must be on the control connection's host.) The server answers `Ready` once its
+//! sockets are connected, and only then does the client send.
+//!
+//! Sizes: `-l` is the UDP payload, header included; it must fit in one datagram
+//! (65507 bytes over IPv4, 65527 over IPv6), checked by [`Transport::check`] on the
+//! client before anything is sent and by the server before it answers `Ready`.
+
+use super::tcp::{accept_data_conns, listen_data_ports, open_data_conn};
+use super::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx, Transport};
+use crate::control::{self, Message};
+use crate::settings::Settings;
+use crate::stream::udp::{UdpOptions, MAX_DATAGRAM_V4, MAX_DATAGRAM_V6};
+use crate::stream::{canonical, Stream, UdpStream};
+use anyhow::{anyhow, bail, Context, Result};
+use socket2::{Domain, Socket, Type};
+use std::io;
+use std::net::{self, IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The UDP transport.
+pub struct UdpTransport;
+
+struct UdpAcceptor {
+    /// Socket 0 of each stream, bound to `base + i` before the client is told `Ready`.
+    first: Vec<net::UdpSocket>,
+    /// Listeners of the control connections of streams 1 and up.
+    listeners: Vec<JoinHandle<()>>,
+}
+
+/// Refuses a `pktsize` that cannot be one datagram to `ip`.
+fn check_pktsize(pktsize: u32, ip: IpAddr) -> Result<()> {
+    let (max, family) = if ip.to_canonical().is_ipv4() {
+        (MAX_DATAGRAM_V4, "IPv4")
+    } else {
+        (MAX_DATAGRAM_V6, "IPv6")
+    };
+    if pktsize > max {
+        bail!("--pktsize {pktsize} does not fit in one UDP datagram over {family} (at most {max} bytes)");
+    }
+    Ok(())
+}
+
+/// A UDP socket bound to `addr`, optionally sharing the port (SO_REUSEPORT).
+fn bind_udp(addr: SocketAddr, share_port: bool) -> io::Result<net::UdpSocket> {
+    let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, None)?;
+    if share_port {
+        sock.set_reuse_port(true)?;
+    }
+    sock.bind(&addr.into())?;
+    Ok(sock.into())
+}
+
+fn udp_options(settings: &Settings, stream: u32) -> UdpOptions {
+    UdpOptions {
+        stream,
+        ack_timeout: Duration::from_millis(u64::from(settings.ack_timeout_ms)),
+    }
+}
+
+impl Transport for UdpTransport {
+    fn check(&self, settings: &Settings, server: SocketAddr) -> Result<()> {
+        check_pktsize(settings.pktsize, server.ip())
+    }
+
+    fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
+        let ip = ctx.local.ip().to_canonical();
+        check_pktsize(ctx.settings.pktsize, ip)?;
+        let first = (0..ctx.settings.nstreams)
+            .map(|i| {
+                let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, i)?;
+                bind_udp(addr, true)
+                    .with_context(|| format!("cannot bind UDP {addr} for stream {i}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let listeners = listen_data_ports(ctx, 1)?;
+        Ok(Box::new(UdpAcceptor { first, listeners }))
+    }
+
+    fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
+        let s = &ctx.settings;
+        let local_ip = ctx.bind.unwrap_or(if ctx.server.is_ipv4() {
+            Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            Ipv6Addr::UNSPECIFIED.into()
+        });
+        // Every control connection first: the server sets the streams up only once
+        // all have arrived.
+        let controls = (0..s.nstreams)
+            .map(|i| open_data_conn(ctx, i, 0))
+            .collect::<Result<Vec<_>>>()?;
+        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
+        for (i, mut control) in (0..s.nstreams).zip(controls) {
+            let server_udp = port_offset(ctx.server, ctx.server.port(), i)?;
+            let mut socks = Vec::with_capacity(s.nsockets as usize);
+            for _ in 0..s.nsockets {
+                let sock = bind_udp(SocketAddr::new(local_ip, 0), false)
+                    .with_context(|| format!("stream {i}: cannot bind a UDP socket"))?;
+                sock.connect(server_udp)
+                    .with_context(|| format!("stream {i}: cannot connect UDP to {server_udp}"))?;
+                socks.push(sock);
+            }
+            let addrs = socks
+                .iter()
+                .map(net::UdpSocket::local_addr)
+                .collect::<io::Result<Vec<_>>>()?;
+            control::write_frame(&mut control, &Message::UdpSockets { addrs })?;
+            control.set_read_timeout(Some(ctx.setup_timeout))?;
+            match control::read_frame(&mut control) {
+                Ok(Message::Ready) => {}
+                Ok(Message::Error { message }) => bail!("stream {i}: server: {message}"),
+                Ok(other) => bail!("stream {i}: expected ready, got {}", control::kind(&other)),
+                Err(e) => return Err(anyhow!("stream {i}: UDP set-up: {e}")),
+            }
+            let opts = stream_options(s, ctx.abort.clone());
+            streams.push(Box::new(UdpStream::from_sockets(
+                socks,
+                control,
+                opts,
+                udp_options(s, i),
+            )?));
+        }
+        Ok(streams)
+    }
+}
+
+impl Acceptor for UdpAcceptor {
+    fn accept(self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
+        let s = &ctx.settings;
+        let conns = accept_data_conns(ctx, 1, self.listeners)?;
+        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
+        for (i, (first, control)) in self.first.into_iter().zip(conns).enumerate() {
+            let i = i as u32;
+            let Some(mut control) = control.into_iter().next() else {
+                bail!("stream {i}: no control connection");
+            };
+            control.set_nonblocking(false)?;
+            control.set_read_timeout(Some(ctx.setup_timeout))?;
+            let addrs = match control::read_frame(&mut control) {
+                Ok(Message::UdpSockets { addrs }) => addrs,
+                Ok(other) => bail!(
+                    "stream {i}: expected udp_sockets, got {}",
+                    control::kind(&other)
+                ),
+                Err(e) => bail!("stream {i}: UDP set-up: {e}"),
+            };
+            if addrs.len() != s.nsockets as usize {
+                bail!(
+                    "stream {i}: the client named {} UDP sockets, not {}",
+                    addrs.len(),
+                    s.nsockets
+                );
+            }
+            let distinct: std::collections::HashSet<_> = addrs.iter().collect();
+            if distinct.len() != addrs.len() {
+                bail!("stream {i}: the client named one UDP socket twice");
+            }
+            let host = control.peer_addr()?.ip().to_canonical();
+            let local = first.local_addr()?;
+            let mut socks = Vec::with_capacity(addrs.len());
+            let mut first = Some(first);
+            for addr in addrs {
+                let addr = canonical(addr);
+                if addr.ip() != host {
+                    bail!("stream {i}: UDP socket {addr} is not on the client's host {host}");
+                }
+                let sock = match first.take() {
+                    Some(sock) => sock,
+                    None => bind_udp(local, true)
+                        .with_context(|| format!("stream {i}: cannot bind UDP {local}"))?,
+                };
+                sock.connect(addr)
+                    .with_context(|| format!("stream {i}: cannot connect UDP to {addr}"))?;
+                socks.push(sock);
+            }
+            // The STREAM (which sizes the socket buffers) must exist before the client is
+            // told to send: its first datagrams would overflow the default buffers.
+            let mut ready = control.try_clone()?;
+            let opts = stream_options(s, ctx.abort.clone());
+            streams.push(Box::new(UdpStream::from_sockets(
+                socks,
+                control,
+                opts,
+                udp_options(s, i),
+            )?));
+            control::write_frame(&mut ready, &Message::Ready)?;
+        }
+        Ok(streams)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datagram_size_limits_depend_on_the_ip_version() {
+        let v4: IpAddr = Ipv4Addr::LOCALHOST.into();
+        let v6: IpAddr = Ipv6Addr::LOCALHOST.into();
+        let mapped: IpAddr = Ipv4Addr::LOCALHOST.to_ipv6_mapped().into();
+        assert!(check_pktsize(65_507, v4).is_ok());
+        assert!(check_pktsize(1, v4).is_ok());
+        let e = check_pktsize(65_508, v4).expect_err("too big for IPv4");
+        assert!(e.to_string().contains("IPv4 (at most 65507 bytes)"), "{e}");
+        assert!(check_pktsize(65_508, mapped).is_err());
+        assert!(check_pktsize(65_527, v6).is_ok());
+        assert!(check_pktsize(65_528, v6).is_err());
+    }
+}

@@ -1,0 +1,515 @@
+//! UDP across a real (virtual) link that loses packets: each test creates two network
+//! namespaces joined by a veth pair (10.99.0.1 server, 10.99.0.2 client; the addresses
+//! exist only inside those namespaces), runs `fperf -s` in one and the client in the
+//! other, and has nftables in the server's namespace drop a known share of the
+//! datagrams at random. nftables' own counters say exactly how many it dropped, which
+//! the fperf figures must match. The namespaces are deleted when a test ends, failed or
+//! not. Needs root (skipped with a message otherwise), `ip` and `nft`.
+
+mod common;
+use common::fperf_bin;
+use regex::Regex;
+use std::io::{Read, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const SERVER_IP: &str = "10.99.0.1";
+const CLIENT_IP: &str = "10.99.0.2";
+/// The default base port: a fresh namespace has nothing else on it.
+const PORT: u16 = 28444;
+/// Datagrams of this size fit the veth's 1500-byte MTU unfragmented, so each one is
+/// one packet for nftables to drop.
+const DATAGRAM: u64 = 1472;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid() has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Skips the calling test (returning early) unless running as root.
+macro_rules! require_root {
+    () => {
+        if !is_root() {
+            eprintln!("skipped: network-namespace tests need root (ip netns, nft)");
+            return;
+        }
+    };
+}
+
+/// Runs a command to completion; panics with its output if it fails.
+fn sh(args: &[&str]) -> String {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Two namespaces joined by a veth pair; deleted (with the veth) on drop.
+struct Netns {
+    server: String,
+    client: String,
+}
+
+impl Netns {
+    fn create() -> Netns {
+        let tag = format!(
+            "{}x{}",
+            std::process::id() % 100_000,
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let ns = Netns {
+            server: format!("fperf-udp-s{tag}"),
+            client: format!("fperf-udp-c{tag}"),
+        };
+        // Interface names are at most 15 bytes.
+        let (vs, vc) = (format!("fvs{tag}"), format!("fvc{tag}"));
+        sh(&["ip", "netns", "add", &ns.server]);
+        sh(&["ip", "netns", "add", &ns.client]);
+        sh(&[
+            "ip", "link", "add", &vs, "netns", &ns.server, "type", "veth", "peer", "name", &vc,
+            "netns", &ns.client,
+        ]);
+        for (name, dev, ip) in [(&ns.server, &vs, SERVER_IP), (&ns.client, &vc, CLIENT_IP)] {
+            sh(&[
+                "ip",
+                "-n",
+                name,
+                "addr",
+                "add",
+                &format!("{ip}/24"),
+                "dev",
+                dev,
+            ]);
+            sh(&["ip", "-n", name, "link", "set", dev, "up"]);
+            sh(&["ip", "-n", name, "link", "set", "lo", "up"]);
+        }
+        ns
+    }
+
+    /// Loads an nftables rule set into the server's namespace.
+    fn nft(&self, rules: &str) {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.server, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run nft");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(rules.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "nft: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Drops `percent`% of the datagrams to the server's stream-0 port at random, and
+    /// with `acks`, as many of the server's ACKs.
+    fn drop_share(&self, percent: u32, acks: bool) {
+        self.drop_share_on(percent, acks, 1);
+    }
+
+    /// As [`Netns::drop_share`], on the ports of streams `0..nstreams`.
+    fn drop_share_on(&self, percent: u32, acks: bool, nstreams: u16) {
+        assert!((1..=100).contains(&percent));
+        let ports = format!("{PORT}-{}", PORT + nstreams - 1);
+        // The random draw is 0..=99: it is below `percent` `percent` times in 100.
+        let below = percent - 1;
+        let ack_rule = if acks {
+            format!("udp sport {ports} numgen random mod 100 <= {below} counter drop;")
+        } else {
+            String::new()
+        };
+        self.nft(&format!(
+            "table inet fperf_loss {{
+               chain input {{ type filter hook input priority 0; policy accept;
+                 udp dport {ports} numgen random mod 100 <= {below} counter drop; }}
+               chain output {{ type filter hook output priority 0; policy accept; {ack_rule} }}
+             }}"
+        ));
+    }
+
+    /// Packets the drop rule of `chain` ("input" or "output") dropped.
+    fn dropped(&self, chain: &str) -> u64 {
+        let text = sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.server,
+            "nft",
+            "list",
+            "chain",
+            "inet",
+            "fperf_loss",
+            chain,
+        ]);
+        Regex::new(r"counter packets (\d+)")
+            .unwrap()
+            .captures(&text)
+            .map_or(0, |c| c[1].parse().unwrap())
+    }
+
+    /// Starts `fperf -s` in the server's namespace.
+    fn server(&self) -> NsServer {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.server, fperf_bin(), "-s"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fperf -s");
+        let s = NsServer {
+            stdout: collect(child.stdout.take().unwrap()),
+            stderr: collect(child.stderr.take().unwrap()),
+            child,
+        };
+        s.wait_for(1);
+        s
+    }
+
+    /// Runs `fperf -c SERVER_IP -u ARGS` in the client's namespace; asserts success.
+    fn client(&self, args: &[&str], server: &NsServer) -> String {
+        let out = self.client_output(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "client {args:?} failed\nstdout:\n{stdout}\nstderr:\n{}\nserver:\n{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            server.stdout(),
+            server.stderr.lock().unwrap()
+        );
+        stdout
+    }
+
+    fn client_output(&self, args: &[&str]) -> Output {
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.client,
+                fperf_bin(),
+                "-c",
+                SERVER_IP,
+                "-u",
+            ])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fperf -c");
+        let (out, out_reader) = collect_joinable(child.stdout.take().unwrap());
+        let (err, err_reader) = collect_joinable(child.stderr.take().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("client {args:?} did not finish in 120s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // The process is gone, so its pipes end: read them to the end.
+        let _ = (out_reader.join(), err_reader.join());
+        let stdout = out.lock().unwrap().clone().into_bytes();
+        let stderr = err.lock().unwrap().clone().into_bytes();
+        Output {
+            status,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for name in [&self.server, &self.client] {
+            let _ = Command::new("ip").args(["netns", "del", name]).status();
+        }
+    }
+}
+
+/// `fperf -s` inside a namespace, killed on drop.
+struct NsServer {
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl NsServer {
+    fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    /// Waits until the server printed `Server listening` `n` times.
+    fn wait_for(&self, n: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = self.stdout();
+            if out.matches("Server listening").count() >= n {
+                return out;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server did not get there:\n{out}\n{}",
+                self.stderr.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The report of the first test.
+    fn report(&self) -> String {
+        let out = self.wait_for(2);
+        out.split("Server listening")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+impl Drop for NsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn collect(r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+    collect_joinable(r).0
+}
+
+/// Reads `r` to its end in a thread; the handle says when everything was read.
+fn collect_joinable(mut r: impl Read + Send + 'static) -> (Arc<Mutex<String>>, JoinHandle<()>) {
+    let text = Arc::new(Mutex::new(String::new()));
+    let t = text.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            t.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    (text, reader)
+}
+
+/// A number after `key` on the line starting with `label`.
+fn field(text: &str, label: &str, key: &str) -> u64 {
+    let re = Regex::new(&format!(r"(?m)^{label}\s*:.*?\b{key}(\d+)")).unwrap();
+    re.captures(text)
+        .unwrap_or_else(|| panic!("no '{label}' ... '{key}N' in:\n{text}"))[1]
+        .parse()
+        .unwrap()
+}
+
+/// The exact byte count of a `label : NMB(N.NNGB NB)` line.
+fn bytes(text: &str, label: &str) -> u64 {
+    let re = Regex::new(&format!(r"(?m)^{label}\s*: \d+MB\([\d.]+GB (\d+)B\)")).unwrap();
+    re.captures(text)
+        .unwrap_or_else(|| panic!("no '{label}' volume in:\n{text}"))[1]
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn plain_udp_reports_the_injected_loss() {
+    require_root!();
+    let ns = Netns::create();
+    ns.drop_share(10, false);
+    let server = ns.server();
+    // 8 MB in 1472-byte datagrams: 5698 full ones and one of 1152 bytes.
+    let c = ns.client(&["-m", "8", "-l", &DATAGRAM.to_string()], &server);
+    let s = server.report();
+    let sent = field(&c, "datagrams", "sent=");
+    assert_eq!(sent, 5699, "{c}");
+    assert_eq!(bytes(&c, "sent"), 8 << 20);
+    let dropped = ns.dropped("input");
+    assert_eq!(field(&s, "datagrams", "sent="), sent, "{s}");
+    let (received, lost) = (
+        field(&s, "datagrams", "received="),
+        field(&s, "datagrams", "lost="),
+    );
+    assert_eq!(field(&s, "datagrams", "duplicated="), 0, "{s}");
+    assert_eq!(field(&s, "datagrams", "out-of-order="), 0, "{s}");
+    assert_eq!(received + lost, sent, "{s}");
+    // nftables drew ~10%; fperf must report exactly what was dropped (the veth loses
+    // nothing on its own, and the receive buffer holds the whole run).
+    let share = dropped as f64 / sent as f64;
+    assert!(
+        (0.07..0.13).contains(&share),
+        "nft dropped {dropped} of {sent}"
+    );
+    assert_eq!(lost, dropped, "fperf's loss vs nftables' drops\n{s}");
+    let pct: f64 = Regex::new(r"lost=\d+ \(([\d.]+)%\)")
+        .unwrap()
+        .captures(&s)
+        .unwrap()[1]
+        .parse()
+        .unwrap();
+    assert!((pct - 100.0 * share).abs() < 0.006, "{pct}% vs {share}");
+    // Bytes: everything but the dropped datagrams (the short last one may be among them).
+    let missing = (8 << 20) - bytes(&s, "received");
+    assert!(
+        missing == lost * DATAGRAM || missing == (lost - 1) * DATAGRAM + 1152,
+        "missing {missing} B for {lost} lost datagrams\n{s}"
+    );
+}
+
+/// `-u -r` with drops: returns (client report, server report, retries).
+fn mprtt_run(ns: &Netns) -> (String, String, u64) {
+    let server = ns.server();
+    // 1 MB in 1024-byte datagrams: 1024 packets, all the same size.
+    let c = ns.client(
+        &["-r", "-m", "1", "-l", "1024", "--ack-timeout", "20"],
+        &server,
+    );
+    let s = server.report();
+    assert_eq!(field(&c, "datagrams", "sent="), 1024, "{c}");
+    assert_eq!(
+        bytes(&c, "sent"),
+        1 << 20,
+        "the client counts each packet once"
+    );
+    assert_eq!(field(&s, "datagrams", "sent="), 1024, "{s}");
+    assert_eq!(
+        field(&s, "datagrams", "lost="),
+        0,
+        "every packet was ACKed\n{s}"
+    );
+    let retries = field(&c, "retries", "");
+    (c, s, retries)
+}
+
+#[test]
+fn mprtt_resends_every_dropped_datagram() {
+    require_root!();
+    let ns = Netns::create();
+    ns.drop_share(10, false);
+    let (c, s, retries) = mprtt_run(&ns);
+    let dropped = ns.dropped("input");
+    assert!(dropped > 0, "nothing dropped");
+    // Each drop costs one time-out and one resend; a late ACK may add a resend whose
+    // copy the server then sees twice.
+    assert!(
+        retries >= dropped,
+        "retries {retries} < drops {dropped}\n{c}"
+    );
+    let received = field(&s, "datagrams", "received=");
+    assert_eq!(received, 1024 + retries - dropped, "{s}");
+    assert_eq!(
+        field(&s, "datagrams", "duplicated="),
+        retries - dropped,
+        "{s}"
+    );
+    // The server counts every byte it got, duplicates included: more than was sent
+    // whenever a resend was not needed.
+    assert_eq!(bytes(&s, "received"), received * 1024, "{s}");
+    // One ACK per datagram received; the client read them all (stale ones included)
+    // but perhaps the last stale ones.
+    assert_eq!(bytes(&s, "sent"), received, "{s}");
+    let acks = bytes(&c, "received");
+    assert!((1024..=received).contains(&acks), "ACK bytes {acks}\n{c}");
+}
+
+#[test]
+fn mprtt_survives_dropped_acks() {
+    require_root!();
+    let ns = Netns::create();
+    ns.drop_share(10, true);
+    let (c, s, retries) = mprtt_run(&ns);
+    let (data_dropped, acks_dropped) = (ns.dropped("input"), ns.dropped("output"));
+    assert!(acks_dropped > 0 && data_dropped > 0, "nothing dropped");
+    assert!(
+        retries >= data_dropped + acks_dropped,
+        "retries {retries} < drops {data_dropped} + {acks_dropped}\n{c}"
+    );
+    let received = field(&s, "datagrams", "received=");
+    assert_eq!(received, 1024 + retries - data_dropped, "{s}");
+    // A lost ACK makes the server see the datagram again: a duplicate, ACKed again.
+    let duplicated = field(&s, "datagrams", "duplicated=");
+    assert_eq!(duplicated, retries - data_dropped, "{s}");
+    assert!(duplicated >= acks_dropped, "{s}");
+    assert_eq!(bytes(&s, "received"), received * 1024, "{s}");
+    // ACKs the server's firewall dropped were never sent.
+    assert_eq!(bytes(&s, "sent"), received - acks_dropped, "{s}");
+    let acks = bytes(&c, "received");
+    assert!(
+        (1024..=received - acks_dropped).contains(&acks),
+        "ACK bytes {acks}\n{c}"
+    );
+}
+
+#[test]
+fn several_streams_and_sockets_across_the_link() {
+    require_root!();
+    let ns = Netns::create();
+    ns.drop_share_on(10, false, 2);
+    let server = ns.server();
+    // Two streams of four sockets each; the server pairs its sockets on each port with
+    // the client's by source address.
+    let c = ns.client(&["-t", "2", "-n", "4", "-m", "4", "-l", "1472"], &server);
+    let s = server.report();
+    for k in 0..2u16 {
+        let port = PORT + k;
+        assert!(
+            s.lines().any(|l| l.starts_with(&format!(
+                "UDP STREAM {k} {SERVER_IP}:{port} <= {CLIENT_IP}:"
+            ))),
+            "{s}"
+        );
+    }
+    // 4 MB in 1472-byte datagrams is 2850 per stream.
+    let sent = field(&c, "datagrams", "sent=");
+    assert_eq!(sent, 2 * 2850, "{c}");
+    assert_eq!(field(&s, "datagrams", "sent="), sent, "{s}");
+    let dropped = ns.dropped("input");
+    let share = dropped as f64 / sent as f64;
+    assert!(
+        (0.07..0.13).contains(&share),
+        "nft dropped {dropped} of {sent}"
+    );
+    assert_eq!(field(&s, "datagrams", "lost="), dropped, "{s}");
+    assert_eq!(field(&s, "datagrams", "received="), sent - dropped, "{s}");
+    assert_eq!(field(&s, "datagrams", "duplicated="), 0, "{s}");
+}
+
+#[test]
+fn mprtt_gives_up_naming_the_packet() {
+    require_root!();
+    let ns = Netns::create();
+    ns.drop_share(100, false);
+    let server = ns.server();
+    let out = ns.client_output(&["-r", "-m", "1", "--ack-timeout", "10"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a dead link must fail the run");
+    assert!(
+        err.contains("packet seq=0 (32768 bytes) was not acknowledged after 10 retries (10 ms ACK time-out each)"),
+        "{err}"
+    );
+    // The first transmission and ten retries, all dropped.
+    assert_eq!(ns.dropped("input"), 11);
+    drop(server);
+}

@@ -1,0 +1,291 @@
+//! End-to-end UDP runs: a real `fperf -s` and `fperf -c -u` on loopback, asserting both
+//! sides' byte and datagram counts. Runs are small enough (at most 16 MB per socket)
+//! that the receive buffers fperf asks for hold the whole run, so loopback loses
+//! nothing and the counts must match exactly; where that cannot hold (`-l 1`, a
+//! million datagrams), the counts must still add up.
+
+mod common;
+use common::*;
+use regex::Regex;
+use std::time::Duration;
+
+const MB: u64 = 1 << 20;
+
+/// The receiver's `datagrams:` line.
+#[derive(Debug, PartialEq, Eq)]
+struct Received {
+    sent: u64,
+    received: u64,
+    lost: u64,
+    duplicated: u64,
+    out_of_order: u64,
+    jitter: String,
+}
+
+fn received_datagrams(text: &str) -> Received {
+    let re = Regex::new(
+        r"(?m)^datagrams: sent=(\d+)  received=(\d+)  lost=(\d+) \(([\d.]+)%\)  duplicated=(\d+)  out-of-order=(\d+)  jitter=(.+)$",
+    )
+    .unwrap();
+    let c = re
+        .captures(text)
+        .unwrap_or_else(|| panic!("no receiver 'datagrams' line in:\n{text}"));
+    let n = |i: usize| c[i].parse::<u64>().unwrap();
+    let r = Received {
+        sent: n(1),
+        received: n(2),
+        lost: n(3),
+        duplicated: n(5),
+        out_of_order: n(6),
+        jitter: c[7].to_string(),
+    };
+    let pct: f64 = c[4].parse().unwrap();
+    let want = if r.sent == 0 {
+        0.0
+    } else {
+        100.0 * r.lost as f64 / r.sent as f64
+    };
+    assert!((pct - want).abs() < 0.006, "loss % {pct} vs {want}");
+    // Truthful accounting: every datagram sent is received once or lost.
+    assert_eq!(
+        r.received - r.duplicated + r.lost,
+        r.sent.max(r.received - r.duplicated),
+        "{text}"
+    );
+    r
+}
+
+/// The sender's `datagrams :` line.
+fn sent_datagrams(text: &str) -> u64 {
+    let re = Regex::new(r"(?m)^datagrams : sent=(\d+)$").unwrap();
+    re.captures(text)
+        .unwrap_or_else(|| panic!("no sender 'datagrams' line in:\n{text}"))[1]
+        .parse()
+        .unwrap()
+}
+
+fn retries(text: &str) -> u64 {
+    let re = Regex::new(r"(?m)^retries   : (\d+)$").unwrap();
+    re.captures(text)
+        .unwrap_or_else(|| panic!("no 'retries' line in:\n{text}"))[1]
+        .parse()
+        .unwrap()
+}
+
+/// Asserts a lossless run of `datagrams` datagrams and `bytes` bytes on both sides.
+fn assert_exact(client: &str, server: &str, bytes: u64, datagrams: u64) {
+    assert_eq!(volume(client, "sent").bytes, bytes, "client:\n{client}");
+    assert_eq!(volume(server, "received").bytes, bytes, "server:\n{server}");
+    assert_eq!(sent_datagrams(client), datagrams, "client:\n{client}");
+    let r = received_datagrams(server);
+    assert_eq!(
+        (r.sent, r.received, r.lost, r.duplicated),
+        (datagrams, datagrams, 0, 0),
+        "server:\n{server}"
+    );
+}
+
+#[test]
+fn default_size_counts_match_and_the_server_serves_again() {
+    let server = Server::start(&[]);
+    for n in 1..=2 {
+        let c = client_ok(&server, "127.0.0.1", &["-u", "-m", "16"]);
+        let s = server.report(n);
+        let first = c.lines().next().unwrap();
+        let want = format!(
+            "UDP CLIENT => 127.0.0.1:{} pkt_size=32768B sync(no-queue) nsockets=1",
+            server.port
+        );
+        assert_eq!(first, want);
+        assert_exact(&c, &s, 16 * MB, 512);
+        assert_eq!(
+            received_datagrams(&s).out_of_order,
+            0,
+            "one socket: in order\n{s}"
+        );
+        assert!(received_datagrams(&s).jitter.ends_with("us"), "{s}");
+        assert!(
+            s.starts_with(" .... new UDP connection from 127.0.0.1:"),
+            "{s}"
+        );
+        assert!(s.contains(". pkt_size(32KB)\n"), "{s}");
+        latency(&c, "latency");
+        latency(&s, "latency");
+        assert!(!c.contains("retries"), "no retries line without -r:\n{c}");
+    }
+    // A TCP test after the UDP ones: the UDP session released everything.
+    let c = client_ok(&server, "127.0.0.1", &["-m", "4"]);
+    assert_eq!(volume(&c, "sent").bytes, 4 * MB);
+}
+
+#[test]
+fn four_sockets_send_through_the_mutex_queue() {
+    let server = Server::start(&[]);
+    let c = client_ok(&server, "127.0.0.1", &["-u", "-n", "4", "-m", "16"]);
+    let s = server.report(1);
+    assert!(
+        c.lines()
+            .next()
+            .unwrap()
+            .ends_with("async(mutex-queue) nsockets=4"),
+        "{c}"
+    );
+    assert_exact(&c, &s, 16 * MB, 512);
+    submit_latency_present(&c);
+}
+
+fn submit_latency_present(c: &str) {
+    assert!(
+        c.lines().any(|l| l.starts_with("lat_submit: avg=")),
+        "no lat_submit:\n{c}"
+    );
+}
+
+#[test]
+fn lockfree_queue() {
+    let server = Server::start(&[]);
+    let c = client_ok(&server, "127.0.0.1", &["-u", "-q", "0", "-m", "16"]);
+    let s = server.report(1);
+    assert!(
+        c.lines()
+            .next()
+            .unwrap()
+            .ends_with("async(lockfree-queue) nsockets=1"),
+        "{c}"
+    );
+    assert_exact(&c, &s, 16 * MB, 512);
+    assert_eq!(received_datagrams(&s).out_of_order, 0, "{s}");
+    submit_latency_present(&c);
+}
+
+#[test]
+fn two_streams_use_consecutive_ports() {
+    let server = Server::start(&[]);
+    let c = client_ok(&server, "127.0.0.1", &["-u", "-t", "2", "-m", "8"]);
+    let s = server.report(1);
+    assert_exact(&c, &s, 16 * MB, 512);
+    for k in 0..2u16 {
+        let port = server.port + k;
+        assert!(
+            c.lines()
+                .any(|l| l.starts_with(&format!("UDP STREAM {k} 127.0.0.1:"))
+                    && l.contains(&format!("=> 127.0.0.1:{port} "))),
+            "stream {k} on port {port}:\n{c}"
+        );
+        assert!(
+            s.lines()
+                .any(|l| l.starts_with(&format!("UDP STREAM {k} 127.0.0.1:{port} <= 127.0.0.1:"))),
+            "{s}"
+        );
+        assert!(c.contains(&format!("  stream {k} : avg=")), "{c}");
+        assert!(s.contains(&format!("  stream {k} : avg=")), "{s}");
+    }
+    assert!(c.contains("sent: 8MB(0.01GB 8388608B)"), "{c}");
+    assert!(s.contains("received: 8MB(0.01GB 8388608B)"), "{s}");
+}
+
+#[test]
+fn mprtt_acknowledges_every_datagram() {
+    let server = Server::start(&[]);
+    // 1 MB in 1024-byte datagrams: 1024 round trips. A generous ACK time-out keeps a
+    // stalled machine from resending; should it happen, the counts must still agree.
+    let c = client_ok(
+        &server,
+        "127.0.0.1",
+        &["-u", "-r", "-m", "1", "-l", "1024", "--ack-timeout", "2000"],
+    );
+    let s = server.report(1);
+    latency(&c, "mprtt");
+    latency(&s, "mprtt");
+    let retries = retries(&c);
+    assert_eq!(volume(&c, "sent").bytes, MB);
+    assert_eq!(sent_datagrams(&c), 1024);
+    let r = received_datagrams(&s);
+    assert_eq!((r.sent, r.lost), (1024, 0), "{s}");
+    assert_eq!(
+        r.received,
+        1024 + retries,
+        "every resend reached the server:\n{s}"
+    );
+    assert_eq!(r.duplicated, retries);
+    // The server counts every byte, duplicates included, and ACKs every copy.
+    assert_eq!(volume(&s, "received").bytes, (1024 + retries) * 1024);
+    assert_eq!(volume(&s, "sent").bytes, 1024 + retries, "{s}");
+    let acks = volume(&c, "received").bytes;
+    assert!(
+        (1024..=1024 + retries).contains(&acks),
+        "ACK bytes {acks}\n{c}"
+    );
+}
+
+#[test]
+fn one_byte_datagrams() {
+    let server = Server::start(&[]);
+    let c = client_ok(&server, "127.0.0.1", &["-u", "-l", "1", "-m", "1"]);
+    let s = server.report(1);
+    assert!(c.lines().next().unwrap().contains("pkt_size=1B"), "{c}");
+    assert_eq!(volume(&c, "sent").bytes, MB);
+    assert_eq!(sent_datagrams(&c), MB);
+    let r = received_datagrams(&s);
+    assert_eq!(r.sent, MB, "{s}");
+    // A million datagrams do not fit in a socket buffer: loopback may drop some if the
+    // receiver falls behind, but every byte received is one datagram.
+    assert_eq!(volume(&s, "received").bytes, r.received, "{s}");
+    assert!(r.received > 0);
+    assert!(
+        r.jitter.starts_with("n/a"),
+        "1-byte datagrams carry no send time:\n{s}"
+    );
+}
+
+#[test]
+fn largest_ipv4_datagram() {
+    let server = Server::start(&[]);
+    let c = client_ok(&server, "127.0.0.1", &["-u", "-l", "65507", "-m", "16"]);
+    let s = server.report(1);
+    // 16 MB = 256 full datagrams of 65507 B and one of 256 B.
+    assert_exact(&c, &s, 16 * MB, 257);
+}
+
+#[test]
+fn ipv6_with_the_largest_ipv6_datagram() {
+    let server = Server::start(&[]);
+    let c = client_ok(&server, "::1", &["-u", "-l", "65527", "-m", "16"]);
+    let s = server.report(1);
+    assert!(
+        c.lines().next().unwrap().starts_with(&format!(
+            "UDP CLIENT => [::1]:{} pkt_size=65527B",
+            server.port
+        )),
+        "{c}"
+    );
+    assert!(s.starts_with(" .... new UDP connection from [::1]:"), "{s}");
+    assert_exact(&c, &s, 16 * MB, 257);
+}
+
+#[test]
+fn oversized_datagrams_are_refused_before_the_run() {
+    let server = Server::start(&[]);
+    let port = server.port.to_string();
+    for (host, size, needle) in [
+        ("127.0.0.1", "65508", "over IPv4 (at most 65507 bytes)"),
+        ("::1", "65528", "does not fit in one UDP datagram"),
+    ] {
+        let out = run(
+            &["-c", host, "-p", &port, "-u", "-l", size],
+            Duration::from_secs(20),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            out.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{err}");
+    }
+    // Nothing reached the server.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(server.stdout().matches("Server listening").count(), 1);
+}
