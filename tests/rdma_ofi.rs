@@ -228,7 +228,7 @@ fn rdma_libraries() -> Vec<String> {
 }
 
 #[test]
-fn tcp_runs_with_the_rdma_libraries_hidden_and_rdma_then_fails_clearly() {
+fn tcp_and_udp_run_with_the_rdma_libraries_hidden_and_rdma_then_fails_clearly() {
     let libs = rdma_libraries();
     if libs.is_empty() {
         eprintln!("note: no RDMA library installed here; nothing to hide");
@@ -239,11 +239,12 @@ fn tcp_runs_with_the_rdma_libraries_hidden_and_rdma_then_fails_clearly() {
         .iter()
         .map(|l| format!("mount --bind /dev/null {l} && "))
         .collect();
-    let port = port_block(2);
+    let port = port_block(3);
     let bin = fperf_bin();
     let script = format!(
-        "{hide} {bin} --loopback -p {port} -m 8 && {bin} --loopback -p {} -R --rdma-api ofi -m 1",
-        port + 1
+        "{hide} {bin} --loopback -p {port} -m 8 && echo '=== udp' && {bin} --loopback -u -p {} -m 2 && echo '=== rdma' && {bin} --loopback -p {} -R --rdma-api ofi -m 1",
+        port + 1,
+        port + 2
     );
     let probe = Command::new("unshare").args(["--mount", "true"]).output();
     if !probe.is_ok_and(|o| o.status.success()) {
@@ -256,12 +257,15 @@ fn tcp_runs_with_the_rdma_libraries_hidden_and_rdma_then_fails_clearly() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(volume(&stdout, "sent").bytes, 8 * MB, "{stdout}\n{stderr}");
-    assert_eq!(
-        volume(&stdout, "received").bytes,
-        8 * MB,
-        "{stdout}\n{stderr}"
-    );
+    let (tcp, rest) = stdout
+        .split_once("=== udp")
+        .unwrap_or_else(|| panic!("TCP failed:\n{stdout}\n{stderr}"));
+    let (udp, _) = rest
+        .split_once("=== rdma")
+        .unwrap_or_else(|| panic!("UDP failed:\n{stdout}\n{stderr}"));
+    assert_eq!(volume(tcp, "sent").bytes, 8 * MB, "{stdout}\n{stderr}");
+    assert_eq!(volume(tcp, "received").bytes, 8 * MB, "{stdout}\n{stderr}");
+    assert_eq!(volume(udp, "sent").bytes, 2 * MB, "{stdout}\n{stderr}");
     assert!(!out.status.success(), "RDMA must fail:\n{stdout}\n{stderr}");
     assert!(
         stderr.contains("needs libfabric") && stderr.contains("apt-get install libfabric1"),
