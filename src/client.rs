@@ -114,6 +114,11 @@ pub fn run_observed(
     observer: &mut dyn RunObserver,
 ) -> Result<ClientOutcome> {
     cfg.settings.validate()?;
+    // Fails at once when this host lacks what the transport needs (e.g. RDMA).
+    let cfg = &ClientConfig {
+        settings: transport::prepare(&cfg.settings)?,
+        ..cfg.clone()
+    };
     let server = resolve(&cfg.host, cfg.port)?;
     let transport = transport::for_protocol(cfg.settings.protocol)?;
     transport.check(&cfg.settings, server)?;

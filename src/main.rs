@@ -13,8 +13,8 @@ use measure::Output;
 mod measure;
 use fperf::server::{Server, ServerConfig, ServerEvent};
 use fperf::settings::{
-    Protocol, QueueKind, Settings, ZeroCopy, DEFAULT_ACK_TIMEOUT_MS, DEFAULT_MB, DEFAULT_PKTSIZE,
-    DEFAULT_PORT,
+    Protocol, QueueKind, RdmaApi, Settings, ZeroCopy, DEFAULT_ACK_TIMEOUT_MS, DEFAULT_MB,
+    DEFAULT_PKTSIZE, DEFAULT_PORT,
 };
 use std::io::Write;
 use std::net::IpAddr;
@@ -66,6 +66,21 @@ struct Cli {
     /// RDMA device name (default: the first one found). Needs -R.
     #[arg(short = 'D', long, value_name = "DEV", requires = "rdma")]
     rdmadev: Option<String>,
+
+    /// RDMA programming interface: ibverbs (the seed's default), cm, rsocket, or ofi
+    /// (libfabric; the only one this build implements). Needs -R.
+    #[arg(long, value_name = "API", requires = "rdma", value_parser = ["ibverbs", "cm", "rsocket", "ofi"])]
+    rdma_api: Option<String>,
+
+    /// libfabric provider for --rdma-api ofi (verbs, efa, tcp, shm, "tcp;ofi_rxm", ...;
+    /// default: the first of verbs, efa, tcp that works). Needs -R.
+    #[arg(long, value_name = "NAME", requires = "rdma")]
+    ofi_provider: Option<String>,
+
+    /// RDMA: move the data with RDMA WRITEs into the receiver's buffer ring (with
+    /// immediate data) instead of SEND/RECV. Needs -R.
+    #[arg(long, requires = "rdma")]
+    rdma_write: bool,
 
     /// MB (2^20 bytes) to send per stream.
     #[arg(short = 'm', long, value_name = "N", default_value_t = DEFAULT_MB)]
@@ -266,8 +281,19 @@ impl Cli {
         let Some(queue) = QueueKind::from_qtype(self.qtype) else {
             bail!("--qtype must be 0 or 1");
         };
-        if self.server && self.rdmadev.is_some() {
-            bail!("--rdmadev is a client option; the server uses what the client asks for");
+        if self.server
+            && (self.rdmadev.is_some() || self.rdma_api.is_some() || self.ofi_provider.is_some())
+        {
+            bail!("--rdmadev, --rdma-api and --ofi-provider are client options; the server uses what the client asks for");
+        }
+        let rdma_api = match self.rdma_api.as_deref() {
+            Some("cm") => RdmaApi::Cm,
+            Some("rsocket") => RdmaApi::Rsocket,
+            Some("ofi") => RdmaApi::Ofi,
+            _ => RdmaApi::Ibverbs,
+        };
+        if self.ofi_provider.is_some() && rdma_api != RdmaApi::Ofi {
+            bail!("--ofi-provider needs --rdma-api ofi");
         }
         let nsockets = if queue == QueueKind::LockFree && self.nsockets > 1 {
             eprintln!(
@@ -290,6 +316,10 @@ impl Cli {
             queue,
             nodelay: self.nodelay,
             quickack: self.quickack,
+            rdma_api,
+            rdma_device: self.rdmadev.clone(),
+            ofi_provider: self.ofi_provider.clone(),
+            rdma_write: self.rdma_write,
             ack_timeout_ms: self.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT_MS),
             time_ms: secs_to_ms("time", self.time)?,
             interval_ms: secs_to_ms("interval", self.interval)?,
@@ -401,7 +431,12 @@ fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>, output: &Output) -> Re
     if let Some(sweep) = &output.sweep {
         return measure::run_sweep(cfg, abort, output, sweep);
     }
-    let settings = cfg.settings.clone();
+    // Checks RDMA is usable here before contacting the server, and names the provider.
+    let settings = fperf::transport::prepare(&cfg.settings)?;
+    let cfg = &ClientConfig {
+        settings: settings.clone(),
+        ..cfg.clone()
+    };
     let start = fperf::json::StartTime::now();
     let mut printer = measure::Printer::new(&settings, output, start.clone())?;
     let outcome: ClientOutcome = client::run_observed(cfg, abort, &mut printer)?;

@@ -135,14 +135,31 @@ fn latency_label(settings: &Settings) -> &'static str {
     }
 }
 
+/// What a report header adds for RDMA: the API and the device or provider.
+fn rdma_label(settings: &Settings) -> String {
+    if settings.protocol != crate::settings::Protocol::Rdma {
+        return String::new();
+    }
+    let op = if settings.rdma_write { "write" } else { "send" };
+    let mut out = format!(" api={} op={op}", settings.rdma_api.name());
+    if let Some(p) = &settings.ofi_provider {
+        let _ = write!(out, " provider={p}");
+    }
+    if let Some(d) = &settings.rdma_device {
+        let _ = write!(out, " device={d}");
+    }
+    out
+}
+
 /// The client's header line(s): one line for a single stream, one per stream else.
 pub fn client_header(settings: &Settings, streams: &[(u32, String, String)]) -> String {
     let proto = settings.protocol.name();
     let tail = format!(
-        "pkt_size={}B {} nsockets={}",
+        "pkt_size={}B {} nsockets={}{}",
         settings.pktsize,
         settings.mode_label(),
-        settings.nsockets
+        settings.nsockets,
+        rdma_label(settings)
     );
     let mut out = String::new();
     if let [(_, _, peer)] = streams {
@@ -237,9 +254,10 @@ fn short_latency(l: &LatencySummary) -> String {
 /// The server's connection line, completing `Server listening ....`.
 pub fn server_header(settings: &Settings, from: &str) -> String {
     format!(
-        " new {} connection from {from}. pkt_size({})\n",
+        " new {} connection from {from}. pkt_size({}){}\n",
         settings.protocol.name(),
-        pkt_size(settings.pktsize)
+        pkt_size(settings.pktsize),
+        rdma_label(settings)
     )
 }
 

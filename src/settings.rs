@@ -59,6 +59,36 @@ impl Protocol {
     }
 }
 
+/// Which RDMA programming interface `-R` uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RdmaApi {
+    /// Raw verbs (libibverbs), the seed's default.
+    #[default]
+    Ibverbs,
+    /// rdma_cm connection management (librdmacm).
+    Cm,
+    /// rsocket (librdmacm's socket-like calls).
+    Rsocket,
+    /// libfabric (OFI), any provider: verbs, efa, tcp, ...
+    Ofi,
+}
+
+impl RdmaApi {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            RdmaApi::Ibverbs => "ibverbs",
+            RdmaApi::Cm => "cm",
+            RdmaApi::Rsocket => "rsocket",
+            RdmaApi::Ofi => "ofi",
+        }
+    }
+}
+
+/// Longest RDMA device or libfabric provider name accepted.
+pub const MAX_RDMA_NAME: usize = 128;
+
 /// The queue between `send_submit()` and a STREAM's sender threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -112,6 +142,20 @@ pub struct Settings {
     pub nodelay: bool,
     /// TCP only: TCP_QUICKACK on both ends, re-armed after every receive.
     pub quickack: bool,
+    /// RDMA only: the programming interface (`--rdma-api`).
+    #[serde(default)]
+    pub rdma_api: RdmaApi,
+    /// RDMA only: the device (`-D`); for libfabric, the domain name.
+    #[serde(default)]
+    pub rdma_device: Option<String>,
+    /// `--rdma-api ofi` only: the libfabric provider; the client resolves it to the one
+    /// libfabric picks (e.g. `tcp` to `tcp;ofi_rxm`) before the server sees it.
+    #[serde(default)]
+    pub ofi_provider: Option<String>,
+    /// RDMA only: move data with RDMA WRITEs into the receiver's ring (`--rdma-write`)
+    /// instead of SEND/RECV.
+    #[serde(default)]
+    pub rdma_write: bool,
     /// UDP with MPRTT: ms to wait for an ACK before sending a datagram again.
     #[serde(default = "default_ack_timeout_ms")]
     pub ack_timeout_ms: u32,
@@ -155,6 +199,10 @@ impl Default for Settings {
             queue: QueueKind::Mutex,
             nodelay: false,
             quickack: false,
+            rdma_api: RdmaApi::default(),
+            rdma_device: None,
+            ofi_provider: None,
+            rdma_write: false,
             ack_timeout_ms: DEFAULT_ACK_TIMEOUT_MS,
             time_ms: None,
             interval_ms: None,
@@ -197,8 +245,10 @@ pub enum SettingsError {
     BusyPollTcpOnly(&'static str),
     #[error("CPU numbers must be below {max}, not {0}", max = crate::stream::affinity::MAX_CPUS)]
     Cpu(u32),
-    #[error("{0} is not supported by this build of fperf yet")]
-    Unsupported(&'static str),
+    #[error("{0} must be 1 to {MAX_RDMA_NAME} printable characters")]
+    RdmaName(&'static str),
+    #[error("{0} is an RDMA option; it needs -R")]
+    RdmaOnly(&'static str),
     #[error("--pktsize {0} does not fit in one UDP datagram (at most {MAX_UDP_PKTSIZE} bytes over IPv6, 65507 over IPv4)")]
     UdpPktSize(u32),
     #[error("--ack-timeout must be between 1 and {MAX_ACK_TIMEOUT_MS} ms, not {0}")]
@@ -268,8 +318,22 @@ impl Settings {
         if !(1..=MAX_ACK_TIMEOUT_MS).contains(&self.ack_timeout_ms) {
             return Err(SettingsError::AckTimeout(self.ack_timeout_ms));
         }
-        if self.protocol == Protocol::Rdma {
-            return Err(SettingsError::Unsupported("RDMA (-R)"));
+        if self.rdma_write && self.protocol != Protocol::Rdma {
+            return Err(SettingsError::RdmaOnly("--rdma-write"));
+        }
+        let names = [
+            ("--rdmadev", &self.rdma_device),
+            ("--ofi-provider", &self.ofi_provider),
+        ];
+        for (flag, name) in names {
+            let Some(name) = name else { continue };
+            if self.protocol != Protocol::Rdma {
+                return Err(SettingsError::RdmaOnly(flag));
+            }
+            let printable = name.chars().all(|c| c.is_ascii_graphic());
+            if name.is_empty() || name.len() > MAX_RDMA_NAME || !printable {
+                return Err(SettingsError::RdmaName(flag));
+            }
         }
         Ok(())
     }
@@ -380,6 +444,42 @@ mod tests {
         for c in cases {
             assert!(c.validate().is_err(), "{c:?} should be refused");
         }
+    }
+
+    #[test]
+    fn rdma_options_need_rdma_and_sane_names() {
+        let rdma = Settings {
+            protocol: Protocol::Rdma,
+            rdma_api: RdmaApi::Ofi,
+            ofi_provider: Some("tcp;ofi_rxm".into()),
+            rdma_device: Some("mlx5_0".into()),
+            rdma_write: true,
+            ..Settings::default()
+        };
+        assert_eq!(rdma.validate(), Ok(()));
+        let tcp = Settings {
+            protocol: Protocol::Tcp,
+            ..rdma.clone()
+        };
+        assert!(matches!(tcp.validate(), Err(SettingsError::RdmaOnly(_))));
+        for bad in ["", "a b", "x\0", &"p".repeat(MAX_RDMA_NAME + 1)] {
+            let s = Settings {
+                ofi_provider: Some(bad.to_string()),
+                ..rdma.clone()
+            };
+            assert_eq!(
+                s.validate(),
+                Err(SettingsError::RdmaName("--ofi-provider")),
+                "{bad:?}"
+            );
+        }
+        // Settings from an older peer, without the RDMA fields, still decode.
+        let old = r#"{"protocol":"tcp","nstreams":1,"nsockets":1,"mb":1,"pktsize":1,"mprtt":false,"queue":"mutex","nodelay":false,"quickack":false}"#;
+        let s: Settings = serde_json::from_str(old).expect("decodes");
+        assert_eq!(
+            (s.rdma_api, s.ofi_provider, s.rdma_write),
+            (RdmaApi::Ibverbs, None, false)
+        );
     }
 
     #[test]

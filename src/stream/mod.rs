@@ -19,6 +19,7 @@
 //! ACK once a whole packet (`pktsize` bytes) has arrived on a socket.
 
 pub mod affinity;
+pub mod ofi;
 pub mod sender;
 pub(crate) mod sys;
 pub mod tcp;

@@ -4,12 +4,13 @@
 //! that maps a [`Protocol`] to code is [`for_protocol`]. A new transport is a new
 //! module implementing the trait (its STREAM lives under [`crate::stream`]).
 
+pub mod rdma;
 pub mod tcp;
 pub mod udp;
 
 use crate::settings::{Protocol, Settings};
 use crate::stream::{Stream, StreamOptions};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
@@ -82,8 +83,14 @@ pub fn for_protocol(protocol: Protocol) -> Result<Box<dyn Transport>> {
     match protocol {
         Protocol::Tcp => Ok(Box::new(tcp::TcpTransport)),
         Protocol::Udp => Ok(Box::new(udp::UdpTransport)),
-        Protocol::Rdma => bail!("RDMA (-R) is not supported by this build of fperf yet"),
+        Protocol::Rdma => Ok(Box::new(rdma::RdmaTransport)),
     }
+}
+
+/// Client, before contacting the server: checks this host can run the settings'
+/// transport (RDMA: library, device, provider) and pins what the server must match.
+pub fn prepare(settings: &Settings) -> Result<Settings> {
+    rdma::prepare(settings)
 }
 
 /// The STREAM options both ends derive from the run's settings.

@@ -1,0 +1,1541 @@
+//! The libfabric (OFI) STREAM: `--rdma-api ofi`.
+//!
+//! Each "socket" of the STREAM is one reliable-datagram endpoint (`FI_EP_RDM`) with
+//! its own fabric, domain, completion queue and address vector, so that endpoints of
+//! one STREAM never share libfabric state across threads (`FI_THREAD_DOMAIN`; access
+//! to an endpoint is serialized by a mutex). RDM endpoints exist on every provider
+//! fperf cares about (`verbs;ofi_rxm`, `efa`, `tcp;ofi_rxm`, `shm`), and need no
+//! connection management: the two ends swap their endpoint names over the TCP control
+//! connection (see `transport::rdma`).
+//!
+//! Memory is registered once per endpoint: one region holding a ring of send slots,
+//! a ring of receive slots (all posted as receives from the start, re-posted as soon as
+//! consumed) and a few small control slots. A packet is copied into a free send slot
+//! and posted with `fi_send`; sends use delivery-complete semantics
+//! (`FI_DELIVERY_COMPLETE`), so a send completes only once its data has landed in the
+//! peer's receive buffer, and only then is it counted as sent. The latency of a send
+//! runs from its post to its completion (with MPRTT: to the arrival of its ACK).
+//!
+//! Control messages carry remote CQ data, which data messages never do: an ACK (MPRTT,
+//! a 1-byte send answered by the receiver for each packet) and a FIN that ends the
+//! stream and says how many data messages were sent, so the receiver reports end of
+//! stream only once every one of them arrived, whatever order completions come in.
+
+pub mod sys;
+
+use self::sys::*;
+use super::sender::{PacketSink, Senders};
+use super::{Deadline, Stream, StreamOptions, Timeout};
+use crate::stats::StreamStats;
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::ffi::{c_void, CStr, CString};
+use std::io;
+use std::mem::size_of;
+use std::ptr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+use thiserror::Error;
+
+/// Bytes of send (and of receive) slots per endpoint, at most.
+const RING_BYTES: usize = 16 << 20;
+/// Fewest and most slots per ring.
+const RING_SLOTS_MIN: usize = 2;
+const RING_SLOTS_MAX: usize = 64;
+/// Small slots for ACK and FIN sends.
+const CONTROL_SLOTS: usize = 16;
+/// Bytes per control slot.
+const CONTROL_SLOT_BYTES: usize = 8;
+/// Completions read per `fi_cq_read`.
+const CQ_BATCH: usize = 16;
+/// Remote CQ data: the kind of a control message sits in the top byte.
+const KIND_SHIFT: u32 = 56;
+const KIND_FIN: u64 = 1;
+const KIND_ACK: u64 = 2;
+/// An RMA write landed: the value holds (receive slot << 32) | length.
+const KIND_WRITE: u64 = 3;
+/// The receiver consumed this many written slots: the writer may reuse them.
+const KIND_CREDIT: u64 = 4;
+const VALUE_MASK: u64 = (1 << KIND_SHIFT) - 1;
+/// Longest endpoint name accepted from a peer.
+pub const MAX_NAME_LEN: usize = 512;
+
+/// Why a libfabric call failed.
+#[derive(Debug, Error)]
+pub enum OfiError {
+    /// libfabric itself is missing or unusable.
+    #[error("{0}")]
+    Library(String),
+    /// The provider asked for is not available here.
+    #[error("{0}")]
+    NoProvider(String),
+    #[error("{call} failed: {text} ({code})")]
+    Call {
+        call: &'static str,
+        code: i64,
+        text: String,
+    },
+    #[error("{0}")]
+    Peer(String),
+}
+
+impl From<OfiError> for io::Error {
+    fn from(e: OfiError) -> io::Error {
+        io::Error::other(e.to_string())
+    }
+}
+
+fn check(lib: &OfiLib, call: &'static str, ret: i64) -> Result<(), OfiError> {
+    if ret < 0 {
+        Err(OfiError::Call {
+            call,
+            code: ret,
+            text: lib.strerror(ret),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// Which provider and NIC an endpoint uses.
+#[derive(Clone, Debug, Default)]
+pub struct OfiTarget {
+    /// libfabric provider name (`tcp`, `verbs`, `efa`, `tcp;ofi_rxm`...); `None` lets
+    /// libfabric choose.
+    pub provider: Option<String>,
+    /// libfabric domain name (`-D`), e.g. `mlx5_0` or, for the tcp provider, `lo`.
+    pub domain: Option<String>,
+    /// Local address to open the endpoint on (an IP for socket-based providers).
+    pub node: Option<String>,
+    /// Ask for RMA writes (`--rdma-write`) on top of messages.
+    pub rma: bool,
+}
+
+/// A list of `fi_info` from `fi_getinfo`, freed on drop.
+pub struct Info {
+    lib: &'static OfiLib,
+    head: *mut fi_info,
+    /// The entry fperf uses: the first, or the first on the domain asked for.
+    chosen: *mut fi_info,
+}
+
+impl Drop for Info {
+    fn drop(&mut self) {
+        // SAFETY: `head` came from fi_getinfo and is freed exactly once, here.
+        unsafe { (self.lib.freeinfo)(self.head) }
+    }
+}
+
+fn dup_cstr(s: &str) -> Result<*mut i8, OfiError> {
+    let c = CString::new(s).map_err(|_| OfiError::Peer(format!("name {s:?} contains NUL")))?;
+    // SAFETY: strdup copies a valid NUL-terminated string with malloc, as fi_freeinfo
+    // expects for strings inside an fi_info.
+    let p = unsafe { libc::strdup(c.as_ptr()) };
+    if p.is_null() {
+        return Err(OfiError::Library("out of memory".into()));
+    }
+    Ok(p)
+}
+
+impl Info {
+    /// Asks libfabric for reliable-datagram endpoints with the features fperf uses.
+    pub fn get(target: &OfiTarget) -> Result<Info, OfiError> {
+        let lib = lib().map_err(OfiError::Library)?;
+        // SAFETY: fi_dupinfo(NULL) allocates an empty fi_info with every attribute
+        // structure allocated (this is fi_allocinfo); fields set below are plain data or
+        // malloc'ed strings that fi_freeinfo releases.
+        let hints = unsafe { (lib.dupinfo)(ptr::null()) };
+        if hints.is_null() {
+            return Err(OfiError::Library("fi_allocinfo: out of memory".into()));
+        }
+        let hints = Info {
+            lib,
+            head: hints,
+            chosen: hints,
+        };
+        // SAFETY: `hints` and its attribute pointers are valid (allocated above).
+        unsafe {
+            let h = &mut *hints.head;
+            h.caps = u64::from(FI_MSG);
+            if target.rma {
+                h.caps |= u64::from(FI_RMA | FI_WRITE | FI_REMOTE_WRITE);
+            }
+            // Every operation gets an fi_context2 of its own as its context.
+            h.mode = FI_CONTEXT | FI_CONTEXT2;
+            (*h.ep_attr).type_ = fi_ep_type_FI_EP_RDM;
+            let d = &mut *h.domain_attr;
+            d.mr_mode = (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY) as i32;
+            d.threading = fi_threading_FI_THREAD_DOMAIN;
+            d.cq_data_size = 8;
+            (*h.tx_attr).op_flags = u64::from(FI_DELIVERY_COMPLETE);
+            (*h.tx_attr).msg_order = u64::from(FI_ORDER_SAS);
+            (*h.rx_attr).msg_order = u64::from(FI_ORDER_SAS);
+            if let Some(p) = &target.provider {
+                (*h.fabric_attr).prov_name = dup_cstr(p)?;
+            }
+            if let Some(dom) = &target.domain {
+                d.name = dup_cstr(dom)?;
+            }
+        }
+        let node = target.node.as_deref().map(CString::new).transpose();
+        let node = node.map_err(|_| OfiError::Peer("address contains NUL".into()))?;
+        let mut head = ptr::null_mut();
+        let flags = if node.is_some() { FI_SOURCE } else { 0 };
+        // SAFETY: valid hints, optional NUL-terminated node, out-pointer on the stack.
+        let ret = unsafe {
+            (lib.getinfo)(
+                FI_API_VERSION,
+                node.as_ref().map_or(ptr::null(), |n| n.as_ptr()),
+                ptr::null(),
+                flags,
+                hints.head,
+                &mut head,
+            )
+        };
+        if ret != 0 || head.is_null() {
+            let wanted = target.provider.as_deref().unwrap_or("(any)");
+            let on = target
+                .domain
+                .as_deref()
+                .map_or_else(String::new, |d| format!(" on domain '{d}'"));
+            return Err(OfiError::NoProvider(format!(
+                "libfabric provider '{wanted}'{on} offers no reliable endpoint here ({}); `fi_info -l` lists the providers; RDMA hardware needs `--ofi-provider verbs` and a device (Soft-RoCE: modprobe rdma_rxe; rdma link add rxe0 type rxe netdev eth0), any host can use `--ofi-provider tcp`",
+                lib.strerror(i64::from(ret))
+            )));
+        }
+        let mut info = Info {
+            lib,
+            head,
+            chosen: head,
+        };
+        if let Some(want) = &target.domain {
+            // Some providers (e.g. tcp;ofi_rxm) ignore the domain hint: pick it here.
+            let mut found = Vec::new();
+            let mut p = head;
+            while !p.is_null() {
+                // SAFETY: `p` walks the list fi_getinfo returned, which `info` owns.
+                let name = unsafe { domain_name(p) };
+                if name == *want {
+                    info.chosen = p;
+                    return Ok(info);
+                }
+                if !found.contains(&name) {
+                    found.push(name);
+                }
+                // SAFETY: as above.
+                p = unsafe { (*p).next };
+            }
+            return Err(OfiError::NoProvider(format!(
+                "libfabric provider '{}' has no domain '{want}' (-D) here; its domains: {}",
+                info.provider_name(),
+                found.join(", ")
+            )));
+        }
+        Ok(info)
+    }
+
+    /// The name of the provider libfabric chose (e.g. `tcp;ofi_rxm`).
+    pub fn provider_name(&self) -> String {
+        // SAFETY: `chosen` is a valid fi_info from fi_getinfo with its fabric_attr set.
+        unsafe {
+            let fa = (*self.chosen).fabric_attr;
+            if fa.is_null() || (*fa).prov_name.is_null() {
+                return "?".into();
+            }
+            CStr::from_ptr((*fa).prov_name)
+                .to_string_lossy()
+                .into_owned()
+        }
+    }
+}
+
+/// The domain name of fi_info `p` ("" when it has none).
+///
+/// # Safety
+/// `p` must point to a valid fi_info.
+unsafe fn domain_name(p: *const fi_info) -> String {
+    // SAFETY: the caller passes a valid fi_info; its domain_attr and name are checked
+    // for NULL and the name is NUL-terminated.
+    unsafe {
+        let d = (*p).domain_attr;
+        if d.is_null() || (*d).name.is_null() {
+            return String::new();
+        }
+        CStr::from_ptr((*d).name).to_string_lossy().into_owned()
+    }
+}
+
+/// Slots per ring for packets of `pktsize` bytes.
+pub fn ring_slots(pktsize: usize) -> usize {
+    (RING_BYTES / pktsize.max(1)).clamp(RING_SLOTS_MIN, RING_SLOTS_MAX)
+}
+
+/// Where each operation context of an endpoint belongs: slot `i` of one ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    Send(usize),
+    Recv(usize),
+    Control(usize),
+}
+
+/// The layout of an endpoint's registered region and of its operation contexts:
+/// `send` slots, then `recv` slots, then the control slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingLayout {
+    pub slot_bytes: usize,
+    pub send: usize,
+    pub recv: usize,
+}
+
+impl RingLayout {
+    pub fn new(pktsize: usize) -> RingLayout {
+        let n = ring_slots(pktsize);
+        RingLayout {
+            slot_bytes: pktsize.max(1),
+            send: n,
+            recv: n,
+        }
+    }
+
+    /// Operation contexts needed.
+    pub fn contexts(&self) -> usize {
+        self.send + self.recv + CONTROL_SLOTS
+    }
+
+    /// Bytes of the registered region.
+    pub fn region_bytes(&self) -> usize {
+        (self.send + self.recv) * self.slot_bytes + CONTROL_SLOTS * CONTROL_SLOT_BYTES
+    }
+
+    /// The slot of context index `i`, if it is one.
+    pub fn slot(&self, i: usize) -> Option<Slot> {
+        if i < self.send {
+            Some(Slot::Send(i))
+        } else if i < self.send + self.recv {
+            Some(Slot::Recv(i - self.send))
+        } else if i < self.contexts() {
+            Some(Slot::Control(i - self.send - self.recv))
+        } else {
+            None
+        }
+    }
+
+    /// The context index of `slot`.
+    pub fn index(&self, slot: Slot) -> usize {
+        match slot {
+            Slot::Send(i) => i,
+            Slot::Recv(i) => self.send + i,
+            Slot::Control(i) => self.send + self.recv + i,
+        }
+    }
+
+    /// Byte offset of `slot` in the region.
+    pub fn offset(&self, slot: Slot) -> usize {
+        match slot {
+            Slot::Send(i) => i * self.slot_bytes,
+            Slot::Recv(i) => (self.send + i) * self.slot_bytes,
+            Slot::Control(i) => (self.send + self.recv) * self.slot_bytes + i * CONTROL_SLOT_BYTES,
+        }
+    }
+}
+
+/// A control message's remote CQ data.
+pub fn control_data(kind: u64, value: u64) -> u64 {
+    (kind << KIND_SHIFT) | (value & VALUE_MASK)
+}
+
+/// Splits remote CQ data into (kind, value).
+pub fn split_control(data: u64) -> (u64, u64) {
+    (data >> KIND_SHIFT, data & VALUE_MASK)
+}
+
+/// Calls made while waiting for a completion: spin first, then yield, then nap, so
+/// an idle wait does not hog a CPU.
+struct Backoff {
+    spins: u32,
+    idle_since: Instant,
+    last_check: Instant,
+}
+
+/// How long a wait sees no progress before it checks that the peer is still there.
+const LIVENESS_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often it checks then.
+const LIVENESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl Backoff {
+    fn new() -> Backoff {
+        let now = Instant::now();
+        Backoff {
+            spins: 0,
+            idle_since: now,
+            last_check: now,
+        }
+    }
+
+    /// One idle step of a wait. After [`LIVENESS_IDLE`] without progress, `watch` (the
+    /// TCP connection the ends swapped their details over, kept open for the run) is
+    /// checked: end of file means the peer stopped, and the wait fails with
+    /// `ConnectionAborted` rather than waiting for completions that will never come.
+    fn wait(
+        &mut self,
+        deadline: Deadline,
+        abort: &std::sync::atomic::AtomicBool,
+        watch: Option<&std::net::TcpStream>,
+    ) -> io::Result<()> {
+        super::check_abort(abort)?;
+        match deadline {
+            Deadline::Now => return Err(io::ErrorKind::WouldBlock.into()),
+            Deadline::At(t) if Instant::now() >= t => return Err(io::ErrorKind::TimedOut.into()),
+            _ => {}
+        }
+        self.spins = self.spins.saturating_add(1);
+        if self.spins > 20_000 {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            let now = Instant::now();
+            if let Some(sock) = watch {
+                if now.duration_since(self.idle_since) >= LIVENESS_IDLE
+                    && now.duration_since(self.last_check) >= LIVENESS_EVERY
+                {
+                    self.last_check = now;
+                    peer_alive(sock)?;
+                }
+            }
+        } else if self.spins > 200 {
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+}
+
+/// Fails with `ConnectionAborted` once the peer closed `sock` (it stopped or failed).
+fn peer_alive(sock: &std::net::TcpStream) -> io::Result<()> {
+    let mut byte = [0u8; 1];
+    match sock.peek(&mut byte) {
+        Ok(0) => Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "the peer closed its connection: it stopped or failed",
+        )),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!("the peer's connection failed: {e}"),
+        )),
+    }
+}
+
+/// One reliable-datagram endpoint with its registered rings.
+pub struct Endpoint {
+    lib: &'static OfiLib,
+    fabric: *mut fid_fabric,
+    domain: *mut fid_domain,
+    cq: *mut fid_cq,
+    av: *mut fid_av,
+    ep: *mut fid_ep,
+    mr: *mut fid_mr,
+    desc: *mut c_void,
+    /// The registered region (never resized: its address is registered).
+    region: Vec<u8>,
+    /// One context per slot (never resized: their addresses are given to libfabric).
+    contexts: Vec<fi_context2>,
+    layout: RingLayout,
+    peer: fi_addr_t,
+    name: Vec<u8>,
+    peer_name: Vec<u8>,
+    mprtt: bool,
+    abort: Arc<std::sync::atomic::AtomicBool>,
+    /// `--rdma-write`: register for remote writes; send by writing into the peer's ring.
+    rma: bool,
+    /// RMA addresses are virtual addresses (else offsets into the region).
+    virt_addr: bool,
+    /// The peer's receive ring, when writing into it.
+    remote: Option<RemoteRing>,
+    /// Receive side of RMA writes: slots consumed and not yet credited back.
+    uncredited: u64,
+    /// The TCP connection to the peer, kept open for the run: tells when it went away.
+    watch: Option<Arc<std::net::TcpStream>>,
+    /// Receive slots the provider could not take yet (its queue was full).
+    unposted: Vec<usize>,
+    send_free: Vec<usize>,
+    send_posted_at: Vec<Instant>,
+    /// Bytes of the send posted from each send slot (completions do not say).
+    send_len: Vec<usize>,
+    control_free: Vec<usize>,
+    /// Data received and not yet consumed.
+    ready: VecDeque<Ready>,
+    /// Bytes of the front of `ready` already consumed.
+    consumed: usize,
+    /// Send side: data messages posted; ACKs received and not yet matched.
+    msgs_sent: u64,
+    acks: u64,
+    /// Receive side: data messages received; the FIN's count once it arrived.
+    msgs_received: u64,
+    fin: Option<u64>,
+}
+
+// SAFETY: the libfabric objects of an endpoint belong to it alone (its own fabric,
+// domain, CQ and AV, opened with FI_THREAD_DOMAIN), and every use goes through
+// `&mut Endpoint`, so calls are never concurrent; the raw pointers may move between
+// threads.
+unsafe impl Send for Endpoint {}
+
+impl Endpoint {
+    /// Opens an endpoint on the first provider of `info`, registers its rings and posts
+    /// every receive.
+    pub fn open(info: &Info, opts: &StreamOptions, rma: bool) -> Result<Endpoint, OfiError> {
+        let lib = info.lib;
+        // SAFETY: `info.chosen` is a valid fi_info with its domain attributes set.
+        let mr_mode = unsafe { (*(*info.chosen).domain_attr).mr_mode };
+        let layout = RingLayout::new(opts.pktsize);
+        let mut e = Endpoint {
+            lib,
+            fabric: ptr::null_mut(),
+            domain: ptr::null_mut(),
+            cq: ptr::null_mut(),
+            av: ptr::null_mut(),
+            ep: ptr::null_mut(),
+            mr: ptr::null_mut(),
+            desc: ptr::null_mut(),
+            region: vec![0u8; layout.region_bytes()],
+            contexts: vec![fi_context2::default(); layout.contexts()],
+            layout,
+            peer: FI_ADDR_UNSPEC_VALUE,
+            name: Vec::new(),
+            peer_name: Vec::new(),
+            mprtt: opts.mprtt,
+            abort: opts.abort.clone(),
+            send_free: (0..layout.send).rev().collect(),
+            send_posted_at: vec![Instant::now(); layout.send],
+            send_len: vec![0; layout.send],
+            control_free: (0..CONTROL_SLOTS).rev().collect(),
+            ready: VecDeque::with_capacity(layout.recv),
+            consumed: 0,
+            msgs_sent: 0,
+            acks: 0,
+            msgs_received: 0,
+            fin: None,
+            rma,
+            virt_addr: mr_mode & FI_MR_VIRT_ADDR as i32 != 0,
+            remote: None,
+            uncredited: 0,
+            watch: None,
+            unposted: Vec::new(),
+        };
+        let access = if rma {
+            FI_SEND | FI_RECV | FI_WRITE | FI_REMOTE_WRITE
+        } else {
+            FI_SEND | FI_RECV
+        };
+        // SAFETY: `info.chosen` is a valid fi_info; every out-pointer is a field of `e`,
+        // which closes whatever was opened when dropped (also on the error paths).
+        unsafe {
+            let fi = info.chosen;
+            check(
+                lib,
+                "fi_fabric",
+                i64::from((lib.fabric)(
+                    (*fi).fabric_attr,
+                    &mut e.fabric,
+                    ptr::null_mut(),
+                )),
+            )?;
+            check(
+                lib,
+                "fi_domain",
+                i64::from(fi_domain(e.fabric, fi, &mut e.domain, ptr::null_mut())),
+            )?;
+            let mut cq_attr = fi_cq_attr {
+                format: fi_cq_format_FI_CQ_FORMAT_DATA,
+                wait_obj: fi_wait_obj_FI_WAIT_NONE,
+                size: layout.contexts() * 2,
+                ..Default::default()
+            };
+            check(
+                lib,
+                "fi_cq_open",
+                i64::from(fi_cq_open(
+                    e.domain,
+                    &mut cq_attr,
+                    &mut e.cq,
+                    ptr::null_mut(),
+                )),
+            )?;
+            let mut av_attr = fi_av_attr {
+                type_: fi_av_type_FI_AV_UNSPEC,
+                count: 1,
+                ..Default::default()
+            };
+            check(
+                lib,
+                "fi_av_open",
+                i64::from(fi_av_open(
+                    e.domain,
+                    &mut av_attr,
+                    &mut e.av,
+                    ptr::null_mut(),
+                )),
+            )?;
+            check(
+                lib,
+                "fi_endpoint",
+                i64::from(fi_endpoint(e.domain, fi, &mut e.ep, ptr::null_mut())),
+            )?;
+            check(
+                lib,
+                "fi_ep_bind(cq)",
+                i64::from(fi_ep_bind(
+                    e.ep,
+                    &mut (*e.cq).fid,
+                    u64::from(FI_TRANSMIT | FI_RECV),
+                )),
+            )?;
+            check(
+                lib,
+                "fi_ep_bind(av)",
+                i64::from(fi_ep_bind(e.ep, &mut (*e.av).fid, 0)),
+            )?;
+            check(lib, "fi_enable", i64::from(fi_enable(e.ep)))?;
+            check(
+                lib,
+                "fi_mr_reg",
+                i64::from(fi_mr_reg(
+                    e.domain,
+                    e.region.as_ptr().cast(),
+                    e.region.len(),
+                    u64::from(access),
+                    0,
+                    0,
+                    0,
+                    &mut e.mr,
+                    ptr::null_mut(),
+                )),
+            )?;
+            e.desc = fi_mr_desc(e.mr);
+            let mut name = vec![0u8; MAX_NAME_LEN];
+            let mut len = name.len();
+            check(
+                lib,
+                "fi_getname",
+                i64::from(fi_getname(
+                    &mut (*e.ep).fid,
+                    name.as_mut_ptr().cast(),
+                    &mut len,
+                )),
+            )?;
+            name.truncate(len);
+            e.name = name;
+        }
+        for i in 0..layout.recv {
+            e.post_recv(i)?;
+        }
+        Ok(e)
+    }
+
+    /// This endpoint's address, for the peer's address vector.
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// What the peer needs to reach this endpoint.
+    pub fn details(&self) -> EndpointDetails {
+        let base = if self.virt_addr {
+            self.region.as_ptr() as u64
+        } else {
+            0
+        };
+        EndpointDetails {
+            name: self.name.clone(),
+            // SAFETY: `mr` is the registered region (open succeeded).
+            ring_key: unsafe { fi_mr_key(self.mr) },
+            ring_addr: base + self.layout.offset(Slot::Recv(0)) as u64,
+            ring_slots: self.layout.recv as u64,
+            slot_bytes: self.layout.slot_bytes as u64,
+        }
+    }
+
+    /// Adds the peer's endpoint; every send goes there (with `--rdma-write`, data is
+    /// written into its receive ring).
+    pub fn set_peer(&mut self, peer: &EndpointDetails) -> Result<(), OfiError> {
+        if self.rma {
+            if peer.slot_bytes != self.layout.slot_bytes as u64
+                || peer.ring_slots == 0
+                || peer.ring_slots > RING_SLOTS_MAX as u64
+            {
+                return Err(OfiError::Peer(
+                    "the peer's receive ring does not match this end's".into(),
+                ));
+            }
+            self.remote = Some(RemoteRing::new(
+                peer.ring_addr,
+                peer.ring_key,
+                peer.ring_slots as usize,
+                peer.slot_bytes,
+            ));
+        }
+        let name = &peer.name[..];
+        if name.len() != self.name.len() {
+            return Err(OfiError::Peer(format!(
+                "the peer's endpoint name has {} bytes, this provider's have {}",
+                name.len(),
+                self.name.len()
+            )));
+        }
+        let mut addr: fi_addr_t = 0;
+        // SAFETY: `name` holds one address of the provider's format (length checked);
+        // `addr` receives its handle.
+        let n = unsafe {
+            fi_av_insert(
+                self.av,
+                name.as_ptr().cast(),
+                1,
+                &mut addr,
+                0,
+                ptr::null_mut(),
+            )
+        };
+        if n != 1 {
+            return Err(OfiError::Peer(format!(
+                "fi_av_insert could not add the peer's endpoint ({})",
+                self.lib.strerror(i64::from(n.min(0)))
+            )));
+        }
+        self.peer = addr;
+        self.peer_name = peer.name.clone();
+        Ok(())
+    }
+
+    fn slot_ptr(&mut self, slot: Slot) -> *mut c_void {
+        let off = self.layout.offset(slot);
+        self.region[off..].as_mut_ptr().cast()
+    }
+
+    fn context(&mut self, slot: Slot) -> *mut c_void {
+        let i = self.layout.index(slot);
+        ptr::from_mut(&mut self.contexts[i]).cast()
+    }
+
+    /// Posts receive slot `i`; if the provider's receive queue is full, keeps it for
+    /// the next [`Endpoint::poll`] to post again (no recursion, nothing lost).
+    fn post_recv(&mut self, i: usize) -> Result<(), OfiError> {
+        let (buf, ctx) = (self.slot_ptr(Slot::Recv(i)), self.context(Slot::Recv(i)));
+        // SAFETY: `buf` is a registered slot of `slot_bytes` bytes that stays alive
+        // and untouched until its completion; `ctx` is its own fi_context2.
+        let ret = unsafe {
+            fi_recv(
+                self.ep,
+                buf,
+                self.layout.slot_bytes,
+                self.desc,
+                FI_ADDR_UNSPEC_VALUE,
+                ctx,
+            )
+        };
+        if ret == -(FI_EAGAIN as isize) {
+            self.unposted.push(i);
+            return Ok(());
+        }
+        check(self.lib, "fi_recv", ret as i64)
+    }
+
+    /// Posts a send of `len` bytes from `slot`, with remote CQ data if given.
+    fn post_send(
+        &mut self,
+        slot: Slot,
+        len: usize,
+        data: Option<u64>,
+        stats: &mut StreamStats,
+    ) -> Result<(), OfiError> {
+        let (buf, ctx) = (self.slot_ptr(slot), self.context(slot));
+        loop {
+            // SAFETY: `buf..buf+len` lies in the registered region and is not reused
+            // before the send's completion; `ctx` is the slot's own fi_context2.
+            let ret = unsafe {
+                match data {
+                    Some(d) => fi_senddata(self.ep, buf, len, self.desc, d, self.peer, ctx),
+                    None => fi_send(self.ep, buf, len, self.desc, self.peer, ctx),
+                }
+            };
+            if ret == -(FI_EAGAIN as isize) {
+                // Provider queues full: make progress, then retry.
+                self.poll(stats)?;
+                continue;
+            }
+            return check(self.lib, "fi_send", ret as i64);
+        }
+    }
+
+    /// Writes `len` bytes of send slot `i` into the peer's next free receive slot,
+    /// waiting for a credit if none is free.
+    fn post_write(
+        &mut self,
+        i: usize,
+        len: usize,
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        let mut backoff = Backoff::new();
+        let (slot, addr, key) = loop {
+            if let Some(r) = &mut self.remote {
+                if let Some((slot, addr)) = r.take() {
+                    break (slot, addr, r.key);
+                }
+            }
+            if self.poll(stats)? == 0 {
+                backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
+            }
+        };
+        let data = control_data(KIND_WRITE, ((slot as u64) << 32) | len as u64);
+        let (buf, ctx) = (self.slot_ptr(Slot::Send(i)), self.context(Slot::Send(i)));
+        loop {
+            // SAFETY: `buf..buf+len` is registered and untouched until completion; the
+            // remote range is one slot of the peer's registered ring, which the peer
+            // does not read until the write's CQ data arrives and does not reuse until
+            // it credits the slot back.
+            let ret = unsafe {
+                fi_writedata(
+                    self.ep, buf, len, self.desc, data, self.peer, addr, key, ctx,
+                )
+            };
+            if ret == -(FI_EAGAIN as isize) {
+                self.poll(stats)?;
+                continue;
+            }
+            return Ok(check(self.lib, "fi_writedata", ret as i64)?);
+        }
+    }
+
+    /// Reads the completions that are there, without waiting. Returns how many.
+    fn poll(&mut self, stats: &mut StreamStats) -> Result<usize, OfiError> {
+        for i in std::mem::take(&mut self.unposted) {
+            self.post_recv(i)?;
+        }
+        let mut entries = [fi_cq_data_entry::default(); CQ_BATCH];
+        // SAFETY: `entries` has room for CQ_BATCH entries of the CQ's format (DATA).
+        let n = unsafe { fi_cq_read(self.cq, entries.as_mut_ptr().cast(), CQ_BATCH) };
+        if n == -(FI_EAGAIN as isize) {
+            return Ok(0);
+        }
+        if n == -(FI_EAVAIL as isize) {
+            return Err(self.completion_error());
+        }
+        check(self.lib, "fi_cq_read", n as i64)?;
+        let now = Instant::now();
+        let base = self.contexts.as_ptr() as usize;
+        for entry in &entries[..n as usize] {
+            let off = (entry.op_context as usize).wrapping_sub(base);
+            let slot = if off % size_of::<fi_context2>() == 0 {
+                self.layout.slot(off / size_of::<fi_context2>())
+            } else {
+                None
+            };
+            match slot {
+                Some(Slot::Send(i)) => {
+                    if !self.mprtt {
+                        stats.send_latency.record(
+                            u64::try_from(now.duration_since(self.send_posted_at[i]).as_nanos())
+                                .unwrap_or(u64::MAX),
+                        );
+                    }
+                    stats.bytes_sent += self.send_len[i] as u64;
+                    self.send_free.push(i);
+                }
+                Some(Slot::Control(i)) => self.control_free.push(i),
+                _ if entry.flags & u64::from(FI_REMOTE_WRITE) != 0 => {
+                    // An RMA write landed in our ring; it may or may not have used a
+                    // posted receive, depending on the provider.
+                    if let Some(Slot::Recv(i)) = slot {
+                        self.post_recv(i)?;
+                    }
+                    let (kind, value) = split_control(entry.data);
+                    let (written, len) = ((value >> 32) as usize, (value & 0xffff_ffff) as usize);
+                    if kind != KIND_WRITE
+                        || written >= self.layout.recv
+                        || len > self.layout.slot_bytes
+                    {
+                        return Err(OfiError::Peer(
+                            "an RMA write outside the receive ring".into(),
+                        ));
+                    }
+                    self.msgs_received += 1;
+                    self.ready.push_back(Ready {
+                        slot: written,
+                        len,
+                        written: true,
+                    });
+                }
+                Some(Slot::Recv(i)) => {
+                    if entry.flags & u64::from(FI_REMOTE_CQ_DATA) != 0 {
+                        match split_control(entry.data) {
+                            (KIND_ACK, _) => self.acks += 1,
+                            (KIND_FIN, count) => self.fin = Some(count),
+                            (KIND_CREDIT, n) => {
+                                if let Some(r) = &mut self.remote {
+                                    r.credit(n as usize).map_err(OfiError::Peer)?;
+                                }
+                            }
+                            (kind, _) => {
+                                return Err(OfiError::Peer(format!(
+                                    "unknown control message kind {kind} from the peer"
+                                )))
+                            }
+                        }
+                        self.post_recv(i)?;
+                    } else {
+                        self.msgs_received += 1;
+                        self.ready.push_back(Ready {
+                            slot: i,
+                            len: entry.len.min(self.layout.slot_bytes),
+                            written: false,
+                        });
+                    }
+                }
+                None => {
+                    return Err(OfiError::Peer(
+                        "a completion for an operation fperf did not post".into(),
+                    ))
+                }
+            }
+        }
+        Ok(n as usize)
+    }
+
+    fn completion_error(&mut self) -> OfiError {
+        let mut err = fi_cq_err_entry::default();
+        // SAFETY: one error entry on the stack.
+        let ret = unsafe { fi_cq_readerr(self.cq, &mut err, 0) };
+        if ret < 0 {
+            return OfiError::Call {
+                call: "fi_cq_readerr",
+                code: ret as i64,
+                text: self.lib.strerror(ret as i64),
+            };
+        }
+        let mut text = [0i8; 256];
+        // SAFETY: the CQ formats the provider error into `text` (or returns its own
+        // static string); both are NUL-terminated.
+        let detail = unsafe {
+            let p = fi_cq_strerror(
+                self.cq,
+                err.prov_errno,
+                err.err_data,
+                text.as_mut_ptr(),
+                text.len(),
+            );
+            if p.is_null() {
+                String::new()
+            } else {
+                CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        };
+        OfiError::Call {
+            call: "completion",
+            code: -i64::from(err.err),
+            text: format!("{} ({detail})", self.lib.strerror(i64::from(err.err))),
+        }
+    }
+
+    /// Takes a free control slot, waiting for one.
+    fn control_slot(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<usize> {
+        let mut backoff = Backoff::new();
+        loop {
+            if let Some(i) = self.control_free.pop() {
+                return Ok(i);
+            }
+            if self.poll(stats)? == 0 {
+                backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
+            }
+        }
+    }
+
+    /// Sends one packet (as many messages as slots it fills); with MPRTT waits for the
+    /// ACK of each.
+    pub fn send_packet(
+        &mut self,
+        buf: &[u8],
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        for chunk in buf.chunks(self.layout.slot_bytes) {
+            let mut backoff = Backoff::new();
+            let i = loop {
+                if let Some(i) = self.send_free.pop() {
+                    break i;
+                }
+                if self.poll(stats)? == 0 {
+                    backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
+                }
+            };
+            let off = self.layout.offset(Slot::Send(i));
+            self.region[off..off + chunk.len()].copy_from_slice(chunk);
+            let start = Instant::now();
+            self.send_posted_at[i] = start;
+            self.send_len[i] = chunk.len();
+            if self.remote.is_some() {
+                self.post_write(i, chunk.len(), deadline, stats)?;
+            } else {
+                self.post_send(Slot::Send(i), chunk.len(), None, stats)?;
+            }
+            self.msgs_sent += 1;
+            // Harvest completions at once so their latency is not inflated.
+            self.poll(stats)?;
+            if self.mprtt {
+                let mut backoff = Backoff::new();
+                while self.acks == 0 {
+                    if self.poll(stats)? == 0 {
+                        backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
+                    }
+                }
+                self.acks -= 1;
+                stats.bytes_received += 1;
+                stats.send_latency.record_since(start);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until every posted send completed, then sends the FIN and waits for it.
+    pub fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()> {
+        let mut backoff = Backoff::new();
+        while self.send_free.len() < self.layout.send {
+            if self.poll(stats)? == 0 {
+                backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
+            }
+        }
+        let c = self.control_slot(deadline, stats)?;
+        let fin = control_data(KIND_FIN, self.msgs_sent);
+        self.post_send(Slot::Control(c), 0, Some(fin), stats)?;
+        let mut backoff = Backoff::new();
+        while self.control_free.len() < CONTROL_SLOTS {
+            if self.poll(stats)? == 0 {
+                match backoff.wait(deadline, &self.abort, self.watch.as_deref()) {
+                    // Every data send completed (delivered) above; a peer that closed
+                    // after reading the FIN may not have acknowledged it.
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => return Ok(()),
+                    other => other?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Watches `sock`, the TCP connection to the peer, to notice when the peer is gone.
+    pub fn set_watch(&mut self, sock: Arc<std::net::TcpStream>) {
+        self.watch = Some(sock);
+    }
+
+    /// Whether the peer ended the stream and every message it sent was consumed.
+    pub fn at_eof(&self) -> bool {
+        self.fin == Some(self.msgs_received) && self.ready.is_empty()
+    }
+
+    /// Copies received data into `buf` if there is some (reading completions first if
+    /// there is none); with MPRTT answers each new message with an ACK.
+    pub fn try_recv(
+        &mut self,
+        buf: &mut [u8],
+        stats: &mut StreamStats,
+    ) -> io::Result<Option<usize>> {
+        if self.ready.is_empty() {
+            self.poll(stats)?;
+        }
+        let Some(&Ready { slot, len, written }) = self.ready.front() else {
+            return Ok(None);
+        };
+        if self.consumed == 0 && self.mprtt {
+            let c = self.control_slot(Deadline::Never, stats)?;
+            let off = self.layout.offset(Slot::Control(c));
+            self.region[off] = 1;
+            self.post_send(Slot::Control(c), 1, Some(control_data(KIND_ACK, 0)), stats)?;
+            stats.bytes_sent += 1;
+        }
+        let off = self.layout.offset(Slot::Recv(slot)) + self.consumed;
+        let n = (len - self.consumed).min(buf.len());
+        buf[..n].copy_from_slice(&self.region[off..off + n]);
+        self.consumed += n;
+        if self.consumed == len {
+            self.consumed = 0;
+            self.ready.pop_front();
+            if written {
+                self.uncredited += 1;
+                // Credit back in batches: half a ring at a time, or when idle.
+                if self.uncredited as usize >= (self.layout.recv / 2).max(1)
+                    || self.ready.is_empty()
+                {
+                    let c = self.control_slot(Deadline::Never, stats)?;
+                    let credit = control_data(KIND_CREDIT, self.uncredited);
+                    self.uncredited = 0;
+                    self.post_send(Slot::Control(c), 0, Some(credit), stats)?;
+                }
+            } else {
+                self.post_recv(slot)?;
+            }
+        }
+        Ok(Some(n))
+    }
+
+    /// The endpoint's address, readable.
+    pub fn local_addr(&self) -> String {
+        describe_name(&self.name)
+    }
+
+    /// The peer's address, readable.
+    pub fn peer_addr(&self) -> String {
+        describe_name(&self.peer_name)
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        // SAFETY: each object was opened by `open` (or is NULL) and is closed once, the
+        // endpoint before what it is bound to, the fabric last.
+        unsafe {
+            for fid in [
+                self.ep.cast::<fid>(),
+                self.av.cast(),
+                self.cq.cast(),
+                self.mr.cast(),
+                self.domain.cast(),
+                self.fabric.cast(),
+            ] {
+                if !fid.is_null() {
+                    fi_close(fid);
+                }
+            }
+        }
+    }
+}
+
+/// A received message or RMA write not yet consumed.
+#[derive(Clone, Copy, Debug)]
+struct Ready {
+    /// Receive slot holding the data.
+    slot: usize,
+    len: usize,
+    /// Written by the peer (credit it back) rather than received (re-post it).
+    written: bool,
+}
+
+/// What one end tells the other about an endpoint, over the control connection.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EndpointDetails {
+    /// The endpoint's address, for the peer's address vector.
+    pub name: Vec<u8>,
+    /// RMA address and key of receive slot 0; slots follow each other.
+    pub ring_addr: u64,
+    pub ring_key: u64,
+    pub ring_slots: u64,
+    pub slot_bytes: u64,
+}
+
+/// The peer's receive ring as a writer sees it: which slot is next and how many are
+/// free (credits). A slot is reused only once the peer said it consumed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteRing {
+    addr: u64,
+    key: u64,
+    slots: usize,
+    slot_bytes: u64,
+    next: usize,
+    credits: usize,
+}
+
+impl RemoteRing {
+    pub fn new(addr: u64, key: u64, slots: usize, slot_bytes: u64) -> RemoteRing {
+        RemoteRing {
+            addr,
+            key,
+            slots,
+            slot_bytes,
+            next: 0,
+            credits: slots,
+        }
+    }
+
+    /// Takes the next slot if the peer has one free: (slot, its RMA address).
+    pub fn take(&mut self) -> Option<(usize, u64)> {
+        if self.credits == 0 {
+            return None;
+        }
+        self.credits -= 1;
+        let slot = self.next;
+        self.next = (self.next + 1) % self.slots;
+        Some((slot, self.addr + slot as u64 * self.slot_bytes))
+    }
+
+    /// The peer consumed `n` slots.
+    pub fn credit(&mut self, n: usize) -> Result<(), String> {
+        if self.credits + n > self.slots {
+            return Err(format!(
+                "the peer returned {n} credits, more than it was owed"
+            ));
+        }
+        self.credits += n;
+        Ok(())
+    }
+}
+
+/// An endpoint name as `ip:port` when it is a socket address, else hex.
+pub fn describe_name(name: &[u8]) -> String {
+    let family = name.get(..2).map(|f| u16::from_ne_bytes([f[0], f[1]]));
+    let port = |b: &[u8]| u16::from_be_bytes([b[2], b[3]]);
+    match family.map(i32::from) {
+        Some(libc::AF_INET) if name.len() >= 8 => {
+            let ip = std::net::Ipv4Addr::new(name[4], name[5], name[6], name[7]);
+            format!("{ip}:{}", port(name))
+        }
+        Some(libc::AF_INET6) if name.len() >= 24 => {
+            let mut octets = [0u8; 16];
+            octets.copy_from_slice(&name[8..24]);
+            let ip = std::net::Ipv6Addr::from(octets);
+            format!("[{ip}]:{}", port(name))
+        }
+        _ => name.iter().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
+/// An endpoint shared by the receiving path and a sender thread.
+#[derive(Clone)]
+struct SharedEndpoint(Arc<Mutex<Endpoint>>);
+
+impl SharedEndpoint {
+    fn lock(&self) -> io::Result<MutexGuard<'_, Endpoint>> {
+        self.0
+            .lock()
+            .map_err(|_| io::Error::other("endpoint poisoned by a panicked thread"))
+    }
+}
+
+impl PacketSink for SharedEndpoint {
+    fn send_packet(
+        &mut self,
+        buf: &[u8],
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        self.lock()?.send_packet(buf, deadline, stats)
+    }
+}
+
+/// One end of a libfabric STREAM.
+pub struct OfiStream {
+    endpoints: Vec<SharedEndpoint>,
+    opts: StreamOptions,
+    senders: Option<Senders>,
+    stats: StreamStats,
+    cursor: usize,
+    local: String,
+    peer: String,
+    /// The TCP connection to the peer (see [`Endpoint::set_watch`]).
+    watch: Option<Arc<std::net::TcpStream>>,
+}
+
+impl OfiStream {
+    /// Builds a STREAM from endpoints whose peers are set (endpoint 0 first) and starts
+    /// one sender thread per endpoint.
+    pub fn from_endpoints(endpoints: Vec<Endpoint>, opts: StreamOptions) -> io::Result<OfiStream> {
+        let (local, peer, watch) = match endpoints.first() {
+            Some(e) => (e.local_addr(), e.peer_addr(), e.watch.clone()),
+            None => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a STREAM needs an endpoint",
+                ))
+            }
+        };
+        let endpoints: Vec<SharedEndpoint> = endpoints
+            .into_iter()
+            .map(|e| SharedEndpoint(Arc::new(Mutex::new(e))))
+            .collect();
+        let senders = Senders::start(opts.queue, endpoints.clone(), opts.abort.clone())?;
+        Ok(OfiStream {
+            endpoints,
+            opts,
+            senders: Some(senders),
+            stats: StreamStats::default(),
+            cursor: 0,
+            local,
+            peer,
+            watch,
+        })
+    }
+}
+
+impl Stream for OfiStream {
+    fn nsockets(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    fn local_addr(&self) -> String {
+        self.local.clone()
+    }
+
+    fn peer_addr(&self) -> String {
+        self.peer.clone()
+    }
+
+    fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
+        self.opts.check_abort()?;
+        self.endpoints[0]
+            .lock()?
+            .send_packet(buf, timeout.deadline(), &mut self.stats)?;
+        Ok(buf.len())
+    }
+
+    fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
+        match &mut self.senders {
+            Some(s) => s.submit(buf, timeout),
+            None => Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "sending finished",
+            )),
+        }
+    }
+
+    fn sender_drain(&mut self, timeout: Timeout) -> io::Result<()> {
+        match &mut self.senders {
+            Some(s) => s.drain(timeout),
+            None => Ok(()),
+        }
+    }
+
+    fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
+        let start = Instant::now();
+        let deadline = timeout.deadline();
+        let n_eps = self.endpoints.len();
+        let mut backoff = Backoff::new();
+        loop {
+            let mut open = 0;
+            for step in 0..n_eps {
+                let k = (self.cursor + step) % n_eps;
+                let mut ep = self.endpoints[k].lock()?;
+                if ep.at_eof() {
+                    continue;
+                }
+                open += 1;
+                if let Some(n) = ep.try_recv(buf, &mut self.stats)? {
+                    drop(ep);
+                    self.cursor = k;
+                    let now = Instant::now();
+                    self.stats
+                        .recv_latency
+                        .record(crate::stats::elapsed_ns(start));
+                    self.stats.bytes_received += n as u64;
+                    self.stats.mark_recv(now);
+                    return Ok(n);
+                }
+            }
+            if open == 0 {
+                return Ok(0);
+            }
+            backoff.wait(deadline, &self.opts.abort, self.watch.as_deref())?;
+        }
+    }
+
+    fn ack_partial(&mut self) -> io::Result<()> {
+        // Every message, short or not, is acknowledged when it arrives.
+        Ok(())
+    }
+
+    fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
+        let mut result = match &mut self.senders {
+            Some(s) => s.stop(timeout),
+            None => Ok(()),
+        };
+        let deadline = timeout.deadline();
+        for e in &self.endpoints {
+            let finished = e
+                .lock()
+                .and_then(|mut ep| ep.finish(deadline, &mut self.stats));
+            if result.is_ok() {
+                result = finished;
+            }
+        }
+        result
+    }
+
+    fn stats(&self) -> StreamStats {
+        let mut s = self.stats.clone();
+        if let Some(senders) = &self.senders {
+            s.merge(&senders.stats());
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_sizes_stay_within_bounds() {
+        assert_eq!(ring_slots(1), RING_SLOTS_MAX);
+        assert_eq!(ring_slots(32768), RING_SLOTS_MAX);
+        assert_eq!(ring_slots(1 << 20), 16);
+        assert_eq!(ring_slots(64 << 20), RING_SLOTS_MIN);
+    }
+
+    #[test]
+    fn contexts_map_back_to_their_slots() {
+        let l = RingLayout::new(1000);
+        for slot in [
+            Slot::Send(0),
+            Slot::Send(l.send - 1),
+            Slot::Recv(0),
+            Slot::Recv(l.recv - 1),
+            Slot::Control(0),
+            Slot::Control(CONTROL_SLOTS - 1),
+        ] {
+            assert_eq!(l.slot(l.index(slot)), Some(slot));
+        }
+        assert_eq!(l.slot(l.contexts()), None);
+        // Slots do not overlap and fit in the region.
+        assert_eq!(l.offset(Slot::Recv(0)), l.send * 1000);
+        assert_eq!(
+            l.offset(Slot::Control(CONTROL_SLOTS - 1)) + CONTROL_SLOT_BYTES,
+            l.region_bytes()
+        );
+    }
+
+    #[test]
+    fn control_data_roundtrips() {
+        assert_eq!(
+            split_control(control_data(KIND_FIN, 12345)),
+            (KIND_FIN, 12345)
+        );
+        assert_eq!(split_control(control_data(KIND_ACK, 0)), (KIND_ACK, 0));
+        assert_eq!(
+            split_control(control_data(KIND_FIN, u64::MAX)).1,
+            VALUE_MASK
+        );
+    }
+
+    #[test]
+    fn remote_ring_hands_out_slots_only_against_credits() {
+        let mut r = RemoteRing::new(1000, 7, 3, 100);
+        assert_eq!(r.take(), Some((0, 1000)));
+        assert_eq!(r.take(), Some((1, 1100)));
+        assert_eq!(r.take(), Some((2, 1200)));
+        assert_eq!(r.take(), None, "no credit left");
+        r.credit(2).expect("owed");
+        assert_eq!(r.take(), Some((0, 1000)), "wraps around");
+        assert_eq!(r.take(), Some((1, 1100)));
+        assert_eq!(r.take(), None);
+        assert!(r.credit(4).is_err(), "more credits than slots lent");
+    }
+
+    /// Two connected single-endpoint STREAMs over the tcp provider on 127.0.0.1, or
+    /// `None` (saying why) when libfabric is not installed.
+    fn pair(opts: &StreamOptions, rma: bool) -> Option<(OfiStream, OfiStream)> {
+        let target = OfiTarget {
+            provider: Some("tcp".into()),
+            domain: None,
+            node: Some("127.0.0.1".into()),
+            rma,
+        };
+        let info = match Info::get(&target) {
+            Ok(i) => i,
+            Err(e) => {
+                eprintln!("skipped: libfabric's tcp provider is not usable here: {e}");
+                return None;
+            }
+        };
+        let mut a = Endpoint::open(&info, opts, rma).expect("open a");
+        let mut b = Endpoint::open(&info, opts, rma).expect("open b");
+        let (da, db) = (a.details(), b.details());
+        a.set_peer(&db).expect("peer a");
+        b.set_peer(&da).expect("peer b");
+        Some((
+            OfiStream::from_endpoints(vec![a], opts.clone()).expect("stream a"),
+            OfiStream::from_endpoints(vec![b], opts.clone()).expect("stream b"),
+        ))
+    }
+
+    /// Sends numbered packets of every length up to `pktsize` and checks the receiver
+    /// gets exactly those bytes, in order.
+    fn bytes_arrive_intact(rma: bool, mprtt: bool) {
+        let opts = StreamOptions {
+            pktsize: 1000,
+            mprtt,
+            ..StreamOptions::default()
+        };
+        let Some((mut client, mut server)) = pair(&opts, rma) else {
+            return;
+        };
+        let packets: Vec<Vec<u8>> = (0..300u32)
+            .map(|i| (0..(i % 1000 + 1)).map(|k| (i * 7 + k) as u8).collect())
+            .collect();
+        let want: Vec<u8> = packets.concat();
+        let t = std::thread::spawn(move || {
+            for p in &packets {
+                client.send(p, Timeout::Forever).expect("send");
+            }
+            client
+                .finish_sending(Timeout::Millis(10_000))
+                .expect("finish");
+            client.stats()
+        });
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 1000];
+        loop {
+            let n = server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        let cs = t.join().expect("join");
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "the bytes differ");
+        assert_eq!(cs.bytes_sent, want.len() as u64);
+        assert_eq!(cs.send_latency.count(), 300, "one latency per operation");
+        let acks = if mprtt { 300 } else { 0 };
+        assert_eq!(cs.bytes_received, acks);
+        assert_eq!(server.stats().bytes_sent, acks);
+        assert_eq!(server.stats().bytes_received, want.len() as u64);
+    }
+
+    #[test]
+    fn send_recv_delivers_the_exact_bytes_in_order() {
+        bytes_arrive_intact(false, false);
+    }
+
+    #[test]
+    fn rma_writes_deliver_the_exact_bytes_in_order() {
+        bytes_arrive_intact(true, false);
+    }
+
+    #[test]
+    fn mprtt_acks_every_packet_over_send_and_write() {
+        bytes_arrive_intact(false, true);
+        bytes_arrive_intact(true, true);
+    }
+
+    #[test]
+    fn recv_times_out_when_nothing_arrives() {
+        let opts = StreamOptions::default();
+        let Some((_client, mut server)) = pair(&opts, false) else {
+            return;
+        };
+        let mut buf = [0u8; 16];
+        let e = server
+            .recv(&mut buf, Timeout::NonBlocking)
+            .expect_err("nothing sent");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        let e = server
+            .recv(&mut buf, Timeout::Millis(100))
+            .expect_err("nothing sent");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+    }
+
+    #[test]
+    fn socket_names_are_readable() {
+        let mut v4 = vec![0u8; 16];
+        v4[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        v4[2..4].copy_from_slice(&28444u16.to_be_bytes());
+        v4[4..8].copy_from_slice(&[127, 0, 0, 1]);
+        assert_eq!(describe_name(&v4), "127.0.0.1:28444");
+        assert_eq!(describe_name(&[1, 2]), "0102");
+    }
+}
