@@ -10,6 +10,25 @@ use fperf::report;
 use fperf::sysinfo;
 use measure::Output;
 
+/// `print!` for the report: when stdout is closed (e.g. `fperf ... | head -1`) the
+/// process ends quietly instead of panicking, as command-line filters do.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `println!` with the same behaviour as [`out!`].
+macro_rules! outln {
+    () => {
+        out!("\n")
+    };
+    ($($arg:tt)*) => {{
+        out!($($arg)*);
+        out!("\n");
+    }};
+}
+
 mod measure;
 use fperf::server::{Server, ServerConfig, ServerEvent};
 use fperf::settings::{
@@ -417,7 +436,7 @@ fn run(cli: &Cli) -> Result<ExitCode> {
     cfg.auth = auth;
     if cli.conf {
         let server = client::conf(&cfg)?;
-        print!(
+        out!(
             "{}",
             sysinfo::side_by_side(&sysinfo::SystemFacts::collect(), &server)
         );
@@ -443,21 +462,21 @@ fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>, output: &Output) -> Re
     printer.finish()?;
     match output.mode {
         measure::Mode::Human => {
-            print!("{}", report::client_body(&settings, &outcome.client));
+            out!("{}", report::client_body(&settings, &outcome.client));
             if outcome.interrupted {
-                println!("(interrupted: the figures cover what was sent before Ctrl-C)");
+                outln!("(interrupted: the figures cover what was sent before Ctrl-C)");
             }
         }
         measure::Mode::Json => {
             let doc = fperf::json::RunDoc::new(&settings, start, &outcome);
-            println!("{}", fperf::json::to_document(&doc));
+            outln!("{}", fperf::json::to_document(&doc));
         }
         measure::Mode::JsonStream => {
             let doc = fperf::json::RunDoc::new(&settings, start, &outcome);
             let end = fperf::json::Event::End {
                 result: Box::new(doc),
             };
-            println!("{}", fperf::json::to_line(&end));
+            outln!("{}", fperf::json::to_line(&end));
         }
     }
     if outcome.interrupted {
@@ -511,9 +530,9 @@ fn loopback(
         return code;
     }
     let text = server_text.lock().map(|t| t.clone()).unwrap_or_default();
-    println!();
-    print!("{}", String::from_utf8_lossy(&text).trim_end());
-    println!();
+    outln!();
+    out!("{}", String::from_utf8_lossy(&text).trim_end());
+    outln!();
     code
 }
 
@@ -564,5 +583,15 @@ impl ServerPrinter {
             }
         }
         let _ = out.flush();
+    }
+}
+
+/// Writes report text to stdout; a closed stdout ends the process (exit 0).
+fn write_stdout(args: std::fmt::Arguments) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
     }
 }

@@ -108,11 +108,11 @@ impl RunObserver for Printer {
                     .iter()
                     .map(|s| (s.index, s.local.clone(), s.peer.clone()))
                     .collect();
-                print!("{}", report::client_header(&self.settings, &list));
+                out!("{}", report::client_header(&self.settings, &list));
             }
             Mode::JsonStream => {
                 let ev = Event::start(&self.settings, self.start.clone(), streams);
-                println!("{}", json::to_line(&ev));
+                outln!("{}", json::to_line(&ev));
             }
             _ => {}
         }
@@ -122,14 +122,14 @@ impl RunObserver for Printer {
     fn interval(&mut self, role: Role, result: &IntervalResult) {
         match self.mode {
             Mode::Human if !self.quiet && role == Role::Client => {
-                println!("{}", interval_line(role, &self.settings, result));
+                outln!("{}", interval_line(role, &self.settings, result));
             }
             Mode::JsonStream => {
                 let ev = Event::Interval {
                     side: role,
                     interval: Box::new(IntervalDoc::new(result)),
                 };
-                println!("{}", json::to_line(&ev));
+                outln!("{}", json::to_line(&ev));
             }
             _ => {}
         }
@@ -158,7 +158,7 @@ pub fn run_sweep(
 ) -> Result<ExitCode> {
     let mprtt = cfg.settings.mprtt;
     if output.mode == Mode::Human {
-        println!("{}", sweep::header(sweep.param, mprtt));
+        outln!("{}", sweep::header(sweep.param, mprtt));
     }
     let mut records = Vec::new();
     for &value in &sweep.values {
@@ -199,7 +199,7 @@ pub fn run_sweep(
             iterations: total.send_latency.map_or(0, |l| l.count),
         };
         if output.mode == Mode::Human {
-            println!("{}", sweep::row(&row, mprtt));
+            outln!("{}", sweep::row(&row, mprtt));
             let _ = std::io::stdout().flush();
         }
         records.push(SweepRecord {
@@ -220,7 +220,7 @@ pub fn run_sweep(
             },
             records,
         };
-        println!("{}", json::to_document(&doc));
+        outln!("{}", json::to_document(&doc));
     }
     if abort.load(Ordering::Relaxed) {
         return Ok(ExitCode::from(130));

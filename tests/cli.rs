@@ -73,3 +73,35 @@ fn help_explains_every_flag() {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
     }
 }
+
+#[test]
+fn a_closed_stdout_ends_the_run_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let port = port_block(12).to_string();
+    let mut child = Command::new(fperf_bin())
+        .args(["--loopback", "-m", "64", "-p", &port])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fperf");
+    let mut first = String::new();
+    {
+        // Read the header line, then close the pipe as `| head -1` would.
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        out.read_line(&mut first).expect("read");
+    }
+    assert!(first.starts_with("TCP CLIENT => 127.0.0.1:"), "{first}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(std::time::Instant::now() < deadline, "fperf did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err);
+    assert!(status.success(), "{status:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
