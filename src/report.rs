@@ -205,21 +205,7 @@ pub fn client_body(settings: &Settings, r: &SideResult) -> String {
     }
     out += &facts_lines(W, r);
     if r.streams.len() > 1 {
-        out += "\nPer Stream:\n";
-        for s in &r.streams {
-            let f = &s.figures;
-            let lat = f
-                .send_latency
-                .as_ref()
-                .map_or_else(String::new, short_latency);
-            let _ = writeln!(
-                out,
-                "  stream {} : {lat} sent: {}  bw: {}",
-                s.index,
-                size_triplet(f.bytes_sent),
-                bit_rate(rate(f.bytes_sent, f.secs()))
-            );
-        }
+        out += &per_stream_block(r, "sent", |f| (f.send_latency.as_ref(), f.bytes_sent));
     }
     out
 }
@@ -241,6 +227,28 @@ fn facts_lines(width: usize, r: &SideResult) -> String {
             out,
             "{:<width$}: retransmits={}  cwnd={}B  srtt={}us  rttvar={}us",
             "tcp_info", t.retransmits, t.cwnd_bytes, t.srtt_us, t.rttvar_us
+        );
+    }
+    out
+}
+
+/// The `Per Stream:` block: each stream's latency, volume and rate in the direction
+/// `pick` chooses (labelled `label`).
+fn per_stream_block(
+    r: &SideResult,
+    label: &str,
+    pick: fn(&Figures) -> (Option<&LatencySummary>, u64),
+) -> String {
+    let mut out = String::from("\nPer Stream:\n");
+    for s in &r.streams {
+        let (lat, bytes) = pick(&s.figures);
+        let lat = lat.map_or_else(String::new, short_latency);
+        let _ = writeln!(
+            out,
+            "  stream {} : {lat} {label}: {}  bw: {}",
+            s.index,
+            size_triplet(bytes),
+            bit_rate(rate(bytes, s.figures.secs()))
         );
     }
     out
@@ -290,21 +298,9 @@ pub fn server_body(settings: &Settings, r: &SideResult) -> String {
     }
     out += &facts_lines(W, r);
     if r.streams.len() > 1 {
-        out += "\nPer Stream:\n";
-        for s in &r.streams {
-            let f = &s.figures;
-            let lat = f
-                .recv_latency
-                .as_ref()
-                .map_or_else(String::new, short_latency);
-            let _ = writeln!(
-                out,
-                "  stream {} : {lat} received: {}  bw: {}",
-                s.index,
-                size_triplet(f.bytes_received),
-                bit_rate(rate(f.bytes_received, f.secs()))
-            );
-        }
+        out += &per_stream_block(r, "received", |f| {
+            (f.recv_latency.as_ref(), f.bytes_received)
+        });
     }
     out
 }

@@ -410,6 +410,29 @@ impl Senders {
     }
 }
 
+/// `send_submit()` of a STREAM whose senders are gone once sending finished.
+pub fn submit_if_running(
+    senders: &mut Option<Senders>,
+    buf: Bytes,
+    timeout: Timeout,
+) -> io::Result<()> {
+    match senders {
+        Some(s) => s.submit(buf, timeout),
+        None => Err(io::Error::new(
+            io::ErrorKind::BrokenPipe,
+            "sending finished",
+        )),
+    }
+}
+
+/// `sender_drain()` of such a STREAM: nothing is pending once sending finished.
+pub fn drain_if_running(senders: &mut Option<Senders>, timeout: Timeout) -> io::Result<()> {
+    match senders {
+        Some(s) => s.drain(timeout),
+        None => Ok(()),
+    }
+}
+
 impl Drop for Senders {
     fn drop(&mut self) {
         // Stop the threads without waiting for queued requests to be sent.

@@ -480,20 +480,11 @@ impl Stream for UdpStream {
     }
 
     fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
-        match &mut self.senders {
-            Some(s) => s.submit(buf, timeout),
-            None => Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "sending finished",
-            )),
-        }
+        super::sender::submit_if_running(&mut self.senders, buf, timeout)
     }
 
     fn sender_drain(&mut self, timeout: Timeout) -> io::Result<()> {
-        match &mut self.senders {
-            Some(s) => s.drain(timeout),
-            None => Ok(()),
-        }
+        super::sender::drain_if_running(&mut self.senders, timeout)
     }
 
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {

@@ -1282,20 +1282,11 @@ impl Stream for OfiStream {
     }
 
     fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
-        match &mut self.senders {
-            Some(s) => s.submit(buf, timeout),
-            None => Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "sending finished",
-            )),
-        }
+        crate::stream::sender::submit_if_running(&mut self.senders, buf, timeout)
     }
 
     fn sender_drain(&mut self, timeout: Timeout) -> io::Result<()> {
-        match &mut self.senders {
-            Some(s) => s.drain(timeout),
-            None => Ok(()),
-        }
+        crate::stream::sender::drain_if_running(&mut self.senders, timeout)
     }
 
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
