@@ -187,11 +187,12 @@ pub fn run_observed(
             let settings = settings.clone();
             let meter = Meter::new(i as u32, schedule, Some(meter_tx.clone()));
             let cpu = cpu_for(&settings.client_cpus, i as u32);
+            let abort = abort.clone();
             std::thread::Builder::new()
                 .name(format!("fperf-send-{i}"))
                 .spawn(move || {
                     pin_current_thread(cpu)?;
-                    drive(stream, &settings, meter)
+                    drive(stream, &settings, meter, &abort)
                 })
         })
         .collect::<io::Result<_>>()?;
@@ -436,7 +437,12 @@ struct Driven {
 /// A time-bounded run sends whole packets until its deadline. With a schedule, the
 /// clock is read once per send and a queued send waits no longer than the next boundary
 /// (a synchronous `send()` cannot be cut short without tearing a packet).
-fn drive(mut stream: Box<dyn Stream>, settings: &Settings, mut meter: Meter) -> io::Result<Driven> {
+fn drive(
+    mut stream: Box<dyn Stream>,
+    settings: &Settings,
+    mut meter: Meter,
+    abort: &AtomicBool,
+) -> io::Result<Driven> {
     let pkt = settings.pktsize as usize;
     // Time-bounded runs have no byte limit; u64::MAX bytes is never reached.
     let mut left = settings.byte_limit().unwrap_or(u64::MAX);
@@ -444,6 +450,8 @@ fn drive(mut stream: Box<dyn Stream>, settings: &Settings, mut meter: Meter) -> 
     let timed = meter.active();
     let deadline = meter.deadline();
     let asynchronous = settings.asynchronous();
+    // `-b`: sleep until each packet is due at the target rate.
+    let pacer = settings.rate_bps.map(crate::limits::RatePacer::new);
     let mut result = Ok(());
     while left > 0 {
         let n = left.min(pkt as u64) as usize;
@@ -482,6 +490,9 @@ fn drive(mut stream: Box<dyn Stream>, settings: &Settings, mut meter: Meter) -> 
         };
         if sent {
             left -= n as u64;
+            if let Some(p) = &pacer {
+                p.pace(n, abort);
+            }
         }
         if timed {
             let now = Instant::now();

@@ -7,7 +7,8 @@
 //!   a test that runs longer (e.g. a slow size-bounded one);
 //! - `--max-mb` on a time-bounded run (`--time`), whose volume is not known ahead: the
 //!   [`Watchdog`] aborts it once it has moved more;
-//! - `--max-rate`: the server reads a test's data no faster than the cap (all streams
+//! - `--max-rate`: a client's `-b` above it is refused up front; a client that asks for
+//!   no rate is served, but the server reads its data no faster than the cap (all streams
 //!   together), so TCP flow control holds the client to it — see [`RatePacer`].
 //!
 //! The watchdog also ends a test whose data stopped moving for the idle time-out, even
@@ -74,6 +75,11 @@ pub enum LimitError {
          test (--max-time)"
     )]
     Time { asked_ms: u64, max_ms: u64 },
+    #[error(
+        "the test asks for {asked} bit/s in total (--bitrate × streams) but this server \
+         allows at most {max} bit/s (--max-rate)"
+    )]
+    Rate { asked: u64, max: u64 },
 }
 
 impl Limits {
@@ -98,6 +104,12 @@ impl Limits {
             let asked = s.mb.saturating_mul(u64::from(s.nstreams));
             if asked > max {
                 return Err(LimitError::Mb { asked, max });
+            }
+        }
+        if let (Some(max), Some(rate)) = (self.max_rate, s.rate_bps) {
+            let asked = rate.saturating_mul(u64::from(s.nstreams));
+            if asked > max {
+                return Err(LimitError::Rate { asked, max });
             }
         }
         if let (Some(max), Some(asked_ms)) = (self.max_time, s.time_ms) {

@@ -199,6 +199,12 @@ struct Cli {
     #[arg(long, value_name = "SPEC", conflicts_with = "server")]
     sweep: Option<String>,
 
+    /// Target rate of each stream in bits/s (e.g. 100M, 2.5G; K/M/G/T = 10^3..10^12):
+    /// the client paces its sends to it. Default: as fast as possible.
+    #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_rate,
+          conflicts_with = "server")]
+    bitrate: Option<u64>,
+
     #[command(flatten)]
     guard: Guard,
 }
@@ -343,6 +349,7 @@ impl Cli {
             time_ms: secs_to_ms("time", self.time)?,
             interval_ms: secs_to_ms("interval", self.interval)?,
             omit_ms: secs_to_ms("omit", self.omit)?,
+            rate_bps: self.bitrate,
             zerocopy: match self.zerocopy.as_deref() {
                 None => ZeroCopy::Off,
                 Some("msg") => ZeroCopy::Msg,

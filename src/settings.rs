@@ -168,6 +168,9 @@ pub struct Settings {
     /// `--omit`: the first this many ms are left out of the totals (warm-up).
     #[serde(default)]
     pub omit_ms: Option<u64>,
+    /// `-b`: each stream sends no faster than this many bits/s (paced by the sender).
+    #[serde(default)]
+    pub rate_bps: Option<u64>,
     /// TCP only: zero-copy sending (`--zerocopy`).
     #[serde(default)]
     pub zerocopy: ZeroCopy,
@@ -207,6 +210,7 @@ impl Default for Settings {
             time_ms: None,
             interval_ms: None,
             omit_ms: None,
+            rate_bps: None,
             zerocopy: ZeroCopy::Off,
             busy_poll: false,
             client_cpus: Vec::new(),
@@ -234,6 +238,8 @@ pub enum SettingsError {
     Timing(&'static str, u64),
     #[error("--omit ({0} ms) must be shorter than --time ({1} ms)")]
     OmitTooLong(u64, u64),
+    #[error("--bitrate must be at least 1 bit/s")]
+    RateZero,
     #[error(
         "--nstreams × --nsockets × --pktsize is {0} bytes; at most {MAX_FOOTPRINT} bytes of \
          packet buffers are allowed"
@@ -305,6 +311,9 @@ impl Settings {
                     return Err(SettingsError::Timing(name, v));
                 }
             }
+        }
+        if self.rate_bps == Some(0) {
+            return Err(SettingsError::RateZero);
         }
         if let (Some(omit), Some(time)) = (self.omit_ms, self.time_ms) {
             if omit >= time {

@@ -68,6 +68,7 @@ fn help_explains_every_flag() {
         "-h, --help",
         "-p, --port",
         "-B, --bind",
+        "-b, --bitrate",
         "--ack-timeout",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");

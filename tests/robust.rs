@@ -577,6 +577,10 @@ fn max_time_aborts_a_long_test_and_max_rate_caps_reading() {
     let last = s.rsplit("new TCP connection").next().unwrap();
     let secs = volume(last, "received").secs;
     assert!(secs >= 0.6, "8 MB capped at 100 Mbit/s took {secs}s:\n{s}");
+    // A client that asks for more than the cap (-b per stream × streams) is refused.
+    client_refused(&server, &["-m", "1", "-t", "2", "-b", "60M"], "--max-rate");
+    let c = client_ok(&server, "127.0.0.1", &["-m", "4", "-b", "50M"]);
+    assert_eq!(volume(&c, "sent").bytes, 4 * MB);
 }
 
 fn key_file(dir: &str, name: &str, key: &str) -> String {

@@ -173,6 +173,16 @@ fn nodelay_and_quickack() {
 }
 
 #[test]
+fn bitrate_paces_each_stream() {
+    let (c, s) = run_pair("127.0.0.1", &["-m", "4", "-t", "2", "-b", "100M"]);
+    assert_bytes(&c, &s, 8 * MB);
+    // Pacing only ever slows a run: two streams at 100 Mbit/s stay under 200 Mbit/s.
+    let v = volume(&c, "sent");
+    let bps = v.bytes as f64 * 8.0 / v.secs;
+    assert!(bps <= 200e6 * 1.1, "{bps} bit/s:\n{c}");
+}
+
+#[test]
 fn one_byte_packets() {
     let (c, s) = run_pair("127.0.0.1", &["-m", "1", "-l", "1"]);
     assert!(c.contains("pkt_size=1B"), "{c}");
