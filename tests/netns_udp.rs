@@ -7,13 +7,12 @@
 //! not. Needs root (skipped with a message otherwise), `ip` and `nft`.
 
 mod common;
-use common::fperf_bin;
+use common::{collect, collect_joinable, fperf_bin};
 use regex::Regex;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const SERVER_IP: &str = "10.99.0.1";
@@ -292,28 +291,6 @@ impl Drop for NsServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn collect(r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
-    collect_joinable(r).0
-}
-
-/// Reads `r` to its end in a thread; the handle says when everything was read.
-fn collect_joinable(mut r: impl Read + Send + 'static) -> (Arc<Mutex<String>>, JoinHandle<()>) {
-    let text = Arc::new(Mutex::new(String::new()));
-    let t = text.clone();
-    let reader = std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = r.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            t.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    (text, reader)
 }
 
 /// A number after `key` on the line starting with `label`.

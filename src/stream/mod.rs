@@ -177,6 +177,11 @@ pub fn canonical(addr: SocketAddr) -> SocketAddr {
     SocketAddr::new(addr.ip().to_canonical(), addr.port())
 }
 
+/// A socket address for reports: canonical, or `?` when the socket cannot say.
+pub(crate) fn addr_text(addr: io::Result<SocketAddr>) -> String {
+    addr.map_or_else(|_| "?".into(), |a| canonical(a).to_string())
+}
+
 /// One end of a STREAM. Implemented once per transport (TCP, UDP, RDMA); nothing
 /// outside a transport asks which transport it is.
 pub trait Stream: Send {

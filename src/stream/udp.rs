@@ -460,17 +460,11 @@ impl Stream for UdpStream {
     }
 
     fn local_addr(&self) -> String {
-        self.sockets[0]
-            .sock
-            .local_addr()
-            .map_or_else(|_| "?".into(), |a| super::canonical(a).to_string())
+        super::addr_text(self.sockets[0].sock.local_addr())
     }
 
     fn peer_addr(&self) -> String {
-        self.sockets[0]
-            .sock
-            .peer_addr()
-            .map_or_else(|_| "?".into(), |a| super::canonical(a).to_string())
+        super::addr_text(self.sockets[0].sock.peer_addr())
     }
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {

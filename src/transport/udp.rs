@@ -27,6 +27,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use socket2::{Domain, Socket, Type};
 use std::io;
 use std::net::{self, IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -63,11 +65,23 @@ fn bind_udp(addr: SocketAddr, share_port: bool) -> io::Result<net::UdpSocket> {
     Ok(sock.into())
 }
 
-fn udp_options(settings: &Settings, stream: u32) -> UdpOptions {
-    UdpOptions {
+/// Stream `stream`'s UDP STREAM over its sockets and its TCP side connection; both
+/// ends build it the same way.
+fn udp_stream(
+    settings: &Settings,
+    stream: u32,
+    socks: Vec<net::UdpSocket>,
+    control: net::TcpStream,
+    abort: Arc<AtomicBool>,
+) -> io::Result<Box<dyn Stream>> {
+    let udp = UdpOptions {
         stream,
         ack_timeout: Duration::from_millis(u64::from(settings.ack_timeout_ms)),
-    }
+    };
+    let opts = stream_options(settings, abort);
+    Ok(Box::new(UdpStream::from_sockets(
+        socks, control, opts, udp,
+    )?))
 }
 
 impl Transport for UdpTransport {
@@ -124,13 +138,7 @@ impl Transport for UdpTransport {
                 Ok(other) => bail!("stream {i}: expected ready, got {}", control::kind(&other)),
                 Err(e) => return Err(anyhow!("stream {i}: UDP set-up: {e}")),
             }
-            let opts = stream_options(s, ctx.abort.clone());
-            streams.push(Box::new(UdpStream::from_sockets(
-                socks,
-                control,
-                opts,
-                udp_options(s, i),
-            )?));
+            streams.push(udp_stream(s, i, socks, control, ctx.abort.clone())?);
         }
         Ok(streams)
     }
@@ -188,13 +196,7 @@ impl Acceptor for UdpAcceptor {
             // The STREAM (which sizes the socket buffers) must exist before the client is
             // told to send: its first datagrams would overflow the default buffers.
             let mut ready = control.try_clone()?;
-            let opts = stream_options(s, ctx.abort.clone());
-            streams.push(Box::new(UdpStream::from_sockets(
-                socks,
-                control,
-                opts,
-                udp_options(s, i),
-            )?));
+            streams.push(udp_stream(s, i, socks, control, ctx.abort.clone())?);
             control::write_frame(&mut ready, &Message::Ready)?;
         }
         Ok(streams)

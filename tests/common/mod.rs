@@ -45,12 +45,12 @@ pub struct Server {
     stderr: Arc<Mutex<String>>,
 }
 
-fn collect(r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+pub fn collect(r: impl Read + Send + 'static) -> Arc<Mutex<String>> {
     collect_joinable(r).0
 }
 
 /// Reads `r` to its end in a thread; joining the handle waits for the last byte.
-fn collect_joinable(
+pub fn collect_joinable(
     mut r: impl Read + Send + 'static,
 ) -> (Arc<Mutex<String>>, std::thread::JoinHandle<()>) {
     let text = Arc::new(Mutex::new(String::new()));
