@@ -1,0 +1,1043 @@
+//! The verbs STREAM: `--rdma-api ibverbs` and `--rdma-api cm`.
+//!
+//! Each "socket" of the STREAM is one reliable-connection queue pair (RC QP) with its
+//! own protection domain, completion queue and registered region, on a device opened
+//! through the `sideway` crate (which loads libibverbs and librdmacm at run time, so
+//! fperf builds and starts where rdma-core is missing). The two transports differ only
+//! in how the QP is connected: by hand from details swapped over TCP (`ibverbs`, see
+//! [`QpEndpoint::connect_ib`]), or by rdma_cm (`cm`, see `transport::verbs`).
+//!
+//! Memory: one region per QP, the layout of [`RingLayout`]: a ring of send slots, a ring
+//! of receive slots, control slots, and (for RDMA WRITE) an inbox of small buffers for
+//! the SENDs that still arrive. A packet is copied into a free send slot and posted as a
+//! SEND with immediate data (inline when it fits the QP's `max_inline_data`), or with
+//! `--rdma-write` as an RDMA WRITE with immediate data into the peer's next ring slot
+//! (its rkey covers the receive ring alone). Every message's immediate data says what
+//! it is and returns credits ([`Imm`]); [`Credits`] keeps every sender within the
+//! receives its peer posted, so the receiver is never "not ready" (RNR retries are set
+//! to 0: an RNR would be a bug, and fails the run instead of being retried). A written
+//! slot is reused only once its credit came back, which the receiver gives only after
+//! the application consumed the slot.
+//!
+//! Completions: the CQ is busy-polled (spin, then yield, then nap after ~20k idle polls,
+//! see [`Backoff`]), not waited for on a completion channel: the latency of an operation
+//! runs from its post to its completion (with MPRTT: to its ACK's arrival), and a
+//! channel wake-up would add scheduler latency to every figure; the nap keeps an idle
+//! receiver from burning a CPU.
+//!
+//! End of stream: a FIN (a SEND whose 8-byte payload counts the data messages sent).
+//! RC delivers in order, so every data message arrived before the FIN; the count is
+//! checked all the same.
+
+use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
+use super::ring::{Credits, Imm, ImmKind, RemoteRing, RingLayout, Slot, CONTROL_SLOTS};
+use super::ring::{CONTROL_SLOT_BYTES, RING_SLOTS_MAX};
+use super::{Deadline, StreamOptions};
+use crate::stats::StreamStats;
+use serde::{Deserialize, Serialize};
+use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
+use sideway::ibverbs::completion::{BasicCompletionQueue, PollCompletionQueueError};
+use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+use sideway::ibverbs::device_context::{DeviceContext, LinkLayer, Mtu};
+use sideway::ibverbs::memory_region::MemoryRegion;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{
+    BasicQueuePair, PostSendGuard, QueuePair, QueuePairAttribute, QueuePairState, SetInlineData,
+    SetScatterGatherEntry, WorkRequestFlags,
+};
+use sideway::ibverbs::AccessFlags;
+use std::collections::VecDeque;
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, TcpStream};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+use thiserror::Error;
+
+/// The device port fperf uses.
+pub const PORT: u8 = 1;
+/// Inline sizes asked for, largest first (the device may refuse the larger ones).
+const INLINE_TRIES: [u32; 3] = [256, 64, 0];
+/// Bytes of a FIN's payload (the count of data messages).
+const FIN_BYTES: usize = 8;
+/// Largest PSN (24 bits).
+const PSN_MASK: u32 = 0xff_ffff;
+/// Local ACK timeout exponent (4.096 µs × 2^14 ≈ 67 ms) and transport retries.
+const ACK_TIMEOUT: u8 = 14;
+const RETRY_COUNT: u8 = 7;
+/// Hop limit of the GRH (RoCE v2 may be routed).
+const HOP_LIMIT: u8 = 64;
+
+/// Why a verbs call failed.
+#[derive(Debug, Error)]
+pub enum VerbsError {
+    /// The device or library could not do what was asked.
+    #[error("{0}")]
+    Device(String),
+    /// The peer sent something fperf never sends, or went away.
+    #[error("{0}")]
+    Peer(String),
+}
+
+impl From<VerbsError> for io::Error {
+    fn from(e: VerbsError) -> io::Error {
+        match e {
+            VerbsError::Peer(m) => io::Error::new(io::ErrorKind::ConnectionAborted, m),
+            VerbsError::Device(m) => io::Error::other(m),
+        }
+    }
+}
+
+fn dev_err(what: &str, e: impl std::fmt::Display) -> VerbsError {
+    VerbsError::Device(format!("{what}: {e}"))
+}
+
+/// The names of the RDMA devices libibverbs sees.
+pub fn device_names() -> Result<Vec<String>, VerbsError> {
+    let list = DeviceList::new().map_err(|e| dev_err("ibv_get_device_list", e))?;
+    Ok(list.iter().map(|d| d.name()).collect())
+}
+
+/// An open device and the port, GID and MTU its queue pairs use.
+#[derive(Clone)]
+pub struct VerbsDevice {
+    pub ctx: Arc<DeviceContext>,
+    pub name: String,
+    pub port: u8,
+    pub lid: u16,
+    /// The port's active MTU (`ibv_mtu` value, 1..=5).
+    pub mtu: u32,
+    pub gid: Gid,
+    pub gid_index: u8,
+}
+
+impl VerbsDevice {
+    /// Opens device `name` (the first one when `None`) and picks the GID for `near`,
+    /// the local address that reaches the peer.
+    pub fn open(name: Option<&str>, near: Option<IpAddr>) -> Result<VerbsDevice, VerbsError> {
+        let list = DeviceList::new().map_err(|e| dev_err("ibv_get_device_list", e))?;
+        let names: Vec<String> = list.iter().map(|d| d.name()).collect();
+        let device = match name {
+            Some(want) => list.iter().find(|d| d.name() == want).ok_or_else(|| {
+                VerbsError::Device(format!(
+                    "RDMA device '{want}' not found; devices here: {}",
+                    names.join(", ")
+                ))
+            })?,
+            None => list
+                .iter()
+                .next()
+                .ok_or_else(|| VerbsError::Device("libibverbs lists no RDMA device".into()))?,
+        };
+        let dev_name = device.name();
+        let ctx = device
+            .open()
+            .map_err(|e| dev_err(&format!("cannot open RDMA device {dev_name}"), e))?;
+        VerbsDevice::from_context(ctx, PORT, near)
+    }
+
+    /// The device behind `ctx` (e.g. the one rdma_cm resolved), on `port`.
+    pub fn from_context(
+        ctx: Arc<DeviceContext>,
+        port: u8,
+        near: Option<IpAddr>,
+    ) -> Result<VerbsDevice, VerbsError> {
+        let name = ctx.name();
+        let attr = ctx
+            .query_port(port)
+            .map_err(|e| dev_err(&format!("{name} port {port}"), e))?;
+        let (gid, gid_index) = if attr.link_layer() == LinkLayer::Ethernet {
+            pick_roce_gid(&ctx, port, near)
+                .ok_or_else(|| VerbsError::Device(format!("{name} port {port} has no RoCE GID (is its network device up with an IP address?)")))?
+        } else {
+            let gid = ctx
+                .query_gid(port, 0)
+                .map_err(|e| dev_err(&format!("{name} GID 0"), e))?;
+            (gid, 0)
+        };
+        Ok(VerbsDevice {
+            name,
+            port,
+            lid: attr.lid(),
+            mtu: attr.active_mtu() as u32,
+            gid,
+            gid_index,
+            ctx,
+        })
+    }
+}
+
+/// The GID of `port` to use on a RoCE device: RoCE v2 for `near`'s IPv4 address first,
+/// then any IPv4 RoCE v2 GID, then any RoCE v2 GID, then any GID.
+fn pick_roce_gid(ctx: &DeviceContext, port: u8, near: Option<IpAddr>) -> Option<(Gid, u8)> {
+    let table = ctx.query_gid_table().ok()?;
+    let entries: Vec<_> = table
+        .iter()
+        .filter(|e| e.port_num() == u32::from(port) && !e.gid().is_zero())
+        .filter_map(|e| Some((e.gid(), u8::try_from(e.gid_index()).ok()?, e.gid_type())))
+        .collect();
+    let v4 = |g: &Gid| Ipv6Addr::from(g.raw).to_ipv4_mapped();
+    let want = match near {
+        Some(IpAddr::V4(a)) => Some(a),
+        Some(IpAddr::V6(a)) => a.to_ipv4_mapped(),
+        None => None,
+    };
+    let v2 = |t: &GidType| *t == GidType::RoceV2;
+    entries
+        .iter()
+        .find(|(g, _, t)| v2(t) && want.is_some() && v4(g) == want)
+        .or_else(|| entries.iter().find(|(g, _, t)| v2(t) && v4(g).is_some()))
+        .or_else(|| entries.iter().find(|(_, _, t)| v2(t)))
+        .or_else(|| entries.first())
+        .map(|(g, i, _)| (*g, *i))
+}
+
+/// What one end tells the other about a queue pair, over the TCP side connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpDetails {
+    /// Queue pair number (24 bits).
+    pub qpn: u32,
+    /// The port's LID (InfiniBand; 0 on RoCE).
+    pub lid: u16,
+    /// The GID, exactly 16 bytes.
+    pub gid: Vec<u8>,
+    /// First packet sequence number (24 bits).
+    pub psn: u32,
+    /// Active MTU of the port, as `ibv_mtu` (1 = 256 ... 5 = 4096).
+    pub mtu: u32,
+    /// Remote address and key of receive slot 0 (for RDMA WRITE); slots follow.
+    pub ring_addr: u64,
+    pub ring_key: u32,
+    pub ring_slots: u32,
+    pub slot_bytes: u32,
+}
+
+impl QpDetails {
+    /// Checks details from the peer against this end's ring: everything bounded, the
+    /// ring the same shape as this end's (both ends derive it from the packet size).
+    pub fn validate(&self, layout: &RingLayout) -> Result<(), String> {
+        if self.gid.len() != 16 {
+            return Err(format!(
+                "the peer's GID has {} bytes, not 16",
+                self.gid.len()
+            ));
+        }
+        if self.qpn > PSN_MASK || self.qpn == 0 {
+            return Err(format!("the peer's QP number {:#x} is not valid", self.qpn));
+        }
+        if self.psn > PSN_MASK {
+            return Err(format!("the peer's PSN {:#x} exceeds 24 bits", self.psn));
+        }
+        if !(1..=5).contains(&self.mtu) {
+            return Err(format!("the peer's MTU code {} is not 1..5", self.mtu));
+        }
+        if self.ring_slots as usize != layout.recv
+            || self.slot_bytes as usize != layout.slot_bytes
+            || self.ring_slots as usize > RING_SLOTS_MAX
+        {
+            return Err(format!(
+                "the peer's receive ring ({} slots of {} bytes) does not match this end's ({} of {})",
+                self.ring_slots, self.slot_bytes, layout.recv, layout.slot_bytes
+            ));
+        }
+        let span = u64::from(self.ring_slots) * u64::from(self.slot_bytes);
+        if self.ring_addr.checked_add(span).is_none() {
+            return Err("the peer's ring address wraps around".into());
+        }
+        Ok(())
+    }
+
+    /// The peer's GID as an address, readable (IPv4 for IPv4-mapped GIDs).
+    pub fn describe(&self) -> String {
+        let mut raw = [0u8; 16];
+        if self.gid.len() == 16 {
+            raw.copy_from_slice(&self.gid);
+        }
+        format!("{}/qp{}", describe_gid(&Gid { raw }), self.qpn)
+    }
+}
+
+/// A GID as an IP address (IPv4 when mapped).
+fn describe_gid(gid: &Gid) -> String {
+    let a = Ipv6Addr::from(gid.raw);
+    match a.to_ipv4_mapped() {
+        Some(v4) => v4.to_string(),
+        None => a.to_string(),
+    }
+}
+
+/// `ibv_mtu` code of the smaller of two.
+fn path_mtu(local: u32, peer: u32) -> Mtu {
+    match local.min(peer) {
+        1 => Mtu::Mtu256,
+        2 => Mtu::Mtu512,
+        3 => Mtu::Mtu1024,
+        4 => Mtu::Mtu2048,
+        _ => Mtu::Mtu4096,
+    }
+}
+
+/// A received message not yet consumed.
+#[derive(Clone, Copy, Debug)]
+struct Ready {
+    /// Receive slot holding the data.
+    slot: usize,
+    len: usize,
+    /// The receive request to post again once the data is consumed.
+    wqe: usize,
+}
+
+/// A completion copied out of the CQ (the poller borrows the CQ while it runs).
+#[derive(Clone, Copy, Debug)]
+struct Completion {
+    wr_id: u64,
+    status: u32,
+    opcode: u32,
+    byte_len: u32,
+    imm: u32,
+    vendor_err: u32,
+}
+
+/// `ibv_wc_status` names of the failures a run can meet.
+fn status_name(status: u32) -> &'static str {
+    match status {
+        1 => "local length error",
+        2 => "local QP operation error",
+        4 => "local protection error",
+        5 => "flushed (the QP went to the error state)",
+        9 => "remote invalid request",
+        10 => "remote access error",
+        11 => "remote operation error",
+        12 => "transport retry counter exceeded (the peer stopped answering)",
+        13 => "receiver not ready (RNR) retries exceeded",
+        _ => "work completion error",
+    }
+}
+
+/// `ibv_wc_opcode` values fperf meets.
+const WC_SEND: u32 = 0;
+const WC_RDMA_WRITE: u32 = 1;
+const WC_RECV: u32 = 128;
+const WC_RECV_RDMA_WITH_IMM: u32 = 129;
+
+/// One RC queue pair with its registered rings.
+pub struct QpEndpoint {
+    // Declared (so dropped) in this order: the QP before what it uses, the memory
+    // registrations before the memory.
+    qp: BasicQueuePair,
+    mr: Arc<MemoryRegion>,
+    /// Remote-writable registration of the receive ring alone (`--rdma-write`).
+    ring_mr: Option<Arc<MemoryRegion>>,
+    cq: Arc<BasicCompletionQueue>,
+    _pd: Arc<ProtectionDomain>,
+    device: VerbsDevice,
+    /// Whatever else must live as long as the QP (rdma_cm's identifier).
+    _keep: Option<Box<dyn Send>>,
+    /// The registered region (never resized: its address is registered).
+    region: Vec<u8>,
+    layout: RingLayout,
+    /// Offset of the inbox (small receive buffers used with `--rdma-write`).
+    inbox: usize,
+    max_inline: u32,
+    psn: u32,
+    mprtt: bool,
+    write: bool,
+    abort: Arc<AtomicBool>,
+    peer: String,
+    remote: Option<RemoteRing>,
+    credits: Credits,
+    watch: Option<Arc<TcpStream>>,
+    send_free: Vec<usize>,
+    send_posted_at: Vec<Instant>,
+    send_len: Vec<usize>,
+    control_free: Vec<usize>,
+    ready: VecDeque<Ready>,
+    /// Bytes of the front of `ready` already consumed.
+    consumed: usize,
+    /// Next ring slot an RDMA WRITE lands in.
+    written_next: usize,
+    msgs_sent: u64,
+    acks: u64,
+    msgs_received: u64,
+    fin: Option<u64>,
+    completions: Vec<Completion>,
+}
+
+// SAFETY: every verbs object of a QpEndpoint belongs to it alone (its own PD, CQ, QP and
+// registrations; the device context is thread-safe in libibverbs), and every use goes
+// through `&mut QpEndpoint`, so calls on them are never concurrent.
+unsafe impl Send for QpEndpoint {}
+
+impl QpEndpoint {
+    /// Creates a QP on `device`, registers its rings, moves it to INIT with `init`
+    /// (the port, P_Key and access flags) and posts every receive.
+    pub fn create(
+        device: &VerbsDevice,
+        opts: &StreamOptions,
+        write: bool,
+        init: Option<QueuePairAttribute>,
+        keep: Option<Box<dyn Send>>,
+    ) -> Result<QpEndpoint, VerbsError> {
+        let layout = RingLayout::new(opts.pktsize);
+        let inbox = layout.region_bytes();
+        let region = vec![0u8; inbox + layout.recv * CONTROL_SLOT_BYTES];
+        let pd = device
+            .ctx
+            .alloc_pd()
+            .map_err(|e| dev_err("ibv_alloc_pd", e))?;
+        let cqe = (layout.contexts() + layout.recv) as u32;
+        let cq = device
+            .ctx
+            .create_cq_builder()
+            .setup_cqe(cqe)
+            .build()
+            .map_err(|e| dev_err("ibv_create_cq", e))?;
+        // SAFETY: `region` is allocated above, never resized, and outlives both
+        // registrations (fields drop in declaration order: registrations first).
+        let mr = unsafe {
+            pd.reg_mr(
+                region.as_ptr() as usize,
+                region.len(),
+                AccessFlags::LocalWrite,
+            )
+        }
+        .map_err(|e| dev_err("ibv_reg_mr", e))?;
+        let ring_mr = if write {
+            let off = layout.offset(Slot::Recv(0));
+            // SAFETY: as above; the range is the receive ring inside `region`.
+            let mr = unsafe {
+                pd.reg_mr(
+                    region.as_ptr() as usize + off,
+                    layout.recv * layout.slot_bytes,
+                    AccessFlags::LocalWrite | AccessFlags::RemoteWrite,
+                )
+            }
+            .map_err(|e| dev_err("ibv_reg_mr (remote write)", e))?;
+            Some(mr)
+        } else {
+            None
+        };
+        let mut last_err = None;
+        let mut built = None;
+        for inline in INLINE_TRIES {
+            let mut b = pd.create_qp_builder();
+            b.setup_send_cq(cq.clone())
+                .setup_recv_cq(cq.clone())
+                .setup_max_send_wr((layout.send + CONTROL_SLOTS) as u32)
+                .setup_max_recv_wr(layout.recv as u32)
+                .setup_max_send_sge(1)
+                .setup_max_recv_sge(1)
+                .setup_max_inline_data(inline);
+            match b.build() {
+                Ok(qp) => {
+                    built = Some((qp, inline));
+                    break;
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        let Some((qp, max_inline)) = built else {
+            return Err(dev_err(
+                "ibv_create_qp",
+                last_err.map_or_else(String::new, |e| format!("{e} ({:?})", e.0)),
+            ));
+        };
+        let mut psn_bytes = [0u8; 4];
+        getrandom::getrandom(&mut psn_bytes).map_err(|e| dev_err("random PSN", e))?;
+        let peer_ring = layout.recv as u32;
+        let mut e = QpEndpoint {
+            qp,
+            mr,
+            ring_mr,
+            cq,
+            _pd: pd,
+            device: device.clone(),
+            _keep: keep,
+            region,
+            layout,
+            inbox,
+            max_inline,
+            psn: u32::from_ne_bytes(psn_bytes) & PSN_MASK,
+            mprtt: opts.mprtt,
+            write,
+            abort: opts.abort.clone(),
+            peer: String::new(),
+            remote: None,
+            credits: Credits::new(peer_ring, layout.recv as u32),
+            watch: None,
+            send_free: (0..layout.send).rev().collect(),
+            send_posted_at: vec![Instant::now(); layout.send],
+            send_len: vec![0; layout.send],
+            control_free: (0..CONTROL_SLOTS).rev().collect(),
+            ready: VecDeque::with_capacity(layout.recv),
+            consumed: 0,
+            written_next: 0,
+            msgs_sent: 0,
+            acks: 0,
+            msgs_received: 0,
+            fin: None,
+            completions: Vec::with_capacity(cqe as usize),
+        };
+        let init = init.unwrap_or_else(|| {
+            let mut a = QueuePairAttribute::new();
+            a.setup_state(QueuePairState::Init)
+                .setup_pkey_index(0)
+                .setup_port(device.port);
+            a
+        });
+        e.modify_with_access(init, "INIT")?;
+        for i in 0..e.layout.recv {
+            e.post_recv(i)?;
+        }
+        Ok(e)
+    }
+
+    /// Modifies the QP with `attr` plus this end's access flags (remote write with
+    /// `--rdma-write`).
+    fn modify_with_access(
+        &mut self,
+        mut attr: QueuePairAttribute,
+        state: &str,
+    ) -> Result<(), VerbsError> {
+        let access = if self.write {
+            AccessFlags::LocalWrite | AccessFlags::RemoteWrite
+        } else {
+            AccessFlags::LocalWrite
+        };
+        attr.setup_access_flags(access);
+        self.modify(&attr, state)
+    }
+
+    /// Moves the QP to another state (rdma_cm gives the attributes for its states).
+    pub fn modify(&mut self, attr: &QueuePairAttribute, state: &str) -> Result<(), VerbsError> {
+        self.qp.modify(attr).map_err(|e| {
+            dev_err(
+                &format!("moving the QP to {state}"),
+                format!("{e} ({:?})", e.0),
+            )
+        })
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qp.qp_number()
+    }
+
+    /// The device the QP lives on.
+    pub fn device(&self) -> &VerbsDevice {
+        &self.device
+    }
+
+    /// What the peer needs to connect to this QP and write into its ring.
+    pub fn details(&self) -> QpDetails {
+        let (ring_addr, ring_key) = match &self.ring_mr {
+            Some(mr) => (mr.get_ptr() as u64, mr.rkey()),
+            None => (0, 0),
+        };
+        QpDetails {
+            qpn: self.qpn(),
+            lid: self.device.lid,
+            gid: self.device.gid.raw.to_vec(),
+            psn: self.psn,
+            mtu: self.device.mtu,
+            ring_addr,
+            ring_key,
+            ring_slots: self.layout.recv as u32,
+            slot_bytes: self.layout.slot_bytes as u32,
+        }
+    }
+
+    /// Takes the peer's details (already connected by rdma_cm, or about to be): checks
+    /// them and, with `--rdma-write`, learns where to write.
+    pub fn set_peer(&mut self, peer: &QpDetails) -> Result<(), VerbsError> {
+        peer.validate(&self.layout).map_err(VerbsError::Peer)?;
+        if self.write {
+            self.remote = Some(RemoteRing::new(
+                peer.ring_addr,
+                u64::from(peer.ring_key),
+                peer.ring_slots as usize,
+                u64::from(peer.slot_bytes),
+            ));
+        }
+        // The credits counted from the start on a ring of this end's shape, which
+        // `validate` just checked the peer's is.
+        self.peer = peer.describe();
+        Ok(())
+    }
+
+    /// Connects the QP to the peer's by hand (`--rdma-api ibverbs`): RTR, then RTS.
+    pub fn connect_ib(&mut self, peer: &QpDetails) -> Result<(), VerbsError> {
+        self.set_peer(peer)?;
+        let mut raw = [0u8; 16];
+        raw.copy_from_slice(&peer.gid);
+        let mut ah = AddressHandleAttribute::new();
+        ah.setup_dest_lid(peer.lid)
+            .setup_port(self.device.port)
+            .setup_service_level(0)
+            .setup_grh_src_gid_index(self.device.gid_index)
+            .setup_grh_dest_gid(&Gid { raw })
+            .setup_grh_hop_limit(HOP_LIMIT);
+        let mut rtr = QueuePairAttribute::new();
+        rtr.setup_state(QueuePairState::ReadyToReceive)
+            .setup_path_mtu(path_mtu(self.device.mtu, peer.mtu))
+            .setup_dest_qp_num(peer.qpn)
+            .setup_rq_psn(peer.psn)
+            .setup_max_dest_read_atomic(0)
+            .setup_min_rnr_timer(12)
+            .setup_address_vector(&ah);
+        self.modify(&rtr, "RTR")?;
+        let mut rts = QueuePairAttribute::new();
+        rts.setup_state(QueuePairState::ReadyToSend)
+            .setup_sq_psn(self.psn)
+            .setup_timeout(ACK_TIMEOUT)
+            .setup_retry_cnt(RETRY_COUNT)
+            .setup_rnr_retry(0)
+            .setup_max_read_atomic(0);
+        self.modify(&rts, "RTS")
+    }
+
+    /// Watches `sock`, the TCP connection to the peer, to notice when the peer is gone.
+    pub fn set_watch(&mut self, sock: Arc<TcpStream>) {
+        self.watch = Some(sock);
+    }
+
+    /// The receive buffer of receive request `i`: its ring slot, or with RDMA WRITE its
+    /// inbox entry (written data owns the ring slots then).
+    fn wqe_buffer(&self, i: usize) -> (usize, usize) {
+        if self.write {
+            (self.inbox + i * CONTROL_SLOT_BYTES, CONTROL_SLOT_BYTES)
+        } else {
+            (self.layout.offset(Slot::Recv(i)), self.layout.slot_bytes)
+        }
+    }
+
+    /// Posts receive request `i`.
+    fn post_recv(&mut self, i: usize) -> Result<(), VerbsError> {
+        let (off, len) = self.wqe_buffer(i);
+        let addr = self.region[off..].as_ptr() as u64;
+        let wr_id = self.layout.index(Slot::Recv(i)) as u64;
+        let lkey = self.mr.lkey();
+        let mut guard = self.qp.start_post_recv();
+        let wr = guard.construct_wr(wr_id);
+        // SAFETY: `addr..addr+len` lies in the registered region, which outlives the QP
+        // and is not touched by fperf until this receive completes.
+        unsafe { wr.setup_sge(lkey, addr, len as u32) };
+        guard.post().map_err(|e| dev_err("ibv_post_recv", e))
+    }
+
+    /// Posts `len` bytes of `slot` as a SEND (or, with `write_to`, an RDMA WRITE) with
+    /// immediate data `imm`; inline when it fits.
+    fn post(
+        &mut self,
+        slot: Slot,
+        len: usize,
+        imm: Imm,
+        write_to: Option<(u32, u64)>,
+    ) -> Result<(), VerbsError> {
+        let off = self.layout.offset(slot);
+        let wr_id = self.layout.index(slot) as u64;
+        let inline = len as u32 <= self.max_inline && len > 0;
+        let lkey = self.mr.lkey();
+        let data = &self.region[off..off + len];
+        let mut guard = self.qp.start_post_send();
+        let wr = guard.construct_wr(wr_id, WorkRequestFlags::Signaled);
+        let h = match write_to {
+            Some((rkey, addr)) => wr.setup_write_imm(rkey, addr, imm.encode()),
+            None => wr.setup_send_imm(imm.encode()),
+        };
+        if inline {
+            h.setup_inline_data(data);
+        } else {
+            // SAFETY: `data` is in the registered region and is not reused until the
+            // send's completion (its slot is off the free list until then).
+            unsafe { h.setup_sge(lkey, data.as_ptr() as u64, len as u32) };
+        }
+        guard.post().map_err(|e| dev_err("ibv_post_send", e))
+    }
+
+    /// Reads the completions that are there, without waiting, and sends a credit-only
+    /// message if one is due. Returns how many completions there were.
+    fn poll(&mut self, stats: &mut StreamStats) -> io::Result<usize> {
+        self.completions.clear();
+        match self.cq.start_poll() {
+            Ok(poller) => {
+                for wc in poller {
+                    self.completions.push(Completion {
+                        wr_id: wc.wr_id(),
+                        status: wc.status(),
+                        opcode: wc.opcode(),
+                        byte_len: wc.byte_len(),
+                        imm: wc.imm_data(),
+                        vendor_err: wc.vendor_err(),
+                    });
+                }
+            }
+            Err(PollCompletionQueueError::CompletionQueueEmpty) => {}
+            Err(e) => return Err(io::Error::other(format!("ibv_poll_cq: {e}"))),
+        }
+        let n = self.completions.len();
+        let now = Instant::now();
+        for k in 0..n {
+            let c = self.completions[k];
+            self.complete(c, now, stats)?;
+        }
+        if self.credits.credit_due() {
+            if let Some(i) = self.control_free.pop() {
+                if let Some(carried) = self.credits.take_for_credit() {
+                    let off = self.layout.offset(Slot::Control(i));
+                    self.region[off] = 0;
+                    let imm = Imm {
+                        kind: ImmKind::Credit,
+                        credits: carried,
+                    };
+                    self.post(Slot::Control(i), 1, imm, None)?;
+                } else {
+                    self.control_free.push(i);
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Handles one completion.
+    fn complete(&mut self, c: Completion, now: Instant, stats: &mut StreamStats) -> io::Result<()> {
+        if c.status != 0 {
+            let kind = if c.status == 5 || c.status == 12 {
+                io::ErrorKind::ConnectionAborted
+            } else {
+                io::ErrorKind::Other
+            };
+            return Err(io::Error::new(
+                kind,
+                format!(
+                    "RDMA completion failed on {}: {} (status {}, vendor error {:#x})",
+                    self.device.name,
+                    status_name(c.status),
+                    c.status,
+                    c.vendor_err
+                ),
+            ));
+        }
+        let slot = usize::try_from(c.wr_id)
+            .ok()
+            .and_then(|i| self.layout.slot(i));
+        match (slot, c.opcode) {
+            (Some(Slot::Send(i)), WC_SEND | WC_RDMA_WRITE) => {
+                if !self.mprtt {
+                    let ns = now.duration_since(self.send_posted_at[i]).as_nanos();
+                    stats
+                        .send_latency
+                        .record(u64::try_from(ns).unwrap_or(u64::MAX));
+                }
+                stats.bytes_sent += self.send_len[i] as u64;
+                self.send_free.push(i);
+            }
+            (Some(Slot::Control(i)), WC_SEND) => self.control_free.push(i),
+            (Some(Slot::Recv(i)), WC_RECV | WC_RECV_RDMA_WITH_IMM) => {
+                self.received(i, c)?;
+            }
+            _ => {
+                return Err(VerbsError::Peer(format!(
+                    "a completion fperf did not ask for (wr_id {}, opcode {})",
+                    c.wr_id, c.opcode
+                ))
+                .into())
+            }
+        }
+        Ok(())
+    }
+
+    /// A message arrived in receive request `i`.
+    fn received(&mut self, i: usize, c: Completion) -> io::Result<()> {
+        let imm = Imm::decode(c.imm).ok_or_else(|| {
+            VerbsError::Peer(format!(
+                "a message of unknown kind ({:#x}) from the peer",
+                c.imm
+            ))
+        })?;
+        self.credits
+            .returned(imm.credits)
+            .map_err(VerbsError::Peer)?;
+        let len = c.byte_len as usize;
+        let written = c.opcode == WC_RECV_RDMA_WITH_IMM;
+        match imm.kind {
+            ImmKind::Data => {
+                if written != self.write || len > self.layout.slot_bytes {
+                    return Err(VerbsError::Peer(
+                        "a data message that does not fit this end's ring".into(),
+                    )
+                    .into());
+                }
+                let slot = if written {
+                    let s = self.written_next;
+                    self.written_next = (s + 1) % self.layout.recv;
+                    s
+                } else {
+                    i
+                };
+                self.msgs_received += 1;
+                self.ready.push_back(Ready { slot, len, wqe: i });
+                // The receive is posted again once the application consumed the data.
+                return Ok(());
+            }
+            ImmKind::Ack => self.acks += 1,
+            ImmKind::Fin => {
+                let (off, cap) = self.wqe_buffer(i);
+                if written || len != FIN_BYTES || cap < FIN_BYTES {
+                    return Err(VerbsError::Peer("a malformed FIN from the peer".into()).into());
+                }
+                let mut count = [0u8; FIN_BYTES];
+                count.copy_from_slice(&self.region[off..off + FIN_BYTES]);
+                let count = u64::from_le_bytes(count);
+                if count != self.msgs_received {
+                    return Err(VerbsError::Peer(format!(
+                        "the peer says it sent {count} messages, {} arrived",
+                        self.msgs_received
+                    ))
+                    .into());
+                }
+                self.fin = Some(count);
+            }
+            ImmKind::Credit => {}
+        }
+        if written {
+            return Err(VerbsError::Peer("an RDMA WRITE that carries no data".into()).into());
+        }
+        self.post_recv(i)?;
+        self.credits.reposted(1);
+        Ok(())
+    }
+
+    /// Waits (polling) until `ready` says so.
+    fn wait_for(
+        &mut self,
+        deadline: Deadline,
+        stats: &mut StreamStats,
+        mut ready: impl FnMut(&mut QpEndpoint) -> bool,
+    ) -> io::Result<()> {
+        let mut backoff = Backoff::new();
+        while !ready(self) {
+            if self.poll(stats)? == 0 {
+                backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a free control slot and a credit, waiting for both.
+    fn control_send(
+        &mut self,
+        kind: ImmKind,
+        payload: &[u8],
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        self.wait_for(deadline, stats, |e| {
+            !e.control_free.is_empty() && e.credits.available() >= 2
+        })?;
+        let (Some(i), Some(credits)) = (self.control_free.pop(), self.credits.take()) else {
+            return Err(io::Error::other("control slot vanished"));
+        };
+        let off = self.layout.offset(Slot::Control(i));
+        self.region[off..off + payload.len()].copy_from_slice(payload);
+        self.post(Slot::Control(i), payload.len(), Imm { kind, credits }, None)?;
+        Ok(())
+    }
+}
+
+impl RingEndpoint for QpEndpoint {
+    fn send_packet(
+        &mut self,
+        buf: &[u8],
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        for chunk in buf.chunks(self.layout.slot_bytes) {
+            self.wait_for(deadline, stats, |e| {
+                !e.send_free.is_empty() && e.credits.available() >= 2
+            })?;
+            let (Some(i), Some(credits)) = (self.send_free.pop(), self.credits.take()) else {
+                return Err(io::Error::other("send slot vanished"));
+            };
+            let off = self.layout.offset(Slot::Send(i));
+            self.region[off..off + chunk.len()].copy_from_slice(chunk);
+            let target = match &mut self.remote {
+                Some(r) => {
+                    let (_, addr) = r.take_uncounted();
+                    Some((r.key() as u32, addr))
+                }
+                None => None,
+            };
+            let start = Instant::now();
+            self.send_posted_at[i] = start;
+            self.send_len[i] = chunk.len();
+            let imm = Imm {
+                kind: ImmKind::Data,
+                credits,
+            };
+            self.post(Slot::Send(i), chunk.len(), imm, target)?;
+            self.msgs_sent += 1;
+            // Harvest completions at once so their latency is not inflated.
+            self.poll(stats)?;
+            if self.mprtt {
+                self.wait_for(deadline, stats, |e| e.acks > 0)?;
+                self.acks -= 1;
+                stats.bytes_received += 1;
+                stats.send_latency.record_since(start);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()> {
+        let send = self.layout.send;
+        self.wait_for(deadline, stats, |e| e.send_free.len() == send)?;
+        let count = self.msgs_sent.to_le_bytes();
+        self.control_send(ImmKind::Fin, &count, deadline, stats)?;
+        match self.wait_for(deadline, stats, |e| e.control_free.len() == CONTROL_SLOTS) {
+            // Every data send completed (acknowledged by the peer's QP) above; a peer
+            // that closed after reading the FIN may not have acknowledged it.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => Ok(()),
+            other => other,
+        }
+    }
+
+    fn at_eof(&self) -> bool {
+        self.fin.is_some() && self.ready.is_empty()
+    }
+
+    fn try_recv(&mut self, buf: &mut [u8], stats: &mut StreamStats) -> io::Result<Option<usize>> {
+        if self.ready.is_empty() {
+            self.poll(stats)?;
+        }
+        let Some(&Ready { slot, len, wqe }) = self.ready.front() else {
+            return Ok(None);
+        };
+        if self.consumed == 0 && self.mprtt {
+            self.control_send(ImmKind::Ack, &[1], Deadline::Never, stats)?;
+            stats.bytes_sent += 1;
+        }
+        let off = self.layout.offset(Slot::Recv(slot)) + self.consumed;
+        let n = (len - self.consumed).min(buf.len());
+        buf[..n].copy_from_slice(&self.region[off..off + n]);
+        self.consumed += n;
+        if self.consumed == len {
+            self.consumed = 0;
+            self.ready.pop_front();
+            self.post_recv(wqe)?;
+            self.credits.reposted(1);
+        }
+        Ok(Some(n))
+    }
+
+    fn local_addr(&self) -> String {
+        format!(
+            "{}/qp{} ({})",
+            describe_gid(&self.device.gid),
+            self.qpn(),
+            self.device.name
+        )
+    }
+
+    fn peer_addr(&self) -> String {
+        self.peer.clone()
+    }
+
+    fn watch(&self) -> Option<Arc<TcpStream>> {
+        self.watch.clone()
+    }
+}
+
+/// One end of a verbs STREAM.
+pub type VerbsStream = EndpointStream<QpEndpoint>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> QpDetails {
+        let l = RingLayout::new(1000);
+        QpDetails {
+            qpn: 0x11,
+            lid: 0,
+            gid: vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1],
+            psn: 0x123456,
+            mtu: 3,
+            ring_addr: 0x7f00_0000_0000,
+            ring_key: 42,
+            ring_slots: l.recv as u32,
+            slot_bytes: l.slot_bytes as u32,
+        }
+    }
+
+    #[test]
+    fn details_roundtrip_as_json_and_validate() {
+        let d = good();
+        let back: QpDetails =
+            serde_json::from_slice(&serde_json::to_vec(&d).expect("encode")).expect("decode");
+        assert_eq!(back, d);
+        assert_eq!(d.validate(&RingLayout::new(1000)), Ok(()));
+        assert_eq!(d.describe(), "10.0.0.1/qp17");
+    }
+
+    #[test]
+    fn hostile_details_are_refused_without_panicking() {
+        let l = RingLayout::new(1000);
+        type Spoil = fn(&mut QpDetails);
+        let cases: Vec<(&str, Spoil)> = vec![
+            ("short gid", |d| d.gid.truncate(15)),
+            ("long gid", |d| d.gid.push(0)),
+            ("empty gid", |d| d.gid.clear()),
+            ("qpn 0", |d| d.qpn = 0),
+            ("qpn > 24 bits", |d| d.qpn = 0x100_0000),
+            ("psn > 24 bits", |d| d.psn = u32::MAX),
+            ("mtu 0", |d| d.mtu = 0),
+            ("mtu 6", |d| d.mtu = 6),
+            ("fewer slots", |d| d.ring_slots -= 1),
+            ("no slots", |d| d.ring_slots = 0),
+            ("huge ring", |d| d.ring_slots = u32::MAX),
+            ("other slot size", |d| d.slot_bytes = 1001),
+            ("wrapping address", |d| d.ring_addr = u64::MAX - 10),
+        ];
+        for (name, spoil) in cases {
+            let mut d = good();
+            spoil(&mut d);
+            assert!(d.validate(&l).is_err(), "{name} accepted");
+            let _ = d.describe();
+        }
+    }
+
+    #[test]
+    fn malformed_json_is_an_error() {
+        for bad in [
+            "{}",
+            r#"{"qpn":1}"#,
+            r#"{"qpn":-1,"lid":0,"gid":[],"psn":0,"mtu":1,"ring_addr":0,"ring_key":0,"ring_slots":1,"slot_bytes":1}"#,
+            r#"{"qpn":1,"lid":70000,"gid":[],"psn":0,"mtu":1,"ring_addr":0,"ring_key":0,"ring_slots":1,"slot_bytes":1}"#,
+            r#"{"qpn":1,"lid":0,"gid":[256],"psn":0,"mtu":1,"ring_addr":0,"ring_key":0,"ring_slots":1,"slot_bytes":1}"#,
+        ] {
+            assert!(serde_json::from_str::<QpDetails>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_path_mtu_is_the_smaller_one() {
+        assert!(matches!(path_mtu(5, 3), Mtu::Mtu1024));
+        assert!(matches!(path_mtu(1, 5), Mtu::Mtu256));
+        assert!(matches!(path_mtu(5, 5), Mtu::Mtu4096));
+    }
+
+    #[test]
+    fn gids_read_as_addresses() {
+        let mut raw = [0u8; 16];
+        raw[10] = 0xff;
+        raw[11] = 0xff;
+        raw[12..].copy_from_slice(&[192, 168, 1, 2]);
+        assert_eq!(describe_gid(&Gid { raw }), "192.168.1.2");
+        let mut raw = [0u8; 16];
+        raw[0] = 0xfe;
+        raw[1] = 0x80;
+        raw[15] = 1;
+        assert_eq!(describe_gid(&Gid { raw }), "fe80::1");
+    }
+}
