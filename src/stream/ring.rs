@@ -176,8 +176,8 @@ const IMM_CREDIT_BITS: u32 = 28;
 const IMM_CREDIT_MASK: u32 = (1 << IMM_CREDIT_BITS) - 1;
 
 impl Imm {
-    /// The 32 bits sent (in the order the sending host stores them; the receiver reads
-    /// them back the same way, so no byte-order conversion is needed on either end).
+    /// The 32 bits sent (the wire carries them big-endian: `to_be` before posting,
+    /// `from_be` on the completion).
     pub fn encode(self) -> u32 {
         let kind = match self.kind {
             ImmKind::Data => 1,

@@ -363,11 +363,6 @@ pub struct QpEndpoint {
     completions: Vec<Completion>,
 }
 
-// SAFETY: every verbs object of a QpEndpoint belongs to it alone (its own PD, CQ, QP and
-// registrations; the device context is thread-safe in libibverbs), and every use goes
-// through `&mut QpEndpoint`, so calls on them are never concurrent.
-unsafe impl Send for QpEndpoint {}
-
 impl QpEndpoint {
     /// Creates a QP on `device`, registers its rings, moves it to INIT with `init`
     /// (the port, P_Key and access flags) and posts every receive.
@@ -642,8 +637,8 @@ impl QpEndpoint {
         let mut guard = self.qp.start_post_send();
         let wr = guard.construct_wr(wr_id, WorkRequestFlags::Signaled);
         let h = match write_to {
-            Some((rkey, addr)) => wr.setup_write_imm(rkey, addr, imm.encode()),
-            None => wr.setup_send_imm(imm.encode()),
+            Some((rkey, addr)) => wr.setup_write_imm(rkey, addr, imm.encode().to_be()),
+            None => wr.setup_send_imm(imm.encode().to_be()),
         };
         if inline {
             h.setup_inline_data(data);
@@ -681,22 +676,30 @@ impl QpEndpoint {
             let c = self.completions[k];
             self.complete(c, now, stats)?;
         }
-        if self.credits.credit_due() {
-            if let Some(i) = self.control_free.pop() {
-                if let Some(carried) = self.credits.take_for_credit() {
-                    let off = self.layout.offset(Slot::Control(i));
-                    self.region[off] = 0;
-                    let imm = Imm {
-                        kind: ImmKind::Credit,
-                        credits: carried,
-                    };
-                    self.post(Slot::Control(i), 1, imm, None)?;
-                } else {
-                    self.control_free.push(i);
-                }
-            }
-        }
+        self.send_credit_if_due()?;
         Ok(n)
+    }
+
+    /// Sends a credit-only message if enough receives were re-posted unreported (and a
+    /// control slot is free; else the next poll does).
+    fn send_credit_if_due(&mut self) -> Result<(), VerbsError> {
+        if !self.credits.credit_due() {
+            return Ok(());
+        }
+        let Some(i) = self.control_free.pop() else {
+            return Ok(());
+        };
+        let Some(carried) = self.credits.take_for_credit() else {
+            self.control_free.push(i);
+            return Ok(());
+        };
+        let off = self.layout.offset(Slot::Control(i));
+        self.region[off] = 0;
+        let imm = Imm {
+            kind: ImmKind::Credit,
+            credits: carried,
+        };
+        self.post(Slot::Control(i), 1, imm, None)
     }
 
     /// Handles one completion.
@@ -749,7 +752,7 @@ impl QpEndpoint {
 
     /// A message arrived in receive request `i`.
     fn received(&mut self, i: usize, c: Completion) -> io::Result<()> {
-        let imm = Imm::decode(c.imm).ok_or_else(|| {
+        let imm = Imm::decode(u32::from_be(c.imm)).ok_or_else(|| {
             VerbsError::Peer(format!(
                 "a message of unknown kind ({:#x}) from the peer",
                 c.imm
@@ -926,6 +929,8 @@ impl RingEndpoint for QpEndpoint {
             self.ready.pop_front();
             self.post_recv(wqe)?;
             self.credits.reposted(1);
+            // A receiver draining a backlog polls no CQ: give the credits back now.
+            self.send_credit_if_due()?;
         }
         Ok(Some(n))
     }
