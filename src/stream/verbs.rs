@@ -277,6 +277,12 @@ fn path_mtu(local: u32, peer: u32) -> Mtu {
     }
 }
 
+/// The rings of a QP for `opts`: slots of a packet, but never smaller than a FIN's
+/// payload (a FIN lands in a receive slot like any SEND).
+fn layout_for(opts: &StreamOptions) -> RingLayout {
+    RingLayout::new(opts.pktsize.max(FIN_BYTES))
+}
+
 /// A received message not yet consumed.
 #[derive(Clone, Copy, Debug)]
 struct Ready {
@@ -288,14 +294,18 @@ struct Ready {
 }
 
 /// A completion copied out of the CQ (the poller borrows the CQ while it runs).
-#[derive(Clone, Copy, Debug)]
-struct Completion {
-    wr_id: u64,
-    status: u32,
-    opcode: u32,
-    byte_len: u32,
-    imm: u32,
-    vendor_err: u32,
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Completion {
+    pub wr_id: u64,
+    /// `ibv_wc_status` (0 = success).
+    pub status: u32,
+    /// `ibv_wc_opcode` ([`WC_SEND`], [`WC_RDMA_WRITE`], [`WC_RECV`],
+    /// [`WC_RECV_RDMA_WITH_IMM`]).
+    pub opcode: u32,
+    pub byte_len: u32,
+    /// Immediate data, in wire order.
+    pub imm: u32,
+    pub vendor_err: u32,
 }
 
 /// `ibv_wc_status` names of the failures a run can meet.
@@ -315,24 +325,145 @@ fn status_name(status: u32) -> &'static str {
 }
 
 /// `ibv_wc_opcode` values fperf meets.
-const WC_SEND: u32 = 0;
-const WC_RDMA_WRITE: u32 = 1;
-const WC_RECV: u32 = 128;
-const WC_RECV_RDMA_WITH_IMM: u32 = 129;
+pub const WC_SEND: u32 = 0;
+pub const WC_RDMA_WRITE: u32 = 1;
+pub const WC_RECV: u32 = 128;
+pub const WC_RECV_RDMA_WITH_IMM: u32 = 129;
 
-/// One RC queue pair with its registered rings.
-pub struct QpEndpoint {
-    // Declared (so dropped) in this order: the QP before what it uses, the memory
-    // registrations before the memory.
+/// The verbs calls a [`QpEndpoint`] makes on its queue pair: [`SidewayQp`] on a device,
+/// or an in-memory stand-in in the unit tests (which checks that no message ever finds
+/// no posted receive).
+pub trait QpOps: Send {
+    fn qpn(&self) -> u32;
+    /// Moves the QP to another state.
+    fn modify(&mut self, attr: &QueuePairAttribute, state: &str) -> Result<(), VerbsError>;
+    /// Remote address and key of the receive ring (RDMA WRITE), or zeros.
+    fn ring(&self) -> (u64, u32);
+    /// Posts a receive into `buf` (part of the registered region).
+    fn post_recv(&mut self, wr_id: u64, buf: &mut [u8]) -> Result<(), VerbsError>;
+    /// Posts `data` (part of the registered region) as a SEND, or an RDMA WRITE to
+    /// `write_to` (rkey, address), with immediate data `imm` (wire order); `inline`
+    /// copies it into the work request.
+    fn post_send(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        inline: bool,
+        imm: u32,
+        write_to: Option<(u32, u64)>,
+    ) -> Result<(), VerbsError>;
+    /// Appends the completions there are to `out`, without waiting. `region` is the
+    /// registered region (the stand-in delivers into it; a device already did).
+    fn poll(&mut self, region: &mut [u8], out: &mut Vec<Completion>) -> Result<(), VerbsError>;
+}
+
+/// A queue pair on a device, through sideway.
+pub struct SidewayQp {
+    // Declared (so dropped) in this order: the QP before what it uses.
     qp: BasicQueuePair,
     mr: Arc<MemoryRegion>,
     /// Remote-writable registration of the receive ring alone (`--rdma-write`).
     ring_mr: Option<Arc<MemoryRegion>>,
     cq: Arc<BasicCompletionQueue>,
     _pd: Arc<ProtectionDomain>,
-    device: VerbsDevice,
     /// Whatever else must live as long as the QP (rdma_cm's identifier).
     _keep: Option<Box<dyn Send>>,
+}
+
+impl QpOps for SidewayQp {
+    fn qpn(&self) -> u32 {
+        self.qp.qp_number()
+    }
+
+    fn modify(&mut self, attr: &QueuePairAttribute, state: &str) -> Result<(), VerbsError> {
+        self.qp.modify(attr).map_err(|e| {
+            dev_err(
+                &format!("moving the QP to {state}"),
+                format!("{e} ({:?})", e.0),
+            )
+        })
+    }
+
+    fn ring(&self) -> (u64, u32) {
+        match &self.ring_mr {
+            Some(mr) => (mr.get_ptr() as u64, mr.rkey()),
+            None => (0, 0),
+        }
+    }
+
+    fn post_recv(&mut self, wr_id: u64, buf: &mut [u8]) -> Result<(), VerbsError> {
+        let lkey = self.mr.lkey();
+        let mut guard = self.qp.start_post_recv();
+        let wr = guard.construct_wr(wr_id);
+        // SAFETY: `buf` lies in the registered region, which outlives the QP, and fperf
+        // does not touch it until this receive completes.
+        unsafe { wr.setup_sge(lkey, buf.as_mut_ptr() as u64, buf.len() as u32) };
+        guard.post().map_err(|e| dev_err("ibv_post_recv", e))
+    }
+
+    fn post_send(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        inline: bool,
+        imm: u32,
+        write_to: Option<(u32, u64)>,
+    ) -> Result<(), VerbsError> {
+        let lkey = self.mr.lkey();
+        let mut guard = self.qp.start_post_send();
+        let wr = guard.construct_wr(wr_id, WorkRequestFlags::Signaled);
+        let h = match write_to {
+            Some((rkey, addr)) => wr.setup_write_imm(rkey, addr, imm),
+            None => wr.setup_send_imm(imm),
+        };
+        if inline {
+            h.setup_inline_data(data);
+        } else {
+            // SAFETY: `data` is in the registered region and is not reused until the
+            // send's completion (its slot is off the free list until then).
+            unsafe { h.setup_sge(lkey, data.as_ptr() as u64, data.len() as u32) };
+        }
+        guard.post().map_err(|e| dev_err("ibv_post_send", e))
+    }
+
+    fn poll(&mut self, _region: &mut [u8], out: &mut Vec<Completion>) -> Result<(), VerbsError> {
+        match self.cq.start_poll() {
+            Ok(poller) => {
+                for wc in poller {
+                    out.push(Completion {
+                        wr_id: wc.wr_id(),
+                        status: wc.status(),
+                        opcode: wc.opcode(),
+                        byte_len: wc.byte_len(),
+                        imm: wc.imm_data(),
+                        vendor_err: wc.vendor_err(),
+                    });
+                }
+                Ok(())
+            }
+            Err(PollCompletionQueueError::CompletionQueueEmpty) => Ok(()),
+            Err(e) => Err(dev_err("ibv_poll_cq", e)),
+        }
+    }
+}
+
+/// What a [`QpEndpoint`] says about its device port (in its details and reports).
+#[derive(Clone, Debug)]
+pub struct PortInfo {
+    pub device: String,
+    pub port: u8,
+    pub lid: u16,
+    /// Active MTU (`ibv_mtu` value, 1..=5).
+    pub mtu: u32,
+    pub gid: Gid,
+    pub gid_index: u8,
+}
+
+/// One RC queue pair with its registered rings.
+pub struct QpEndpoint {
+    // Declared (so dropped) before `region`: the QP and registrations go first.
+    ops: Box<dyn QpOps>,
+    port: PortInfo,
     /// The registered region (never resized: its address is registered).
     region: Vec<u8>,
     layout: RingLayout,
@@ -373,9 +504,8 @@ impl QpEndpoint {
         init: Option<QueuePairAttribute>,
         keep: Option<Box<dyn Send>>,
     ) -> Result<QpEndpoint, VerbsError> {
-        let layout = RingLayout::new(opts.pktsize);
-        let inbox = layout.region_bytes();
-        let region = vec![0u8; inbox + layout.recv * CONTROL_SLOT_BYTES];
+        let layout = layout_for(opts);
+        let region = vec![0u8; QpEndpoint::region_bytes(opts)];
         let pd = device
             .ctx
             .alloc_pd()
@@ -437,20 +567,71 @@ impl QpEndpoint {
                 last_err.map_or_else(String::new, |e| format!("{e} ({:?})", e.0)),
             ));
         };
-        let mut psn_bytes = [0u8; 4];
-        getrandom::getrandom(&mut psn_bytes).map_err(|e| dev_err("random PSN", e))?;
-        let peer_ring = layout.recv as u32;
-        let mut e = QpEndpoint {
+        let ops = SidewayQp {
             qp,
             mr,
             ring_mr,
             cq,
             _pd: pd,
-            device: device.clone(),
             _keep: keep,
+        };
+        let port = PortInfo {
+            device: device.name.clone(),
+            port: device.port,
+            lid: device.lid,
+            mtu: device.mtu,
+            gid: device.gid,
+            gid_index: device.gid_index,
+        };
+        let mut e = QpEndpoint::with_ops(Box::new(ops), port, region, opts, write, max_inline)?;
+        let init = init.unwrap_or_else(|| {
+            let mut a = QueuePairAttribute::new();
+            a.setup_state(QueuePairState::Init)
+                .setup_pkey_index(0)
+                .setup_port(device.port);
+            a
+        });
+        e.start(init)?;
+        Ok(e)
+    }
+
+    /// Moves the QP to INIT with `init` and posts every receive.
+    pub fn start(&mut self, init: QueuePairAttribute) -> Result<(), VerbsError> {
+        self.modify_with_access(init, "INIT")?;
+        for i in 0..self.layout.recv {
+            self.post_recv(i)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of the region a QP for `opts` registers: the rings, then the inbox.
+    pub fn region_bytes(opts: &StreamOptions) -> usize {
+        let layout = layout_for(opts);
+        layout.region_bytes() + layout.recv * CONTROL_SLOT_BYTES
+    }
+
+    /// An endpoint over `ops` (in INIT, nothing posted yet) and its `region`, of
+    /// [`QpEndpoint::region_bytes`] bytes.
+    pub fn with_ops(
+        ops: Box<dyn QpOps>,
+        port: PortInfo,
+        region: Vec<u8>,
+        opts: &StreamOptions,
+        write: bool,
+        max_inline: u32,
+    ) -> Result<QpEndpoint, VerbsError> {
+        let layout = layout_for(opts);
+        if region.len() != QpEndpoint::region_bytes(opts) {
+            return Err(VerbsError::Device("the region has the wrong size".into()));
+        }
+        let mut psn_bytes = [0u8; 4];
+        getrandom::getrandom(&mut psn_bytes).map_err(|e| dev_err("random PSN", e))?;
+        Ok(QpEndpoint {
+            ops,
+            port,
             region,
             layout,
-            inbox,
+            inbox: layout.region_bytes(),
             max_inline,
             psn: u32::from_ne_bytes(psn_bytes) & PSN_MASK,
             mprtt: opts.mprtt,
@@ -458,7 +639,7 @@ impl QpEndpoint {
             abort: opts.abort.clone(),
             peer: String::new(),
             remote: None,
-            credits: Credits::new(peer_ring, layout.recv as u32),
+            credits: Credits::new(layout.recv as u32, layout.recv as u32),
             watch: None,
             send_free: (0..layout.send).rev().collect(),
             send_posted_at: vec![Instant::now(); layout.send],
@@ -471,20 +652,8 @@ impl QpEndpoint {
             acks: 0,
             msgs_received: 0,
             fin: None,
-            completions: Vec::with_capacity(cqe as usize),
-        };
-        let init = init.unwrap_or_else(|| {
-            let mut a = QueuePairAttribute::new();
-            a.setup_state(QueuePairState::Init)
-                .setup_pkey_index(0)
-                .setup_port(device.port);
-            a
-        });
-        e.modify_with_access(init, "INIT")?;
-        for i in 0..e.layout.recv {
-            e.post_recv(i)?;
-        }
-        Ok(e)
+            completions: Vec::with_capacity(layout.contexts() + layout.recv),
+        })
     }
 
     /// Modifies the QP with `attr` plus this end's access flags (remote write with
@@ -505,36 +674,28 @@ impl QpEndpoint {
 
     /// Moves the QP to another state (rdma_cm gives the attributes for its states).
     pub fn modify(&mut self, attr: &QueuePairAttribute, state: &str) -> Result<(), VerbsError> {
-        self.qp.modify(attr).map_err(|e| {
-            dev_err(
-                &format!("moving the QP to {state}"),
-                format!("{e} ({:?})", e.0),
-            )
-        })
+        self.ops.modify(attr, state)
     }
 
     /// The QP number.
     pub fn qpn(&self) -> u32 {
-        self.qp.qp_number()
+        self.ops.qpn()
     }
 
-    /// The device the QP lives on.
-    pub fn device(&self) -> &VerbsDevice {
-        &self.device
+    /// The device port the QP lives on.
+    pub fn port(&self) -> &PortInfo {
+        &self.port
     }
 
     /// What the peer needs to connect to this QP and write into its ring.
     pub fn details(&self) -> QpDetails {
-        let (ring_addr, ring_key) = match &self.ring_mr {
-            Some(mr) => (mr.get_ptr() as u64, mr.rkey()),
-            None => (0, 0),
-        };
+        let (ring_addr, ring_key) = self.ops.ring();
         QpDetails {
             qpn: self.qpn(),
-            lid: self.device.lid,
-            gid: self.device.gid.raw.to_vec(),
+            lid: self.port.lid,
+            gid: self.port.gid.raw.to_vec(),
             psn: self.psn,
-            mtu: self.device.mtu,
+            mtu: self.port.mtu,
             ring_addr,
             ring_key,
             ring_slots: self.layout.recv as u32,
@@ -567,14 +728,14 @@ impl QpEndpoint {
         raw.copy_from_slice(&peer.gid);
         let mut ah = AddressHandleAttribute::new();
         ah.setup_dest_lid(peer.lid)
-            .setup_port(self.device.port)
+            .setup_port(self.port.port)
             .setup_service_level(0)
-            .setup_grh_src_gid_index(self.device.gid_index)
+            .setup_grh_src_gid_index(self.port.gid_index)
             .setup_grh_dest_gid(&Gid { raw })
             .setup_grh_hop_limit(HOP_LIMIT);
         let mut rtr = QueuePairAttribute::new();
         rtr.setup_state(QueuePairState::ReadyToReceive)
-            .setup_path_mtu(path_mtu(self.device.mtu, peer.mtu))
+            .setup_path_mtu(path_mtu(self.port.mtu, peer.mtu))
             .setup_dest_qp_num(peer.qpn)
             .setup_rq_psn(peer.psn)
             .setup_max_dest_read_atomic(0)
@@ -609,15 +770,8 @@ impl QpEndpoint {
     /// Posts receive request `i`.
     fn post_recv(&mut self, i: usize) -> Result<(), VerbsError> {
         let (off, len) = self.wqe_buffer(i);
-        let addr = self.region[off..].as_ptr() as u64;
         let wr_id = self.layout.index(Slot::Recv(i)) as u64;
-        let lkey = self.mr.lkey();
-        let mut guard = self.qp.start_post_recv();
-        let wr = guard.construct_wr(wr_id);
-        // SAFETY: `addr..addr+len` lies in the registered region, which outlives the QP
-        // and is not touched by fperf until this receive completes.
-        unsafe { wr.setup_sge(lkey, addr, len as u32) };
-        guard.post().map_err(|e| dev_err("ibv_post_recv", e))
+        self.ops.post_recv(wr_id, &mut self.region[off..off + len])
     }
 
     /// Posts `len` bytes of `slot` as a SEND (or, with `write_to`, an RDMA WRITE) with
@@ -632,44 +786,16 @@ impl QpEndpoint {
         let off = self.layout.offset(slot);
         let wr_id = self.layout.index(slot) as u64;
         let inline = len as u32 <= self.max_inline && len > 0;
-        let lkey = self.mr.lkey();
         let data = &self.region[off..off + len];
-        let mut guard = self.qp.start_post_send();
-        let wr = guard.construct_wr(wr_id, WorkRequestFlags::Signaled);
-        let h = match write_to {
-            Some((rkey, addr)) => wr.setup_write_imm(rkey, addr, imm.encode().to_be()),
-            None => wr.setup_send_imm(imm.encode().to_be()),
-        };
-        if inline {
-            h.setup_inline_data(data);
-        } else {
-            // SAFETY: `data` is in the registered region and is not reused until the
-            // send's completion (its slot is off the free list until then).
-            unsafe { h.setup_sge(lkey, data.as_ptr() as u64, len as u32) };
-        }
-        guard.post().map_err(|e| dev_err("ibv_post_send", e))
+        self.ops
+            .post_send(wr_id, data, inline, imm.encode().to_be(), write_to)
     }
 
     /// Reads the completions that are there, without waiting, and sends a credit-only
     /// message if one is due. Returns how many completions there were.
     fn poll(&mut self, stats: &mut StreamStats) -> io::Result<usize> {
         self.completions.clear();
-        match self.cq.start_poll() {
-            Ok(poller) => {
-                for wc in poller {
-                    self.completions.push(Completion {
-                        wr_id: wc.wr_id(),
-                        status: wc.status(),
-                        opcode: wc.opcode(),
-                        byte_len: wc.byte_len(),
-                        imm: wc.imm_data(),
-                        vendor_err: wc.vendor_err(),
-                    });
-                }
-            }
-            Err(PollCompletionQueueError::CompletionQueueEmpty) => {}
-            Err(e) => return Err(io::Error::other(format!("ibv_poll_cq: {e}"))),
-        }
+        self.ops.poll(&mut self.region, &mut self.completions)?;
         let n = self.completions.len();
         let now = Instant::now();
         for k in 0..n {
@@ -714,7 +840,7 @@ impl QpEndpoint {
                 kind,
                 format!(
                     "RDMA completion failed on {}: {} (status {}, vendor error {:#x})",
-                    self.device.name,
+                    self.port.device,
                     status_name(c.status),
                     c.status,
                     c.vendor_err
@@ -938,9 +1064,9 @@ impl RingEndpoint for QpEndpoint {
     fn local_addr(&self) -> String {
         format!(
             "{}/qp{} ({})",
-            describe_gid(&self.device.gid),
+            describe_gid(&self.port.gid),
             self.qpn(),
-            self.device.name
+            self.port.device
         )
     }
 
@@ -959,6 +1085,376 @@ pub type VerbsStream = EndpointStream<QpEndpoint>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stream::{Stream, Timeout};
+    use std::sync::Mutex;
+
+    /// A message on the stand-in wire.
+    struct Msg {
+        wr_id: u64,
+        data: Vec<u8>,
+        imm: u32,
+        /// RDMA WRITE: the offset in the receiver's region.
+        write_to: Option<u64>,
+    }
+
+    /// Two queue pairs' traffic: messages towards each side, and the send completions
+    /// each side gets once its message was delivered.
+    #[derive(Default)]
+    struct Wire {
+        to: [VecDeque<Msg>; 2],
+        done: [VecDeque<Completion>; 2],
+    }
+
+    /// An RC queue pair in memory, strict where hardware is: a message with no posted
+    /// receive is an RNR error (fperf sets no RNR retries), a SEND larger than the
+    /// receive buffer a length error, a write outside the ring an access error.
+    struct FakeQp {
+        side: usize,
+        wire: Arc<Mutex<Wire>>,
+        /// Posted receives: (wr_id, buffer address, length).
+        posted: VecDeque<(u64, usize, usize)>,
+        /// The receive ring (offset, bytes) that RDMA WRITEs may reach.
+        ring: (u64, u64),
+        max_posted: usize,
+    }
+
+    impl QpOps for FakeQp {
+        fn qpn(&self) -> u32 {
+            0x100 + self.side as u32
+        }
+
+        fn modify(&mut self, _: &QueuePairAttribute, _: &str) -> Result<(), VerbsError> {
+            Ok(())
+        }
+
+        fn ring(&self) -> (u64, u32) {
+            (self.ring.0, 7)
+        }
+
+        fn post_recv(&mut self, wr_id: u64, buf: &mut [u8]) -> Result<(), VerbsError> {
+            if self.posted.len() == self.max_posted {
+                return Err(VerbsError::Device("receive queue full".into()));
+            }
+            self.posted
+                .push_back((wr_id, buf.as_mut_ptr() as usize, buf.len()));
+            Ok(())
+        }
+
+        fn post_send(
+            &mut self,
+            wr_id: u64,
+            data: &[u8],
+            _inline: bool,
+            imm: u32,
+            write_to: Option<(u32, u64)>,
+        ) -> Result<(), VerbsError> {
+            let msg = Msg {
+                wr_id,
+                data: data.to_vec(),
+                imm,
+                write_to: write_to.map(|(key, addr)| {
+                    assert_eq!(key, 7, "the peer's rkey");
+                    addr
+                }),
+            };
+            self.wire.lock().unwrap().to[1 - self.side].push_back(msg);
+            Ok(())
+        }
+
+        fn poll(&mut self, region: &mut [u8], out: &mut Vec<Completion>) -> Result<(), VerbsError> {
+            let mut wire = self.wire.lock().unwrap();
+            out.extend(wire.done[self.side].drain(..));
+            let base = region.as_ptr() as usize;
+            while let Some(m) = wire.to[self.side].pop_front() {
+                let Some((wr_id, addr, cap)) = self.posted.pop_front() else {
+                    return Err(VerbsError::Peer(
+                        "RNR: a message found no posted receive".into(),
+                    ));
+                };
+                let n = m.data.len();
+                let opcode = match m.write_to {
+                    Some(off) => {
+                        let (start, bytes) = self.ring;
+                        if off < start || off + n as u64 > start + bytes {
+                            return Err(VerbsError::Peer("remote access error".into()));
+                        }
+                        let off = off as usize;
+                        region[off..off + n].copy_from_slice(&m.data);
+                        WC_RECV_RDMA_WITH_IMM
+                    }
+                    None => {
+                        if n > cap {
+                            return Err(VerbsError::Peer("local length error".into()));
+                        }
+                        let off = addr - base;
+                        region[off..off + n].copy_from_slice(&m.data);
+                        WC_RECV
+                    }
+                };
+                out.push(Completion {
+                    wr_id,
+                    opcode,
+                    byte_len: n as u32,
+                    imm: m.imm,
+                    ..Completion::default()
+                });
+                let sent = if m.write_to.is_some() {
+                    WC_RDMA_WRITE
+                } else {
+                    WC_SEND
+                };
+                wire.done[1 - self.side].push_back(Completion {
+                    wr_id: m.wr_id,
+                    opcode: sent,
+                    ..Completion::default()
+                });
+            }
+            Ok(())
+        }
+    }
+
+    /// Two connected endpoints over a stand-in wire.
+    fn fake_pair(opts: &StreamOptions, write: bool) -> (QpEndpoint, QpEndpoint) {
+        let wire = Arc::new(Mutex::new(Wire::default()));
+        let layout = layout_for(opts);
+        let mut ends: Vec<QpEndpoint> = (0..2)
+            .map(|side| {
+                let ops = FakeQp {
+                    side,
+                    wire: wire.clone(),
+                    posted: VecDeque::new(),
+                    ring: (
+                        layout.offset(Slot::Recv(0)) as u64,
+                        (layout.recv * layout.slot_bytes) as u64,
+                    ),
+                    max_posted: layout.recv,
+                };
+                let mut raw = [0u8; 16];
+                raw[10..].copy_from_slice(&[0xff, 0xff, 10, 0, 0, side as u8 + 1]);
+                let port = PortInfo {
+                    device: "fake0".into(),
+                    port: 1,
+                    lid: 0,
+                    mtu: 3,
+                    gid: Gid { raw },
+                    gid_index: 0,
+                };
+                let region = vec![0u8; QpEndpoint::region_bytes(opts)];
+                let mut e = QpEndpoint::with_ops(Box::new(ops), port, region, opts, write, 64)
+                    .expect("endpoint");
+                e.start(QueuePairAttribute::new()).expect("INIT");
+                e
+            })
+            .collect();
+        let (d0, d1) = (ends[0].details(), ends[1].details());
+        ends[0].connect_ib(&d1).expect("connect 0");
+        ends[1].connect_ib(&d0).expect("connect 1");
+        let b = ends.pop().expect("two");
+        let a = ends.pop().expect("two");
+        (a, b)
+    }
+
+    /// Sends numbered packets of every length up to `pktsize` (with `stall` ms naps on
+    /// the receiver now and then, so the sender runs out of credits) and checks the
+    /// receiver gets exactly those bytes, in order.
+    fn bytes_arrive_intact(pktsize: usize, write: bool, mprtt: bool, stall: u64) {
+        let opts = StreamOptions {
+            pktsize,
+            mprtt,
+            ..StreamOptions::default()
+        };
+        let (a, b) = fake_pair(&opts, write);
+        let mut client = VerbsStream::from_endpoints(vec![a], opts.clone()).expect("a");
+        let mut server = VerbsStream::from_endpoints(vec![b], opts.clone()).expect("b");
+        let count = 700u32;
+        let packets: Vec<Vec<u8>> = (0..count)
+            .map(|i| {
+                let len = (i as usize * 37) % pktsize + 1;
+                (0..len).map(|k| (i as usize * 7 + k) as u8).collect()
+            })
+            .collect();
+        let want: Vec<u8> = packets.concat();
+        let t = std::thread::spawn(move || {
+            for p in &packets {
+                client.send(p, Timeout::Millis(10_000)).expect("send");
+            }
+            client
+                .finish_sending(Timeout::Millis(10_000))
+                .expect("finish");
+            client.stats()
+        });
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; pktsize];
+        let mut reads = 0u64;
+        loop {
+            let n = server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            if n == 0 {
+                break;
+            }
+            reads += 1;
+            if stall > 0 && reads % 97 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(stall));
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        let cs = t.join().expect("join");
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "the bytes differ");
+        assert_eq!(cs.bytes_sent, want.len() as u64);
+        assert_eq!(
+            cs.send_latency.count(),
+            u64::from(count),
+            "one latency per operation"
+        );
+        let acks = if mprtt { u64::from(count) } else { 0 };
+        assert_eq!(cs.bytes_received, acks);
+        assert_eq!(server.stats().bytes_sent, acks);
+        assert_eq!(server.stats().bytes_received, want.len() as u64);
+    }
+
+    #[test]
+    fn send_recv_delivers_the_exact_bytes_in_order_without_rnr() {
+        bytes_arrive_intact(1000, false, false, 0);
+        bytes_arrive_intact(1, false, false, 0);
+    }
+
+    #[test]
+    fn a_slow_receiver_holds_the_sender_back_by_credits() {
+        bytes_arrive_intact(1000, false, false, 2);
+        bytes_arrive_intact(1000, true, false, 2);
+    }
+
+    #[test]
+    fn rdma_writes_deliver_the_exact_bytes_in_order() {
+        bytes_arrive_intact(1000, true, false, 0);
+        bytes_arrive_intact(3, true, false, 0);
+    }
+
+    #[test]
+    fn mprtt_acks_every_packet_over_send_and_write() {
+        bytes_arrive_intact(1000, false, true, 0);
+        bytes_arrive_intact(1000, true, true, 1);
+    }
+
+    #[test]
+    fn one_mib_packets_fill_one_slot_each() {
+        let opts = StreamOptions {
+            pktsize: 1 << 20,
+            ..StreamOptions::default()
+        };
+        let (a, b) = fake_pair(&opts, true);
+        let mut client = VerbsStream::from_endpoints(vec![a], opts.clone()).expect("a");
+        let mut server = VerbsStream::from_endpoints(vec![b], opts.clone()).expect("b");
+        let packet: Vec<u8> = (0..1 << 20).map(|k: u32| (k % 251) as u8).collect();
+        let sent = packet.clone();
+        let t = std::thread::spawn(move || {
+            for _ in 0..40 {
+                client.send(&sent, Timeout::Millis(10_000)).expect("send");
+            }
+            client
+                .finish_sending(Timeout::Millis(10_000))
+                .expect("finish");
+        });
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0;
+        loop {
+            let n = server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            if n == 0 {
+                break;
+            }
+            assert_eq!(&buf[..n], &packet[..n], "packet bytes");
+            total += n;
+        }
+        t.join().expect("join");
+        assert_eq!(total, 40 << 20);
+    }
+
+    #[test]
+    fn several_queue_pairs_feed_one_stream_through_the_sender_threads() {
+        let opts = StreamOptions {
+            pktsize: 512,
+            nsockets: 2,
+            ..StreamOptions::default()
+        };
+        let (a1, b1) = fake_pair(&opts, false);
+        let (a2, b2) = fake_pair(&opts, false);
+        let mut client = VerbsStream::from_endpoints(vec![a1, a2], opts.clone()).expect("a");
+        let mut server = VerbsStream::from_endpoints(vec![b1, b2], opts.clone()).expect("b");
+        let t = std::thread::spawn(move || {
+            for i in 0..2000u32 {
+                let p = bytes::Bytes::from(vec![(i % 256) as u8; 512]);
+                client
+                    .send_submit(p, Timeout::Millis(10_000))
+                    .expect("submit");
+            }
+            client.sender_drain(Timeout::Millis(10_000)).expect("drain");
+            client
+                .finish_sending(Timeout::Millis(10_000))
+                .expect("finish");
+            client.stats()
+        });
+        let mut buf = vec![0u8; 512];
+        let mut total = 0u64;
+        let mut sum = 0u64;
+        loop {
+            let n = server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            sum += buf[..n].iter().map(|&b| u64::from(b)).sum::<u64>();
+        }
+        let cs = t.join().expect("join");
+        assert_eq!(total, 2000 * 512);
+        assert_eq!(cs.bytes_sent, 2000 * 512);
+        let want: u64 = (0..2000u64).map(|i| (i % 256) * 512).sum();
+        assert_eq!(sum, want, "every packet arrived once");
+    }
+
+    #[test]
+    fn hostile_messages_end_the_stream_with_an_error_not_a_panic() {
+        let opts = StreamOptions {
+            pktsize: 100,
+            ..StreamOptions::default()
+        };
+        let mut stats = StreamStats::default();
+        // Unknown kind, credits beyond the ring, a FIN with the wrong count.
+        for imm in [
+            0xf000_0000u32,
+            Imm {
+                kind: ImmKind::Credit,
+                credits: 1_000,
+            }
+            .encode(),
+            Imm {
+                kind: ImmKind::Fin,
+                credits: 0,
+            }
+            .encode(),
+        ] {
+            let (mut a, mut b) = fake_pair(&opts, false);
+            let off = a.layout.offset(Slot::Control(0));
+            a.region[off..off + 8].copy_from_slice(&5u64.to_le_bytes());
+            a.ops
+                .post_send(
+                    1 << 40,
+                    &a.region[off..off + 8].to_vec(),
+                    false,
+                    imm.to_be(),
+                    None,
+                )
+                .expect("post");
+            let mut buf = [0u8; 100];
+            let e = b.try_recv(&mut buf, &mut stats).expect_err("refused");
+            assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted, "{e}");
+        }
+    }
 
     fn good() -> QpDetails {
         let l = RingLayout::new(1000);

@@ -386,10 +386,10 @@ fn cm_connect(
     expect_event(&channel, EventType::RouteResolved, deadline, abort, &what)?;
     let mut qp = cm_endpoint(&id, s, opts, near)?;
     if let Some(want) = &s.rdma_device {
-        if qp.device().name != *want {
+        if qp.port().device != *want {
             bail!(
                 "rdma_cm reaches {server} through RDMA device {}, not {want} (-D)",
-                qp.device().name
+                qp.port().device
             );
         }
     }
