@@ -1444,7 +1444,7 @@ mod tests {
             a.ops
                 .post_send(
                     1 << 40,
-                    &a.region[off..off + 8].to_vec(),
+                    &a.region[off..off + 8],
                     false,
                     imm.to_be(),
                     None,
