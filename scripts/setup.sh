@@ -11,6 +11,7 @@ packages=(
   libfabric-dev # libfabric headers (fperf loads the library at run time)
   libfabric-bin # fi_info, and the library itself for the ofi tests
   pkg-config
+  cmake         # sideway's rdma-mummy-sys (libibverbs/librdmacm loaded at run time)
 )
 
 missing=()
