@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
 use sideway::ibverbs::completion::{BasicCompletionQueue, PollCompletionQueueError};
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
-use sideway::ibverbs::device_context::{DeviceContext, LinkLayer, Mtu};
+use sideway::ibverbs::device_context::{DeviceContext, LinkLayer, Mtu, PortState};
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{
@@ -146,6 +146,12 @@ impl VerbsDevice {
         let attr = ctx
             .query_port(port)
             .map_err(|e| dev_err(&format!("{name} port {port}"), e))?;
+        if attr.port_state() != PortState::Active {
+            return Err(VerbsError::Device(format!(
+                "RDMA device {name} port {port} is not active ({:?}); is its network device up?",
+                attr.port_state()
+            )));
+        }
         let (gid, gid_index) = if attr.link_layer() == LinkLayer::Ethernet {
             pick_roce_gid(&ctx, port, near)
                 .ok_or_else(|| VerbsError::Device(format!("{name} port {port} has no RoCE GID (is its network device up with an IP address?)")))?
@@ -1442,13 +1448,7 @@ mod tests {
             let off = a.layout.offset(Slot::Control(0));
             a.region[off..off + 8].copy_from_slice(&5u64.to_le_bytes());
             a.ops
-                .post_send(
-                    1 << 40,
-                    &a.region[off..off + 8],
-                    false,
-                    imm.to_be(),
-                    None,
-                )
+                .post_send(1 << 40, &a.region[off..off + 8], false, imm.to_be(), None)
                 .expect("post");
             let mut buf = [0u8; 100];
             let e = b.try_recv(&mut buf, &mut stats).expect_err("refused");
