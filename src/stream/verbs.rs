@@ -523,8 +523,8 @@ impl QpEndpoint {
             .setup_cqe(cqe)
             .build()
             .map_err(|e| dev_err("ibv_create_cq", e))?;
-        // SAFETY: `region` is allocated above, never resized, and outlives both
-        // registrations (fields drop in declaration order: registrations first).
+        // SAFETY: `region` is allocated above and never resized; it moves into the
+        // QpEndpoint, which drops its `ops` (QP and registrations) before it.
         let mr = unsafe {
             pd.reg_mr(
                 region.as_ptr() as usize,
