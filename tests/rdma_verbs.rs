@@ -101,14 +101,20 @@ fn bulk(api: &str) {
     let (c, s) = run_verbs(&addr, api, &["-m", "64"]);
     assert_bytes(&c, &s, 64 * MB);
     let head = c.lines().next().unwrap();
+    // The peer is its GID's address and QP number, reached via the local device.
     assert!(
-        head.starts_with("RDMA CLIENT => ") && head.contains(&format!(" api={api} op=send")),
+        head.starts_with("RDMA CLIENT => ")
+            && head.contains(&format!(" via {dev} pkt_size="))
+            && head.contains(&format!(" api={api} op=send")),
         "{head}"
     );
     if api == "ibverbs" {
         assert!(head.ends_with(&format!(" device={dev}")), "{head}");
     }
-    assert!(s.contains(" new RDMA connection from "), "{s}");
+    assert!(
+        s.contains(" new RDMA connection from ") && s.contains(&format!(" via {dev}. pkt_size(")),
+        "{s}"
+    );
     assert!(s.contains(&format!(" api={api} op=send")), "{s}");
     let (_, min, _) = latency(&c, "latency");
     assert!(min > 0.0, "{c}");

@@ -723,7 +723,7 @@ impl QpEndpoint {
         }
         // The credits counted from the start on a ring of this end's shape, which
         // `validate` just checked the peer's is.
-        self.peer = peer.describe();
+        self.peer = format!("{} via {}", peer.describe(), self.port.device);
         Ok(())
     }
 
@@ -1069,7 +1069,7 @@ impl RingEndpoint for QpEndpoint {
 
     fn local_addr(&self) -> String {
         format!(
-            "{}/qp{} ({})",
+            "{}/qp{} on {}",
             describe_gid(&self.port.gid),
             self.qpn(),
             self.port.device
@@ -1272,6 +1272,8 @@ mod tests {
         let (a, b) = fake_pair(&opts, write);
         let mut client = VerbsStream::from_endpoints(vec![a], opts.clone()).expect("a");
         let mut server = VerbsStream::from_endpoints(vec![b], opts.clone()).expect("b");
+        assert_eq!(client.local_addr(), "10.0.0.1/qp256 on fake0");
+        assert_eq!(client.peer_addr(), "10.0.0.2/qp257 via fake0");
         let count = 700u32;
         let packets: Vec<Vec<u8>> = (0..count)
             .map(|i| {
