@@ -213,8 +213,11 @@ impl Imm {
 /// that credits never deadlock, the last credit is kept for a message that carries
 /// nothing but credits ([`Credits::take_for_credit`]): data, ACK and FIN messages need
 /// two ([`Credits::take`]). A credit-only message is due once a quarter of the ring
-/// was re-posted unreported ([`Credits::credit_due`]); the other end then has enough
-/// credits for its data (the threshold stays below the ring minus two).
+/// (at least one receive) was re-posted unreported ([`Credits::credit_due`]): a
+/// sender held back (one credit left) means its peer holds, has in flight or has
+/// re-posted unreported all but one of its receives, so once the peer's application
+/// consumed what it holds, a credit-only message is due (ring minus one is at least
+/// the threshold for any ring of two or more).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Credits {
     /// Receives the peer keeps posted (its ring).
