@@ -204,6 +204,9 @@ impl Imm {
     }
 }
 
+/// Fewest receives a ring using [`Credits`] may have (see there why).
+pub const CREDIT_RING_MIN: usize = 3;
+
 /// Send credits of one verbs queue pair: how many messages this end may still send
 /// without the peer running out of posted receives (which would be an RNR error), and
 /// how many of its own receives it re-posted without telling the peer yet.
@@ -212,12 +215,15 @@ impl Imm {
 /// credit. Credits come back in the immediate data of any message the peer sends. So
 /// that credits never deadlock, the last credit is kept for a message that carries
 /// nothing but credits ([`Credits::take_for_credit`]): data, ACK and FIN messages need
-/// two ([`Credits::take`]). A credit-only message is due once a quarter of the ring
-/// (at least one receive) was re-posted unreported ([`Credits::credit_due`]): a
-/// sender held back (one credit left) means its peer holds, has in flight or has
-/// re-posted unreported all but one of its receives, so once the peer's application
-/// consumed what it holds, a credit-only message is due (ring minus one is at least
-/// the threshold for any ring of two or more).
+/// two ([`Credits::take`]). A credit-only message is due once a quarter of the ring,
+/// and at least two receives, were re-posted unreported ([`Credits::credit_due`]).
+/// At least two: a credit-only message costs the sender one credit, so one carrying a
+/// single credit would gain nothing, and two ends short of credits would bounce such
+/// messages forever. A quarter: a sender held back (one credit left) means its peer
+/// holds, has in flight or has re-posted unreported all but one of its receives, so
+/// once the peer's application consumed what it holds, a credit-only message is due
+/// (the threshold is at most the ring minus one for rings of [`CREDIT_RING_MIN`] or
+/// more). Of two ends at rest, the one that sent last has a credit left for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Credits {
     /// Receives the peer keeps posted (its ring).
@@ -238,7 +244,7 @@ impl Credits {
             peer_ring,
             available: peer_ring,
             unreported: 0,
-            threshold: (own_ring / 4).max(1),
+            threshold: (own_ring / 4).max(2),
         }
     }
 
@@ -264,7 +270,7 @@ impl Credits {
 
     /// Takes the credit for a credit-only message; returns the credits it carries.
     pub fn take_for_credit(&mut self) -> Option<u32> {
-        if self.available == 0 || self.unreported == 0 {
+        if !self.credit_due() {
             return None;
         }
         self.available -= 1;
@@ -367,8 +373,10 @@ mod tests {
         assert!(!c.credit_due(), "nothing to report");
         assert_eq!(c.take_for_credit(), None);
         c.reposted(1);
-        assert!(c.credit_due(), "threshold is a quarter of 4 = 1");
-        assert_eq!(c.take_for_credit(), Some(1));
+        assert!(!c.credit_due(), "one credit alone is not worth a message");
+        c.reposted(1);
+        assert!(c.credit_due(), "two, a quarter of 4 at least");
+        assert_eq!(c.take_for_credit(), Some(2));
         assert_eq!(c.available(), 0);
         assert!(!c.credit_due());
         c.returned(4).expect("owed 4");
@@ -390,9 +398,20 @@ mod tests {
 
     /// Two ends exchanging messages through simulated receive queues: whatever the
     /// order of sends, no message ever finds its peer without a posted receive, and
-    /// neither end stalls for want of credits while the other has some to give.
+    /// neither end stalls for want of credits while the other has some to give; for
+    /// rings of every size fperf can pick and applications that consume late.
     #[test]
     fn simulated_exchange_never_overruns_posted_receives() {
+        for ring in [CREDIT_RING_MIN as u32, 4, 5, 8, 16, 64] {
+            for lazy in [1, 2, 5] {
+                simulate(ring, lazy);
+            }
+        }
+    }
+
+    /// One simulated run: end 0 sends 1000 data messages, end 1 acknowledges each;
+    /// applications consume what they hold only every `lazy` steps.
+    fn simulate(ring: u32, lazy: u32) {
         struct End {
             credits: Credits,
             posted: u32,
@@ -400,7 +419,6 @@ mod tests {
             /// Messages received and not yet consumed by the application.
             held: u32,
         }
-        let ring = 8u32;
         let mut ends = [0, 1].map(|_| End {
             credits: Credits::new(ring, ring),
             posted: ring,
@@ -429,8 +447,8 @@ mod tests {
                     acks_owed += 1;
                 }
             }
-            // Applications consume what they hold and re-post.
-            for e in ends.iter_mut() {
+            // Applications consume what they hold and re-post, now and then.
+            for e in ends.iter_mut().filter(|_| steps % lazy == 0) {
                 let n = e.held;
                 e.held = 0;
                 e.posted += n;
@@ -458,7 +476,10 @@ mod tests {
                 }
             }
         }
-        assert_eq!(data_sent, 1000, "the sender never stalled for good");
-        assert_eq!(acks_sent, 1000);
+        assert_eq!(
+            data_sent, 1000,
+            "ring {ring}, lazy {lazy}: the sender stalled"
+        );
+        assert_eq!(acks_sent, 1000, "ring {ring}, lazy {lazy}");
     }
 }

@@ -31,7 +31,7 @@
 
 use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
 use super::ring::{Credits, Imm, ImmKind, RemoteRing, RingLayout, Slot, CONTROL_SLOTS};
-use super::ring::{CONTROL_SLOT_BYTES, RING_SLOTS_MAX};
+use super::ring::{CONTROL_SLOT_BYTES, CREDIT_RING_MIN, RING_SLOTS_MAX};
 use super::{Deadline, StreamOptions};
 use crate::stats::StreamStats;
 use serde::{Deserialize, Serialize};
@@ -284,9 +284,14 @@ fn path_mtu(local: u32, peer: u32) -> Mtu {
 }
 
 /// The rings of a QP for `opts`: slots of a packet, but never smaller than a FIN's
-/// payload (a FIN lands in a receive slot like any SEND).
+/// payload (a FIN lands in a receive slot like any SEND), and at least
+/// [`CREDIT_RING_MIN`] of them.
 fn layout_for(opts: &StreamOptions) -> RingLayout {
-    RingLayout::new(opts.pktsize.max(FIN_BYTES))
+    let mut layout = RingLayout::new(opts.pktsize.max(FIN_BYTES));
+    // Credits need a few receives to flow (see `Credits`); huge packets get them too.
+    layout.send = layout.send.max(CREDIT_RING_MIN);
+    layout.recv = layout.recv.max(CREDIT_RING_MIN);
+    layout
 }
 
 /// A received message not yet consumed.
@@ -1379,6 +1384,49 @@ mod tests {
         }
         t.join().expect("join");
         assert_eq!(total, 40 << 20);
+    }
+
+    /// Packets so large that the ring has its fewest slots: credits still flow (both
+    /// ways, with credit-only messages) while the receiver lags.
+    #[test]
+    fn the_smallest_ring_keeps_credits_flowing() {
+        for (write, mprtt) in [(false, false), (true, false), (false, true)] {
+            let opts = StreamOptions {
+                pktsize: 6 << 20,
+                mprtt,
+                ..StreamOptions::default()
+            };
+            assert_eq!(layout_for(&opts).recv, CREDIT_RING_MIN);
+            let (a, b) = fake_pair(&opts, write);
+            let mut client = VerbsStream::from_endpoints(vec![a], opts.clone()).expect("a");
+            let mut server = VerbsStream::from_endpoints(vec![b], opts.clone()).expect("b");
+            let t = std::thread::spawn(move || {
+                for i in 0..12u8 {
+                    let p = vec![i; (6 << 20) - usize::from(i)];
+                    client.send(&p, Timeout::Millis(10_000)).expect("send");
+                }
+                client
+                    .finish_sending(Timeout::Millis(10_000))
+                    .expect("finish");
+            });
+            let mut buf = vec![0u8; 6 << 20];
+            let mut got = Vec::new();
+            loop {
+                let n = server
+                    .recv(&mut buf, Timeout::Millis(10_000))
+                    .expect("recv");
+                if n == 0 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(3));
+                got.push((buf[0], n, buf[..n].iter().all(|&x| x == buf[0])));
+            }
+            t.join().expect("join");
+            let want: Vec<(u8, usize, bool)> = (0..12u8)
+                .map(|i| (i, (6 << 20) - usize::from(i), true))
+                .collect();
+            assert_eq!(got, want, "write {write}, mprtt {mprtt}");
+        }
     }
 
     #[test]
