@@ -404,14 +404,29 @@ mod tests {
     fn simulated_exchange_never_overruns_posted_receives() {
         for ring in [CREDIT_RING_MIN as u32, 4, 5, 8, 16, 64] {
             for lazy in [1, 2, 5] {
-                simulate(ring, lazy);
+                simulate(ring, lazy, 0);
+            }
+            for seed in 1..20 {
+                simulate(ring, 1, seed);
             }
         }
     }
 
     /// One simulated run: end 0 sends 1000 data messages, end 1 acknowledges each;
-    /// applications consume what they hold only every `lazy` steps.
-    fn simulate(ring: u32, lazy: u32) {
+    /// applications consume what they hold only every `lazy` steps; with a `seed`,
+    /// pseudo-random choices also decide how many messages arrive per step and which
+    /// end consumes.
+    fn simulate(ring: u32, lazy: u32, seed: u64) {
+        let mut rng = seed;
+        let mut roll = move |n: u64| {
+            if seed == 0 {
+                return 1;
+            }
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (rng >> 33) % n
+        };
         struct End {
             credits: Credits,
             posted: u32,
@@ -425,6 +440,7 @@ mod tests {
             ring,
             held: 0,
         });
+        // Deterministic runs consume on every `lazy` step (`roll` answers 1).
         // In flight: (to, credits carried, is data).
         let mut wire: std::collections::VecDeque<(usize, u32, bool)> = Default::default();
         let mut data_sent = 0u32;
@@ -434,8 +450,11 @@ mod tests {
         let mut acks_owed = 0u32;
         while (data_sent < 1000 || acks_owed > 0 || !wire.is_empty()) && steps < 100_000 {
             steps += 1;
-            // Deliver one message.
-            if let Some((to, carried, data)) = wire.pop_front() {
+            // Deliver one message (or, randomly, none or two).
+            for _ in 0..roll(3) {
+                let Some((to, carried, data)) = wire.pop_front() else {
+                    break;
+                };
                 let e = &mut ends[to];
                 assert!(e.posted > 0, "a message found no posted receive (RNR)");
                 e.posted -= 1;
@@ -448,7 +467,10 @@ mod tests {
                 }
             }
             // Applications consume what they hold and re-post, now and then.
-            for e in ends.iter_mut().filter(|_| steps % lazy == 0) {
+            for e in ends.iter_mut() {
+                if steps % lazy != 0 || roll(2) == 0 {
+                    continue;
+                }
                 let n = e.held;
                 e.held = 0;
                 e.posted += n;
