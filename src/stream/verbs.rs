@@ -28,6 +28,10 @@
 //! End of stream: a FIN (a SEND whose 8-byte payload counts the data messages sent).
 //! RC delivers in order, so every data message arrived before the FIN; the count is
 //! checked all the same.
+//!
+//! The verbs calls go through [`QpOps`]: [`SidewayQp`] on a device, and in the unit
+//! tests an in-memory RC queue pair that fails on what hardware fails on (RNR, length,
+//! remote access), so the endpoint logic above runs and is checked without a device.
 
 use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
 use super::ring::{Credits, Imm, ImmKind, RemoteRing, RingLayout, Slot, CONTROL_SLOTS};
