@@ -137,6 +137,10 @@ pub struct Settings {
     pub pktsize: u32,
     /// Wait for a 1-byte ACK after each packet.
     pub mprtt: bool,
+    /// TCP with MPRTT (`--echo`): the reply is the packet itself, as many bytes as
+    /// were sent, instead of a 1-byte ACK.
+    #[serde(default)]
+    pub echo: bool,
     pub queue: QueueKind,
     /// TCP only: TCP_NODELAY on both ends.
     pub nodelay: bool,
@@ -199,6 +203,7 @@ impl Default for Settings {
             mb: DEFAULT_MB,
             pktsize: DEFAULT_PKTSIZE,
             mprtt: false,
+            echo: false,
             queue: QueueKind::Mutex,
             nodelay: false,
             quickack: false,
@@ -259,6 +264,10 @@ pub enum SettingsError {
     UdpPktSize(u32),
     #[error("--ack-timeout must be between 1 and {MAX_ACK_TIMEOUT_MS} ms, not {0}")]
     AckTimeout(u32),
+    #[error("--echo is implemented for TCP only in this build; it cannot be used with {0}")]
+    EchoTcpOnly(&'static str),
+    #[error("--echo answers each packet with its echo: it needs MPRTT (-r)")]
+    EchoNeedsMprtt,
 }
 
 impl Settings {
@@ -289,6 +298,12 @@ impl Settings {
         }
         if self.protocol != Protocol::Tcp && self.busy_poll {
             return Err(SettingsError::BusyPollTcpOnly(self.protocol.name()));
+        }
+        if self.echo && self.protocol != Protocol::Tcp {
+            return Err(SettingsError::EchoTcpOnly(self.protocol.name()));
+        }
+        if self.echo && !self.mprtt {
+            return Err(SettingsError::EchoNeedsMprtt);
         }
         if let Some(&cpu) = self
             .client_cpus
