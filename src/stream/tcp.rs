@@ -312,7 +312,7 @@ impl PacketSink for Socket {
 /// driven with `send()` only (the default) or only receiving runs none.
 enum SenderState {
     NotStarted,
-    Running(Senders),
+    Running(Box<Senders>),
     Finished,
 }
 
@@ -431,12 +431,12 @@ impl TcpStream {
                 .map(|s| s.for_sender(self.opts.zerocopy))
                 .collect::<io::Result<Vec<_>>>()?;
             let abort = self.opts.abort.clone();
-            self.senders = SenderState::Running(Senders::start_pinned(
+            self.senders = SenderState::Running(Box::new(Senders::start_pinned(
                 self.opts.queue,
                 sinks,
                 abort,
                 self.opts.cpu,
-            )?);
+            )?));
         }
         match &mut self.senders {
             SenderState::Running(s) => Ok(s),
