@@ -11,8 +11,9 @@
 //! With more than one socket the byte stream may arrive out of order (the sender threads
 //! race); order is kept when `nsockets` is 1 or only `send()` is used.
 //!
-//! Sockets are non-blocking and `poll()` is called only after a read or write returned
-//! `EAGAIN`. Every blocking call takes a [`Timeout`].
+//! A call that must wait sleeps either in the kernel (TCP's blocking-mode sockets, the
+//! wait bounded by socket time-outs) or in `poll()` after a read or write returned
+//! `EAGAIN`, never both. Every blocking call takes a [`Timeout`].
 //!
 //! With MPRTT (`mprtt`), every packet is answered by a 1-byte ACK: the sending side's
 //! `send()` returns once the ACK is read, and the receiving side's `recv()` writes the
