@@ -149,7 +149,12 @@ struct Cli {
 
     /// Pin the client's data threads to these CPUs (comma-separated); stream i uses
     /// entry i mod len.
-    #[arg(long, value_name = "CPUS", value_delimiter = ',')]
+    #[arg(
+        long,
+        visible_alias = "affinity",
+        value_name = "CPUS",
+        value_delimiter = ','
+    )]
     cpu: Vec<u32>,
 
     /// Ask the server to pin its data threads to these CPUs (comma-separated), as --cpu.

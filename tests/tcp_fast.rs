@@ -114,3 +114,24 @@ fn echo_is_refused_where_it_is_not_implemented() {
         assert!(err.contains("--echo"), "{proto}: {err}");
     }
 }
+
+#[test]
+fn affinity_is_another_name_for_cpu() {
+    // A ping-pong with both ends pinned to one core (what wins on a VM whose idle cores
+    // halt): every byte echoed.
+    let doc = run_json(&[
+        "-m",
+        "1",
+        "-l",
+        "1000",
+        "--echo",
+        "-d",
+        "--affinity",
+        "0",
+        "--server-cpu",
+        "0",
+    ]);
+    assert_echoed(&doc, 1, MB, 1000);
+    assert_eq!(doc["settings"]["client_cpus"], serde_json::json!([0]));
+    assert_eq!(doc["settings"]["server_cpus"], serde_json::json!([0]));
+}
