@@ -18,7 +18,9 @@
 //!
 //! MPRTT replies: a 1-byte ACK per packet, or with `echo` the packet's own bytes.
 //!
-//! Every system call on a data socket goes through a [`Socket`] method.
+//! Every read and write of a data socket goes through [`Socket`]'s `recv_raw` and
+//! `send_raw` (zero-copy writers aside), and kernel time-outs through `Socket::arm`:
+//! one place to swap for another socket API.
 
 use super::sender::{PacketSink, Senders};
 use super::sys::{poll_many, poll_one, set_timeout_opt, tcp_info, tcp_quickack};
