@@ -246,7 +246,7 @@ pub enum SettingsError {
     #[error("--bitrate must be at least 1 bit/s")]
     RateZero,
     #[error(
-        "--nstreams × --nsockets × --pktsize is {0} bytes; at most {MAX_FOOTPRINT} bytes of \
+        "--nstreams × --nsockets × --pktsize (× 2 with --echo) is {0} bytes; at most {MAX_FOOTPRINT} bytes of \
          packet buffers are allowed"
     )]
     Footprint(u64),
@@ -285,8 +285,11 @@ impl Settings {
         if !(1..=MAX_MB).contains(&self.mb) {
             return Err(SettingsError::Mb(self.mb));
         }
+        // With --echo each socket also holds a packet to echo (server) or an echo being
+        // read (client): twice the buffers.
+        let copies = if self.echo { 2 } else { 1 };
         let footprint =
-            u64::from(self.nstreams) * u64::from(self.nsockets) * u64::from(self.pktsize);
+            u64::from(self.nstreams) * u64::from(self.nsockets) * u64::from(self.pktsize) * copies;
         if footprint > MAX_FOOTPRINT {
             return Err(SettingsError::Footprint(footprint));
         }
@@ -516,6 +519,43 @@ mod tests {
             };
             assert_eq!(s.validate(), Ok(()), "{pktsize}");
         }
+    }
+
+    #[test]
+    fn echo_is_tcp_mprtt_and_counts_its_buffers_twice() {
+        let echo = Settings {
+            mprtt: true,
+            echo: true,
+            ..Settings::default()
+        };
+        assert_eq!(echo.validate(), Ok(()));
+        let no_mprtt = Settings {
+            mprtt: false,
+            ..echo.clone()
+        };
+        assert_eq!(no_mprtt.validate(), Err(SettingsError::EchoNeedsMprtt));
+        let udp = Settings {
+            protocol: Protocol::Udp,
+            pktsize: 1000,
+            ..echo.clone()
+        };
+        assert_eq!(udp.validate(), Err(SettingsError::EchoTcpOnly("UDP")));
+        // 64 streams × 1 socket × 32 MiB fit the bound, but not twice over.
+        let big = Settings {
+            nstreams: 64,
+            pktsize: 32 << 20,
+            ..Settings::default()
+        };
+        assert_eq!(big.validate(), Ok(()));
+        let big_echo = Settings {
+            mprtt: true,
+            echo: true,
+            ..big
+        };
+        assert_eq!(
+            big_echo.validate(),
+            Err(SettingsError::Footprint(2 * 64 * (32 << 20)))
+        );
     }
 
     #[test]
