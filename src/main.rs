@@ -110,6 +110,12 @@ struct Cli {
     #[arg(short = 'r', long)]
     mprtt: bool,
 
+    /// TCP only: MPRTT (implies -r) where the server answers each packet with the packet
+    /// itself (as many bytes, like sockperf/qperf ping-pong) instead of a 1-byte ACK;
+    /// mprtt is then the round trip of a request and its full-size echo.
+    #[arg(long)]
+    echo: bool,
+
     /// Bytes per send.
     #[arg(short = 'l', long, value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE)]
     pktsize: u32,
@@ -143,7 +149,12 @@ struct Cli {
 
     /// Pin the client's data threads to these CPUs (comma-separated); stream i uses
     /// entry i mod len.
-    #[arg(long, value_name = "CPUS", value_delimiter = ',')]
+    #[arg(
+        long,
+        visible_alias = "affinity",
+        value_name = "CPUS",
+        value_delimiter = ','
+    )]
     cpu: Vec<u32>,
 
     /// Ask the server to pin its data threads to these CPUs (comma-separated), as --cpu.
@@ -337,7 +348,8 @@ impl Cli {
             nsockets,
             mb: self.mb,
             pktsize: self.pktsize,
-            mprtt: self.mprtt,
+            mprtt: self.mprtt || self.echo,
+            echo: self.echo,
             queue,
             nodelay: self.nodelay,
             quickack: self.quickack,

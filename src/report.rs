@@ -135,6 +135,16 @@ fn latency_label(settings: &Settings) -> &'static str {
     }
 }
 
+/// What a report header adds with `--echo`: the mprtt figure is a request and its
+/// full-size echo, not a request and a 1-byte ACK.
+fn echo_label(settings: &Settings) -> &'static str {
+    if settings.echo {
+        " reply=echo (mprtt = request + echo of pkt_size bytes)"
+    } else {
+        ""
+    }
+}
+
 /// What a report header adds for RDMA: the API and the device or provider.
 fn rdma_label(settings: &Settings) -> String {
     if settings.protocol != crate::settings::Protocol::Rdma {
@@ -155,11 +165,12 @@ fn rdma_label(settings: &Settings) -> String {
 pub fn client_header(settings: &Settings, streams: &[(u32, String, String)]) -> String {
     let proto = settings.protocol.name();
     let tail = format!(
-        "pkt_size={}B {} nsockets={}{}",
+        "pkt_size={}B {} nsockets={}{}{}",
         settings.pktsize,
         settings.mode_label(),
         settings.nsockets,
-        rdma_label(settings)
+        rdma_label(settings),
+        echo_label(settings)
     );
     let mut out = String::new();
     if let [(_, _, peer)] = streams {
@@ -262,10 +273,11 @@ fn short_latency(l: &LatencySummary) -> String {
 /// The server's connection line, completing `Server listening ....`.
 pub fn server_header(settings: &Settings, from: &str) -> String {
     format!(
-        " new {} connection from {from}. pkt_size({}){}\n",
+        " new {} connection from {from}. pkt_size({}){}{}\n",
         settings.protocol.name(),
         pkt_size(settings.pktsize),
-        rdma_label(settings)
+        rdma_label(settings),
+        echo_label(settings)
     )
 }
 

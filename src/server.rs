@@ -562,7 +562,7 @@ fn receive(
     mut meter: crate::interval::Meter,
     watch: (&TestWatch, usize),
 ) -> io::Result<Received> {
-    let mut buf = vec![0u8; pktsize.max(1)];
+    let mut buf = vec![0u8; stream.recv_len(pktsize.max(1)).max(1)];
     let mut total = 0u64;
     let timed = meter.active();
     let mut last_data = std::time::Instant::now();

@@ -137,6 +137,10 @@ pub struct Settings {
     pub pktsize: u32,
     /// Wait for a 1-byte ACK after each packet.
     pub mprtt: bool,
+    /// TCP with MPRTT (`--echo`): the reply is the packet itself, as many bytes as
+    /// were sent, instead of a 1-byte ACK.
+    #[serde(default)]
+    pub echo: bool,
     pub queue: QueueKind,
     /// TCP only: TCP_NODELAY on both ends.
     pub nodelay: bool,
@@ -199,6 +203,7 @@ impl Default for Settings {
             mb: DEFAULT_MB,
             pktsize: DEFAULT_PKTSIZE,
             mprtt: false,
+            echo: false,
             queue: QueueKind::Mutex,
             nodelay: false,
             quickack: false,
@@ -241,7 +246,7 @@ pub enum SettingsError {
     #[error("--bitrate must be at least 1 bit/s")]
     RateZero,
     #[error(
-        "--nstreams × --nsockets × --pktsize is {0} bytes; at most {MAX_FOOTPRINT} bytes of \
+        "--nstreams × --nsockets × --pktsize (× 2 with --echo) is {0} bytes; at most {MAX_FOOTPRINT} bytes of \
          packet buffers are allowed"
     )]
     Footprint(u64),
@@ -259,6 +264,10 @@ pub enum SettingsError {
     UdpPktSize(u32),
     #[error("--ack-timeout must be between 1 and {MAX_ACK_TIMEOUT_MS} ms, not {0}")]
     AckTimeout(u32),
+    #[error("--echo is implemented for TCP only in this build; it cannot be used with {0}")]
+    EchoTcpOnly(&'static str),
+    #[error("--echo answers each packet with its echo: it needs MPRTT (-r)")]
+    EchoNeedsMprtt,
 }
 
 impl Settings {
@@ -276,8 +285,11 @@ impl Settings {
         if !(1..=MAX_MB).contains(&self.mb) {
             return Err(SettingsError::Mb(self.mb));
         }
+        // With --echo each socket also holds a packet to echo (server) or an echo being
+        // read (client): twice the buffers.
+        let copies = if self.echo { 2 } else { 1 };
         let footprint =
-            u64::from(self.nstreams) * u64::from(self.nsockets) * u64::from(self.pktsize);
+            u64::from(self.nstreams) * u64::from(self.nsockets) * u64::from(self.pktsize) * copies;
         if footprint > MAX_FOOTPRINT {
             return Err(SettingsError::Footprint(footprint));
         }
@@ -289,6 +301,12 @@ impl Settings {
         }
         if self.protocol != Protocol::Tcp && self.busy_poll {
             return Err(SettingsError::BusyPollTcpOnly(self.protocol.name()));
+        }
+        if self.echo && self.protocol != Protocol::Tcp {
+            return Err(SettingsError::EchoTcpOnly(self.protocol.name()));
+        }
+        if self.echo && !self.mprtt {
+            return Err(SettingsError::EchoNeedsMprtt);
         }
         if let Some(&cpu) = self
             .client_cpus
@@ -501,6 +519,43 @@ mod tests {
             };
             assert_eq!(s.validate(), Ok(()), "{pktsize}");
         }
+    }
+
+    #[test]
+    fn echo_is_tcp_mprtt_and_counts_its_buffers_twice() {
+        let echo = Settings {
+            mprtt: true,
+            echo: true,
+            ..Settings::default()
+        };
+        assert_eq!(echo.validate(), Ok(()));
+        let no_mprtt = Settings {
+            mprtt: false,
+            ..echo.clone()
+        };
+        assert_eq!(no_mprtt.validate(), Err(SettingsError::EchoNeedsMprtt));
+        let udp = Settings {
+            protocol: Protocol::Udp,
+            pktsize: 1000,
+            ..echo.clone()
+        };
+        assert_eq!(udp.validate(), Err(SettingsError::EchoTcpOnly("UDP")));
+        // 64 streams × 1 socket × 32 MiB fit the bound, but not twice over.
+        let big = Settings {
+            nstreams: 64,
+            pktsize: 32 << 20,
+            ..Settings::default()
+        };
+        assert_eq!(big.validate(), Ok(()));
+        let big_echo = Settings {
+            mprtt: true,
+            echo: true,
+            ..big
+        };
+        assert_eq!(
+            big_echo.validate(),
+            Err(SettingsError::Footprint(2 * 64 * (32 << 20)))
+        );
     }
 
     #[test]

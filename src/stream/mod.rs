@@ -11,12 +11,14 @@
 //! With more than one socket the byte stream may arrive out of order (the sender threads
 //! race); order is kept when `nsockets` is 1 or only `send()` is used.
 //!
-//! Sockets are non-blocking and `poll()` is called only after a read or write returned
-//! `EAGAIN`. Every blocking call takes a [`Timeout`].
+//! A call that must wait sleeps either in the kernel (TCP's blocking-mode sockets, the
+//! wait bounded by socket time-outs) or in `poll()` after a read or write returned
+//! `EAGAIN`, never both. Every blocking call takes a [`Timeout`].
 //!
 //! With MPRTT (`mprtt`), every packet is answered by a 1-byte ACK: the sending side's
 //! `send()` returns once the ACK is read, and the receiving side's `recv()` writes the
-//! ACK once a whole packet (`pktsize` bytes) has arrived on a socket.
+//! ACK once a whole packet (`pktsize` bytes) has arrived on a socket. With `echo` (TCP),
+//! the reply is the packet itself, as ping-pong tools do.
 
 pub mod affinity;
 pub mod endpoint;
@@ -125,6 +127,9 @@ pub struct StreamOptions {
     pub pktsize: usize,
     /// Answer / wait for a 1-byte ACK per packet.
     pub mprtt: bool,
+    /// With `mprtt`: the reply echoes the packet (as many bytes) instead of a 1-byte
+    /// ACK. TCP only.
+    pub echo: bool,
     /// TCP: set TCP_NODELAY.
     pub nodelay: bool,
     /// TCP: set TCP_QUICKACK, re-armed after every read.
@@ -147,6 +152,7 @@ impl Default for StreamOptions {
             queue: QueueKind::Mutex,
             pktsize: crate::settings::DEFAULT_PKTSIZE as usize,
             mprtt: false,
+            echo: false,
             nodelay: false,
             quickack: false,
             abort: Arc::new(AtomicBool::new(false)),
@@ -206,6 +212,13 @@ pub trait Stream: Send {
 
     /// Waits until every submitted request has been sent; reports a sender's failure.
     fn sender_drain(&mut self, timeout: Timeout) -> io::Result<()>;
+
+    /// How large a buffer a receiving loop should pass to [`Stream::recv`] for
+    /// packets of `pktsize` bytes: `pktsize` unless the transport reads better in
+    /// larger pieces (TCP: a byte stream, read in fewer, larger system calls).
+    fn recv_len(&self, pktsize: usize) -> usize {
+        pktsize
+    }
 
     /// Receives into `buf` from whichever socket has data. `Ok(0)` means every socket
     /// reached end of stream.

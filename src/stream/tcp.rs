@@ -1,52 +1,201 @@
 //! The TCP STREAM.
 //!
-//! `nsockets` TCP connections between the same two hosts. Writes and reads are
-//! non-blocking; `poll()` runs only after `EAGAIN`. Latency is timed as the seed
-//! defines it: a send from the write() start to its return (poll waits included, and
-//! with MPRTT to the ACK read); a receive from the start of the call to the read() that
-//! returns data (and with MPRTT, the ACK written).
+//! `nsockets` TCP connections between the same two hosts. Latency is timed as the seed
+//! defines it: a send from the write() start to its return (waits included, and with
+//! MPRTT to the reply read); a receive from the start of the call to the read() that
+//! returns data (and with MPRTT, the reply written).
+//!
+//! How calls wait. By default sockets are in blocking mode and a call sleeps in the
+//! kernel: one `recv()` or `send()` per packet, as blocking tools do, instead of a
+//! non-blocking try, `EAGAIN`, `poll()` and a retry (three system calls on every
+//! ping-pong turn). The [`Timeout`] still holds: the socket's `SO_RCVTIMEO` /
+//! `SO_SNDTIMEO` is set to what is left of the deadline, at most one poll slice (so an
+//! abort is noticed as soon), and only when that value changes, which is rarely.
+//! `Timeout::NonBlocking` calls pass `MSG_DONTWAIT`. Sockets stay non-blocking, with
+//! `poll()` only after `EAGAIN`, where waiting must not happen in the kernel: with
+//! `--busy-poll` (which spins) and `--zerocopy` (whose writers wait themselves). A
+//! STREAM of several sockets multiplexes its receives with `poll()` either way.
+//!
+//! MPRTT replies: a 1-byte ACK per packet, or with `echo` the packet's own bytes.
+//!
+//! Every read and write of a data socket goes through [`Socket`]'s `recv_raw` and
+//! `send_raw` (zero-copy writers aside), and kernel time-outs through `Socket::arm`:
+//! one place to swap for another socket API.
 
 use super::sender::{PacketSink, Senders};
-use super::sys::{poll_many, poll_one, tcp_info, tcp_quickack};
+use super::sys::{poll_many, poll_one, set_timeout_opt, tcp_info, tcp_quickack};
 use super::zerocopy::ZeroCopyWriter;
 use super::{Deadline, Stream, StreamOptions, Timeout};
 use crate::settings::ZeroCopy;
 use crate::stats::StreamStats;
 use bytes::Bytes;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{self, Shutdown, SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// The smallest read buffer [`Stream::recv_len`] suggests: a bulk receiver that keeps
+/// up with the sender reads what has arrived in one call instead of one per packet
+/// (fewer system calls per byte).
+const RECV_CHUNK: usize = 256 * 1024;
+
+/// The kernel time-outs a blocking-mode socket has, in ms (0: not set yet), kept so
+/// that they are set only when they change. Shared by every handle on the connection.
+#[derive(Default)]
+struct KernelTimeouts {
+    recv_ms: AtomicU32,
+    send_ms: AtomicU32,
+}
 
 /// One socket of a TCP STREAM. The receiving path and each sender thread hold their own
 /// `Socket` for the same connection (see [`Socket::for_sender`]).
 struct Socket {
     sock: Arc<net::TcpStream>,
     mprtt: bool,
+    /// MPRTT replies echo the packet instead of a 1-byte ACK.
+    echo: bool,
     quickack: bool,
     busy_poll: bool,
+    /// Calls sleep in the kernel (see the module doc); else `poll()` after `EAGAIN`.
+    blocking: bool,
+    timeouts: Arc<KernelTimeouts>,
     abort: Arc<AtomicBool>,
     /// `--zerocopy`: this thread's zero-copy writer; payload goes through it.
     zerocopy: Option<ZeroCopyWriter>,
+    /// Where MPRTT replies are read to (allocated once: 1 byte, or a packet with echo).
+    reply: Vec<u8>,
+}
+
+/// Whether a kernel time-out applies to reading or writing.
+#[derive(Clone, Copy)]
+enum Direction {
+    Recv,
+    Send,
 }
 
 impl Socket {
+    fn new(sock: Arc<net::TcpStream>, opts: &StreamOptions, blocking: bool) -> io::Result<Socket> {
+        Ok(Socket {
+            zerocopy: ZeroCopyWriter::new(opts.zerocopy, &*sock)?,
+            sock,
+            mprtt: opts.mprtt,
+            echo: opts.echo,
+            quickack: opts.quickack,
+            busy_poll: opts.busy_poll,
+            blocking,
+            timeouts: Arc::default(),
+            abort: opts.abort.clone(),
+            reply: vec![0u8; if opts.echo { opts.pktsize.max(1) } else { 1 }],
+        })
+    }
+
     /// Another handle on the same connection for a sender thread, with its own
-    /// zero-copy writer (a writer's state belongs to one thread).
+    /// zero-copy writer (a writer's state belongs to one thread) and reply buffer.
     fn for_sender(&self, mode: ZeroCopy) -> io::Result<Socket> {
         Ok(Socket {
             sock: self.sock.clone(),
             mprtt: self.mprtt,
+            echo: self.echo,
             quickack: self.quickack,
             busy_poll: self.busy_poll,
+            blocking: self.blocking,
+            timeouts: self.timeouts.clone(),
             abort: self.abort.clone(),
             zerocopy: ZeroCopyWriter::new(mode, &*self.sock)?,
+            reply: vec![0u8; self.reply.len()],
         })
     }
 
-    /// Writes all of `buf` (zero-copy if so configured), waiting after EAGAIN.
+    /// One `recv()`: `MSG_DONTWAIT` unless `wait`.
+    fn recv_raw(&self, buf: &mut [u8], wait: bool) -> io::Result<usize> {
+        let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+        // SAFETY: the pointer and length describe `buf`, exclusively borrowed for the
+        // call; the fd belongs to the open socket `self.sock` holds.
+        let rc = unsafe {
+            libc::recv(
+                self.sock.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                flags,
+            )
+        };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(rc as usize)
+        }
+    }
+
+    /// One `send()` (never raising SIGPIPE): `MSG_DONTWAIT` unless `wait`.
+    fn send_raw(&self, buf: &[u8], wait: bool) -> io::Result<usize> {
+        let flags = libc::MSG_NOSIGNAL | if wait { 0 } else { libc::MSG_DONTWAIT };
+        // SAFETY: the pointer and length describe `buf`, borrowed for the call; the fd
+        // belongs to the open socket `self.sock` holds.
+        let rc =
+            unsafe { libc::send(self.sock.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(rc as usize)
+        }
+    }
+
+    /// Blocking mode, before a call that may sleep: fails on abort or a passed
+    /// deadline, else makes the kernel time-out what is left (at most one slice).
+    /// Returns whether the call may sleep (`false` for `Deadline::Now`).
+    fn arm(&self, dir: Direction, deadline: Deadline) -> io::Result<bool> {
+        self.check_abort()?;
+        if deadline == Deadline::Now {
+            return Ok(false);
+        }
+        let ms = deadline.poll_ms()? as u32;
+        let (cached, name) = match dir {
+            Direction::Recv => (&self.timeouts.recv_ms, libc::SO_RCVTIMEO),
+            Direction::Send => (&self.timeouts.send_ms, libc::SO_SNDTIMEO),
+        };
+        if cached.load(Ordering::Relaxed) != ms {
+            set_timeout_opt(&*self.sock, name, Duration::from_millis(u64::from(ms)))?;
+            cached.store(ms, Ordering::Relaxed);
+        }
+        Ok(true)
+    }
+
+    fn check_abort(&self) -> io::Result<()> {
+        super::check_abort(&self.abort)
+    }
+
+    /// Reads once without waiting. `Ok(None)` is EAGAIN; `Ok(Some(0))` end of stream.
+    fn read_nowait(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        loop {
+            return match self.recv_raw(buf, false) {
+                Ok(n) => Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => Err(e),
+            };
+        }
+    }
+
+    /// Reads once, waiting for data until `deadline`. `Ok(0)` is end of stream.
+    fn read_some(&self, buf: &mut [u8], deadline: Deadline) -> io::Result<usize> {
+        loop {
+            let sleep = self.blocking && self.arm(Direction::Recv, deadline)?;
+            match self.recv_raw(buf, sleep) {
+                Ok(n) => return Ok(n),
+                // Blocking: the kernel time-out (one slice) passed; `arm` decides.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && sleep => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.wait(libc::POLLIN, deadline)?
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes all of `buf` (zero-copy if so configured), waiting until `deadline`.
     fn write_payload(&mut self, buf: &[u8], deadline: Deadline) -> io::Result<()> {
         let Some(zc) = &mut self.zerocopy else {
             return self.write_all(buf, deadline);
@@ -58,12 +207,14 @@ impl Socket {
         })
     }
 
-    /// Writes all of `buf` with plain `write()`, waiting after EAGAIN.
+    /// Writes all of `buf` with plain `send()`, waiting until `deadline`.
     fn write_all(&self, mut buf: &[u8], deadline: Deadline) -> io::Result<()> {
         while !buf.is_empty() {
-            match (&*self.sock).write(buf) {
+            let sleep = self.blocking && self.arm(Direction::Send, deadline)?;
+            match self.send_raw(buf, sleep) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && sleep => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.wait(libc::POLLOUT, deadline)?
                 }
@@ -74,37 +225,36 @@ impl Socket {
         Ok(())
     }
 
-    /// Reads the 1-byte MPRTT ACK.
-    fn read_ack(&self, deadline: Deadline) -> io::Result<()> {
-        let mut ack = [0u8; 1];
-        // The ACK needs the peer to wake and answer, so right after the write it is
-        // never there yet: sleeping in poll() first saves a read() that would only
-        // return EAGAIN (one system call per round trip). Spinning and non-blocking
-        // calls still try the read first.
-        if !self.busy_poll && deadline != Deadline::Now {
+    /// Reads the MPRTT reply to a packet of `sent` bytes: the 1-byte ACK, or with echo
+    /// `sent` bytes. Returns the bytes read.
+    fn read_reply(&mut self, sent: usize, deadline: Deadline) -> io::Result<usize> {
+        let want = if self.echo { sent } else { 1 };
+        // Non-blocking mode: the reply needs the peer to wake and answer, so right after
+        // the write it is never there yet; sleeping in poll() first saves a read() that
+        // would only return EAGAIN. Spinning and non-blocking calls try the read first.
+        if !self.blocking && !self.busy_poll && deadline != Deadline::Now {
             self.wait(libc::POLLIN, deadline)?;
         }
-        loop {
-            match (&*self.sock).read(&mut ack) {
-                Ok(0) => {
+        let mut got = 0;
+        while got < want {
+            let chunk = (want - got).min(self.reply.len());
+            let mut reply = std::mem::take(&mut self.reply);
+            let read = self.read_some(&mut reply[..chunk], deadline);
+            self.reply = reply;
+            match read? {
+                0 => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
-                        "peer closed the connection while an ACK was awaited",
+                        "peer closed the connection while a reply was awaited",
                     ))
                 }
-                Ok(_) => {
-                    if self.quickack {
-                        tcp_quickack(&*self.sock)?;
-                    }
-                    return Ok(());
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.wait(libc::POLLIN, deadline)?
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                n => got += n,
             }
         }
+        if self.quickack {
+            tcp_quickack(&*self.sock)?;
+        }
+        Ok(got)
     }
 
     fn wait(&self, events: libc::c_short, deadline: Deadline) -> io::Result<()> {
@@ -152,8 +302,7 @@ impl PacketSink for Socket {
         let start = Instant::now();
         self.write_payload(buf, deadline)?;
         if self.mprtt {
-            self.read_ack(deadline)?;
-            stats.bytes_received += 1;
+            stats.bytes_received += self.read_reply(buf.len(), deadline)? as u64;
         }
         stats.send_latency.record_since(start);
         stats.bytes_sent += buf.len() as u64;
@@ -161,11 +310,19 @@ impl PacketSink for Socket {
     }
 }
 
+/// The sender threads of a STREAM: started at the first `send_submit()`, so a STREAM
+/// driven with `send()` only (the default) or only receiving runs none.
+enum SenderState {
+    NotStarted,
+    Running(Box<Senders>),
+    Finished,
+}
+
 /// One end of a TCP STREAM.
 pub struct TcpStream {
     sockets: Vec<Socket>,
     opts: StreamOptions,
-    senders: Option<Senders>,
+    senders: SenderState,
     /// Figures of `send()` and `recv()` (the calling thread's).
     stats: StreamStats,
     /// Sockets that reached end of stream.
@@ -177,8 +334,12 @@ pub struct TcpStream {
     cursor: usize,
     /// MPRTT: bytes of the current packet received per socket.
     partial: Vec<usize>,
-    /// MPRTT: an ACK was just written for a whole packet, so the next packet cannot be
-    /// there before the peer has read the ACK: the next `recv()` polls before reading.
+    /// MPRTT with echo: the current packet's bytes per socket, kept when it arrives in
+    /// pieces (allocated once, a packet per socket).
+    echo_bufs: Vec<Vec<u8>>,
+    /// MPRTT: a reply was just written for a whole packet, so the next packet cannot be
+    /// there before the peer has read it: in non-blocking mode the next `recv()` polls
+    /// before reading.
     acked: bool,
     pollfds: Vec<libc::pollfd>,
 }
@@ -204,8 +365,8 @@ impl TcpStream {
         TcpStream::from_sockets(socks, opts)
     }
 
-    /// Builds a STREAM from connected sockets (socket 0 first); sets them non-blocking,
-    /// applies the TCP options and starts one sender thread per socket.
+    /// Builds a STREAM from connected sockets (socket 0 first): sets their mode (see the
+    /// module doc) and the TCP options.
     pub fn from_sockets(socks: Vec<net::TcpStream>, opts: StreamOptions) -> io::Result<TcpStream> {
         if socks.is_empty() {
             return Err(io::Error::new(
@@ -213,31 +374,19 @@ impl TcpStream {
                 "a STREAM needs a socket",
             ));
         }
+        let blocking = !opts.busy_poll && opts.zerocopy == ZeroCopy::Off;
         let mut sockets = Vec::with_capacity(socks.len());
         for s in socks {
-            s.set_nonblocking(true)?;
+            s.set_nonblocking(!blocking)?;
             if opts.nodelay {
                 s.set_nodelay(true)?;
             }
             if opts.quickack {
                 tcp_quickack(&s)?;
             }
-            let sock = Arc::new(s);
-            sockets.push(Socket {
-                zerocopy: ZeroCopyWriter::new(opts.zerocopy, &*sock)?,
-                sock,
-                mprtt: opts.mprtt,
-                quickack: opts.quickack,
-                busy_poll: opts.busy_poll,
-                abort: opts.abort.clone(),
-            });
+            sockets.push(Socket::new(Arc::new(s), &opts, blocking)?);
         }
         let n = sockets.len();
-        let sinks = sockets
-            .iter()
-            .map(|s| s.for_sender(opts.zerocopy))
-            .collect::<io::Result<Vec<_>>>()?;
-        let senders = Senders::start_pinned(opts.queue, sinks, opts.abort.clone(), opts.cpu)?;
         let pollfds = sockets
             .iter()
             .map(|s| libc::pollfd {
@@ -246,16 +395,22 @@ impl TcpStream {
                 revents: 0,
             })
             .collect();
+        let echo_bufs = if opts.mprtt && opts.echo {
+            (0..n).map(|_| vec![0u8; opts.pktsize.max(1)]).collect()
+        } else {
+            Vec::new()
+        };
         Ok(TcpStream {
             sockets,
             opts,
-            senders: Some(senders),
+            senders: SenderState::NotStarted,
             stats: StreamStats::default(),
             eof: vec![false; n],
             open: n,
             ready: Vec::with_capacity(n),
             cursor: 0,
             partial: vec![0; n],
+            echo_bufs,
             acked: false,
             pollfds,
         })
@@ -269,39 +424,79 @@ impl TcpStream {
             .collect()
     }
 
-    /// Reads once from socket `k`. `Ok(None)` is EAGAIN.
-    fn read_from(&mut self, k: usize, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        loop {
-            return match (&*self.sockets[k].sock).read(buf) {
-                Ok(0) => {
-                    self.eof[k] = true;
-                    self.open -= 1;
-                    Ok(Some(0))
-                }
-                Ok(n) => Ok(Some(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => Err(e),
-            };
+    /// The sender threads, started on first use (one per socket).
+    fn senders(&mut self) -> io::Result<&mut Senders> {
+        if let SenderState::NotStarted = self.senders {
+            let sinks = self
+                .sockets
+                .iter()
+                .map(|s| s.for_sender(self.opts.zerocopy))
+                .collect::<io::Result<Vec<_>>>()?;
+            let abort = self.opts.abort.clone();
+            self.senders = SenderState::Running(Box::new(Senders::start_pinned(
+                self.opts.queue,
+                sinks,
+                abort,
+                self.opts.cpu,
+            )?));
+        }
+        match &mut self.senders {
+            SenderState::Running(s) => Ok(s),
+            _ => Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "sending finished",
+            )),
         }
     }
 
-    /// After `n` bytes arrived on socket `k`: re-arm QUICKACK, send MPRTT ACKs.
-    fn after_read(&mut self, k: usize, n: usize) -> io::Result<()> {
+    /// Notes that socket `k` reached end of stream.
+    fn mark_eof(&mut self, k: usize) {
+        if !self.eof[k] {
+            self.eof[k] = true;
+            self.open -= 1;
+        }
+    }
+
+    /// After `data` arrived on socket `k`: re-arm QUICKACK, send MPRTT replies.
+    fn after_read(&mut self, k: usize, data: &[u8]) -> io::Result<()> {
         let sock = &self.sockets[k];
         if self.opts.quickack {
             tcp_quickack(&*sock.sock)?;
         }
-        if self.opts.mprtt {
-            self.partial[k] += n;
-            let pkt = self.opts.pktsize.max(1);
+        if !self.opts.mprtt {
+            return Ok(());
+        }
+        let pkt = self.opts.pktsize.max(1);
+        if self.opts.echo {
+            let mut rest = data;
+            while !rest.is_empty() {
+                if self.partial[k] == 0 && rest.len() >= pkt {
+                    // A whole packet in this read: echoed from where it lies.
+                    sock.write_all(&rest[..pkt], Deadline::Never)?;
+                    self.stats.bytes_sent += pkt as u64;
+                    rest = &rest[pkt..];
+                    continue;
+                }
+                let at = self.partial[k];
+                let take = (pkt - at).min(rest.len());
+                self.echo_bufs[k][at..at + take].copy_from_slice(&rest[..take]);
+                self.partial[k] += take;
+                rest = &rest[take..];
+                if self.partial[k] == pkt {
+                    self.partial[k] = 0;
+                    sock.write_all(&self.echo_bufs[k], Deadline::Never)?;
+                    self.stats.bytes_sent += pkt as u64;
+                }
+            }
+        } else {
+            self.partial[k] += data.len();
             while self.partial[k] >= pkt {
                 self.partial[k] -= pkt;
                 sock.write_all(&[1u8], Deadline::Never)?;
                 self.stats.bytes_sent += 1;
             }
-            self.acked = self.partial[k] == 0 && self.sockets.len() == 1;
         }
+        self.acked = self.partial[k] == 0 && self.sockets.len() == 1;
         Ok(())
     }
 
@@ -333,6 +528,60 @@ impl TcpStream {
         }
         Ok(())
     }
+
+    /// One socket: reads once, waiting until `deadline`. `Ok(0)` is end of stream.
+    fn recv_single(&mut self, buf: &mut [u8], deadline: Deadline) -> io::Result<usize> {
+        if self.eof[0] {
+            return Ok(0);
+        }
+        let sock = &self.sockets[0];
+        if std::mem::take(&mut self.acked)
+            && !sock.blocking
+            && !sock.busy_poll
+            && deadline != Deadline::Now
+        {
+            // See `acked`: skip the read() that would only return EAGAIN.
+            sock.wait(libc::POLLIN, deadline)?;
+        }
+        let n = sock.read_some(buf, deadline)?;
+        if n == 0 {
+            self.mark_eof(0);
+        }
+        Ok(n)
+    }
+
+    /// Several sockets: reads from whichever has data. Returns the socket and the
+    /// bytes read; `Ok((_, 0))` once every socket reached end of stream.
+    fn recv_any(&mut self, buf: &mut [u8], deadline: Deadline) -> io::Result<(usize, usize)> {
+        loop {
+            if self.open == 0 {
+                return Ok((0, 0));
+            }
+            let k = match self.ready.pop() {
+                Some(k) => k,
+                None if !self.eof[self.cursor] => self.cursor,
+                None => {
+                    self.poll_open(deadline)?;
+                    continue;
+                }
+            };
+            if self.eof[k] {
+                continue;
+            }
+            match self.sockets[k].read_nowait(buf)? {
+                Some(0) => self.mark_eof(k),
+                Some(n) => {
+                    self.cursor = k;
+                    return Ok((k, n));
+                }
+                None => {
+                    if self.ready.is_empty() {
+                        self.poll_open(deadline)?;
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Stream for TcpStream {
@@ -355,59 +604,40 @@ impl Stream for TcpStream {
     }
 
     fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
-        super::sender::submit_if_running(&mut self.senders, buf, timeout)
+        self.senders()?.submit(buf, timeout)
     }
 
     fn sender_drain(&mut self, timeout: Timeout) -> io::Result<()> {
-        super::sender::drain_if_running(&mut self.senders, timeout)
+        match &mut self.senders {
+            SenderState::Running(s) => s.drain(timeout),
+            // Nothing was submitted, or everything was sent when sending finished.
+            SenderState::NotStarted | SenderState::Finished => Ok(()),
+        }
+    }
+
+    fn recv_len(&self, pktsize: usize) -> usize {
+        pktsize.max(RECV_CHUNK)
     }
 
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
         let start = Instant::now();
         let deadline = timeout.deadline();
-        if std::mem::take(&mut self.acked)
-            && !self.opts.busy_poll
-            && deadline != Deadline::Now
-            && self.open > 0
-        {
-            // See `acked`: skip the read() that would only return EAGAIN.
-            self.poll_open(deadline)?;
+        let (k, n) = if self.sockets.len() == 1 {
+            (0, self.recv_single(buf, deadline)?)
+        } else {
+            self.recv_any(buf, deadline)?
+        };
+        if n == 0 {
+            return Ok(0);
         }
-        loop {
-            if self.open == 0 {
-                return Ok(0);
-            }
-            let k = match self.ready.pop() {
-                Some(k) => k,
-                None if !self.eof[self.cursor] => self.cursor,
-                None => {
-                    self.poll_open(deadline)?;
-                    continue;
-                }
-            };
-            if self.eof[k] {
-                continue;
-            }
-            match self.read_from(k, buf)? {
-                Some(0) => continue,
-                Some(n) => {
-                    self.cursor = k;
-                    self.after_read(k, n)?;
-                    let now = Instant::now();
-                    self.stats
-                        .recv_latency
-                        .record(crate::stats::elapsed_ns(start));
-                    self.stats.bytes_received += n as u64;
-                    self.stats.mark_recv(now);
-                    return Ok(n);
-                }
-                None => {
-                    if self.ready.is_empty() {
-                        self.poll_open(deadline)?;
-                    }
-                }
-            }
-        }
+        self.after_read(k, &buf[..n])?;
+        let now = Instant::now();
+        self.stats
+            .recv_latency
+            .record(now.saturating_duration_since(start).as_nanos() as u64);
+        self.stats.bytes_received += n as u64;
+        self.stats.mark_recv(now);
+        Ok(n)
     }
 
     fn ack_partial(&mut self) -> io::Result<()> {
@@ -415,8 +645,14 @@ impl Stream for TcpStream {
             return Ok(());
         }
         for k in 0..self.sockets.len() {
-            if self.partial[k] > 0 {
-                self.partial[k] = 0;
+            let part = std::mem::take(&mut self.partial[k]);
+            if part == 0 {
+                continue;
+            }
+            if self.opts.echo {
+                self.sockets[k].write_all(&self.echo_bufs[k][..part], Deadline::Never)?;
+                self.stats.bytes_sent += part as u64;
+            } else {
                 self.sockets[k].write_all(&[1u8], Deadline::Never)?;
                 self.stats.bytes_sent += 1;
             }
@@ -425,9 +661,13 @@ impl Stream for TcpStream {
     }
 
     fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
-        let result = match &mut self.senders {
-            Some(s) => s.stop(timeout),
-            None => Ok(()),
+        let result = match std::mem::replace(&mut self.senders, SenderState::Finished) {
+            SenderState::Running(mut s) => {
+                let stopped = s.stop(timeout);
+                self.stats.merge(&s.stats());
+                stopped
+            }
+            SenderState::NotStarted | SenderState::Finished => Ok(()),
         };
         for s in &self.sockets {
             // The peer may already have closed; end of stream is what we want anyway.
@@ -438,7 +678,7 @@ impl Stream for TcpStream {
 
     fn stats(&self) -> StreamStats {
         let mut s = self.stats.clone();
-        if let Some(senders) = &self.senders {
+        if let SenderState::Running(senders) = &self.senders {
             s.merge(&senders.stats());
         }
         s
@@ -584,19 +824,253 @@ mod tests {
         );
     }
 
+    /// Options for each way calls can wait: blocking mode, and the non-blocking modes
+    /// (`poll()` after EAGAIN with zero-copy, spinning with busy-poll).
+    fn each_mode(base: StreamOptions) -> Vec<(&'static str, StreamOptions)> {
+        vec![
+            ("blocking", base.clone()),
+            (
+                "zerocopy",
+                StreamOptions {
+                    zerocopy: ZeroCopy::Splice,
+                    ..base.clone()
+                },
+            ),
+            (
+                "busy-poll",
+                StreamOptions {
+                    busy_poll: true,
+                    ..base
+                },
+            ),
+        ]
+    }
+
     #[test]
     fn recv_timeouts_follow_the_seed_convention() {
-        let (_client, mut server) = pair(StreamOptions::default());
-        let mut buf = [0u8; 16];
-        let e = server
-            .recv(&mut buf, Timeout::from_millis(0))
-            .expect_err("no data");
-        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
-        let t0 = Instant::now();
-        let e = server
-            .recv(&mut buf, Timeout::from_millis(150))
-            .expect_err("no data");
-        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
-        assert!(t0.elapsed() >= std::time::Duration::from_millis(140));
+        for (mode, opts) in each_mode(StreamOptions::default()) {
+            let (_client, mut server) = pair(opts);
+            let mut buf = [0u8; 16];
+            let e = server
+                .recv(&mut buf, Timeout::from_millis(0))
+                .expect_err("no data");
+            assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{mode}");
+            let t0 = Instant::now();
+            let e = server
+                .recv(&mut buf, Timeout::from_millis(150))
+                .expect_err("no data");
+            assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{mode}");
+            assert!(t0.elapsed() >= Duration::from_millis(140), "{mode}");
+        }
+    }
+
+    #[test]
+    fn send_timeouts_follow_the_seed_convention() {
+        for (mode, opts) in each_mode(StreamOptions::default()) {
+            // The server never reads: the socket buffers fill, then sends must give up.
+            let (mut client, _server) = pair(opts);
+            let buf = vec![0u8; 1 << 20];
+            let mut sent = 0u64;
+            let e = loop {
+                match client.send(&buf, Timeout::from_millis(0)) {
+                    Ok(n) => sent += n as u64,
+                    Err(e) => break e,
+                }
+                assert!(
+                    sent < 1 << 30,
+                    "{mode}: 1 GiB went into a socket nobody reads"
+                );
+            };
+            // A non-blocking send that cannot finish its packet may have sent part of it.
+            assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{mode}: {e}");
+            let t0 = Instant::now();
+            let e = client
+                .send(&buf, Timeout::from_millis(150))
+                .expect_err("buffers are full");
+            assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{mode}: {e}");
+            assert!(t0.elapsed() >= Duration::from_millis(140), "{mode}");
+            assert_eq!(
+                client.stats().bytes_sent,
+                sent,
+                "{mode}: whole packets only"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reply_that_never_comes_times_out() {
+        let base = StreamOptions {
+            mprtt: true,
+            pktsize: 100,
+            ..StreamOptions::default()
+        };
+        for (mode, opts) in each_mode(base) {
+            // The server never reads, so it never replies.
+            let (mut client, _server) = pair(opts);
+            let e = client
+                .send(&[7u8; 100], Timeout::from_millis(150))
+                .expect_err("no reply");
+            assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{mode}: {e}");
+            assert_eq!(client.stats().send_latency.count(), 0, "{mode}");
+        }
+    }
+
+    #[test]
+    fn abort_ends_a_receive_that_waits_forever() {
+        for (mode, opts) in each_mode(StreamOptions::default()) {
+            let abort = opts.abort.clone();
+            let (_client, mut server) = pair(opts);
+            let setter = thread::spawn(move || {
+                thread::sleep(Duration::from_millis(50));
+                abort.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
+            let mut buf = [0u8; 16];
+            let e = server
+                .recv(&mut buf, Timeout::Forever)
+                .expect_err("aborted");
+            assert_eq!(e.kind(), io::ErrorKind::Interrupted, "{mode}: {e}");
+            setter.join().expect("join");
+        }
+    }
+
+    #[test]
+    fn large_reads_count_every_byte_exactly() {
+        let (mut client, mut server) = pair(StreamOptions {
+            pktsize: 1000,
+            ..StreamOptions::default()
+        });
+        assert!(
+            server.recv_len(1000) > 1000,
+            "TCP reads more than a packet at once"
+        );
+        let t = thread::spawn(move || {
+            let buf: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+            for _ in 0..3001 {
+                client.send(&buf, Timeout::Forever).expect("send");
+            }
+            client
+                .send(&buf[..7], Timeout::Forever)
+                .expect("send short");
+            client.finish_sending(Timeout::Forever).expect("finish");
+            client.stats()
+        });
+        let len = server.recv_len(1000);
+        let got = drain_all(&mut server, len);
+        let cs = t.join().expect("join");
+        assert_eq!(got, 3_001_007);
+        assert_eq!(cs.bytes_sent, 3_001_007);
+        assert_eq!(cs.send_latency.count(), 3002);
+        assert_eq!(server.stats().bytes_received, 3_001_007);
+    }
+
+    #[test]
+    fn echo_returns_every_packet_and_the_partial_last_one() {
+        let base = StreamOptions {
+            mprtt: true,
+            echo: true,
+            pktsize: 1000,
+            ..StreamOptions::default()
+        };
+        for (mode, opts) in each_mode(base) {
+            let (mut client, mut server) = pair(opts);
+            let t = thread::spawn(move || {
+                let buf = vec![1u8; 1000];
+                for _ in 0..50 {
+                    client.send(&buf, Timeout::Forever).expect("send");
+                }
+                client
+                    .send(&buf[..10], Timeout::Forever)
+                    .expect("send short");
+                client.finish_sending(Timeout::Forever).expect("finish");
+                client.stats()
+            });
+            // Reads smaller than a packet: the echo is still whole and sent once.
+            let mut buf = vec![0u8; 300];
+            let mut total = 0;
+            while total < 50_010 {
+                total += server
+                    .recv(&mut buf, Timeout::Millis(10_000))
+                    .expect("recv");
+                if total == 50_010 {
+                    server.ack_partial().expect("echo the short packet");
+                }
+            }
+            let cs = t.join().expect("join");
+            assert_eq!(cs.bytes_sent, 50_010, "{mode}");
+            assert_eq!(cs.bytes_received, 50_010, "{mode}: every byte echoed");
+            assert_eq!(
+                cs.send_latency.count(),
+                51,
+                "{mode}: one round trip per packet"
+            );
+            assert_eq!(server.stats().bytes_sent, 50_010, "{mode}");
+            assert_eq!(
+                server.recv(&mut buf, Timeout::Millis(10_000)).expect("eof"),
+                0,
+                "{mode}"
+            );
+        }
+    }
+
+    #[test]
+    fn echo_sends_back_the_packet_itself() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let opts = StreamOptions {
+            mprtt: true,
+            echo: true,
+            pktsize: 5000,
+            ..StreamOptions::default()
+        };
+        let t = thread::spawn(move || {
+            let mut server = TcpStream::accept(&listener, opts).expect("accept");
+            // Reads of 3000 bytes: each packet arrives in two pieces at least.
+            let mut buf = vec![0u8; 3000];
+            let mut total = 0u64;
+            loop {
+                match server
+                    .recv(&mut buf, Timeout::Millis(10_000))
+                    .expect("recv")
+                {
+                    0 => return (total, server.stats().bytes_sent),
+                    n => total += n as u64,
+                }
+            }
+        });
+        let mut raw = net::TcpStream::connect(addr).expect("connect");
+        for round in 0..20u32 {
+            let packet: Vec<u8> = (0..5000u32).map(|i| (i * 7 + round) as u8).collect();
+            // In two writes, so the server cannot see the packet in one read.
+            io::Write::write_all(&mut raw, &packet[..1234]).expect("write");
+            io::Write::write_all(&mut raw, &packet[1234..]).expect("write");
+            let mut echo = vec![0u8; 5000];
+            io::Read::read_exact(&mut raw, &mut echo).expect("echo");
+            assert_eq!(echo, packet, "round {round}");
+        }
+        raw.shutdown(Shutdown::Write).expect("shutdown");
+        let (received, sent) = t.join().expect("join");
+        assert_eq!((received, sent), (100_000, 100_000));
+    }
+
+    #[test]
+    fn sender_threads_start_only_when_something_is_submitted() {
+        let (mut client, mut server) = pair(StreamOptions::default());
+        assert!(matches!(client.senders, SenderState::NotStarted));
+        client.send(b"sync", Timeout::Forever).expect("send");
+        assert!(matches!(client.senders, SenderState::NotStarted));
+        client
+            .send_submit(Bytes::from_static(b"queued"), Timeout::Forever)
+            .expect("submit");
+        assert!(matches!(client.senders, SenderState::Running(_)));
+        client.sender_drain(Timeout::Forever).expect("drain");
+        client.finish_sending(Timeout::Forever).expect("finish");
+        assert_eq!(drain_all(&mut server, 64), 10);
+        let cs = client.stats();
+        assert_eq!(cs.bytes_sent, 10);
+        assert_eq!(cs.send_latency.count(), 2);
+        assert_eq!(cs.submit_latency.count(), 1);
+        assert!(client
+            .send_submit(Bytes::from_static(b"late"), Timeout::Forever)
+            .is_err());
     }
 }

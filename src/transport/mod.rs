@@ -101,6 +101,7 @@ pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOpti
         queue: settings.queue,
         pktsize: settings.pktsize as usize,
         mprtt: settings.mprtt,
+        echo: settings.echo,
         nodelay: settings.nodelay,
         quickack: settings.quickack,
         abort,

@@ -1,0 +1,137 @@
+//! End-to-end runs of the TCP hot paths: `--echo` (the server answers each packet with
+//! the packet itself) in every waiting mode, and the refusals around it. Byte counts and
+//! round trips are asserted from both ends' `--json` figures.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::time::Duration;
+
+const MB: u64 = 1 << 20;
+
+/// Runs a `--json` client with `args` against a fresh server; returns the document.
+fn run_json(args: &[&str]) -> Value {
+    let server = Server::start(&[]);
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = client_ok(&server, "127.0.0.1", &all);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
+}
+
+fn u(v: &Value, path: &[&str]) -> u64 {
+    let mut at = v;
+    for key in path {
+        at = &at[key];
+    }
+    at.as_u64()
+        .unwrap_or_else(|| panic!("{path:?} is not a number in {v}"))
+}
+
+/// Checks an echo run of `streams` streams of `per_stream` bytes in `pktsize` packets:
+/// every byte went out and came back, one round trip per packet.
+fn assert_echoed(doc: &Value, streams: u64, per_stream: u64, pktsize: u64) {
+    let total = streams * per_stream;
+    assert_eq!(doc["settings"]["echo"], Value::Bool(true));
+    assert_eq!(
+        doc["settings"]["mprtt"],
+        Value::Bool(true),
+        "--echo implies -r"
+    );
+    assert_eq!(u(doc, &["client", "total", "bytes_sent"]), total);
+    assert_eq!(
+        u(doc, &["client", "total", "bytes_received"]),
+        total,
+        "echoed"
+    );
+    assert_eq!(u(doc, &["server", "total", "bytes_received"]), total);
+    assert_eq!(u(doc, &["server", "total", "bytes_sent"]), total, "echoed");
+    let round_trips = streams * per_stream.div_ceil(pktsize);
+    assert_eq!(
+        u(doc, &["client", "total", "send_latency", "count"]),
+        round_trips
+    );
+}
+
+#[test]
+fn echo_returns_every_byte_of_every_packet() {
+    // 2 MB is not a whole number of 1000-byte packets: the short last one is echoed too.
+    let doc = run_json(&["-m", "2", "-l", "1000", "--echo"]);
+    assert_echoed(&doc, 1, 2 * MB, 1000);
+}
+
+#[test]
+fn echo_with_streams_and_sockets() {
+    let doc = run_json(&["-m", "1", "-l", "1000", "-t", "2", "-n", "3", "--echo"]);
+    assert_echoed(&doc, 2, MB, 1000);
+}
+
+#[test]
+fn echo_in_the_non_blocking_modes() {
+    for extra in [["--busy-poll"], ["--zerocopy"]] {
+        let mut args = vec!["-m", "1", "-l", "4096", "--echo", "-d"];
+        args.extend_from_slice(&extra);
+        let doc = run_json(&args);
+        assert_echoed(&doc, 1, MB, 4096);
+    }
+}
+
+#[test]
+fn echo_for_a_time_echoes_what_was_sent() {
+    let doc = run_json(&["--time", "1", "-l", "64", "--echo", "-d"]);
+    let sent = u(&doc, &["client", "total", "bytes_sent"]);
+    assert!(sent > 0 && sent % 64 == 0, "whole packets: {sent}");
+    assert_echoed(&doc, 1, sent, 64);
+}
+
+#[test]
+fn echo_reports_say_what_the_round_trip_is() {
+    let server = Server::start(&[]);
+    let c = client_ok(&server, "127.0.0.1", &["-m", "1", "-l", "512", "--echo"]);
+    let s = server.report(1);
+    assert!(
+        c.lines().next().is_some_and(|l| l.contains("reply=echo")),
+        "{c}"
+    );
+    assert!(s.contains("reply=echo"), "{s}");
+    assert_eq!(volume(&c, "sent").bytes, MB);
+    assert_eq!(volume(&c, "received").bytes, MB, "{c}");
+    assert_eq!(volume(&s, "received").bytes, MB);
+    assert_eq!(volume(&s, "sent").bytes, MB, "{s}");
+    latency(&c, "mprtt");
+    latency(&s, "mprtt");
+}
+
+#[test]
+fn echo_is_refused_where_it_is_not_implemented() {
+    let port = port_block(1).to_string();
+    for proto in ["-u", "-R"] {
+        let out = run(
+            &["-c", "127.0.0.1", "-p", &port, proto, "--echo"],
+            Duration::from_secs(30),
+        );
+        assert!(!out.status.success(), "{proto}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--echo"), "{proto}: {err}");
+    }
+}
+
+#[test]
+fn affinity_is_another_name_for_cpu() {
+    // A ping-pong with both ends pinned to one core (what wins on a VM whose idle cores
+    // halt): every byte echoed.
+    let doc = run_json(&[
+        "-m",
+        "1",
+        "-l",
+        "1000",
+        "--echo",
+        "-d",
+        "--affinity",
+        "0",
+        "--server-cpu",
+        "0",
+    ]);
+    assert_echoed(&doc, 1, MB, 1000);
+    assert_eq!(doc["settings"]["client_cpus"], serde_json::json!([0]));
+    assert_eq!(doc["settings"]["server_cpus"], serde_json::json!([0]));
+}
