@@ -15,7 +15,8 @@ exec 2>$OUT
 
 finish() {
   # A separate open/close per line: close waits until the UART has sent it.
-  echo "SOFTROCE-STATUS $1" >$OUT
+  # On a line of its own even when the script's output did not end with one.
+  printf '\nSOFTROCE-STATUS %s\n' "$1" >$OUT
   sync
   poweroff -f
 }
@@ -29,6 +30,7 @@ for m in $(cat /modules/order); do
 done
 VM_IP=$(cat /etc/vm_ip)
 export VM_IP
+hostname softroce
 ip link set lo up
 ip link set eth0 up || fail "no eth0 (virtio-net)"
 ip addr add "$VM_IP/24" dev eth0 || fail "cannot set $VM_IP on eth0"

@@ -49,7 +49,7 @@ done
 # Host packages whose files go into the VM (and QEMU itself). rdma-core is not needed:
 # it only adds udev rules and services.
 PACKAGES=(qemu-system-x86 busybox-static kmod cpio iproute2
-  libibverbs1 ibverbs-providers librdmacm1 ibverbs-utils rdmacm-utils libfabric1)
+  libibverbs1 ibverbs-providers librdmacm1 ibverbs-utils rdmacm-utils libfabric1 libfabric-bin)
 
 install_packages() {
   local missing=() p
@@ -157,7 +157,7 @@ build_initramfs() {
   local multi=/usr/lib/x86_64-linux-gnu
   put_with_libs "$FPERF" /usr/bin/fperf
   local tool
-  for tool in rdma ibv_devices ibv_devinfo ibv_rc_pingpong rping; do
+  for tool in rdma ibv_devices ibv_devinfo ibv_rc_pingpong rping fi_info; do
     put_with_libs "$(command -v "$tool")"
   done
   # Loaded at run time (dlopen), so ldd of the binaries does not name them.
@@ -167,6 +167,10 @@ build_initramfs() {
   put_with_libs "$multi/libibverbs/librxe-rdmav34.so"
   put /etc/libibverbs.d/rxe.driver
   echo "root:x:0:0:root:/:/bin/sh" >"$TREE/etc/passwd"
+  # Name resolution from files only: libfabric's verbs provider resolves the host's own
+  # name (rdma_getaddrinfo), which without these fails with EAI_AGAIN.
+  echo "hosts: files" >"$TREE/etc/nsswitch.conf"
+  printf '127.0.0.1 localhost\n%s softroce\n' "$VM_IP" >"$TREE/etc/hosts"
 
   cp "$(dirname "$0")/init.sh" "$TREE/init"
   chmod +x "$TREE/init"
@@ -236,8 +240,14 @@ fi
 wait "$QEMU_PID" 2>/dev/null || true
 QEMU_PID=""
 
-status_line="$(grep -a '^SOFTROCE-STATUS ' "$RUN/out.log" | tail -n 1 || true)"
-grep -av '^SOFTROCE-STATUS ' "$RUN/out.log" | tr -d '\r' || true
+# The serial line turned each \n into \r\n; the guest ends with "\nSOFTROCE-STATUS N\n".
+tr -d '\r' <"$RUN/out.log" >"$RUN/out.txt"
+status_line="$(tail -n 1 "$RUN/out.txt" | grep -a '^SOFTROCE-STATUS [0-9]*$' || true)"
+if [ -n "$status_line" ]; then
+  head -c "-$((${#status_line} + 2))" "$RUN/out.txt"
+else
+  cat "$RUN/out.txt"
+fi
 if [ -z "$status_line" ]; then
   if [ $timed_out = 1 ]; then
     say "the VM did not finish within ${TIMEOUT}s; killed it. Its console:"
@@ -249,6 +259,5 @@ if [ -z "$status_line" ]; then
   exit 125
 fi
 status="${status_line#SOFTROCE-STATUS }"
-status="${status//[!0-9]/}"
 rm -rf "$RUN"
 exit "$status"
