@@ -19,8 +19,10 @@
 # stdout; this script exits with SCRIPT's status. If the VM does not report a status
 # within the time-out (default 120 s; QEMU is killed then, and on any exit of this
 # script), or fails to boot or to set rxe0 up, it prints the VM's console and exits 125.
-# Missing host packages are installed with apt-get (needs root). Work files live in
-# target/softroce/ (git-ignored).
+# If this host cannot run the VM at all (not x86-64 Debian, packages missing and not
+# root, the kernel package cannot be fetched) it says why and exits 3. Missing host
+# packages are installed with apt-get (needs root). Work files live in target/softroce/
+# (git-ignored).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -32,6 +34,7 @@ PREPARE_ONLY=0
 SCRIPT=""
 
 die() { echo "softroce: $*" >&2; exit 125; }
+unavailable() { echo "softroce: cannot run the VM on this host: $*" >&2; exit 3; }
 say() { echo "softroce: $*" >&2; }
 
 while [ $# -gt 0 ]; do
@@ -57,11 +60,12 @@ install_packages() {
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return
-  [ "$(id -u)" -eq 0 ] || die "need root to install: ${missing[*]}"
+  [ "$(id -u)" -eq 0 ] || unavailable "packages missing (${missing[*]}) and not root to install them"
   say "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get -o DPkg::Lock::Timeout=120 update -qq
-  apt-get -o DPkg::Lock::Timeout=120 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt-get -o DPkg::Lock::Timeout=120 update -qq || unavailable "apt-get update failed"
+  apt-get -o DPkg::Lock::Timeout=120 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    unavailable "apt-get install ${missing[*]} failed"
 }
 
 # Fetches and unpacks the kernel package linux-image-amd64 depends on; prints its
@@ -73,14 +77,15 @@ fetch_kernel() {
     apt-get -o DPkg::Lock::Timeout=120 update -qq
     pkg="$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')"
   fi
-  [ -n "$pkg" ] || die "apt knows no linux-image-amd64 (not a Debian amd64 host?)"
+  [ -n "$pkg" ] || unavailable "apt knows no linux-image-amd64 (not a Debian amd64 host?)"
   ver="${pkg#linux-image-}"
   dir="$WORK/kernel/$ver"
   if [ ! -e "$dir/.done" ]; then
     say "fetching $pkg"
     rm -rf "$dir" && mkdir -p "$dir/deb"
     # _apt cannot write into root-owned work dirs: download as root, quietly.
-    (cd "$dir/deb" && apt-get -o APT::Sandbox::User=root download "$pkg" >/dev/null)
+    (cd "$dir/deb" && apt-get -o APT::Sandbox::User=root download "$pkg" >/dev/null) ||
+      unavailable "apt-get download $pkg failed"
     deb="$(ls "$dir"/deb/*.deb)"
     dpkg-deb -x "$deb" "$dir/root"
     rm -f "$deb"
@@ -179,6 +184,8 @@ build_initramfs() {
   (cd "$TREE" && find . | cpio -o -H newc --quiet) >"$out"
 }
 
+[ "$(uname -m)" = x86_64 ] || unavailable "not an x86-64 host"
+command -v apt-get >/dev/null || unavailable "no apt-get (the harness uses Debian's packages)"
 install_packages
 KDIR="$(fetch_kernel)"
 [ "$PREPARE_ONLY" = 1 ] && { say "ready: kernel $(basename "$KDIR")"; exit 0; }
