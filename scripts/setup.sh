@@ -19,6 +19,7 @@ packages=(
   cpio
   ibverbs-utils
   rdmacm-utils
+  cmake         # sideway's rdma-mummy-sys (libibverbs/librdmacm loaded at run time)
 )
 
 missing=()

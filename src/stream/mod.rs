@@ -19,12 +19,15 @@
 //! ACK once a whole packet (`pktsize` bytes) has arrived on a socket.
 
 pub mod affinity;
+pub mod endpoint;
 pub mod ofi;
+pub mod ring;
 pub mod sender;
 pub(crate) mod sys;
 pub mod tcp;
 pub mod udp;
 pub mod udp_wire;
+pub mod verbs;
 pub mod zerocopy;
 
 use crate::settings::{QueueKind, ZeroCopy};

@@ -7,6 +7,7 @@
 pub mod rdma;
 pub mod tcp;
 pub mod udp;
+pub mod verbs;
 
 use crate::settings::{Protocol, Settings};
 use crate::stream::{Stream, StreamOptions};

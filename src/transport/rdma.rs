@@ -9,8 +9,10 @@
 //! and JSON, at most [`control::MAX_FRAME`] bytes. The control protocol itself is
 //! untouched.
 //!
-//! `ibverbs`, `cm` and `rsocket` are not implemented in this build: they fail before
-//! anything is sent, after saying what is missing on this host (library, device).
+//! `ibverbs` and `cm` run over verbs queue pairs (see [`super::verbs`]), with their
+//! details on the same kind of side connection. `rsocket` is not implemented in this
+//! build: it fails before anything is sent, after saying what is missing on this host
+//! (library, device).
 
 use super::{stream_options, Acceptor, ClientCtx, ServerCtx, Transport};
 use crate::control::{self, Message, PROTOCOL_VERSION};
@@ -68,6 +70,13 @@ pub fn prepare(settings: &Settings) -> Result<Settings> {
             s.ofi_provider = Some(info.provider_name());
             Ok(s)
         }
+        RdmaApi::Ibverbs | RdmaApi::Cm => {
+            if let Some(missing) = verbs_missing(s.rdma_api, s.rdma_device.as_deref()) {
+                return Err(missing);
+            }
+            super::verbs::prepare(&mut s)?;
+            Ok(s)
+        }
         api => Err(verbs_unavailable(api, s.rdma_device.as_deref())),
     }
 }
@@ -97,9 +106,21 @@ fn target(s: &Settings, provider: Option<String>, node: Option<String>) -> OfiTa
     }
 }
 
-/// The error for the verbs-based APIs: what this host lacks first, then that this build
-/// does not implement them.
+/// The error for the verbs-based APIs this build lacks (rsocket): what this host lacks
+/// first, then that this build does not implement them.
 fn verbs_unavailable(api: RdmaApi, device: Option<&str>) -> anyhow::Error {
+    if let Some(missing) = verbs_missing(api, device) {
+        return missing;
+    }
+    anyhow!(
+        "--rdma-api {} is not implemented in this build of fperf; use --rdma-api ibverbs, cm or ofi",
+        api.name()
+    )
+}
+
+/// What this host lacks to run `api` over verbs (library, device, the device named), if
+/// anything.
+pub(super) fn verbs_missing(api: RdmaApi, device: Option<&str>) -> Option<anyhow::Error> {
     let (lib, package) = match api {
         RdmaApi::Ibverbs => ("libibverbs.so.1", "libibverbs1 ibverbs-providers"),
         _ => ("librdmacm.so.1", "librdmacm1 ibverbs-providers"),
@@ -107,10 +128,10 @@ fn verbs_unavailable(api: RdmaApi, device: Option<&str>) -> anyhow::Error {
     // SAFETY: loading rdma-core's library only runs its own initializers; it is unloaded
     // at once.
     if let Err(e) = unsafe { libloading::Library::new(lib) } {
-        return anyhow!(
+        return Some(anyhow!(
             "--rdma-api {} needs {lib}, which cannot be loaded here ({e}); install it with `apt-get install {package}`",
             api.name()
-        );
+        ));
     }
     let devices: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
         .map(|d| {
@@ -120,23 +141,19 @@ fn verbs_unavailable(api: RdmaApi, device: Option<&str>) -> anyhow::Error {
         })
         .unwrap_or_default();
     if devices.is_empty() {
-        return anyhow!(
+        return Some(anyhow!(
             "no RDMA device found (/sys/class/infiniband is empty or missing); add Soft-RoCE with `modprobe rdma_rxe; rdma link add rxe0 type rxe netdev eth0`, or run over libfabric with `--rdma-api ofi --ofi-provider tcp`"
-        );
+        ));
     }
     if let Some(d) = device {
         if !devices.iter().any(|x| x == d) {
-            return anyhow!(
+            return Some(anyhow!(
                 "RDMA device '{d}' not found; devices here: {}",
                 devices.join(", ")
-            );
+            ));
         }
     }
-    anyhow!(
-        "--rdma-api {} is not implemented in this build of fperf; use --rdma-api ofi (libfabric, e.g. --ofi-provider verbs on device {})",
-        api.name(),
-        devices.join(", ")
-    )
+    None
 }
 
 /// Opens `nstreams × nsockets` endpoints on `node`.
@@ -209,7 +226,7 @@ fn into_streams(
         .collect()
 }
 
-fn write_json<T: Serialize>(sock: &mut TcpStream, value: &T) -> Result<()> {
+pub(super) fn write_json<T: Serialize>(sock: &mut TcpStream, value: &T) -> Result<()> {
     let body = serde_json::to_vec(value)?;
     if body.len() > control::MAX_FRAME {
         bail!("connection details exceed {} bytes", control::MAX_FRAME);
@@ -219,7 +236,7 @@ fn write_json<T: Serialize>(sock: &mut TcpStream, value: &T) -> Result<()> {
     Ok(())
 }
 
-fn read_json<T: DeserializeOwned>(sock: &mut TcpStream, timeout: Duration) -> Result<T> {
+pub(super) fn read_json<T: DeserializeOwned>(sock: &mut TcpStream, timeout: Duration) -> Result<T> {
     sock.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
     let mut header = [0u8; control::HEADER_LEN];
     sock.read_exact(&mut header)
@@ -238,8 +255,15 @@ struct OfiAcceptor {
 impl Transport for RdmaTransport {
     fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
         let s = &ctx.settings;
-        if s.rdma_api != RdmaApi::Ofi {
-            return Err(verbs_unavailable(s.rdma_api, s.rdma_device.as_deref()));
+        match s.rdma_api {
+            RdmaApi::Ofi => {}
+            RdmaApi::Ibverbs | RdmaApi::Cm => {
+                if let Some(missing) = verbs_missing(s.rdma_api, None) {
+                    return Err(missing);
+                }
+                return super::verbs::listen(ctx);
+            }
+            api => return Err(verbs_unavailable(api, s.rdma_device.as_deref())),
         }
         let node = ctx.local.ip().to_canonical().to_string();
         let endpoints = open_endpoints(s, node, ctx.abort.clone())?;
@@ -248,21 +272,12 @@ impl Transport for RdmaTransport {
 
     fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
         let s = &ctx.settings;
-        if s.rdma_api != RdmaApi::Ofi {
-            return Err(verbs_unavailable(s.rdma_api, s.rdma_device.as_deref()));
+        match s.rdma_api {
+            RdmaApi::Ofi => {}
+            RdmaApi::Ibverbs | RdmaApi::Cm => return super::verbs::connect(ctx),
+            api => return Err(verbs_unavailable(api, s.rdma_device.as_deref())),
         }
-        let mut sock = super::tcp::connect(ctx.server, ctx.bind, ctx.setup_timeout)
-            .with_context(|| format!("cannot connect to {} for the RDMA set-up", ctx.server))?;
-        sock.set_write_timeout(Some(ctx.setup_timeout))?;
-        control::write_frame(
-            &mut sock,
-            &Message::DataHello {
-                version: PROTOCOL_VERSION,
-                session: ctx.session,
-                stream: 0,
-                socket: 0,
-            },
-        )?;
+        let mut sock = side_connection(ctx)?;
         // Endpoints open on the address that reaches the server.
         let node = sock.local_addr()?.ip().to_canonical().to_string();
         let mut endpoints = open_endpoints(s, node, ctx.abort.clone())?;
@@ -282,27 +297,51 @@ impl Transport for RdmaTransport {
     }
 }
 
+/// Client: opens the TCP side connection the RDMA details travel over, on the server's
+/// base port, and names it with a `DataHello` so the server routes it to the session.
+pub(super) fn side_connection(ctx: &ClientCtx) -> Result<TcpStream> {
+    let mut sock = super::tcp::connect(ctx.server, ctx.bind, ctx.setup_timeout)
+        .with_context(|| format!("cannot connect to {} for the RDMA set-up", ctx.server))?;
+    sock.set_write_timeout(Some(ctx.setup_timeout))?;
+    control::write_frame(
+        &mut sock,
+        &Message::DataHello {
+            version: PROTOCOL_VERSION,
+            session: ctx.session,
+            stream: 0,
+            socket: 0,
+        },
+    )?;
+    Ok(sock)
+}
+
+/// Server: waits for the client's side connection (see [`side_connection`]).
+pub(super) fn routed_side_connection(ctx: &ServerCtx) -> Result<TcpStream> {
+    let deadline = Instant::now() + ctx.setup_timeout;
+    let conn = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || ctx.abort.load(Ordering::Relaxed) {
+            bail!(
+                "the client did not send its RDMA connection details within {}s",
+                ctx.setup_timeout.as_secs()
+            );
+        }
+        if let Ok(conn) = ctx
+            .routed
+            .recv_timeout(left.min(Duration::from_millis(100)))
+        {
+            break conn;
+        }
+    };
+    let sock = conn.sock;
+    sock.set_nonblocking(false)?;
+    sock.set_write_timeout(Some(ctx.setup_timeout))?;
+    Ok(sock)
+}
+
 impl Acceptor for OfiAcceptor {
     fn accept(mut self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
-        let deadline = Instant::now() + ctx.setup_timeout;
-        let conn = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || ctx.abort.load(Ordering::Relaxed) {
-                bail!(
-                    "the client did not send its RDMA connection details within {}s",
-                    ctx.setup_timeout.as_secs()
-                );
-            }
-            if let Ok(conn) = ctx
-                .routed
-                .recv_timeout(left.min(Duration::from_millis(100)))
-            {
-                break conn;
-            }
-        };
-        let mut sock = conn.sock;
-        sock.set_nonblocking(false)?;
-        sock.set_write_timeout(Some(ctx.setup_timeout))?;
+        let mut sock = routed_side_connection(ctx)?;
         let client: ClientDetails = read_json(&mut sock, ctx.setup_timeout)?;
         control::check_version(client.version)?;
         if let Err(e) = set_peers(&mut self.endpoints, &client.endpoints) {

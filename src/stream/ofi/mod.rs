@@ -24,28 +24,19 @@
 pub mod sys;
 
 use self::sys::*;
-use super::sender::{PacketSink, Senders};
-use super::{Deadline, Stream, StreamOptions, Timeout};
+use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
+use super::ring::{RemoteRing, RingLayout, Slot, CONTROL_SLOTS, RING_SLOTS_MAX};
+use super::{Deadline, StreamOptions};
 use crate::stats::StreamStats;
-use bytes::Bytes;
 use std::collections::VecDeque;
 use std::ffi::{c_void, CStr, CString};
 use std::io;
 use std::mem::size_of;
 use std::ptr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Instant;
 use thiserror::Error;
 
-/// Bytes of send (and of receive) slots per endpoint, at most.
-const RING_BYTES: usize = 16 << 20;
-/// Fewest and most slots per ring.
-const RING_SLOTS_MIN: usize = 2;
-const RING_SLOTS_MAX: usize = 64;
-/// Small slots for ACK and FIN sends.
-const CONTROL_SLOTS: usize = 16;
-/// Bytes per control slot.
-const CONTROL_SLOT_BYTES: usize = 8;
 /// Completions read per `fi_cq_read`.
 const CQ_BATCH: usize = 16;
 /// Remote CQ data: the kind of a control message sits in the top byte.
@@ -272,80 +263,6 @@ unsafe fn domain_name(p: *const fi_info) -> String {
     }
 }
 
-/// Slots per ring for packets of `pktsize` bytes.
-pub fn ring_slots(pktsize: usize) -> usize {
-    (RING_BYTES / pktsize.max(1)).clamp(RING_SLOTS_MIN, RING_SLOTS_MAX)
-}
-
-/// Where each operation context of an endpoint belongs: slot `i` of one ring.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Slot {
-    Send(usize),
-    Recv(usize),
-    Control(usize),
-}
-
-/// The layout of an endpoint's registered region and of its operation contexts:
-/// `send` slots, then `recv` slots, then the control slots.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RingLayout {
-    pub slot_bytes: usize,
-    pub send: usize,
-    pub recv: usize,
-}
-
-impl RingLayout {
-    pub fn new(pktsize: usize) -> RingLayout {
-        let n = ring_slots(pktsize);
-        RingLayout {
-            slot_bytes: pktsize.max(1),
-            send: n,
-            recv: n,
-        }
-    }
-
-    /// Operation contexts needed.
-    pub fn contexts(&self) -> usize {
-        self.send + self.recv + CONTROL_SLOTS
-    }
-
-    /// Bytes of the registered region.
-    pub fn region_bytes(&self) -> usize {
-        (self.send + self.recv) * self.slot_bytes + CONTROL_SLOTS * CONTROL_SLOT_BYTES
-    }
-
-    /// The slot of context index `i`, if it is one.
-    pub fn slot(&self, i: usize) -> Option<Slot> {
-        if i < self.send {
-            Some(Slot::Send(i))
-        } else if i < self.send + self.recv {
-            Some(Slot::Recv(i - self.send))
-        } else if i < self.contexts() {
-            Some(Slot::Control(i - self.send - self.recv))
-        } else {
-            None
-        }
-    }
-
-    /// The context index of `slot`.
-    pub fn index(&self, slot: Slot) -> usize {
-        match slot {
-            Slot::Send(i) => i,
-            Slot::Recv(i) => self.send + i,
-            Slot::Control(i) => self.send + self.recv + i,
-        }
-    }
-
-    /// Byte offset of `slot` in the region.
-    pub fn offset(&self, slot: Slot) -> usize {
-        match slot {
-            Slot::Send(i) => i * self.slot_bytes,
-            Slot::Recv(i) => (self.send + i) * self.slot_bytes,
-            Slot::Control(i) => (self.send + self.recv) * self.slot_bytes + i * CONTROL_SLOT_BYTES,
-        }
-    }
-}
-
 /// A control message's remote CQ data.
 pub fn control_data(kind: u64, value: u64) -> u64 {
     (kind << KIND_SHIFT) | (value & VALUE_MASK)
@@ -369,81 +286,6 @@ pub fn split_write_data(data: u64) -> (usize, usize) {
         (data >> WRITE_LEN_BITS) as usize,
         (data & ((1 << WRITE_LEN_BITS) - 1)) as usize + 1,
     )
-}
-
-/// Calls made while waiting for a completion: spin first, then yield, then nap, so
-/// an idle wait does not hog a CPU.
-struct Backoff {
-    spins: u32,
-    idle_since: Instant,
-    last_check: Instant,
-}
-
-/// How long a wait sees no progress before it checks that the peer is still there.
-const LIVENESS_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
-/// How often it checks then.
-const LIVENESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-
-impl Backoff {
-    fn new() -> Backoff {
-        let now = Instant::now();
-        Backoff {
-            spins: 0,
-            idle_since: now,
-            last_check: now,
-        }
-    }
-
-    /// One idle step of a wait. After [`LIVENESS_IDLE`] without progress, `watch` (the
-    /// TCP connection the ends swapped their details over, kept open for the run) is
-    /// checked: end of file means the peer stopped, and the wait fails with
-    /// `ConnectionAborted` rather than waiting for completions that will never come.
-    fn wait(
-        &mut self,
-        deadline: Deadline,
-        abort: &std::sync::atomic::AtomicBool,
-        watch: Option<&std::net::TcpStream>,
-    ) -> io::Result<()> {
-        super::check_abort(abort)?;
-        match deadline {
-            Deadline::Now => return Err(io::ErrorKind::WouldBlock.into()),
-            Deadline::At(t) if Instant::now() >= t => return Err(io::ErrorKind::TimedOut.into()),
-            _ => {}
-        }
-        self.spins = self.spins.saturating_add(1);
-        if self.spins > 20_000 {
-            std::thread::sleep(std::time::Duration::from_micros(50));
-            let now = Instant::now();
-            if let Some(sock) = watch {
-                if now.duration_since(self.idle_since) >= LIVENESS_IDLE
-                    && now.duration_since(self.last_check) >= LIVENESS_EVERY
-                {
-                    self.last_check = now;
-                    peer_alive(sock)?;
-                }
-            }
-        } else if self.spins > 200 {
-            std::thread::yield_now();
-        }
-        Ok(())
-    }
-}
-
-/// Fails with `ConnectionAborted` once the peer closed `sock` (it stopped or failed).
-fn peer_alive(sock: &std::net::TcpStream) -> io::Result<()> {
-    let mut byte = [0u8; 1];
-    match sock.peek(&mut byte) {
-        Ok(0) => Err(io::Error::new(
-            io::ErrorKind::ConnectionAborted,
-            "the peer closed its connection: it stopped or failed",
-        )),
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-        Err(e) => Err(io::Error::new(
-            io::ErrorKind::ConnectionAborted,
-            format!("the peer's connection failed: {e}"),
-        )),
-    }
 }
 
 /// One reliable-datagram endpoint with its registered rings.
@@ -799,7 +641,7 @@ impl Endpoint {
         let (slot, addr, key) = loop {
             if let Some(r) = &mut self.remote {
                 if let Some((slot, addr)) = r.take() {
-                    break (slot, addr, r.key);
+                    break (slot, addr, r.key());
                 }
             }
             if self.poll(stats)? == 0 {
@@ -1145,50 +987,41 @@ pub struct EndpointDetails {
     pub slot_bytes: u64,
 }
 
-/// The peer's receive ring as a writer sees it: which slot is next and how many are
-/// free (credits). A slot is reused only once the peer said it consumed it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RemoteRing {
-    addr: u64,
-    key: u64,
-    slots: usize,
-    slot_bytes: u64,
-    next: usize,
-    credits: usize,
-}
+/// One end of a libfabric STREAM.
+pub type OfiStream = EndpointStream<Endpoint>;
 
-impl RemoteRing {
-    pub fn new(addr: u64, key: u64, slots: usize, slot_bytes: u64) -> RemoteRing {
-        RemoteRing {
-            addr,
-            key,
-            slots,
-            slot_bytes,
-            next: 0,
-            credits: slots,
-        }
+impl RingEndpoint for Endpoint {
+    fn send_packet(
+        &mut self,
+        buf: &[u8],
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        Endpoint::send_packet(self, buf, deadline, stats)
     }
 
-    /// Takes the next slot if the peer has one free: (slot, its RMA address).
-    pub fn take(&mut self) -> Option<(usize, u64)> {
-        if self.credits == 0 {
-            return None;
-        }
-        self.credits -= 1;
-        let slot = self.next;
-        self.next = (self.next + 1) % self.slots;
-        Some((slot, self.addr + slot as u64 * self.slot_bytes))
+    fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()> {
+        Endpoint::finish(self, deadline, stats)
     }
 
-    /// The peer consumed `n` slots.
-    pub fn credit(&mut self, n: usize) -> Result<(), String> {
-        if self.credits + n > self.slots {
-            return Err(format!(
-                "the peer returned {n} credits, more than it was owed"
-            ));
-        }
-        self.credits += n;
-        Ok(())
+    fn at_eof(&self) -> bool {
+        Endpoint::at_eof(self)
+    }
+
+    fn try_recv(&mut self, buf: &mut [u8], stats: &mut StreamStats) -> io::Result<Option<usize>> {
+        Endpoint::try_recv(self, buf, stats)
+    }
+
+    fn local_addr(&self) -> String {
+        Endpoint::local_addr(self)
+    }
+
+    fn peer_addr(&self) -> String {
+        Endpoint::peer_addr(self)
+    }
+
+    fn watch(&self) -> Option<Arc<std::net::TcpStream>> {
+        self.watch.clone()
     }
 }
 
@@ -1211,199 +1044,10 @@ pub fn describe_name(name: &[u8]) -> String {
     }
 }
 
-/// An endpoint shared by the receiving path and a sender thread.
-#[derive(Clone)]
-struct SharedEndpoint(Arc<Mutex<Endpoint>>);
-
-impl SharedEndpoint {
-    fn lock(&self) -> io::Result<MutexGuard<'_, Endpoint>> {
-        self.0
-            .lock()
-            .map_err(|_| io::Error::other("endpoint poisoned by a panicked thread"))
-    }
-}
-
-impl PacketSink for SharedEndpoint {
-    fn send_packet(
-        &mut self,
-        buf: &[u8],
-        deadline: Deadline,
-        stats: &mut StreamStats,
-    ) -> io::Result<()> {
-        self.lock()?.send_packet(buf, deadline, stats)
-    }
-}
-
-/// One end of a libfabric STREAM.
-pub struct OfiStream {
-    endpoints: Vec<SharedEndpoint>,
-    opts: StreamOptions,
-    senders: Option<Senders>,
-    stats: StreamStats,
-    cursor: usize,
-    local: String,
-    peer: String,
-    /// The TCP connection to the peer (see [`Endpoint::set_watch`]).
-    watch: Option<Arc<std::net::TcpStream>>,
-}
-
-impl OfiStream {
-    /// Builds a STREAM from endpoints whose peers are set (endpoint 0 first) and starts
-    /// one sender thread per endpoint.
-    pub fn from_endpoints(endpoints: Vec<Endpoint>, opts: StreamOptions) -> io::Result<OfiStream> {
-        let (local, peer, watch) = match endpoints.first() {
-            Some(e) => (e.local_addr(), e.peer_addr(), e.watch.clone()),
-            None => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "a STREAM needs an endpoint",
-                ))
-            }
-        };
-        let endpoints: Vec<SharedEndpoint> = endpoints
-            .into_iter()
-            .map(|e| SharedEndpoint(Arc::new(Mutex::new(e))))
-            .collect();
-        let senders = Senders::start(opts.queue, endpoints.clone(), opts.abort.clone())?;
-        Ok(OfiStream {
-            endpoints,
-            opts,
-            senders: Some(senders),
-            stats: StreamStats::default(),
-            cursor: 0,
-            local,
-            peer,
-            watch,
-        })
-    }
-}
-
-impl Stream for OfiStream {
-    fn nsockets(&self) -> usize {
-        self.endpoints.len()
-    }
-
-    fn local_addr(&self) -> String {
-        self.local.clone()
-    }
-
-    fn peer_addr(&self) -> String {
-        self.peer.clone()
-    }
-
-    fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
-        self.opts.check_abort()?;
-        self.endpoints[0]
-            .lock()?
-            .send_packet(buf, timeout.deadline(), &mut self.stats)?;
-        Ok(buf.len())
-    }
-
-    fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
-        crate::stream::sender::submit_if_running(&mut self.senders, buf, timeout)
-    }
-
-    fn sender_drain(&mut self, timeout: Timeout) -> io::Result<()> {
-        crate::stream::sender::drain_if_running(&mut self.senders, timeout)
-    }
-
-    fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
-        let start = Instant::now();
-        let deadline = timeout.deadline();
-        let n_eps = self.endpoints.len();
-        let mut backoff = Backoff::new();
-        loop {
-            let mut open = 0;
-            for step in 0..n_eps {
-                let k = (self.cursor + step) % n_eps;
-                let mut ep = self.endpoints[k].lock()?;
-                if ep.at_eof() {
-                    continue;
-                }
-                open += 1;
-                if let Some(n) = ep.try_recv(buf, &mut self.stats)? {
-                    drop(ep);
-                    self.cursor = k;
-                    let now = Instant::now();
-                    self.stats
-                        .recv_latency
-                        .record(crate::stats::elapsed_ns(start));
-                    self.stats.bytes_received += n as u64;
-                    self.stats.mark_recv(now);
-                    return Ok(n);
-                }
-            }
-            if open == 0 {
-                return Ok(0);
-            }
-            backoff.wait(deadline, &self.opts.abort, self.watch.as_deref())?;
-        }
-    }
-
-    fn ack_partial(&mut self) -> io::Result<()> {
-        // Every message, short or not, is acknowledged when it arrives.
-        Ok(())
-    }
-
-    fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
-        let mut result = match &mut self.senders {
-            Some(s) => s.stop(timeout),
-            None => Ok(()),
-        };
-        let deadline = timeout.deadline();
-        for e in &self.endpoints {
-            let finished = e
-                .lock()
-                .and_then(|mut ep| ep.finish(deadline, &mut self.stats));
-            if result.is_ok() {
-                result = finished;
-            }
-        }
-        result
-    }
-
-    fn stats(&self) -> StreamStats {
-        let mut s = self.stats.clone();
-        if let Some(senders) = &self.senders {
-            s.merge(&senders.stats());
-        }
-        s
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ring_sizes_stay_within_bounds() {
-        assert_eq!(ring_slots(1), RING_SLOTS_MAX);
-        assert_eq!(ring_slots(32768), RING_SLOTS_MAX);
-        assert_eq!(ring_slots(1 << 20), 16);
-        assert_eq!(ring_slots(64 << 20), RING_SLOTS_MIN);
-    }
-
-    #[test]
-    fn contexts_map_back_to_their_slots() {
-        let l = RingLayout::new(1000);
-        for slot in [
-            Slot::Send(0),
-            Slot::Send(l.send - 1),
-            Slot::Recv(0),
-            Slot::Recv(l.recv - 1),
-            Slot::Control(0),
-            Slot::Control(CONTROL_SLOTS - 1),
-        ] {
-            assert_eq!(l.slot(l.index(slot)), Some(slot));
-        }
-        assert_eq!(l.slot(l.contexts()), None);
-        // Slots do not overlap and fit in the region.
-        assert_eq!(l.offset(Slot::Recv(0)), l.send * 1000);
-        assert_eq!(
-            l.offset(Slot::Control(CONTROL_SLOTS - 1)) + CONTROL_SLOT_BYTES,
-            l.region_bytes()
-        );
-    }
+    use crate::stream::{Stream, Timeout};
 
     #[test]
     fn control_data_roundtrips() {
@@ -1427,20 +1071,6 @@ mod tests {
             // What the receiver sees when the provider fills the upper half with junk.
             assert_eq!(split_write_data(data | 0xdead_beef_0000_0000), (slot, len));
         }
-    }
-
-    #[test]
-    fn remote_ring_hands_out_slots_only_against_credits() {
-        let mut r = RemoteRing::new(1000, 7, 3, 100);
-        assert_eq!(r.take(), Some((0, 1000)));
-        assert_eq!(r.take(), Some((1, 1100)));
-        assert_eq!(r.take(), Some((2, 1200)));
-        assert_eq!(r.take(), None, "no credit left");
-        r.credit(2).expect("owed");
-        assert_eq!(r.take(), Some((0, 1000)), "wraps around");
-        assert_eq!(r.take(), Some((1, 1100)));
-        assert_eq!(r.take(), None);
-        assert!(r.credit(4).is_err(), "more credits than slots lent");
     }
 
     /// Two connected single-endpoint STREAMs over the tcp provider on 127.0.0.1, or

@@ -1,0 +1,294 @@
+//! The STREAM shape shared by the RDMA transports (libfabric and verbs): a STREAM is a
+//! set of endpoints (one per socket, `-n`), each with its own registered rings,
+//! completion queue and peer; a sender thread per endpoint; receives round-robin over
+//! the endpoints until every one has seen the peer's FIN.
+//!
+//! A transport implements [`RingEndpoint`] for one endpoint; [`EndpointStream`] does
+//! the rest. Waiting for completions goes through [`Backoff`]: spin, then yield, then
+//! nap, checking the TCP connection the two ends swapped their details over, which
+//! stays open for the run, so a vanished peer ends a wait instead of stalling it.
+
+use super::sender::{PacketSink, Senders};
+use super::{Deadline, Stream, StreamOptions, Timeout};
+use crate::stats::StreamStats;
+use bytes::Bytes;
+use std::io;
+use std::net::TcpStream;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How long a wait sees no progress before it checks that the peer is still there.
+const LIVENESS_IDLE: Duration = Duration::from_secs(1);
+/// How often it checks then.
+const LIVENESS_EVERY: Duration = Duration::from_millis(100);
+/// Idle steps spent spinning, then yielding, before a wait naps.
+const SPINS: u32 = 200;
+const YIELDS: u32 = 20_000;
+/// One nap of an idle wait.
+const NAP: Duration = Duration::from_micros(50);
+
+/// Calls made while waiting for a completion: spin first, then yield, then nap, so
+/// an idle wait does not hog a CPU.
+pub struct Backoff {
+    spins: u32,
+    idle_since: Instant,
+    last_check: Instant,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff::new()
+    }
+}
+
+impl Backoff {
+    pub fn new() -> Backoff {
+        let now = Instant::now();
+        Backoff {
+            spins: 0,
+            idle_since: now,
+            last_check: now,
+        }
+    }
+
+    /// One idle step of a wait. After [`LIVENESS_IDLE`] without progress, `watch` (the
+    /// TCP connection the ends swapped their details over, kept open for the run) is
+    /// checked: end of file means the peer stopped, and the wait fails with
+    /// `ConnectionAborted` rather than waiting for completions that will never come.
+    pub fn wait(
+        &mut self,
+        deadline: Deadline,
+        abort: &AtomicBool,
+        watch: Option<&TcpStream>,
+    ) -> io::Result<()> {
+        super::check_abort(abort)?;
+        match deadline {
+            Deadline::Now => return Err(io::ErrorKind::WouldBlock.into()),
+            Deadline::At(t) if Instant::now() >= t => return Err(io::ErrorKind::TimedOut.into()),
+            _ => {}
+        }
+        self.spins = self.spins.saturating_add(1);
+        if self.spins > YIELDS {
+            std::thread::sleep(NAP);
+            let now = Instant::now();
+            if let Some(sock) = watch {
+                if now.duration_since(self.idle_since) >= LIVENESS_IDLE
+                    && now.duration_since(self.last_check) >= LIVENESS_EVERY
+                {
+                    self.last_check = now;
+                    peer_alive(sock)?;
+                }
+            }
+        } else if self.spins > SPINS {
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+}
+
+/// Fails with `ConnectionAborted` once the peer closed `sock` (it stopped or failed).
+pub fn peer_alive(sock: &TcpStream) -> io::Result<()> {
+    let mut byte = [0u8; 1];
+    match sock.peek(&mut byte) {
+        Ok(0) => Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "the peer closed its connection: it stopped or failed",
+        )),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!("the peer's connection failed: {e}"),
+        )),
+    }
+}
+
+/// One connected endpoint of an RDMA STREAM.
+pub trait RingEndpoint: Send + 'static {
+    /// Sends one packet (as many messages as slots it fills); with MPRTT waits for the
+    /// ACK of each. Counts bytes and per-operation latency into `stats`.
+    fn send_packet(
+        &mut self,
+        buf: &[u8],
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()>;
+    /// Waits until every posted send completed, then tells the peer the stream ended.
+    fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()>;
+    /// Whether the peer ended the stream and every message it sent was consumed.
+    fn at_eof(&self) -> bool;
+    /// Copies received data into `buf` if there is some, without waiting; with MPRTT
+    /// answers each new message with an ACK.
+    fn try_recv(&mut self, buf: &mut [u8], stats: &mut StreamStats) -> io::Result<Option<usize>>;
+    /// This endpoint, readable (for reports).
+    fn local_addr(&self) -> String;
+    /// The peer's endpoint, readable.
+    fn peer_addr(&self) -> String;
+    /// The TCP connection to the peer kept open for the run, if any.
+    fn watch(&self) -> Option<Arc<TcpStream>>;
+}
+
+/// An endpoint shared by the receiving path and a sender thread.
+pub struct SharedEndpoint<E>(Arc<Mutex<E>>);
+
+impl<E> Clone for SharedEndpoint<E> {
+    fn clone(&self) -> Self {
+        SharedEndpoint(self.0.clone())
+    }
+}
+
+impl<E: RingEndpoint> SharedEndpoint<E> {
+    fn lock(&self) -> io::Result<MutexGuard<'_, E>> {
+        self.0
+            .lock()
+            .map_err(|_| io::Error::other("endpoint poisoned by a panicked thread"))
+    }
+}
+
+impl<E: RingEndpoint> PacketSink for SharedEndpoint<E> {
+    fn send_packet(
+        &mut self,
+        buf: &[u8],
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        self.lock()?.send_packet(buf, deadline, stats)
+    }
+}
+
+/// One end of an RDMA STREAM over endpoints of type `E`.
+pub struct EndpointStream<E: RingEndpoint> {
+    endpoints: Vec<SharedEndpoint<E>>,
+    opts: StreamOptions,
+    senders: Option<Senders>,
+    stats: StreamStats,
+    cursor: usize,
+    local: String,
+    peer: String,
+    watch: Option<Arc<TcpStream>>,
+}
+
+impl<E: RingEndpoint> EndpointStream<E> {
+    /// Builds a STREAM from connected endpoints (endpoint 0 first) and starts one sender
+    /// thread per endpoint.
+    pub fn from_endpoints(endpoints: Vec<E>, opts: StreamOptions) -> io::Result<Self> {
+        let (local, peer, watch) = match endpoints.first() {
+            Some(e) => (e.local_addr(), e.peer_addr(), e.watch()),
+            None => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a STREAM needs an endpoint",
+                ))
+            }
+        };
+        let endpoints: Vec<SharedEndpoint<E>> = endpoints
+            .into_iter()
+            .map(|e| SharedEndpoint(Arc::new(Mutex::new(e))))
+            .collect();
+        let senders = Senders::start(opts.queue, endpoints.clone(), opts.abort.clone())?;
+        Ok(EndpointStream {
+            endpoints,
+            opts,
+            senders: Some(senders),
+            stats: StreamStats::default(),
+            cursor: 0,
+            local,
+            peer,
+            watch,
+        })
+    }
+}
+
+impl<E: RingEndpoint> Stream for EndpointStream<E> {
+    fn nsockets(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    fn local_addr(&self) -> String {
+        self.local.clone()
+    }
+
+    fn peer_addr(&self) -> String {
+        self.peer.clone()
+    }
+
+    fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
+        self.opts.check_abort()?;
+        self.endpoints[0]
+            .lock()?
+            .send_packet(buf, timeout.deadline(), &mut self.stats)?;
+        Ok(buf.len())
+    }
+
+    fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
+        crate::stream::sender::submit_if_running(&mut self.senders, buf, timeout)
+    }
+
+    fn sender_drain(&mut self, timeout: Timeout) -> io::Result<()> {
+        crate::stream::sender::drain_if_running(&mut self.senders, timeout)
+    }
+
+    fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
+        let start = Instant::now();
+        let deadline = timeout.deadline();
+        let n_eps = self.endpoints.len();
+        let mut backoff = Backoff::new();
+        loop {
+            let mut open = 0;
+            for step in 0..n_eps {
+                let k = (self.cursor + step) % n_eps;
+                let mut ep = self.endpoints[k].lock()?;
+                if ep.at_eof() {
+                    continue;
+                }
+                open += 1;
+                if let Some(n) = ep.try_recv(buf, &mut self.stats)? {
+                    drop(ep);
+                    self.cursor = k;
+                    let now = Instant::now();
+                    self.stats
+                        .recv_latency
+                        .record(crate::stats::elapsed_ns(start));
+                    self.stats.bytes_received += n as u64;
+                    self.stats.mark_recv(now);
+                    return Ok(n);
+                }
+            }
+            if open == 0 {
+                return Ok(0);
+            }
+            backoff.wait(deadline, &self.opts.abort, self.watch.as_deref())?;
+        }
+    }
+
+    fn ack_partial(&mut self) -> io::Result<()> {
+        // Every message, short or not, is acknowledged when it arrives.
+        Ok(())
+    }
+
+    fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
+        let mut result = match &mut self.senders {
+            Some(s) => s.stop(timeout),
+            None => Ok(()),
+        };
+        let deadline = timeout.deadline();
+        for e in &self.endpoints {
+            let finished = e
+                .lock()
+                .and_then(|mut ep| ep.finish(deadline, &mut self.stats));
+            if result.is_ok() {
+                result = finished;
+            }
+        }
+        result
+    }
+
+    fn stats(&self) -> StreamStats {
+        let mut s = self.stats.clone();
+        if let Some(senders) = &self.senders {
+            s.merge(&senders.stats());
+        }
+        s
+    }
+}

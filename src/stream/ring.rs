@@ -1,0 +1,461 @@
+//! Buffer-ring and credit bookkeeping shared by the RDMA STREAMs (libfabric and verbs).
+//!
+//! Pure data structures, no device and no library: how one endpoint's registered region
+//! is laid out in slots ([`RingLayout`]), the peer's receive ring as an RDMA writer sees
+//! it ([`RemoteRing`]), and the credits that keep a verbs sender from ever overrunning
+//! the receives its peer posted ([`Credits`]), with the immediate data that carries
+//! them ([`Imm`]). The STREAMs drive these; the unit tests below check them alone.
+
+/// Bytes of send (and of receive) slots per endpoint, at most.
+const RING_BYTES: usize = 16 << 20;
+/// Fewest and most slots per ring.
+pub const RING_SLOTS_MIN: usize = 2;
+pub const RING_SLOTS_MAX: usize = 64;
+/// Small slots for control messages (ACK, FIN, credits).
+pub const CONTROL_SLOTS: usize = 16;
+/// Bytes per control slot.
+pub const CONTROL_SLOT_BYTES: usize = 8;
+
+/// Slots per ring for packets of `pktsize` bytes.
+pub fn ring_slots(pktsize: usize) -> usize {
+    (RING_BYTES / pktsize.max(1)).clamp(RING_SLOTS_MIN, RING_SLOTS_MAX)
+}
+
+/// Where each operation of an endpoint belongs: slot `i` of one ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    Send(usize),
+    Recv(usize),
+    Control(usize),
+}
+
+/// The layout of an endpoint's registered region and of its operation contexts:
+/// `send` slots, then `recv` slots, then the control slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingLayout {
+    pub slot_bytes: usize,
+    pub send: usize,
+    pub recv: usize,
+}
+
+impl RingLayout {
+    pub fn new(pktsize: usize) -> RingLayout {
+        let n = ring_slots(pktsize);
+        RingLayout {
+            slot_bytes: pktsize.max(1),
+            send: n,
+            recv: n,
+        }
+    }
+
+    /// Operation contexts (work request ids) needed.
+    pub fn contexts(&self) -> usize {
+        self.send + self.recv + CONTROL_SLOTS
+    }
+
+    /// Bytes of the registered region.
+    pub fn region_bytes(&self) -> usize {
+        (self.send + self.recv) * self.slot_bytes + CONTROL_SLOTS * CONTROL_SLOT_BYTES
+    }
+
+    /// The slot of context index `i`, if it is one.
+    pub fn slot(&self, i: usize) -> Option<Slot> {
+        if i < self.send {
+            Some(Slot::Send(i))
+        } else if i < self.send + self.recv {
+            Some(Slot::Recv(i - self.send))
+        } else if i < self.contexts() {
+            Some(Slot::Control(i - self.send - self.recv))
+        } else {
+            None
+        }
+    }
+
+    /// The context index of `slot`.
+    pub fn index(&self, slot: Slot) -> usize {
+        match slot {
+            Slot::Send(i) => i,
+            Slot::Recv(i) => self.send + i,
+            Slot::Control(i) => self.send + self.recv + i,
+        }
+    }
+
+    /// Byte offset of `slot` in the region.
+    pub fn offset(&self, slot: Slot) -> usize {
+        match slot {
+            Slot::Send(i) => i * self.slot_bytes,
+            Slot::Recv(i) => (self.send + i) * self.slot_bytes,
+            Slot::Control(i) => (self.send + self.recv) * self.slot_bytes + i * CONTROL_SLOT_BYTES,
+        }
+    }
+}
+
+/// The peer's receive ring as a writer sees it: which slot is next and how many are
+/// free (credits). A slot is reused only once the peer said it consumed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteRing {
+    addr: u64,
+    key: u64,
+    slots: usize,
+    slot_bytes: u64,
+    next: usize,
+    credits: usize,
+}
+
+impl RemoteRing {
+    pub fn new(addr: u64, key: u64, slots: usize, slot_bytes: u64) -> RemoteRing {
+        RemoteRing {
+            addr,
+            key,
+            slots,
+            slot_bytes,
+            next: 0,
+            credits: slots,
+        }
+    }
+
+    /// The key of the peer's registered ring.
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// Takes the next slot if the peer has one free: (slot, its RMA address).
+    pub fn take(&mut self) -> Option<(usize, u64)> {
+        if self.credits == 0 {
+            return None;
+        }
+        self.credits -= 1;
+        let slot = self.next;
+        self.next = (self.next + 1) % self.slots;
+        Some((slot, self.addr + slot as u64 * self.slot_bytes))
+    }
+
+    /// The address of the next slot, without taking it (the verbs writer's slots are
+    /// paid for by [`Credits`] instead).
+    pub fn take_uncounted(&mut self) -> (usize, u64) {
+        let slot = self.next;
+        self.next = (self.next + 1) % self.slots;
+        (slot, self.addr + slot as u64 * self.slot_bytes)
+    }
+
+    /// The peer consumed `n` slots.
+    pub fn credit(&mut self, n: usize) -> Result<(), String> {
+        if self.credits + n > self.slots {
+            return Err(format!(
+                "the peer returned {n} credits, more than it was owed"
+            ));
+        }
+        self.credits += n;
+        Ok(())
+    }
+}
+
+/// What a verbs message is, in the top bits of its immediate data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImmKind {
+    /// A data message (SEND, or RDMA WRITE with immediate into the next ring slot).
+    Data,
+    /// An MPRTT acknowledgement: one byte.
+    Ack,
+    /// End of stream; the payload holds the count of data messages (8 bytes, LE).
+    Fin,
+    /// Nothing but returned credits.
+    Credit,
+}
+
+/// The immediate data every verbs message carries: its kind and the receives its
+/// sender re-posted since it last said so (piggy-backed credits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Imm {
+    pub kind: ImmKind,
+    pub credits: u32,
+}
+
+/// Bits of the immediate data holding the credits.
+const IMM_CREDIT_BITS: u32 = 28;
+const IMM_CREDIT_MASK: u32 = (1 << IMM_CREDIT_BITS) - 1;
+
+impl Imm {
+    /// The 32 bits sent (the wire carries them big-endian: `to_be` before posting,
+    /// `from_be` on the completion).
+    pub fn encode(self) -> u32 {
+        let kind = match self.kind {
+            ImmKind::Data => 1,
+            ImmKind::Ack => 2,
+            ImmKind::Fin => 3,
+            ImmKind::Credit => 4,
+        };
+        (kind << IMM_CREDIT_BITS) | (self.credits & IMM_CREDIT_MASK)
+    }
+
+    /// Reads immediate data from the peer; `None` for a kind fperf never sends.
+    pub fn decode(raw: u32) -> Option<Imm> {
+        let kind = match raw >> IMM_CREDIT_BITS {
+            1 => ImmKind::Data,
+            2 => ImmKind::Ack,
+            3 => ImmKind::Fin,
+            4 => ImmKind::Credit,
+            _ => return None,
+        };
+        Some(Imm {
+            kind,
+            credits: raw & IMM_CREDIT_MASK,
+        })
+    }
+}
+
+/// Send credits of one verbs queue pair: how many messages this end may still send
+/// without the peer running out of posted receives (which would be an RNR error), and
+/// how many of its own receives it re-posted without telling the peer yet.
+///
+/// Every message consumes one of the peer's posted receives, so every message costs a
+/// credit. Credits come back in the immediate data of any message the peer sends. So
+/// that credits never deadlock, the last credit is kept for a message that carries
+/// nothing but credits ([`Credits::take_for_credit`]): data, ACK and FIN messages need
+/// two ([`Credits::take`]). A credit-only message is due once a quarter of the ring
+/// was re-posted unreported ([`Credits::credit_due`]); the other end then has enough
+/// credits for its data (the threshold stays below the ring minus two).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credits {
+    /// Receives the peer keeps posted (its ring).
+    peer_ring: u32,
+    /// Messages this end may still send.
+    available: u32,
+    /// This end's receives re-posted and not yet reported to the peer.
+    unreported: u32,
+    /// Unreported receives that make a credit-only message due.
+    threshold: u32,
+}
+
+impl Credits {
+    /// Credits towards a peer that posted `peer_ring` receives, for an end that posts
+    /// `own_ring`.
+    pub fn new(peer_ring: u32, own_ring: u32) -> Credits {
+        Credits {
+            peer_ring,
+            available: peer_ring,
+            unreported: 0,
+            threshold: (own_ring / 4).max(1),
+        }
+    }
+
+    /// Messages this end may still send (the last one only for credits).
+    pub fn available(&self) -> u32 {
+        self.available
+    }
+
+    /// Takes a credit for a data, ACK or FIN message, if one is free beyond the one
+    /// kept for credits; returns the credits to piggy-back on it.
+    pub fn take(&mut self) -> Option<u32> {
+        if self.available < 2 {
+            return None;
+        }
+        self.available -= 1;
+        Some(std::mem::take(&mut self.unreported))
+    }
+
+    /// Whether a credit-only message is due and may be sent.
+    pub fn credit_due(&self) -> bool {
+        self.available >= 1 && self.unreported >= self.threshold
+    }
+
+    /// Takes the credit for a credit-only message; returns the credits it carries.
+    pub fn take_for_credit(&mut self) -> Option<u32> {
+        if self.available == 0 || self.unreported == 0 {
+            return None;
+        }
+        self.available -= 1;
+        Some(std::mem::take(&mut self.unreported))
+    }
+
+    /// This end re-posted `n` receives.
+    pub fn reposted(&mut self, n: u32) {
+        self.unreported = self.unreported.saturating_add(n);
+    }
+
+    /// The peer returned `n` credits; more than it was ever owed is a protocol error.
+    pub fn returned(&mut self, n: u32) -> Result<(), String> {
+        match self.available.checked_add(n) {
+            Some(a) if a <= self.peer_ring => {
+                self.available = a;
+                Ok(())
+            }
+            _ => Err(format!(
+                "the peer returned {n} credits with {} of {} in hand: more than it was owed",
+                self.available, self.peer_ring
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_sizes_stay_within_bounds() {
+        assert_eq!(ring_slots(1), RING_SLOTS_MAX);
+        assert_eq!(ring_slots(32768), RING_SLOTS_MAX);
+        assert_eq!(ring_slots(1 << 20), 16);
+        assert_eq!(ring_slots(64 << 20), RING_SLOTS_MIN);
+    }
+
+    #[test]
+    fn contexts_map_back_to_their_slots() {
+        let l = RingLayout::new(1000);
+        for slot in [
+            Slot::Send(0),
+            Slot::Send(l.send - 1),
+            Slot::Recv(0),
+            Slot::Recv(l.recv - 1),
+            Slot::Control(0),
+            Slot::Control(CONTROL_SLOTS - 1),
+        ] {
+            assert_eq!(l.slot(l.index(slot)), Some(slot));
+        }
+        assert_eq!(l.slot(l.contexts()), None);
+        // Slots do not overlap and fit in the region.
+        assert_eq!(l.offset(Slot::Recv(0)), l.send * 1000);
+        assert_eq!(
+            l.offset(Slot::Control(CONTROL_SLOTS - 1)) + CONTROL_SLOT_BYTES,
+            l.region_bytes()
+        );
+    }
+
+    #[test]
+    fn remote_ring_hands_out_slots_only_against_credits() {
+        let mut r = RemoteRing::new(1000, 7, 3, 100);
+        assert_eq!(r.take(), Some((0, 1000)));
+        assert_eq!(r.take(), Some((1, 1100)));
+        assert_eq!(r.take(), Some((2, 1200)));
+        assert_eq!(r.take(), None, "no credit left");
+        r.credit(2).expect("owed");
+        assert_eq!(r.take(), Some((0, 1000)), "wraps around");
+        assert_eq!(r.take(), Some((1, 1100)));
+        assert_eq!(r.take(), None);
+        assert!(r.credit(4).is_err(), "more credits than slots lent");
+        let mut u = RemoteRing::new(0, 1, 2, 10);
+        assert_eq!(u.take_uncounted(), (0, 0));
+        assert_eq!(u.take_uncounted(), (1, 10));
+        assert_eq!(u.take_uncounted(), (0, 0));
+    }
+
+    #[test]
+    fn immediate_data_roundtrips_and_refuses_unknown_kinds() {
+        for kind in [ImmKind::Data, ImmKind::Ack, ImmKind::Fin, ImmKind::Credit] {
+            for credits in [0, 1, 64, IMM_CREDIT_MASK] {
+                let imm = Imm { kind, credits };
+                assert_eq!(Imm::decode(imm.encode()), Some(imm));
+            }
+        }
+        assert_eq!(Imm::decode(0), None);
+        assert_eq!(Imm::decode(0xf000_0000), None);
+        assert_eq!(Imm::decode(u32::MAX), None);
+    }
+
+    #[test]
+    fn the_last_credit_is_kept_for_credit_messages() {
+        let mut c = Credits::new(4, 4);
+        assert_eq!(c.take(), Some(0));
+        assert_eq!(c.take(), Some(0));
+        assert_eq!(c.take(), Some(0));
+        assert_eq!(c.available(), 1);
+        assert_eq!(c.take(), None, "the last credit is reserved");
+        assert!(!c.credit_due(), "nothing to report");
+        assert_eq!(c.take_for_credit(), None);
+        c.reposted(1);
+        assert!(c.credit_due(), "threshold is a quarter of 4 = 1");
+        assert_eq!(c.take_for_credit(), Some(1));
+        assert_eq!(c.available(), 0);
+        assert!(!c.credit_due());
+        c.returned(4).expect("owed 4");
+        assert_eq!(c.available(), 4);
+        assert!(c.returned(1).is_err(), "never more than the peer's ring");
+        assert!(c.returned(u32::MAX).is_err(), "no overflow");
+    }
+
+    #[test]
+    fn credits_piggy_back_on_the_next_message() {
+        let mut c = Credits::new(64, 64);
+        c.reposted(3);
+        assert!(!c.credit_due(), "below a quarter of the ring");
+        assert_eq!(c.take(), Some(3));
+        assert_eq!(c.take(), Some(0), "reported once only");
+        c.reposted(16);
+        assert!(c.credit_due());
+    }
+
+    /// Two ends exchanging messages through simulated receive queues: whatever the
+    /// order of sends, no message ever finds its peer without a posted receive, and
+    /// neither end stalls for want of credits while the other has some to give.
+    #[test]
+    fn simulated_exchange_never_overruns_posted_receives() {
+        struct End {
+            credits: Credits,
+            posted: u32,
+            ring: u32,
+            /// Messages received and not yet consumed by the application.
+            held: u32,
+        }
+        let ring = 8u32;
+        let mut ends = [0, 1].map(|_| End {
+            credits: Credits::new(ring, ring),
+            posted: ring,
+            ring,
+            held: 0,
+        });
+        // In flight: (to, credits carried, is data).
+        let mut wire: std::collections::VecDeque<(usize, u32, bool)> = Default::default();
+        let mut data_sent = 0u32;
+        let mut acks_sent = 0u32;
+        let mut steps = 0;
+        // End 0 sends 1000 data messages, end 1 acknowledges each (MPRTT-like load).
+        let mut acks_owed = 0u32;
+        while (data_sent < 1000 || acks_owed > 0 || !wire.is_empty()) && steps < 100_000 {
+            steps += 1;
+            // Deliver one message.
+            if let Some((to, carried, data)) = wire.pop_front() {
+                let e = &mut ends[to];
+                assert!(e.posted > 0, "a message found no posted receive (RNR)");
+                e.posted -= 1;
+                e.held += 1;
+                e.credits
+                    .returned(carried)
+                    .expect("credits stay within the ring");
+                if data {
+                    acks_owed += 1;
+                }
+            }
+            // Applications consume what they hold and re-post.
+            for e in ends.iter_mut() {
+                let n = e.held;
+                e.held = 0;
+                e.posted += n;
+                assert!(e.posted <= e.ring);
+                e.credits.reposted(n);
+            }
+            // Data from 0, ACKs from 1, credits from either when due.
+            if data_sent < 1000 {
+                if let Some(c) = ends[0].credits.take() {
+                    wire.push_back((1, c, true));
+                    data_sent += 1;
+                }
+            }
+            if acks_owed > 0 {
+                if let Some(c) = ends[1].credits.take() {
+                    wire.push_back((0, c, false));
+                    acks_owed -= 1;
+                    acks_sent += 1;
+                }
+            }
+            for (i, e) in ends.iter_mut().enumerate() {
+                if e.credits.credit_due() {
+                    let c = e.credits.take_for_credit().expect("due");
+                    wire.push_back((1 - i, c, false));
+                }
+            }
+        }
+        assert_eq!(data_sent, 1000, "the sender never stalled for good");
+        assert_eq!(acks_sent, 1000);
+    }
+}

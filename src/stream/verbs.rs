@@ -1,0 +1,1544 @@
+//! The verbs STREAM: `--rdma-api ibverbs` and `--rdma-api cm`.
+//!
+//! Each "socket" of the STREAM is one reliable-connection queue pair (RC QP) with its
+//! own protection domain, completion queue and registered region, on a device opened
+//! through the `sideway` crate (which loads libibverbs and librdmacm at run time, so
+//! fperf builds and starts where rdma-core is missing). The two transports differ only
+//! in how the QP is connected: by hand from details swapped over TCP (`ibverbs`, see
+//! [`QpEndpoint::connect_ib`]), or by rdma_cm (`cm`, see `transport::verbs`).
+//!
+//! Memory: one region per QP, the layout of [`RingLayout`]: a ring of send slots, a ring
+//! of receive slots, control slots, and (for RDMA WRITE) an inbox of small buffers for
+//! the SENDs that still arrive. A packet is copied into a free send slot and posted as a
+//! SEND with immediate data (inline when it fits the QP's `max_inline_data`), or with
+//! `--rdma-write` as an RDMA WRITE with immediate data into the peer's next ring slot
+//! (its rkey covers the receive ring alone). Every message's immediate data says what
+//! it is and returns credits ([`Imm`]); [`Credits`] keeps every sender within the
+//! receives its peer posted, so the receiver is never "not ready" (RNR retries are set
+//! to 0: an RNR would be a bug, and fails the run instead of being retried). A written
+//! slot is reused only once its credit came back, which the receiver gives only after
+//! the application consumed the slot.
+//!
+//! Completions: the CQ is busy-polled (spin, then yield, then nap after ~20k idle polls,
+//! see [`Backoff`]), not waited for on a completion channel: the latency of an operation
+//! runs from its post to its completion (with MPRTT: to its ACK's arrival), and a
+//! channel wake-up would add scheduler latency to every figure; the nap keeps an idle
+//! receiver from burning a CPU.
+//!
+//! End of stream: a FIN (a SEND whose 8-byte payload counts the data messages sent).
+//! RC delivers in order, so every data message arrived before the FIN; the count is
+//! checked all the same.
+
+use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
+use super::ring::{Credits, Imm, ImmKind, RemoteRing, RingLayout, Slot, CONTROL_SLOTS};
+use super::ring::{CONTROL_SLOT_BYTES, RING_SLOTS_MAX};
+use super::{Deadline, StreamOptions};
+use crate::stats::StreamStats;
+use serde::{Deserialize, Serialize};
+use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
+use sideway::ibverbs::completion::{BasicCompletionQueue, PollCompletionQueueError};
+use sideway::ibverbs::device::{DeviceInfo, DeviceList};
+use sideway::ibverbs::device_context::{DeviceContext, LinkLayer, Mtu, PortState};
+use sideway::ibverbs::memory_region::MemoryRegion;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
+use sideway::ibverbs::queue_pair::{
+    BasicQueuePair, PostSendGuard, QueuePair, QueuePairAttribute, QueuePairState, SetInlineData,
+    SetScatterGatherEntry, WorkRequestFlags,
+};
+use sideway::ibverbs::AccessFlags;
+use std::collections::VecDeque;
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, TcpStream};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+use thiserror::Error;
+
+/// The device port fperf uses.
+pub const PORT: u8 = 1;
+/// Inline sizes asked for, largest first (the device may refuse the larger ones).
+const INLINE_TRIES: [u32; 3] = [256, 64, 0];
+/// Bytes of a FIN's payload (the count of data messages).
+const FIN_BYTES: usize = 8;
+/// Largest PSN (24 bits).
+const PSN_MASK: u32 = 0xff_ffff;
+/// Local ACK timeout exponent (4.096 µs × 2^14 ≈ 67 ms) and transport retries.
+const ACK_TIMEOUT: u8 = 14;
+const RETRY_COUNT: u8 = 7;
+/// Hop limit of the GRH (RoCE v2 may be routed).
+const HOP_LIMIT: u8 = 64;
+
+/// Why a verbs call failed.
+#[derive(Debug, Error)]
+pub enum VerbsError {
+    /// The device or library could not do what was asked.
+    #[error("{0}")]
+    Device(String),
+    /// The peer sent something fperf never sends, or went away.
+    #[error("{0}")]
+    Peer(String),
+}
+
+impl From<VerbsError> for io::Error {
+    fn from(e: VerbsError) -> io::Error {
+        match e {
+            VerbsError::Peer(m) => io::Error::new(io::ErrorKind::ConnectionAborted, m),
+            VerbsError::Device(m) => io::Error::other(m),
+        }
+    }
+}
+
+fn dev_err(what: &str, e: impl std::fmt::Display) -> VerbsError {
+    VerbsError::Device(format!("{what}: {e}"))
+}
+
+/// The names of the RDMA devices libibverbs sees.
+pub fn device_names() -> Result<Vec<String>, VerbsError> {
+    let list = DeviceList::new().map_err(|e| dev_err("ibv_get_device_list", e))?;
+    Ok(list.iter().map(|d| d.name()).collect())
+}
+
+/// An open device and the port, GID and MTU its queue pairs use.
+#[derive(Clone)]
+pub struct VerbsDevice {
+    pub ctx: Arc<DeviceContext>,
+    pub name: String,
+    pub port: u8,
+    pub lid: u16,
+    /// The port's active MTU (`ibv_mtu` value, 1..=5).
+    pub mtu: u32,
+    pub gid: Gid,
+    pub gid_index: u8,
+}
+
+impl VerbsDevice {
+    /// Opens device `name` (the first one when `None`) and picks the GID for `near`,
+    /// the local address that reaches the peer.
+    pub fn open(name: Option<&str>, near: Option<IpAddr>) -> Result<VerbsDevice, VerbsError> {
+        let list = DeviceList::new().map_err(|e| dev_err("ibv_get_device_list", e))?;
+        let names: Vec<String> = list.iter().map(|d| d.name()).collect();
+        let device = match name {
+            Some(want) => list.iter().find(|d| d.name() == want).ok_or_else(|| {
+                VerbsError::Device(format!(
+                    "RDMA device '{want}' not found; devices here: {}",
+                    names.join(", ")
+                ))
+            })?,
+            None => list
+                .iter()
+                .next()
+                .ok_or_else(|| VerbsError::Device("libibverbs lists no RDMA device".into()))?,
+        };
+        let dev_name = device.name();
+        let ctx = device
+            .open()
+            .map_err(|e| dev_err(&format!("cannot open RDMA device {dev_name}"), e))?;
+        VerbsDevice::from_context(ctx, PORT, near)
+    }
+
+    /// The device behind `ctx` (e.g. the one rdma_cm resolved), on `port`.
+    pub fn from_context(
+        ctx: Arc<DeviceContext>,
+        port: u8,
+        near: Option<IpAddr>,
+    ) -> Result<VerbsDevice, VerbsError> {
+        let name = ctx.name();
+        let attr = ctx
+            .query_port(port)
+            .map_err(|e| dev_err(&format!("{name} port {port}"), e))?;
+        if attr.port_state() != PortState::Active {
+            return Err(VerbsError::Device(format!(
+                "RDMA device {name} port {port} is not active ({:?}); is its network device up?",
+                attr.port_state()
+            )));
+        }
+        let (gid, gid_index) = if attr.link_layer() == LinkLayer::Ethernet {
+            pick_roce_gid(&ctx, port, near)
+                .ok_or_else(|| VerbsError::Device(format!("{name} port {port} has no RoCE GID (is its network device up with an IP address?)")))?
+        } else {
+            let gid = ctx
+                .query_gid(port, 0)
+                .map_err(|e| dev_err(&format!("{name} GID 0"), e))?;
+            (gid, 0)
+        };
+        Ok(VerbsDevice {
+            name,
+            port,
+            lid: attr.lid(),
+            mtu: attr.active_mtu() as u32,
+            gid,
+            gid_index,
+            ctx,
+        })
+    }
+}
+
+/// The GID of `port` to use on a RoCE device: RoCE v2 for `near`'s IPv4 address first,
+/// then any IPv4 RoCE v2 GID, then any RoCE v2 GID, then any GID.
+fn pick_roce_gid(ctx: &DeviceContext, port: u8, near: Option<IpAddr>) -> Option<(Gid, u8)> {
+    let table = ctx.query_gid_table().ok()?;
+    let entries: Vec<_> = table
+        .iter()
+        .filter(|e| e.port_num() == u32::from(port) && !e.gid().is_zero())
+        .filter_map(|e| Some((e.gid(), u8::try_from(e.gid_index()).ok()?, e.gid_type())))
+        .collect();
+    let v4 = |g: &Gid| Ipv6Addr::from(g.raw).to_ipv4_mapped();
+    let want = match near {
+        Some(IpAddr::V4(a)) => Some(a),
+        Some(IpAddr::V6(a)) => a.to_ipv4_mapped(),
+        None => None,
+    };
+    let v2 = |t: &GidType| *t == GidType::RoceV2;
+    entries
+        .iter()
+        .find(|(g, _, t)| v2(t) && want.is_some() && v4(g) == want)
+        .or_else(|| entries.iter().find(|(g, _, t)| v2(t) && v4(g).is_some()))
+        .or_else(|| entries.iter().find(|(_, _, t)| v2(t)))
+        .or_else(|| entries.first())
+        .map(|(g, i, _)| (*g, *i))
+}
+
+/// What one end tells the other about a queue pair, over the TCP side connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpDetails {
+    /// Queue pair number (24 bits).
+    pub qpn: u32,
+    /// The port's LID (InfiniBand; 0 on RoCE).
+    pub lid: u16,
+    /// The GID, exactly 16 bytes.
+    pub gid: Vec<u8>,
+    /// First packet sequence number (24 bits).
+    pub psn: u32,
+    /// Active MTU of the port, as `ibv_mtu` (1 = 256 ... 5 = 4096).
+    pub mtu: u32,
+    /// Remote address and key of receive slot 0 (for RDMA WRITE); slots follow.
+    pub ring_addr: u64,
+    pub ring_key: u32,
+    pub ring_slots: u32,
+    pub slot_bytes: u32,
+}
+
+impl QpDetails {
+    /// Checks details from the peer against this end's ring: everything bounded, the
+    /// ring the same shape as this end's (both ends derive it from the packet size).
+    pub fn validate(&self, layout: &RingLayout) -> Result<(), String> {
+        if self.gid.len() != 16 {
+            return Err(format!(
+                "the peer's GID has {} bytes, not 16",
+                self.gid.len()
+            ));
+        }
+        if self.qpn > PSN_MASK || self.qpn == 0 {
+            return Err(format!("the peer's QP number {:#x} is not valid", self.qpn));
+        }
+        if self.psn > PSN_MASK {
+            return Err(format!("the peer's PSN {:#x} exceeds 24 bits", self.psn));
+        }
+        if !(1..=5).contains(&self.mtu) {
+            return Err(format!("the peer's MTU code {} is not 1..5", self.mtu));
+        }
+        if self.ring_slots as usize != layout.recv
+            || self.slot_bytes as usize != layout.slot_bytes
+            || self.ring_slots as usize > RING_SLOTS_MAX
+        {
+            return Err(format!(
+                "the peer's receive ring ({} slots of {} bytes) does not match this end's ({} of {})",
+                self.ring_slots, self.slot_bytes, layout.recv, layout.slot_bytes
+            ));
+        }
+        let span = u64::from(self.ring_slots) * u64::from(self.slot_bytes);
+        if self.ring_addr.checked_add(span).is_none() {
+            return Err("the peer's ring address wraps around".into());
+        }
+        Ok(())
+    }
+
+    /// The peer's GID as an address, readable (IPv4 for IPv4-mapped GIDs).
+    pub fn describe(&self) -> String {
+        let mut raw = [0u8; 16];
+        if self.gid.len() == 16 {
+            raw.copy_from_slice(&self.gid);
+        }
+        format!("{}/qp{}", describe_gid(&Gid { raw }), self.qpn)
+    }
+}
+
+/// A GID as an IP address (IPv4 when mapped).
+fn describe_gid(gid: &Gid) -> String {
+    let a = Ipv6Addr::from(gid.raw);
+    match a.to_ipv4_mapped() {
+        Some(v4) => v4.to_string(),
+        None => a.to_string(),
+    }
+}
+
+/// `ibv_mtu` code of the smaller of two.
+fn path_mtu(local: u32, peer: u32) -> Mtu {
+    match local.min(peer) {
+        1 => Mtu::Mtu256,
+        2 => Mtu::Mtu512,
+        3 => Mtu::Mtu1024,
+        4 => Mtu::Mtu2048,
+        _ => Mtu::Mtu4096,
+    }
+}
+
+/// The rings of a QP for `opts`: slots of a packet, but never smaller than a FIN's
+/// payload (a FIN lands in a receive slot like any SEND).
+fn layout_for(opts: &StreamOptions) -> RingLayout {
+    RingLayout::new(opts.pktsize.max(FIN_BYTES))
+}
+
+/// A received message not yet consumed.
+#[derive(Clone, Copy, Debug)]
+struct Ready {
+    /// Receive slot holding the data.
+    slot: usize,
+    len: usize,
+    /// The receive request to post again once the data is consumed.
+    wqe: usize,
+}
+
+/// A completion copied out of the CQ (the poller borrows the CQ while it runs).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Completion {
+    pub wr_id: u64,
+    /// `ibv_wc_status` (0 = success).
+    pub status: u32,
+    /// `ibv_wc_opcode` ([`WC_SEND`], [`WC_RDMA_WRITE`], [`WC_RECV`],
+    /// [`WC_RECV_RDMA_WITH_IMM`]).
+    pub opcode: u32,
+    pub byte_len: u32,
+    /// Immediate data, in wire order.
+    pub imm: u32,
+    pub vendor_err: u32,
+}
+
+/// `ibv_wc_status` names of the failures a run can meet.
+fn status_name(status: u32) -> &'static str {
+    match status {
+        1 => "local length error",
+        2 => "local QP operation error",
+        4 => "local protection error",
+        5 => "flushed (the QP went to the error state)",
+        9 => "remote invalid request",
+        10 => "remote access error",
+        11 => "remote operation error",
+        12 => "transport retry counter exceeded (the peer stopped answering)",
+        13 => "receiver not ready (RNR) retries exceeded",
+        _ => "work completion error",
+    }
+}
+
+/// `ibv_wc_opcode` values fperf meets.
+pub const WC_SEND: u32 = 0;
+pub const WC_RDMA_WRITE: u32 = 1;
+pub const WC_RECV: u32 = 128;
+pub const WC_RECV_RDMA_WITH_IMM: u32 = 129;
+
+/// The verbs calls a [`QpEndpoint`] makes on its queue pair: [`SidewayQp`] on a device,
+/// or an in-memory stand-in in the unit tests (which checks that no message ever finds
+/// no posted receive).
+pub trait QpOps: Send {
+    fn qpn(&self) -> u32;
+    /// Moves the QP to another state.
+    fn modify(&mut self, attr: &QueuePairAttribute, state: &str) -> Result<(), VerbsError>;
+    /// Remote address and key of the receive ring (RDMA WRITE), or zeros.
+    fn ring(&self) -> (u64, u32);
+    /// Posts a receive into `buf` (part of the registered region).
+    fn post_recv(&mut self, wr_id: u64, buf: &mut [u8]) -> Result<(), VerbsError>;
+    /// Posts `data` (part of the registered region) as a SEND, or an RDMA WRITE to
+    /// `write_to` (rkey, address), with immediate data `imm` (wire order); `inline`
+    /// copies it into the work request.
+    fn post_send(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        inline: bool,
+        imm: u32,
+        write_to: Option<(u32, u64)>,
+    ) -> Result<(), VerbsError>;
+    /// Appends the completions there are to `out`, without waiting. `region` is the
+    /// registered region (the stand-in delivers into it; a device already did).
+    fn poll(&mut self, region: &mut [u8], out: &mut Vec<Completion>) -> Result<(), VerbsError>;
+}
+
+/// A queue pair on a device, through sideway.
+pub struct SidewayQp {
+    // Declared (so dropped) in this order: the QP before what it uses.
+    qp: BasicQueuePair,
+    mr: Arc<MemoryRegion>,
+    /// Remote-writable registration of the receive ring alone (`--rdma-write`).
+    ring_mr: Option<Arc<MemoryRegion>>,
+    cq: Arc<BasicCompletionQueue>,
+    _pd: Arc<ProtectionDomain>,
+    /// Whatever else must live as long as the QP (rdma_cm's identifier).
+    _keep: Option<Box<dyn Send>>,
+}
+
+impl QpOps for SidewayQp {
+    fn qpn(&self) -> u32 {
+        self.qp.qp_number()
+    }
+
+    fn modify(&mut self, attr: &QueuePairAttribute, state: &str) -> Result<(), VerbsError> {
+        self.qp.modify(attr).map_err(|e| {
+            dev_err(
+                &format!("moving the QP to {state}"),
+                format!("{e} ({:?})", e.0),
+            )
+        })
+    }
+
+    fn ring(&self) -> (u64, u32) {
+        match &self.ring_mr {
+            Some(mr) => (mr.get_ptr() as u64, mr.rkey()),
+            None => (0, 0),
+        }
+    }
+
+    fn post_recv(&mut self, wr_id: u64, buf: &mut [u8]) -> Result<(), VerbsError> {
+        let lkey = self.mr.lkey();
+        let mut guard = self.qp.start_post_recv();
+        let wr = guard.construct_wr(wr_id);
+        // SAFETY: `buf` lies in the registered region, which outlives the QP, and fperf
+        // does not touch it until this receive completes.
+        unsafe { wr.setup_sge(lkey, buf.as_mut_ptr() as u64, buf.len() as u32) };
+        guard.post().map_err(|e| dev_err("ibv_post_recv", e))
+    }
+
+    fn post_send(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        inline: bool,
+        imm: u32,
+        write_to: Option<(u32, u64)>,
+    ) -> Result<(), VerbsError> {
+        let lkey = self.mr.lkey();
+        let mut guard = self.qp.start_post_send();
+        let wr = guard.construct_wr(wr_id, WorkRequestFlags::Signaled);
+        let h = match write_to {
+            Some((rkey, addr)) => wr.setup_write_imm(rkey, addr, imm),
+            None => wr.setup_send_imm(imm),
+        };
+        if inline {
+            h.setup_inline_data(data);
+        } else {
+            // SAFETY: `data` is in the registered region and is not reused until the
+            // send's completion (its slot is off the free list until then).
+            unsafe { h.setup_sge(lkey, data.as_ptr() as u64, data.len() as u32) };
+        }
+        guard.post().map_err(|e| dev_err("ibv_post_send", e))
+    }
+
+    fn poll(&mut self, _region: &mut [u8], out: &mut Vec<Completion>) -> Result<(), VerbsError> {
+        match self.cq.start_poll() {
+            Ok(poller) => {
+                for wc in poller {
+                    out.push(Completion {
+                        wr_id: wc.wr_id(),
+                        status: wc.status(),
+                        opcode: wc.opcode(),
+                        byte_len: wc.byte_len(),
+                        imm: wc.imm_data(),
+                        vendor_err: wc.vendor_err(),
+                    });
+                }
+                Ok(())
+            }
+            Err(PollCompletionQueueError::CompletionQueueEmpty) => Ok(()),
+            Err(e) => Err(dev_err("ibv_poll_cq", e)),
+        }
+    }
+}
+
+/// What a [`QpEndpoint`] says about its device port (in its details and reports).
+#[derive(Clone, Debug)]
+pub struct PortInfo {
+    pub device: String,
+    pub port: u8,
+    pub lid: u16,
+    /// Active MTU (`ibv_mtu` value, 1..=5).
+    pub mtu: u32,
+    pub gid: Gid,
+    pub gid_index: u8,
+}
+
+/// One RC queue pair with its registered rings.
+pub struct QpEndpoint {
+    // Declared (so dropped) before `region`: the QP and registrations go first.
+    ops: Box<dyn QpOps>,
+    port: PortInfo,
+    /// The registered region (never resized: its address is registered).
+    region: Vec<u8>,
+    layout: RingLayout,
+    /// Offset of the inbox (small receive buffers used with `--rdma-write`).
+    inbox: usize,
+    max_inline: u32,
+    psn: u32,
+    mprtt: bool,
+    write: bool,
+    abort: Arc<AtomicBool>,
+    peer: String,
+    remote: Option<RemoteRing>,
+    credits: Credits,
+    watch: Option<Arc<TcpStream>>,
+    send_free: Vec<usize>,
+    send_posted_at: Vec<Instant>,
+    send_len: Vec<usize>,
+    control_free: Vec<usize>,
+    ready: VecDeque<Ready>,
+    /// Bytes of the front of `ready` already consumed.
+    consumed: usize,
+    /// Next ring slot an RDMA WRITE lands in.
+    written_next: usize,
+    msgs_sent: u64,
+    acks: u64,
+    msgs_received: u64,
+    fin: Option<u64>,
+    completions: Vec<Completion>,
+}
+
+impl QpEndpoint {
+    /// Creates a QP on `device`, registers its rings, moves it to INIT with `init`
+    /// (the port, P_Key and access flags) and posts every receive.
+    pub fn create(
+        device: &VerbsDevice,
+        opts: &StreamOptions,
+        write: bool,
+        init: Option<QueuePairAttribute>,
+        keep: Option<Box<dyn Send>>,
+    ) -> Result<QpEndpoint, VerbsError> {
+        let layout = layout_for(opts);
+        let region = vec![0u8; QpEndpoint::region_bytes(opts)];
+        let pd = device
+            .ctx
+            .alloc_pd()
+            .map_err(|e| dev_err("ibv_alloc_pd", e))?;
+        let cqe = (layout.contexts() + layout.recv) as u32;
+        let cq = device
+            .ctx
+            .create_cq_builder()
+            .setup_cqe(cqe)
+            .build()
+            .map_err(|e| dev_err("ibv_create_cq", e))?;
+        // SAFETY: `region` is allocated above, never resized, and outlives both
+        // registrations (fields drop in declaration order: registrations first).
+        let mr = unsafe {
+            pd.reg_mr(
+                region.as_ptr() as usize,
+                region.len(),
+                AccessFlags::LocalWrite,
+            )
+        }
+        .map_err(|e| dev_err("ibv_reg_mr", e))?;
+        let ring_mr = if write {
+            let off = layout.offset(Slot::Recv(0));
+            // SAFETY: as above; the range is the receive ring inside `region`.
+            let mr = unsafe {
+                pd.reg_mr(
+                    region.as_ptr() as usize + off,
+                    layout.recv * layout.slot_bytes,
+                    AccessFlags::LocalWrite | AccessFlags::RemoteWrite,
+                )
+            }
+            .map_err(|e| dev_err("ibv_reg_mr (remote write)", e))?;
+            Some(mr)
+        } else {
+            None
+        };
+        let mut last_err = None;
+        let mut built = None;
+        for inline in INLINE_TRIES {
+            let mut b = pd.create_qp_builder();
+            b.setup_send_cq(cq.clone())
+                .setup_recv_cq(cq.clone())
+                .setup_max_send_wr((layout.send + CONTROL_SLOTS) as u32)
+                .setup_max_recv_wr(layout.recv as u32)
+                .setup_max_send_sge(1)
+                .setup_max_recv_sge(1)
+                .setup_max_inline_data(inline);
+            match b.build() {
+                Ok(qp) => {
+                    built = Some((qp, inline));
+                    break;
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        let Some((qp, max_inline)) = built else {
+            return Err(dev_err(
+                "ibv_create_qp",
+                last_err.map_or_else(String::new, |e| format!("{e} ({:?})", e.0)),
+            ));
+        };
+        let ops = SidewayQp {
+            qp,
+            mr,
+            ring_mr,
+            cq,
+            _pd: pd,
+            _keep: keep,
+        };
+        let port = PortInfo {
+            device: device.name.clone(),
+            port: device.port,
+            lid: device.lid,
+            mtu: device.mtu,
+            gid: device.gid,
+            gid_index: device.gid_index,
+        };
+        let mut e = QpEndpoint::with_ops(Box::new(ops), port, region, opts, write, max_inline)?;
+        let init = init.unwrap_or_else(|| {
+            let mut a = QueuePairAttribute::new();
+            a.setup_state(QueuePairState::Init)
+                .setup_pkey_index(0)
+                .setup_port(device.port);
+            a
+        });
+        e.start(init)?;
+        Ok(e)
+    }
+
+    /// Moves the QP to INIT with `init` and posts every receive.
+    pub fn start(&mut self, init: QueuePairAttribute) -> Result<(), VerbsError> {
+        self.modify_with_access(init, "INIT")?;
+        for i in 0..self.layout.recv {
+            self.post_recv(i)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of the region a QP for `opts` registers: the rings, then the inbox.
+    pub fn region_bytes(opts: &StreamOptions) -> usize {
+        let layout = layout_for(opts);
+        layout.region_bytes() + layout.recv * CONTROL_SLOT_BYTES
+    }
+
+    /// An endpoint over `ops` (in INIT, nothing posted yet) and its `region`, of
+    /// [`QpEndpoint::region_bytes`] bytes.
+    pub fn with_ops(
+        ops: Box<dyn QpOps>,
+        port: PortInfo,
+        region: Vec<u8>,
+        opts: &StreamOptions,
+        write: bool,
+        max_inline: u32,
+    ) -> Result<QpEndpoint, VerbsError> {
+        let layout = layout_for(opts);
+        if region.len() != QpEndpoint::region_bytes(opts) {
+            return Err(VerbsError::Device("the region has the wrong size".into()));
+        }
+        let mut psn_bytes = [0u8; 4];
+        getrandom::getrandom(&mut psn_bytes).map_err(|e| dev_err("random PSN", e))?;
+        Ok(QpEndpoint {
+            ops,
+            port,
+            region,
+            layout,
+            inbox: layout.region_bytes(),
+            max_inline,
+            psn: u32::from_ne_bytes(psn_bytes) & PSN_MASK,
+            mprtt: opts.mprtt,
+            write,
+            abort: opts.abort.clone(),
+            peer: String::new(),
+            remote: None,
+            credits: Credits::new(layout.recv as u32, layout.recv as u32),
+            watch: None,
+            send_free: (0..layout.send).rev().collect(),
+            send_posted_at: vec![Instant::now(); layout.send],
+            send_len: vec![0; layout.send],
+            control_free: (0..CONTROL_SLOTS).rev().collect(),
+            ready: VecDeque::with_capacity(layout.recv),
+            consumed: 0,
+            written_next: 0,
+            msgs_sent: 0,
+            acks: 0,
+            msgs_received: 0,
+            fin: None,
+            completions: Vec::with_capacity(layout.contexts() + layout.recv),
+        })
+    }
+
+    /// Modifies the QP with `attr` plus this end's access flags (remote write with
+    /// `--rdma-write`).
+    fn modify_with_access(
+        &mut self,
+        mut attr: QueuePairAttribute,
+        state: &str,
+    ) -> Result<(), VerbsError> {
+        let access = if self.write {
+            AccessFlags::LocalWrite | AccessFlags::RemoteWrite
+        } else {
+            AccessFlags::LocalWrite
+        };
+        attr.setup_access_flags(access);
+        self.modify(&attr, state)
+    }
+
+    /// Moves the QP to another state (rdma_cm gives the attributes for its states).
+    pub fn modify(&mut self, attr: &QueuePairAttribute, state: &str) -> Result<(), VerbsError> {
+        self.ops.modify(attr, state)
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.ops.qpn()
+    }
+
+    /// The device port the QP lives on.
+    pub fn port(&self) -> &PortInfo {
+        &self.port
+    }
+
+    /// What the peer needs to connect to this QP and write into its ring.
+    pub fn details(&self) -> QpDetails {
+        let (ring_addr, ring_key) = self.ops.ring();
+        QpDetails {
+            qpn: self.qpn(),
+            lid: self.port.lid,
+            gid: self.port.gid.raw.to_vec(),
+            psn: self.psn,
+            mtu: self.port.mtu,
+            ring_addr,
+            ring_key,
+            ring_slots: self.layout.recv as u32,
+            slot_bytes: self.layout.slot_bytes as u32,
+        }
+    }
+
+    /// Takes the peer's details (already connected by rdma_cm, or about to be): checks
+    /// them and, with `--rdma-write`, learns where to write.
+    pub fn set_peer(&mut self, peer: &QpDetails) -> Result<(), VerbsError> {
+        peer.validate(&self.layout).map_err(VerbsError::Peer)?;
+        if self.write {
+            self.remote = Some(RemoteRing::new(
+                peer.ring_addr,
+                u64::from(peer.ring_key),
+                peer.ring_slots as usize,
+                u64::from(peer.slot_bytes),
+            ));
+        }
+        // The credits counted from the start on a ring of this end's shape, which
+        // `validate` just checked the peer's is.
+        self.peer = peer.describe();
+        Ok(())
+    }
+
+    /// Connects the QP to the peer's by hand (`--rdma-api ibverbs`): RTR, then RTS.
+    pub fn connect_ib(&mut self, peer: &QpDetails) -> Result<(), VerbsError> {
+        self.set_peer(peer)?;
+        let mut raw = [0u8; 16];
+        raw.copy_from_slice(&peer.gid);
+        let mut ah = AddressHandleAttribute::new();
+        ah.setup_dest_lid(peer.lid)
+            .setup_port(self.port.port)
+            .setup_service_level(0)
+            .setup_grh_src_gid_index(self.port.gid_index)
+            .setup_grh_dest_gid(&Gid { raw })
+            .setup_grh_hop_limit(HOP_LIMIT);
+        let mut rtr = QueuePairAttribute::new();
+        rtr.setup_state(QueuePairState::ReadyToReceive)
+            .setup_path_mtu(path_mtu(self.port.mtu, peer.mtu))
+            .setup_dest_qp_num(peer.qpn)
+            .setup_rq_psn(peer.psn)
+            .setup_max_dest_read_atomic(0)
+            .setup_min_rnr_timer(12)
+            .setup_address_vector(&ah);
+        self.modify(&rtr, "RTR")?;
+        let mut rts = QueuePairAttribute::new();
+        rts.setup_state(QueuePairState::ReadyToSend)
+            .setup_sq_psn(self.psn)
+            .setup_timeout(ACK_TIMEOUT)
+            .setup_retry_cnt(RETRY_COUNT)
+            .setup_rnr_retry(0)
+            .setup_max_read_atomic(0);
+        self.modify(&rts, "RTS")
+    }
+
+    /// Watches `sock`, the TCP connection to the peer, to notice when the peer is gone.
+    pub fn set_watch(&mut self, sock: Arc<TcpStream>) {
+        self.watch = Some(sock);
+    }
+
+    /// The receive buffer of receive request `i`: its ring slot, or with RDMA WRITE its
+    /// inbox entry (written data owns the ring slots then).
+    fn wqe_buffer(&self, i: usize) -> (usize, usize) {
+        if self.write {
+            (self.inbox + i * CONTROL_SLOT_BYTES, CONTROL_SLOT_BYTES)
+        } else {
+            (self.layout.offset(Slot::Recv(i)), self.layout.slot_bytes)
+        }
+    }
+
+    /// Posts receive request `i`.
+    fn post_recv(&mut self, i: usize) -> Result<(), VerbsError> {
+        let (off, len) = self.wqe_buffer(i);
+        let wr_id = self.layout.index(Slot::Recv(i)) as u64;
+        self.ops.post_recv(wr_id, &mut self.region[off..off + len])
+    }
+
+    /// Posts `len` bytes of `slot` as a SEND (or, with `write_to`, an RDMA WRITE) with
+    /// immediate data `imm`; inline when it fits.
+    fn post(
+        &mut self,
+        slot: Slot,
+        len: usize,
+        imm: Imm,
+        write_to: Option<(u32, u64)>,
+    ) -> Result<(), VerbsError> {
+        let off = self.layout.offset(slot);
+        let wr_id = self.layout.index(slot) as u64;
+        let inline = len as u32 <= self.max_inline && len > 0;
+        let data = &self.region[off..off + len];
+        self.ops
+            .post_send(wr_id, data, inline, imm.encode().to_be(), write_to)
+    }
+
+    /// Reads the completions that are there, without waiting, and sends a credit-only
+    /// message if one is due. Returns how many completions there were.
+    fn poll(&mut self, stats: &mut StreamStats) -> io::Result<usize> {
+        self.completions.clear();
+        self.ops.poll(&mut self.region, &mut self.completions)?;
+        let n = self.completions.len();
+        let now = Instant::now();
+        for k in 0..n {
+            let c = self.completions[k];
+            self.complete(c, now, stats)?;
+        }
+        self.send_credit_if_due()?;
+        Ok(n)
+    }
+
+    /// Sends a credit-only message if enough receives were re-posted unreported (and a
+    /// control slot is free; else the next poll does).
+    fn send_credit_if_due(&mut self) -> Result<(), VerbsError> {
+        if !self.credits.credit_due() {
+            return Ok(());
+        }
+        let Some(i) = self.control_free.pop() else {
+            return Ok(());
+        };
+        let Some(carried) = self.credits.take_for_credit() else {
+            self.control_free.push(i);
+            return Ok(());
+        };
+        let off = self.layout.offset(Slot::Control(i));
+        self.region[off] = 0;
+        let imm = Imm {
+            kind: ImmKind::Credit,
+            credits: carried,
+        };
+        self.post(Slot::Control(i), 1, imm, None)
+    }
+
+    /// Handles one completion.
+    fn complete(&mut self, c: Completion, now: Instant, stats: &mut StreamStats) -> io::Result<()> {
+        if c.status != 0 {
+            let kind = if c.status == 5 || c.status == 12 {
+                io::ErrorKind::ConnectionAborted
+            } else {
+                io::ErrorKind::Other
+            };
+            return Err(io::Error::new(
+                kind,
+                format!(
+                    "RDMA completion failed on {}: {} (status {}, vendor error {:#x})",
+                    self.port.device,
+                    status_name(c.status),
+                    c.status,
+                    c.vendor_err
+                ),
+            ));
+        }
+        let slot = usize::try_from(c.wr_id)
+            .ok()
+            .and_then(|i| self.layout.slot(i));
+        match (slot, c.opcode) {
+            (Some(Slot::Send(i)), WC_SEND | WC_RDMA_WRITE) => {
+                if !self.mprtt {
+                    let ns = now.duration_since(self.send_posted_at[i]).as_nanos();
+                    stats
+                        .send_latency
+                        .record(u64::try_from(ns).unwrap_or(u64::MAX));
+                }
+                stats.bytes_sent += self.send_len[i] as u64;
+                self.send_free.push(i);
+            }
+            (Some(Slot::Control(i)), WC_SEND) => self.control_free.push(i),
+            (Some(Slot::Recv(i)), WC_RECV | WC_RECV_RDMA_WITH_IMM) => {
+                self.received(i, c)?;
+            }
+            _ => {
+                return Err(VerbsError::Peer(format!(
+                    "a completion fperf did not ask for (wr_id {}, opcode {})",
+                    c.wr_id, c.opcode
+                ))
+                .into())
+            }
+        }
+        Ok(())
+    }
+
+    /// A message arrived in receive request `i`.
+    fn received(&mut self, i: usize, c: Completion) -> io::Result<()> {
+        let imm = Imm::decode(u32::from_be(c.imm)).ok_or_else(|| {
+            VerbsError::Peer(format!(
+                "a message of unknown kind ({:#x}) from the peer",
+                c.imm
+            ))
+        })?;
+        self.credits
+            .returned(imm.credits)
+            .map_err(VerbsError::Peer)?;
+        let len = c.byte_len as usize;
+        let written = c.opcode == WC_RECV_RDMA_WITH_IMM;
+        match imm.kind {
+            ImmKind::Data => {
+                if written != self.write || len > self.layout.slot_bytes {
+                    return Err(VerbsError::Peer(
+                        "a data message that does not fit this end's ring".into(),
+                    )
+                    .into());
+                }
+                let slot = if written {
+                    let s = self.written_next;
+                    self.written_next = (s + 1) % self.layout.recv;
+                    s
+                } else {
+                    i
+                };
+                self.msgs_received += 1;
+                self.ready.push_back(Ready { slot, len, wqe: i });
+                // The receive is posted again once the application consumed the data.
+                return Ok(());
+            }
+            ImmKind::Ack => self.acks += 1,
+            ImmKind::Fin => {
+                let (off, cap) = self.wqe_buffer(i);
+                if written || len != FIN_BYTES || cap < FIN_BYTES {
+                    return Err(VerbsError::Peer("a malformed FIN from the peer".into()).into());
+                }
+                let mut count = [0u8; FIN_BYTES];
+                count.copy_from_slice(&self.region[off..off + FIN_BYTES]);
+                let count = u64::from_le_bytes(count);
+                if count != self.msgs_received {
+                    return Err(VerbsError::Peer(format!(
+                        "the peer says it sent {count} messages, {} arrived",
+                        self.msgs_received
+                    ))
+                    .into());
+                }
+                self.fin = Some(count);
+            }
+            ImmKind::Credit => {}
+        }
+        if written {
+            return Err(VerbsError::Peer("an RDMA WRITE that carries no data".into()).into());
+        }
+        self.post_recv(i)?;
+        self.credits.reposted(1);
+        Ok(())
+    }
+
+    /// Waits (polling) until `ready` says so.
+    fn wait_for(
+        &mut self,
+        deadline: Deadline,
+        stats: &mut StreamStats,
+        mut ready: impl FnMut(&mut QpEndpoint) -> bool,
+    ) -> io::Result<()> {
+        let mut backoff = Backoff::new();
+        while !ready(self) {
+            if self.poll(stats)? == 0 {
+                backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a free control slot and a credit, waiting for both.
+    fn control_send(
+        &mut self,
+        kind: ImmKind,
+        payload: &[u8],
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        self.wait_for(deadline, stats, |e| {
+            !e.control_free.is_empty() && e.credits.available() >= 2
+        })?;
+        let (Some(i), Some(credits)) = (self.control_free.pop(), self.credits.take()) else {
+            return Err(io::Error::other("control slot vanished"));
+        };
+        let off = self.layout.offset(Slot::Control(i));
+        self.region[off..off + payload.len()].copy_from_slice(payload);
+        self.post(Slot::Control(i), payload.len(), Imm { kind, credits }, None)?;
+        Ok(())
+    }
+}
+
+impl RingEndpoint for QpEndpoint {
+    fn send_packet(
+        &mut self,
+        buf: &[u8],
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        for chunk in buf.chunks(self.layout.slot_bytes) {
+            self.wait_for(deadline, stats, |e| {
+                !e.send_free.is_empty() && e.credits.available() >= 2
+            })?;
+            let (Some(i), Some(credits)) = (self.send_free.pop(), self.credits.take()) else {
+                return Err(io::Error::other("send slot vanished"));
+            };
+            let off = self.layout.offset(Slot::Send(i));
+            self.region[off..off + chunk.len()].copy_from_slice(chunk);
+            let target = match &mut self.remote {
+                Some(r) => {
+                    let (_, addr) = r.take_uncounted();
+                    Some((r.key() as u32, addr))
+                }
+                None => None,
+            };
+            let start = Instant::now();
+            self.send_posted_at[i] = start;
+            self.send_len[i] = chunk.len();
+            let imm = Imm {
+                kind: ImmKind::Data,
+                credits,
+            };
+            self.post(Slot::Send(i), chunk.len(), imm, target)?;
+            self.msgs_sent += 1;
+            // Harvest completions at once so their latency is not inflated.
+            self.poll(stats)?;
+            if self.mprtt {
+                self.wait_for(deadline, stats, |e| e.acks > 0)?;
+                self.acks -= 1;
+                stats.bytes_received += 1;
+                stats.send_latency.record_since(start);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()> {
+        let send = self.layout.send;
+        self.wait_for(deadline, stats, |e| e.send_free.len() == send)?;
+        let count = self.msgs_sent.to_le_bytes();
+        self.control_send(ImmKind::Fin, &count, deadline, stats)?;
+        match self.wait_for(deadline, stats, |e| e.control_free.len() == CONTROL_SLOTS) {
+            // Every data send completed (acknowledged by the peer's QP) above; a peer
+            // that closed after reading the FIN may not have acknowledged it.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => Ok(()),
+            other => other,
+        }
+    }
+
+    fn at_eof(&self) -> bool {
+        self.fin.is_some() && self.ready.is_empty()
+    }
+
+    fn try_recv(&mut self, buf: &mut [u8], stats: &mut StreamStats) -> io::Result<Option<usize>> {
+        if self.ready.is_empty() {
+            self.poll(stats)?;
+        }
+        let Some(&Ready { slot, len, wqe }) = self.ready.front() else {
+            return Ok(None);
+        };
+        if self.consumed == 0 && self.mprtt {
+            self.control_send(ImmKind::Ack, &[1], Deadline::Never, stats)?;
+            stats.bytes_sent += 1;
+        }
+        let off = self.layout.offset(Slot::Recv(slot)) + self.consumed;
+        let n = (len - self.consumed).min(buf.len());
+        buf[..n].copy_from_slice(&self.region[off..off + n]);
+        self.consumed += n;
+        if self.consumed == len {
+            self.consumed = 0;
+            self.ready.pop_front();
+            self.post_recv(wqe)?;
+            self.credits.reposted(1);
+            // A receiver draining a backlog polls no CQ: give the credits back now.
+            self.send_credit_if_due()?;
+        }
+        Ok(Some(n))
+    }
+
+    fn local_addr(&self) -> String {
+        format!(
+            "{}/qp{} ({})",
+            describe_gid(&self.port.gid),
+            self.qpn(),
+            self.port.device
+        )
+    }
+
+    fn peer_addr(&self) -> String {
+        self.peer.clone()
+    }
+
+    fn watch(&self) -> Option<Arc<TcpStream>> {
+        self.watch.clone()
+    }
+}
+
+/// One end of a verbs STREAM.
+pub type VerbsStream = EndpointStream<QpEndpoint>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::{Stream, Timeout};
+    use std::sync::Mutex;
+
+    /// A message on the stand-in wire.
+    struct Msg {
+        wr_id: u64,
+        data: Vec<u8>,
+        imm: u32,
+        /// RDMA WRITE: the offset in the receiver's region.
+        write_to: Option<u64>,
+    }
+
+    /// Two queue pairs' traffic: messages towards each side, and the send completions
+    /// each side gets once its message was delivered.
+    #[derive(Default)]
+    struct Wire {
+        to: [VecDeque<Msg>; 2],
+        done: [VecDeque<Completion>; 2],
+    }
+
+    /// An RC queue pair in memory, strict where hardware is: a message with no posted
+    /// receive is an RNR error (fperf sets no RNR retries), a SEND larger than the
+    /// receive buffer a length error, a write outside the ring an access error.
+    struct FakeQp {
+        side: usize,
+        wire: Arc<Mutex<Wire>>,
+        /// Posted receives: (wr_id, buffer address, length).
+        posted: VecDeque<(u64, usize, usize)>,
+        /// The receive ring (offset, bytes) that RDMA WRITEs may reach.
+        ring: (u64, u64),
+        max_posted: usize,
+    }
+
+    impl QpOps for FakeQp {
+        fn qpn(&self) -> u32 {
+            0x100 + self.side as u32
+        }
+
+        fn modify(&mut self, _: &QueuePairAttribute, _: &str) -> Result<(), VerbsError> {
+            Ok(())
+        }
+
+        fn ring(&self) -> (u64, u32) {
+            (self.ring.0, 7)
+        }
+
+        fn post_recv(&mut self, wr_id: u64, buf: &mut [u8]) -> Result<(), VerbsError> {
+            if self.posted.len() == self.max_posted {
+                return Err(VerbsError::Device("receive queue full".into()));
+            }
+            self.posted
+                .push_back((wr_id, buf.as_mut_ptr() as usize, buf.len()));
+            Ok(())
+        }
+
+        fn post_send(
+            &mut self,
+            wr_id: u64,
+            data: &[u8],
+            _inline: bool,
+            imm: u32,
+            write_to: Option<(u32, u64)>,
+        ) -> Result<(), VerbsError> {
+            let msg = Msg {
+                wr_id,
+                data: data.to_vec(),
+                imm,
+                write_to: write_to.map(|(key, addr)| {
+                    assert_eq!(key, 7, "the peer's rkey");
+                    addr
+                }),
+            };
+            self.wire.lock().unwrap().to[1 - self.side].push_back(msg);
+            Ok(())
+        }
+
+        fn poll(&mut self, region: &mut [u8], out: &mut Vec<Completion>) -> Result<(), VerbsError> {
+            let mut wire = self.wire.lock().unwrap();
+            out.extend(wire.done[self.side].drain(..));
+            let base = region.as_ptr() as usize;
+            while let Some(m) = wire.to[self.side].pop_front() {
+                let Some((wr_id, addr, cap)) = self.posted.pop_front() else {
+                    return Err(VerbsError::Peer(
+                        "RNR: a message found no posted receive".into(),
+                    ));
+                };
+                let n = m.data.len();
+                let opcode = match m.write_to {
+                    Some(off) => {
+                        let (start, bytes) = self.ring;
+                        if off < start || off + n as u64 > start + bytes {
+                            return Err(VerbsError::Peer("remote access error".into()));
+                        }
+                        let off = off as usize;
+                        region[off..off + n].copy_from_slice(&m.data);
+                        WC_RECV_RDMA_WITH_IMM
+                    }
+                    None => {
+                        if n > cap {
+                            return Err(VerbsError::Peer("local length error".into()));
+                        }
+                        let off = addr - base;
+                        region[off..off + n].copy_from_slice(&m.data);
+                        WC_RECV
+                    }
+                };
+                out.push(Completion {
+                    wr_id,
+                    opcode,
+                    byte_len: n as u32,
+                    imm: m.imm,
+                    ..Completion::default()
+                });
+                let sent = if m.write_to.is_some() {
+                    WC_RDMA_WRITE
+                } else {
+                    WC_SEND
+                };
+                wire.done[1 - self.side].push_back(Completion {
+                    wr_id: m.wr_id,
+                    opcode: sent,
+                    ..Completion::default()
+                });
+            }
+            Ok(())
+        }
+    }
+
+    /// Two connected endpoints over a stand-in wire.
+    fn fake_pair(opts: &StreamOptions, write: bool) -> (QpEndpoint, QpEndpoint) {
+        let wire = Arc::new(Mutex::new(Wire::default()));
+        let layout = layout_for(opts);
+        let mut ends: Vec<QpEndpoint> = (0..2)
+            .map(|side| {
+                let ops = FakeQp {
+                    side,
+                    wire: wire.clone(),
+                    posted: VecDeque::new(),
+                    ring: (
+                        layout.offset(Slot::Recv(0)) as u64,
+                        (layout.recv * layout.slot_bytes) as u64,
+                    ),
+                    max_posted: layout.recv,
+                };
+                let mut raw = [0u8; 16];
+                raw[10..].copy_from_slice(&[0xff, 0xff, 10, 0, 0, side as u8 + 1]);
+                let port = PortInfo {
+                    device: "fake0".into(),
+                    port: 1,
+                    lid: 0,
+                    mtu: 3,
+                    gid: Gid { raw },
+                    gid_index: 0,
+                };
+                let region = vec![0u8; QpEndpoint::region_bytes(opts)];
+                let mut e = QpEndpoint::with_ops(Box::new(ops), port, region, opts, write, 64)
+                    .expect("endpoint");
+                e.start(QueuePairAttribute::new()).expect("INIT");
+                e
+            })
+            .collect();
+        let (d0, d1) = (ends[0].details(), ends[1].details());
+        ends[0].connect_ib(&d1).expect("connect 0");
+        ends[1].connect_ib(&d0).expect("connect 1");
+        let b = ends.pop().expect("two");
+        let a = ends.pop().expect("two");
+        (a, b)
+    }
+
+    /// Sends numbered packets of every length up to `pktsize` (with `stall` ms naps on
+    /// the receiver now and then, so the sender runs out of credits) and checks the
+    /// receiver gets exactly those bytes, in order.
+    fn bytes_arrive_intact(pktsize: usize, write: bool, mprtt: bool, stall: u64) {
+        let opts = StreamOptions {
+            pktsize,
+            mprtt,
+            ..StreamOptions::default()
+        };
+        let (a, b) = fake_pair(&opts, write);
+        let mut client = VerbsStream::from_endpoints(vec![a], opts.clone()).expect("a");
+        let mut server = VerbsStream::from_endpoints(vec![b], opts.clone()).expect("b");
+        let count = 700u32;
+        let packets: Vec<Vec<u8>> = (0..count)
+            .map(|i| {
+                let len = (i as usize * 37) % pktsize + 1;
+                (0..len).map(|k| (i as usize * 7 + k) as u8).collect()
+            })
+            .collect();
+        let want: Vec<u8> = packets.concat();
+        let t = std::thread::spawn(move || {
+            for p in &packets {
+                client.send(p, Timeout::Millis(10_000)).expect("send");
+            }
+            client
+                .finish_sending(Timeout::Millis(10_000))
+                .expect("finish");
+            client.stats()
+        });
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; pktsize];
+        let mut reads = 0u64;
+        loop {
+            let n = server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            if n == 0 {
+                break;
+            }
+            reads += 1;
+            if stall > 0 && reads % 97 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(stall));
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        let cs = t.join().expect("join");
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "the bytes differ");
+        assert_eq!(cs.bytes_sent, want.len() as u64);
+        assert_eq!(
+            cs.send_latency.count(),
+            u64::from(count),
+            "one latency per operation"
+        );
+        let acks = if mprtt { u64::from(count) } else { 0 };
+        assert_eq!(cs.bytes_received, acks);
+        assert_eq!(server.stats().bytes_sent, acks);
+        assert_eq!(server.stats().bytes_received, want.len() as u64);
+    }
+
+    #[test]
+    fn send_recv_delivers_the_exact_bytes_in_order_without_rnr() {
+        bytes_arrive_intact(1000, false, false, 0);
+        bytes_arrive_intact(1, false, false, 0);
+    }
+
+    #[test]
+    fn a_slow_receiver_holds_the_sender_back_by_credits() {
+        bytes_arrive_intact(1000, false, false, 2);
+        bytes_arrive_intact(1000, true, false, 2);
+    }
+
+    #[test]
+    fn rdma_writes_deliver_the_exact_bytes_in_order() {
+        bytes_arrive_intact(1000, true, false, 0);
+        bytes_arrive_intact(3, true, false, 0);
+    }
+
+    #[test]
+    fn mprtt_acks_every_packet_over_send_and_write() {
+        bytes_arrive_intact(1000, false, true, 0);
+        bytes_arrive_intact(1000, true, true, 1);
+    }
+
+    #[test]
+    fn one_mib_packets_fill_one_slot_each() {
+        let opts = StreamOptions {
+            pktsize: 1 << 20,
+            ..StreamOptions::default()
+        };
+        let (a, b) = fake_pair(&opts, true);
+        let mut client = VerbsStream::from_endpoints(vec![a], opts.clone()).expect("a");
+        let mut server = VerbsStream::from_endpoints(vec![b], opts.clone()).expect("b");
+        let packet: Vec<u8> = (0..1 << 20).map(|k: u32| (k % 251) as u8).collect();
+        let sent = packet.clone();
+        let t = std::thread::spawn(move || {
+            for _ in 0..40 {
+                client.send(&sent, Timeout::Millis(10_000)).expect("send");
+            }
+            client
+                .finish_sending(Timeout::Millis(10_000))
+                .expect("finish");
+        });
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0;
+        loop {
+            let n = server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            if n == 0 {
+                break;
+            }
+            assert_eq!(&buf[..n], &packet[..n], "packet bytes");
+            total += n;
+        }
+        t.join().expect("join");
+        assert_eq!(total, 40 << 20);
+    }
+
+    #[test]
+    fn several_queue_pairs_feed_one_stream_through_the_sender_threads() {
+        let opts = StreamOptions {
+            pktsize: 512,
+            nsockets: 2,
+            ..StreamOptions::default()
+        };
+        let (a1, b1) = fake_pair(&opts, false);
+        let (a2, b2) = fake_pair(&opts, false);
+        let mut client = VerbsStream::from_endpoints(vec![a1, a2], opts.clone()).expect("a");
+        let mut server = VerbsStream::from_endpoints(vec![b1, b2], opts.clone()).expect("b");
+        let t = std::thread::spawn(move || {
+            for i in 0..2000u32 {
+                let p = bytes::Bytes::from(vec![(i % 256) as u8; 512]);
+                client
+                    .send_submit(p, Timeout::Millis(10_000))
+                    .expect("submit");
+            }
+            client.sender_drain(Timeout::Millis(10_000)).expect("drain");
+            client
+                .finish_sending(Timeout::Millis(10_000))
+                .expect("finish");
+            client.stats()
+        });
+        let mut buf = vec![0u8; 512];
+        let mut total = 0u64;
+        let mut sum = 0u64;
+        loop {
+            let n = server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            sum += buf[..n].iter().map(|&b| u64::from(b)).sum::<u64>();
+        }
+        let cs = t.join().expect("join");
+        assert_eq!(total, 2000 * 512);
+        assert_eq!(cs.bytes_sent, 2000 * 512);
+        let want: u64 = (0..2000u64).map(|i| (i % 256) * 512).sum();
+        assert_eq!(sum, want, "every packet arrived once");
+    }
+
+    #[test]
+    fn hostile_messages_end_the_stream_with_an_error_not_a_panic() {
+        let opts = StreamOptions {
+            pktsize: 100,
+            ..StreamOptions::default()
+        };
+        let mut stats = StreamStats::default();
+        // Unknown kind, credits beyond the ring, a FIN with the wrong count.
+        for imm in [
+            0xf000_0000u32,
+            Imm {
+                kind: ImmKind::Credit,
+                credits: 1_000,
+            }
+            .encode(),
+            Imm {
+                kind: ImmKind::Fin,
+                credits: 0,
+            }
+            .encode(),
+        ] {
+            let (mut a, mut b) = fake_pair(&opts, false);
+            let off = a.layout.offset(Slot::Control(0));
+            a.region[off..off + 8].copy_from_slice(&5u64.to_le_bytes());
+            a.ops
+                .post_send(1 << 40, &a.region[off..off + 8], false, imm.to_be(), None)
+                .expect("post");
+            let mut buf = [0u8; 100];
+            let e = b.try_recv(&mut buf, &mut stats).expect_err("refused");
+            assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted, "{e}");
+        }
+    }
+
+    fn good() -> QpDetails {
+        let l = RingLayout::new(1000);
+        QpDetails {
+            qpn: 0x11,
+            lid: 0,
+            gid: vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1],
+            psn: 0x123456,
+            mtu: 3,
+            ring_addr: 0x7f00_0000_0000,
+            ring_key: 42,
+            ring_slots: l.recv as u32,
+            slot_bytes: l.slot_bytes as u32,
+        }
+    }
+
+    #[test]
+    fn details_roundtrip_as_json_and_validate() {
+        let d = good();
+        let back: QpDetails =
+            serde_json::from_slice(&serde_json::to_vec(&d).expect("encode")).expect("decode");
+        assert_eq!(back, d);
+        assert_eq!(d.validate(&RingLayout::new(1000)), Ok(()));
+        assert_eq!(d.describe(), "10.0.0.1/qp17");
+    }
+
+    #[test]
+    fn hostile_details_are_refused_without_panicking() {
+        let l = RingLayout::new(1000);
+        type Spoil = fn(&mut QpDetails);
+        let cases: Vec<(&str, Spoil)> = vec![
+            ("short gid", |d| d.gid.truncate(15)),
+            ("long gid", |d| d.gid.push(0)),
+            ("empty gid", |d| d.gid.clear()),
+            ("qpn 0", |d| d.qpn = 0),
+            ("qpn > 24 bits", |d| d.qpn = 0x100_0000),
+            ("psn > 24 bits", |d| d.psn = u32::MAX),
+            ("mtu 0", |d| d.mtu = 0),
+            ("mtu 6", |d| d.mtu = 6),
+            ("fewer slots", |d| d.ring_slots -= 1),
+            ("no slots", |d| d.ring_slots = 0),
+            ("huge ring", |d| d.ring_slots = u32::MAX),
+            ("other slot size", |d| d.slot_bytes = 1001),
+            ("wrapping address", |d| d.ring_addr = u64::MAX - 10),
+        ];
+        for (name, spoil) in cases {
+            let mut d = good();
+            spoil(&mut d);
+            assert!(d.validate(&l).is_err(), "{name} accepted");
+            let _ = d.describe();
+        }
+    }
+
+    #[test]
+    fn malformed_json_is_an_error() {
+        for bad in [
+            "{}",
+            r#"{"qpn":1}"#,
+            r#"{"qpn":-1,"lid":0,"gid":[],"psn":0,"mtu":1,"ring_addr":0,"ring_key":0,"ring_slots":1,"slot_bytes":1}"#,
+            r#"{"qpn":1,"lid":70000,"gid":[],"psn":0,"mtu":1,"ring_addr":0,"ring_key":0,"ring_slots":1,"slot_bytes":1}"#,
+            r#"{"qpn":1,"lid":0,"gid":[256],"psn":0,"mtu":1,"ring_addr":0,"ring_key":0,"ring_slots":1,"slot_bytes":1}"#,
+        ] {
+            assert!(serde_json::from_str::<QpDetails>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_path_mtu_is_the_smaller_one() {
+        assert!(matches!(path_mtu(5, 3), Mtu::Mtu1024));
+        assert!(matches!(path_mtu(1, 5), Mtu::Mtu256));
+        assert!(matches!(path_mtu(5, 5), Mtu::Mtu4096));
+    }
+
+    #[test]
+    fn gids_read_as_addresses() {
+        let mut raw = [0u8; 16];
+        raw[10] = 0xff;
+        raw[11] = 0xff;
+        raw[12..].copy_from_slice(&[192, 168, 1, 2]);
+        assert_eq!(describe_gid(&Gid { raw }), "192.168.1.2");
+        let mut raw = [0u8; 16];
+        raw[0] = 0xfe;
+        raw[1] = 0x80;
+        raw[15] = 1;
+        assert_eq!(describe_gid(&Gid { raw }), "fe80::1");
+    }
+}
