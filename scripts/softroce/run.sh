@@ -80,6 +80,10 @@ fetch_kernel() {
   [ -n "$pkg" ] || unavailable "apt knows no linux-image-amd64 (not a Debian amd64 host?)"
   ver="${pkg#linux-image-}"
   dir="$WORK/kernel/$ver"
+  mkdir -p "$WORK/kernel"
+  # One fetch at a time when several runs start together.
+  exec 9>"$WORK/kernel/.lock"
+  flock 9
   if [ ! -e "$dir/.done" ]; then
     say "fetching $pkg"
     rm -rf "$dir" && mkdir -p "$dir/deb"
@@ -91,6 +95,7 @@ fetch_kernel() {
     rm -f "$deb"
     touch "$dir/.done"
   fi
+  exec 9>&-
   echo "$dir"
 }
 
@@ -263,6 +268,7 @@ if [ -z "$status_line" ]; then
   fi
   tr -d '\r' <"$RUN/console.log" | tail -n 40 >&2
   cat "$RUN/qemu.log" >&2
+  say "(the VM's console and output are kept in $RUN)"
   exit 125
 fi
 status="${status_line#SOFTROCE-STATUS }"
