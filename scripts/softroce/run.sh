@@ -2,7 +2,7 @@
 # Runs a shell script inside a small QEMU VM that has a Soft-RoCE device (rdma_rxe),
 # so fperf's RDMA paths can be exercised on a host with no RDMA hardware or modules.
 #
-#   scripts/softroce/run.sh [--fperf PATH] [--timeout SECS] SCRIPT
+#   scripts/softroce/run.sh [--fperf PATH] [--add FILE]... [--timeout SECS] SCRIPT
 #   scripts/softroce/run.sh --prepare      # fetch packages and the kernel only
 #
 # The VM runs Debian's kernel (vmlinuz and modules taken from the linux-image .deb with
@@ -13,7 +13,8 @@
 # (dependencies resolved from each module's modinfo `depends=`), gives eth0 (a
 # virtio-net NIC on QEMU's user network, restricted: nothing leaves the host) the address
 # $VM_IP, creates rxe0 on it, runs SCRIPT with `sh` (PATH has fperf; $VM_IP is set), and
-# powers off.
+# powers off. --add puts FILE (and the libraries ldd names) at the same path in the VM,
+# e.g. a test binary.
 #
 # SCRIPT's stdout and stderr come back on the VM's second serial port and are printed on
 # stdout; this script exits with SCRIPT's status. If the VM does not report a status
@@ -32,6 +33,7 @@ TIMEOUT=120
 FPERF="$ROOT/target/release/fperf"
 PREPARE_ONLY=0
 SCRIPT=""
+EXTRA=()
 
 die() { echo "softroce: $*" >&2; exit 125; }
 unavailable() { echo "softroce: cannot run the VM on this host: $*" >&2; exit 3; }
@@ -41,8 +43,9 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --fperf) FPERF="$2"; shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
+    --add) EXTRA+=("$(realpath "$2")"); shift 2 ;;
     --prepare) PREPARE_ONLY=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     -*) die "unknown option $1" ;;
     *) [ -z "$SCRIPT" ] || die "one script only"; SCRIPT="$1"; shift ;;
   esac
@@ -176,6 +179,8 @@ build_initramfs() {
   put_with_libs "$multi/libfabric.so.1"
   put_with_libs "$multi/libibverbs/librxe-rdmav34.so"
   put /etc/libibverbs.d/rxe.driver
+  local extra
+  for extra in "${EXTRA[@]}"; do put_with_libs "$extra"; done
   echo "root:x:0:0:root:/:/bin/sh" >"$TREE/etc/passwd"
   # Name resolution from files only: libfabric's verbs provider resolves the host's own
   # name (rdma_getaddrinfo), which without these fails with EAI_AGAIN.
