@@ -11,6 +11,14 @@ packages=(
   libfabric-dev # libfabric headers (fperf loads the library at run time)
   libfabric-bin # fi_info, and the library itself for the ofi tests
   pkg-config
+  # The Soft-RoCE VM (scripts/softroce/run.sh, tests/softroce_vm.rs); it fetches the
+  # kernel package itself.
+  qemu-system-x86
+  busybox-static
+  kmod
+  cpio
+  ibverbs-utils
+  rdmacm-utils
   cmake         # sideway's rdma-mummy-sys (libibverbs/librdmacm loaded at run time)
 )
 

@@ -43,11 +43,18 @@ const CQ_BATCH: usize = 16;
 const KIND_SHIFT: u32 = 56;
 const KIND_FIN: u64 = 1;
 const KIND_ACK: u64 = 2;
-/// An RMA write landed: the value holds (receive slot << 32) | length.
-const KIND_WRITE: u64 = 3;
 /// The receiver consumed this many written slots: the writer may reuse them.
 const KIND_CREDIT: u64 = 4;
 const VALUE_MASK: u64 = (1 << KIND_SHIFT) - 1;
+/// An RMA write's remote CQ data is `(receive slot << WRITE_LEN_BITS) | (length - 1)`,
+/// in 32 bits: verbs (also under `ofi_rxm`) carries a write's data as the 32-bit
+/// immediate and silently drops the upper half. The completion's `FI_REMOTE_WRITE` flag,
+/// not a kind, marks it as a write.
+const WRITE_LEN_BITS: u32 = 26;
+const _: () = assert!(
+    RING_SLOTS_MAX <= 1 << (32 - WRITE_LEN_BITS)
+        && crate::settings::MAX_PKTSIZE as usize <= 1 << WRITE_LEN_BITS
+);
 /// Longest endpoint name accepted from a peer.
 pub const MAX_NAME_LEN: usize = 512;
 
@@ -264,6 +271,21 @@ pub fn control_data(kind: u64, value: u64) -> u64 {
 /// Splits remote CQ data into (kind, value).
 pub fn split_control(data: u64) -> (u64, u64) {
     (data >> KIND_SHIFT, data & VALUE_MASK)
+}
+
+/// An RMA write's remote CQ data: where it landed and how long it is (`len` ≥ 1).
+pub fn write_data(slot: usize, len: usize) -> u64 {
+    ((slot as u64) << WRITE_LEN_BITS) | (len as u64 - 1)
+}
+
+/// Splits an RMA write's remote CQ data into (receive slot, length); only its low 32
+/// bits count.
+pub fn split_write_data(data: u64) -> (usize, usize) {
+    let data = data & 0xffff_ffff;
+    (
+        (data >> WRITE_LEN_BITS) as usize,
+        (data & ((1 << WRITE_LEN_BITS) - 1)) as usize + 1,
+    )
 }
 
 /// One reliable-datagram endpoint with its registered rings.
@@ -626,7 +648,7 @@ impl Endpoint {
                 backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
             }
         };
-        let data = control_data(KIND_WRITE, ((slot as u64) << 32) | len as u64);
+        let data = write_data(slot, len);
         let (buf, ctx) = (self.slot_ptr(Slot::Send(i)), self.context(Slot::Send(i)));
         loop {
             // SAFETY: `buf..buf+len` is registered and untouched until completion; the
@@ -688,12 +710,8 @@ impl Endpoint {
                     if let Some(Slot::Recv(i)) = slot {
                         self.post_recv(i)?;
                     }
-                    let (kind, value) = split_control(entry.data);
-                    let (written, len) = ((value >> 32) as usize, (value & 0xffff_ffff) as usize);
-                    if kind != KIND_WRITE
-                        || written >= self.layout.recv
-                        || len > self.layout.slot_bytes
-                    {
+                    let (written, len) = split_write_data(entry.data);
+                    if written >= self.layout.recv || len > self.layout.slot_bytes {
                         return Err(OfiError::Peer(
                             "an RMA write outside the receive ring".into(),
                         ));
@@ -1042,6 +1060,17 @@ mod tests {
             split_control(control_data(KIND_FIN, u64::MAX)).1,
             VALUE_MASK
         );
+    }
+
+    #[test]
+    fn write_data_fits_in_a_32_bit_immediate_and_roundtrips() {
+        let max_len = crate::settings::MAX_PKTSIZE as usize;
+        for (slot, len) in [(0, 1), (RING_SLOTS_MAX - 1, max_len), (7, 32768)] {
+            let data = write_data(slot, len);
+            assert!(data <= u64::from(u32::MAX), "{data:#x}");
+            // What the receiver sees when the provider fills the upper half with junk.
+            assert_eq!(split_write_data(data | 0xdead_beef_0000_0000), (slot, len));
+        }
     }
 
     /// Two connected single-endpoint STREAMs over the tcp provider on 127.0.0.1, or

@@ -1,0 +1,299 @@
+//! fperf's RDMA paths on a real, if software, RDMA device: Soft-RoCE (`rdma_rxe`) in a
+//! QEMU VM started by `scripts/softroce/run.sh`. One VM boot runs every case below: a
+//! fresh `fperf -s` and an `fperf -c` against the VM's own address over `rxe0`, for each
+//! RDMA API this build implements. Both sides' byte counts are asserted.
+//!
+//! The release fperf binary under test goes into the VM; nothing is built here. When
+//! this host cannot run the VM (no QEMU and not root to install it, no Debian kernel
+//! package), the test says it is skipped and why. Without KVM the VM runs under TCG
+//! (the harness says which), so volumes are kept small.
+
+mod common;
+use common::*;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const MB: u64 = 1 << 20;
+/// The harness's own limit for the VM; the test kills it a little later.
+const VM_TIMEOUT_SECS: u64 = 170;
+/// The harness's exit status when this host cannot run the VM.
+const UNAVAILABLE: i32 = 3;
+
+/// One fperf run inside the VM.
+struct Case {
+    name: String,
+    args: Vec<&'static str>,
+    /// Bytes the client sends and the server receives.
+    bytes: u64,
+    /// With `-r`: one 1-byte ACK per packet, sent by the server.
+    acks: Option<u64>,
+    /// What the client's header line must contain (API, operation, device or provider).
+    header: String,
+}
+
+/// Each RDMA API tested: its name, its flags, and how the client's header ends.
+/// libfabric goes over verbs as `verbs;ofi_rxm` (reliable datagrams over RC queue pairs).
+const APIS: &[(&str, &[&str], &str)] = &[
+    ("ibverbs", &["-R", "--rdma-api", "ibverbs"], " device=rxe0"),
+    ("cm", &["-R", "--rdma-api", "cm"], ""),
+    (
+        "ofi",
+        &["-R", "--rdma-api", "ofi", "--ofi-provider", "verbs"],
+        " provider=verbs;ofi_rxm",
+    ),
+];
+
+fn cases() -> Vec<Case> {
+    let mut all = Vec::new();
+    for (api, flags, tail) in APIS {
+        let header = |op: &str| format!("api={api} op={op}{tail}");
+        let with = |extra: &[&'static str]| -> Vec<&'static str> {
+            flags.iter().chain(extra).copied().collect()
+        };
+        all.push(Case {
+            name: format!("{api}-bulk"),
+            args: with(&["-m", "4"]),
+            bytes: 4 * MB,
+            acks: None,
+            header: header("send"),
+        });
+        all.push(Case {
+            name: format!("{api}-mprtt"),
+            args: with(&["-r", "-m", "1", "-l", "1024"]),
+            bytes: MB,
+            acks: Some(1024),
+            header: header("send"),
+        });
+        // Not for ofi: with libfabric 1.17's verbs;ofi_rxm on rxe, a process tearing
+        // down two endpoints crashes inside fi_close (SIGSEGV) in about one run out of
+        // eight, after the transfer; serialising the closes did not help. tests/rdma_ofi.rs
+        // covers ofi with -t 2 over the tcp provider.
+        if *api != "ofi" {
+            all.push(Case {
+                name: format!("{api}-two-streams"),
+                args: with(&["-t", "2", "-m", "2"]),
+                bytes: 4 * MB,
+                acks: None,
+                header: header("send"),
+            });
+        }
+        all.push(Case {
+            name: format!("{api}-write"),
+            args: with(&["--rdma-write", "-m", "4"]),
+            bytes: 4 * MB,
+            acks: None,
+            header: header("write"),
+        });
+    }
+    all
+}
+
+/// The script the VM runs: each case against a fresh server, the client's and the
+/// server's output between markers.
+fn vm_script(cases: &[Case]) -> String {
+    let mut s = String::from(
+        r#"# libfabric's rxm sizes its verbs CQ as (tx + rx queue) x universe size (256):
+# 65536 entries, past rxe's limit of 32767.
+export FI_UNIVERSE_SIZE=64
+run_case() {
+  name=$1; port=$2; shift 2
+  echo "=== case $name"
+  fperf -s -p "$port" >"/tmp/$name.server" 2>&1 &
+  server=$!
+  i=0
+  until grep -q "Server listening" "/tmp/$name.server" 2>/dev/null; do
+    i=$((i + 1)); [ $i -lt 100 ] || break; sleep 0.1
+  done
+  timeout 60 fperf -c "$VM_IP" -p "$port" "$@" >"/tmp/$name.client" 2>&1
+  echo "--- client exit $? (VM uptime $(cut -d' ' -f1 /proc/uptime)s)"
+  cat "/tmp/$name.client"
+  # The server prints its report as the session ends, about when the client exits.
+  i=0
+  until grep -q "^cpu" "/tmp/$name.server"; do
+    i=$((i + 1)); [ $i -lt 50 ] || break; sleep 0.1
+  done
+  sleep 0.2
+  kill "$server"; wait "$server"
+  echo "--- server"
+  cat "/tmp/$name.server"
+  echo
+}
+"#,
+    );
+    for (i, c) in cases.iter().enumerate() {
+        let args: Vec<String> = c.args.iter().map(|a| format!("'{a}'")).collect();
+        s += &format!(
+            "run_case {} {} {}\n",
+            c.name,
+            30000 + i * 10,
+            args.join(" ")
+        );
+    }
+    s += "echo '=== end'\n";
+    s
+}
+
+/// The harness, killed with its whole process group (QEMU included) when dropped.
+struct Vm(Child);
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the process group this test created for the harness.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}
+
+fn harness() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/softroce/run.sh")
+}
+
+/// Fetches what the VM needs; `Err(why)` when this host cannot run it.
+fn prepare() -> Result<(), String> {
+    let out = Command::new(harness())
+        .arg("--prepare")
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", harness().display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    match out.status.code() {
+        Some(0) => Ok(()),
+        Some(UNAVAILABLE) => Err(stderr.trim().to_string()),
+        _ => panic!("softroce harness --prepare failed:\n{stderr}"),
+    }
+}
+
+/// Runs `script` in the VM; returns (exit status, stdout, stderr).
+fn run_in_vm(script: &str) -> (i32, String, String) {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join(format!("softroce-{}.sh", std::process::id()));
+    std::fs::write(&path, script).unwrap();
+    let child = Command::new(harness())
+        .args([
+            "--fperf",
+            fperf_bin(),
+            "--timeout",
+            &VM_TIMEOUT_SECS.to_string(),
+        ])
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut vm = Vm(child);
+    let stdout = collect_joinable(vm.0.stdout.take().unwrap());
+    let stderr = collect_joinable(vm.0.stderr.take().unwrap());
+    let limit = Instant::now() + Duration::from_secs(VM_TIMEOUT_SECS + 30);
+    let status = loop {
+        if let Some(s) = vm.0.try_wait().unwrap() {
+            break s.code().unwrap_or(-1);
+        }
+        if Instant::now() > limit {
+            drop(vm);
+            panic!("the softroce harness overran its own time-out; killed it");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    drop(vm);
+    let _ = std::fs::remove_file(&path);
+    let text = |(text, reader): (Arc<Mutex<String>>, JoinHandle<()>)| {
+        reader.join().unwrap();
+        let s = text.lock().unwrap().clone();
+        s
+    };
+    (status, text(stdout), text(stderr))
+}
+
+/// The client's and the server's output of case `name`.
+fn case_output<'a>(all: &'a str, name: &str) -> (i32, &'a str, &'a str) {
+    let start = all
+        .find(&format!("=== case {name}\n"))
+        .unwrap_or_else(|| panic!("case {name} did not run:\n{all}"));
+    let rest = &all[start..];
+    let rest = &rest[rest.find('\n').unwrap() + 1..];
+    let end = rest.find("=== ").unwrap_or(rest.len());
+    let block = &rest[..end];
+    let status_line = block.lines().next().unwrap();
+    let status: i32 = status_line
+        .strip_prefix("--- client exit ")
+        .and_then(|s| s.split(' ').next())
+        .unwrap_or_else(|| panic!("case {name}: no client status:\n{block}"))
+        .parse()
+        .unwrap();
+    let body = &block[status_line.len() + 1..];
+    let split = body
+        .find("--- server\n")
+        .unwrap_or_else(|| panic!("case {name}: no server output:\n{block}"));
+    (
+        status,
+        &body[..split],
+        &body[split + "--- server\n".len()..],
+    )
+}
+
+#[test]
+fn rdma_transfers_over_soft_roce_in_a_vm() {
+    if let Err(why) = prepare() {
+        eprintln!("skipped: the Soft-RoCE VM cannot run here: {why}");
+        return;
+    }
+    let cases = cases();
+    let started = Instant::now();
+    let (status, out, err) = run_in_vm(&vm_script(&cases));
+    eprintln!(
+        "softroce VM ran {} cases in {:.1}s\n{err}",
+        cases.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        status, 0,
+        "VM script failed\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    assert!(out.contains("=== end"), "{out}");
+    for line in out
+        .lines()
+        .filter(|l| l.starts_with("=== case ") || l.starts_with("--- client exit"))
+    {
+        eprintln!("{line}");
+    }
+    for c in &cases {
+        let (code, client, server) = case_output(&out, &c.name);
+        assert_eq!(
+            code, 0,
+            "case {}: client failed\n{client}\nserver:\n{server}",
+            c.name
+        );
+        let head = client.lines().next().unwrap_or_default();
+        assert!(
+            head.starts_with("RDMA ") && head.ends_with(&c.header),
+            "case {}: {head}",
+            c.name
+        );
+        assert!(
+            server.contains(" new RDMA connection from 10.0.2.15"),
+            "case {}: {server}",
+            c.name
+        );
+        assert_eq!(
+            volume(client, "sent").bytes,
+            c.bytes,
+            "case {}: client sent\n{client}",
+            c.name
+        );
+        assert_eq!(
+            volume(server, "received").bytes,
+            c.bytes,
+            "case {}: server received\n{server}",
+            c.name
+        );
+        if let Some(acks) = c.acks {
+            assert_eq!(volume(client, "received").bytes, acks, "{client}");
+            assert_eq!(volume(server, "sent").bytes, acks, "{server}");
+            latency(client, "mprtt");
+        }
+    }
+}
