@@ -24,6 +24,7 @@ pub mod sender;
 pub(crate) mod sys;
 pub mod tcp;
 pub mod udp;
+pub mod udp_batch;
 pub mod udp_wire;
 pub mod zerocopy;
 

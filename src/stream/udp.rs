@@ -27,6 +27,7 @@
 
 use super::sender::{PacketSink, Senders};
 use super::sys::{poll_many, poll_one, set_int_opt};
+use super::udp_batch::{RecvBatch, SendBatch, Sent};
 use super::udp_wire::{Arrival, BufferGrant, Header, SeqTracker, HEADER_LEN};
 use super::{check_abort, Deadline, Stream, StreamOptions, Timeout};
 use crate::control::{self, ControlError, Message};
@@ -58,6 +59,9 @@ const CONTROL_IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest single wait for socket space when sending an ACK.
 const ACK_POLL_MS: i32 = 100;
 
+/// Empty polls between two looks at the control connection while busy-polling.
+const BUSY_SPINS_PER_POLL: u32 = 64;
+
 /// What a UDP STREAM needs beyond [`StreamOptions`].
 #[derive(Clone, Debug)]
 pub struct UdpOptions {
@@ -65,14 +69,61 @@ pub struct UdpOptions {
     pub stream: u32,
     /// MPRTT: how long to wait for an ACK before sending the datagram again.
     pub ack_timeout: Duration,
+    /// Datagrams per `sendmmsg()`/`recvmmsg()`; 1: one `send()`/`recv()` each. The
+    /// synchronous `send()` and `recv()` batch; the sender threads of `send_submit()`
+    /// send one datagram per call. Not with MPRTT.
+    pub batch: usize,
+    /// Send batches as UDP GSO messages (needs `batch` > 1).
+    pub gso: bool,
+    /// Receive with UDP GRO.
+    pub gro: bool,
 }
 
-/// Nanoseconds since the Unix epoch: the header's send time (only differences of it
-/// are used, so the two hosts' clocks need not agree).
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+impl UdpOptions {
+    /// Options of stream `stream`, unbatched.
+    pub fn new(stream: u32, ack_timeout: Duration) -> UdpOptions {
+        UdpOptions {
+            stream,
+            ack_timeout,
+            batch: 1,
+            gso: false,
+            gro: false,
+        }
+    }
+}
+
+/// Nanoseconds since the Unix epoch from the monotonic clock: one clock read gives
+/// both a datagram's send time for its header and the start of its latency sample.
+/// Only differences of header times are used (jitter), so the two hosts' clocks need
+/// not agree, and a wall clock step during the run does not show up as jitter.
+#[derive(Clone, Copy, Debug)]
+struct EpochClock {
+    base: Instant,
+    base_ns: u64,
+}
+
+impl EpochClock {
+    fn new() -> EpochClock {
+        let base = Instant::now();
+        let base_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        EpochClock { base, base_ns }
+    }
+
+    /// `at` in ns since the Unix epoch.
+    #[inline]
+    fn ns(&self, at: Instant) -> u64 {
+        let since = u64::try_from(at.saturating_duration_since(self.base).as_nanos())
+            .unwrap_or(u64::MAX);
+        self.base_ns.saturating_add(since)
+    }
+}
+
+/// Nanoseconds from `start` to `end`.
+#[inline]
+fn span_ns(start: Instant, end: Instant) -> u64 {
+    u64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// One socket of a UDP STREAM, shared by the receiving path and a sender thread.
@@ -85,6 +136,8 @@ struct Socket {
     /// The STREAM's sequence counter, shared by all its sockets.
     next_seq: Arc<AtomicU64>,
     abort: Arc<AtomicBool>,
+    busy_poll: bool,
+    clock: EpochClock,
 }
 
 fn port_closed() -> io::Error {
@@ -95,13 +148,20 @@ fn port_closed() -> io::Error {
 }
 
 impl Socket {
-    /// Sends `buf` as one datagram whose first bytes are the header of `seq`.
-    fn send_datagram(&self, buf: &[u8], seq: u64, deadline: Deadline) -> io::Result<()> {
+    /// Sends `buf` as one datagram whose first bytes are the header of `seq`, sent at
+    /// `sent` (read by the caller, who also times the send from it).
+    fn send_datagram(
+        &self,
+        buf: &[u8],
+        seq: u64,
+        sent: Instant,
+        deadline: Deadline,
+    ) -> io::Result<()> {
         let mut header = [0u8; HEADER_LEN];
         let n = Header {
             seq,
             stream: self.stream,
-            sent_ns: now_ns(),
+            sent_ns: self.clock.ns(sent),
         }
         .encode(&mut header[..buf.len().min(HEADER_LEN)]);
         let iov = [IoSlice::new(&header[..n]), IoSlice::new(&buf[n..])];
@@ -134,8 +194,72 @@ impl Socket {
         }
     }
 
+    /// `sendmmsg()` of `hdrs` on this socket, waiting for room (or with `busy_poll`,
+    /// spinning) while it has none.
+    fn send_messages(&self, hdrs: &mut [libc::mmsghdr], deadline: Deadline) -> io::Result<Sent> {
+        let count = libc::c_uint::try_from(hdrs.len()).unwrap_or(libc::c_uint::MAX);
+        loop {
+            // SAFETY: `hdrs` is an exclusively borrowed slice of `count` mmsghdrs whose
+            // iovecs and control messages point into the live send batch; the fd is
+            // open for the life of `self.sock`.
+            let rc = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), hdrs.as_mut_ptr(), count, 0) };
+            if rc >= 0 {
+                return Ok(Sent::Messages(rc as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => self.wait(libc::POLLOUT, deadline)?,
+                // A local firewall dropped it: lost as if on the wire.
+                Some(libc::EPERM) => return Ok(Sent::FirstDropped),
+                // The device queue is full: poll() cannot tell when it drains.
+                Some(libc::ENOBUFS) => {
+                    check_abort(&self.abort)?;
+                    deadline.poll_ms()?;
+                    std::thread::yield_now();
+                }
+                Some(libc::EINTR) => {}
+                Some(libc::ECONNREFUSED) => return Err(port_closed()),
+                _ => return Err(e),
+            }
+        }
+    }
+
+    /// `recvmmsg()` into `hdrs` on this socket without waiting; `Ok(None)` is EAGAIN.
+    fn recv_messages(&self, hdrs: &mut [libc::mmsghdr]) -> io::Result<Option<usize>> {
+        let count = libc::c_uint::try_from(hdrs.len()).unwrap_or(libc::c_uint::MAX);
+        loop {
+            // SAFETY: `hdrs` is an exclusively borrowed slice of `count` mmsghdrs whose
+            // iovecs and control buffers point into the live receive batch; a null
+            // timeout is allowed.
+            let rc = unsafe {
+                libc::recvmmsg(
+                    self.sock.as_raw_fd(),
+                    hdrs.as_mut_ptr(),
+                    count,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if rc >= 0 {
+                return Ok(Some(rc as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => return Ok(None),
+                // EINTR; or an ICMP error from an earlier ACK (the sender's port
+                // closed): the end of data comes over the control link.
+                Some(libc::EINTR | libc::ECONNREFUSED) => {}
+                _ => return Err(e),
+            }
+        }
+    }
+
     /// Waits for the ACK of `seq` until `until`. `Ok(false)`: it did not come in time.
     /// Every ACK byte read is counted, stale ones (of earlier packets) too.
+    ///
+    /// The ACK cannot be there the moment the datagram left, so (unless busy-polling)
+    /// this sleeps in `poll()` before the first read instead of paying for a read
+    /// that returns `EAGAIN`.
     fn await_ack(
         &self,
         seq: u64,
@@ -144,6 +268,11 @@ impl Socket {
         stats: &mut StreamStats,
     ) -> io::Result<bool> {
         let mut buf = [0u8; 16];
+        if !self.busy_poll && deadline != Deadline::Now {
+            check_abort(&self.abort)?;
+            let ms = deadline.poll_ms()?.min(self.ack_timeout.as_millis() as i32 + 1);
+            poll_one(self.sock.as_raw_fd(), libc::POLLIN, ms)?;
+        }
         loop {
             match self.sock.recv(&mut buf) {
                 Ok(0) => {}
@@ -159,7 +288,11 @@ impl Socket {
                         return Ok(false);
                     };
                     let ms = attempt_ms.min(deadline.poll_ms()?);
-                    poll_one(self.sock.as_raw_fd(), libc::POLLIN, ms)?;
+                    if self.busy_poll {
+                        std::thread::yield_now();
+                    } else {
+                        poll_one(self.sock.as_raw_fd(), libc::POLLIN, ms)?;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Err(port_closed()),
@@ -168,10 +301,16 @@ impl Socket {
         }
     }
 
+    /// Waits until the socket may be ready for `events`: sleeps in `poll()`, or with
+    /// `busy_poll` yields the CPU once so the caller retries at once.
     fn wait(&self, events: libc::c_short, deadline: Deadline) -> io::Result<()> {
         check_abort(&self.abort)?;
         let ms = deadline.poll_ms()?;
-        poll_one(self.sock.as_raw_fd(), events, ms)?;
+        if self.busy_poll {
+            std::thread::yield_now();
+        } else {
+            poll_one(self.sock.as_raw_fd(), events, ms)?;
+        }
         Ok(())
     }
 
@@ -206,7 +345,7 @@ impl PacketSink for Socket {
     ) -> io::Result<()> {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
-        self.send_datagram(buf, seq, deadline)?;
+        self.send_datagram(buf, seq, start, deadline)?;
         if self.mprtt {
             let mut retries = 0;
             while !self.await_ack(seq, Instant::now() + self.ack_timeout, deadline, stats)? {
@@ -223,7 +362,7 @@ impl PacketSink for Socket {
                 }
                 retries += 1;
                 stats.retries += 1;
-                self.send_datagram(buf, seq, deadline)?;
+                self.send_datagram(buf, seq, Instant::now(), deadline)?;
             }
         }
         stats.send_latency.record_since(start);
@@ -269,6 +408,16 @@ pub struct UdpStream {
     cursor: usize,
     /// One entry per socket, then the control connection.
     pollfds: Vec<libc::pollfd>,
+    /// Datagrams of `send()` not yet handed to the kernel (batching only).
+    send_batch: Option<SendBatch>,
+    /// Datagrams read by `recv()` and not yet returned (batching or GRO only).
+    recv_batch: Option<RecvBatch>,
+    /// When the datagrams in `recv_batch` were read.
+    batch_read_at: Instant,
+    /// An ACK was just sent: with MPRTT the next datagram cannot be there yet, so the
+    /// next `recv()` polls before it reads.
+    acked: bool,
+    clock: EpochClock,
 }
 
 impl UdpStream {
@@ -292,6 +441,9 @@ impl UdpStream {
         control.set_read_timeout(Some(CONTROL_IO_TIMEOUT))?;
         control.set_write_timeout(Some(CONTROL_IO_TIMEOUT))?;
         let next_seq = Arc::new(AtomicU64::new(0));
+        let clock = EpochClock::new();
+        // Batching holds datagrams back; MPRTT waits for each one's ACK.
+        let batched = udp.batch > 1 && !opts.mprtt;
         let (mut rcvbuf, mut sndbuf) = (BufferGrant::default(), BufferGrant::default());
         let mut sockets = Vec::with_capacity(socks.len());
         for s in socks {
@@ -304,6 +456,11 @@ impl UdpStream {
             if sockets.is_empty() || w.granted < sndbuf.granted {
                 sndbuf = w;
             }
+            if udp.gro {
+                set_int_opt(&s, libc::SOL_UDP, libc::UDP_GRO, 1).map_err(|e| {
+                    io::Error::new(e.kind(), format!("cannot enable UDP_GRO (--gro): {e}"))
+                })?;
+            }
             sockets.push(Socket {
                 sock: Arc::new(s),
                 mprtt: opts.mprtt,
@@ -311,6 +468,8 @@ impl UdpStream {
                 ack_timeout: udp.ack_timeout,
                 next_seq: next_seq.clone(),
                 abort: opts.abort.clone(),
+                busy_poll: opts.busy_poll,
+                clock,
             });
         }
         let senders = Senders::start(opts.queue, sockets.clone(), opts.abort.clone())?;
@@ -328,7 +487,6 @@ impl UdpStream {
             ready: Vec::with_capacity(sockets.len() + 1),
             sockets,
             control,
-            opts,
             senders: Some(senders),
             stats: StreamStats::default(),
             tracker: SeqTracker::new(udp.stream),
@@ -338,7 +496,89 @@ impl UdpStream {
             finish_sent: false,
             cursor: 0,
             pollfds,
+            send_batch: batched.then(|| SendBatch::new(udp.batch, opts.pktsize, udp.gso)),
+            recv_batch: (batched || udp.gro)
+                .then(|| RecvBatch::new(udp.batch, opts.pktsize, udp.gro)),
+            batch_read_at: Instant::now(),
+            acked: false,
+            clock,
+            opts,
         })
+    }
+
+    /// Queues `buf` as the next datagram of the send batch; sends the batch once full.
+    fn send_batched(&mut self, buf: &[u8], deadline: Deadline) -> io::Result<()> {
+        let Some(batch) = &mut self.send_batch else {
+            return Ok(());
+        };
+        let sock = &self.sockets[0];
+        let start = Instant::now();
+        let seq = sock.next_seq.fetch_add(1, Ordering::Relaxed);
+        let slot = batch.next_slot(buf.len());
+        let n = Header {
+            seq,
+            stream: sock.stream,
+            sent_ns: self.clock.ns(start),
+        }
+        .encode(slot);
+        slot[n..].copy_from_slice(&buf[n..]);
+        batch.push(buf.len(), start);
+        if batch.is_full() {
+            self.flush_batch(deadline)?;
+        }
+        Ok(())
+    }
+
+    /// Hands every datagram of the send batch to the kernel, counting each as sent
+    /// (and timing it from its `send()` call) once the kernel took it.
+    fn flush_batch(&mut self, deadline: Deadline) -> io::Result<()> {
+        let Some(batch) = &mut self.send_batch else {
+            return Ok(());
+        };
+        let sock = &self.sockets[0];
+        let stats = &mut self.stats;
+        batch.flush(
+            |hdrs| sock.send_messages(hdrs, deadline),
+            |len, start, taken| {
+                stats.send_latency.record(span_ns(start, taken));
+                stats.bytes_sent += len as u64;
+                stats.datagrams.sent += 1;
+            },
+        )
+    }
+
+    /// Reads a batch from socket `k`; `Ok(false)` is EAGAIN.
+    fn read_batch(&mut self, k: usize) -> io::Result<bool> {
+        let Some(batch) = &mut self.recv_batch else {
+            return Ok(false);
+        };
+        let sock = &self.sockets[k];
+        let got = batch.fill(|hdrs| sock.recv_messages(hdrs))?;
+        if got {
+            self.batch_read_at = Instant::now();
+        }
+        Ok(got)
+    }
+
+    /// Waits for a socket to become readable after all came up empty: sleeps in
+    /// `poll()`, or busy-polling, yields once (looking at the control connection and
+    /// the other sockets every [`BUSY_SPINS_PER_POLL`] turns).
+    fn wait_readable(&mut self, deadline: Deadline, spins: &mut u32) -> io::Result<()> {
+        if !self.opts.busy_poll || deadline == Deadline::Now {
+            return self.poll_all(deadline, true);
+        }
+        self.opts.check_abort()?;
+        if deadline.expired() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        *spins += 1;
+        if *spins % BUSY_SPINS_PER_POLL == 0 || self.sockets.len() > 1 {
+            self.poll_all(deadline, false)?;
+        }
+        if self.ready.is_empty() {
+            std::thread::yield_now();
+        }
+        Ok(())
     }
 
     /// Reads one datagram from socket `k`. `Ok(None)` is EAGAIN.
@@ -412,10 +652,13 @@ impl UdpStream {
     /// Polls the sockets (and the control connection until the peer finished); fills
     /// `ready`. With a non-blocking call, polls once and fails with `WouldBlock` if
     /// nothing is ready.
-    fn poll_all(&mut self, deadline: Deadline) -> io::Result<()> {
+    ///
+    /// `sleep` false: polls without waiting (busy-polling).
+    fn poll_all(&mut self, deadline: Deadline, sleep: bool) -> io::Result<()> {
         self.opts.check_abort()?;
         let (mut ms, once) = match deadline.poll_ms() {
-            Ok(ms) => (ms, false),
+            Ok(ms) if sleep => (ms, false),
+            Ok(_) => (0, false),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => (0, true),
             Err(e) => return Err(e),
         };
@@ -469,7 +712,13 @@ impl Stream for UdpStream {
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
         self.opts.check_abort()?;
-        self.sockets[0].send_packet(buf, timeout.deadline(), &mut self.stats)?;
+        if self.send_batch.is_some() && buf.len() <= self.opts.pktsize {
+            self.send_batched(buf, timeout.deadline())?;
+        } else {
+            // Larger than a batch slot: what is queued goes first, to keep the order.
+            self.flush_batch(timeout.deadline())?;
+            self.sockets[0].send_packet(buf, timeout.deadline(), &mut self.stats)?;
+        }
         Ok(buf.len())
     }
 
@@ -484,33 +733,63 @@ impl Stream for UdpStream {
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
         let start = Instant::now();
         let deadline = timeout.deadline();
+        let mut spins = 0;
+        if std::mem::take(&mut self.acked) && self.ready.is_empty() && !self.opts.busy_poll {
+            self.wait_readable(deadline, &mut spins)?;
+        }
         loop {
-            if self.drained() {
-                return Ok(0);
-            }
-            let k = self.ready.pop().unwrap_or(self.cursor);
-            let Some(n) = self.read_from(k, buf)? else {
-                if self.ready.is_empty() {
-                    self.poll_all(deadline)?;
+            // A datagram read by an earlier recvmmsg() first: it arrived then.
+            let (k, n, arrival) = match self.recv_batch.as_mut().and_then(RecvBatch::next) {
+                Some(d) => {
+                    let n = d.len().min(buf.len());
+                    buf[..n].copy_from_slice(&d[..n]);
+                    (self.cursor, n, self.batch_read_at)
                 }
-                continue;
+                None => {
+                    if self.drained() {
+                        return Ok(0);
+                    }
+                    let k = self.ready.pop().unwrap_or(self.cursor);
+                    let got = if self.recv_batch.is_some() {
+                        self.read_batch(k)?.then_some(None)
+                    } else {
+                        self.read_from(k, buf)?.map(Some)
+                    };
+                    match got {
+                        None => {
+                            if self.ready.is_empty() {
+                                self.wait_readable(deadline, &mut spins)?;
+                            }
+                            continue;
+                        }
+                        Some(None) => {
+                            // A batch was read: hand it out from the top.
+                            self.cursor = k;
+                            continue;
+                        }
+                        Some(Some(n)) => {
+                            self.cursor = k;
+                            (k, n, Instant::now())
+                        }
+                    }
+                }
             };
-            self.cursor = k;
             let now = Instant::now();
             if let PeerSending::Draining { last_arrival, .. } = &mut self.peer {
                 *last_arrival = now;
             }
-            let (arrival, seq) = self.tracker.on_datagram(&buf[..n], now_ns());
+            let (kind, seq) = self
+                .tracker
+                .on_datagram(&buf[..n], self.clock.ns(arrival));
             if n == 0 {
                 // An empty datagram cannot be returned: Ok(0) means end of stream.
                 continue;
             }
-            if self.opts.mprtt && arrival != Arrival::Foreign && self.sockets[k].send_ack(seq)? {
+            if self.opts.mprtt && kind != Arrival::Foreign && self.sockets[k].send_ack(seq)? {
                 self.stats.bytes_sent += 1;
+                self.acked = true;
             }
-            self.stats
-                .recv_latency
-                .record(crate::stats::elapsed_ns(start));
+            self.stats.recv_latency.record(span_ns(start, now));
             self.stats.bytes_received += n as u64;
             self.stats.mark_recv(now);
             return Ok(n);
@@ -523,10 +802,12 @@ impl Stream for UdpStream {
     }
 
     fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
-        let result = match &mut self.senders {
+        let flushed = self.flush_batch(timeout.deadline());
+        let stopped = match &mut self.senders {
             Some(s) => s.stop(timeout),
             None => Ok(()),
         };
+        let result = flushed.and(stopped);
         if self.finish_sent {
             return result;
         }
@@ -609,10 +890,7 @@ mod tests {
             a_socks.push(a);
             b_socks.push(b);
         }
-        let udp = UdpOptions {
-            stream: 0,
-            ack_timeout,
-        };
+        let udp = UdpOptions::new(0, ack_timeout);
         (
             UdpStream::from_sockets(a_socks, ctl_a, opts.clone(), udp.clone()).expect("a"),
             UdpStream::from_sockets(b_socks, ctl_b, opts, udp).expect("b"),
