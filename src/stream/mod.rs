@@ -209,6 +209,13 @@ pub trait Stream: Send {
     /// reached end of stream.
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize>;
 
+    /// [`Stream::recv`] for a caller that only counts the bytes (bulk receivers):
+    /// afterwards `buf` need not hold the data, so a transport that already has it in
+    /// memory of its own (a batch read) may skip copying it. Accounting is the same.
+    fn recv_counted(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
+        self.recv(buf, timeout)
+    }
+
     /// MPRTT: acknowledges packets that arrived only in part. Call when the sender is
     /// known to have finished with a short final packet.
     fn ack_partial(&mut self) -> io::Result<()>;

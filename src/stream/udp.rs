@@ -497,8 +497,15 @@ impl UdpStream {
             cursor: 0,
             pollfds,
             send_batch: batched.then(|| SendBatch::new(udp.batch, opts.pktsize, udp.gso)),
-            recv_batch: (batched || udp.gro)
-                .then(|| RecvBatch::new(udp.batch, opts.pktsize, udp.gro)),
+            recv_batch: (batched || udp.gro).then(|| {
+                // A GRO buffer holds up to 64 datagrams: a few keep the batch in cache.
+                let slots = if udp.gro {
+                    udp.batch.div_ceil(32).clamp(1, 4)
+                } else {
+                    udp.batch
+                };
+                RecvBatch::new(slots, opts.pktsize, udp.gro)
+            }),
             batch_read_at: Instant::now(),
             acked: false,
             clock,
@@ -558,6 +565,88 @@ impl UdpStream {
             self.batch_read_at = Instant::now();
         }
         Ok(got)
+    }
+
+    /// Hands out the next datagram of the receive batch (copied into `buf` if `copy`),
+    /// accounting for it with `latency_ns` as its receive latency; `None` once the
+    /// batch is used up. Empty datagrams are accounted (as foreign) and skipped.
+    fn take_buffered(&mut self, buf: &mut [u8], copy: bool, latency_ns: u64) -> Option<usize> {
+        let batch = self.recv_batch.as_mut()?;
+        let at = self.batch_read_at;
+        loop {
+            let d = batch.next()?;
+            let n = d.len().min(buf.len());
+            if copy {
+                buf[..n].copy_from_slice(&d[..n]);
+            }
+            self.tracker.on_datagram(&d[..n], self.clock.ns(at));
+            if n == 0 {
+                continue;
+            }
+            if let PeerSending::Draining { last_arrival, .. } = &mut self.peer {
+                *last_arrival = at;
+            }
+            self.stats.recv_latency.record(latency_ns);
+            self.stats.bytes_received += n as u64;
+            self.stats.mark_recv(at);
+            return Some(n);
+        }
+    }
+
+    /// `recv()`; with `copy` false, a datagram already read by `recvmmsg()` is not
+    /// copied into `buf`.
+    ///
+    /// A datagram already read is returned without I/O or clock read: the read that
+    /// returned it came before this call, so by the latency definition it waited for
+    /// nothing (latency 0), and it arrived when its batch was read.
+    fn receive(&mut self, buf: &mut [u8], timeout: Timeout, copy: bool) -> io::Result<usize> {
+        if let Some(n) = self.take_buffered(buf, copy, 0) {
+            return Ok(n);
+        }
+        let start = Instant::now();
+        let deadline = timeout.deadline();
+        let mut spins = 0;
+        if std::mem::take(&mut self.acked) && self.ready.is_empty() && !self.opts.busy_poll {
+            self.wait_readable(deadline, &mut spins)?;
+        }
+        loop {
+            if self.drained() {
+                return Ok(0);
+            }
+            let k = self.ready.pop().unwrap_or(self.cursor);
+            if self.recv_batch.is_some() {
+                if self.read_batch(k)? {
+                    self.cursor = k;
+                    let latency = span_ns(start, self.batch_read_at);
+                    if let Some(n) = self.take_buffered(buf, copy, latency) {
+                        return Ok(n);
+                    }
+                    continue;
+                }
+            } else if let Some(n) = self.read_from(k, buf)? {
+                self.cursor = k;
+                let now = Instant::now();
+                if let PeerSending::Draining { last_arrival, .. } = &mut self.peer {
+                    *last_arrival = now;
+                }
+                let (kind, seq) = self.tracker.on_datagram(&buf[..n], self.clock.ns(now));
+                if n == 0 {
+                    // An empty datagram cannot be returned: Ok(0) means end of stream.
+                    continue;
+                }
+                if self.opts.mprtt && kind != Arrival::Foreign && self.sockets[k].send_ack(seq)? {
+                    self.stats.bytes_sent += 1;
+                    self.acked = true;
+                }
+                self.stats.recv_latency.record(span_ns(start, now));
+                self.stats.bytes_received += n as u64;
+                self.stats.mark_recv(now);
+                return Ok(n);
+            }
+            if self.ready.is_empty() {
+                self.wait_readable(deadline, &mut spins)?;
+            }
+        }
     }
 
     /// Waits for a socket to become readable after all came up empty: sleeps in
@@ -731,69 +820,11 @@ impl Stream for UdpStream {
     }
 
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
-        let start = Instant::now();
-        let deadline = timeout.deadline();
-        let mut spins = 0;
-        if std::mem::take(&mut self.acked) && self.ready.is_empty() && !self.opts.busy_poll {
-            self.wait_readable(deadline, &mut spins)?;
-        }
-        loop {
-            // A datagram read by an earlier recvmmsg() first: it arrived then.
-            let (k, n, arrival) = match self.recv_batch.as_mut().and_then(RecvBatch::next) {
-                Some(d) => {
-                    let n = d.len().min(buf.len());
-                    buf[..n].copy_from_slice(&d[..n]);
-                    (self.cursor, n, self.batch_read_at)
-                }
-                None => {
-                    if self.drained() {
-                        return Ok(0);
-                    }
-                    let k = self.ready.pop().unwrap_or(self.cursor);
-                    let got = if self.recv_batch.is_some() {
-                        self.read_batch(k)?.then_some(None)
-                    } else {
-                        self.read_from(k, buf)?.map(Some)
-                    };
-                    match got {
-                        None => {
-                            if self.ready.is_empty() {
-                                self.wait_readable(deadline, &mut spins)?;
-                            }
-                            continue;
-                        }
-                        Some(None) => {
-                            // A batch was read: hand it out from the top.
-                            self.cursor = k;
-                            continue;
-                        }
-                        Some(Some(n)) => {
-                            self.cursor = k;
-                            (k, n, Instant::now())
-                        }
-                    }
-                }
-            };
-            let now = Instant::now();
-            if let PeerSending::Draining { last_arrival, .. } = &mut self.peer {
-                *last_arrival = now;
-            }
-            let (kind, seq) = self
-                .tracker
-                .on_datagram(&buf[..n], self.clock.ns(arrival));
-            if n == 0 {
-                // An empty datagram cannot be returned: Ok(0) means end of stream.
-                continue;
-            }
-            if self.opts.mprtt && kind != Arrival::Foreign && self.sockets[k].send_ack(seq)? {
-                self.stats.bytes_sent += 1;
-                self.acked = true;
-            }
-            self.stats.recv_latency.record(span_ns(start, now));
-            self.stats.bytes_received += n as u64;
-            self.stats.mark_recv(now);
-            return Ok(n);
-        }
+        self.receive(buf, timeout, true)
+    }
+
+    fn recv_counted(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
+        self.receive(buf, timeout, false)
     }
 
     fn ack_partial(&mut self) -> io::Result<()> {
