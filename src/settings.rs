@@ -265,7 +265,9 @@ pub enum SettingsError {
     Footprint(u64),
     #[error("--zerocopy is a TCP option; it cannot be used with {0}")]
     ZeroCopyTcpOnly(&'static str),
-    #[error("--busy-poll is implemented for TCP and UDP only in this build; it cannot be used with {0}")]
+    #[error(
+        "--busy-poll is implemented for TCP and UDP only in this build; it cannot be used with {0}"
+    )]
     BusyPollTcpOnly(&'static str),
     #[error("--udp-batch, --gso and --gro are UDP options; they cannot be used with {0}")]
     UdpOnly(&'static str),

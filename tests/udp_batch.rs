@@ -107,7 +107,17 @@ fn a_timed_batched_run_sends_its_last_partial_batch() {
     let c = client_ok(
         &server,
         "127.0.0.1",
-        &["-u", "-l", "1000", "--time", "0.5", "-b", "20M", "--udp-batch", "50"],
+        &[
+            "-u",
+            "-l",
+            "1000",
+            "--time",
+            "0.5",
+            "-b",
+            "20M",
+            "--udp-batch",
+            "50",
+        ],
     );
     let s = server.report(1);
     // Paced at 20 Mbit/s for 0.5 s: about 1250 datagrams; whatever the count, every
@@ -161,7 +171,11 @@ fn busy_poll_ping_pong_acknowledges_every_datagram() {
     assert_eq!(field(&s, "datagrams", "sent="), 1024, "{s}");
     assert_eq!(field(&s, "datagrams", "lost="), 0, "{s}");
     assert_eq!(field(&s, "datagrams", "received="), 1024 + retries, "{s}");
-    assert_eq!(volume(&s, "sent").bytes, 1024 + retries, "one ACK per copy:\n{s}");
+    assert_eq!(
+        volume(&s, "sent").bytes,
+        1024 + retries,
+        "one ACK per copy:\n{s}"
+    );
 }
 
 #[test]
@@ -171,10 +185,22 @@ fn batching_options_are_refused_where_they_cannot_work() {
     for (args, needle) in [
         (vec!["-u", "-r", "--gso"], "cannot be batched"),
         (vec!["-u", "-r", "--udp-batch", "4"], "cannot be batched"),
-        (vec!["-u", "--udp-batch", "0"], "--udp-batch must be between 1 and 1024"),
-        (vec!["-u", "--udp-batch", "1025"], "--udp-batch must be between 1 and 1024"),
-        (vec!["-u", "--gso", "--udp-batch", "1"], "--gso needs several datagrams"),
-        (vec!["-u", "--gso", "-b", "1M"], "--gso needs several datagrams"),
+        (
+            vec!["-u", "--udp-batch", "0"],
+            "--udp-batch must be between 1 and 1024",
+        ),
+        (
+            vec!["-u", "--udp-batch", "1025"],
+            "--udp-batch must be between 1 and 1024",
+        ),
+        (
+            vec!["-u", "--gso", "--udp-batch", "1"],
+            "--gso needs several datagrams",
+        ),
+        (
+            vec!["-u", "--gso", "-b", "1M"],
+            "--gso needs several datagrams",
+        ),
         (vec!["--gso"], "are UDP options"),
         (vec!["--udp-batch", "8"], "are UDP options"),
     ] {

@@ -10,7 +10,7 @@
 //!
 //! Receiving: one `recvmmsg()` fills up to `slots` buffers; with UDP GRO
 //! (`UDP_GRO`), one buffer may hold several datagrams that arrived back to back, which
-//! the kernel says with their segment size; [`RecvBatch::next`] hands them out one by
+//! the kernel says with their segment size; [`RecvBatch::next_datagram`] hands them out one by
 //! one, so every datagram is accounted for on its own.
 //!
 //! The bookkeeping (how datagrams are grouped into messages, how a partial send
@@ -47,11 +47,7 @@ pub fn plan_messages(lens: &[usize], stride: usize, gso: bool, out: &mut Vec<Mes
     for (i, &len) in lens.iter().enumerate() {
         if let Some(m) = out.last_mut() {
             let last_full = lens[m.first + m.count - 1] == stride;
-            if gso
-                && last_full
-                && m.count < MAX_GSO_SEGMENTS
-                && m.bytes + len <= MAX_GSO_BYTES
-            {
+            if gso && last_full && m.count < MAX_GSO_SEGMENTS && m.bytes + len <= MAX_GSO_BYTES {
                 m.count += 1;
                 m.bytes += len;
                 continue;
@@ -210,7 +206,10 @@ impl SendBatch {
                 }
                 Ok(Sent::Messages(n)) => {
                     let n = n.min(end - next);
-                    for (h, m) in self.scratch.hdrs[next..next + n].iter().zip(&self.plan[next..]) {
+                    for (h, m) in self.scratch.hdrs[next..next + n]
+                        .iter()
+                        .zip(&self.plan[next..])
+                    {
                         if h.msg_len as usize != m.bytes {
                             break 'calls Err(io::Error::other(format!(
                                 "UDP sent {} of a {}-byte message",
@@ -232,15 +231,14 @@ impl SendBatch {
             next += took;
         };
         // Keep what was not sent, in order, at the front.
-        let done = self
-            .plan
-            .get(next)
-            .map_or(self.lens.len(), |m| m.first);
+        let done = self.plan.get(next).map_or(self.lens.len(), |m| m.first);
         if done > 0 {
             self.lens.drain(..done);
             self.starts.drain(..done);
-            self.arena
-                .copy_within(done * self.stride..(done + self.lens.len()) * self.stride, 0);
+            self.arena.copy_within(
+                done * self.stride..(done + self.lens.len()) * self.stride,
+                0,
+            );
         }
         result
     }
@@ -326,6 +324,8 @@ pub struct RecvBatch {
     offset: usize,
     cmsgs: Vec<RecvCmsg>,
     scratch: Scratch,
+    /// Buffers read that held more than one datagram (GRO).
+    coalesced: u64,
 }
 
 impl RecvBatch {
@@ -347,12 +347,13 @@ impl RecvBatch {
             offset: 0,
             cmsgs: vec![RecvCmsg([0; 32]); if gro { slots } else { 0 }],
             scratch: Scratch::with_capacity(slots),
+            coalesced: 0,
         }
     }
 
     /// The next datagram read and not yet handed out (an empty one too: it is
     /// accounted as foreign).
-    pub fn next(&mut self) -> Option<&[u8]> {
+    pub fn next_datagram(&mut self) -> Option<&[u8]> {
         while let Some(&(len, segment)) = self.filled.get(self.at) {
             let base = self.at * self.slot_bytes;
             if len == 0 {
@@ -367,6 +368,11 @@ impl RecvBatch {
             self.offset = 0;
         }
         None
+    }
+
+    /// Buffers read so far that held more than one datagram (GRO).
+    pub fn coalesced(&self) -> u64 {
+        self.coalesced
     }
 
     /// Whether every datagram read was handed out.
@@ -400,6 +406,9 @@ impl RecvBatch {
             } else {
                 0
             };
+            if segment > 0 && segment < len {
+                self.coalesced += 1;
+            }
             self.filled.push((len, segment));
         }
         Ok(n > 0)
@@ -444,7 +453,14 @@ mod tests {
     fn without_gso_every_datagram_is_a_message() {
         let p = plan(&[100, 100, 40], 100, false);
         assert_eq!(p.len(), 3);
-        assert_eq!(p[2], Message { first: 2, count: 1, bytes: 40 });
+        assert_eq!(
+            p[2],
+            Message {
+                first: 2,
+                count: 1,
+                bytes: 40
+            }
+        );
     }
 
     #[test]
@@ -453,8 +469,16 @@ mod tests {
         assert_eq!(
             p,
             vec![
-                Message { first: 0, count: 3, bytes: 240 },
-                Message { first: 3, count: 2, bytes: 200 },
+                Message {
+                    first: 0,
+                    count: 3,
+                    bytes: 240
+                },
+                Message {
+                    first: 3,
+                    count: 2,
+                    bytes: 200
+                },
             ]
         );
         // 1472-byte datagrams: 44 fit in one 65507-byte message.
@@ -504,7 +528,10 @@ mod tests {
         b.flush(
             |hdrs| {
                 offered.push(first_bytes(hdrs)[0]);
-                let s = script.get(calls).copied().unwrap_or(Sent::Messages(hdrs.len()));
+                let s = script
+                    .get(calls)
+                    .copied()
+                    .unwrap_or(Sent::Messages(hdrs.len()));
                 if let Sent::Messages(n) = s {
                     for h in &mut hdrs[..n] {
                         h.msg_len = 8;
@@ -516,7 +543,11 @@ mod tests {
             |len, _, _| sent.push(len),
         )
         .expect("flush");
-        assert_eq!(offered, vec![0, 3, 4, 5], "each call starts at the first unsent");
+        assert_eq!(
+            offered,
+            vec![0, 3, 4, 5],
+            "each call starts at the first unsent"
+        );
         assert_eq!(sent.len(), 10, "every datagram accounted once");
         assert!(b.is_empty());
     }
@@ -567,10 +598,16 @@ mod tests {
                 let h = &hdrs[0].msg_hdr;
                 // SAFETY: test only; msg_iov and msg_control point into the batch.
                 let (iov_len, c) = unsafe {
-                    ((*h.msg_iov).iov_len, &*(h.msg_control as *const SegmentCmsg))
+                    (
+                        (*h.msg_iov).iov_len,
+                        &*(h.msg_control as *const SegmentCmsg),
+                    )
                 };
                 assert_eq!(iov_len, 500);
-                assert_eq!((c.hdr.cmsg_level, c.hdr.cmsg_type), (libc::SOL_UDP, libc::UDP_SEGMENT));
+                assert_eq!(
+                    (c.hdr.cmsg_level, c.hdr.cmsg_type),
+                    (libc::SOL_UDP, libc::UDP_SEGMENT)
+                );
                 assert_eq!(c.size, 100);
                 hdrs[0].msg_len = 500;
                 Ok(Sent::Messages(1))
@@ -618,7 +655,7 @@ mod tests {
         })
         .expect("fill");
         let mut sizes = Vec::new();
-        while let Some(d) = b.next() {
+        while let Some(d) = b.next_datagram() {
             sizes.push(d.len());
         }
         assert_eq!(sizes, vec![10, 10, 10, 7]);
