@@ -61,6 +61,10 @@ const ACK_POLL_MS: i32 = 100;
 
 /// Empty polls between two looks at the control connection while busy-polling.
 const BUSY_SPINS_PER_POLL: u32 = 64;
+/// MPRTT without busy-polling: the sockets block, and a blocked read gives up after
+/// this long (at most the ACK time-out) to look at the abort flag, the control
+/// connection and the deadline. A run's end is noticed this much late at most.
+const BLOCK_SLICE: Duration = Duration::from_millis(10);
 
 /// What a UDP STREAM needs beyond [`StreamOptions`].
 #[derive(Clone, Debug)]
@@ -137,6 +141,9 @@ struct Socket {
     next_seq: Arc<AtomicU64>,
     abort: Arc<AtomicBool>,
     busy_poll: bool,
+    /// MPRTT: the socket blocks (with [`BLOCK_SLICE`] time-outs), so waiting for the
+    /// next datagram or ACK is one `recv()` instead of `poll()` + `recv()`.
+    blocking: bool,
     clock: EpochClock,
 }
 
@@ -148,6 +155,26 @@ fn port_closed() -> io::Error {
 }
 
 impl Socket {
+    /// `recv()`; `wait` false: without blocking even on a blocking socket.
+    fn recv_flags(&self, buf: &mut [u8], wait: bool) -> io::Result<usize> {
+        let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+        // SAFETY: `buf` is exclusively borrowed for the call and its length is passed;
+        // the fd is open for the life of `self.sock`.
+        let rc = unsafe {
+            libc::recv(
+                self.sock.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                flags,
+            )
+        };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(rc as usize)
+        }
+    }
+
     /// Sends `buf` as one datagram whose first bytes are the header of `seq`, sent at
     /// `sent` (read by the caller, who also times the send from it).
     fn send_datagram(
@@ -268,7 +295,9 @@ impl Socket {
         stats: &mut StreamStats,
     ) -> io::Result<bool> {
         let mut buf = [0u8; 16];
-        if !self.busy_poll && deadline != Deadline::Now {
+        // Blocking reads only without a deadline: a blocked read may overrun it.
+        let block = self.blocking && deadline == Deadline::Never;
+        if !self.busy_poll && !block && deadline != Deadline::Now {
             check_abort(&self.abort)?;
             let ms = deadline
                 .poll_ms()?
@@ -276,7 +305,7 @@ impl Socket {
             poll_one(self.sock.as_raw_fd(), libc::POLLIN, ms)?;
         }
         loop {
-            match self.sock.recv(&mut buf) {
+            match self.recv_flags(&mut buf, block) {
                 Ok(0) => {}
                 Ok(n) => {
                     stats.bytes_received += n as u64;
@@ -290,7 +319,9 @@ impl Socket {
                         return Ok(false);
                     };
                     let ms = attempt_ms.min(deadline.poll_ms()?);
-                    if self.busy_poll {
+                    if block {
+                        // The read itself waited a slice: read again.
+                    } else if self.busy_poll {
                         std::thread::yield_now();
                     } else {
                         poll_one(self.sock.as_raw_fd(), libc::POLLIN, ms)?;
@@ -444,12 +475,18 @@ impl UdpStream {
         control.set_write_timeout(Some(CONTROL_IO_TIMEOUT))?;
         let next_seq = Arc::new(AtomicU64::new(0));
         let clock = EpochClock::new();
+        let blocking = opts.mprtt && !opts.busy_poll;
+        let slice = BLOCK_SLICE.min(udp.ack_timeout).max(Duration::from_millis(1));
         // Batching holds datagrams back; MPRTT waits for each one's ACK.
         let batched = udp.batch > 1 && !opts.mprtt;
         let (mut rcvbuf, mut sndbuf) = (BufferGrant::default(), BufferGrant::default());
         let mut sockets = Vec::with_capacity(socks.len());
         for s in socks {
-            s.set_nonblocking(true)?;
+            s.set_nonblocking(!blocking)?;
+            if blocking {
+                s.set_read_timeout(Some(slice))?;
+                s.set_write_timeout(Some(slice))?;
+            }
             let r = size_buffer(&s, Direction::Receive, SOCKET_BUFFER)?;
             let w = size_buffer(&s, Direction::Send, SOCKET_BUFFER)?;
             if sockets.is_empty() || r.granted < rcvbuf.granted {
@@ -471,6 +508,7 @@ impl UdpStream {
                 next_seq: next_seq.clone(),
                 abort: opts.abort.clone(),
                 busy_poll: opts.busy_poll,
+                blocking,
                 clock,
             });
         }
@@ -608,7 +646,16 @@ impl UdpStream {
         let start = Instant::now();
         let deadline = timeout.deadline();
         let mut spins = 0;
-        if std::mem::take(&mut self.acked) && self.ready.is_empty() && !self.opts.busy_poll {
+        // One socket that blocks, no deadline to keep: the read itself waits.
+        let block = self.sockets.len() == 1
+            && self.sockets[0].blocking
+            && matches!(self.peer, PeerSending::Running)
+            && deadline != Deadline::Now;
+        if std::mem::take(&mut self.acked)
+            && self.ready.is_empty()
+            && !self.opts.busy_poll
+            && !block
+        {
             self.wait_readable(deadline, &mut spins)?;
         }
         loop {
@@ -625,7 +672,7 @@ impl UdpStream {
                     }
                     continue;
                 }
-            } else if let Some(n) = self.read_from(k, buf)? {
+            } else if let Some(n) = self.read_from(k, buf, block)? {
                 self.cursor = k;
                 let now = Instant::now();
                 if let PeerSending::Draining { last_arrival, .. } = &mut self.peer {
@@ -645,7 +692,10 @@ impl UdpStream {
                 self.stats.mark_recv(now);
                 return Ok(n);
             }
-            if self.ready.is_empty() {
+            if block {
+                // A slice passed: look at the control connection without sleeping.
+                self.poll_all(deadline, false)?;
+            } else if self.ready.is_empty() {
                 self.wait_readable(deadline, &mut spins)?;
             }
         }
@@ -672,10 +722,11 @@ impl UdpStream {
         Ok(())
     }
 
-    /// Reads one datagram from socket `k`. `Ok(None)` is EAGAIN.
-    fn read_from(&mut self, k: usize, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    /// Reads one datagram from socket `k`. `Ok(None)` is EAGAIN (with `wait`, after a
+    /// blocking read's [`BLOCK_SLICE`]).
+    fn read_from(&mut self, k: usize, buf: &mut [u8], wait: bool) -> io::Result<Option<usize>> {
         loop {
-            return match self.sockets[k].sock.recv(buf) {
+            return match self.sockets[k].recv_flags(buf, wait) {
                 Ok(n) => Ok(Some(n)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
