@@ -24,6 +24,21 @@
 //! Latency is timed as for TCP: a send from the first write to its return (with MPRTT
 //! to the ACK, retries included); a receive from the call to the read that returns a
 //! datagram (with MPRTT, to the ACK written).
+//!
+//! Batching (see [`super::udp_batch`]), without MPRTT: `send()` queues the datagram
+//! (header written, payload copied into the batch buffer) and every `batch` datagrams
+//! one `sendmmsg()` hands them to the kernel (with GSO, as few messages); a datagram is
+//! counted as sent, and its send latency taken (from its `send()` call to the return of
+//! the `sendmmsg()` that took it), only then. `finish_sending()` sends what is queued
+//! before it reports the count. `recv()` reads with `recvmmsg()` (with GRO, splitting
+//! coalesced buffers) and returns queued datagrams one per call: the read that returned
+//! them came before that call, so their receive latency is 0 and their arrival time is
+//! the batch's (jitter then includes the batching). While datagrams flow and the
+//! sockets run dry, the receiver naps [`BATCH_NAP`] instead of sleeping in `poll()`, so
+//! the sender is not charged a wake-up per datagram.
+//!
+//! MPRTT without `busy_poll`: the sockets block (in [`BLOCK_SLICE`] slices), so each
+//! wait is a single `recv()`; with `busy_poll` every wait is a spin that yields the CPU.
 
 use super::sender::{PacketSink, Senders};
 use super::sys::{poll_many, poll_one, set_int_opt};
@@ -65,6 +80,10 @@ const BUSY_SPINS_PER_POLL: u32 = 64;
 /// this long (at most the ACK time-out) to look at the abort flag, the control
 /// connection and the deadline. A run's end is noticed this much late at most.
 const BLOCK_SLICE: Duration = Duration::from_millis(10);
+/// Batched receiving: how long to nap when datagrams were flowing and the socket ran
+/// dry, before reading again (the kernel's timer slack adds up to 50 µs). A 16 MiB
+/// receive buffer holds thousands of datagrams, far more than arrive meanwhile.
+const BATCH_NAP: Duration = Duration::from_micros(50);
 
 /// What a UDP STREAM needs beyond [`StreamOptions`].
 #[derive(Clone, Debug)]
@@ -447,6 +466,9 @@ pub struct UdpStream {
     recv_batch: Option<RecvBatch>,
     /// When the datagrams in `recv_batch` were read.
     batch_read_at: Instant,
+    /// The last batch read found datagrams: on the next `EAGAIN`, nap instead of
+    /// sleeping in `poll()`.
+    flowing: bool,
     /// An ACK was just sent: with MPRTT the next datagram cannot be there yet, so the
     /// next `recv()` polls before it reads.
     acked: bool,
@@ -476,7 +498,9 @@ impl UdpStream {
         let next_seq = Arc::new(AtomicU64::new(0));
         let clock = EpochClock::new();
         let blocking = opts.mprtt && !opts.busy_poll;
-        let slice = BLOCK_SLICE.min(udp.ack_timeout).max(Duration::from_millis(1));
+        let slice = BLOCK_SLICE
+            .min(udp.ack_timeout)
+            .max(Duration::from_millis(1));
         // Batching holds datagrams back; MPRTT waits for each one's ACK.
         let batched = udp.batch > 1 && !opts.mprtt;
         let (mut rcvbuf, mut sndbuf) = (BufferGrant::default(), BufferGrant::default());
@@ -547,6 +571,7 @@ impl UdpStream {
                 RecvBatch::new(slots, opts.pktsize, udp.gro)
             }),
             batch_read_at: Instant::now(),
+            flowing: false,
             acked: false,
             clock,
             opts,
@@ -603,6 +628,7 @@ impl UdpStream {
         let got = batch.fill(|hdrs| sock.recv_messages(hdrs))?;
         if got {
             self.batch_read_at = Instant::now();
+            self.flowing = true;
         }
         Ok(got)
     }
@@ -705,6 +731,12 @@ impl UdpStream {
     /// `poll()`, or busy-polling, yields once (looking at the control connection and
     /// the other sockets every [`BUSY_SPINS_PER_POLL`] turns).
     fn wait_readable(&mut self, deadline: Deadline, spins: &mut u32) -> io::Result<()> {
+        if std::mem::take(&mut self.flowing) && !self.opts.busy_poll && !deadline.expired() {
+            // Datagrams are flowing: nap off the socket's wait queue, so the sender
+            // does not pay for waking us per datagram, then read what gathered.
+            std::thread::sleep(BATCH_NAP);
+            return Ok(());
+        }
         if !self.opts.busy_poll || deadline == Deadline::Now {
             return self.poll_all(deadline, true);
         }
