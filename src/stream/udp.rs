@@ -79,11 +79,11 @@ const BUSY_SPINS_PER_POLL: u32 = 64;
 /// MPRTT without busy-polling: the sockets block, and a blocked read gives up after
 /// this long (at most the ACK time-out) to look at the abort flag, the control
 /// connection and the deadline. A run's end is noticed this much late at most.
-const BLOCK_SLICE: Duration = Duration::from_millis(10);
+pub const BLOCK_SLICE: Duration = Duration::from_millis(10);
 /// Batched receiving: how long to nap when datagrams were flowing and the socket ran
 /// dry, before reading again (the kernel's timer slack adds up to 50 µs). A 16 MiB
 /// receive buffer holds thousands of datagrams, far more than arrive meanwhile.
-const BATCH_NAP: Duration = Duration::from_micros(50);
+pub const BATCH_NAP: Duration = Duration::from_micros(50);
 
 /// What a UDP STREAM needs beyond [`StreamOptions`].
 #[derive(Clone, Debug)]
