@@ -142,8 +142,9 @@ struct Cli {
     busy_poll: bool,
 
     /// UDP: datagrams per sendmmsg()/recvmmsg() system call (sequence numbers, loss and
-    /// reordering stay counted per datagram) [default: 64; 1 with -r or -b, where a
-    /// larger N sends paced bursts of N].
+    /// reordering stay counted per datagram; the sender threads of -n > 1 or -q 0 send
+    /// one per call) [default: 64; 1 with -r or -b, where a larger N sends paced bursts
+    /// of N].
     #[arg(long, value_name = "N")]
     udp_batch: Option<u32>,
 

@@ -268,7 +268,7 @@ pub enum SettingsError {
     #[error(
         "--busy-poll is implemented for TCP and UDP only in this build; it cannot be used with {0}"
     )]
-    BusyPollTcpOnly(&'static str),
+    BusyPollUnsupported(&'static str),
     #[error("--udp-batch, --gso and --gro are UDP options; they cannot be used with {0}")]
     UdpOnly(&'static str),
     #[error(
@@ -282,6 +282,8 @@ pub enum SettingsError {
     UdpBatchMprtt,
     #[error("--gso needs several datagrams per call: with -b the batch is 1 unless --udp-batch N (N >= 2) is given")]
     GsoNeedsBatch,
+    #[error("--gso batches the synchronous sender: it cannot be used with -n above 1 or -q 0, whose sender threads send one datagram per call")]
+    GsoAsync,
     #[error("CPU numbers must be below {max}, not {0}", max = crate::stream::affinity::MAX_CPUS)]
     Cpu(u32),
     #[error("{0} must be 1 to {MAX_RDMA_NAME} printable characters")]
@@ -339,6 +341,9 @@ impl Settings {
         if self.gso && batch < 2 {
             return Err(SettingsError::GsoNeedsBatch);
         }
+        if self.gso && self.asynchronous() {
+            return Err(SettingsError::GsoAsync);
+        }
         let batched = self.udp_batch_bytes(batch);
         if batched > MAX_FOOTPRINT {
             return Err(SettingsError::UdpBatchFootprint(batched));
@@ -372,7 +377,7 @@ impl Settings {
             return Err(SettingsError::ZeroCopyTcpOnly(self.protocol.name()));
         }
         if !matches!(self.protocol, Protocol::Tcp | Protocol::Udp) && self.busy_poll {
-            return Err(SettingsError::BusyPollTcpOnly(self.protocol.name()));
+            return Err(SettingsError::BusyPollUnsupported(self.protocol.name()));
         }
         if let Some(&cpu) = self
             .client_cpus
@@ -601,5 +606,46 @@ mod tests {
         };
         assert_eq!(s.mode_label(), "async(lockfree-queue)");
         assert_eq!(QueueKind::from_qtype(2), None);
+    }
+
+    #[test]
+    fn the_automatic_udp_batch_follows_the_mode_and_fits_the_buffer_limit() {
+        let udp = Settings {
+            protocol: Protocol::Udp,
+            pktsize: 1472,
+            ..Settings::default()
+        };
+        assert_eq!(udp.udp_batch_size(), DEFAULT_UDP_BATCH);
+        let one = |s: Settings| (s.udp_batch_size(), s.validate());
+        assert_eq!(
+            one(Settings {
+                mprtt: true,
+                ..udp.clone()
+            }),
+            (1, Ok(()))
+        );
+        assert_eq!(
+            one(Settings {
+                rate_bps: Some(1_000_000),
+                ..udp.clone()
+            }),
+            (1, Ok(()))
+        );
+        // 256 streams of the largest datagrams still batch 64 within the 2 GiB limit;
+        // an explicit batch beyond it is refused.
+        let big = Settings {
+            nstreams: 256,
+            pktsize: 65_527,
+            ..udp.clone()
+        };
+        assert_eq!(one(big.clone()), (64, Ok(())));
+        let too_big = Settings {
+            udp_batch: Some(1024),
+            ..big
+        };
+        assert!(matches!(
+            too_big.validate(),
+            Err(SettingsError::UdpBatchFootprint(_))
+        ));
     }
 }

@@ -201,6 +201,10 @@ fn batching_options_are_refused_where_they_cannot_work() {
             vec!["-u", "--gso", "-b", "1M"],
             "--gso needs several datagrams",
         ),
+        (
+            vec!["-u", "--gso", "-n", "2"],
+            "cannot be used with -n above 1",
+        ),
         (vec!["--gso"], "are UDP options"),
         (vec!["--udp-batch", "8"], "are UDP options"),
     ] {
