@@ -74,6 +74,9 @@ const CONTROL_IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest single wait for socket space when sending an ACK.
 const ACK_POLL_MS: i32 = 100;
 
+/// Datagrams up to this size are copied whole into one stack buffer and sent with
+/// `send()`; larger ones go as header + payload with `sendmsg()`.
+const SMALL_DATAGRAM: usize = 256;
 /// Empty polls between two looks at the control connection while busy-polling.
 const BUSY_SPINS_PER_POLL: u32 = 64;
 /// MPRTT without busy-polling: the sockets block, and a blocked read gives up after
@@ -203,17 +206,28 @@ impl Socket {
         sent: Instant,
         deadline: Deadline,
     ) -> io::Result<()> {
-        let mut header = [0u8; HEADER_LEN];
+        // A small datagram is assembled on the stack and sent with send(), which the
+        // kernel takes more cheaply than sendmsg()'s I/O vector (ping-pong sizes).
+        let mut small = [0u8; SMALL_DATAGRAM];
         let n = Header {
             seq,
             stream: self.stream,
             sent_ns: self.clock.ns(sent),
         }
-        .encode(&mut header[..buf.len().min(HEADER_LEN)]);
-        let iov = [IoSlice::new(&header[..n]), IoSlice::new(&buf[n..])];
+        .encode(&mut small[..buf.len().min(HEADER_LEN)]);
+        let whole = buf.len() <= SMALL_DATAGRAM;
+        if whole {
+            small[n..buf.len()].copy_from_slice(&buf[n..]);
+        }
+        let iov = [IoSlice::new(&small[..n]), IoSlice::new(&buf[n..])];
         let sock = SockRef::from(&*self.sock);
         loop {
-            match sock.send_vectored(&iov) {
+            let result = if whole {
+                self.sock.send(&small[..buf.len()])
+            } else {
+                sock.send_vectored(&iov)
+            };
+            match result {
                 Ok(sent) if sent == buf.len() => return Ok(()),
                 Ok(sent) => {
                     return Err(io::Error::other(format!(
