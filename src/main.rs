@@ -142,10 +142,27 @@ struct Cli {
           value_parser = ["splice", "msg"])]
     zerocopy: Option<String>,
 
-    /// Spin on non-blocking reads and writes instead of sleeping in poll(): lower
-    /// latency, one busy core per waiting thread.
+    /// TCP and UDP: spin on non-blocking reads and writes instead of sleeping in
+    /// poll(): lower latency, one busy core per waiting thread.
     #[arg(long)]
     busy_poll: bool,
+
+    /// UDP: datagrams per sendmmsg()/recvmmsg() system call (sequence numbers, loss and
+    /// reordering stay counted per datagram; the sender threads of -n > 1 or -q 0 send
+    /// one per call) [default: 64; 1 with -r or -b, where a larger N sends paced bursts
+    /// of N].
+    #[arg(long, value_name = "N")]
+    udp_batch: Option<u32>,
+
+    /// UDP: send each batch as UDP GSO messages (UDP_SEGMENT): the kernel cuts them
+    /// into -l-byte datagrams, so one pass through the stack carries up to 64.
+    #[arg(long)]
+    gso: bool,
+
+    /// UDP: the server reads with UDP GRO (UDP_GRO), taking datagrams that arrived
+    /// back to back in one buffer (each still counted on its own).
+    #[arg(long)]
+    gro: bool,
 
     /// Pin the client's data threads to these CPUs (comma-separated); stream i uses
     /// entry i mod len.
@@ -370,6 +387,9 @@ impl Cli {
             busy_poll: self.busy_poll,
             client_cpus: self.cpu.clone(),
             server_cpus: self.server_cpu.clone(),
+            udp_batch: self.udp_batch,
+            gso: self.gso,
+            gro: self.gro,
         };
         s.validate()?;
         Ok(s)

@@ -566,13 +566,16 @@ fn receive(
     let mut total = 0u64;
     let timed = meter.active();
     let mut last_data = std::time::Instant::now();
+    // The clock as of the last return from recv(): one read per packet.
+    let mut now = last_data;
     let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
     loop {
-        let wait = match timed.then(|| meter.until_due(std::time::Instant::now())) {
+        let wait = match timed.then(|| meter.until_due(now)) {
             Some(Some(until)) => until.min(idle),
             _ => idle,
         };
-        match stream.recv(&mut buf, Timeout::Millis(ms(wait))) {
+        // Only the byte count is used: the data need not be copied out.
+        match stream.recv_counted(&mut buf, Timeout::Millis(ms(wait))) {
             Ok(0) => break,
             Ok(n) => {
                 let before = total;
@@ -594,12 +597,14 @@ fn receive(
                     }
                 }
                 if timed {
-                    last_data = std::time::Instant::now();
-                    meter.tick(last_data, &*stream);
+                    now = std::time::Instant::now();
+                    last_data = now;
+                    meter.tick(now, &*stream);
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::TimedOut && last_data.elapsed() < idle => {
-                meter.tick(std::time::Instant::now(), &*stream);
+                now = std::time::Instant::now();
+                meter.tick(now, &*stream);
             }
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
                 return Err(io::Error::new(

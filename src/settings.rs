@@ -33,6 +33,10 @@ pub const MAX_ACK_TIMEOUT_MS: u32 = 60_000;
 /// Largest UDP payload over any IP version (IPv6: 65535 - 8; IPv4 allows 20 fewer,
 /// which the UDP transport checks once it knows the server's address).
 pub const MAX_UDP_PKTSIZE: u32 = 65_527;
+/// UDP: datagrams per `sendmmsg()`/`recvmmsg()` when `--udp-batch` is not given.
+pub const DEFAULT_UDP_BATCH: u32 = 64;
+/// UDP: most datagrams per `sendmmsg()`/`recvmmsg()` (the kernel's `UIO_MAXIOV`).
+pub const MAX_UDP_BATCH: u32 = 1024;
 /// Shortest reporting interval (`-i`), in ms.
 pub const MIN_INTERVAL_MS: u64 = 10;
 /// Longest time-bounded run, reporting interval or warm-up (`--time`, `-i`, `--omit`):
@@ -188,6 +192,17 @@ pub struct Settings {
     /// CPUs the server's data threads are pinned to (`--server-cpu`), as above.
     #[serde(default)]
     pub server_cpus: Vec<u32>,
+    /// UDP: datagrams per `sendmmsg()`/`recvmmsg()` (`--udp-batch`); `None`: see
+    /// [`Settings::udp_batch_size`].
+    #[serde(default)]
+    pub udp_batch: Option<u32>,
+    /// UDP: the sender hands the kernel runs of datagrams as one UDP GSO message
+    /// (`--gso`).
+    #[serde(default)]
+    pub gso: bool,
+    /// UDP: the receiver takes coalesced datagrams with UDP GRO (`--gro`).
+    #[serde(default)]
+    pub gro: bool,
 }
 
 fn default_ack_timeout_ms() -> u32 {
@@ -220,6 +235,9 @@ impl Default for Settings {
             busy_poll: false,
             client_cpus: Vec::new(),
             server_cpus: Vec::new(),
+            udp_batch: None,
+            gso: false,
+            gro: false,
         }
     }
 }
@@ -252,8 +270,25 @@ pub enum SettingsError {
     Footprint(u64),
     #[error("--zerocopy is a TCP option; it cannot be used with {0}")]
     ZeroCopyTcpOnly(&'static str),
-    #[error("--busy-poll is implemented for TCP only in this build; it cannot be used with {0}")]
-    BusyPollTcpOnly(&'static str),
+    #[error(
+        "--busy-poll is implemented for TCP and UDP only in this build; it cannot be used with {0}"
+    )]
+    BusyPollUnsupported(&'static str),
+    #[error("--udp-batch, --gso and --gro are UDP options; they cannot be used with {0}")]
+    UdpOnly(&'static str),
+    #[error(
+        "--nstreams × --udp-batch × --pktsize (64 KiB with --gro) is {0} bytes; at most \
+         {MAX_FOOTPRINT} bytes of batch buffers are allowed"
+    )]
+    UdpBatchFootprint(u64),
+    #[error("--udp-batch must be between 1 and {MAX_UDP_BATCH}, not {0}")]
+    UdpBatch(u32),
+    #[error("-r sends one datagram and waits for its ACK: it cannot be batched (--udp-batch above 1, --gso, --gro)")]
+    UdpBatchMprtt,
+    #[error("--gso needs several datagrams per call: with -b the batch is 1 unless --udp-batch N (N >= 2) is given")]
+    GsoNeedsBatch,
+    #[error("--gso batches the synchronous sender: it cannot be used with -n above 1 or -q 0, whose sender threads send one datagram per call")]
+    GsoAsync,
     #[error("CPU numbers must be below {max}, not {0}", max = crate::stream::affinity::MAX_CPUS)]
     Cpu(u32),
     #[error("{0} must be 1 to {MAX_RDMA_NAME} printable characters")]
@@ -271,6 +306,60 @@ pub enum SettingsError {
 }
 
 impl Settings {
+    /// UDP: datagrams per `sendmmsg()`/`recvmmsg()`. `--udp-batch` if given; else 1
+    /// with `-r` (one datagram per round trip) or `-b` (paced datagram by datagram),
+    /// else [`DEFAULT_UDP_BATCH`], lowered so the batch buffers stay within
+    /// [`MAX_FOOTPRINT`].
+    pub fn udp_batch_size(&self) -> u32 {
+        match self.udp_batch {
+            Some(n) => n,
+            None if self.mprtt || self.rate_bps.is_some() => 1,
+            None => {
+                let fits = MAX_FOOTPRINT / self.udp_batch_bytes(1).max(1);
+                u32::try_from(fits.clamp(1, u64::from(DEFAULT_UDP_BATCH))).unwrap_or(1)
+            }
+        }
+    }
+
+    /// Bytes of batch buffers a batch of `batch` datagrams takes, over all streams
+    /// (one sending or receiving batch per stream; with GRO each slot holds 64 KiB).
+    fn udp_batch_bytes(&self, batch: u32) -> u64 {
+        let slot = if self.gro {
+            crate::stream::udp_batch::GRO_SLOT_BYTES as u64
+        } else {
+            u64::from(self.pktsize)
+        };
+        u64::from(self.nstreams) * slot * u64::from(batch)
+    }
+
+    /// The UDP batching options' own checks.
+    fn validate_udp_batching(&self) -> Result<(), SettingsError> {
+        if self.protocol != Protocol::Udp {
+            if self.udp_batch.is_some() || self.gso || self.gro {
+                return Err(SettingsError::UdpOnly(self.protocol.name()));
+            }
+            return Ok(());
+        }
+        let batch = self.udp_batch_size();
+        if !(1..=MAX_UDP_BATCH).contains(&batch) {
+            return Err(SettingsError::UdpBatch(batch));
+        }
+        if self.mprtt && (batch > 1 || self.gso || self.gro) {
+            return Err(SettingsError::UdpBatchMprtt);
+        }
+        if self.gso && batch < 2 {
+            return Err(SettingsError::GsoNeedsBatch);
+        }
+        if self.gso && self.asynchronous() {
+            return Err(SettingsError::GsoAsync);
+        }
+        let batched = self.udp_batch_bytes(batch);
+        if batched > MAX_FOOTPRINT {
+            return Err(SettingsError::UdpBatchFootprint(batched));
+        }
+        Ok(())
+    }
+
     /// Checks every field; the first problem found is returned.
     pub fn validate(&self) -> Result<(), SettingsError> {
         if !(1..=MAX_NSTREAMS).contains(&self.nstreams) {
@@ -299,8 +388,8 @@ impl Settings {
         if self.protocol != Protocol::Tcp && self.zerocopy != ZeroCopy::Off {
             return Err(SettingsError::ZeroCopyTcpOnly(self.protocol.name()));
         }
-        if self.protocol != Protocol::Tcp && self.busy_poll {
-            return Err(SettingsError::BusyPollTcpOnly(self.protocol.name()));
+        if !matches!(self.protocol, Protocol::Tcp | Protocol::Udp) && self.busy_poll {
+            return Err(SettingsError::BusyPollUnsupported(self.protocol.name()));
         }
         if self.echo && self.protocol != Protocol::Tcp {
             return Err(SettingsError::EchoTcpOnly(self.protocol.name()));
@@ -316,6 +405,7 @@ impl Settings {
         {
             return Err(SettingsError::Cpu(cpu));
         }
+        self.validate_udp_batching()?;
         if self.queue == QueueKind::LockFree && self.nsockets != 1 {
             return Err(SettingsError::LockFreeSockets(self.nsockets));
         }
@@ -571,5 +661,46 @@ mod tests {
         };
         assert_eq!(s.mode_label(), "async(lockfree-queue)");
         assert_eq!(QueueKind::from_qtype(2), None);
+    }
+
+    #[test]
+    fn the_automatic_udp_batch_follows_the_mode_and_fits_the_buffer_limit() {
+        let udp = Settings {
+            protocol: Protocol::Udp,
+            pktsize: 1472,
+            ..Settings::default()
+        };
+        assert_eq!(udp.udp_batch_size(), DEFAULT_UDP_BATCH);
+        let one = |s: Settings| (s.udp_batch_size(), s.validate());
+        assert_eq!(
+            one(Settings {
+                mprtt: true,
+                ..udp.clone()
+            }),
+            (1, Ok(()))
+        );
+        assert_eq!(
+            one(Settings {
+                rate_bps: Some(1_000_000),
+                ..udp.clone()
+            }),
+            (1, Ok(()))
+        );
+        // 256 streams of the largest datagrams still batch 64 within the 2 GiB limit;
+        // an explicit batch beyond it is refused.
+        let big = Settings {
+            nstreams: 256,
+            pktsize: 65_527,
+            ..udp.clone()
+        };
+        assert_eq!(one(big.clone()), (64, Ok(())));
+        let too_big = Settings {
+            udp_batch: Some(1024),
+            ..big
+        };
+        assert!(matches!(
+            too_big.validate(),
+            Err(SettingsError::UdpBatchFootprint(_))
+        ));
     }
 }

@@ -28,6 +28,7 @@ pub mod sender;
 pub(crate) mod sys;
 pub mod tcp;
 pub mod udp;
+pub mod udp_batch;
 pub mod udp_wire;
 pub mod verbs;
 pub mod zerocopy;
@@ -223,6 +224,13 @@ pub trait Stream: Send {
     /// Receives into `buf` from whichever socket has data. `Ok(0)` means every socket
     /// reached end of stream.
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize>;
+
+    /// [`Stream::recv`] for a caller that only counts the bytes (bulk receivers):
+    /// afterwards `buf` need not hold the data, so a transport that already has it in
+    /// memory of its own (a batch read) may skip copying it. Accounting is the same.
+    fn recv_counted(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
+        self.recv(buf, timeout)
+    }
 
     /// MPRTT: acknowledges packets that arrived only in part. Call when the sender is
     /// known to have finished with a short final packet.

@@ -24,9 +24,25 @@
 //! Latency is timed as for TCP: a send from the first write to its return (with MPRTT
 //! to the ACK, retries included); a receive from the call to the read that returns a
 //! datagram (with MPRTT, to the ACK written).
+//!
+//! Batching (see [`super::udp_batch`]), without MPRTT: `send()` queues the datagram
+//! (header written, payload copied into the batch buffer) and every `batch` datagrams
+//! one `sendmmsg()` hands them to the kernel (with GSO, as few messages); a datagram is
+//! counted as sent, and its send latency taken (from its `send()` call to the return of
+//! the `sendmmsg()` that took it), only then. `finish_sending()` sends what is queued
+//! before it reports the count. `recv()` reads with `recvmmsg()` (with GRO, splitting
+//! coalesced buffers) and returns queued datagrams one per call: the read that returned
+//! them came before that call, so their receive latency is 0 and their arrival time is
+//! the batch's (jitter then includes the batching). While datagrams flow and the
+//! sockets run dry, the receiver naps [`BATCH_NAP`] instead of sleeping in `poll()`, so
+//! the sender is not charged a wake-up per datagram.
+//!
+//! MPRTT without `busy_poll`: the sockets block (in [`BLOCK_SLICE`] slices), so each
+//! wait is a single `recv()`; with `busy_poll` every wait is a spin that yields the CPU.
 
 use super::sender::{PacketSink, Senders};
 use super::sys::{poll_many, poll_one, set_int_opt};
+use super::udp_batch::{RecvBatch, SendBatch, Sent};
 use super::udp_wire::{Arrival, BufferGrant, Header, SeqTracker, HEADER_LEN};
 use super::{check_abort, Deadline, Stream, StreamOptions, Timeout};
 use crate::control::{self, ControlError, Message};
@@ -58,6 +74,20 @@ const CONTROL_IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest single wait for socket space when sending an ACK.
 const ACK_POLL_MS: i32 = 100;
 
+/// Datagrams up to this size are copied whole into one stack buffer and sent with
+/// `send()`; larger ones go as header + payload with `sendmsg()`.
+const SMALL_DATAGRAM: usize = 256;
+/// Empty polls between two looks at the control connection while busy-polling.
+const BUSY_SPINS_PER_POLL: u32 = 64;
+/// MPRTT without busy-polling: the sockets block, and a blocked read gives up after
+/// this long (at most the ACK time-out) to look at the abort flag, the control
+/// connection and the deadline. A run's end is noticed this much late at most.
+pub const BLOCK_SLICE: Duration = Duration::from_millis(10);
+/// Batched receiving: how long to nap when datagrams were flowing and the socket ran
+/// dry, before reading again (the kernel's timer slack adds up to 50 µs). A 16 MiB
+/// receive buffer holds thousands of datagrams, far more than arrive meanwhile.
+pub const BATCH_NAP: Duration = Duration::from_micros(50);
+
 /// What a UDP STREAM needs beyond [`StreamOptions`].
 #[derive(Clone, Debug)]
 pub struct UdpOptions {
@@ -65,14 +95,61 @@ pub struct UdpOptions {
     pub stream: u32,
     /// MPRTT: how long to wait for an ACK before sending the datagram again.
     pub ack_timeout: Duration,
+    /// Datagrams per `sendmmsg()`/`recvmmsg()`; 1: one `send()`/`recv()` each. The
+    /// synchronous `send()` and `recv()` batch; the sender threads of `send_submit()`
+    /// send one datagram per call. Not with MPRTT.
+    pub batch: usize,
+    /// Send batches as UDP GSO messages (needs `batch` > 1).
+    pub gso: bool,
+    /// Receive with UDP GRO.
+    pub gro: bool,
 }
 
-/// Nanoseconds since the Unix epoch: the header's send time (only differences of it
-/// are used, so the two hosts' clocks need not agree).
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+impl UdpOptions {
+    /// Options of stream `stream`, unbatched.
+    pub fn new(stream: u32, ack_timeout: Duration) -> UdpOptions {
+        UdpOptions {
+            stream,
+            ack_timeout,
+            batch: 1,
+            gso: false,
+            gro: false,
+        }
+    }
+}
+
+/// Nanoseconds since the Unix epoch from the monotonic clock: one clock read gives
+/// both a datagram's send time for its header and the start of its latency sample.
+/// Only differences of header times are used (jitter), so the two hosts' clocks need
+/// not agree, and a wall clock step during the run does not show up as jitter.
+#[derive(Clone, Copy, Debug)]
+struct EpochClock {
+    base: Instant,
+    base_ns: u64,
+}
+
+impl EpochClock {
+    fn new() -> EpochClock {
+        let base = Instant::now();
+        let base_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        EpochClock { base, base_ns }
+    }
+
+    /// `at` in ns since the Unix epoch.
+    #[inline]
+    fn ns(&self, at: Instant) -> u64 {
+        let since =
+            u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX);
+        self.base_ns.saturating_add(since)
+    }
+}
+
+/// Nanoseconds from `start` to `end`.
+#[inline]
+fn span_ns(start: Instant, end: Instant) -> u64 {
+    u64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// One socket of a UDP STREAM, shared by the receiving path and a sender thread.
@@ -85,6 +162,11 @@ struct Socket {
     /// The STREAM's sequence counter, shared by all its sockets.
     next_seq: Arc<AtomicU64>,
     abort: Arc<AtomicBool>,
+    busy_poll: bool,
+    /// MPRTT: the socket blocks (with [`BLOCK_SLICE`] time-outs), so waiting for the
+    /// next datagram or ACK is one `recv()` instead of `poll()` + `recv()`.
+    blocking: bool,
+    clock: EpochClock,
 }
 
 fn port_closed() -> io::Error {
@@ -95,19 +177,57 @@ fn port_closed() -> io::Error {
 }
 
 impl Socket {
-    /// Sends `buf` as one datagram whose first bytes are the header of `seq`.
-    fn send_datagram(&self, buf: &[u8], seq: u64, deadline: Deadline) -> io::Result<()> {
-        let mut header = [0u8; HEADER_LEN];
+    /// `recv()`; `wait` false: without blocking even on a blocking socket.
+    fn recv_flags(&self, buf: &mut [u8], wait: bool) -> io::Result<usize> {
+        let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+        // SAFETY: `buf` is exclusively borrowed for the call and its length is passed;
+        // the fd is open for the life of `self.sock`.
+        let rc = unsafe {
+            libc::recv(
+                self.sock.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                flags,
+            )
+        };
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(rc as usize)
+        }
+    }
+
+    /// Sends `buf` as one datagram whose first bytes are the header of `seq`, sent at
+    /// `sent` (read by the caller, who also times the send from it).
+    fn send_datagram(
+        &self,
+        buf: &[u8],
+        seq: u64,
+        sent: Instant,
+        deadline: Deadline,
+    ) -> io::Result<()> {
+        // A small datagram is assembled on the stack and sent with send(), which the
+        // kernel takes more cheaply than sendmsg()'s I/O vector (ping-pong sizes).
+        let mut small = [0u8; SMALL_DATAGRAM];
         let n = Header {
             seq,
             stream: self.stream,
-            sent_ns: now_ns(),
+            sent_ns: self.clock.ns(sent),
         }
-        .encode(&mut header[..buf.len().min(HEADER_LEN)]);
-        let iov = [IoSlice::new(&header[..n]), IoSlice::new(&buf[n..])];
+        .encode(&mut small[..buf.len().min(HEADER_LEN)]);
+        let whole = buf.len() <= SMALL_DATAGRAM;
+        if whole {
+            small[n..buf.len()].copy_from_slice(&buf[n..]);
+        }
+        let iov = [IoSlice::new(&small[..n]), IoSlice::new(&buf[n..])];
         let sock = SockRef::from(&*self.sock);
         loop {
-            match sock.send_vectored(&iov) {
+            let result = if whole {
+                self.sock.send(&small[..buf.len()])
+            } else {
+                sock.send_vectored(&iov)
+            };
+            match result {
                 Ok(sent) if sent == buf.len() => return Ok(()),
                 Ok(sent) => {
                     return Err(io::Error::other(format!(
@@ -134,8 +254,72 @@ impl Socket {
         }
     }
 
+    /// `sendmmsg()` of `hdrs` on this socket, waiting for room (or with `busy_poll`,
+    /// spinning) while it has none.
+    fn send_messages(&self, hdrs: &mut [libc::mmsghdr], deadline: Deadline) -> io::Result<Sent> {
+        let count = libc::c_uint::try_from(hdrs.len()).unwrap_or(libc::c_uint::MAX);
+        loop {
+            // SAFETY: `hdrs` is an exclusively borrowed slice of `count` mmsghdrs whose
+            // iovecs and control messages point into the live send batch; the fd is
+            // open for the life of `self.sock`.
+            let rc = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), hdrs.as_mut_ptr(), count, 0) };
+            if rc >= 0 {
+                return Ok(Sent::Messages(rc as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => self.wait(libc::POLLOUT, deadline)?,
+                // A local firewall dropped it: lost as if on the wire.
+                Some(libc::EPERM) => return Ok(Sent::FirstDropped),
+                // The device queue is full: poll() cannot tell when it drains.
+                Some(libc::ENOBUFS) => {
+                    check_abort(&self.abort)?;
+                    deadline.poll_ms()?;
+                    std::thread::yield_now();
+                }
+                Some(libc::EINTR) => {}
+                Some(libc::ECONNREFUSED) => return Err(port_closed()),
+                _ => return Err(e),
+            }
+        }
+    }
+
+    /// `recvmmsg()` into `hdrs` on this socket without waiting; `Ok(None)` is EAGAIN.
+    fn recv_messages(&self, hdrs: &mut [libc::mmsghdr]) -> io::Result<Option<usize>> {
+        let count = libc::c_uint::try_from(hdrs.len()).unwrap_or(libc::c_uint::MAX);
+        loop {
+            // SAFETY: `hdrs` is an exclusively borrowed slice of `count` mmsghdrs whose
+            // iovecs and control buffers point into the live receive batch; a null
+            // timeout is allowed.
+            let rc = unsafe {
+                libc::recvmmsg(
+                    self.sock.as_raw_fd(),
+                    hdrs.as_mut_ptr(),
+                    count,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if rc >= 0 {
+                return Ok(Some(rc as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => return Ok(None),
+                // EINTR; or an ICMP error from an earlier ACK (the sender's port
+                // closed): the end of data comes over the control link.
+                Some(libc::EINTR | libc::ECONNREFUSED) => {}
+                _ => return Err(e),
+            }
+        }
+    }
+
     /// Waits for the ACK of `seq` until `until`. `Ok(false)`: it did not come in time.
     /// Every ACK byte read is counted, stale ones (of earlier packets) too.
+    ///
+    /// The ACK cannot be there the moment the datagram left, so (unless busy-polling)
+    /// this sleeps in `poll()` before the first read instead of paying for a read
+    /// that returns `EAGAIN`.
     fn await_ack(
         &self,
         seq: u64,
@@ -144,8 +328,17 @@ impl Socket {
         stats: &mut StreamStats,
     ) -> io::Result<bool> {
         let mut buf = [0u8; 16];
+        // Blocking reads only without a deadline: a blocked read may overrun it.
+        let block = self.blocking && deadline == Deadline::Never;
+        if !self.busy_poll && !block && deadline != Deadline::Now {
+            check_abort(&self.abort)?;
+            let ms = deadline
+                .poll_ms()?
+                .min(self.ack_timeout.as_millis() as i32 + 1);
+            poll_one(self.sock.as_raw_fd(), libc::POLLIN, ms)?;
+        }
         loop {
-            match self.sock.recv(&mut buf) {
+            match self.recv_flags(&mut buf, block) {
                 Ok(0) => {}
                 Ok(n) => {
                     stats.bytes_received += n as u64;
@@ -159,7 +352,13 @@ impl Socket {
                         return Ok(false);
                     };
                     let ms = attempt_ms.min(deadline.poll_ms()?);
-                    poll_one(self.sock.as_raw_fd(), libc::POLLIN, ms)?;
+                    if block {
+                        // The read itself waited a slice: read again.
+                    } else if self.busy_poll {
+                        std::thread::yield_now();
+                    } else {
+                        poll_one(self.sock.as_raw_fd(), libc::POLLIN, ms)?;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Err(port_closed()),
@@ -168,10 +367,16 @@ impl Socket {
         }
     }
 
+    /// Waits until the socket may be ready for `events`: sleeps in `poll()`, or with
+    /// `busy_poll` yields the CPU once so the caller retries at once.
     fn wait(&self, events: libc::c_short, deadline: Deadline) -> io::Result<()> {
         check_abort(&self.abort)?;
         let ms = deadline.poll_ms()?;
-        poll_one(self.sock.as_raw_fd(), events, ms)?;
+        if self.busy_poll {
+            std::thread::yield_now();
+        } else {
+            poll_one(self.sock.as_raw_fd(), events, ms)?;
+        }
         Ok(())
     }
 
@@ -206,7 +411,7 @@ impl PacketSink for Socket {
     ) -> io::Result<()> {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
-        self.send_datagram(buf, seq, deadline)?;
+        self.send_datagram(buf, seq, start, deadline)?;
         if self.mprtt {
             let mut retries = 0;
             while !self.await_ack(seq, Instant::now() + self.ack_timeout, deadline, stats)? {
@@ -223,7 +428,7 @@ impl PacketSink for Socket {
                 }
                 retries += 1;
                 stats.retries += 1;
-                self.send_datagram(buf, seq, deadline)?;
+                self.send_datagram(buf, seq, Instant::now(), deadline)?;
             }
         }
         stats.send_latency.record_since(start);
@@ -269,6 +474,19 @@ pub struct UdpStream {
     cursor: usize,
     /// One entry per socket, then the control connection.
     pollfds: Vec<libc::pollfd>,
+    /// Datagrams of `send()` not yet handed to the kernel (batching only).
+    send_batch: Option<SendBatch>,
+    /// Datagrams read by `recv()` and not yet returned (batching or GRO only).
+    recv_batch: Option<RecvBatch>,
+    /// When the datagrams in `recv_batch` were read.
+    batch_read_at: Instant,
+    /// The last batch read found datagrams: on the next `EAGAIN`, nap instead of
+    /// sleeping in `poll()`.
+    flowing: bool,
+    /// An ACK was just sent: with MPRTT the next datagram cannot be there yet, so the
+    /// next `recv()` polls before it reads.
+    acked: bool,
+    clock: EpochClock,
 }
 
 impl UdpStream {
@@ -292,10 +510,21 @@ impl UdpStream {
         control.set_read_timeout(Some(CONTROL_IO_TIMEOUT))?;
         control.set_write_timeout(Some(CONTROL_IO_TIMEOUT))?;
         let next_seq = Arc::new(AtomicU64::new(0));
+        let clock = EpochClock::new();
+        let blocking = opts.mprtt && !opts.busy_poll;
+        let slice = BLOCK_SLICE
+            .min(udp.ack_timeout)
+            .max(Duration::from_millis(1));
+        // Batching holds datagrams back; MPRTT waits for each one's ACK.
+        let batched = udp.batch > 1 && !opts.mprtt;
         let (mut rcvbuf, mut sndbuf) = (BufferGrant::default(), BufferGrant::default());
         let mut sockets = Vec::with_capacity(socks.len());
         for s in socks {
-            s.set_nonblocking(true)?;
+            s.set_nonblocking(!blocking)?;
+            if blocking {
+                s.set_read_timeout(Some(slice))?;
+                s.set_write_timeout(Some(slice))?;
+            }
             let r = size_buffer(&s, Direction::Receive, SOCKET_BUFFER)?;
             let w = size_buffer(&s, Direction::Send, SOCKET_BUFFER)?;
             if sockets.is_empty() || r.granted < rcvbuf.granted {
@@ -304,6 +533,11 @@ impl UdpStream {
             if sockets.is_empty() || w.granted < sndbuf.granted {
                 sndbuf = w;
             }
+            if udp.gro {
+                set_int_opt(&s, libc::SOL_UDP, libc::UDP_GRO, 1).map_err(|e| {
+                    io::Error::new(e.kind(), format!("cannot enable UDP_GRO (--gro): {e}"))
+                })?;
+            }
             sockets.push(Socket {
                 sock: Arc::new(s),
                 mprtt: opts.mprtt,
@@ -311,6 +545,9 @@ impl UdpStream {
                 ack_timeout: udp.ack_timeout,
                 next_seq: next_seq.clone(),
                 abort: opts.abort.clone(),
+                busy_poll: opts.busy_poll,
+                blocking,
+                clock,
             });
         }
         let senders = Senders::start(opts.queue, sockets.clone(), opts.abort.clone())?;
@@ -328,7 +565,6 @@ impl UdpStream {
             ready: Vec::with_capacity(sockets.len() + 1),
             sockets,
             control,
-            opts,
             senders: Some(senders),
             stats: StreamStats::default(),
             tracker: SeqTracker::new(udp.stream),
@@ -338,13 +574,205 @@ impl UdpStream {
             finish_sent: false,
             cursor: 0,
             pollfds,
+            send_batch: batched.then(|| SendBatch::new(udp.batch, opts.pktsize, udp.gso)),
+            recv_batch: (batched || udp.gro).then(|| {
+                // A GRO buffer holds up to 64 datagrams: a few keep the batch in cache.
+                let slots = if udp.gro {
+                    udp.batch.div_ceil(32).clamp(1, 4)
+                } else {
+                    udp.batch
+                };
+                RecvBatch::new(slots, opts.pktsize, udp.gro)
+            }),
+            batch_read_at: Instant::now(),
+            flowing: false,
+            acked: false,
+            clock,
+            opts,
         })
     }
 
-    /// Reads one datagram from socket `k`. `Ok(None)` is EAGAIN.
-    fn read_from(&mut self, k: usize, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    /// Queues `buf` as the next datagram of the send batch; sends the batch once full.
+    fn send_batched(&mut self, buf: &[u8], deadline: Deadline) -> io::Result<()> {
+        let Some(batch) = &mut self.send_batch else {
+            return Ok(());
+        };
+        let sock = &self.sockets[0];
+        let start = Instant::now();
+        let seq = sock.next_seq.fetch_add(1, Ordering::Relaxed);
+        let slot = batch.next_slot(buf.len());
+        let n = Header {
+            seq,
+            stream: sock.stream,
+            sent_ns: self.clock.ns(start),
+        }
+        .encode(slot);
+        slot[n..].copy_from_slice(&buf[n..]);
+        batch.push(buf.len(), start);
+        if batch.is_full() {
+            self.flush_batch(deadline)?;
+        }
+        Ok(())
+    }
+
+    /// Hands every datagram of the send batch to the kernel, counting each as sent
+    /// (and timing it from its `send()` call) once the kernel took it.
+    fn flush_batch(&mut self, deadline: Deadline) -> io::Result<()> {
+        let Some(batch) = &mut self.send_batch else {
+            return Ok(());
+        };
+        let sock = &self.sockets[0];
+        let stats = &mut self.stats;
+        batch.flush(
+            |hdrs| sock.send_messages(hdrs, deadline),
+            |len, start, taken| {
+                stats.send_latency.record(span_ns(start, taken));
+                stats.bytes_sent += len as u64;
+                stats.datagrams.sent += 1;
+            },
+        )
+    }
+
+    /// Reads a batch from socket `k`; `Ok(false)` is EAGAIN.
+    fn read_batch(&mut self, k: usize) -> io::Result<bool> {
+        let Some(batch) = &mut self.recv_batch else {
+            return Ok(false);
+        };
+        let sock = &self.sockets[k];
+        let got = batch.fill(|hdrs| sock.recv_messages(hdrs))?;
+        if got {
+            self.batch_read_at = Instant::now();
+            self.flowing = true;
+        }
+        Ok(got)
+    }
+
+    /// Hands out the next datagram of the receive batch (copied into `buf` if `copy`),
+    /// accounting for it with `latency_ns` as its receive latency; `None` once the
+    /// batch is used up. Empty datagrams are accounted (as foreign) and skipped.
+    fn take_buffered(&mut self, buf: &mut [u8], copy: bool, latency_ns: u64) -> Option<usize> {
+        let batch = self.recv_batch.as_mut()?;
+        let at = self.batch_read_at;
         loop {
-            return match self.sockets[k].sock.recv(buf) {
+            let d = batch.next_datagram()?;
+            let n = d.len().min(buf.len());
+            if copy {
+                buf[..n].copy_from_slice(&d[..n]);
+            }
+            self.tracker.on_datagram(&d[..n], self.clock.ns(at));
+            if n == 0 {
+                continue;
+            }
+            if let PeerSending::Draining { last_arrival, .. } = &mut self.peer {
+                *last_arrival = at;
+            }
+            self.stats.recv_latency.record(latency_ns);
+            self.stats.bytes_received += n as u64;
+            self.stats.mark_recv(at);
+            return Some(n);
+        }
+    }
+
+    /// `recv()`; with `copy` false, a datagram already read by `recvmmsg()` is not
+    /// copied into `buf`.
+    ///
+    /// A datagram already read is returned without I/O or clock read: the read that
+    /// returned it came before this call, so by the latency definition it waited for
+    /// nothing (latency 0), and it arrived when its batch was read.
+    fn receive(&mut self, buf: &mut [u8], timeout: Timeout, copy: bool) -> io::Result<usize> {
+        if let Some(n) = self.take_buffered(buf, copy, 0) {
+            return Ok(n);
+        }
+        let start = Instant::now();
+        let deadline = timeout.deadline();
+        let mut spins = 0;
+        // One socket that blocks, no deadline to keep: the read itself waits.
+        let block = self.sockets.len() == 1
+            && self.sockets[0].blocking
+            && matches!(self.peer, PeerSending::Running)
+            && deadline != Deadline::Now;
+        if std::mem::take(&mut self.acked)
+            && self.ready.is_empty()
+            && !self.opts.busy_poll
+            && !block
+        {
+            self.wait_readable(deadline, &mut spins)?;
+        }
+        loop {
+            if self.drained() {
+                return Ok(0);
+            }
+            let k = self.ready.pop().unwrap_or(self.cursor);
+            if self.recv_batch.is_some() {
+                if self.read_batch(k)? {
+                    self.cursor = k;
+                    let latency = span_ns(start, self.batch_read_at);
+                    if let Some(n) = self.take_buffered(buf, copy, latency) {
+                        return Ok(n);
+                    }
+                    continue;
+                }
+            } else if let Some(n) = self.read_from(k, buf, block)? {
+                self.cursor = k;
+                let now = Instant::now();
+                if let PeerSending::Draining { last_arrival, .. } = &mut self.peer {
+                    *last_arrival = now;
+                }
+                let (kind, seq) = self.tracker.on_datagram(&buf[..n], self.clock.ns(now));
+                if n == 0 {
+                    // An empty datagram cannot be returned: Ok(0) means end of stream.
+                    continue;
+                }
+                if self.opts.mprtt && kind != Arrival::Foreign && self.sockets[k].send_ack(seq)? {
+                    self.stats.bytes_sent += 1;
+                    self.acked = true;
+                }
+                self.stats.recv_latency.record(span_ns(start, now));
+                self.stats.bytes_received += n as u64;
+                self.stats.mark_recv(now);
+                return Ok(n);
+            }
+            if block {
+                // A slice passed: look at the control connection without sleeping.
+                self.poll_all(deadline, false)?;
+            } else if self.ready.is_empty() {
+                self.wait_readable(deadline, &mut spins)?;
+            }
+        }
+    }
+
+    /// Waits for a socket to become readable after all came up empty: sleeps in
+    /// `poll()`, or busy-polling, yields once (looking at the control connection and
+    /// the other sockets every [`BUSY_SPINS_PER_POLL`] turns).
+    fn wait_readable(&mut self, deadline: Deadline, spins: &mut u32) -> io::Result<()> {
+        if std::mem::take(&mut self.flowing) && !self.opts.busy_poll && !deadline.expired() {
+            // Datagrams are flowing: nap off the socket's wait queue, so the sender
+            // does not pay for waking us per datagram, then read what gathered.
+            std::thread::sleep(BATCH_NAP);
+            return Ok(());
+        }
+        if !self.opts.busy_poll || deadline == Deadline::Now {
+            return self.poll_all(deadline, true);
+        }
+        self.opts.check_abort()?;
+        if deadline.expired() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        *spins += 1;
+        if *spins % BUSY_SPINS_PER_POLL == 0 || self.sockets.len() > 1 {
+            self.poll_all(deadline, false)?;
+        }
+        if self.ready.is_empty() {
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    /// Reads one datagram from socket `k`. `Ok(None)` is EAGAIN (with `wait`, after a
+    /// blocking read's [`BLOCK_SLICE`]).
+    fn read_from(&mut self, k: usize, buf: &mut [u8], wait: bool) -> io::Result<Option<usize>> {
+        loop {
+            return match self.sockets[k].recv_flags(buf, wait) {
                 Ok(n) => Ok(Some(n)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -412,10 +840,13 @@ impl UdpStream {
     /// Polls the sockets (and the control connection until the peer finished); fills
     /// `ready`. With a non-blocking call, polls once and fails with `WouldBlock` if
     /// nothing is ready.
-    fn poll_all(&mut self, deadline: Deadline) -> io::Result<()> {
+    ///
+    /// `sleep` false: polls without waiting (busy-polling).
+    fn poll_all(&mut self, deadline: Deadline, sleep: bool) -> io::Result<()> {
         self.opts.check_abort()?;
         let (mut ms, once) = match deadline.poll_ms() {
-            Ok(ms) => (ms, false),
+            Ok(ms) if sleep => (ms, false),
+            Ok(_) => (0, false),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => (0, true),
             Err(e) => return Err(e),
         };
@@ -469,7 +900,13 @@ impl Stream for UdpStream {
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
         self.opts.check_abort()?;
-        self.sockets[0].send_packet(buf, timeout.deadline(), &mut self.stats)?;
+        if self.send_batch.is_some() && buf.len() <= self.opts.pktsize {
+            self.send_batched(buf, timeout.deadline())?;
+        } else {
+            // Larger than a batch slot: what is queued goes first, to keep the order.
+            self.flush_batch(timeout.deadline())?;
+            self.sockets[0].send_packet(buf, timeout.deadline(), &mut self.stats)?;
+        }
         Ok(buf.len())
     }
 
@@ -482,39 +919,11 @@ impl Stream for UdpStream {
     }
 
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
-        let start = Instant::now();
-        let deadline = timeout.deadline();
-        loop {
-            if self.drained() {
-                return Ok(0);
-            }
-            let k = self.ready.pop().unwrap_or(self.cursor);
-            let Some(n) = self.read_from(k, buf)? else {
-                if self.ready.is_empty() {
-                    self.poll_all(deadline)?;
-                }
-                continue;
-            };
-            self.cursor = k;
-            let now = Instant::now();
-            if let PeerSending::Draining { last_arrival, .. } = &mut self.peer {
-                *last_arrival = now;
-            }
-            let (arrival, seq) = self.tracker.on_datagram(&buf[..n], now_ns());
-            if n == 0 {
-                // An empty datagram cannot be returned: Ok(0) means end of stream.
-                continue;
-            }
-            if self.opts.mprtt && arrival != Arrival::Foreign && self.sockets[k].send_ack(seq)? {
-                self.stats.bytes_sent += 1;
-            }
-            self.stats
-                .recv_latency
-                .record(crate::stats::elapsed_ns(start));
-            self.stats.bytes_received += n as u64;
-            self.stats.mark_recv(now);
-            return Ok(n);
-        }
+        self.receive(buf, timeout, true)
+    }
+
+    fn recv_counted(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
+        self.receive(buf, timeout, false)
     }
 
     fn ack_partial(&mut self) -> io::Result<()> {
@@ -523,10 +932,12 @@ impl Stream for UdpStream {
     }
 
     fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
-        let result = match &mut self.senders {
+        let flushed = self.flush_batch(timeout.deadline());
+        let stopped = match &mut self.senders {
             Some(s) => s.stop(timeout),
             None => Ok(()),
         };
+        let result = flushed.and(stopped);
         if self.finish_sent {
             return result;
         }
@@ -609,10 +1020,7 @@ mod tests {
             a_socks.push(a);
             b_socks.push(b);
         }
-        let udp = UdpOptions {
-            stream: 0,
-            ack_timeout,
-        };
+        let udp = UdpOptions::new(0, ack_timeout);
         (
             UdpStream::from_sockets(a_socks, ctl_a, opts.clone(), udp.clone()).expect("a"),
             UdpStream::from_sockets(b_socks, ctl_b, opts, udp).expect("b"),
@@ -721,6 +1129,86 @@ mod tests {
             .expect_err("no data");
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         assert!(t0.elapsed() >= Duration::from_millis(140));
+    }
+
+    /// A pair whose ends batch `batch` datagrams, with GSO and GRO as given.
+    fn batched_pair(batch: usize, gso: bool, gro: bool) -> (UdpStream, UdpStream) {
+        let opts = StreamOptions {
+            pktsize: 1000,
+            ..StreamOptions::default()
+        };
+        let (a, b) = pair(opts.clone(), Duration::from_millis(100));
+        let rebuild = |s: UdpStream| {
+            let socks = s
+                .sockets
+                .iter()
+                .map(|k| k.sock.try_clone().expect("clone"))
+                .collect();
+            let control = s.control.try_clone().expect("clone");
+            let udp = UdpOptions {
+                batch,
+                gso,
+                gro,
+                ..UdpOptions::new(0, Duration::from_millis(100))
+            };
+            UdpStream::from_sockets(socks, control, opts.clone(), udp).expect("stream")
+        };
+        (rebuild(a), rebuild(b))
+    }
+
+    /// Sends `n` datagrams of 1000 bytes (the last `last` bytes) and receives them all.
+    fn batched_exchange(batch: usize, gso: bool, gro: bool, n: u64, last: usize) -> UdpStream {
+        let (mut client, mut server) = batched_pair(batch, gso, gro);
+        let t = thread::spawn(move || {
+            let buf = vec![3u8; 1000];
+            for _ in 1..n {
+                client.send(&buf, Timeout::Forever).expect("send");
+            }
+            client.send(&buf[..last], Timeout::Forever).expect("send");
+            client.finish_sending(Timeout::Forever).expect("finish");
+            client.stats()
+        });
+        let got = receive_all(&mut server, 1000);
+        let cs = t.join().expect("join");
+        assert_eq!(cs.datagrams.sent, n);
+        assert_eq!(cs.bytes_sent, (n - 1) * 1000 + last as u64);
+        assert_eq!(got, cs.bytes_sent);
+        let d = server.stats().datagrams;
+        assert_eq!(
+            (
+                d.peer_sent,
+                d.received,
+                d.lost,
+                d.duplicates,
+                d.out_of_order
+            ),
+            (n, n, 0, 0, 0)
+        );
+        assert_eq!(
+            server.stats().recv_latency.count(),
+            n,
+            "one sample per datagram"
+        );
+        server
+    }
+
+    #[test]
+    fn batched_sends_count_each_datagram_once_the_kernel_took_it() {
+        let server = batched_exchange(16, false, false, 1000, 1000);
+        assert_eq!(
+            server.recv_batch.as_ref().map(RecvBatch::coalesced),
+            Some(0)
+        );
+        batched_exchange(7, false, false, 100, 13);
+    }
+
+    #[test]
+    fn gso_and_gro_coalesce_on_loopback_and_every_segment_is_counted() {
+        // Batches of 64 datagrams of 1000 bytes: one GSO message each, which loopback
+        // delivers whole to the GRO socket; the short last datagram ends the last one.
+        let server = batched_exchange(64, true, true, 1000, 999);
+        let coalesced = server.recv_batch.as_ref().map_or(0, RecvBatch::coalesced);
+        assert!(coalesced > 0, "GRO handed over no coalesced buffer");
     }
 
     #[test]

@@ -75,8 +75,13 @@ fn udp_stream(
     abort: Arc<AtomicBool>,
 ) -> io::Result<Box<dyn Stream>> {
     let udp = UdpOptions {
-        stream,
-        ack_timeout: Duration::from_millis(u64::from(settings.ack_timeout_ms)),
+        batch: settings.udp_batch_size() as usize,
+        gso: settings.gso,
+        gro: settings.gro,
+        ..UdpOptions::new(
+            stream,
+            Duration::from_millis(u64::from(settings.ack_timeout_ms)),
+        )
     };
     let opts = stream_options(settings, abort);
     Ok(Box::new(UdpStream::from_sockets(
