@@ -13,7 +13,7 @@
 //! routed over Soft-RoCE (rdma_cm resolves addresses to a device). The address is one
 //! of this host's own; no traffic leaves it.
 //!
-//! Without a device, the last test checks that `-R --rdma-api ibverbs` and `cm` fail
+//! Without a device, the last test checks that `-R --rdma-api ibverbs`, `cm` and `rsocket` fail
 //! within 2 s with the one-line message saying how to add Soft-RoCE.
 
 mod common;
@@ -248,14 +248,14 @@ fn cm_one_byte_and_one_mib_packets() {
 }
 
 #[test]
-fn without_a_device_ibverbs_and_cm_fail_within_two_seconds_saying_how_to_add_one() {
+fn without_a_device_ibverbs_cm_and_rsocket_fail_within_two_seconds_saying_how_to_add_one() {
     if first_device().is_some() {
         eprintln!("skipped: this host has an RDMA device, so the no-device error cannot be shown");
         return;
     }
     // No server: the check comes before anything is contacted.
     let port = port_block(1).to_string();
-    for api in ["ibverbs", "cm"] {
+    for api in ["ibverbs", "cm", "rsocket"] {
         let t0 = Instant::now();
         let out = Command::new(fperf_bin())
             .args([

@@ -40,6 +40,7 @@ struct Case {
 const APIS: &[(&str, &[&str], &str)] = &[
     ("ibverbs", &["-R", "--rdma-api", "ibverbs"], " device=rxe0"),
     ("cm", &["-R", "--rdma-api", "cm"], ""),
+    ("rsocket", &["-R", "--rdma-api", "rsocket"], ""),
     (
         "ofi",
         &["-R", "--rdma-api", "ofi", "--ofi-provider", "verbs"],
@@ -81,13 +82,16 @@ fn cases() -> Vec<Case> {
                 header: header("send"),
             });
         }
-        all.push(Case {
-            name: format!("{api}-write"),
-            args: with(&["--rdma-write", "-m", "4"]),
-            bytes: 4 * MB,
-            acks: None,
-            header: header("write"),
-        });
+        // rsockets have no RDMA WRITE option (fperf refuses --rdma-write with them).
+        if *api != "rsocket" {
+            all.push(Case {
+                name: format!("{api}-write"),
+                args: with(&["--rdma-write", "-m", "4"]),
+                bytes: 4 * MB,
+                acks: None,
+                header: header("write"),
+            });
+        }
     }
     all
 }

@@ -89,32 +89,3 @@ pub(crate) fn tcp_info(fd: &impl AsRawFd) -> io::Result<(u64, u64, u32, u32)> {
         info.tcpi_rttvar,
     ))
 }
-
-/// Sets a time-out socket option (`SO_RCVTIMEO`, `SO_SNDTIMEO`). A zero `timeout`
-/// would mean "forever" to the kernel, so callers pass at least a microsecond.
-pub(crate) fn set_timeout_opt(
-    fd: &impl AsRawFd,
-    name: libc::c_int,
-    timeout: std::time::Duration,
-) -> io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_usec: libc::suseconds_t::from(timeout.subsec_micros() as i32),
-    };
-    // SAFETY: the pointer and length describe a live timeval on our stack; the fd is
-    // borrowed from an open socket.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            name,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}

@@ -18,20 +18,22 @@
 //!
 //! MPRTT replies: a 1-byte ACK per packet, or with `echo` the packet's own bytes.
 //!
-//! Every read and write of a data socket goes through [`Socket`]'s `recv_raw` and
-//! `send_raw` (zero-copy writers aside), and kernel time-outs through `Socket::arm`:
-//! one place to swap for another socket API.
+//! Every read, write, option and `poll()` of a data socket goes through its
+//! [`DataSocket`]'s table of calls (zero-copy writers aside): libc's for TCP,
+//! librdmacm's for `--rdma-api rsocket` (see [`super::socket_calls`]). rsockets have
+//! no kernel time-outs, so they always run in non-blocking mode.
 
 use super::sender::{PacketSink, Senders};
-use super::sys::{poll_many, poll_one, set_timeout_opt, tcp_info, tcp_quickack};
+use super::socket_calls::DataSocket;
+use super::sys::{tcp_info, tcp_quickack};
 use super::zerocopy::ZeroCopyWriter;
 use super::{Deadline, Stream, StreamOptions, Timeout};
 use crate::settings::ZeroCopy;
 use crate::stats::StreamStats;
 use bytes::Bytes;
 use std::io;
-use std::net::{self, Shutdown, SocketAddr, TcpListener, ToSocketAddrs};
-use std::os::fd::{AsRawFd, RawFd};
+use std::net::{self, SocketAddr, TcpListener, ToSocketAddrs};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,7 +54,7 @@ struct KernelTimeouts {
 /// One socket of a TCP STREAM. The receiving path and each sender thread hold their own
 /// `Socket` for the same connection (see [`Socket::for_sender`]).
 struct Socket {
-    sock: Arc<net::TcpStream>,
+    sock: Arc<DataSocket>,
     mprtt: bool,
     /// MPRTT replies echo the packet instead of a 1-byte ACK.
     echo: bool,
@@ -76,7 +78,7 @@ enum Direction {
 }
 
 impl Socket {
-    fn new(sock: Arc<net::TcpStream>, opts: &StreamOptions, blocking: bool) -> io::Result<Socket> {
+    fn new(sock: Arc<DataSocket>, opts: &StreamOptions, blocking: bool) -> io::Result<Socket> {
         Ok(Socket {
             zerocopy: ZeroCopyWriter::new(opts.zerocopy, &*sock)?,
             sock,
@@ -111,35 +113,13 @@ impl Socket {
     /// One `recv()`: `MSG_DONTWAIT` unless `wait`.
     fn recv_raw(&self, buf: &mut [u8], wait: bool) -> io::Result<usize> {
         let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
-        // SAFETY: the pointer and length describe `buf`, exclusively borrowed for the
-        // call; the fd belongs to the open socket `self.sock` holds.
-        let rc = unsafe {
-            libc::recv(
-                self.sock.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                flags,
-            )
-        };
-        if rc < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(rc as usize)
-        }
+        self.sock.recv(buf, flags)
     }
 
     /// One `send()` (never raising SIGPIPE): `MSG_DONTWAIT` unless `wait`.
     fn send_raw(&self, buf: &[u8], wait: bool) -> io::Result<usize> {
         let flags = libc::MSG_NOSIGNAL | if wait { 0 } else { libc::MSG_DONTWAIT };
-        // SAFETY: the pointer and length describe `buf`, borrowed for the call; the fd
-        // belongs to the open socket `self.sock` holds.
-        let rc =
-            unsafe { libc::send(self.sock.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) };
-        if rc < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(rc as usize)
-        }
+        self.sock.send(buf, flags)
     }
 
     /// Blocking mode, before a call that may sleep: fails on abort or a passed
@@ -156,7 +136,8 @@ impl Socket {
             Direction::Send => (&self.timeouts.send_ms, libc::SO_SNDTIMEO),
         };
         if cached.load(Ordering::Relaxed) != ms {
-            set_timeout_opt(&*self.sock, name, Duration::from_millis(u64::from(ms)))?;
+            self.sock
+                .set_timeout_opt(name, Duration::from_millis(u64::from(ms)))?;
             cached.store(ms, Ordering::Relaxed);
         }
         Ok(true)
@@ -200,10 +181,10 @@ impl Socket {
         let Some(zc) = &mut self.zerocopy else {
             return self.write_all(buf, deadline);
         };
-        let fd = self.sock.as_raw_fd();
+        let sock = &*self.sock;
         let (abort, busy) = (&*self.abort, self.busy_poll);
-        zc.write_all(fd, buf, &mut || {
-            wait_ready(fd, libc::POLLOUT, deadline, abort, busy)
+        zc.write_all(sock.as_raw_fd(), buf, &mut || {
+            wait_ready(sock, libc::POLLOUT, deadline, abort, busy)
         })
     }
 
@@ -258,17 +239,11 @@ impl Socket {
     }
 
     fn wait(&self, events: libc::c_short, deadline: Deadline) -> io::Result<()> {
-        wait_ready(
-            self.sock.as_raw_fd(),
-            events,
-            deadline,
-            &self.abort,
-            self.busy_poll,
-        )
+        wait_ready(&self.sock, events, deadline, &self.abort, self.busy_poll)
     }
 }
 
-/// Waits until `fd` may be ready for `events`: sleeps in `poll()`, or with `busy_poll`
+/// Waits until `sock` may be ready for `events`: sleeps in `poll()`, or with `busy_poll`
 /// returns at once so the caller retries its non-blocking call (a spin). Fails once
 /// `abort` is set or `deadline` passed.
 ///
@@ -276,7 +251,7 @@ impl Socket {
 /// fewer free cores than spinning threads (both ends of a loopback run spin), a pure
 /// spin would keep the peer that must answer from running.
 fn wait_ready(
-    fd: RawFd,
+    sock: &DataSocket,
     events: libc::c_short,
     deadline: Deadline,
     abort: &AtomicBool,
@@ -287,7 +262,7 @@ fn wait_ready(
     if busy_poll {
         std::thread::yield_now();
     } else {
-        poll_one(fd, events, ms)?;
+        sock.poll_one(events, ms)?;
     }
     Ok(())
 }
@@ -368,13 +343,34 @@ impl TcpStream {
     /// Builds a STREAM from connected sockets (socket 0 first): sets their mode (see the
     /// module doc) and the TCP options.
     pub fn from_sockets(socks: Vec<net::TcpStream>, opts: StreamOptions) -> io::Result<TcpStream> {
-        if socks.is_empty() {
+        TcpStream::from_data_sockets(socks.into_iter().map(DataSocket::from).collect(), opts)
+    }
+
+    /// Builds a STREAM from connected sockets of one kind (kernel TCP or rsockets),
+    /// socket 0 first. Options only kernel sockets have are refused for others.
+    pub fn from_data_sockets(socks: Vec<DataSocket>, opts: StreamOptions) -> io::Result<TcpStream> {
+        let Some(first) = socks.first() else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "a STREAM needs a socket",
             ));
+        };
+        let kernel = first.calls().kernel;
+        if !kernel {
+            let unsupported = [
+                (opts.busy_poll, "--busy-poll"),
+                (opts.zerocopy != ZeroCopy::Off, "--zerocopy"),
+                (opts.quickack, "--quickack"),
+            ];
+            if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!("{flag} is not available over {}", first.calls().name),
+                ));
+            }
         }
-        let blocking = !opts.busy_poll && opts.zerocopy == ZeroCopy::Off;
+        // rsockets have no kernel time-outs to bound a sleeping call: non-blocking.
+        let blocking = kernel && !opts.busy_poll && opts.zerocopy == ZeroCopy::Off;
         let mut sockets = Vec::with_capacity(socks.len());
         for s in socks {
             s.set_nonblocking(!blocking)?;
@@ -512,12 +508,32 @@ impl TcpStream {
                 .extend((0..self.eof.len()).filter(|&k| !self.eof[k]));
             return Ok(());
         }
+        let sock = &self.sockets[0].sock;
+        if !sock.calls().kernel {
+            // rpoll() cannot skip a negative fd: poll the open sockets only.
+            let (mut open, ks): (Vec<libc::pollfd>, Vec<usize>) = self
+                .pollfds
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| !self.eof[k])
+                .map(|(k, p)| (libc::pollfd { revents: 0, ..*p }, k))
+                .unzip();
+            if sock.poll(&mut open, ms)? > 0 {
+                self.ready.extend(
+                    open.iter()
+                        .zip(ks)
+                        .filter(|(p, _)| p.revents != 0)
+                        .map(|(_, k)| k),
+                );
+            }
+            return Ok(());
+        }
         for (p, &eof) in self.pollfds.iter_mut().zip(&self.eof) {
             // A negative fd makes poll() skip the entry.
             p.fd = if eof { -1 } else { p.fd.abs() };
             p.revents = 0;
         }
-        if poll_many(&mut self.pollfds, ms)? > 0 {
+        if sock.poll(&mut self.pollfds, ms)? > 0 {
             self.ready.extend(
                 self.pollfds
                     .iter()
@@ -671,7 +687,7 @@ impl Stream for TcpStream {
         };
         for s in &self.sockets {
             // The peer may already have closed; end of stream is what we want anyway.
-            let _ = s.sock.shutdown(Shutdown::Write);
+            let _ = s.sock.shutdown_write();
         }
         result
     }
@@ -686,7 +702,8 @@ impl Stream for TcpStream {
 
     fn tcp_info(&self) -> Option<crate::sysinfo::TcpInfo> {
         let mut total: Option<crate::sysinfo::TcpInfo> = None;
-        for s in &self.sockets {
+        // rsockets have no TCP_INFO: no figures rather than made-up ones.
+        for s in self.sockets.iter().filter(|s| s.sock.calls().kernel) {
             // A socket the kernel cannot describe (already torn down) adds nothing.
             if let Ok((retransmits, cwnd_bytes, srtt_us, rttvar_us)) = tcp_info(&*s.sock) {
                 let one = crate::sysinfo::TcpInfo {
@@ -706,6 +723,7 @@ impl Stream for TcpStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Shutdown;
     use std::thread;
 
     fn pair(opts: StreamOptions) -> (TcpStream, TcpStream) {

@@ -5,6 +5,7 @@
 //! module implementing the trait (its STREAM lives under [`crate::stream`]).
 
 pub mod rdma;
+pub mod rsocket;
 pub mod tcp;
 pub mod udp;
 pub mod verbs;

@@ -10,9 +10,9 @@
 //! untouched.
 //!
 //! `ibverbs` and `cm` run over verbs queue pairs (see [`super::verbs`]), with their
-//! details on the same kind of side connection. `rsocket` is not implemented in this
-//! build: it fails before anything is sent, after saying what is missing on this host
-//! (library, device).
+//! details on the same kind of side connection. `rsocket` runs the TCP STREAM over
+//! librdmacm's rsockets (see [`super::rsocket`]). Every API first checks what this host
+//! lacks (library, device) and fails before anything is sent, saying what is missing.
 
 use super::{stream_options, Acceptor, ClientCtx, ServerCtx, Transport};
 use crate::control::{self, Message, PROTOCOL_VERSION};
@@ -77,7 +77,13 @@ pub fn prepare(settings: &Settings) -> Result<Settings> {
             super::verbs::prepare(&mut s)?;
             Ok(s)
         }
-        api => Err(verbs_unavailable(api, s.rdma_device.as_deref())),
+        RdmaApi::Rsocket => {
+            if let Some(missing) = verbs_missing(s.rdma_api, s.rdma_device.as_deref()) {
+                return Err(missing);
+            }
+            super::rsocket::check(&s)?;
+            Ok(s)
+        }
     }
 }
 
@@ -104,18 +110,6 @@ fn target(s: &Settings, provider: Option<String>, node: Option<String>) -> OfiTa
         node,
         rma: s.rdma_write,
     }
-}
-
-/// The error for the verbs-based APIs this build lacks (rsocket): what this host lacks
-/// first, then that this build does not implement them.
-fn verbs_unavailable(api: RdmaApi, device: Option<&str>) -> anyhow::Error {
-    if let Some(missing) = verbs_missing(api, device) {
-        return missing;
-    }
-    anyhow!(
-        "--rdma-api {} is not implemented in this build of fperf; use --rdma-api ibverbs, cm or ofi",
-        api.name()
-    )
 }
 
 /// What this host lacks to run `api` over verbs (library, device, the device named), if
@@ -263,7 +257,12 @@ impl Transport for RdmaTransport {
                 }
                 return super::verbs::listen(ctx);
             }
-            api => return Err(verbs_unavailable(api, s.rdma_device.as_deref())),
+            RdmaApi::Rsocket => {
+                if let Some(missing) = verbs_missing(s.rdma_api, None) {
+                    return Err(missing);
+                }
+                return super::rsocket::listen(ctx);
+            }
         }
         let node = ctx.local.ip().to_canonical().to_string();
         let endpoints = open_endpoints(s, node, ctx.abort.clone())?;
@@ -275,7 +274,7 @@ impl Transport for RdmaTransport {
         match s.rdma_api {
             RdmaApi::Ofi => {}
             RdmaApi::Ibverbs | RdmaApi::Cm => return super::verbs::connect(ctx),
-            api => return Err(verbs_unavailable(api, s.rdma_device.as_deref())),
+            RdmaApi::Rsocket => return super::rsocket::connect(ctx),
         }
         let mut sock = side_connection(ctx)?;
         // Endpoints open on the address that reaches the server.

@@ -1,0 +1,299 @@
+//! `--rdma-api rsocket`: the TCP STREAM ([`crate::stream::tcp`]) over librdmacm's
+//! rsockets, through the rsocket table of calls ([`crate::stream::rsocket_sys`]).
+//!
+//! rsockets cannot be accepted on the kernel's TCP port, so the server listens with
+//! `rlisten` on its base port + [`RSOCKET_PORT_OFFSET`] (in rdma_cm's port space, as
+//! `--rdma-api cm` does; one API runs per session) on the address the client reached.
+//! The client opens `nstreams × nsockets` rsockets there and names each with a
+//! `DataHello` frame (session, stream, socket), as TCP data connections do, so the
+//! server gives each to its stream in order. Options only kernel TCP sockets have are
+//! refused before anything is sent.
+
+use super::tcp::HELLO_TIMEOUT;
+use super::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx};
+use crate::control::{self, Message, PROTOCOL_VERSION};
+use crate::settings::{Settings, ZeroCopy};
+use crate::stream::affinity::cpu_for;
+use crate::stream::rsocket_sys::rsockets;
+use crate::stream::socket_calls::DataSocket;
+use crate::stream::{Stream, StreamOptions, TcpStream};
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// The rsocket listener is on the session's base port plus this.
+pub const RSOCKET_PORT_OFFSET: u32 = 1;
+
+/// Refuses what rsockets cannot do, naming the option.
+pub fn check(s: &Settings) -> Result<()> {
+    let refused = [
+        (
+            s.zerocopy != ZeroCopy::Off,
+            "--zerocopy (MSG_ZEROCOPY is a kernel TCP feature)",
+        ),
+        (
+            s.busy_poll,
+            "--busy-poll (SO_BUSY_POLL is a kernel socket option)",
+        ),
+        (
+            s.quickack,
+            "--quickack (TCP_QUICKACK is a kernel TCP option)",
+        ),
+        (
+            s.rdma_write,
+            "--rdma-write (rsockets move data with their own protocol)",
+        ),
+        (
+            s.rdma_device.is_some(),
+            "-D/--rdmadev (rsockets use the device the route to the server goes over)",
+        ),
+    ];
+    if let Some((_, what)) = refused.iter().find(|(on, _)| *on) {
+        bail!("--rdma-api rsocket cannot run with {what}");
+    }
+    rsockets()?;
+    Ok(())
+}
+
+/// Reads and writes a set-up frame on an rsocket within one deadline, whatever mode the
+/// socket is in (`MSG_DONTWAIT` and `rpoll()`).
+struct SetupIo<'a> {
+    sock: &'a DataSocket,
+    deadline: Instant,
+}
+
+impl SetupIo<'_> {
+    fn wait(&self, events: libc::c_short) -> io::Result<()> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.sock
+            .poll_one(events, left.as_millis().clamp(1, 100) as i32)
+            .map(drop)
+    }
+}
+
+impl Read for SetupIo<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.sock.recv(buf, libc::MSG_DONTWAIT) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait(libc::POLLIN)?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Write for SetupIo<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        loop {
+            match self.sock.send(buf, libc::MSG_DONTWAIT) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.wait(libc::POLLOUT)?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Client: connects `nstreams × nsockets` rsockets, each named with a `DataHello`.
+pub fn connect(ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
+    let s = &ctx.settings;
+    check(s)?;
+    let lib = rsockets()?;
+    let addr = port_offset(ctx.server, ctx.server.port(), RSOCKET_PORT_OFFSET)?;
+    let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
+    for stream in 0..s.nstreams {
+        let mut socks = Vec::with_capacity(s.nsockets as usize);
+        for socket in 0..s.nsockets {
+            let sock = lib
+                .connect(addr, ctx.bind)
+                .with_context(|| format!("stream {stream}: rsocket cannot connect to {addr}"))?;
+            let mut io = SetupIo {
+                sock: &sock,
+                deadline: Instant::now() + ctx.setup_timeout,
+            };
+            control::write_frame(
+                &mut io,
+                &Message::DataHello {
+                    version: PROTOCOL_VERSION,
+                    session: ctx.session,
+                    stream,
+                    socket,
+                },
+            )
+            .with_context(|| format!("stream {stream}: naming rsocket {socket}"))?;
+            socks.push(sock);
+        }
+        let opts = StreamOptions {
+            cpu: cpu_for(&s.client_cpus, stream),
+            ..stream_options(s, ctx.abort.clone())
+        };
+        streams.push(Box::new(TcpStream::from_data_sockets(socks, opts)?));
+    }
+    Ok(streams)
+}
+
+/// The server's rsocket listener, bound before the client is told to connect.
+struct RsocketAcceptor {
+    listener: DataSocket,
+    addr: SocketAddr,
+}
+
+/// Server: listens with rsocket on the base port + [`RSOCKET_PORT_OFFSET`].
+pub fn listen(ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
+    check(&ctx.settings)?;
+    let ip = ctx.local.ip().to_canonical();
+    let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, RSOCKET_PORT_OFFSET)?;
+    let backlog = (ctx.settings.nstreams * ctx.settings.nsockets).clamp(1, 1024) as i32;
+    let listener = rsockets()?
+        .listen(addr, backlog)
+        .with_context(|| format!("rsocket cannot listen on {addr}"))?;
+    Ok(Box::new(RsocketAcceptor { listener, addr }))
+}
+
+/// Reads the `DataHello` opening an accepted rsocket: its (stream, socket), checked
+/// against the session.
+fn read_hello(sock: &DataSocket, ctx: &ServerCtx, timeout: Duration) -> Result<(u32, u32)> {
+    let mut io = SetupIo {
+        sock,
+        deadline: Instant::now() + timeout.min(HELLO_TIMEOUT),
+    };
+    match control::read_frame(&mut io)? {
+        Message::DataHello {
+            version,
+            session,
+            stream,
+            socket,
+        } => {
+            control::check_version(version)?;
+            let s = &ctx.settings;
+            if session != ctx.session || stream >= s.nstreams || socket >= s.nsockets {
+                bail!("rsocket for no running test");
+            }
+            Ok((stream, socket))
+        }
+        other => Err(anyhow!(
+            "expected data_hello, got {}",
+            control::kind(&other)
+        )),
+    }
+}
+
+impl Acceptor for RsocketAcceptor {
+    fn accept(self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
+        let s = &ctx.settings;
+        let lib = rsockets()?;
+        let want = s.nstreams as usize * s.nsockets as usize;
+        let deadline = Instant::now() + ctx.setup_timeout;
+        let mut got: BTreeMap<(u32, u32), DataSocket> = BTreeMap::new();
+        while got.len() < want {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || ctx.abort.load(Ordering::Relaxed) {
+                bail!(
+                    "the client connected {} of {want} rsockets to {} within {}s",
+                    got.len(),
+                    self.addr,
+                    ctx.setup_timeout.as_secs()
+                );
+            }
+            let sock = match lib.accept(&self.listener) {
+                Ok(sock) => sock,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.listener.poll_one(libc::POLLIN, 100)?;
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e).context("raccept"),
+            };
+            match read_hello(&sock, ctx, left) {
+                Ok(key) => {
+                    got.entry(key).or_insert(sock);
+                }
+                Err(e) => {
+                    let peer = sock.peer_addr();
+                    let _ = ctx.events.send(crate::server::ServerEvent::ClientError {
+                        peer: crate::stream::addr_text(peer),
+                        error: format!("rsocket port {}: {e:#}", self.addr.port()),
+                    });
+                }
+            }
+        }
+        let opts = stream_options(s, ctx.abort.clone());
+        let mut socks = got.into_values();
+        (0..s.nstreams)
+            .map(|i| {
+                let group: Vec<DataSocket> = socks.by_ref().take(s.nsockets as usize).collect();
+                let opts = StreamOptions {
+                    cpu: cpu_for(&s.server_cpus, i),
+                    ..opts.clone()
+                };
+                Ok(Box::new(TcpStream::from_data_sockets(group, opts)?) as Box<dyn Stream>)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_only_kernel_sockets_have_are_refused_by_name() {
+        let base = Settings {
+            protocol: crate::settings::Protocol::Rdma,
+            rdma_api: crate::settings::RdmaApi::Rsocket,
+            ..Settings::default()
+        };
+        let cases: [(Settings, &str); 5] = [
+            (
+                Settings {
+                    zerocopy: ZeroCopy::Msg,
+                    ..base.clone()
+                },
+                "--zerocopy",
+            ),
+            (
+                Settings {
+                    busy_poll: true,
+                    ..base.clone()
+                },
+                "--busy-poll",
+            ),
+            (
+                Settings {
+                    quickack: true,
+                    ..base.clone()
+                },
+                "--quickack",
+            ),
+            (
+                Settings {
+                    rdma_write: true,
+                    ..base.clone()
+                },
+                "--rdma-write",
+            ),
+            (
+                Settings {
+                    rdma_device: Some("rxe0".into()),
+                    ..base.clone()
+                },
+                "--rdmadev",
+            ),
+        ];
+        for (s, flag) in cases {
+            let e = check(&s).expect_err(flag).to_string();
+            assert!(e.contains(flag) && e.contains("rsocket"), "{flag}: {e}");
+        }
+    }
+}
