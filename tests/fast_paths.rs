@@ -16,15 +16,6 @@ fn run_pair(args: &[&str]) -> (String, String) {
     (client, report)
 }
 
-fn assert_bytes(client: &str, server: &str, bytes: u64) {
-    assert_eq!(volume(client, "sent").bytes, bytes, "client sent\n{client}");
-    assert_eq!(
-        volume(server, "received").bytes,
-        bytes,
-        "server received\n{server}"
-    );
-}
-
 #[test]
 fn zerocopy_splice_moves_every_byte() {
     let (c, s) = run_pair(&["-m", "64", "--zerocopy"]);

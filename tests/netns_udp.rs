@@ -144,8 +144,9 @@ impl Netns {
         ));
     }
 
-    /// Packets the drop rule of `chain` ("input" or "output") dropped.
-    fn dropped(&self, chain: &str) -> u64 {
+    /// Packets and bytes (IP packets' lengths) the drop rule of `chain` ("input" or
+    /// "output") dropped.
+    fn dropped_counts(&self, chain: &str) -> (u64, u64) {
         let text = sh(&[
             "ip",
             "netns",
@@ -158,30 +159,15 @@ impl Netns {
             "fperf_loss",
             chain,
         ]);
-        Regex::new(r"counter packets (\d+)")
+        Regex::new(r"counter packets (\d+) bytes (\d+)")
             .unwrap()
             .captures(&text)
-            .map_or(0, |c| c[1].parse().unwrap())
+            .map_or((0, 0), |c| (c[1].parse().unwrap(), c[2].parse().unwrap()))
     }
 
-    /// Bytes (IP packets' lengths) the drop rule of `chain` dropped.
-    fn dropped_bytes(&self, chain: &str) -> u64 {
-        let text = sh(&[
-            "ip",
-            "netns",
-            "exec",
-            &self.server,
-            "nft",
-            "list",
-            "chain",
-            "inet",
-            "fperf_loss",
-            chain,
-        ]);
-        Regex::new(r"counter packets \d+ bytes (\d+)")
-            .unwrap()
-            .captures(&text)
-            .map_or(0, |c| c[1].parse().unwrap())
+    /// Packets the drop rule of `chain` dropped.
+    fn dropped(&self, chain: &str) -> u64 {
+        self.dropped_counts(chain).0
     }
 
     /// Starts `fperf -s` in the server's namespace.
@@ -526,7 +512,7 @@ fn gso_loss(extra: &[&str]) {
     let sent = field(&c, "datagrams", "sent=");
     assert_eq!(sent, 5699, "{c}");
     assert_eq!(field(&s, "datagrams", "sent="), sent, "{s}");
-    let (packets, payload) = (ns.dropped("input"), ns.dropped_bytes("input"));
+    let (packets, payload) = ns.dropped_counts("input");
     assert!(packets > 0, "nftables dropped nothing");
     let payload = payload - 28 * packets;
     // Every dropped message is whole datagrams of 1472 bytes, but for the run's

@@ -85,15 +85,6 @@ fn run_verbs(addr: &str, api: &str, args: &[&str]) -> (String, String) {
     (client, report)
 }
 
-fn assert_bytes(client: &str, server: &str, bytes: u64) {
-    assert_eq!(volume(client, "sent").bytes, bytes, "client sent\n{client}");
-    assert_eq!(
-        volume(server, "received").bytes,
-        bytes,
-        "server received\n{server}"
-    );
-}
-
 fn bulk(api: &str) {
     let Some((addr, dev)) = rdma_target(&format!("{api} bulk")) else {
         return;
@@ -127,15 +118,7 @@ fn mprtt(api: &str) {
     };
     let (c, s) = run_verbs(&addr, api, &["-r", "-m", "2", "-l", "1024"]);
     assert_bytes(&c, &s, 2 * MB);
-    let acks = 2 * MB / 1024;
-    assert!(
-        c.contains(&format!("received  : 0MB(0.00GB {acks}B)")),
-        "one ACK byte per packet:\n{c}"
-    );
-    assert!(
-        s.contains(&format!("sent     : 0MB(0.00GB {acks}B)")),
-        "{s}"
-    );
+    assert_one_ack_byte_per_packet(&c, &s, 2 * MB / 1024);
     latency(&c, "mprtt");
 }
 

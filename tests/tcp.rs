@@ -15,13 +15,6 @@ fn run_pair(host: &str, args: &[&str]) -> (String, String) {
     (client, report)
 }
 
-fn assert_bytes(client: &str, server: &str, bytes: u64) {
-    let sent = volume(client, "sent");
-    let recv = volume(server, "received");
-    assert_eq!(sent.bytes, bytes, "client sent\n{client}");
-    assert_eq!(recv.bytes, bytes, "server received\n{server}");
-}
-
 #[test]
 fn default_single_stream() {
     let (c, s) = run_pair("127.0.0.1", &["-m", "64"]);

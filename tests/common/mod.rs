@@ -290,3 +290,26 @@ pub fn read_until(r: impl Read, pred: impl Fn(&str) -> bool) -> Option<String> {
         .map_while(Result::ok)
         .find(|l| pred(l))
 }
+
+/// The client sent `bytes` and the server received them, by both reports.
+pub fn assert_bytes(client: &str, server: &str, bytes: u64) {
+    assert_eq!(volume(client, "sent").bytes, bytes, "client sent\n{client}");
+    assert_eq!(
+        volume(server, "received").bytes,
+        bytes,
+        "server received\n{server}"
+    );
+}
+
+/// With `-r`, the server answered each of `acks` packets with one byte (a small run:
+/// under 1 MB of ACKs).
+pub fn assert_one_ack_byte_per_packet(client: &str, server: &str, acks: u64) {
+    assert!(
+        client.contains(&format!("received  : 0MB(0.00GB {acks}B)")),
+        "one ACK byte per packet:\n{client}"
+    );
+    assert!(
+        server.contains(&format!("sent     : 0MB(0.00GB {acks}B)")),
+        "{server}"
+    );
+}
