@@ -66,6 +66,8 @@ pub struct StreamInfo {
     pub index: u32,
     pub local: String,
     pub peer: String,
+    /// TCP: the congestion control algorithm of the stream's sockets.
+    pub congestion: Option<String>,
 }
 
 /// The outcome of a client run.
@@ -155,6 +157,7 @@ pub fn run_observed(
             index: i as u32,
             local: s.local_addr(),
             peer: s.peer_addr(),
+            congestion: s.congestion(),
         })
         .collect();
     observer.connected(&infos);
@@ -295,6 +298,7 @@ pub fn run_observed(
                 index: info.index,
                 local: info.local.clone(),
                 peer: info.peer.clone(),
+                congestion: info.congestion.clone(),
                 figures,
             }
         })

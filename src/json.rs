@@ -156,6 +156,8 @@ pub struct StreamDoc {
     pub index: u32,
     pub local: String,
     pub peer: String,
+    /// TCP: the congestion control algorithm this end's sockets used.
+    pub congestion: Option<String>,
     pub figures: FiguresDoc,
 }
 
@@ -238,6 +240,7 @@ impl SideDoc {
                     index: s.index,
                     local: s.local.clone(),
                     peer: s.peer.clone(),
+                    congestion: s.congestion.clone(),
                     figures: FiguresDoc::new(&s.figures),
                 })
                 .collect(),
@@ -304,6 +307,8 @@ pub struct StreamInfoDoc {
     pub index: u32,
     pub local: String,
     pub peer: String,
+    /// TCP: the congestion control algorithm of the client's sockets.
+    pub congestion: Option<String>,
 }
 
 /// One line of `--json-stream`.
@@ -345,6 +350,7 @@ impl Event {
                     index: s.index,
                     local: s.local.clone(),
                     peer: s.peer.clone(),
+                    congestion: s.congestion.clone(),
                 })
                 .collect(),
         }

@@ -226,11 +226,18 @@ impl std::fmt::Display for StopReason {
     }
 }
 
+/// A byte counter on cache lines of its own: each receiving thread stores to its counter
+/// after every read, and counters sharing a line would bounce it between the cores
+/// (128 bytes: the adjacent-line prefetcher pairs 64-byte lines).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct StreamProgress(AtomicU64);
+
 /// What the receiving threads of one test share with the session thread: bytes received
 /// per stream (each thread writes only its own counter) and the rate cap.
 #[derive(Debug)]
 pub struct TestWatch {
-    progress: Vec<AtomicU64>,
+    progress: Vec<StreamProgress>,
     pacer: Option<RatePacer>,
     abort: Arc<AtomicBool>,
 }
@@ -240,7 +247,7 @@ impl TestWatch {
     /// cuts pacing short.
     pub fn new(nstreams: usize, max_rate: Option<u64>, abort: Arc<AtomicBool>) -> TestWatch {
         TestWatch {
-            progress: (0..nstreams).map(|_| AtomicU64::new(0)).collect(),
+            progress: (0..nstreams).map(|_| StreamProgress::default()).collect(),
             pacer: max_rate.map(RatePacer::new),
             abort,
         }
@@ -249,7 +256,7 @@ impl TestWatch {
     /// Called by stream `index`'s receiver after `n` more bytes, `total` in all.
     pub fn received(&self, index: usize, total: u64, n: usize) {
         if let Some(p) = self.progress.get(index) {
-            p.store(total, Ordering::Relaxed);
+            p.0.store(total, Ordering::Relaxed);
         }
         if let Some(pacer) = &self.pacer {
             pacer.pace(n, &self.abort);
@@ -260,7 +267,7 @@ impl TestWatch {
 /// Watches a running test from the session thread: total bytes received and elapsed
 /// time.
 pub struct Watchdog<'a> {
-    progress: &'a [AtomicU64],
+    progress: &'a [StreamProgress],
     idle: Duration,
     max_time: Option<Duration>,
     /// Most MB the test may move (time-bounded tests, whose volume is not announced).
@@ -301,7 +308,7 @@ impl<'a> Watchdog<'a> {
         let total: u64 = self
             .progress
             .iter()
-            .map(|p| p.load(Ordering::Relaxed))
+            .map(|p| p.0.load(Ordering::Relaxed))
             .sum();
         if let Some(mb) = self.max_mb {
             if total > mb.saturating_mul(crate::settings::MB) {

@@ -135,6 +135,12 @@ struct Cli {
     #[arg(short = 'a', long)]
     quickack: bool,
 
+    /// TCP only: congestion control algorithm for both ends' data sockets (TCP_CONGESTION),
+    /// e.g. cubic, bbr, reno; the kernel's list is net.ipv4.tcp_available_congestion_control.
+    /// Default: the kernel's default on each end. Reports name the algorithm in use.
+    #[arg(short = 'C', long, value_name = "ALGO")]
+    congestion: Option<String>,
+
     /// TCP only: zero-copy sending. `splice` (the default) moves the buffer with
     /// vmsplice()+splice(); `msg` uses send(MSG_ZEROCOPY) (on loopback the kernel copies
     /// anyway). See bench/README.md for what each buys.
@@ -390,6 +396,7 @@ impl Cli {
             udp_batch: self.udp_batch,
             gso: self.gso,
             gro: self.gro,
+            congestion: self.congestion.clone(),
         };
         s.validate()?;
         Ok(s)
@@ -593,9 +600,14 @@ impl ServerPrinter {
                     self.line_open = true;
                 }
             }
-            ServerEvent::Started { settings, from } => {
+            ServerEvent::Started {
+                settings,
+                from,
+                congestion,
+            } => {
                 self.in_test = true;
-                let _ = write!(out, "{}", report::server_header(&settings, &from));
+                let header = report::server_header(&settings, &from, congestion.as_deref());
+                let _ = write!(out, "{header}");
                 self.line_open = false;
             }
             ServerEvent::Interval { settings, result } => {

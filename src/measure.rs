@@ -108,7 +108,11 @@ impl RunObserver for Printer {
                     .iter()
                     .map(|s| (s.index, s.local.clone(), s.peer.clone()))
                     .collect();
-                out!("{}", report::client_header(&self.settings, &list));
+                let congestion = streams.first().and_then(|s| s.congestion.as_deref());
+                out!(
+                    "{}",
+                    report::client_header(&self.settings, &list, congestion)
+                );
             }
             Mode::JsonStream => {
                 let ev = Event::start(&self.settings, self.start.clone(), streams);

@@ -74,6 +74,10 @@ pub struct StreamResult {
     pub index: u32,
     pub local: String,
     pub peer: String,
+    /// TCP: the congestion control algorithm this end's sockets used, as the kernel
+    /// reported it.
+    #[serde(default)]
+    pub congestion: Option<String>,
     pub figures: Figures,
 }
 
@@ -161,14 +165,25 @@ fn rdma_label(settings: &Settings) -> String {
     out
 }
 
+/// What a report header adds for TCP: the congestion control algorithm in use.
+fn congestion_label(congestion: Option<&str>) -> String {
+    congestion.map_or_else(String::new, |c| format!(" cc={c}"))
+}
+
 /// The client's header line(s): one line for a single stream, one per stream else.
-pub fn client_header(settings: &Settings, streams: &[(u32, String, String)]) -> String {
+/// `congestion`: the algorithm the client's sockets use (TCP).
+pub fn client_header(
+    settings: &Settings,
+    streams: &[(u32, String, String)],
+    congestion: Option<&str>,
+) -> String {
     let proto = settings.protocol.name();
     let tail = format!(
-        "pkt_size={}B {} nsockets={}{}{}",
+        "pkt_size={}B {} nsockets={}{}{}{}",
         settings.pktsize,
         settings.mode_label(),
         settings.nsockets,
+        congestion_label(congestion),
         rdma_label(settings),
         echo_label(settings)
     );
@@ -270,12 +285,14 @@ fn short_latency(l: &LatencySummary) -> String {
     line.trim_start_matches(": ").trim_end().to_string()
 }
 
-/// The server's connection line, completing `Server listening ....`.
-pub fn server_header(settings: &Settings, from: &str) -> String {
+/// The server's connection line, completing `Server listening ....`. `congestion`: the
+/// algorithm the server's sockets use (TCP).
+pub fn server_header(settings: &Settings, from: &str, congestion: Option<&str>) -> String {
     format!(
-        " new {} connection from {from}. pkt_size({}){}{}\n",
+        " new {} connection from {from}. pkt_size({}){}{}{}\n",
         settings.protocol.name(),
         pkt_size(settings.pktsize),
+        congestion_label(congestion),
         rdma_label(settings),
         echo_label(settings)
     )
@@ -346,6 +363,7 @@ mod tests {
                     index,
                     local: "127.0.0.1:1".into(),
                     peer: "127.0.0.1:28444".into(),
+                    congestion: None,
                     figures: figures.clone(),
                 })
                 .collect(),
@@ -358,10 +376,14 @@ mod tests {
     #[test]
     fn client_report_has_the_seed_layout() {
         let s = Settings::default();
-        let head = client_header(&s, &[(0, "127.0.0.1:1".into(), "127.0.0.1:28444".into())]);
+        let streams = [(0, "127.0.0.1:1".into(), "127.0.0.1:28444".into())];
         assert_eq!(
-            head,
+            client_header(&s, &streams, None),
             "TCP CLIENT => 127.0.0.1:28444 pkt_size=32768B sync(no-queue) nsockets=1\n"
+        );
+        assert_eq!(
+            client_header(&s, &streams, Some("cubic")),
+            "TCP CLIENT => 127.0.0.1:28444 pkt_size=32768B sync(no-queue) nsockets=1 cc=cubic\n"
         );
         let body = client_body(&s, &side(10_737_418_240, 2.83, 1));
         let lines: Vec<&str> = body.lines().collect();
@@ -378,8 +400,12 @@ mod tests {
     fn server_report_has_the_seed_layout() {
         let s = Settings::default();
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384"),
+            server_header(&s, "127.0.0.1:50384", None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB)\n"
+        );
+        assert_eq!(
+            server_header(&s, "127.0.0.1:50384", Some("bbr")),
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr\n"
         );
         let mut r = side(10_737_418_240, 2.83, 1);
         r.total.bytes_received = r.total.bytes_sent;

@@ -79,7 +79,12 @@ pub enum ServerEvent {
     /// Waiting for the next client (`Server listening ....`).
     Listening,
     /// A test was set up: its settings and the client's data address.
-    Started { settings: Settings, from: String },
+    Started {
+        settings: Settings,
+        from: String,
+        /// TCP: the congestion control algorithm of the server's sockets.
+        congestion: Option<String>,
+    },
     /// A reporting interval (`-i`) of the running test ended; the server's figures.
     Interval {
         settings: Settings,
@@ -373,11 +378,13 @@ fn run_session(
     chan.send(&Message::Ready)?;
     let streams = acceptor.accept(&ctx)?;
     let from = streams.first().map_or_else(String::new, |s| s.peer_addr());
+    let congestion = streams.first().and_then(|s| s.congestion());
     // With tests in parallel, each report is sent in one piece at the end.
     if !parallel {
         let _ = events.send(ServerEvent::Started {
             settings: settings.clone(),
             from: from.clone(),
+            congestion: congestion.clone(),
         });
     }
 
@@ -504,6 +511,7 @@ fn run_session(
         let _ = events.send(ServerEvent::Started {
             settings: settings.clone(),
             from: from.clone(),
+            congestion: congestion.clone(),
         });
     }
     let _ = events.send(ServerEvent::Finished {
@@ -523,6 +531,7 @@ struct Received {
     tcp: Option<crate::sysinfo::TcpInfo>,
     local: String,
     peer: String,
+    congestion: Option<String>,
 }
 
 /// The most bytes a size-bounded stream may deliver before the server calls it a
@@ -624,6 +633,7 @@ fn receive(
         tcp: totals.tcp,
         local: stream.local_addr(),
         peer: stream.peer_addr(),
+        congestion: stream.congestion(),
     })
 }
 
@@ -647,6 +657,7 @@ fn server_result(per_stream: &[(u32, Received)]) -> SideResult {
                 index: *index,
                 local: r.local.clone(),
                 peer: r.peer.clone(),
+                congestion: r.congestion.clone(),
                 figures,
             }
         })

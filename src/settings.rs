@@ -93,6 +93,9 @@ impl RdmaApi {
 /// Longest RDMA device or libfabric provider name accepted.
 pub const MAX_RDMA_NAME: usize = 128;
 
+/// Longest congestion control name the kernel takes (`TCP_CA_NAME_MAX` less the NUL).
+pub const MAX_CONGESTION_NAME: usize = 15;
+
 /// The queue between `send_submit()` and a STREAM's sender threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -203,6 +206,10 @@ pub struct Settings {
     /// UDP: the receiver takes coalesced datagrams with UDP GRO (`--gro`).
     #[serde(default)]
     pub gro: bool,
+    /// TCP only: the congestion control algorithm both ends set on their data sockets
+    /// (`-C`); `None`: the kernel's default (`net.ipv4.tcp_congestion_control`).
+    #[serde(default)]
+    pub congestion: Option<String>,
 }
 
 fn default_ack_timeout_ms() -> u32 {
@@ -238,6 +245,7 @@ impl Default for Settings {
             udp_batch: None,
             gso: false,
             gro: false,
+            congestion: None,
         }
     }
 }
@@ -303,6 +311,12 @@ pub enum SettingsError {
     EchoTcpOnly(&'static str),
     #[error("--echo answers each packet with its echo: it needs MPRTT (-r)")]
     EchoNeedsMprtt,
+    #[error("--congestion is a TCP option; it cannot be used with {0}")]
+    CongestionTcpOnly(&'static str),
+    #[error(
+        "--congestion takes an algorithm name of 1 to {MAX_CONGESTION_NAME} letters, digits, '_' or '-' (e.g. cubic, bbr, reno)"
+    )]
+    CongestionName,
 }
 
 impl Settings {
@@ -396,6 +410,18 @@ impl Settings {
         }
         if self.echo && !self.mprtt {
             return Err(SettingsError::EchoNeedsMprtt);
+        }
+        if let Some(name) = &self.congestion {
+            if self.protocol != Protocol::Tcp {
+                return Err(SettingsError::CongestionTcpOnly(self.protocol.name()));
+            }
+            let valid = (1..=MAX_CONGESTION_NAME).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !valid {
+                return Err(SettingsError::CongestionName);
+            }
         }
         if let Some(&cpu) = self
             .client_cpus

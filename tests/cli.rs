@@ -33,6 +33,12 @@ fn invalid_combinations_are_refused() {
     refused(&["-c", "127.0.0.1", "-l", "x"], "invalid value");
     refused(&["-c", "127.0.0.1", "-u", "-d"], "TCP options");
     refused(&["-c", "127.0.0.1", "-u", "-a"], "TCP options");
+    refused(&["-c", "127.0.0.1", "-u", "-C", "cubic"], "TCP option");
+    refused(&["-c", "127.0.0.1", "-C", "cubic;reno"], "algorithm name");
+    refused(
+        &["-c", "127.0.0.1", "-C", "a_name_far_too_long"],
+        "algorithm name",
+    );
     refused(
         &["-c", "127.0.0.1", "-u", "-l", "65528"],
         "one UDP datagram",

@@ -490,3 +490,66 @@ fn ctrl_c_still_yields_one_json_document_with_both_sides() {
     assert_eq!(sent, u(&doc["server"]["total"]["bytes_received"]));
     assert!(!doc["client"]["intervals"].as_array().unwrap().is_empty());
 }
+
+/// `-C` sets the algorithm on both ends' data sockets, and each end reports what its
+/// kernel says the sockets use: with `-C`, the one asked for; without, the kernel's
+/// default. An algorithm the kernel lacks fails with one line naming what it has.
+#[test]
+fn congestion_control_is_set_on_both_ends_and_read_back() {
+    let server = Server::start(&[]);
+    let schema = schema();
+    // reno is built into every Linux kernel.
+    let doc = json_run(&server, &["-m", "8", "-t", "2", "-C", "reno"]);
+    assert_valid(&schema, &doc);
+    assert_eq!(doc["settings"]["congestion"], "reno");
+    for side in ["client", "server"] {
+        let streams = doc[side]["streams"].as_array().expect("streams");
+        assert_eq!(streams.len(), 2, "{side}");
+        for s in streams {
+            assert_eq!(s["congestion"], "reno", "{side}: {s}");
+        }
+    }
+
+    let default = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .expect("the kernel's default congestion control");
+    let doc = json_run(&server, &["-m", "8"]);
+    assert_valid(&schema, &doc);
+    assert_eq!(doc["settings"]["congestion"], Value::Null);
+    for side in ["client", "server"] {
+        assert_eq!(
+            doc[side]["streams"][0]["congestion"],
+            default.trim(),
+            "{side}"
+        );
+    }
+
+    // The human reports name it on both ends' header lines.
+    let out = client_ok(&server, "127.0.0.1", &["-m", "8", "-C", "reno"]);
+    let header = out.lines().next().unwrap_or_default();
+    assert!(header.ends_with(" cc=reno"), "{out}");
+    let report = server.report(3);
+    assert!(report.contains("pkt_size(32KB) cc=reno\n"), "{report}");
+
+    let port = server.port.to_string();
+    let out = run(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-m",
+            "8",
+            "-C",
+            "nosuchalgo",
+        ],
+        Duration::from_secs(30),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "an unknown algorithm was accepted");
+    assert!(
+        err.contains("'nosuchalgo' is not available") && err.contains("(available: "),
+        "{err}"
+    );
+    // The server goes on serving.
+    client_ok(&server, "127.0.0.1", &["-m", "8"]);
+}

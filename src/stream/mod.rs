@@ -146,6 +146,9 @@ pub struct StreamOptions {
     pub busy_poll: bool,
     /// CPU the STREAM's sender threads are pinned to (see [`affinity`]).
     pub cpu: Option<usize>,
+    /// TCP: the congestion control algorithm to set (`TCP_CONGESTION`); `None`: the
+    /// kernel's default.
+    pub congestion: Option<String>,
 }
 
 impl Default for StreamOptions {
@@ -162,6 +165,7 @@ impl Default for StreamOptions {
             zerocopy: ZeroCopy::Off,
             busy_poll: false,
             cpu: None,
+            congestion: None,
         }
     }
 }
@@ -248,6 +252,12 @@ pub trait Stream: Send {
     /// TCP's own figures for the STREAM's sockets (`TCP_INFO`); `None` for transports
     /// that have no such thing.
     fn tcp_info(&self) -> Option<crate::sysinfo::TcpInfo> {
+        None
+    }
+
+    /// The congestion control algorithm of the STREAM's sockets as the kernel reports
+    /// it (TCP); `None` for transports that have none.
+    fn congestion(&self) -> Option<String> {
         None
     }
 }

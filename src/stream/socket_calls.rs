@@ -10,7 +10,7 @@
 use std::io;
 use std::mem::size_of;
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, RawFd};
 use std::time::Duration;
 
 type RecvFn =
@@ -300,6 +300,13 @@ impl From<TcpStream> for DataSocket {
 impl AsRawFd for DataSocket {
     fn as_raw_fd(&self) -> RawFd {
         self.fd
+    }
+}
+
+impl AsFd for DataSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the fd stays open while `self` lives (closed only in drop).
+        unsafe { BorrowedFd::borrow_raw(self.fd) }
     }
 }
 

@@ -109,6 +109,7 @@ pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOpti
         zerocopy: settings.zerocopy,
         busy_poll: settings.busy_poll,
         cpu: None,
+        congestion: settings.congestion.clone(),
     }
 }
 
