@@ -124,7 +124,7 @@ pub fn run_observed(
     let server = resolve(&cfg.host, cfg.port)?;
     let transport = transport::for_protocol(cfg.settings.protocol)?;
     transport.check(&cfg.settings, server)?;
-    let sock = connect(server, cfg.bind, cfg.control_timeout)
+    let sock = connect(server, cfg.bind, None, cfg.control_timeout)
         .with_context(|| format!("cannot connect to the fperf server at {server}"))?;
     crate::limits::set_user_timeout(&sock, cfg.stall_timeout)?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
@@ -526,7 +526,7 @@ fn drive(
 /// Asks the server for its system facts (`--conf`) without running a test.
 pub fn conf(cfg: &ClientConfig) -> Result<SystemFacts> {
     let server = resolve(&cfg.host, cfg.port)?;
-    let sock = connect(server, cfg.bind, cfg.control_timeout)
+    let sock = connect(server, cfg.bind, None, cfg.control_timeout)
         .with_context(|| format!("cannot connect to the fperf server at {server}"))?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
     chan.send(&Message::Conf {

@@ -383,8 +383,10 @@ impl TcpStream {
             if opts.quickack {
                 tcp_quickack(&s)?;
             }
+            // A client's sockets already have it (set before connecting); the server's
+            // get it here.
             if let Some(name) = &opts.congestion {
-                set_congestion(&s, name)?;
+                set_congestion(SockRef::from(&s), name)?;
             }
             sockets.push(Socket::new(Arc::new(s), &opts, blocking)?);
         }
@@ -737,24 +739,26 @@ impl Stream for TcpStream {
 
 /// Sets the congestion control algorithm `name` on a kernel socket; an error names
 /// what this kernel offers.
-fn set_congestion(sock: &DataSocket, name: &str) -> io::Result<()> {
-    SockRef::from(sock)
-        .set_tcp_congestion(name.as_bytes())
-        .map_err(|e| {
-            let why = match e.raw_os_error() {
-                Some(libc::ENOENT) => "not available in this kernel".to_string(),
-                Some(libc::EPERM) => {
-                    "not allowed here (net.ipv4.tcp_allowed_congestion_control)".to_string()
-                }
-                _ => format!("refused: {e}"),
-            };
-            let available = std::fs::read_to_string(AVAILABLE_CONGESTION)
-                .map_or_else(|_| "unknown".into(), |s| s.trim().to_string());
-            io::Error::new(
-                e.kind(),
-                format!("TCP congestion control '{name}' is {why} (available: {available})"),
-            )
-        })
+///
+/// Set it before `connect()` where possible: BBR, if it is the kernel's default, turns
+/// on TCP's internal pacing when the connection opens, and the kernel keeps pacing
+/// after a switch to another algorithm (costly timers on every send).
+pub(crate) fn set_congestion(sock: SockRef<'_>, name: &str) -> io::Result<()> {
+    sock.set_tcp_congestion(name.as_bytes()).map_err(|e| {
+        let why = match e.raw_os_error() {
+            Some(libc::ENOENT) => "not available in this kernel".to_string(),
+            Some(libc::EPERM) => {
+                "not allowed here (net.ipv4.tcp_allowed_congestion_control)".to_string()
+            }
+            _ => format!("refused: {e}"),
+        };
+        let available = std::fs::read_to_string(AVAILABLE_CONGESTION)
+            .map_or_else(|_| "unknown".into(), |s| s.trim().to_string());
+        io::Error::new(
+            e.kind(),
+            format!("TCP congestion control '{name}' is {why} (available: {available})"),
+        )
+    })
 }
 
 /// The kernel's list of congestion control algorithms a socket may take.

@@ -299,7 +299,7 @@ impl Transport for RdmaTransport {
 /// Client: opens the TCP side connection the RDMA details travel over, on the server's
 /// base port, and names it with a `DataHello` so the server routes it to the session.
 pub(super) fn side_connection(ctx: &ClientCtx) -> Result<TcpStream> {
-    let mut sock = super::tcp::connect(ctx.server, ctx.bind, ctx.setup_timeout)
+    let mut sock = super::tcp::connect(ctx.server, ctx.bind, None, ctx.setup_timeout)
         .with_context(|| format!("cannot connect to {} for the RDMA set-up", ctx.server))?;
     sock.set_write_timeout(Some(ctx.setup_timeout))?;
     control::write_frame(

@@ -8,7 +8,7 @@ use crate::server::ServerEvent;
 use crate::stream::affinity::cpu_for;
 use crate::stream::{Stream, StreamOptions, TcpStream};
 use anyhow::{anyhow, bail, Context, Result};
-use socket2::{Domain, Socket, Type};
+use socket2::{Domain, SockRef, Socket, Type};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{self, IpAddr, SocketAddr, TcpListener};
@@ -183,7 +183,8 @@ pub(super) fn accept_data_conns(
 /// and names it with a `DataHello`.
 pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Result<net::TcpStream> {
     let addr = port_offset(ctx.server, ctx.server.port(), stream)?;
-    let mut sock = connect(addr, ctx.bind, ctx.setup_timeout)
+    let congestion = ctx.settings.congestion.as_deref();
+    let mut sock = connect(addr, ctx.bind, congestion, ctx.setup_timeout)
         .with_context(|| format!("stream {stream}: cannot connect to {addr}"))?;
     crate::limits::set_user_timeout(&sock, ctx.stall_timeout)?;
     control::write_frame(
@@ -254,11 +255,17 @@ pub fn read_data_hello(
 pub fn connect(
     addr: SocketAddr,
     bind: Option<IpAddr>,
+    congestion: Option<&str>,
     timeout: Duration,
 ) -> io::Result<net::TcpStream> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     if let Some(ip) = bind {
         sock.bind(&SocketAddr::new(ip, 0).into())?;
+    }
+    // Before connecting, so the kernel's default algorithm never runs on the socket
+    // (see `set_congestion`).
+    if let Some(name) = congestion {
+        crate::stream::tcp::set_congestion(SockRef::from(&sock), name)?;
     }
     sock.connect_timeout(&addr.into(), timeout)?;
     Ok(sock.into())
