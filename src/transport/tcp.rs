@@ -5,6 +5,7 @@
 use super::{port_offset, stream_options, Acceptor, ClientCtx, DataConn, ServerCtx, Transport};
 use crate::control::{self, Message, PROTOCOL_VERSION};
 use crate::server::ServerEvent;
+use crate::settings::Settings;
 use crate::stream::affinity::cpu_for;
 use crate::stream::{Stream, StreamOptions, TcpStream};
 use anyhow::{anyhow, bail, Context, Result};
@@ -34,6 +35,16 @@ impl Transport for TcpTransport {
     fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
         let listeners = listen_data_ports(ctx, ctx.settings.nsockets)?;
         Ok(Box::new(TcpAcceptor { listeners }))
+    }
+
+    /// `-C`: the kernel must have the algorithm. Tried on a socket of its own before the
+    /// server is contacted, so a name the kernel lacks never starts a test there.
+    fn check(&self, settings: &Settings, server: SocketAddr) -> Result<()> {
+        if let Some(name) = &settings.congestion {
+            let probe = Socket::new(Domain::for_address(server), Type::STREAM, None)?;
+            crate::stream::tcp::set_congestion(SockRef::from(&probe), name)?;
+        }
+        Ok(())
     }
 
     fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
