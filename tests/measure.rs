@@ -530,20 +530,7 @@ fn congestion_control_is_set_on_both_ends_and_read_back() {
     let report = server.report(3);
     assert!(report.contains("pkt_size(32KB) cc=reno\n"), "{report}");
 
-    let port = server.port.to_string();
-    let out = run(
-        &[
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-m",
-            "8",
-            "-C",
-            "nosuchalgo",
-        ],
-        Duration::from_secs(30),
-    );
+    let out = client_run(&server, "127.0.0.1", &["-m", "8", "-C", "nosuchalgo"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "an unknown algorithm was accepted");
     assert!(

@@ -106,22 +106,7 @@ fn lockfree_queue_is_asynchronous_with_one_socket() {
 #[test]
 fn lockfree_queue_forces_one_socket() {
     let server = Server::start(&[]);
-    let port = server.port.to_string();
-    let out = run(
-        &[
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-m",
-            "8",
-            "-q",
-            "0",
-            "-n",
-            "4",
-        ],
-        Duration::from_secs(60),
-    );
+    let out = client_run(&server, "127.0.0.1", &["-m", "8", "-q", "0", "-n", "4"]);
     assert!(out.status.success());
     let c = String::from_utf8_lossy(&out.stdout);
     assert!(c.lines().next().unwrap().contains("nsockets=1 cc="), "{c}");

@@ -201,16 +201,22 @@ pub fn run(args: &[&str], timeout: Duration) -> Output {
     }
 }
 
-/// Runs a client against `server` with `args`; asserts it succeeded; returns stdout.
-pub fn client_ok(server: &Server, host: &str, args: &[&str]) -> String {
+/// Runs a client against `server` at `host` with `args`, whatever its outcome.
+pub fn client_run(server: &Server, host: &str, args: &[&str]) -> Output {
     let port = server.port.to_string();
     let mut all = vec!["-c", host, "-p", &port];
     all.extend_from_slice(args);
-    let out = run(&all, Duration::from_secs(120));
+    run(&all, Duration::from_secs(120))
+}
+
+/// Runs a client against `server` with `args`; asserts it succeeded; returns stdout.
+pub fn client_ok(server: &Server, host: &str, args: &[&str]) -> String {
+    let out = client_run(server, host, args);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
-        "client {all:?} failed: {:?}\nstdout:\n{stdout}\nstderr:\n{}\nserver:\n{}\n{}",
+        "client {args:?} against port {} failed: {:?}\nstdout:\n{stdout}\nstderr:\n{}\nserver:\n{}\n{}",
+        server.port,
         out.status,
         String::from_utf8_lossy(&out.stderr),
         server.stdout(),
