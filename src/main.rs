@@ -141,6 +141,13 @@ struct Cli {
     #[arg(short = 'C', long, value_name = "ALGO")]
     congestion: Option<String>,
 
+    /// TCP only: bytes that must have arrived before the server's read wakes
+    /// (SO_RCVLOWAT), 1 to --pktsize. Default: one packet, so the receiver wakes once
+    /// per packet rather than per segment; 1 is the kernel's default (iperf3's reads).
+    /// Not with -r, where the server answers each packet as it arrives.
+    #[arg(long, value_name = "BYTES")]
+    rcvlowat: Option<u32>,
+
     /// TCP only: zero-copy sending. `splice` (the default) moves the buffer with
     /// vmsplice()+splice(); `msg` uses send(MSG_ZEROCOPY) (on loopback the kernel copies
     /// anyway). See bench/README.md for what each buys.
@@ -397,6 +404,7 @@ impl Cli {
             gso: self.gso,
             gro: self.gro,
             congestion: self.congestion.clone(),
+            rcvlowat: self.rcvlowat,
         };
         s.validate()?;
         Ok(s)

@@ -210,6 +210,10 @@ pub struct Settings {
     /// (`-C`); `None`: the kernel's default (`net.ipv4.tcp_congestion_control`).
     #[serde(default)]
     pub congestion: Option<String>,
+    /// TCP only: the receiving end's `SO_RCVLOWAT` (`--rcvlowat`), the bytes that must
+    /// have arrived before a read wakes; `None`: see [`Settings::rcvlowat_bytes`].
+    #[serde(default)]
+    pub rcvlowat: Option<u32>,
 }
 
 fn default_ack_timeout_ms() -> u32 {
@@ -246,6 +250,7 @@ impl Default for Settings {
             gso: false,
             gro: false,
             congestion: None,
+            rcvlowat: None,
         }
     }
 }
@@ -317,9 +322,29 @@ pub enum SettingsError {
         "--congestion takes an algorithm name of 1 to {MAX_CONGESTION_NAME} letters, digits, '_' or '-' (e.g. cubic, bbr, reno)"
     )]
     CongestionName,
+    #[error("--rcvlowat is a TCP option; it cannot be used with {0}")]
+    RcvlowatTcpOnly(&'static str),
+    #[error("--rcvlowat must be between 1 and the packet size ({pktsize} bytes), not {value}")]
+    Rcvlowat { value: u32, pktsize: u32 },
+    #[error(
+        "--rcvlowat is for bulk receiving; with -r the server answers each packet as it arrives"
+    )]
+    RcvlowatMprtt,
 }
 
 impl Settings {
+    /// TCP: the receiving end's `SO_RCVLOWAT`. `--rcvlowat` if given; else one packet,
+    /// so a bulk receiver wakes once a whole packet has arrived instead of on every
+    /// segment (fewer wake-ups, each an inter-processor interrupt on the sender's core;
+    /// bench/README.md has what it buys). `None` (the kernel's 1) with MPRTT, where the
+    /// server answers each packet as it completes and a short last packet must not wait.
+    pub fn rcvlowat_bytes(&self) -> Option<u32> {
+        if self.mprtt {
+            return None;
+        }
+        Some(self.rcvlowat.unwrap_or(self.pktsize))
+    }
+
     /// UDP: datagrams per `sendmmsg()`/`recvmmsg()`. `--udp-batch` if given; else 1
     /// with `-r` (one datagram per round trip) or `-b` (paced datagram by datagram),
     /// else [`DEFAULT_UDP_BATCH`], lowered so the batch buffers stay within
@@ -421,6 +446,20 @@ impl Settings {
                     .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
             if !valid {
                 return Err(SettingsError::CongestionName);
+            }
+        }
+        if let Some(value) = self.rcvlowat {
+            if self.protocol != Protocol::Tcp {
+                return Err(SettingsError::RcvlowatTcpOnly(self.protocol.name()));
+            }
+            if self.mprtt {
+                return Err(SettingsError::RcvlowatMprtt);
+            }
+            if !(1..=self.pktsize).contains(&value) {
+                return Err(SettingsError::Rcvlowat {
+                    value,
+                    pktsize: self.pktsize,
+                });
             }
         }
         if let Some(&cpu) = self
@@ -728,5 +767,47 @@ mod tests {
             too_big.validate(),
             Err(SettingsError::UdpBatchFootprint(_))
         ));
+    }
+
+    #[test]
+    fn the_receive_low_water_mark_is_one_bulk_packet_unless_given_and_within_one_packet() {
+        let tcp = Settings {
+            pktsize: 32768,
+            ..Settings::default()
+        };
+        assert_eq!(tcp.rcvlowat_bytes(), Some(32768));
+        let mprtt = Settings {
+            mprtt: true,
+            ..tcp.clone()
+        };
+        assert_eq!(mprtt.rcvlowat_bytes(), None);
+        let mprtt_given = Settings {
+            rcvlowat: Some(1),
+            ..mprtt
+        };
+        assert_eq!(mprtt_given.validate(), Err(SettingsError::RcvlowatMprtt));
+        let given = |v| Settings {
+            rcvlowat: Some(v),
+            ..tcp.clone()
+        };
+        assert_eq!(given(1).rcvlowat_bytes(), Some(1));
+        assert_eq!(given(1).validate(), Ok(()));
+        assert_eq!(given(32768).validate(), Ok(()));
+        for value in [0, 32769] {
+            assert_eq!(
+                given(value).validate(),
+                Err(SettingsError::Rcvlowat {
+                    value,
+                    pktsize: 32768
+                })
+            );
+        }
+        let udp = Settings {
+            protocol: Protocol::Udp,
+            pktsize: 1472,
+            rcvlowat: Some(1),
+            ..Settings::default()
+        };
+        assert_eq!(udp.validate(), Err(SettingsError::RcvlowatTcpOnly("UDP")));
     }
 }

@@ -139,6 +139,19 @@ fn mprtt_with_streams_sockets_and_odd_packet_size() {
 }
 
 #[test]
+fn bulk_with_streams_sockets_and_odd_packet_size_under_the_low_water_mark() {
+    // The server's reads wait for a whole packet (SO_RCVLOWAT, by default one packet);
+    // 2 MB is not a whole number of 1000-byte packets, and a short last packet on any
+    // of the sockets must still be read, at end of stream.
+    for lowat in [None, Some("1"), Some("700")] {
+        let mut args = vec!["-m", "2", "-t", "2", "-n", "3", "-l", "1000"];
+        args.extend(lowat.iter().flat_map(|v| ["--rcvlowat", *v]));
+        let (c, s) = run_pair("127.0.0.1", &args);
+        assert_bytes(&c, &s, 4 * MB);
+    }
+}
+
+#[test]
 fn nodelay_and_quickack() {
     let (c, s) = run_pair("127.0.0.1", &["-m", "4", "-d", "-a", "-r", "-l", "100"]);
     assert_bytes(&c, &s, 4 * MB);

@@ -149,6 +149,10 @@ pub struct StreamOptions {
     /// TCP: the congestion control algorithm to set (`TCP_CONGESTION`); `None`: the
     /// kernel's default.
     pub congestion: Option<String>,
+    /// TCP, the receiving end: `SO_RCVLOWAT` on the data sockets, the bytes a read waits
+    /// for (it returns less at end of stream or when its time-out passes); `None`:
+    /// the kernel's (1).
+    pub rcvlowat: Option<usize>,
 }
 
 impl Default for StreamOptions {
@@ -166,6 +170,7 @@ impl Default for StreamOptions {
             busy_poll: false,
             cpu: None,
             congestion: None,
+            rcvlowat: None,
         }
     }
 }

@@ -364,6 +364,7 @@ impl TcpStream {
                 (opts.zerocopy != ZeroCopy::Off, "--zerocopy"),
                 (opts.quickack, "--quickack"),
                 (opts.congestion.is_some(), "--congestion"),
+                (opts.rcvlowat.is_some(), "--rcvlowat"),
             ];
             if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
                 return Err(io::Error::new(
@@ -387,6 +388,11 @@ impl TcpStream {
             // get it here.
             if let Some(name) = &opts.congestion {
                 set_congestion(SockRef::from(&s), name)?;
+            }
+            if let Some(bytes) = opts.rcvlowat {
+                // The kernel caps it at half of tcp_rmem's maximum.
+                let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+                s.set_int_opt(libc::SOL_SOCKET, libc::SO_RCVLOWAT, bytes)?;
             }
             sockets.push(Socket::new(Arc::new(s), &opts, blocking)?);
         }
@@ -549,6 +555,12 @@ impl TcpStream {
                     .filter(|(_, p)| p.fd >= 0 && p.revents != 0)
                     .map(|(k, _)| k),
             );
+        } else if self.opts.rcvlowat.is_some() {
+            // poll() does not report data below the low-water mark (a short packet):
+            // once a slice passes quietly, read each socket, as a blocking read's
+            // time-out would.
+            self.ready
+                .extend((0..self.eof.len()).filter(|&k| !self.eof[k]));
         }
         Ok(())
     }
@@ -914,6 +926,62 @@ mod tests {
                 },
             ),
         ]
+    }
+
+    #[test]
+    fn a_receive_low_water_mark_holds_reads_until_a_packet_but_never_keeps_data() {
+        // One socket (a read with a time-out) and two (poll(), which does not report
+        // data below the mark).
+        let modes = [1, 2].into_iter().flat_map(|nsockets| {
+            each_mode(StreamOptions {
+                nsockets,
+                ..StreamOptions::default()
+            })
+        });
+        for (mode, opts) in modes {
+            let mode = format!("{mode}, {} socket(s)", opts.nsockets);
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            let client_opts = opts.clone();
+            let t = thread::spawn(move || TcpStream::connect(addr, client_opts).expect("connect"));
+            let server_opts = StreamOptions {
+                rcvlowat: Some(4096),
+                ..opts
+            };
+            let mut server = TcpStream::accept(&listener, server_opts).expect("accept");
+            let mut client = t.join().expect("join");
+            let fd = server.sockets[0].sock.as_raw_fd();
+            let (mut mark, mut len) = (0i32, std::mem::size_of::<i32>() as libc::socklen_t);
+            // SAFETY: `mark` and `len` are valid for the duration of the call.
+            let rc = unsafe {
+                libc::getsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVLOWAT,
+                    (&mut mark as *mut i32).cast(),
+                    &mut len,
+                )
+            };
+            assert_eq!((rc, mark), (0, 4096), "{mode}");
+
+            let mut buf = vec![0u8; 8192];
+            // Less than the mark, on the last socket (which the reader tries after the
+            // first): the read still returns it, once a poll slice passes.
+            let last = client.sockets.len() - 1;
+            client.sockets[last]
+                .write_all(&[1u8; 100], Deadline::Never)
+                .expect("send");
+            let n = server.recv(&mut buf, Timeout::Millis(2_000)).expect("recv");
+            assert_eq!(n, 100, "{mode}");
+            // A whole packet, then a short tail and end of stream: every byte arrives.
+            client.send(&[2u8; 4096], Timeout::Forever).expect("send");
+            client.send(&[3u8; 10], Timeout::Forever).expect("send");
+            client.finish_sending(Timeout::Forever).expect("finish");
+            drop(client);
+            let total = drain_all(&mut server, 8192);
+            assert_eq!(total, 4106, "{mode}");
+            assert_eq!(server.stats().bytes_received, 4206, "{mode}");
+        }
     }
 
     #[test]

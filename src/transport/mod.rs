@@ -110,6 +110,9 @@ pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOpti
         busy_poll: settings.busy_poll,
         cpu: None,
         congestion: settings.congestion.clone(),
+        // Only the receiving end sets it (see the TCP acceptor): on a sending socket
+        // it would hold back the reading of 1-byte MPRTT replies.
+        rcvlowat: None,
     }
 }
 

@@ -66,7 +66,10 @@ impl Acceptor for TcpAcceptor {
     fn accept(self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
         let s = &ctx.settings;
         let conns = accept_data_conns(ctx, s.nsockets, self.listeners)?;
-        let opts = stream_options(s, ctx.abort.clone());
+        let opts = StreamOptions {
+            rcvlowat: s.rcvlowat_bytes().map(|b| b as usize),
+            ..stream_options(s, ctx.abort.clone())
+        };
         let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
         for (i, socks) in (0u32..).zip(conns) {
             let opts = StreamOptions {
