@@ -16,6 +16,11 @@
 //! `--busy-poll` (which spins) and `--zerocopy` (whose writers wait themselves). A
 //! STREAM of several sockets multiplexes its receives with `poll()` either way.
 //!
+//! The receiving end may set a low-water mark (`SO_RCVLOWAT`, one packet by default on
+//! the server): a sleeping read or `poll()` then wakes once that much has arrived
+//! rather than on every segment. Reads still return less at end of stream, and after a
+//! poll slice (see `poll_open`).
+//!
 //! MPRTT replies: a 1-byte ACK per packet, or with `echo` the packet's own bytes.
 //!
 //! Every read, write, option and `poll()` of a data socket goes through its
