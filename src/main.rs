@@ -116,8 +116,9 @@ struct Cli {
     #[arg(long)]
     echo: bool,
 
-    /// Bytes per send.
-    #[arg(short = 'l', long, value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE)]
+    /// Bytes per send (K, M, G suffixes are binary: 128K = 131072).
+    #[arg(short = 'l', long, value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
+          value_parser = fperf::units::parse_bytes_u32)]
     pktsize: u32,
 
     /// Queue inside a STREAM: 1 = mutex queue (default), 0 = lock-free SPSC queue
@@ -145,7 +146,7 @@ struct Cli {
     /// (SO_RCVLOWAT), 1 to --pktsize. Default: one packet, so the receiver wakes once
     /// per packet rather than per segment; 1 is the kernel's default (iperf3's reads).
     /// Not with -r, where the server answers each packet as it arrives.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
     rcvlowat: Option<u32>,
 
     /// TCP only: zero-copy sending. `splice` (the default) moves the buffer with

@@ -8,6 +8,7 @@
 
 use crate::settings::Settings;
 use crate::stats::LatencySummary;
+use crate::units;
 use thiserror::Error;
 
 /// Most values one sweep may hold.
@@ -90,18 +91,7 @@ pub enum SweepError {
 }
 
 fn number(text: &str) -> Result<u64, SweepError> {
-    let t = text.trim();
-    let (digits, mult) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
-        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|v| v.checked_mul(mult))
-        .ok_or_else(|| SweepError::Number(text.to_string()))
+    units::parse_bytes(text).ok_or_else(|| SweepError::Number(text.to_string()))
 }
 
 /// Parses a `--sweep` spec.

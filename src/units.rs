@@ -3,6 +3,28 @@
 //! Byte sizes and byte rates are binary (MB = 2^20 B, GB/s = 2^30 B/s), as in the seed;
 //! bit rates are decimal (Gbit/s = 10^9 bit/s), as link speeds are quoted.
 
+/// A byte count as users write it: digits, optionally ending in `K`, `M` or `G` (binary,
+/// as iperf3 reads them: `128K` = 131072). None if it is not one or overflows.
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let (digits, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// `parse_bytes` for a command-line option that must fit in 32 bits (clap's
+/// value parser).
+pub fn parse_bytes_u32(text: &str) -> Result<u32, String> {
+    let bytes = parse_bytes(text).ok_or_else(|| {
+        format!("'{text}' is not a byte count (digits, optionally ending in K, M or G)")
+    })?;
+    u32::try_from(bytes).map_err(|_| format!("'{text}' is more than {} bytes", u32::MAX))
+}
+
 /// `10240MB(10.00GB 10737418240B)`: rounded MB, GB with two decimals, exact bytes.
 pub fn size_triplet(bytes: u64) -> String {
     let mb = (bytes as f64 / (1u64 << 20) as f64).round() as u64;
@@ -66,6 +88,23 @@ pub fn pkt_size(bytes: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_counts_take_binary_suffixes() {
+        assert_eq!(parse_bytes("1472"), Some(1472));
+        assert_eq!(parse_bytes("128K"), Some(131072));
+        assert_eq!(parse_bytes("64k"), Some(65536));
+        assert_eq!(parse_bytes("2M"), Some(2 << 20));
+        assert_eq!(parse_bytes("1G"), Some(1 << 30));
+        for bad in ["", "K", "1.5K", "-1", "12KB", "99999999999999999999G"] {
+            assert_eq!(parse_bytes(bad), None, "{bad}");
+        }
+        assert_eq!(
+            parse_bytes_u32("4G").map_err(|e| e.contains("more than")),
+            Err(true)
+        );
+        assert_eq!(parse_bytes_u32("4095M"), Ok(4095 << 20));
+    }
 
     #[test]
     fn seed_figures() {

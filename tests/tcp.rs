@@ -222,7 +222,8 @@ fn server_serves_clients_one_after_another() {
 fn combined_flags() {
     let (c, s) = run_pair(
         "127.0.0.1",
-        &["-m", "8", "-t", "2", "-n", "4", "-d", "-a", "-l", "4096"],
+        // 4K: -l reads binary suffixes as iperf3 does.
+        &["-m", "8", "-t", "2", "-n", "4", "-d", "-a", "-l", "4K"],
     );
     assert_bytes(&c, &s, 16 * MB);
     assert!(
