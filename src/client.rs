@@ -499,7 +499,13 @@ fn drive(
             }
         }
         if timed {
-            let now = Instant::now();
+            // A synchronous send's latency already read the clock as it returned
+            // (not so when the queue sent it, or a pacer slept since).
+            let now = match (asynchronous, &pacer) {
+                (false, None) => stream.last_send_end(),
+                _ => None,
+            }
+            .unwrap_or_else(Instant::now);
             // Boundaries first: a send blocked across one still reports it.
             meter.tick(now, &*stream);
             if deadline.is_some_and(|d| now >= d) {

@@ -606,7 +606,10 @@ fn receive(
                     }
                 }
                 if timed {
-                    now = std::time::Instant::now();
+                    // The clock the receive's latency read as it returned.
+                    now = stream
+                        .last_recv_end()
+                        .unwrap_or_else(std::time::Instant::now);
                     last_data = now;
                     meter.tick(now, &*stream);
                 }

@@ -67,10 +67,12 @@ impl LatencyStats {
         self.max_ns = self.max_ns.max(ns);
     }
 
-    /// Records the time elapsed since `start`.
+    /// Records the time elapsed since `start`; returns the clock it read (the end).
     #[inline]
-    pub fn record_since(&mut self, start: Instant) {
-        self.record(elapsed_ns(start));
+    pub fn record_since(&mut self, start: Instant) -> Instant {
+        let end = Instant::now();
+        self.record(span_ns(start, end));
+        end
     }
 
     /// Adds every sample of `other`.
@@ -160,7 +162,13 @@ impl LatencyStats {
 /// Nanoseconds since `start`, saturating.
 #[inline]
 pub fn elapsed_ns(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    span_ns(start, Instant::now())
+}
+
+/// Nanoseconds from `start` to `end` (0 if `end` is earlier), saturating.
+#[inline]
+pub fn span_ns(start: Instant, end: Instant) -> u64 {
+    u64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The reported figures of one latency distribution, in nanoseconds.

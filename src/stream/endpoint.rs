@@ -249,7 +249,7 @@ impl<E: RingEndpoint> Stream for EndpointStream<E> {
                     let now = Instant::now();
                     self.stats
                         .recv_latency
-                        .record(crate::stats::elapsed_ns(start));
+                        .record(crate::stats::span_ns(start, now));
                     self.stats.bytes_received += n as u64;
                     self.stats.mark_recv(now);
                     return Ok(n);
@@ -260,6 +260,10 @@ impl<E: RingEndpoint> Stream for EndpointStream<E> {
             }
             backoff.wait(deadline, &self.opts.abort, self.watch.as_deref())?;
         }
+    }
+
+    fn last_recv_end(&self) -> Option<Instant> {
+        self.stats.last_recv
     }
 
     fn ack_partial(&mut self) -> io::Result<()> {

@@ -243,6 +243,19 @@ pub trait Stream: Send {
         self.recv(buf, timeout)
     }
 
+    /// When the last successful [`Stream::send`] returned, as read for its latency
+    /// figure; `None` where the transport does not keep it. A loop that wants the time
+    /// after every send takes it from here instead of reading the clock once more.
+    fn last_send_end(&self) -> Option<Instant> {
+        None
+    }
+
+    /// When the last [`Stream::recv`] (or `recv_counted`) that returned data read its
+    /// data (its arrival time), as for [`Stream::last_send_end`].
+    fn last_recv_end(&self) -> Option<Instant> {
+        None
+    }
+
     /// MPRTT: acknowledges packets that arrived only in part. Call when the sender is
     /// known to have finished with a short final packet.
     fn ack_partial(&mut self) -> io::Result<()>;

@@ -34,7 +34,7 @@ use super::sys::{tcp_info, tcp_quickack};
 use super::zerocopy::ZeroCopyWriter;
 use super::{Deadline, Stream, StreamOptions, Timeout};
 use crate::settings::ZeroCopy;
-use crate::stats::StreamStats;
+use crate::stats::{span_ns, StreamStats};
 use bytes::Bytes;
 use socket2::SockRef;
 use std::io;
@@ -274,6 +274,26 @@ fn wait_ready(
     Ok(())
 }
 
+impl Socket {
+    /// Sends one packet (and with MPRTT reads its reply), accounting for it in `stats`;
+    /// returns the clock read that ended its latency.
+    fn send_timed(
+        &mut self,
+        buf: &[u8],
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<Instant> {
+        let start = Instant::now();
+        self.write_payload(buf, deadline)?;
+        if self.mprtt {
+            stats.bytes_received += self.read_reply(buf.len(), deadline)? as u64;
+        }
+        let end = stats.send_latency.record_since(start);
+        stats.bytes_sent += buf.len() as u64;
+        Ok(end)
+    }
+}
+
 impl PacketSink for Socket {
     fn send_packet(
         &mut self,
@@ -281,14 +301,7 @@ impl PacketSink for Socket {
         deadline: Deadline,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        let start = Instant::now();
-        self.write_payload(buf, deadline)?;
-        if self.mprtt {
-            stats.bytes_received += self.read_reply(buf.len(), deadline)? as u64;
-        }
-        stats.send_latency.record_since(start);
-        stats.bytes_sent += buf.len() as u64;
-        Ok(())
+        self.send_timed(buf, deadline, stats).map(drop)
     }
 }
 
@@ -307,6 +320,8 @@ pub struct TcpStream {
     senders: SenderState,
     /// Figures of `send()` and `recv()` (the calling thread's).
     stats: StreamStats,
+    /// When the last `send()` returned ([`Stream::last_send_end`]).
+    last_send_end: Option<Instant>,
     /// Sockets that reached end of stream.
     eof: Vec<bool>,
     open: usize,
@@ -420,6 +435,7 @@ impl TcpStream {
             opts,
             senders: SenderState::NotStarted,
             stats: StreamStats::default(),
+            last_send_end: None,
             eof: vec![false; n],
             open: n,
             ready: Vec::with_capacity(n),
@@ -640,8 +656,17 @@ impl Stream for TcpStream {
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
         self.opts.check_abort()?;
-        self.sockets[0].send_packet(buf, timeout.deadline(), &mut self.stats)?;
+        let end = self.sockets[0].send_timed(buf, timeout.deadline(), &mut self.stats)?;
+        self.last_send_end = Some(end);
         Ok(buf.len())
+    }
+
+    fn last_send_end(&self) -> Option<Instant> {
+        self.last_send_end
+    }
+
+    fn last_recv_end(&self) -> Option<Instant> {
+        self.stats.last_recv
     }
 
     fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
@@ -673,9 +698,7 @@ impl Stream for TcpStream {
         }
         self.after_read(k, &buf[..n])?;
         let now = Instant::now();
-        self.stats
-            .recv_latency
-            .record(now.saturating_duration_since(start).as_nanos() as u64);
+        self.stats.recv_latency.record(span_ns(start, now));
         self.stats.bytes_received += n as u64;
         self.stats.mark_recv(now);
         Ok(n)
@@ -847,6 +870,29 @@ mod tests {
         assert_eq!(cs.bytes_sent, 4000);
         assert_eq!(cs.send_latency.count(), 1000);
         assert_eq!(server.stats().bytes_received, 4000);
+    }
+
+    #[test]
+    fn each_call_reports_when_it_returned() {
+        let (mut client, mut server) = pair(StreamOptions::default());
+        assert_eq!(
+            (client.last_send_end(), server.last_recv_end()),
+            (None, None)
+        );
+        let mut buf = [0u8; 64];
+        for _ in 0..3 {
+            let before = Instant::now();
+            client.send(b"ping", Timeout::Forever).expect("send");
+            let sent = client.last_send_end().expect("a send's end");
+            assert!(before <= sent && sent <= Instant::now());
+            let before_recv = Instant::now();
+            let n = server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            assert_eq!(&buf[..n], b"ping");
+            let read = server.last_recv_end().expect("a receive's end");
+            assert!(before_recv <= read && read <= Instant::now());
+        }
     }
 
     #[test]

@@ -46,7 +46,7 @@ use super::udp_batch::{RecvBatch, SendBatch, Sent};
 use super::udp_wire::{Arrival, BufferGrant, Header, SeqTracker, HEADER_LEN};
 use super::{check_abort, Deadline, Stream, StreamOptions, Timeout};
 use crate::control::{self, ControlError, Message};
-use crate::stats::StreamStats;
+use crate::stats::{span_ns, StreamStats};
 use bytes::Bytes;
 use socket2::SockRef;
 use std::io::{self, IoSlice};
@@ -144,12 +144,6 @@ impl EpochClock {
             u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX);
         self.base_ns.saturating_add(since)
     }
-}
-
-/// Nanoseconds from `start` to `end`.
-#[inline]
-fn span_ns(start: Instant, end: Instant) -> u64 {
-    u64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// One socket of a UDP STREAM, shared by the receiving path and a sender thread.
@@ -926,6 +920,10 @@ impl Stream for UdpStream {
         self.receive(buf, timeout, false)
     }
 
+    fn last_recv_end(&self) -> Option<Instant> {
+        self.stats.last_recv
+    }
+
     fn ack_partial(&mut self) -> io::Result<()> {
         // Every datagram is whole and acknowledged as it arrives.
         Ok(())
@@ -1041,6 +1039,7 @@ mod tests {
     #[test]
     fn sync_sends_arrive_counted_and_end_over_the_control_connection() {
         let (mut client, mut server) = pair(StreamOptions::default(), Duration::from_millis(100));
+        let started = Instant::now();
         let t = thread::spawn(move || {
             let buf = vec![7u8; 1000];
             for _ in 0..500 {
@@ -1051,6 +1050,9 @@ mod tests {
             client.stats()
         });
         assert_eq!(receive_all(&mut server, 1000), 500_005);
+        // The last datagram's arrival, which the server's loop takes as "now".
+        let last = server.last_recv_end().expect("a receive's end");
+        assert!(started <= last && last <= Instant::now());
         let cs = t.join().expect("join");
         assert_eq!(cs.bytes_sent, 500_005);
         assert_eq!(cs.datagrams.sent, 501);
