@@ -111,7 +111,12 @@ fn a_closed_stdout_ends_the_run_quietly() {
         let mut out = BufReader::new(child.stdout.take().expect("stdout"));
         out.read_line(&mut first).expect("read");
     }
-    assert!(first.starts_with("TCP CLIENT => 127.0.0.1:"), "{first}");
+    if !first.starts_with("TCP CLIENT => 127.0.0.1:") {
+        let _ = child.wait();
+        let mut err = String::new();
+        let _ = std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err);
+        panic!("no header line: {first:?}; stderr: {err}");
+    }
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(st) = child.try_wait().expect("wait") {

@@ -19,13 +19,19 @@ static NEXT_BLOCK: AtomicU16 = AtomicU16::new(0);
 
 /// A base port such that `base..base+width` are free on 127.0.0.1 and ::1 for TCP and
 /// UDP. Test binaries run one after another and tests in parallel threads; the pid
-/// spreads binaries apart and the counter spreads tests.
+/// spreads binaries apart and the counter spreads tests. The blocks lie below the
+/// kernel's ephemeral range (32768 and up), where any outgoing connection on the machine
+/// could take a port between this check and the test's bind.
 pub fn port_block(width: u16) -> u16 {
+    const FIRST: u16 = 20000;
+    const EPHEMERAL: u16 = 32768;
+    let width = width.max(12);
     let spread = (std::process::id() % 64) as u16 * 300;
     loop {
         let block = NEXT_BLOCK.fetch_add(1, Ordering::Relaxed);
-        let base = 20000 + (spread + block * 12) % 40000;
-        let free = (0..width.max(12)).all(|i| {
+        let base =
+            FIRST + spread.wrapping_add(block.wrapping_mul(12)) % (EPHEMERAL - FIRST - width);
+        let free = (0..width).all(|i| {
             let p = base + i;
             TcpListener::bind(("127.0.0.1", p)).is_ok()
                 && UdpSocket::bind(("127.0.0.1", p)).is_ok()
