@@ -159,12 +159,6 @@ impl LatencyStats {
     }
 }
 
-/// Nanoseconds since `start`, saturating.
-#[inline]
-pub fn elapsed_ns(start: Instant) -> u64 {
-    span_ns(start, Instant::now())
-}
-
 /// Nanoseconds from `start` to `end` (0 if `end` is earlier), saturating.
 #[inline]
 pub fn span_ns(start: Instant, end: Instant) -> u64 {
