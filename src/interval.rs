@@ -192,11 +192,17 @@ impl Meter {
     }
 
     /// Acts on every boundary that passed by `now`: ships the interval's figures and
-    /// notes the end of the warm-up.
+    /// notes the end of the warm-up. Called once per packet: the check is inlined, the
+    /// work is not.
+    #[inline]
     pub fn tick(&mut self, now: Instant, stream: &dyn Stream) {
-        if !self.due(now) {
-            return;
+        if self.due(now) {
+            self.pass_boundaries(now, stream);
         }
+    }
+
+    #[inline(never)]
+    fn pass_boundaries(&mut self, now: Instant, stream: &dyn Stream) {
         let snap = stream.stats();
         let tcp = stream.tcp_info();
         if matches!(self.omit_pending, Some(t) if now >= t) {

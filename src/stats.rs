@@ -4,9 +4,16 @@
 //! record); the owners merge them once a run or an interval ends. Latency keeps exact
 //! count/min/max/sum next to an HDR histogram, so `avg/min/max` are exact and the
 //! percentiles are within the histogram's 3 significant digits.
+//!
+//! A sample first goes into a short staging array and enters the histogram when the
+//! array is full: between two samples the kernel copies a packet, which evicts the
+//! histogram's counters from the cache, and loading one before the next system call
+//! stalled the loop (1.2-1.6% of all CPU samples in a 4-stream TCP profile). Storing
+//! into the array does not wait; the flush loads the counters once for many samples.
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::time::Instant;
 
 /// Highest latency the histogram resolves, in ns (one hour); larger values are clamped.
@@ -14,10 +21,16 @@ const HIST_MAX_NS: u64 = 3_600_000_000_000;
 /// Significant decimal digits of the histogram.
 const HIST_SIGFIG: u8 = 3;
 
+/// Samples staged before they enter the histogram.
+const STAGED: usize = 32;
+
 /// A latency distribution in nanoseconds.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct LatencyStats {
     hist: Option<Histogram<u64>>,
+    /// Samples not yet in `hist`: the first `staged_len`.
+    staged: [u64; STAGED],
+    staged_len: usize,
     count: u64,
     sum_ns: u128,
     sum_sq_ns: f64,
@@ -29,6 +42,8 @@ impl Default for LatencyStats {
     fn default() -> Self {
         LatencyStats {
             hist: None,
+            staged: [0; STAGED],
+            staged_len: 0,
             count: 0,
             sum_ns: 0,
             sum_sq_ns: 0.0,
@@ -57,14 +72,38 @@ impl LatencyStats {
     /// Records one latency sample.
     #[inline]
     pub fn record(&mut self, ns: u64) {
-        let hist = self.hist.get_or_insert_with(new_histogram);
-        hist.saturating_record(ns.clamp(1, HIST_MAX_NS));
+        if let Some(slot) = self.staged.get_mut(self.staged_len) {
+            *slot = ns;
+            self.staged_len += 1;
+        }
+        if self.staged_len == STAGED {
+            self.flush_staged();
+        }
         self.count += 1;
         self.sum_ns += u128::from(ns);
         let f = ns as f64;
         self.sum_sq_ns += f * f;
         self.min_ns = self.min_ns.min(ns);
         self.max_ns = self.max_ns.max(ns);
+    }
+
+    /// Moves the staged samples into the histogram.
+    #[inline(never)]
+    fn flush_staged(&mut self) {
+        let hist = self.hist.get_or_insert_with(new_histogram);
+        record_all(hist, &self.staged[..self.staged_len]);
+        self.staged_len = 0;
+    }
+
+    /// The histogram of every sample, staged ones included.
+    fn histogram(&self) -> Option<Cow<'_, Histogram<u64>>> {
+        let staged = &self.staged[..self.staged_len];
+        if staged.is_empty() {
+            return self.hist.as_ref().map(Cow::Borrowed);
+        }
+        let mut hist = self.hist.clone().unwrap_or_else(new_histogram);
+        record_all(&mut hist, staged);
+        Some(Cow::Owned(hist))
     }
 
     /// Records the time elapsed since `start`; returns the clock it read (the end).
@@ -80,10 +119,10 @@ impl LatencyStats {
         if other.count == 0 {
             return;
         }
-        if let Some(oh) = &other.hist {
+        if let Some(oh) = other.histogram() {
             let hist = self.hist.get_or_insert_with(new_histogram);
             // Same bounds on both sides, so adding cannot fail.
-            let _ = hist.add(oh);
+            let _ = hist.add(&*oh);
         }
         self.count += other.count;
         self.sum_ns += other.sum_ns;
@@ -104,10 +143,10 @@ impl LatencyStats {
         if count == 0 {
             return LatencyStats::default();
         }
-        let mut hist = self.hist.clone().unwrap_or_else(new_histogram);
-        if let Some(old) = &earlier.hist {
+        let mut hist = self.histogram().map_or_else(new_histogram, Cow::into_owned);
+        if let Some(old) = earlier.histogram() {
             // `earlier` is a prefix of `self` with the same bounds: nothing can underflow.
-            let _ = hist.subtract(old);
+            let _ = hist.subtract(&*old);
         }
         let (min_ns, max_ns) = if hist.is_empty() {
             (self.min_ns, self.max_ns)
@@ -119,6 +158,8 @@ impl LatencyStats {
         };
         LatencyStats {
             hist: Some(hist),
+            staged: [0; STAGED],
+            staged_len: 0,
             count,
             sum_ns: self.sum_ns.saturating_sub(earlier.sum_ns),
             sum_sq_ns: (self.sum_sq_ns - earlier.sum_sq_ns).max(0.0),
@@ -139,9 +180,9 @@ impl LatencyStats {
         }
         let mean = self.sum_ns as f64 / self.count as f64;
         let variance = (self.sum_sq_ns / self.count as f64 - mean * mean).max(0.0);
+        let hist = self.histogram();
         let q = |p: f64| {
-            self.hist
-                .as_ref()
+            hist.as_ref()
                 .map_or(0, |h| h.value_at_quantile(p))
                 .clamp(self.min_ns, self.max_ns)
         };
@@ -156,6 +197,24 @@ impl LatencyStats {
             p99_ns: q(0.99),
             p999_ns: q(0.999),
         })
+    }
+}
+
+impl Clone for LatencyStats {
+    /// The copy holds every sample in its histogram, none staged.
+    fn clone(&self) -> Self {
+        LatencyStats {
+            hist: self.histogram().map(Cow::into_owned),
+            staged: [0; STAGED],
+            staged_len: 0,
+            ..*self
+        }
+    }
+}
+
+fn record_all(hist: &mut Histogram<u64>, samples: &[u64]) {
+    for &ns in samples {
+        hist.saturating_record(ns.clamp(1, HIST_MAX_NS));
     }
 }
 
@@ -350,6 +409,32 @@ mod tests {
             );
         }
         assert!(s.since(&s).summary().is_none());
+    }
+
+    #[test]
+    fn staged_samples_count_in_every_figure() {
+        // Sample counts around the staging size: some still staged, some flushed.
+        for n in [1, 5, STAGED - 1, STAGED, STAGED + 3, 3 * STAGED + 7] {
+            let mut s = LatencyStats::default();
+            let mut reference = new_histogram();
+            for i in 0..n as u64 {
+                let v = 1_000 + (i * 7_919) % 50_000;
+                s.record(v);
+                reference
+                    .record(v)
+                    .expect("value within the histogram's bounds");
+            }
+            let sum = s.summary().expect("samples were recorded");
+            assert_eq!(sum.count, n as u64, "n={n}");
+            for (p, got) in [(0.5, sum.p50_ns), (0.9, sum.p90_ns), (0.99, sum.p99_ns)] {
+                let want = reference.value_at_quantile(p).clamp(sum.min_ns, sum.max_ns);
+                assert_eq!(got, want, "n={n} p{p}");
+            }
+            let mut merged = LatencyStats::default();
+            merged.merge(&s);
+            assert_eq!(merged.summary(), Some(sum), "n={n}: merge");
+            assert_eq!(s.clone().summary(), Some(sum), "n={n}: clone");
+        }
     }
 
     #[test]
