@@ -120,11 +120,13 @@ impl LatencyStats {
         if other.count == 0 {
             return;
         }
-        if let Some(oh) = other.histogram() {
-            let hist = self.hist.get_or_insert_with(new_histogram);
+        let hist = self.hist.get_or_insert_with(new_histogram);
+        if let Some(oh) = &other.hist {
             // Same bounds on both sides, so adding cannot fail.
-            let _ = hist.add(&*oh);
+            let _ = hist.add(oh);
         }
+        // Straight into this histogram: no copy of `other`'s to fold them into first.
+        record_all(hist, &other.staged[..other.staged_len]);
         self.count += other.count;
         self.sum_ns += other.sum_ns;
         self.sum_sq_ns += other.sum_sq_ns;
