@@ -78,11 +78,18 @@ pub fn collect_joinable(
 impl Server {
     /// Starts a server on a fresh port block with `args` added; waits until it listens.
     pub fn start(args: &[&str]) -> Server {
-        Server::start_on(port_block(12), args)
+        // Checking a port and binding it are two steps: something else can take the
+        // port between them. Then the next free block is tried.
+        for _ in 0..5 {
+            if let Some(s) = Server::try_start_on(port_block(12), args) {
+                return s;
+            }
+        }
+        panic!("every port block tried was taken before the server could bind it");
     }
 
-    /// Starts a server on `port`.
-    pub fn start_on(port: u16, args: &[&str]) -> Server {
+    /// Starts a server on `port`; `None` if the port was taken when it bound.
+    fn try_start_on(port: u16, args: &[&str]) -> Option<Server> {
         let child = Command::new(fperf_bin())
             .args(["-s", "-p", &port.to_string()])
             .args(args)
@@ -100,8 +107,18 @@ impl Server {
             stdout,
             stderr,
         };
-        s.wait_for(|o| o.contains("Server listening"), Duration::from_secs(10));
-        s
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if s.stdout().contains("Server listening") {
+                return Some(s);
+            }
+            if s.stderr().contains("Address already in use") {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s.wait_for(|o| o.contains("Server listening"), Duration::ZERO);
+        Some(s)
     }
 
     /// What the server printed on stdout so far.
