@@ -107,17 +107,14 @@ impl Server {
             stdout,
             stderr,
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if s.stdout().contains("Server listening") {
-                return Some(s);
-            }
-            if s.stderr().contains("Address already in use") {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let port_taken = || s.stderr().contains("Address already in use");
+        s.wait_for(
+            |o| o.contains("Server listening") || port_taken(),
+            Duration::from_secs(10),
+        );
+        if port_taken() {
+            return None;
         }
-        s.wait_for(|o| o.contains("Server listening"), Duration::ZERO);
         Some(s)
     }
 
