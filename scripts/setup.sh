@@ -20,6 +20,7 @@ packages=(
   ibverbs-utils
   rdmacm-utils
   cmake         # sideway's rdma-mummy-sys (libibverbs/librdmacm loaded at run time)
+  python3       # bench/compare and its tests
 )
 
 missing=()

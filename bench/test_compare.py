@@ -1,0 +1,93 @@
+"""Tests of bench/compare's target verdicts and pooling, on made-up samples (no runs).
+
+python3 -m unittest discover -s bench -p 'test_*.py'
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import unittest
+
+_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compare")
+_loader = importlib.machinery.SourceFileLoader("compare", _PATH)
+_spec = importlib.util.spec_from_loader("compare", _loader)
+compare = importlib.util.module_from_spec(_spec)
+_loader.exec_module(compare)
+
+
+def run(rows, workload="tcp4_32k"):
+    """One run's results: `rows` maps a row label to its per-round Gbit/s."""
+    return [{"name": workload, "rows": [
+        {"label": label, "samples": [{"round": r, "gbit_s": v} for r, v in enumerate(vals)]}
+        for label, vals in rows.items()]}]
+
+
+def target(runs, title):
+    return next(t for t in compare.evaluate_targets(runs) if t["target"] == title)
+
+
+class Targets(unittest.TestCase):
+    def test_fperf_is_measured_against_the_best_peer(self):
+        t = target([run({"fperf -t 4": [50, 52, 51],
+                         "iperf2 -P 4": [40, 41, 42],
+                         "iperf3 -P 4": [48, 49, 50]})], "TCP bulk 4 x 32 KiB")
+        self.assertEqual(t["peer"], "iperf3 -P 4")
+        self.assertAlmostEqual(t["ratio"], 51 / 49)
+        self.assertTrue(t["met"])
+        low, high = t["ci95"]
+        self.assertLessEqual(low, t["ratio"])
+        self.assertGreaterEqual(high, t["ratio"])
+
+    def test_a_miss_inside_the_noise_is_still_a_miss(self):
+        runs = [run({"fperf -t 4 -C cubic": [100, 130, 120, 125],
+                     "iperf2 -P 4 -Z cubic": [128, 101, 121, 126]})]
+        t = target(runs, "TCP bulk 4 x 32 KiB, cubic")
+        self.assertLess(t["ratio"], 1.0)
+        self.assertFalse(t["met"])
+        low, high = t["ci95"]
+        self.assertTrue(low < 1.0 < high)
+        line = compare.render_targets([t], 1)
+        self.assertIn("NOT MET (within noise", line)
+
+    def test_pooling_takes_every_round_of_every_run(self):
+        a = run({"fperf -t 4": [10, 10, 10], "iperf2 -P 4": [9, 9, 9]})
+        b = run({"fperf -t 4": [8, 8, 8, 8], "iperf2 -P 4": [9, 9, 9, 9]})
+        t = target([a, b], "TCP bulk 4 x 32 KiB")
+        self.assertEqual(t["rounds"], 7)
+        # Medians of 7 rounds each: fperf 8 (four 8s, three 10s), iperf2 9.
+        self.assertAlmostEqual(t["ratio"], 8 / 9)
+        self.assertFalse(t["met"])
+
+    def test_lower_is_better_for_cpu_and_latency(self):
+        runs = [[{"name": "tcp_lat_1", "rows": [
+            {"label": "fperf --echo (1 B echo)",
+             "samples": [{"round": r, "rtt_p50_us": 60.0} for r in range(3)]},
+            {"label": "sockperf pp (14 B echo)",
+             "samples": [{"round": r, "rtt_p50_us": 75.0} for r in range(3)]},
+            {"label": "qperf tcp_lat (1 B echo)",
+             "samples": [{"round": r, "rtt_p50_us": 70.0} for r in range(3)]}]}]]
+        t = target(runs, "TCP ping-pong 1 B RTT p50")
+        self.assertEqual(t["peer"], "qperf tcp_lat (1 B echo)")
+        self.assertAlmostEqual(t["ratio"], 60 / 70)
+        self.assertTrue(t["met"])
+
+    def test_udp_needs_the_rate_and_no_more_loss(self):
+        def udp(fperf_loss):
+            return [{"name": "udp_1472", "rows": [
+                {"label": "fperf -u (sendmmsg/recvmmsg x64)",
+                 "samples": [{"round": r, "gbit_s": 10.0, "loss_pct": fperf_loss}
+                             for r in range(3)]},
+                {"label": "qperf udp_bw",
+                 "samples": [{"round": r, "gbit_s": 9.0, "loss_pct": 1.0}
+                             for r in range(3)]}]}]
+        self.assertTrue(target([udp(0.0)], "UDP bulk received")["met"])
+        self.assertFalse(target([udp(2.0)], "UDP bulk received")["met"])
+
+    def test_too_few_paired_rounds_give_no_interval(self):
+        t = target([run({"fperf -t 4": [50, 52], "iperf2 -P 4": [40, 41]})],
+                   "TCP bulk 4 x 32 KiB")
+        self.assertIsNone(t["ci95"])
+
+
+if __name__ == "__main__":
+    unittest.main()
