@@ -83,6 +83,13 @@ class Targets(unittest.TestCase):
         self.assertTrue(target([udp(0.0)], "UDP bulk received")["met"])
         self.assertFalse(target([udp(2.0)], "UDP bulk received")["met"])
 
+    def test_every_target_names_rows_the_benchmark_runs(self):
+        # A renamed row would otherwise drop its target from the check without a word.
+        rows = {(w["name"], c.label) for w in compare.workloads() for c in w["contenders"]}
+        for title, workload, fperf, peers, _, _ in compare.target_specs():
+            for label in [fperf] + peers:
+                self.assertIn((workload, label), rows, title)
+
     def test_too_few_paired_rounds_give_no_interval(self):
         t = target([run({"fperf -t 4": [50, 52], "iperf2 -P 4": [40, 41]})],
                    "TCP bulk 4 x 32 KiB")
