@@ -231,7 +231,7 @@ impl<E: RingEndpoint> Stream for EndpointStream<E> {
 
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
         let start = Instant::now();
-        let deadline = timeout.deadline();
+        let deadline = timeout.deadline_from(|| start);
         let n_eps = self.endpoints.len();
         let mut backoff = Backoff::new();
         loop {

@@ -70,12 +70,17 @@ impl Timeout {
 
     /// Converts to a [`Deadline`] starting now.
     pub fn deadline(self) -> Deadline {
+        self.deadline_from(Instant::now)
+    }
+
+    /// [`Timeout::deadline`] starting at the time `now` gives, asked only when the timeout
+    /// needs a clock: a call that has just read the clock for its latency passes that
+    /// reading instead of reading again.
+    pub fn deadline_from(self, now: impl FnOnce() -> Instant) -> Deadline {
         match self {
             Timeout::NonBlocking => Deadline::Now,
             Timeout::Forever => Deadline::Never,
-            Timeout::Millis(ms) => {
-                Deadline::At(Instant::now() + Duration::from_millis(u64::from(ms)))
-            }
+            Timeout::Millis(ms) => Deadline::At(now() + Duration::from_millis(u64::from(ms))),
         }
     }
 }
@@ -94,11 +99,16 @@ const POLL_SLICE_MS: i32 = 100;
 impl Deadline {
     /// The `poll()` timeout for the next wait, or the error to return if none is left.
     pub(crate) fn poll_ms(self) -> io::Result<i32> {
+        self.poll_ms_from(Instant::now)
+    }
+
+    /// [`Deadline::poll_ms`] as of the time `now` gives, asked only for `At`.
+    pub(crate) fn poll_ms_from(self, now: impl FnOnce() -> Instant) -> io::Result<i32> {
         match self {
             Deadline::Now => Err(io::ErrorKind::WouldBlock.into()),
             Deadline::Never => Ok(POLL_SLICE_MS),
             Deadline::At(t) => {
-                let left = t.saturating_duration_since(Instant::now());
+                let left = t.saturating_duration_since(now());
                 if left.is_zero() {
                     return Err(io::ErrorKind::TimedOut.into());
                 }
@@ -277,5 +287,52 @@ pub trait Stream: Send {
     /// it (TCP); `None` for transports that have none.
     fn congestion(&self) -> Option<String> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_starts_at_the_reading_it_is_given_and_reads_no_clock_without_one() {
+        let t0 = Instant::now();
+        assert_eq!(
+            Timeout::Millis(250).deadline_from(|| t0),
+            Deadline::At(t0 + Duration::from_millis(250))
+        );
+        let no_clock = || -> Instant { panic!("a timeout without a deadline read the clock") };
+        assert_eq!(Timeout::Forever.deadline_from(no_clock), Deadline::Never);
+        assert_eq!(Timeout::NonBlocking.deadline_from(no_clock), Deadline::Now);
+    }
+
+    #[test]
+    fn poll_time_is_what_is_left_as_of_the_reading_it_is_given() {
+        let t0 = Instant::now();
+        let deadline = Deadline::At(t0 + Duration::from_millis(250));
+        // More than a slice left: one slice.
+        assert_eq!(deadline.poll_ms_from(|| t0).unwrap(), POLL_SLICE_MS);
+        assert_eq!(
+            deadline
+                .poll_ms_from(|| t0 + Duration::from_millis(240))
+                .unwrap(),
+            10
+        );
+        // Under a millisecond left still sleeps one (poll(0) would spin).
+        assert_eq!(
+            deadline
+                .poll_ms_from(|| t0 + Duration::from_micros(249_500))
+                .unwrap(),
+            1
+        );
+        let passed = deadline.poll_ms_from(|| t0 + Duration::from_millis(250));
+        assert_eq!(passed.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        let no_clock = || -> Instant { panic!("a deadline that is not a time read the clock") };
+        assert_eq!(
+            Deadline::Never.poll_ms_from(no_clock).unwrap(),
+            POLL_SLICE_MS
+        );
+        let now = Deadline::Now.poll_ms_from(no_clock);
+        assert_eq!(now.unwrap_err().kind(), io::ErrorKind::WouldBlock);
     }
 }

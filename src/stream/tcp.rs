@@ -131,13 +131,14 @@ impl Socket {
 
     /// Blocking mode, before a call that may sleep: fails on abort or a passed
     /// deadline, else makes the kernel time-out what is left (at most one slice).
-    /// Returns whether the call may sleep (`false` for `Deadline::Now`).
-    fn arm(&self, dir: Direction, deadline: Deadline) -> io::Result<bool> {
+    /// Returns whether the call may sleep (`false` for `Deadline::Now`). `now`: the
+    /// caller's clock reading from just before, if it has one.
+    fn arm(&self, dir: Direction, deadline: Deadline, now: Option<Instant>) -> io::Result<bool> {
         self.check_abort()?;
         if deadline == Deadline::Now {
             return Ok(false);
         }
-        let ms = deadline.poll_ms()? as u32;
+        let ms = deadline.poll_ms_from(|| now.unwrap_or_else(Instant::now))? as u32;
         let (cached, name) = match dir {
             Direction::Recv => (&self.timeouts.recv_ms, libc::SO_RCVTIMEO),
             Direction::Send => (&self.timeouts.send_ms, libc::SO_SNDTIMEO),
@@ -166,10 +167,17 @@ impl Socket {
         }
     }
 
-    /// Reads once, waiting for data until `deadline`. `Ok(0)` is end of stream.
-    fn read_some(&self, buf: &mut [u8], deadline: Deadline) -> io::Result<usize> {
+    /// Reads once, waiting for data until `deadline`. `Ok(0)` is end of stream. `start`:
+    /// the caller's clock reading from just before, which serves the first attempt.
+    fn read_some(
+        &self,
+        buf: &mut [u8],
+        deadline: Deadline,
+        start: Option<Instant>,
+    ) -> io::Result<usize> {
+        let mut now = start;
         loop {
-            let sleep = self.blocking && self.arm(Direction::Recv, deadline)?;
+            let sleep = self.blocking && self.arm(Direction::Recv, deadline, now.take())?;
             match self.recv_raw(buf, sleep) {
                 Ok(n) => return Ok(n),
                 // Blocking: the kernel time-out (one slice) passed; `arm` decides.
@@ -198,7 +206,7 @@ impl Socket {
     /// Writes all of `buf` with plain `send()`, waiting until `deadline`.
     fn write_all(&self, mut buf: &[u8], deadline: Deadline) -> io::Result<()> {
         while !buf.is_empty() {
-            let sleep = self.blocking && self.arm(Direction::Send, deadline)?;
+            let sleep = self.blocking && self.arm(Direction::Send, deadline, None)?;
             match self.send_raw(buf, sleep) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => buf = &buf[n..],
@@ -227,7 +235,7 @@ impl Socket {
         while got < want {
             let chunk = (want - got).min(self.reply.len());
             let mut reply = std::mem::take(&mut self.reply);
-            let read = self.read_some(&mut reply[..chunk], deadline);
+            let read = self.read_some(&mut reply[..chunk], deadline, None);
             self.reply = reply;
             match read? {
                 0 => {
@@ -587,7 +595,12 @@ impl TcpStream {
     }
 
     /// One socket: reads once, waiting until `deadline`. `Ok(0)` is end of stream.
-    fn recv_single(&mut self, buf: &mut [u8], deadline: Deadline) -> io::Result<usize> {
+    fn recv_single(
+        &mut self,
+        buf: &mut [u8],
+        deadline: Deadline,
+        start: Instant,
+    ) -> io::Result<usize> {
         if self.eof[0] {
             return Ok(0);
         }
@@ -600,7 +613,7 @@ impl TcpStream {
             // See `acked`: skip the read() that would only return EAGAIN.
             sock.wait(libc::POLLIN, deadline)?;
         }
-        let n = sock.read_some(buf, deadline)?;
+        let n = sock.read_some(buf, deadline, Some(start))?;
         if n == 0 {
             self.mark_eof(0);
         }
@@ -686,10 +699,12 @@ impl Stream for TcpStream {
     }
 
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
+        // One clock reading starts the latency, the deadline and the first time-out: the
+        // latency definitions need two reads per call, and this path adds none.
         let start = Instant::now();
-        let deadline = timeout.deadline();
+        let deadline = timeout.deadline_from(|| start);
         let (k, n) = if self.sockets.len() == 1 {
-            (0, self.recv_single(buf, deadline)?)
+            (0, self.recv_single(buf, deadline, start)?)
         } else {
             self.recv_any(buf, deadline)?
         };

@@ -678,7 +678,7 @@ impl UdpStream {
             return Ok(n);
         }
         let start = Instant::now();
-        let deadline = timeout.deadline();
+        let deadline = timeout.deadline_from(|| start);
         let mut spins = 0;
         // One socket that blocks, no deadline to keep: the read itself waits.
         let block = self.sockets.len() == 1
