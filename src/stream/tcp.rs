@@ -605,6 +605,8 @@ impl TcpStream {
             return Ok(0);
         }
         let sock = &self.sockets[0];
+        // The caller's clock reading serves the read's time-out unless a wait came first.
+        let mut now = Some(start);
         if std::mem::take(&mut self.acked)
             && !sock.blocking
             && !sock.busy_poll
@@ -612,8 +614,9 @@ impl TcpStream {
         {
             // See `acked`: skip the read() that would only return EAGAIN.
             sock.wait(libc::POLLIN, deadline)?;
+            now = None;
         }
-        let n = sock.read_some(buf, deadline, Some(start))?;
+        let n = sock.read_some(buf, deadline, now)?;
         if n == 0 {
             self.mark_eof(0);
         }
