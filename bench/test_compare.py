@@ -6,6 +6,7 @@ python3 -m unittest discover -s bench -p 'test_*.py'
 import importlib.machinery
 import importlib.util
 import os
+import re
 import unittest
 
 _PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compare")
@@ -89,6 +90,25 @@ class Targets(unittest.TestCase):
         for title, workload, fperf, peers, _, _ in compare.target_specs():
             for label in [fperf] + peers:
                 self.assertIn((workload, label), rows, title)
+
+    def test_every_fperf_row_runs_the_options_its_label_names(self):
+        # The labels are the table's only description of a row: a label naming
+        # "--server-cpu 1" over a run pinned to core 0 would misreport what pinning buys.
+        for w in compare.workloads():
+            for c in w["contenders"]:
+                if not isinstance(c, compare.Fperf):
+                    continue
+                _, client = c.cmds(5000, 4)
+                named = re.sub(r"\([^)]*\)", "", c.label).split()[1:]
+                for i, word in enumerate(named):
+                    if not word.startswith("-"):
+                        continue
+                    value = named[i + 1] if i + 1 < len(named) else None
+                    at = [k for k, arg in enumerate(client) if arg == word]
+                    self.assertTrue(at, f"{w['name']}: {c.label}: {word} not run")
+                    if value is not None and not value.startswith("-"):
+                        self.assertTrue(any(client[k + 1:k + 2] == [value] for k in at),
+                                        f"{w['name']}: {c.label}: {word} {value} not run")
 
     def test_too_few_paired_rounds_give_no_interval(self):
         t = target([run({"fperf -t 4": [50, 52], "iperf2 -P 4": [40, 41]})],
