@@ -1,4 +1,5 @@
-"""Tests of bench/compare's target verdicts and pooling, on made-up samples (no runs).
+"""Tests of bench/compare's target verdicts, pooling and row labels, on made-up samples
+(no runs).
 
 python3 -m unittest discover -s bench -p 'test_*.py'
 """
