@@ -149,6 +149,13 @@ struct Cli {
     #[arg(long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
     rcvlowat: Option<u32>,
 
+    /// TCP only: the server's reads discard the received bytes in the kernel (recv with
+    /// MSG_TRUNC) instead of copying them to its buffer, as neper's --skip-rx-copy:
+    /// measures the network and TCP stack without the receiver's copy, so it is not
+    /// like-for-like with iperf3's figures. Not with -r.
+    #[arg(long)]
+    skip_rx_copy: bool,
+
     /// TCP only: zero-copy sending. `splice` (the default) moves the buffer with
     /// vmsplice()+splice(); `msg` uses send(MSG_ZEROCOPY) (on loopback the kernel copies
     /// anyway). See bench/README.md for what each buys.
@@ -406,6 +413,7 @@ impl Cli {
             gro: self.gro,
             congestion: self.congestion.clone(),
             rcvlowat: self.rcvlowat,
+            skip_rx_copy: self.skip_rx_copy,
         };
         s.validate()?;
         Ok(s)

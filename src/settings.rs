@@ -214,6 +214,10 @@ pub struct Settings {
     /// have arrived before a read wakes; `None`: see [`Settings::rcvlowat_bytes`].
     #[serde(default)]
     pub rcvlowat: Option<u32>,
+    /// TCP only: the server's reads discard the bytes in the kernel (`MSG_TRUNC`)
+    /// instead of copying them out (`--skip-rx-copy`).
+    #[serde(default)]
+    pub skip_rx_copy: bool,
 }
 
 fn default_ack_timeout_ms() -> u32 {
@@ -251,6 +255,7 @@ impl Default for Settings {
             gro: false,
             congestion: None,
             rcvlowat: None,
+            skip_rx_copy: false,
         }
     }
 }
@@ -330,6 +335,12 @@ pub enum SettingsError {
         "--rcvlowat is for bulk receiving; with -r the server answers each packet as it arrives"
     )]
     RcvlowatMprtt,
+    #[error("--skip-rx-copy is a TCP option; it cannot be used with {0}")]
+    SkipRxCopyTcpOnly(&'static str),
+    #[error(
+        "--skip-rx-copy is for bulk receiving; with -r the server reads each packet to answer it"
+    )]
+    SkipRxCopyMprtt,
 }
 
 impl Settings {
@@ -460,6 +471,14 @@ impl Settings {
                     value,
                     pktsize: self.pktsize,
                 });
+            }
+        }
+        if self.skip_rx_copy {
+            if self.protocol != Protocol::Tcp {
+                return Err(SettingsError::SkipRxCopyTcpOnly(self.protocol.name()));
+            }
+            if self.mprtt {
+                return Err(SettingsError::SkipRxCopyMprtt);
             }
         }
         if let Some(&cpu) = self
@@ -809,5 +828,25 @@ mod tests {
             ..Settings::default()
         };
         assert_eq!(udp.validate(), Err(SettingsError::RcvlowatTcpOnly("UDP")));
+    }
+
+    #[test]
+    fn skip_rx_copy_is_for_tcp_bulk_runs() {
+        let skip = Settings {
+            skip_rx_copy: true,
+            ..Settings::default()
+        };
+        assert_eq!(skip.validate(), Ok(()));
+        let mprtt = Settings {
+            mprtt: true,
+            ..skip.clone()
+        };
+        assert_eq!(mprtt.validate(), Err(SettingsError::SkipRxCopyMprtt));
+        let udp = Settings {
+            protocol: Protocol::Udp,
+            pktsize: 1472,
+            ..skip
+        };
+        assert_eq!(udp.validate(), Err(SettingsError::SkipRxCopyTcpOnly("UDP")));
     }
 }

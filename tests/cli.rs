@@ -48,6 +48,11 @@ fn invalid_combinations_are_refused() {
         &["-c", "127.0.0.1", "-r", "--rcvlowat", "1"],
         "bulk receiving",
     );
+    refused(&["-c", "127.0.0.1", "-u", "--skip-rx-copy"], "TCP option");
+    refused(
+        &["-c", "127.0.0.1", "-r", "--skip-rx-copy"],
+        "bulk receiving",
+    );
     refused(
         &["-c", "127.0.0.1", "-C", "a_name_far_too_long"],
         "algorithm name",

@@ -491,6 +491,24 @@ fn ctrl_c_still_yields_one_json_document_with_both_sides() {
     assert!(!doc["client"]["intervals"].as_array().unwrap().is_empty());
 }
 
+/// `--skip-rx-copy` reaches the server (its reads discard the bytes in the kernel) and
+/// every byte is still counted on both ends.
+#[test]
+fn skip_rx_copy_moves_and_counts_every_byte() {
+    let server = Server::start(&[]);
+    let schema = schema();
+    let doc = json_run(
+        &server,
+        &["-m", "8", "-t", "2", "-n", "2", "--skip-rx-copy"],
+    );
+    assert_valid(&schema, &doc);
+    assert_eq!(doc["settings"]["skip_rx_copy"], true);
+    assert_eq!(u(&doc["client"]["total"]["bytes_sent"]), 16 << 20);
+    assert_eq!(u(&doc["server"]["total"]["bytes_received"]), 16 << 20);
+    let doc = json_run(&server, &["-m", "1"]);
+    assert_eq!(doc["settings"]["skip_rx_copy"], false);
+}
+
 /// `-C` sets the algorithm on both ends' data sockets, and each end reports what its
 /// kernel says the sockets use: with `-C`, the one asked for; without, the kernel's
 /// default. An algorithm the kernel lacks fails with one line naming what it has.

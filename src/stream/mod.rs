@@ -163,6 +163,9 @@ pub struct StreamOptions {
     /// for (it returns less at end of stream or when its time-out passes); `None`:
     /// the kernel's (1).
     pub rcvlowat: Option<usize>,
+    /// TCP, the receiving end: reads pass `MSG_TRUNC`, so the kernel consumes the bytes
+    /// without copying them into the buffer (which keeps whatever it held).
+    pub skip_rx_copy: bool,
 }
 
 impl Default for StreamOptions {
@@ -181,6 +184,7 @@ impl Default for StreamOptions {
             cpu: None,
             congestion: None,
             rcvlowat: None,
+            skip_rx_copy: false,
         }
     }
 }

@@ -75,6 +75,8 @@ struct Socket {
     zerocopy: Option<ZeroCopyWriter>,
     /// Where MPRTT replies are read to (allocated once: 1 byte, or a packet with echo).
     reply: Vec<u8>,
+    /// Flags every `recv()` adds: `MSG_TRUNC` with `--skip-rx-copy`, else none.
+    recv_flags: libc::c_int,
 }
 
 /// Whether a kernel time-out applies to reading or writing.
@@ -97,6 +99,11 @@ impl Socket {
             timeouts: Arc::default(),
             abort: opts.abort.clone(),
             reply: vec![0u8; if opts.echo { opts.pktsize.max(1) } else { 1 }],
+            recv_flags: if opts.skip_rx_copy {
+                libc::MSG_TRUNC
+            } else {
+                0
+            },
         })
     }
 
@@ -114,12 +121,13 @@ impl Socket {
             abort: self.abort.clone(),
             zerocopy: ZeroCopyWriter::new(mode, &*self.sock)?,
             reply: vec![0u8; self.reply.len()],
+            recv_flags: self.recv_flags,
         })
     }
 
     /// One `recv()`: `MSG_DONTWAIT` unless `wait`.
     fn recv_raw(&self, buf: &mut [u8], wait: bool) -> io::Result<usize> {
-        let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+        let flags = self.recv_flags | if wait { 0 } else { libc::MSG_DONTWAIT };
         self.sock.recv(buf, flags)
     }
 
@@ -393,6 +401,7 @@ impl TcpStream {
                 (opts.quickack, "--quickack"),
                 (opts.congestion.is_some(), "--congestion"),
                 (opts.rcvlowat.is_some(), "--rcvlowat"),
+                (opts.skip_rx_copy, "--skip-rx-copy"),
             ];
             if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
                 return Err(io::Error::new(
@@ -400,6 +409,13 @@ impl TcpStream {
                     format!("{flag} is not available over {}", first.calls().name),
                 ));
             }
+        }
+        if opts.skip_rx_copy && opts.mprtt {
+            // MPRTT reads replies (and echoes) whose bytes matter.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "--skip-rx-copy is for bulk receiving, not MPRTT",
+            ));
         }
         // rsockets have no kernel time-outs to bound a sleeping call: non-blocking.
         let blocking = kernel && !opts.busy_poll && opts.zerocopy == ZeroCopy::Off;
@@ -1051,6 +1067,73 @@ mod tests {
             assert_eq!(total, 4106, "{mode}");
             assert_eq!(server.stats().bytes_received, 4206, "{mode}");
         }
+    }
+
+    #[test]
+    fn skip_rx_copy_counts_every_byte_but_leaves_the_buffer_untouched() {
+        let modes = [1, 2].into_iter().flat_map(|nsockets| {
+            each_mode(StreamOptions {
+                nsockets,
+                ..StreamOptions::default()
+            })
+        });
+        for (mode, opts) in modes {
+            for skip in [false, true] {
+                let what = format!("{mode}, {} socket(s), skip {skip}", opts.nsockets);
+                let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+                let addr = listener.local_addr().expect("addr");
+                let client_opts = opts.clone();
+                let t = thread::spawn(move || {
+                    let mut client = TcpStream::connect(addr, client_opts).expect("connect");
+                    for _ in 0..3 {
+                        client.send(&[0x5a; 4096], Timeout::Forever).expect("send");
+                    }
+                    client.send(&[0x5a; 10], Timeout::Forever).expect("send");
+                    client.finish_sending(Timeout::Forever).expect("finish");
+                });
+                let server_opts = StreamOptions {
+                    skip_rx_copy: skip,
+                    ..opts.clone()
+                };
+                let mut server = TcpStream::accept(&listener, server_opts).expect("accept");
+                let mut buf = vec![0xeeu8; 8192];
+                let mut total = 0;
+                loop {
+                    match server
+                        .recv(&mut buf, Timeout::Millis(10_000))
+                        .expect("recv")
+                    {
+                        0 => break,
+                        n => total += n,
+                    }
+                }
+                t.join().expect("join");
+                assert_eq!(total, 3 * 4096 + 10, "{what}");
+                assert_eq!(server.stats().bytes_received, 3 * 4096 + 10, "{what}");
+                // The same reads without the flag copy the payload in: the check below
+                // would see it.
+                let copied = buf.contains(&0x5a);
+                assert_eq!(copied, !skip, "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn skip_rx_copy_is_refused_where_the_bytes_matter() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let t = thread::spawn(move || TcpStream::connect(addr, StreamOptions::default()));
+        let opts = StreamOptions {
+            mprtt: true,
+            skip_rx_copy: true,
+            ..StreamOptions::default()
+        };
+        let err = TcpStream::accept(&listener, opts)
+            .err()
+            .expect("MPRTT with --skip-rx-copy must be refused");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(err.to_string().contains("--skip-rx-copy"), "{err}");
+        drop(t.join().expect("join"));
     }
 
     #[test]

@@ -113,6 +113,7 @@ pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOpti
         // Only the receiving end sets it (see the TCP acceptor): on a sending socket
         // it would hold back the reading of 1-byte MPRTT replies.
         rcvlowat: None,
+        skip_rx_copy: false,
     }
 }
 

@@ -68,6 +68,7 @@ impl Acceptor for TcpAcceptor {
         let conns = accept_data_conns(ctx, s.nsockets, self.listeners)?;
         let opts = StreamOptions {
             rcvlowat: s.rcvlowat_bytes().map(|b| b as usize),
+            skip_rx_copy: s.skip_rx_copy,
             ..stream_options(s, ctx.abort.clone())
         };
         let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
