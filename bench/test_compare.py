@@ -1,5 +1,5 @@
 """Tests of bench/compare's target verdicts, pooling and row labels, on made-up samples
-(no runs).
+(no runs), and of how it stops the servers it starts.
 
 python3 -m unittest discover -s bench -p 'test_*.py'
 """
@@ -8,6 +8,8 @@ import importlib.machinery
 import importlib.util
 import os
 import re
+import signal
+import subprocess
 import unittest
 
 _PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compare")
@@ -116,6 +118,32 @@ class Targets(unittest.TestCase):
                    "TCP bulk 4 x 32 KiB")
         self.assertIsNone(t["ci95"])
 
+
+class Reap(unittest.TestCase):
+    def test_a_server_reaped_elsewhere_is_not_an_error(self):
+        # subprocess's clean-up may wait for a child before reap() does; that once
+        # ended a 30-minute run with ChildProcessError. Reaped before reap()'s first
+        # look, and while it waits after SIGTERM.
+        for reaped_at_call in (1, 2):
+            proc = subprocess.Popen(["sleep", "30"])
+            real_wait4, calls = os.wait4, []
+
+            def wait4(pid, flags):
+                calls.append(flags)
+                if len(calls) < reaped_at_call:
+                    return real_wait4(pid, flags)
+                if len(calls) == reaped_at_call:
+                    os.kill(pid, signal.SIGKILL)
+                    real_wait4(pid, 0)
+                raise ChildProcessError(10, "No child processes")
+
+            compare.os.wait4 = wait4
+            try:
+                compare.reap(proc)
+            finally:
+                compare.os.wait4 = real_wait4
+            self.assertIsNotNone(proc.returncode)
+            self.assertEqual(len(calls), reaped_at_call)
 
 if __name__ == "__main__":
     unittest.main()

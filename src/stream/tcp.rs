@@ -1013,17 +1013,24 @@ mod tests {
         ]
     }
 
+    /// [`each_mode`] with one socket (a read with a time-out) and with two (`poll()`).
+    fn each_mode_with_one_and_two_sockets() -> Vec<(&'static str, StreamOptions)> {
+        [1, 2]
+            .into_iter()
+            .flat_map(|nsockets| {
+                each_mode(StreamOptions {
+                    nsockets,
+                    ..StreamOptions::default()
+                })
+            })
+            .collect()
+    }
+
     #[test]
     fn a_receive_low_water_mark_holds_reads_until_a_packet_but_never_keeps_data() {
         // One socket (a read with a time-out) and two (poll(), which does not report
         // data below the mark).
-        let modes = [1, 2].into_iter().flat_map(|nsockets| {
-            each_mode(StreamOptions {
-                nsockets,
-                ..StreamOptions::default()
-            })
-        });
-        for (mode, opts) in modes {
+        for (mode, opts) in each_mode_with_one_and_two_sockets() {
             let mode = format!("{mode}, {} socket(s)", opts.nsockets);
             let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
             let addr = listener.local_addr().expect("addr");
@@ -1071,13 +1078,7 @@ mod tests {
 
     #[test]
     fn skip_rx_copy_counts_every_byte_but_leaves_the_buffer_untouched() {
-        let modes = [1, 2].into_iter().flat_map(|nsockets| {
-            each_mode(StreamOptions {
-                nsockets,
-                ..StreamOptions::default()
-            })
-        });
-        for (mode, opts) in modes {
+        for (mode, opts) in each_mode_with_one_and_two_sockets() {
             for skip in [false, true] {
                 let what = format!("{mode}, {} socket(s), skip {skip}", opts.nsockets);
                 let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
