@@ -121,9 +121,9 @@ class Targets(unittest.TestCase):
 
 class Reap(unittest.TestCase):
     def test_a_server_reaped_elsewhere_is_not_an_error(self):
-        # subprocess's clean-up may wait for a child before reap() does; that once
-        # ended a 30-minute run with ChildProcessError. Reaped before reap()'s first
-        # look, and while it waits after SIGTERM.
+        # Popen.send_signal() reaps a server that exited just before it; reap() then
+        # met ChildProcessError, which once ended a 30-minute run. Reaped before
+        # reap()'s first look, and while it waits after the signal.
         for reaped_at_call in (1, 2):
             proc = subprocess.Popen(["sleep", "30"])
             real_wait4, calls = os.wait4, []
