@@ -149,6 +149,16 @@ fn echo_label(settings: &Settings) -> &'static str {
     }
 }
 
+/// What a report header adds with `--skip-rx-copy`: the server's figures leave out its
+/// copy of the bytes, so they are not like-for-like with a tool that reads them.
+fn skip_rx_copy_label(settings: &Settings) -> &'static str {
+    if settings.skip_rx_copy {
+        " rx_copy=skipped (the server's reads discard the bytes in the kernel)"
+    } else {
+        ""
+    }
+}
+
 /// What a report header adds for RDMA: the API and the device or provider.
 fn rdma_label(settings: &Settings) -> String {
     if settings.protocol != crate::settings::Protocol::Rdma {
@@ -179,13 +189,14 @@ pub fn client_header(
 ) -> String {
     let proto = settings.protocol.name();
     let tail = format!(
-        "pkt_size={}B {} nsockets={}{}{}{}",
+        "pkt_size={}B {} nsockets={}{}{}{}{}",
         settings.pktsize,
         settings.mode_label(),
         settings.nsockets,
         congestion_label(congestion),
         rdma_label(settings),
-        echo_label(settings)
+        echo_label(settings),
+        skip_rx_copy_label(settings)
     );
     let mut out = String::new();
     if let [(_, _, peer)] = streams {
@@ -289,12 +300,13 @@ fn short_latency(l: &LatencySummary) -> String {
 /// algorithm the server's sockets use (TCP).
 pub fn server_header(settings: &Settings, from: &str, congestion: Option<&str>) -> String {
     format!(
-        " new {} connection from {from}. pkt_size({}){}{}{}\n",
+        " new {} connection from {from}. pkt_size({}){}{}{}{}\n",
         settings.protocol.name(),
         pkt_size(settings.pktsize),
         congestion_label(congestion),
         rdma_label(settings),
-        echo_label(settings)
+        echo_label(settings),
+        skip_rx_copy_label(settings)
     )
 }
 
@@ -406,6 +418,15 @@ mod tests {
         assert_eq!(
             server_header(&s, "127.0.0.1:50384", Some("bbr")),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr\n"
+        );
+        let skip = Settings {
+            skip_rx_copy: true,
+            ..Settings::default()
+        };
+        assert_eq!(
+            server_header(&skip, "127.0.0.1:50384", Some("bbr")),
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr rx_copy=skipped \
+             (the server's reads discard the bytes in the kernel)\n"
         );
         let mut r = side(10_737_418_240, 2.83, 1);
         r.total.bytes_received = r.total.bytes_sent;
