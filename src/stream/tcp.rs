@@ -862,13 +862,14 @@ mod tests {
     }
 
     fn drain_all(server: &mut TcpStream, bufsize: usize) -> u64 {
-        let mut buf = vec![0u8; bufsize];
+        drain_into(server, &mut vec![0u8; bufsize])
+    }
+
+    /// Reads into `buf` until end of stream; returns the bytes read.
+    fn drain_into(server: &mut TcpStream, buf: &mut [u8]) -> u64 {
         let mut total = 0;
         loop {
-            match server
-                .recv(&mut buf, Timeout::Millis(10_000))
-                .expect("recv")
-            {
+            match server.recv(buf, Timeout::Millis(10_000)).expect("recv") {
                 0 => return total,
                 n => total += n as u64,
             }
@@ -1098,16 +1099,7 @@ mod tests {
                 };
                 let mut server = TcpStream::accept(&listener, server_opts).expect("accept");
                 let mut buf = vec![0xeeu8; 8192];
-                let mut total = 0;
-                loop {
-                    match server
-                        .recv(&mut buf, Timeout::Millis(10_000))
-                        .expect("recv")
-                    {
-                        0 => break,
-                        n => total += n,
-                    }
-                }
+                let total = drain_into(&mut server, &mut buf);
                 t.join().expect("join");
                 assert_eq!(total, 3 * 4096 + 10, "{what}");
                 assert_eq!(server.stats().bytes_received, 3 * 4096 + 10, "{what}");
