@@ -156,6 +156,14 @@ struct Cli {
     #[arg(long)]
     skip_rx_copy: bool,
 
+    /// TCP and UDP: socket buffer size, SO_SNDBUF and SO_RCVBUF of every data socket on
+    /// both ends, as iperf3's -w (K, M suffixes; at most 256M). For TCP it replaces the
+    /// kernel's autotuning and bounds the window; the client sets it before connecting.
+    /// fperf asks past net.core.{r,w}mem_max when root; if the kernel grants less, the
+    /// run stops with an error. Default: TCP autotuning; UDP 16 MiB each way.
+    #[arg(short = 'w', long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
+    window: Option<u32>,
+
     /// TCP only: zero-copy sending. `splice` (the default) moves the buffer with
     /// vmsplice()+splice(); `msg` uses send(MSG_ZEROCOPY) (on loopback the kernel copies
     /// anyway). See bench/README.md for what each buys.
@@ -414,6 +422,7 @@ impl Cli {
             congestion: self.congestion.clone(),
             rcvlowat: self.rcvlowat,
             skip_rx_copy: self.skip_rx_copy,
+            window: self.window,
         };
         s.validate()?;
         Ok(s)

@@ -159,6 +159,14 @@ fn skip_rx_copy_label(settings: &Settings) -> &'static str {
     }
 }
 
+/// What a report header adds with `-w`: the socket buffers every data socket has (the
+/// kernel granted them, or the run would have stopped).
+fn window_label(settings: &Settings) -> String {
+    settings
+        .window
+        .map_or_else(String::new, |w| format!(" window={}", pkt_size(w)))
+}
+
 /// What a report header adds for RDMA: the API and the device or provider.
 fn rdma_label(settings: &Settings) -> String {
     if settings.protocol != crate::settings::Protocol::Rdma {
@@ -189,11 +197,12 @@ pub fn client_header(
 ) -> String {
     let proto = settings.protocol.name();
     let tail = format!(
-        "pkt_size={}B {} nsockets={}{}{}{}{}",
+        "pkt_size={}B {} nsockets={}{}{}{}{}{}",
         settings.pktsize,
         settings.mode_label(),
         settings.nsockets,
         congestion_label(congestion),
+        window_label(settings),
         rdma_label(settings),
         echo_label(settings),
         skip_rx_copy_label(settings)
@@ -300,10 +309,11 @@ fn short_latency(l: &LatencySummary) -> String {
 /// algorithm the server's sockets use (TCP).
 pub fn server_header(settings: &Settings, from: &str, congestion: Option<&str>) -> String {
     format!(
-        " new {} connection from {from}. pkt_size({}){}{}{}{}\n",
+        " new {} connection from {from}. pkt_size({}){}{}{}{}{}\n",
         settings.protocol.name(),
         pkt_size(settings.pktsize),
         congestion_label(congestion),
+        window_label(settings),
         rdma_label(settings),
         echo_label(settings),
         skip_rx_copy_label(settings)
@@ -427,6 +437,14 @@ mod tests {
             server_header(&skip, "127.0.0.1:50384", Some("bbr")),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr rx_copy=skipped \
              (the server's reads discard the bytes in the kernel)\n"
+        );
+        let window = Settings {
+            window: Some(256 << 10),
+            ..Settings::default()
+        };
+        assert_eq!(
+            server_header(&window, "127.0.0.1:50384", Some("cubic")),
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic window=256KB\n"
         );
         let mut r = side(10_737_418_240, 2.83, 1);
         r.total.bytes_received = r.total.bytes_sent;

@@ -26,6 +26,9 @@ pub const MAX_MB: u64 = 1 << 30;
 pub const MAX_FOOTPRINT: u64 = 2 << 30;
 /// Bytes in one "MB" as fperf counts it.
 pub const MB: u64 = 1 << 20;
+/// Largest `--window`: a bandwidth-delay product of 100 Gbit/s over 20 ms, and a bound
+/// on the kernel memory a client can ask a server to let one socket hold.
+pub const MAX_WINDOW: u32 = 256 << 20;
 /// UDP with MPRTT: default wait for an ACK before a datagram is sent again, in ms.
 pub const DEFAULT_ACK_TIMEOUT_MS: u32 = 100;
 /// Longest ACK time-out accepted, in ms.
@@ -218,6 +221,11 @@ pub struct Settings {
     /// instead of copying them out (`--skip-rx-copy`).
     #[serde(default)]
     pub skip_rx_copy: bool,
+    /// TCP and UDP: both socket buffers (`SO_SNDBUF`, `SO_RCVBUF`) of every data socket
+    /// on both ends, in bytes (`-w`); `None`: the kernel's autotuning (TCP) or the UDP
+    /// STREAM's own size.
+    #[serde(default)]
+    pub window: Option<u32>,
 }
 
 fn default_ack_timeout_ms() -> u32 {
@@ -256,6 +264,7 @@ impl Default for Settings {
             congestion: None,
             rcvlowat: None,
             skip_rx_copy: false,
+            window: None,
         }
     }
 }
@@ -341,6 +350,10 @@ pub enum SettingsError {
         "--skip-rx-copy is for bulk receiving; with -r the server reads each packet to answer it"
     )]
     SkipRxCopyMprtt,
+    #[error("--window sizes TCP and UDP socket buffers; it cannot be used with RDMA")]
+    WindowRdma,
+    #[error("--window must be between 1 byte and {MAX_WINDOW} bytes (256M), not {0}")]
+    Window(u32),
 }
 
 impl Settings {
@@ -479,6 +492,14 @@ impl Settings {
             }
             if self.mprtt {
                 return Err(SettingsError::SkipRxCopyMprtt);
+            }
+        }
+        if let Some(bytes) = self.window {
+            if self.protocol == Protocol::Rdma {
+                return Err(SettingsError::WindowRdma);
+            }
+            if !(1..=MAX_WINDOW).contains(&bytes) {
+                return Err(SettingsError::Window(bytes));
             }
         }
         if let Some(&cpu) = self
@@ -828,6 +849,34 @@ mod tests {
             ..Settings::default()
         };
         assert_eq!(udp.validate(), Err(SettingsError::RcvlowatTcpOnly("UDP")));
+    }
+
+    #[test]
+    fn window_is_for_socket_buffers_up_to_its_limit() {
+        for protocol in [Protocol::Tcp, Protocol::Udp] {
+            for window in [1, 64 << 10, MAX_WINDOW] {
+                let s = Settings {
+                    protocol,
+                    pktsize: 1400,
+                    window: Some(window),
+                    ..Settings::default()
+                };
+                assert_eq!(s.validate(), Ok(()), "{protocol:?} {window}");
+            }
+        }
+        for window in [0, MAX_WINDOW + 1] {
+            let s = Settings {
+                window: Some(window),
+                ..Settings::default()
+            };
+            assert_eq!(s.validate(), Err(SettingsError::Window(window)));
+        }
+        let rdma = Settings {
+            protocol: Protocol::Rdma,
+            window: Some(64 << 10),
+            ..Settings::default()
+        };
+        assert_eq!(rdma.validate(), Err(SettingsError::WindowRdma));
     }
 
     #[test]

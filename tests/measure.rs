@@ -509,6 +509,33 @@ fn skip_rx_copy_moves_and_counts_every_byte() {
     assert_eq!(doc["settings"]["skip_rx_copy"], false);
 }
 
+/// `-w` reaches the server and sizes every data socket's buffers; UDP's report says
+/// what the kernel granted, which is what was asked.
+#[test]
+fn window_sizes_the_data_sockets_of_both_ends() {
+    let server = Server::start(&[]);
+    let schema = schema();
+    let doc = json_run(&server, &["-m", "4", "-t", "2", "-w", "512K"]);
+    assert_valid(&schema, &doc);
+    assert_eq!(doc["settings"]["window"], 512 << 10);
+    assert_eq!(u(&doc["client"]["total"]["bytes_sent"]), 8 << 20);
+    assert_eq!(u(&doc["server"]["total"]["bytes_received"]), 8 << 20);
+    let doc = json_run(&server, &["-u", "-m", "2", "-l", "1400", "-w", "1M"]);
+    assert_valid(&schema, &doc);
+    assert_eq!(doc["settings"]["window"], 1 << 20);
+    for side in ["client", "server"] {
+        let datagrams = &doc[side]["total"]["datagrams"];
+        for buf in ["rcvbuf", "sndbuf"] {
+            assert_eq!(u(&datagrams[buf]["requested"]), 1 << 20, "{side} {buf}");
+            assert_eq!(u(&datagrams[buf]["granted"]), 1 << 20, "{side} {buf}");
+        }
+    }
+    let doc = json_run(&server, &["-u", "-m", "1", "-l", "1400"]);
+    assert!(doc["settings"]["window"].is_null());
+    let granted = u(&doc["server"]["total"]["datagrams"]["rcvbuf"]["requested"]);
+    assert_eq!(granted, 16 << 20, "UDP's own size without -w");
+}
+
 /// `-C` sets the algorithm on both ends' data sockets, and each end reports what its
 /// kernel says the sockets use: with `-C`, the one asked for; without, the kernel's
 /// default. An algorithm the kernel lacks fails with one line naming what it has.

@@ -161,6 +161,20 @@ fn skip_rx_copy_is_named_in_both_reports_and_counts_every_byte() {
 }
 
 #[test]
+fn window_is_named_in_both_reports_and_counts_every_byte() {
+    let (c, s) = run_pair(
+        "127.0.0.1",
+        &["-m", "4", "-t", "2", "-n", "2", "-w", "256K"],
+    );
+    assert_bytes(&c, &s, 8 * MB);
+    assert!(
+        c.lines().take(2).all(|l| l.ends_with(" window=256KB")),
+        "{c}"
+    );
+    assert!(s.contains(" window=256KB\n"), "{s}");
+}
+
+#[test]
 fn nodelay_and_quickack() {
     let (c, s) = run_pair("127.0.0.1", &["-m", "4", "-d", "-a", "-r", "-l", "100"]);
     assert_bytes(&c, &s, 4 * MB);

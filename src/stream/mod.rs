@@ -166,6 +166,9 @@ pub struct StreamOptions {
     /// TCP, the receiving end: reads pass `MSG_TRUNC`, so the kernel consumes the bytes
     /// without copying them into the buffer (which keeps whatever it held).
     pub skip_rx_copy: bool,
+    /// TCP and UDP: both socket buffers of every data socket, in bytes (`--window`);
+    /// `None`: the kernel's autotuning (TCP) or the STREAM's own size (UDP).
+    pub window: Option<usize>,
 }
 
 impl Default for StreamOptions {
@@ -185,6 +188,7 @@ impl Default for StreamOptions {
             congestion: None,
             rcvlowat: None,
             skip_rx_copy: false,
+            window: None,
         }
     }
 }

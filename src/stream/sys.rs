@@ -1,8 +1,10 @@
 //! Thin wrappers over the system calls the STREAM needs and std does not offer:
 //! `poll()` and TCP socket options.
 
+use super::udp_wire::BufferGrant;
+use socket2::SockRef;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 
 /// Waits until `fd` is ready for `events` (POLLIN/POLLOUT) or `ms` elapse.
 /// Returns whether it became ready (errors and hang-ups count as ready, so that the
@@ -54,6 +56,80 @@ pub(crate) fn set_int_opt(
     } else {
         Ok(())
     }
+}
+
+/// Which socket buffer to size.
+#[derive(Clone, Copy)]
+pub(crate) enum Direction {
+    Receive,
+    Send,
+}
+
+impl Direction {
+    fn option_name(self) -> &'static str {
+        match self {
+            Direction::Receive => "SO_RCVBUF",
+            Direction::Send => "SO_SNDBUF",
+        }
+    }
+
+    fn sysctl(self) -> &'static str {
+        match self {
+            Direction::Receive => "net.core.rmem_max",
+            Direction::Send => "net.core.wmem_max",
+        }
+    }
+}
+
+/// Asks for `size` bytes of socket buffer: first with the `*FORCE` option, which lets
+/// root exceed `net.core.{r,w}mem_max`, else with the plain one, which the kernel caps
+/// there. Returns what was asked and what the kernel granted (so a cap is reported).
+pub(crate) fn size_buffer<S: AsFd + AsRawFd>(
+    sock: &S,
+    dir: Direction,
+    size: usize,
+) -> io::Result<BufferGrant> {
+    let (force, plain) = match dir {
+        Direction::Receive => (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        Direction::Send => (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    };
+    let value = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
+    if set_int_opt(sock, libc::SOL_SOCKET, force, value).is_err() {
+        set_int_opt(sock, libc::SOL_SOCKET, plain, value)?;
+    }
+    let s = SockRef::from(sock);
+    let reported = match dir {
+        Direction::Receive => s.recv_buffer_size()?,
+        Direction::Send => s.send_buffer_size()?,
+    };
+    // Linux doubles the value set (for its own bookkeeping) and reports the double.
+    Ok(BufferGrant {
+        requested: size as u64,
+        granted: (reported / 2) as u64,
+    })
+}
+
+/// `--window`: both socket buffers of a data socket at `size` bytes; returns the
+/// receive and send grants. Less than asked is an error, as in iperf3: figures measured
+/// with a smaller window would answer another question than the one asked.
+pub(crate) fn set_window<S: AsFd + AsRawFd>(
+    sock: &S,
+    size: usize,
+) -> io::Result<(BufferGrant, BufferGrant)> {
+    let mut grants = [BufferGrant::default(); 2];
+    for (grant, dir) in grants.iter_mut().zip([Direction::Receive, Direction::Send]) {
+        *grant = size_buffer(sock, dir, size)?;
+        if grant.capped() {
+            return Err(io::Error::other(format!(
+                "the kernel granted {} of {}B, not the {}B --window asked for (raise {} or run as root)",
+                dir.option_name(),
+                grant.granted,
+                grant.requested,
+                dir.sysctl()
+            )));
+        }
+    }
+    Ok((grants[0], grants[1]))
 }
 
 /// Re-arms TCP_QUICKACK, which Linux clears after it sends an ACK.

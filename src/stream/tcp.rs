@@ -30,7 +30,7 @@
 
 use super::sender::{PacketSink, Senders};
 use super::socket_calls::DataSocket;
-use super::sys::{tcp_info, tcp_quickack};
+use super::sys::{set_window, tcp_info, tcp_quickack};
 use super::zerocopy::ZeroCopyWriter;
 use super::{Deadline, Stream, StreamOptions, Timeout};
 use crate::settings::ZeroCopy;
@@ -402,6 +402,7 @@ impl TcpStream {
                 (opts.congestion.is_some(), "--congestion"),
                 (opts.rcvlowat.is_some(), "--rcvlowat"),
                 (opts.skip_rx_copy, "--skip-rx-copy"),
+                (opts.window.is_some(), "--window"),
             ];
             if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
                 return Err(io::Error::new(
@@ -428,10 +429,13 @@ impl TcpStream {
             if opts.quickack {
                 tcp_quickack(&s)?;
             }
-            // A client's sockets already have it (set before connecting); the server's
-            // get it here.
+            // A client's sockets already have these (set before connecting, so the
+            // handshake runs with them); the server's get them here.
             if let Some(name) = &opts.congestion {
                 set_congestion(SockRef::from(&s), name)?;
+            }
+            if let Some(bytes) = opts.window {
+                set_window(&s, bytes)?;
             }
             if let Some(bytes) = opts.rcvlowat {
                 // The kernel caps it at half of tcp_rmem's maximum.
@@ -1025,6 +1029,41 @@ mod tests {
                 })
             })
             .collect()
+    }
+
+    #[test]
+    fn a_window_sizes_both_buffers_of_every_socket_on_both_ends() {
+        // Within net.core.{r,w}mem_max's default, so it holds without root too.
+        const WINDOW: usize = 96 << 10;
+        let (mut client, mut server) = pair(StreamOptions {
+            nsockets: 2,
+            window: Some(WINDOW),
+            ..StreamOptions::default()
+        });
+        for (end, stream) in [("client", &client), ("server", &server)] {
+            for s in &stream.sockets {
+                let sock = SockRef::from(&*s.sock);
+                // Linux keeps (and reports) twice the size set.
+                assert_eq!(
+                    sock.recv_buffer_size().expect("rcvbuf"),
+                    2 * WINDOW,
+                    "{end}"
+                );
+                assert_eq!(
+                    sock.send_buffer_size().expect("sndbuf"),
+                    2 * WINDOW,
+                    "{end}"
+                );
+            }
+        }
+        let sent = thread::spawn(move || {
+            for _ in 0..64 {
+                client.send(&[7u8; 16384], Timeout::Forever).expect("send");
+            }
+            client.finish_sending(Timeout::Forever).expect("finish");
+        });
+        assert_eq!(drain_all(&mut server, 65536), 64 * 16384);
+        sent.join().expect("join");
     }
 
     #[test]

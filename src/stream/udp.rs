@@ -41,7 +41,7 @@
 //! wait is a single `recv()`; with `busy_poll` every wait is a spin that yields the CPU.
 
 use super::sender::{PacketSink, Senders};
-use super::sys::{poll_many, poll_one, set_int_opt};
+use super::sys::{poll_many, poll_one, set_int_opt, set_window, size_buffer, Direction};
 use super::udp_batch::{RecvBatch, SendBatch, Sent};
 use super::udp_wire::{Arrival, BufferGrant, Header, SeqTracker, HEADER_LEN};
 use super::{check_abort, Deadline, Stream, StreamOptions, Timeout};
@@ -62,8 +62,9 @@ pub const MAX_DATAGRAM_V4: u32 = 65_507;
 pub const MAX_DATAGRAM_V6: u32 = 65_527;
 /// MPRTT: how many times a datagram is sent again before the run fails.
 pub const MAX_RETRIES: u32 = 10;
-/// Socket buffer asked for, each way: enough that a loopback run at full speed is not
-/// limited by it (the kernel's default of ~200 KB holds a handful of 32 KB datagrams).
+/// Socket buffer asked for, each way, unless `--window` says: enough that a loopback
+/// run at full speed is not limited by it (the kernel's default of ~200 KB holds a
+/// handful of 32 KB datagrams).
 pub const SOCKET_BUFFER: usize = 16 << 20;
 /// After the sender finished: stop once no datagram came for this long.
 pub const DRAIN_QUIET: Duration = Duration::from_millis(300);
@@ -519,8 +520,13 @@ impl UdpStream {
                 s.set_read_timeout(Some(slice))?;
                 s.set_write_timeout(Some(slice))?;
             }
-            let r = size_buffer(&s, Direction::Receive, SOCKET_BUFFER)?;
-            let w = size_buffer(&s, Direction::Send, SOCKET_BUFFER)?;
+            let (r, w) = match opts.window {
+                Some(size) => set_window(&s, size)?,
+                None => (
+                    size_buffer(&s, Direction::Receive, SOCKET_BUFFER)?,
+                    size_buffer(&s, Direction::Send, SOCKET_BUFFER)?,
+                ),
+            };
             if sockets.is_empty() || r.granted < rcvbuf.granted {
                 rcvbuf = r;
             }
@@ -964,37 +970,6 @@ impl Stream for UdpStream {
         s.datagrams.merge(&d);
         s
     }
-}
-
-/// Which socket buffer to size.
-#[derive(Clone, Copy)]
-enum Direction {
-    Receive,
-    Send,
-}
-
-/// Asks for `size` bytes of socket buffer: first with the `*FORCE` option, which lets
-/// root exceed `net.core.{r,w}mem_max`, else with the plain one, which the kernel caps
-/// there. Returns what was asked and what the kernel granted (so a cap is reported).
-fn size_buffer(sock: &net::UdpSocket, dir: Direction, size: usize) -> io::Result<BufferGrant> {
-    let (force, plain) = match dir {
-        Direction::Receive => (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-        Direction::Send => (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-    };
-    let value = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
-    if set_int_opt(sock, libc::SOL_SOCKET, force, value).is_err() {
-        set_int_opt(sock, libc::SOL_SOCKET, plain, value)?;
-    }
-    let s = SockRef::from(sock);
-    let reported = match dir {
-        Direction::Receive => s.recv_buffer_size()?,
-        Direction::Send => s.send_buffer_size()?,
-    };
-    // Linux doubles the value set (for its own bookkeeping) and reports the double.
-    Ok(BufferGrant {
-        requested: size as u64,
-        granted: (reported / 2) as u64,
-    })
 }
 
 #[cfg(test)]

@@ -198,8 +198,7 @@ pub(super) fn accept_data_conns(
 /// and names it with a `DataHello`.
 pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Result<net::TcpStream> {
     let addr = port_offset(ctx.server, ctx.server.port(), stream)?;
-    let congestion = ctx.settings.congestion.as_deref();
-    let mut sock = connect(addr, ctx.bind, congestion, ctx.setup_timeout)
+    let mut sock = connect(addr, ctx.bind, Some(&ctx.settings), ctx.setup_timeout)
         .with_context(|| format!("stream {stream}: cannot connect to {addr}"))?;
     crate::limits::set_user_timeout(&sock, ctx.stall_timeout)?;
     control::write_frame(
@@ -266,22 +265,58 @@ pub fn read_data_hello(
     }
 }
 
-/// Connects to `addr` within `timeout`, from `bind` if given.
+/// Connects to `addr` within `timeout`, from `bind` if given. A data connection passes
+/// the run's `settings`, whose socket options must be in place before the handshake.
 pub fn connect(
     addr: SocketAddr,
     bind: Option<IpAddr>,
-    congestion: Option<&str>,
+    settings: Option<&Settings>,
     timeout: Duration,
 ) -> io::Result<net::TcpStream> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     if let Some(ip) = bind {
         sock.bind(&SocketAddr::new(ip, 0).into())?;
     }
-    // Before connecting, so the kernel's default algorithm never runs on the socket
-    // (see `set_congestion`).
-    if let Some(name) = congestion {
+    // So the kernel's default algorithm never runs on the socket (see `set_congestion`).
+    if let Some(name) = settings.and_then(|s| s.congestion.as_deref()) {
         crate::stream::tcp::set_congestion(SockRef::from(&sock), name)?;
+    }
+    // The window scale offered in the SYN follows the receive buffer, so a window
+    // larger than the kernel's default maximum can be advertised.
+    if let Some(bytes) = settings.and_then(|s| s.window) {
+        crate::stream::sys::set_window(&sock, bytes as usize)?;
     }
     sock.connect_timeout(&addr.into(), timeout)?;
     Ok(sock.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_gives_a_data_connection_its_window_and_a_control_one_none() {
+        // Within net.core.{r,w}mem_max's default, so it holds without root too.
+        let window = 80u32 << 10;
+        let settings = Settings {
+            window: Some(window),
+            ..Settings::default()
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let timeout = Duration::from_secs(5);
+        let data = connect(addr, None, Some(&settings), timeout).expect("connect");
+        let control = connect(addr, None, None, timeout).expect("connect");
+        let sizes = |s: &net::TcpStream| {
+            let s = SockRef::from(s);
+            (
+                s.recv_buffer_size().expect("rcvbuf"),
+                s.send_buffer_size().expect("sndbuf"),
+            )
+        };
+        // Linux keeps (and reports) twice the size set.
+        let doubled = 2 * window as usize;
+        assert_eq!(sizes(&data), (doubled, doubled));
+        assert_ne!(sizes(&control), (doubled, doubled));
+    }
 }
