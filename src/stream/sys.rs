@@ -1,5 +1,5 @@
 //! Thin wrappers over the system calls the STREAM needs and std does not offer:
-//! `poll()` and TCP socket options.
+//! `poll()`, socket buffer sizes and TCP socket options.
 
 use super::udp_wire::BufferGrant;
 use socket2::SockRef;
