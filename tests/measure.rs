@@ -532,8 +532,8 @@ fn window_sizes_the_data_sockets_of_both_ends() {
     }
     let doc = json_run(&server, &["-u", "-m", "1", "-l", "1400"]);
     assert!(doc["settings"]["window"].is_null());
-    let granted = u(&doc["server"]["total"]["datagrams"]["rcvbuf"]["requested"]);
-    assert_eq!(granted, 16 << 20, "UDP's own size without -w");
+    let requested = u(&doc["server"]["total"]["datagrams"]["rcvbuf"]["requested"]);
+    assert_eq!(requested, 16 << 20, "UDP's own size without -w");
 }
 
 /// `-C` sets the algorithm on both ends' data sockets, and each end reports what its
