@@ -53,14 +53,12 @@ fn invalid_combinations_are_refused() {
         &["-c", "127.0.0.1", "-R", "-w", "64K"],
         "cannot be used with RDMA",
     );
-    refused(
-        &["-c", "127.0.0.1", "-w", "0"],
-        "--window must be between 1 byte",
-    );
-    refused(
-        &["-c", "127.0.0.1", "-w", "257M"],
-        "--window must be between 1 byte",
-    );
+    for window in ["0", "257M"] {
+        refused(
+            &["-c", "127.0.0.1", "-w", window],
+            "--window must be between 1 byte",
+        );
+    }
     refused(
         &["-c", "127.0.0.1", "-r", "--skip-rx-copy"],
         "bulk receiving",
