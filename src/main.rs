@@ -207,7 +207,8 @@ struct Cli {
     #[arg(long, value_name = "CPUS", value_delimiter = ',')]
     server_cpu: Vec<u32>,
 
-    /// Base port: control and stream 0; stream i uses PORT+i.
+    /// Base port: control and stream 0; stream i uses PORT+i (TCP with -w: stream 0
+    /// uses PORT+N).
     #[arg(short = 'p', long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
     port: u16,
 
@@ -300,7 +301,8 @@ struct Guard {
     idle_timeout: u64,
 
     /// Server: run up to N tests at once (default 1: one at a time, others are told
-    /// "server busy"). Tests with several streams (-t > 1) still need the server alone.
+    /// "server busy"). Tests with several streams (-t > 1) or a TCP window (-w) still need
+    /// the server alone.
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     parallel: u32,

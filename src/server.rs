@@ -31,7 +31,8 @@ use std::time::Duration;
 pub struct ServerConfig {
     /// Address to listen on; `None` listens on every IPv6 and IPv4 address.
     pub bind: Option<IpAddr>,
-    /// Base port: control and stream 0; stream `i` uses `port + i`.
+    /// Base port: control and stream 0; stream `i` uses `port + i` (TCP with a window:
+    /// see [`transport::tcp::data_port_offset`]).
     pub port: u16,
     /// Longest wait for a client's next control message during setup.
     pub control_timeout: Duration,
@@ -357,7 +358,7 @@ fn run_session(
     settings.validate()?;
     config.limits.check(&settings)?;
     let parallel = registered.sessions().parallel() > 1;
-    if parallel && settings.nstreams > 1 {
+    if parallel && settings.listens_past_base_port() {
         registered.claim_alone().map_err(|e| anyhow!(e))?;
     }
     let session = registered.id();

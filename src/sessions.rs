@@ -3,9 +3,10 @@
 //! By default a server runs one test at a time and every other client is told "server
 //! busy" at once. With `--parallel N` it runs up to N at once, under one rule that keeps
 //! their data ports apart: stream 0 of every test shares the base port (its connections
-//! are routed by session id), but streams `i > 0` listen on `port + i`, which two tests
-//! cannot both bind. So a test with more than one stream must have the server to itself:
-//! it is refused while another test runs, and no test starts while it runs.
+//! are routed by session id), but streams `i > 0` listen on `port + i` (and stream 0 of a
+//! TCP test with `--window` on a port of its own), which two tests cannot both bind. So a
+//! test that listens past the base port must have the server to itself: it is refused
+//! while another test runs, and no test starts while it runs.
 //!
 //! Invariant: a session is registered exactly as long as its [`SessionGuard`] lives, so
 //! no failure path can leave the server "busy" forever.
@@ -20,7 +21,7 @@ struct Running {
     id: u64,
     /// Where data connections for it that arrive on the base port go.
     route: Sender<DataConn>,
-    /// It has more than one stream and needs the server alone.
+    /// It listens on ports after the base port and needs the server alone.
     alone: bool,
 }
 
@@ -70,7 +71,7 @@ impl Sessions {
             return Err(if self.parallel == 1 {
                 "server busy: another test is running, try again later".into()
             } else {
-                "server busy: a test with several streams has the server to itself, try again \
+                "server busy: a test listening past the base port has the server to itself, try again \
                  later"
                     .into()
             });
@@ -110,15 +111,16 @@ impl Sessions {
 }
 
 impl SessionGuard {
-    /// Claims the server for this test alone (a test with several streams); refused
+    /// Claims the server for this test alone (one that listens past the base port); refused
     /// while another test runs.
     pub fn claim_alone(&self) -> Result<(), String> {
         let mut running = self.sessions.lock()?;
         if running.len() > 1 {
             return Err(format!(
                 "server busy: this server runs several tests at once (--parallel {}) and \
-                 another one is running; a test with several streams (-t > 1) needs the \
-                 server alone, try again later or use -t 1",
+                 another one is running; a test with several streams (-t > 1) or a TCP \
+                 --window needs the server alone (it listens on ports after the base \
+                 port), try again later",
                 self.sessions.parallel
             ));
         }

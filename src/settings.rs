@@ -560,6 +560,20 @@ impl Settings {
         Ok(())
     }
 
+    /// Whether the server listens on ports after its base port for this test: stream
+    /// `i > 0` at `base + i`, and with a TCP `--window` stream 0 too, at `base + nstreams`
+    /// (see [`crate::transport::tcp::data_port_offset`]). Two such tests cannot run at
+    /// once.
+    pub fn listens_past_base_port(&self) -> bool {
+        self.nstreams > 1 || self.tcp_window().is_some()
+    }
+
+    /// `--window` when it sizes TCP data connections (UDP's apply to its datagram
+    /// sockets).
+    pub fn tcp_window(&self) -> Option<u32> {
+        self.window.filter(|_| self.protocol == Protocol::Tcp)
+    }
+
     /// Bytes each stream sends, or `None` when the run is bounded by time.
     pub fn byte_limit(&self) -> Option<u64> {
         match self.time_ms {

@@ -1048,7 +1048,10 @@ fn parallel_tests_when_allowed_and_several_streams_need_the_server_alone() {
     // Each test is capped at 200 Mbit/s: 150 MB takes about 6 s.
     let mut a = Proc::fperf(&["-c", "127.0.0.1", "-p", &port, "-m", "150"]);
     std::thread::sleep(Duration::from_millis(1000));
-    client_refused(&server, &["-m", "1", "-t", "2"], "needs the server alone");
+    for alone in [["-t", "2"], ["-w", "1M"]] {
+        let args = [&["-m", "1"][..], &alone[..]].concat();
+        client_refused(&server, &args, "needs the server alone");
+    }
     let mut b = Proc::fperf(&["-c", "127.0.0.1", "-p", &port, "-m", "150"]);
     std::thread::sleep(Duration::from_millis(1000));
     client_refused(&server, &["-m", "1"], "2 tests are running (--parallel 2)");

@@ -160,18 +160,29 @@ fn skip_rx_copy_is_named_in_both_reports_and_counts_every_byte() {
     assert!(s.contains(named), "{s}");
 }
 
+/// With `-w`, stream 0 connects to a port of its own (base + nstreams), whose listener
+/// was sized before it listened; 256 MiB is past the window scale the control port's
+/// listener allows.
 #[test]
 fn window_is_named_in_both_reports_and_counts_every_byte() {
-    let (c, s) = run_pair(
-        "127.0.0.1",
-        &["-m", "4", "-t", "2", "-n", "2", "-w", "256K"],
-    );
-    assert_bytes(&c, &s, 8 * MB);
-    assert!(
-        c.lines().take(2).all(|l| l.ends_with(" window=256KB")),
-        "{c}"
-    );
-    assert!(s.contains(" window=256KB\n"), "{s}");
+    let server = Server::start(&[]);
+    let runs = [("256K", " window=256KB"), ("256M", " window=262144KB")];
+    for (n, (window, named)) in runs.into_iter().enumerate() {
+        let c = client_ok(
+            &server,
+            "127.0.0.1",
+            &["-m", "4", "-t", "2", "-n", "2", "-w", window],
+        );
+        let s = server.report(n + 1);
+        assert_bytes(&c, &s, 8 * MB);
+        assert!(c.lines().take(2).all(|l| l.ends_with(named)), "{c}");
+        assert!(s.contains(&format!("{named}\n")), "{s}");
+        let stream_0 = format!("=> 127.0.0.1:{} ", server.port + 2);
+        assert!(
+            c.lines().next().is_some_and(|l| l.contains(&stream_0)),
+            "{c}"
+        );
+    }
 }
 
 #[test]

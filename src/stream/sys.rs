@@ -141,6 +141,42 @@ pub(crate) fn tcp_quickack(fd: &impl AsRawFd) -> io::Result<()> {
 /// Reads `TCP_INFO`: (retransmitted segments in total, congestion window in bytes,
 /// smoothed RTT in µs, RTT variation in µs).
 pub(crate) fn tcp_info(fd: &impl AsRawFd) -> io::Result<(u64, u64, u32, u32)> {
+    let info = read_tcp_info(fd)?;
+    Ok((
+        u64::from(info.tcpi_total_retrans),
+        u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
+        info.tcpi_rtt,
+        info.tcpi_rttvar,
+    ))
+}
+
+/// `tcpi_options` bit: both ends agreed to scale windows (`linux/tcp.h`).
+const TCPI_OPT_WSCALE: u8 = 4;
+
+/// Whether a connected socket's window scale, fixed in its handshake, is short of a
+/// receive window of `bytes` (as the kernel offers one: rounded down to whole segments).
+/// If so, returns the largest window the scale lets it advertise: 65535 bytes shifted
+/// by the scale it offered, or unshifted if scaling was not agreed.
+pub(crate) fn receive_window_short_of(fd: &impl AsRawFd, bytes: u64) -> io::Result<Option<u64>> {
+    let info = read_tcp_info(fd)?;
+    // Two 4-bit fields, `tcpi_snd_wscale` first: the low bits on a little-endian target.
+    let both = info.tcpi_snd_rcv_wscale;
+    let rcv_wscale = if cfg!(target_endian = "little") {
+        both >> 4
+    } else {
+        both & 0xf
+    };
+    let shift = if info.tcpi_options & TCPI_OPT_WSCALE != 0 {
+        rcv_wscale
+    } else {
+        0
+    };
+    let limit = u64::from(u16::MAX) << shift;
+    let offered = bytes - bytes % u64::from(info.tcpi_advmss).max(1);
+    Ok((limit < offered).then_some(limit))
+}
+
+fn read_tcp_info(fd: &impl AsRawFd) -> io::Result<libc::tcp_info> {
     // SAFETY: tcp_info is plain old data; zeroed is a valid value for it.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -158,10 +194,5 @@ pub(crate) fn tcp_info(fd: &impl AsRawFd) -> io::Result<(u64, u64, u32, u32)> {
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok((
-        u64::from(info.tcpi_total_retrans),
-        u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
-        info.tcpi_rtt,
-        info.tcpi_rttvar,
-    ))
+    Ok(info)
 }

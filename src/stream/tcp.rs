@@ -30,7 +30,7 @@
 
 use super::sender::{PacketSink, Senders};
 use super::socket_calls::DataSocket;
-use super::sys::{set_window, tcp_info, tcp_quickack};
+use super::sys::{receive_window_short_of, set_window, tcp_info, tcp_quickack};
 use super::zerocopy::ZeroCopyWriter;
 use super::{Deadline, Stream, StreamOptions, Timeout};
 use crate::settings::ZeroCopy;
@@ -38,7 +38,7 @@ use crate::stats::{span_ns, StreamStats};
 use bytes::Bytes;
 use socket2::SockRef;
 use std::io;
-use std::net::{self, SocketAddr, TcpListener, ToSocketAddrs};
+use std::net::{self, IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -364,8 +364,13 @@ impl TcpStream {
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address"))?;
+        let handshake = HandshakeOptions {
+            bind: None,
+            congestion: opts.congestion.as_deref(),
+            window: opts.window,
+        };
         let socks = (0..opts.nsockets)
-            .map(|_| net::TcpStream::connect(addr))
+            .map(|_| handshake.connect(addr, None))
             .collect::<io::Result<Vec<_>>>()?;
         TcpStream::from_sockets(socks, opts)
     }
@@ -436,6 +441,16 @@ impl TcpStream {
             }
             if let Some(bytes) = opts.window {
                 set_window(&s, bytes)?;
+                // A larger buffer cannot widen what the handshake's window scale allows:
+                // the run would measure a smaller window than the one it names.
+                if let Some(limit) = receive_window_short_of(&s, bytes as u64)? {
+                    return Err(io::Error::other(format!(
+                        "the window scale agreed in this connection's handshake caps its \
+                         receive window at {limit}B, below the {bytes}B --window asks for \
+                         (it must be set before the handshake, and window scaling be on at \
+                         both hosts: net.ipv4.tcp_window_scaling)"
+                    )));
+                }
             }
             if let Some(bytes) = opts.rcvlowat {
                 // The kernel caps it at half of tcp_rmem's maximum.
@@ -815,6 +830,48 @@ impl Stream for TcpStream {
     }
 }
 
+/// What a data connection's socket must have before its handshake.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HandshakeOptions<'a> {
+    /// Local address to connect from; `None` lets the kernel choose.
+    pub bind: Option<IpAddr>,
+    /// `--congestion`: so the kernel's default algorithm never runs on the socket (see
+    /// [`set_congestion`]).
+    pub congestion: Option<&'a str>,
+    /// `--window`: the window scale offered in the SYN follows the receive buffer, and
+    /// is fixed for the connection's life.
+    pub window: Option<usize>,
+}
+
+impl HandshakeOptions<'_> {
+    /// Connects to `addr` with these options in place, within `timeout` if given.
+    pub fn connect(
+        &self,
+        addr: SocketAddr,
+        timeout: Option<Duration>,
+    ) -> io::Result<net::TcpStream> {
+        let sock = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            None,
+        )?;
+        if let Some(ip) = self.bind {
+            sock.bind(&SocketAddr::new(ip, 0).into())?;
+        }
+        if let Some(name) = self.congestion {
+            set_congestion(SockRef::from(&sock), name)?;
+        }
+        if let Some(bytes) = self.window {
+            set_window(&sock, bytes)?;
+        }
+        match timeout {
+            Some(t) => sock.connect_timeout(&addr.into(), t)?,
+            None => sock.connect(&addr.into())?,
+        }
+        Ok(sock.into())
+    }
+}
+
 /// Sets the congestion control algorithm `name` on a kernel socket; an error names
 /// what this kernel offers.
 ///
@@ -1029,6 +1086,31 @@ mod tests {
                 })
             })
             .collect()
+    }
+
+    #[test]
+    fn a_window_the_handshake_did_not_scale_for_is_refused() {
+        // A listener sized for 64 KiB: the window scale of its connections covers that.
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        set_window(&listener, 64 << 10).expect("window");
+        let addr = listener.local_addr().expect("addr");
+        let opts = StreamOptions {
+            window: Some(16 << 20),
+            ..StreamOptions::default()
+        };
+        let o = opts.clone();
+        // The client sizes its socket before connecting, so its SYN scales for it.
+        let client = thread::spawn(move || TcpStream::connect(addr, o));
+        let Err(refused) = TcpStream::accept(&listener, opts) else {
+            panic!("a window the handshake scaled for 64 KiB was taken");
+        };
+        assert!(
+            refused
+                .to_string()
+                .contains("window scale agreed in this connection's handshake"),
+            "{refused}"
+        );
+        client.join().expect("join").expect("client end");
     }
 
     #[test]

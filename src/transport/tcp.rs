@@ -1,6 +1,7 @@
 //! The TCP transport: stream `i` is `nsockets` TCP connections to port `base + i`
-//! (stream 0 shares the control port). Each data connection opens with a `DataHello`
-//! frame naming its session, stream and socket, so the server can route and check it.
+//! (stream 0 shares the control port, except with `--window`: [`data_port_offset`]).
+//! Each data connection opens with a `DataHello` frame naming its session, stream and
+//! socket, so the server can route and check it.
 
 use super::{port_offset, stream_options, Acceptor, ClientCtx, DataConn, ServerCtx, Transport};
 use crate::control::{self, Message, PROTOCOL_VERSION};
@@ -83,15 +84,46 @@ impl Acceptor for TcpAcceptor {
     }
 }
 
-/// Server: binds TCP ports `base + 1 .. base + nstreams` (stream 0 shares the base port,
-/// where the accept loop routes) and forwards up to `per_stream` data connections of
-/// this session from each to `ctx.routed_tx`, until the set-up time-out.
+/// How far above the base port stream `stream`'s data connections go: `stream`, except
+/// stream 0 with a TCP `--window`, which goes to `base + nstreams`. A connection's window
+/// scale is fixed in its handshake, from the listening socket's receive buffer or the
+/// kernel's maximum (`net.ipv4.tcp_rmem`, `net.core.rmem_max`) if larger; the control
+/// port's listener has the kernel's, which caps a window at 8 MiB with the default 6 MiB
+/// maximum. So that stream gets a listener of its own, sized before it listens.
+pub fn data_port_offset(settings: &Settings, stream: u32) -> u32 {
+    if stream == 0 && settings.tcp_window().is_some() {
+        settings.nstreams
+    } else {
+        stream
+    }
+}
+
+/// A listener for one stream's data connections, with the TCP `--window` (which accepted
+/// connections inherit) set before it listens, so the handshake's window scale covers it.
+fn bind_data_listener(addr: SocketAddr, settings: &Settings) -> io::Result<TcpListener> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    // As std's `TcpListener::bind`: the port is free again as soon as the test ends.
+    sock.set_reuse_address(true)?;
+    if let Some(bytes) = settings.tcp_window() {
+        crate::stream::sys::set_window(&sock, bytes as usize)?;
+    }
+    sock.bind(&addr.into())?;
+    sock.listen(128)?;
+    Ok(sock.into())
+}
+
+/// Server: binds a TCP port for every stream that does not share the base port (where
+/// the accept loop routes): see [`data_port_offset`]. Forwards up to `per_stream` data
+/// connections of this session from each to `ctx.routed_tx`, until the set-up time-out.
 pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<JoinHandle<()>>> {
     let ip = ctx.local.ip().to_canonical();
     let mut listeners = Vec::new();
-    for i in 1..ctx.settings.nstreams {
-        let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, i)?;
-        let listener = TcpListener::bind(addr)
+    let own_ports = (0..ctx.settings.nstreams)
+        .map(|i| (i, data_port_offset(&ctx.settings, i)))
+        .filter(|&(_, offset)| offset > 0);
+    for (i, offset) in own_ports {
+        let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, offset)?;
+        let listener = bind_data_listener(addr, &ctx.settings)
             .with_context(|| format!("cannot listen on {addr} for stream {i}"))?;
         listener.set_nonblocking(true)?;
         let tx = ctx.routed_tx.clone();
@@ -197,7 +229,8 @@ pub(super) fn accept_data_conns(
 /// Client: connects data connection `socket` of stream `stream` (to port `base + stream`)
 /// and names it with a `DataHello`.
 pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Result<net::TcpStream> {
-    let addr = port_offset(ctx.server, ctx.server.port(), stream)?;
+    let offset = data_port_offset(&ctx.settings, stream);
+    let addr = port_offset(ctx.server, ctx.server.port(), offset)?;
     let mut sock = connect(addr, ctx.bind, Some(&ctx.settings), ctx.setup_timeout)
         .with_context(|| format!("stream {stream}: cannot connect to {addr}"))?;
     crate::limits::set_user_timeout(&sock, ctx.stall_timeout)?;
@@ -273,21 +306,12 @@ pub fn connect(
     settings: Option<&Settings>,
     timeout: Duration,
 ) -> io::Result<net::TcpStream> {
-    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-    if let Some(ip) = bind {
-        sock.bind(&SocketAddr::new(ip, 0).into())?;
-    }
-    // So the kernel's default algorithm never runs on the socket (see `set_congestion`).
-    if let Some(name) = settings.and_then(|s| s.congestion.as_deref()) {
-        crate::stream::tcp::set_congestion(SockRef::from(&sock), name)?;
-    }
-    // The window scale offered in the SYN follows the receive buffer, so a window
-    // larger than the kernel's default maximum can be advertised.
-    if let Some(bytes) = settings.and_then(|s| s.window) {
-        crate::stream::sys::set_window(&sock, bytes as usize)?;
-    }
-    sock.connect_timeout(&addr.into(), timeout)?;
-    Ok(sock.into())
+    let handshake = crate::stream::tcp::HandshakeOptions {
+        bind,
+        congestion: settings.and_then(|s| s.congestion.as_deref()),
+        window: settings.and_then(|s| s.window).map(|w| w as usize),
+    };
+    handshake.connect(addr, Some(timeout))
 }
 
 #[cfg(test)]
@@ -318,5 +342,54 @@ mod tests {
         let doubled = 2 * window as usize;
         assert_eq!(sizes(&data), (doubled, doubled));
         assert_ne!(sizes(&control), (doubled, doubled));
+    }
+
+    #[test]
+    fn a_data_listener_sized_before_it_listens_lets_both_ends_scale_to_the_window() {
+        // 256 MiB, past the window scale the kernel's maximum buffer gives a listener
+        // of its default size (8 MiB at the default 6 MiB), as the control port's has.
+        let window = crate::settings::MAX_WINDOW;
+        let settings = Settings {
+            window: Some(window),
+            ..Settings::default()
+        };
+        let ip = IpAddr::from([127, 0, 0, 1]);
+        let listener = bind_data_listener(SocketAddr::new(ip, 0), &settings).expect("listen");
+        let addr = listener.local_addr().expect("addr");
+        let timeout = Duration::from_secs(5);
+        let client = connect(addr, None, Some(&settings), timeout).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        for (end, sock) in [("client", &client), ("server", &server)] {
+            let short = crate::stream::sys::receive_window_short_of(sock, u64::from(window));
+            assert_eq!(short.expect("tcp_info"), None, "{end}");
+        }
+        // A UDP test's per-stream connections carry control only: no window there.
+        let udp = Settings {
+            protocol: crate::settings::Protocol::Udp,
+            ..settings
+        };
+        let listener = bind_data_listener(SocketAddr::new(ip, 0), &udp).expect("listen");
+        let rcvbuf = SockRef::from(&listener).recv_buffer_size().expect("rcvbuf");
+        assert!(rcvbuf < window as usize, "{rcvbuf}");
+    }
+
+    #[test]
+    fn stream_0_has_a_port_of_its_own_only_under_a_tcp_window() {
+        let tcp = Settings {
+            nstreams: 3,
+            ..Settings::default()
+        };
+        let offsets = |s: &Settings| (0..3).map(|i| data_port_offset(s, i)).collect::<Vec<_>>();
+        assert_eq!(offsets(&tcp), [0, 1, 2]);
+        let window = Settings {
+            window: Some(1 << 20),
+            ..tcp.clone()
+        };
+        assert_eq!(offsets(&window), [3, 1, 2]);
+        let udp = Settings {
+            protocol: crate::settings::Protocol::Udp,
+            ..window
+        };
+        assert_eq!(offsets(&udp), [0, 1, 2]);
     }
 }
