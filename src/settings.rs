@@ -357,16 +357,23 @@ pub enum SettingsError {
 }
 
 impl Settings {
-    /// TCP: the receiving end's `SO_RCVLOWAT`. `--rcvlowat` if given; else one packet,
-    /// so a bulk receiver wakes once a whole packet has arrived instead of on every
-    /// segment (fewer wake-ups, each an inter-processor interrupt on the sender's core;
-    /// bench/README.md has what it buys). `None` (the kernel's 1) with MPRTT, where the
-    /// server answers each packet as it completes and a short last packet must not wait.
-    pub fn rcvlowat_bytes(&self) -> Option<u32> {
+    /// TCP: the receiving end's `SO_RCVLOWAT`, on a host with `cores` CPUs. `--rcvlowat`
+    /// if given; else one packet while every stream can have a core to itself, so a bulk
+    /// receiver wakes once a whole packet has arrived instead of on every segment (fewer
+    /// wake-ups, each an inter-processor interrupt on the sender's core). With more
+    /// streams than cores no core idles, the wake-ups cost little, and waiting for whole
+    /// packets only delays the reads: `None` (the kernel's 1). bench/README.md has what
+    /// each buys. `None` with MPRTT, where the server answers each packet as it
+    /// completes and a short last packet must not wait.
+    pub fn rcvlowat_bytes(&self, cores: usize) -> Option<u32> {
         if self.mprtt {
             return None;
         }
-        Some(self.rcvlowat.unwrap_or(self.pktsize))
+        match self.rcvlowat {
+            Some(bytes) => Some(bytes),
+            None if self.nstreams as usize <= cores => Some(self.pktsize),
+            None => None,
+        }
     }
 
     /// UDP: datagrams per `sendmmsg()`/`recvmmsg()`. `--udp-batch` if given; else 1
@@ -829,12 +836,23 @@ mod tests {
             pktsize: 32768,
             ..Settings::default()
         };
-        assert_eq!(tcp.rcvlowat_bytes(), Some(32768));
+        assert_eq!(tcp.rcvlowat_bytes(2), Some(32768));
+        let streams = |n| Settings {
+            nstreams: n,
+            ..tcp.clone()
+        };
+        assert_eq!(streams(2).rcvlowat_bytes(2), Some(32768));
+        assert_eq!(
+            streams(4).rcvlowat_bytes(2),
+            None,
+            "more streams than cores"
+        );
+        assert_eq!(streams(4).rcvlowat_bytes(4), Some(32768));
         let mprtt = Settings {
             mprtt: true,
             ..tcp.clone()
         };
-        assert_eq!(mprtt.rcvlowat_bytes(), None);
+        assert_eq!(mprtt.rcvlowat_bytes(2), None);
         let mprtt_given = Settings {
             rcvlowat: Some(1),
             ..mprtt
@@ -844,7 +862,12 @@ mod tests {
             rcvlowat: Some(v),
             ..tcp.clone()
         };
-        assert_eq!(given(1).rcvlowat_bytes(), Some(1));
+        assert_eq!(given(1).rcvlowat_bytes(2), Some(1));
+        let given_to_many = Settings {
+            nstreams: 4,
+            ..given(4096)
+        };
+        assert_eq!(given_to_many.rcvlowat_bytes(2), Some(4096));
         assert_eq!(given(1).validate(), Ok(()));
         assert_eq!(given(32768).validate(), Ok(()));
         for value in [0, 32769] {

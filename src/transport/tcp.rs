@@ -68,7 +68,7 @@ impl Acceptor for TcpAcceptor {
         let s = &ctx.settings;
         let conns = accept_data_conns(ctx, s.nsockets, self.listeners)?;
         let opts = StreamOptions {
-            rcvlowat: s.rcvlowat_bytes().map(|b| b as usize),
+            rcvlowat: s.rcvlowat_bytes(receiver_cores()).map(|b| b as usize),
             skip_rx_copy: s.skip_rx_copy,
             ..stream_options(s, ctx.abort.clone())
         };
@@ -82,6 +82,11 @@ impl Acceptor for TcpAcceptor {
         }
         Ok(streams)
     }
+}
+
+/// The CPUs this server's threads may run on (1 if unknown).
+fn receiver_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// How far above the base port stream `stream`'s data connections go: `stream`, except
