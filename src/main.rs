@@ -144,8 +144,9 @@ struct Cli {
 
     /// TCP only: bytes that must have arrived before the server's read wakes
     /// (SO_RCVLOWAT), 1 to --pktsize. Default: one packet, so the receiver wakes once
-    /// per packet rather than per segment; 1 is the kernel's default (iperf3's reads).
-    /// Not with -r, where the server answers each packet as it arrives.
+    /// per packet rather than per segment, unless the streams outnumber the server's
+    /// cores (then 1); 1 is the kernel's default (iperf3's reads). Not with -r, where
+    /// the server answers each packet as it arrives.
     #[arg(long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
     rcvlowat: Option<u32>,
 
