@@ -314,7 +314,7 @@ pub fn connect(
     let handshake = crate::stream::tcp::HandshakeOptions {
         bind,
         congestion: settings.and_then(|s| s.congestion.as_deref()),
-        window: settings.and_then(|s| s.window).map(|w| w as usize),
+        window: settings.and_then(Settings::tcp_window).map(|w| w as usize),
     };
     handshake.connect(addr, Some(timeout))
 }
