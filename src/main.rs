@@ -143,10 +143,11 @@ struct Cli {
     congestion: Option<String>,
 
     /// TCP only: bytes that must have arrived before the server's read wakes
-    /// (SO_RCVLOWAT), 1 to --pktsize. Default: one packet, so the receiver wakes once
-    /// per packet rather than per segment, unless the streams outnumber the server's
-    /// cores (then 1); 1 is the kernel's default (iperf3's reads). Not with -r, where
-    /// the server answers each packet as it arrives.
+    /// (SO_RCVLOWAT), 1 to 64M. Default, by how idle the server's cores are: with two
+    /// cores per stream and no -b, 128K or one packet if larger (at most half of -w);
+    /// with a core per stream or -b, one packet; with more streams than cores, 1. Fewer
+    /// wake-ups leave the sender's core more time to copy. 1 is the kernel's default
+    /// (iperf3's reads). Not with -r, where the server answers each packet as it arrives.
     #[arg(long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
     rcvlowat: Option<u32>,
 

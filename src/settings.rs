@@ -29,6 +29,13 @@ pub const MB: u64 = 1 << 20;
 /// Largest `--window`: a bandwidth-delay product of 100 Gbit/s over 20 ms, and a bound
 /// on the kernel memory a client can ask a server to let one socket hold.
 pub const MAX_WINDOW: u32 = 256 << 20;
+/// The least receive low-water mark of an unpaced stream with a core to spare (see
+/// [`Settings::rcvlowat_bytes`]): on a 2-core VM one 32 KiB stream gained 24% over a
+/// one-packet mark; 256 KiB gained no more.
+pub const BULK_RCVLOWAT: u32 = 128 << 10;
+/// `--rcvlowat`'s ceiling; the kernel caps the mark lower, at half of `tcp_rmem`'s
+/// maximum (or half of a `-w` buffer).
+pub const MAX_RCVLOWAT: u32 = 64 << 20;
 /// UDP with MPRTT: default wait for an ACK before a datagram is sent again, in ms.
 pub const DEFAULT_ACK_TIMEOUT_MS: u32 = 100;
 /// Longest ACK time-out accepted, in ms.
@@ -338,8 +345,8 @@ pub enum SettingsError {
     CongestionName,
     #[error("--rcvlowat is a TCP option; it cannot be used with {0}")]
     RcvlowatTcpOnly(&'static str),
-    #[error("--rcvlowat must be between 1 and the packet size ({pktsize} bytes), not {value}")]
-    Rcvlowat { value: u32, pktsize: u32 },
+    #[error("--rcvlowat must be between 1 byte and {MAX_RCVLOWAT} bytes (64M), not {0}")]
+    Rcvlowat(u32),
     #[error(
         "--rcvlowat is for bulk receiving; with -r the server answers each packet as it arrives"
     )]
@@ -358,21 +365,34 @@ pub enum SettingsError {
 
 impl Settings {
     /// TCP: the receiving end's `SO_RCVLOWAT`, on a host with `cores` CPUs. `--rcvlowat`
-    /// if given; else one packet while every stream can have a core to itself, so a bulk
-    /// receiver wakes once a whole packet has arrived instead of on every segment (fewer
-    /// wake-ups, each an inter-processor interrupt on the sender's core). With more
-    /// streams than cores no core idles, the wake-ups cost little, and waiting for whole
-    /// packets only delays the reads: `None` (the kernel's 1). bench/README.md has what
-    /// each buys. `None` with MPRTT, where the server answers each packet as it
-    /// completes and a short last packet must not wait.
+    /// if given; else the mark grows with how idle the receiving cores are, since it
+    /// saves wake-ups, each an inter-processor interrupt on the sender's core:
+    /// - a core to spare beside each stream (2 x streams <= cores) and unpaced: at least
+    ///   [`BULK_RCVLOWAT`], so the receiver wakes once per several small packets;
+    /// - a core per stream, or paced by `-b`: one packet, so it wakes per packet instead
+    ///   of per segment, and a paced packet is read as soon as it is whole;
+    /// - more streams than cores: `None` (the kernel's 1), since no core idles and
+    ///   waiting only delays the reads.
+    ///
+    /// A `-w` window bounds the larger mark to half of it (never below one packet), so
+    /// the sender can always fill it. `None` with MPRTT, where the server answers each
+    /// packet as it completes and a short last packet must not wait. bench/README.md
+    /// has what each buys.
     pub fn rcvlowat_bytes(&self, cores: usize) -> Option<u32> {
         if self.mprtt {
             return None;
         }
+        let streams = self.nstreams as usize;
         match self.rcvlowat {
             Some(bytes) => Some(bytes),
-            None if self.nstreams as usize <= cores => Some(self.pktsize),
-            None => None,
+            None if streams > cores => None,
+            None if self.rate_bps.is_some() || 2 * streams > cores => Some(self.pktsize),
+            None => {
+                let bulk = self
+                    .tcp_window()
+                    .map_or(BULK_RCVLOWAT, |w| (w / 2).min(BULK_RCVLOWAT));
+                Some(bulk.max(self.pktsize))
+            }
         }
     }
 
@@ -486,11 +506,8 @@ impl Settings {
             if self.mprtt {
                 return Err(SettingsError::RcvlowatMprtt);
             }
-            if !(1..=self.pktsize).contains(&value) {
-                return Err(SettingsError::Rcvlowat {
-                    value,
-                    pktsize: self.pktsize,
-                });
+            if !(1..=MAX_RCVLOWAT).contains(&value) {
+                return Err(SettingsError::Rcvlowat(value));
             }
         }
         if self.skip_rx_copy {
@@ -831,17 +848,51 @@ mod tests {
     }
 
     #[test]
-    fn the_receive_low_water_mark_is_one_bulk_packet_unless_given_and_within_one_packet() {
+    fn the_receive_low_water_mark_follows_how_idle_the_receiving_cores_are() {
         let tcp = Settings {
             pktsize: 32768,
             ..Settings::default()
         };
-        assert_eq!(tcp.rcvlowat_bytes(2), Some(32768));
+        assert_eq!(
+            tcp.rcvlowat_bytes(2),
+            Some(BULK_RCVLOWAT),
+            "a core to spare"
+        );
+        let big_packets = Settings {
+            pktsize: 1 << 20,
+            ..tcp.clone()
+        };
+        assert_eq!(
+            big_packets.rcvlowat_bytes(2),
+            Some(1 << 20),
+            "never below a packet"
+        );
+        let windowed = |window| Settings {
+            window: Some(window),
+            ..tcp.clone()
+        };
+        assert_eq!(windowed(128 << 10).rcvlowat_bytes(2), Some(64 << 10));
+        assert_eq!(windowed(16 << 10).rcvlowat_bytes(2), Some(32768));
+        assert_eq!(windowed(64 << 20).rcvlowat_bytes(2), Some(BULK_RCVLOWAT));
+        let paced = Settings {
+            rate_bps: Some(1_000_000),
+            ..tcp.clone()
+        };
+        assert_eq!(
+            paced.rcvlowat_bytes(2),
+            Some(32768),
+            "a paced packet is read whole"
+        );
         let streams = |n| Settings {
             nstreams: n,
             ..tcp.clone()
         };
-        assert_eq!(streams(2).rcvlowat_bytes(2), Some(32768));
+        assert_eq!(
+            streams(2).rcvlowat_bytes(2),
+            Some(32768),
+            "a core per stream"
+        );
+        assert_eq!(streams(2).rcvlowat_bytes(4), Some(BULK_RCVLOWAT));
         assert_eq!(
             streams(4).rcvlowat_bytes(2),
             None,
@@ -868,16 +919,11 @@ mod tests {
             ..given(4096)
         };
         assert_eq!(given_to_many.rcvlowat_bytes(2), Some(4096));
-        assert_eq!(given(1).validate(), Ok(()));
-        assert_eq!(given(32768).validate(), Ok(()));
-        for value in [0, 32769] {
-            assert_eq!(
-                given(value).validate(),
-                Err(SettingsError::Rcvlowat {
-                    value,
-                    pktsize: 32768
-                })
-            );
+        for valid in [1, 32769, MAX_RCVLOWAT] {
+            assert_eq!(given(valid).validate(), Ok(()));
+        }
+        for value in [0, MAX_RCVLOWAT + 1] {
+            assert_eq!(given(value).validate(), Err(SettingsError::Rcvlowat(value)));
         }
         let udp = Settings {
             protocol: Protocol::Udp,
