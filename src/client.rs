@@ -299,6 +299,8 @@ pub fn run_observed(
                 local: info.local.clone(),
                 peer: info.peer.clone(),
                 congestion: info.congestion.clone(),
+                // The client's sockets keep the kernel's mark; the server's report has it.
+                rcvlowat: None,
                 figures,
             }
         })

@@ -158,6 +158,8 @@ pub struct StreamDoc {
     pub peer: String,
     /// TCP: the congestion control algorithm this end's sockets used.
     pub congestion: Option<String>,
+    /// TCP, the server's streams: the receive low-water mark of its sockets.
+    pub rcvlowat: Option<u32>,
     pub figures: FiguresDoc,
 }
 
@@ -241,6 +243,7 @@ impl SideDoc {
                     local: s.local.clone(),
                     peer: s.peer.clone(),
                     congestion: s.congestion.clone(),
+                    rcvlowat: s.rcvlowat,
                     figures: FiguresDoc::new(&s.figures),
                 })
                 .collect(),

@@ -634,9 +634,11 @@ impl ServerPrinter {
                 settings,
                 from,
                 congestion,
+                rcvlowat,
             } => {
                 self.in_test = true;
-                let header = report::server_header(&settings, &from, congestion.as_deref());
+                let header =
+                    report::server_header(&settings, &from, congestion.as_deref(), rcvlowat);
                 let _ = write!(out, "{header}");
                 self.line_open = false;
             }

@@ -78,6 +78,10 @@ pub struct StreamResult {
     /// reported it.
     #[serde(default)]
     pub congestion: Option<String>,
+    /// TCP, the server's streams: the receive low-water mark (`SO_RCVLOWAT`) of its
+    /// sockets, as the kernel reported it.
+    #[serde(default)]
+    pub rcvlowat: Option<u32>,
     pub figures: Figures,
 }
 
@@ -305,14 +309,30 @@ fn short_latency(l: &LatencySummary) -> String {
     line.trim_start_matches(": ").trim_end().to_string()
 }
 
-/// The server's connection line, completing `Server listening ....`. `congestion`: the
-/// algorithm the server's sockets use (TCP).
-pub fn server_header(settings: &Settings, from: &str, congestion: Option<&str>) -> String {
+/// What the server's header adds for TCP: a receive low-water mark above the kernel's
+/// default of 1 byte, since the server picks it by its cores unless `--rcvlowat` is given.
+fn rcvlowat_label(rcvlowat: Option<u32>) -> String {
+    rcvlowat
+        .filter(|&bytes| bytes > 1)
+        .map_or_else(String::new, |bytes| {
+            format!(" rcvlowat={}", pkt_size(bytes))
+        })
+}
+
+/// The server's connection line, completing `Server listening ....`. `congestion` and
+/// `rcvlowat`: the algorithm and receive low-water mark the server's sockets use (TCP).
+pub fn server_header(
+    settings: &Settings,
+    from: &str,
+    congestion: Option<&str>,
+    rcvlowat: Option<u32>,
+) -> String {
     format!(
-        " new {} connection from {from}. pkt_size({}){}{}{}{}{}\n",
+        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}\n",
         settings.protocol.name(),
         pkt_size(settings.pktsize),
         congestion_label(congestion),
+        rcvlowat_label(rcvlowat),
         window_label(settings),
         rdma_label(settings),
         echo_label(settings),
@@ -386,6 +406,7 @@ mod tests {
                     local: "127.0.0.1:1".into(),
                     peer: "127.0.0.1:28444".into(),
                     congestion: None,
+                    rcvlowat: None,
                     figures: figures.clone(),
                 })
                 .collect(),
@@ -422,19 +443,23 @@ mod tests {
     fn server_report_has_the_seed_layout() {
         let s = Settings::default();
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384", None),
+            server_header(&s, "127.0.0.1:50384", None, None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB)\n"
         );
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384", Some("bbr")),
+            server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(1)),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr\n"
+        );
+        assert_eq!(
+            server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(128 << 10)),
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr rcvlowat=128KB\n"
         );
         let skip = Settings {
             skip_rx_copy: true,
             ..Settings::default()
         };
         assert_eq!(
-            server_header(&skip, "127.0.0.1:50384", Some("bbr")),
+            server_header(&skip, "127.0.0.1:50384", Some("bbr"), None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr rx_copy=skipped \
              (the server's reads discard the bytes in the kernel)\n"
         );
@@ -443,7 +468,7 @@ mod tests {
             ..Settings::default()
         };
         assert_eq!(
-            server_header(&window, "127.0.0.1:50384", Some("cubic")),
+            server_header(&window, "127.0.0.1:50384", Some("cubic"), None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic window=256KB\n"
         );
         let mut r = side(10_737_418_240, 2.83, 1);

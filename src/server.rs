@@ -85,6 +85,8 @@ pub enum ServerEvent {
         from: String,
         /// TCP: the congestion control algorithm of the server's sockets.
         congestion: Option<String>,
+        /// TCP: the receive low-water mark of the server's sockets.
+        rcvlowat: Option<u32>,
     },
     /// A reporting interval (`-i`) of the running test ended; the server's figures.
     Interval {
@@ -380,12 +382,14 @@ fn run_session(
     let streams = acceptor.accept(&ctx)?;
     let from = streams.first().map_or_else(String::new, |s| s.peer_addr());
     let congestion = streams.first().and_then(|s| s.congestion());
+    let rcvlowat = streams.first().and_then(|s| s.rcvlowat());
     // With tests in parallel, each report is sent in one piece at the end.
     if !parallel {
         let _ = events.send(ServerEvent::Started {
             settings: settings.clone(),
             from: from.clone(),
             congestion: congestion.clone(),
+            rcvlowat,
         });
     }
 
@@ -513,6 +517,7 @@ fn run_session(
             settings: settings.clone(),
             from: from.clone(),
             congestion: congestion.clone(),
+            rcvlowat,
         });
     }
     let _ = events.send(ServerEvent::Finished {
@@ -533,6 +538,7 @@ struct Received {
     local: String,
     peer: String,
     congestion: Option<String>,
+    rcvlowat: Option<u32>,
 }
 
 /// The most bytes a size-bounded stream may deliver before the server calls it a
@@ -638,6 +644,7 @@ fn receive(
         local: stream.local_addr(),
         peer: stream.peer_addr(),
         congestion: stream.congestion(),
+        rcvlowat: stream.rcvlowat(),
     })
 }
 
@@ -662,6 +669,7 @@ fn server_result(per_stream: &[(u32, Received)]) -> SideResult {
                 local: r.local.clone(),
                 peer: r.peer.clone(),
                 congestion: r.congestion.clone(),
+                rcvlowat: r.rcvlowat,
                 figures,
             }
         })

@@ -536,6 +536,45 @@ fn window_sizes_the_data_sockets_of_both_ends() {
     assert_eq!(requested, 16 << 20, "UDP's own size without -w");
 }
 
+/// The server reads its sockets' receive low-water mark back from the kernel and
+/// reports it, per stream in JSON and on its header line: `--rcvlowat` as given, else
+/// the default its cores choose; the client's streams have none to report.
+#[test]
+fn receive_low_water_mark_is_read_back_by_the_server() {
+    let server = Server::start(&[]);
+    let schema = schema();
+    let doc = json_run(&server, &["-m", "8", "-t", "2", "--rcvlowat", "5000"]);
+    assert_valid(&schema, &doc);
+    assert_eq!(u(&doc["settings"]["rcvlowat"]), 5000);
+    for (side, mark) in [("server", Value::from(5000)), ("client", Value::Null)] {
+        let streams = doc[side]["streams"].as_array().expect("streams");
+        assert_eq!(streams.len(), 2, "{side}");
+        for s in streams {
+            assert_eq!(s["rcvlowat"], mark, "{side}: {s}");
+        }
+    }
+
+    // The default depends on the server's cores: the library's rule, as the kernel took it.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let default = fperf::settings::Settings::default()
+        .rcvlowat_bytes(cores)
+        .unwrap_or(1);
+    let doc = json_run(&server, &["-m", "8"]);
+    assert_valid(&schema, &doc);
+    assert!(doc["settings"]["rcvlowat"].is_null());
+    assert_eq!(
+        u(&doc["server"]["streams"][0]["rcvlowat"]),
+        u64::from(default)
+    );
+
+    client_ok(&server, "127.0.0.1", &["-m", "8", "--rcvlowat", "5000"]);
+    let report = server.report(3);
+    assert!(report.contains(" rcvlowat=5000B"), "{report}");
+
+    let doc = json_run(&server, &["-u", "-m", "1", "-l", "1400"]);
+    assert!(doc["server"]["streams"][0]["rcvlowat"].is_null(), "UDP");
+}
+
 /// `-C` sets the algorithm on both ends' data sockets, and each end reports what its
 /// kernel says the sockets use: with `-C`, the one asked for; without, the kernel's
 /// default. An algorithm the kernel lacks fails with one line naming what it has.
@@ -573,7 +612,7 @@ fn congestion_control_is_set_on_both_ends_and_read_back() {
     let header = out.lines().next().unwrap_or_default();
     assert!(header.ends_with(" cc=reno"), "{out}");
     let report = server.report(3);
-    assert!(report.contains("pkt_size(32KB) cc=reno\n"), "{report}");
+    assert!(report.contains("pkt_size(32KB) cc=reno"), "{report}");
 
     let out = client_run(&server, "127.0.0.1", &["-m", "8", "-C", "nosuchalgo"]);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -296,6 +296,13 @@ pub trait Stream: Send {
     fn congestion(&self) -> Option<String> {
         None
     }
+
+    /// The receive low-water mark (`SO_RCVLOWAT`) of the STREAM's sockets as the kernel
+    /// reports it, which may be below the one asked for (TCP); `None` for transports
+    /// that have none.
+    fn rcvlowat(&self) -> Option<u32> {
+        None
+    }
 }
 
 #[cfg(test)]

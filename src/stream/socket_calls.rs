@@ -164,8 +164,8 @@ impl DataSocket {
         self.set_opt(libc::SOL_SOCKET, name, &tv)
     }
 
-    /// The pending error (`SO_ERROR`), if any.
-    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+    /// Reads an integer socket option.
+    pub fn int_opt(&self, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
         let mut v: libc::c_int = 0;
         let mut len = size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: the pointer and length describe `v`, exclusively borrowed for the
@@ -173,13 +173,19 @@ impl DataSocket {
         let rc = unsafe {
             (self.calls.getsockopt)(
                 self.fd,
-                libc::SOL_SOCKET,
-                libc::SO_ERROR,
+                level,
+                name,
                 (&mut v as *mut libc::c_int).cast(),
                 &mut len,
             )
         };
         check(rc as isize)?;
+        Ok(v)
+    }
+
+    /// The pending error (`SO_ERROR`), if any.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        let v = self.int_opt(libc::SOL_SOCKET, libc::SO_ERROR)?;
         Ok((v != 0).then(|| io::Error::from_raw_os_error(v)))
     }
 

@@ -828,6 +828,15 @@ impl Stream for TcpStream {
         }
         congestion_of(sock).ok()
     }
+
+    fn rcvlowat(&self) -> Option<u32> {
+        let sock = &self.sockets[0].sock;
+        if !sock.calls().kernel {
+            return None;
+        }
+        let mark = sock.int_opt(libc::SOL_SOCKET, libc::SO_RCVLOWAT).ok()?;
+        u32::try_from(mark).ok()
+    }
 }
 
 /// What a data connection's socket must have before its handshake.
@@ -1164,19 +1173,8 @@ mod tests {
             };
             let mut server = TcpStream::accept(&listener, server_opts).expect("accept");
             let mut client = t.join().expect("join");
-            let fd = server.sockets[0].sock.as_raw_fd();
-            let (mut mark, mut len) = (0i32, std::mem::size_of::<i32>() as libc::socklen_t);
-            // SAFETY: `mark` and `len` are valid for the duration of the call.
-            let rc = unsafe {
-                libc::getsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVLOWAT,
-                    (&mut mark as *mut i32).cast(),
-                    &mut len,
-                )
-            };
-            assert_eq!((rc, mark), (0, 4096), "{mode}");
+            assert_eq!(server.rcvlowat(), Some(4096), "{mode}");
+            assert_eq!(client.rcvlowat(), Some(1), "{mode}: the kernel's default");
 
             let mut buf = vec![0u8; 8192];
             // Less than the mark, on the last socket (which the reader tries after the
