@@ -9,12 +9,16 @@ use std::time::Duration;
 
 const MB: u64 = 1 << 20;
 
-/// Runs a client with `args` plus `--json`; returns the parsed document.
+/// Runs a client with `args` plus `--json`; returns the parsed document, checked
+/// against the schema.
 fn json_run(server: &Server, args: &[&str]) -> Value {
     let mut all = args.to_vec();
     all.push("--json");
     let out = client_ok(server, "127.0.0.1", &all);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{out}"))
+    let doc = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{out}"));
+    assert_valid(&schema(), &doc);
+    doc
 }
 
 fn u(v: &Value) -> u64 {
@@ -65,7 +69,6 @@ fn json_of_a_tcp_run_agrees_with_both_human_reports() {
     let server = Server::start(&[]);
     let doc = json_run(&server, &["-m", "16", "-t", "2", "-n", "2"]);
     let human_server = server.report(1);
-    assert_valid(&schema(), &doc);
     assert_eq!(doc["schema_version"], 1);
     assert_eq!(doc["settings"]["nstreams"], 2);
     let (c, s) = (&doc["client"], &doc["server"]);
@@ -120,7 +123,6 @@ fn json_of_an_mprtt_run_counts_packets_and_acks() {
     // 4 MB in 1000-byte packets: 4194 whole packets and a short one, each acknowledged.
     let doc = json_run(&server, &["-r", "-m", "4", "-l", "1000"]);
     let human_server = server.report(1);
-    assert_valid(&schema(), &doc);
     let packets = (4 * MB).div_ceil(1000);
     let (c, s) = (&doc["client"]["total"], &doc["server"]["total"]);
     assert_eq!(u(&c["bytes_sent"]), 4 * MB);
@@ -138,10 +140,8 @@ fn json_of_an_mprtt_run_counts_packets_and_acks() {
 #[test]
 fn json_of_udp_runs_counts_datagrams_on_both_sides() {
     let server = Server::start(&[]);
-    let schema = schema();
     // Plain UDP, with intervals: 4 MB in 1472-byte datagrams.
     let doc = json_run(&server, &["-u", "-m", "4", "-l", "1472", "-i", "0.05"]);
-    assert_valid(&schema, &doc);
     let datagrams = (4 * MB).div_ceil(1472);
     let (c, s) = (&doc["client"]["total"], &doc["server"]["total"]);
     assert_eq!(u(&c["bytes_sent"]), 4 * MB);
@@ -162,7 +162,6 @@ fn json_of_udp_runs_counts_datagrams_on_both_sides() {
     );
     // UDP with MPRTT: every datagram acknowledged.
     let doc = json_run(&server, &["-u", "-r", "-m", "1", "-l", "1000"]);
-    assert_valid(&schema, &doc);
     let packets = MB.div_ceil(1000);
     let c = &doc["client"]["total"];
     assert!(
@@ -217,7 +216,6 @@ fn intervals_in_json_add_up_and_omit_leaves_the_warm_up_out() {
         &server,
         &["--time", "2", "-i", "0.5", "--omit", "1", "-n", "3"],
     );
-    assert_valid(&schema(), &doc);
     for (side, field) in [("client", "bytes_sent"), ("server", "bytes_received")] {
         let intervals = doc[side]["intervals"].as_array().expect("intervals");
         assert_eq!(intervals.len(), 4, "{side}: {intervals:#?}");
@@ -376,7 +374,6 @@ fn bandwidth_sweep_rows_have_bandwidth_and_iterations() {
 fn sweep_json_has_one_record_per_value() {
     let server = Server::start(&[]);
     let doc = json_run(&server, &["-m", "2", "--sweep", "nsockets=1..3:+1"]);
-    assert_valid(&schema(), &doc);
     let records = doc["records"].as_array().expect("records");
     assert_eq!(records.len(), 3);
     for (r, n) in records.iter().zip(1u64..) {
@@ -483,7 +480,6 @@ fn ctrl_c_still_yields_one_json_document_with_both_sides() {
     let mut text = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut text).unwrap();
     let doc: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
-    assert_valid(&schema(), &doc);
     assert_eq!(doc["interrupted"], true);
     let sent = u(&doc["client"]["total"]["bytes_sent"]);
     assert!(sent > 0);
@@ -496,12 +492,10 @@ fn ctrl_c_still_yields_one_json_document_with_both_sides() {
 #[test]
 fn skip_rx_copy_moves_and_counts_every_byte() {
     let server = Server::start(&[]);
-    let schema = schema();
     let doc = json_run(
         &server,
         &["-m", "8", "-t", "2", "-n", "2", "--skip-rx-copy"],
     );
-    assert_valid(&schema, &doc);
     assert_eq!(doc["settings"]["skip_rx_copy"], true);
     assert_eq!(u(&doc["client"]["total"]["bytes_sent"]), 16 << 20);
     assert_eq!(u(&doc["server"]["total"]["bytes_received"]), 16 << 20);
@@ -514,14 +508,11 @@ fn skip_rx_copy_moves_and_counts_every_byte() {
 #[test]
 fn window_sizes_the_data_sockets_of_both_ends() {
     let server = Server::start(&[]);
-    let schema = schema();
     let doc = json_run(&server, &["-m", "4", "-t", "2", "-w", "512K"]);
-    assert_valid(&schema, &doc);
     assert_eq!(doc["settings"]["window"], 512 << 10);
     assert_eq!(u(&doc["client"]["total"]["bytes_sent"]), 8 << 20);
     assert_eq!(u(&doc["server"]["total"]["bytes_received"]), 8 << 20);
     let doc = json_run(&server, &["-u", "-m", "2", "-l", "1400", "-w", "1M"]);
-    assert_valid(&schema, &doc);
     assert_eq!(doc["settings"]["window"], 1 << 20);
     for side in ["client", "server"] {
         let datagrams = &doc[side]["total"]["datagrams"];
@@ -542,9 +533,7 @@ fn window_sizes_the_data_sockets_of_both_ends() {
 #[test]
 fn receive_low_water_mark_is_read_back_by_the_server() {
     let server = Server::start(&[]);
-    let schema = schema();
     let doc = json_run(&server, &["-m", "8", "-t", "2", "--rcvlowat", "5000"]);
-    assert_valid(&schema, &doc);
     assert_eq!(u(&doc["settings"]["rcvlowat"]), 5000);
     for (side, mark) in [("server", Value::from(5000)), ("client", Value::Null)] {
         let streams = doc[side]["streams"].as_array().expect("streams");
@@ -560,7 +549,6 @@ fn receive_low_water_mark_is_read_back_by_the_server() {
         .rcvlowat_bytes(cores)
         .unwrap_or(1);
     let doc = json_run(&server, &["-m", "8"]);
-    assert_valid(&schema, &doc);
     assert!(doc["settings"]["rcvlowat"].is_null());
     assert_eq!(
         u(&doc["server"]["streams"][0]["rcvlowat"]),
@@ -581,10 +569,8 @@ fn receive_low_water_mark_is_read_back_by_the_server() {
 #[test]
 fn congestion_control_is_set_on_both_ends_and_read_back() {
     let server = Server::start(&[]);
-    let schema = schema();
     // reno is built into every Linux kernel.
     let doc = json_run(&server, &["-m", "8", "-t", "2", "-C", "reno"]);
-    assert_valid(&schema, &doc);
     assert_eq!(doc["settings"]["congestion"], "reno");
     for side in ["client", "server"] {
         let streams = doc[side]["streams"].as_array().expect("streams");
@@ -597,7 +583,6 @@ fn congestion_control_is_set_on_both_ends_and_read_back() {
     let default = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
         .expect("the kernel's default congestion control");
     let doc = json_run(&server, &["-m", "8"]);
-    assert_valid(&schema, &doc);
     assert_eq!(doc["settings"]["congestion"], Value::Null);
     for side in ["client", "server"] {
         assert_eq!(
