@@ -147,15 +147,24 @@ impl Server {
     }
 
     /// Waits for the report of the `n`th test (1-based) and returns that report's text.
+    /// A client's error (a connection that never said hello, a refused test) reprints
+    /// `Server listening ....` with no test between: only sections with a test's header
+    /// count, each complete once the next `Server listening` starts.
     pub fn report(&self, n: usize) -> String {
-        let out = self.wait_for(
-            |o| o.matches("Server listening").count() > n,
-            Duration::from_secs(60),
-        );
-        out.split("Server listening")
-            .nth(n)
+        let reports = |o: &str| -> Vec<String> {
+            let sections: Vec<&str> = o.split("Server listening").collect();
+            let complete = sections.len().saturating_sub(1);
+            sections[..complete]
+                .iter()
+                .filter(|s| s.contains(" connection from "))
+                .map(|s| s.to_string())
+                .collect()
+        };
+        let out = self.wait_for(|o| reports(o).len() >= n, Duration::from_secs(60));
+        reports(&out)
+            .into_iter()
+            .nth(n.saturating_sub(1))
             .unwrap_or_default()
-            .to_string()
     }
 
     /// The server process, e.g. to signal it.
@@ -180,6 +189,12 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A failed test shows what the server said to its operator, e.g. a client error.
+        if std::thread::panicking() {
+            // Not `stderr()`: a poisoned lock must not panic again while unwinding.
+            let said = self.stderr.lock().map(|s| s.clone()).unwrap_or_default();
+            eprintln!("server on port {} stderr:\n{said}", self.port);
+        }
     }
 }
 
