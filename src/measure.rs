@@ -14,7 +14,6 @@ use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// What stdout carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,10 +147,6 @@ impl RunObserver for Printer {
     }
 }
 
-/// How often a sweep asks a server that is still closing the previous test again.
-const BUSY_RETRIES: u32 = 100;
-const BUSY_PAUSE: Duration = Duration::from_millis(20);
-
 /// Runs one measurement per sweep value against the same server; prints one row per
 /// value (or, with `--json`, one document with one record per value).
 pub fn run_sweep(
@@ -177,18 +172,10 @@ pub fn run_sweep(
         let start = StartTime::now();
         let mut printer = Printer::new(&settings, output, start.clone())?;
         printer.quiet = true;
-        let mut attempt = 0;
-        let outcome = loop {
-            match client::run_observed(&run_cfg, abort.clone(), &mut printer) {
-                // The server frees its session a moment after sending the previous
-                // test's figures; a "busy" answer then is worth asking again.
-                Err(e) if format!("{e:#}").contains("server busy") && attempt < BUSY_RETRIES => {
-                    attempt += 1;
-                    std::thread::sleep(BUSY_PAUSE);
-                }
-                other => break other.with_context(|| format!("{}={value}", sweep.param.name()))?,
-            }
-        };
+        // The server frees a test's slot before it sends the figures, so the next value's
+        // test is never refused as "server busy" by the previous one.
+        let outcome = client::run_observed(&run_cfg, abort.clone(), &mut printer)
+            .with_context(|| format!("{}={value}", sweep.param.name()))?;
         printer.finish()?;
         let total = &outcome.client.total;
         let secs = total.duration_ns as f64 / 1e9;

@@ -286,15 +286,27 @@ fn greet(
                 config,
                 events,
             );
+            if let Err(e) = &outcome {
+                client_error(format!("{e:#}"));
+            }
+            // The test is over (its sockets closed) and its slot freed before the client
+            // hears back: a client that starts its next test on reading the answer is
+            // never told "server busy". `Listening` goes under the report lock, so another
+            // test's report stays in one piece, and before the slot is freed, so it ends
+            // this test's report before the next test's begins.
+            {
+                let _in_order = registered.sessions().report_lock();
+                let _ = events.send(ServerEvent::Listening);
+            }
             drop(registered);
             match outcome {
-                Ok(()) => {}
-                Err(e) => {
-                    chan.send_error(&format!("server: {e:#}"));
-                    client_error(format!("{e:#}"));
+                Ok(result) => {
+                    if let Err(e) = chan.send(&Message::Results { result }) {
+                        client_error(format!("cannot send the results: {e}"));
+                    }
                 }
+                Err(e) => chan.send_error(&format!("server: {e:#}")),
             }
-            let _ = events.send(ServerEvent::Listening);
         }
         Message::DataHello {
             version,
@@ -337,8 +349,9 @@ fn greet(
     }
 }
 
-/// Runs one test on an accepted control channel. `public_session` is announced in
-/// `Welcome`; data connections must present `session`.
+/// Runs one test on an accepted control channel and returns the server's figures for
+/// the caller to send, once every socket of the test is closed. `public_session` is
+/// announced in `Welcome`; data connections must present `session`.
 fn run_session(
     chan: &mut Channel,
     public_session: u64,
@@ -347,7 +360,7 @@ fn run_session(
     routed_tx: Sender<DataConn>,
     config: &ServerConfig,
     events: &Sender<ServerEvent>,
-) -> Result<()> {
+) -> Result<Box<SideResult>> {
     chan.send(&Message::Welcome {
         version: PROTOCOL_VERSION,
         software: format!("fperf {}", crate::VERSION),
@@ -525,10 +538,7 @@ fn run_session(
         result: Box::new(result.clone()),
     });
     drop(report_lock);
-    chan.send(&Message::Results {
-        result: Box::new(result),
-    })?;
-    Ok(())
+    Ok(Box::new(result))
 }
 
 /// What a receiving thread hands back.

@@ -338,6 +338,7 @@ fn sweep_over_four_sizes_prints_four_rows() {
         .map(|l| l.split_whitespace().map(|c| c.parse().unwrap()).collect())
         .collect();
     assert_eq!(rows.len(), 4, "{out}");
+    assert_eq!(server.stderr(), "", "the server logged a client error");
     for (row, size) in rows.iter().zip([1024u64, 2048, 4096, 8192]) {
         assert_eq!(row.len(), 8);
         assert_eq!(row[0] as u64, size);
@@ -364,10 +365,13 @@ fn bandwidth_sweep_rows_have_bandwidth_and_iterations() {
         assert!(row[1] > 0.0, "bandwidth of {mb} MB");
         assert_eq!(row[8] as u64, mb * MB / 32768, "32 KB sends in {mb} MB");
     }
-    // Every value was a test of its own on the same server.
+    // Every value was a test of its own on the same server, none refused or cut short:
+    // the server frees a test's slot before the client reads its figures and starts
+    // the next (the sweep does not retry a "server busy").
     for n in 1..=3 {
         assert!(volume(&server.report(n), "received").bytes > 0);
     }
+    assert_eq!(server.stderr(), "", "the server logged a client error");
 }
 
 #[test]
@@ -381,6 +385,27 @@ fn sweep_json_has_one_record_per_value() {
         assert_eq!(u(&r["result"]["settings"]["nsockets"]), n);
         assert_eq!(u(&r["result"]["server"]["total"]["bytes_received"]), 2 * MB);
     }
+}
+
+#[test]
+fn back_to_back_tests_are_never_refused_as_busy() {
+    // Each value's test starts the moment the previous one's figures arrive. With -w
+    // every test also listens on a port of its own past the base port, which must be
+    // closed by then as well.
+    let server = Server::start(&[]);
+    let doc = json_run(
+        &server,
+        &["-l", "64K", "-w", "256K", "--sweep", "mb=1..12:+1"],
+    );
+    let records = doc["records"].as_array().expect("records");
+    assert_eq!(records.len(), 12);
+    for (r, mb) in records.iter().zip(1u64..) {
+        assert_eq!(
+            u(&r["result"]["server"]["total"]["bytes_received"]),
+            mb * MB
+        );
+    }
+    assert_eq!(server.stderr(), "", "the server logged a client error");
 }
 
 #[test]
