@@ -62,6 +62,16 @@ class Targets(unittest.TestCase):
         self.assertAlmostEqual(t["ratio"], 8 / 9)
         self.assertFalse(t["met"])
 
+    def test_pooled_rows_take_every_round_of_the_runs_that_have_them(self):
+        a = run({"fperf -t 4": [10, 11, 12], "iperf2 -P 4": [9, 9, 9]})
+        b = run({"fperf -t 4": [13, 14, 15, 16]})
+        lines = compare.render_pooled_rows([a, b]).splitlines()
+        fperf = next(l for l in lines if l.startswith("fperf -t 4"))
+        iperf2 = next(l for l in lines if l.startswith("iperf2 -P 4"))
+        # fperf: median of 10..16 over 7 rounds; iperf2 is only in the first run.
+        self.assertEqual(fperf.split()[-3:], ["13.00", "-", "7"])
+        self.assertEqual(iperf2.split()[-3:], ["9.00", "-", "3"])
+
     def test_lower_is_better_for_cpu_and_latency(self):
         runs = [[{"name": "tcp_lat_1", "rows": [
             {"label": "fperf --echo (1 B echo)",
