@@ -461,6 +461,9 @@ pub fn interval_line(role: Role, settings: &Settings, r: &IntervalResult) -> Str
             l.p99_ns as f64 / 1000.0
         );
     }
+    if let Some(tps) = t.transactions_per_second(settings, role) {
+        line += &format!("  tps: {tps:.0}/s");
+    }
     if let Some(tcp) = &t.tcp {
         line += &format!("  retransmits: {}", tcp.retransmits);
     }

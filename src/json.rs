@@ -84,6 +84,8 @@ pub struct FiguresDoc {
     /// bytes_sent × 8 / seconds (0 over zero time).
     pub sent_bits_per_second: f64,
     pub received_bits_per_second: f64,
+    /// The client's round trips per second with `-r`; `None` otherwise.
+    pub transactions_per_second: Option<f64>,
     pub send_latency: Option<LatencySummary>,
     pub recv_latency: Option<LatencySummary>,
     pub submit_latency: Option<LatencySummary>,
@@ -94,7 +96,7 @@ pub struct FiguresDoc {
 }
 
 impl FiguresDoc {
-    fn new(f: &Figures) -> FiguresDoc {
+    fn new(f: &Figures, settings: &Settings, role: Role) -> FiguresDoc {
         let secs = f.duration_ns as f64 / 1e9;
         let bps = |bytes: u64| {
             if f.duration_ns == 0 {
@@ -117,6 +119,7 @@ impl FiguresDoc {
             seconds: finite(secs),
             sent_bits_per_second: bps(f.bytes_sent),
             received_bits_per_second: bps(f.bytes_received),
+            transactions_per_second: f.transactions_per_second(settings, role).map(finite),
             send_latency: lat(&f.send_latency),
             recv_latency: lat(&f.recv_latency),
             submit_latency: lat(&f.submit_latency),
@@ -173,12 +176,12 @@ pub struct StreamIntervalDoc {
 }
 
 impl StreamIntervalDoc {
-    fn new(s: &StreamInterval) -> StreamIntervalDoc {
+    fn new(s: &StreamInterval, settings: &Settings, role: Role) -> StreamIntervalDoc {
         StreamIntervalDoc {
             index: s.index,
             start_ns: s.start_ns,
             end_ns: s.end_ns,
-            figures: FiguresDoc::new(&s.figures),
+            figures: FiguresDoc::new(&s.figures, settings, role),
         }
     }
 }
@@ -201,8 +204,8 @@ pub struct IntervalDoc {
 }
 
 impl IntervalDoc {
-    /// The document of one interval.
-    pub fn new(r: &IntervalResult) -> IntervalDoc {
+    /// The document of one interval of `role`'s side.
+    pub fn new(r: &IntervalResult, settings: &Settings, role: Role) -> IntervalDoc {
         IntervalDoc {
             index: r.index,
             start_ns: r.start_ns,
@@ -210,8 +213,12 @@ impl IntervalDoc {
             start_seconds: r.start_ns as f64 / 1e9,
             end_seconds: r.end_ns as f64 / 1e9,
             omitted: r.omitted,
-            total: FiguresDoc::new(&r.total),
-            streams: r.streams.iter().map(StreamIntervalDoc::new).collect(),
+            total: FiguresDoc::new(&r.total, settings, role),
+            streams: r
+                .streams
+                .iter()
+                .map(|s| StreamIntervalDoc::new(s, settings, role))
+                .collect(),
             cpu: r.cpu.as_ref().map(CpuDoc::new),
         }
     }
@@ -229,12 +236,12 @@ pub struct SideDoc {
 }
 
 impl SideDoc {
-    fn new(r: &SideResult) -> SideDoc {
+    fn new(r: &SideResult, settings: &Settings) -> SideDoc {
         SideDoc {
             role: r.role,
             system: r.system.clone(),
             cpu: r.cpu.as_ref().map(CpuDoc::new),
-            total: FiguresDoc::new(&r.total),
+            total: FiguresDoc::new(&r.total, settings, r.role),
             streams: r
                 .streams
                 .iter()
@@ -244,10 +251,14 @@ impl SideDoc {
                     peer: s.peer.clone(),
                     congestion: s.congestion.clone(),
                     rcvlowat: s.rcvlowat,
-                    figures: FiguresDoc::new(&s.figures),
+                    figures: FiguresDoc::new(&s.figures, settings, r.role),
                 })
                 .collect(),
-            intervals: r.intervals.iter().map(IntervalDoc::new).collect(),
+            intervals: r
+                .intervals
+                .iter()
+                .map(|i| IntervalDoc::new(i, settings, r.role))
+                .collect(),
         }
     }
 }
@@ -275,8 +286,8 @@ impl RunDoc {
             start,
             settings: settings.clone(),
             interrupted: outcome.interrupted,
-            client: SideDoc::new(&outcome.client),
-            server: SideDoc::new(&outcome.server),
+            client: SideDoc::new(&outcome.client, settings),
+            server: SideDoc::new(&outcome.server, settings),
         }
     }
 }
@@ -395,14 +406,23 @@ mod tests {
             tcp: None,
             datagrams: None,
         };
-        let d = FiguresDoc::new(&f);
+        let rr = Settings {
+            mprtt: true,
+            ..Settings::default()
+        };
+        let d = FiguresDoc::new(&f, &rr, Role::Client);
         assert_eq!(d.sent_bits_per_second, 0.0);
+        assert_eq!(d.transactions_per_second, Some(0.0));
         let text = to_line(&d);
         assert!(text.contains("\"sent_bits_per_second\":0.0"), "{text}");
         let f = Figures {
             duration_ns: 2_000_000_000,
             ..f
         };
-        assert_eq!(FiguresDoc::new(&f).sent_bits_per_second, 400.0);
+        let bulk = Settings::default();
+        let d = FiguresDoc::new(&f, &bulk, Role::Client);
+        assert_eq!(d.sent_bits_per_second, 400.0);
+        assert_eq!(d.transactions_per_second, None);
+        assert!(to_line(&d).contains("\"transactions_per_second\":null"));
     }
 }

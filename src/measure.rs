@@ -130,7 +130,7 @@ impl RunObserver for Printer {
             Mode::JsonStream => {
                 let ev = Event::Interval {
                     side: role,
-                    interval: Box::new(IntervalDoc::new(result)),
+                    interval: Box::new(IntervalDoc::new(result, &self.settings, role)),
                 };
                 outln!("{}", json::to_line(&ev));
             }
@@ -188,9 +188,10 @@ pub fn run_sweep(
             },
             latency: total.send_latency,
             iterations: total.send_latency.map_or(0, |l| l.count),
+            transactions_per_second: total.transactions_per_second(&settings, Role::Client),
         };
         if output.mode == Mode::Human {
-            outln!("{}", sweep::row(&row, mprtt));
+            outln!("{}", sweep::row(&row));
             let _ = std::io::stdout().flush();
         }
         records.push(SweepRecord {

@@ -65,6 +65,23 @@ impl Figures {
     pub fn secs(&self) -> f64 {
         self.duration_ns as f64 / 1e9
     }
+
+    /// Request/response transactions per second, as netperf's and neper's `*_RR`
+    /// report them: on the client of an `-r` run, round trips completed (each one
+    /// timed as mprtt, so the count is the latency's) over the figures' time; 0 over
+    /// zero time. `None` anywhere else: a server's receive count would include UDP's
+    /// retransmitted requests.
+    pub fn transactions_per_second(&self, settings: &Settings, role: Role) -> Option<f64> {
+        if !settings.mprtt || role != Role::Client {
+            return None;
+        }
+        let count = self.send_latency.map_or(0, |l| l.count);
+        Some(if self.duration_ns == 0 {
+            0.0
+        } else {
+            count as f64 / self.secs()
+        })
+    }
 }
 
 /// One stream as an end saw it.
@@ -244,6 +261,15 @@ pub fn client_body(settings: &Settings, r: &SideResult) -> String {
     }
     if let Some(l) = &t.send_latency {
         out += &latency_line(latency_label(settings), W, l);
+    }
+    if let Some(tps) = t.transactions_per_second(settings, r.role) {
+        let round_trips = t.send_latency.map_or(0, |l| l.count);
+        let _ = writeln!(
+            out,
+            "{:<W$}: {tps:.0}/s ({round_trips} round trips in {:.2}s)",
+            "tps",
+            t.secs()
+        );
     }
     if settings.asynchronous() {
         if let Some(l) = &t.submit_latency {
@@ -489,5 +515,30 @@ mod tests {
         assert!(body.contains("received  : "));
         assert!(body.contains("Per Stream:\n  stream 0 : avg="));
         assert!(body.contains("  stream 1 : avg="));
+    }
+
+    #[test]
+    fn only_the_client_of_a_round_trip_run_reports_transactions() {
+        let rr = Settings {
+            mprtt: true,
+            ..Settings::default()
+        };
+        // Three round trips timed over half a second.
+        let r = side(3, 0.5, 1);
+        assert_eq!(
+            r.total.transactions_per_second(&rr, Role::Client),
+            Some(6.0)
+        );
+        assert_eq!(r.total.transactions_per_second(&rr, Role::Server), None);
+        let bulk = Settings::default();
+        assert_eq!(r.total.transactions_per_second(&bulk, Role::Client), None);
+        assert!(client_body(&rr, &r).contains("\ntps       : 6/s (3 round trips in 0.50s)\n"));
+        assert!(!client_body(&bulk, &r).contains("tps"));
+        let mut instant = r.total.clone();
+        instant.duration_ns = 0;
+        assert_eq!(
+            instant.transactions_per_second(&rr, Role::Client),
+            Some(0.0)
+        );
     }
 }

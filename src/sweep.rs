@@ -154,22 +154,21 @@ pub struct SweepRow {
     pub latency: Option<LatencySummary>,
     /// Sends timed.
     pub iterations: u64,
+    /// With `-r`, round trips per second ([`crate::report::Figures::transactions_per_second`]).
+    pub transactions_per_second: Option<f64>,
 }
 
-/// The table's header: latency columns for `-r` runs, bandwidth first otherwise.
+/// The table's header: for `-r` runs transactions per second, bandwidth otherwise,
+/// then the latency columns.
 pub fn header(param: SweepParam, mprtt: bool) -> String {
-    let lat = "mean_us min_us p50_us p99_us max_us stddev_us";
-    let cols = if mprtt {
-        format!("{lat} iter")
-    } else {
-        format!("bw_Gbit/s {lat} iter")
-    };
+    let rate = if mprtt { "trans/s" } else { "bw_Gbit/s" };
+    let cols = format!("{rate} mean_us min_us p50_us p99_us max_us stddev_us iter");
     let cols: Vec<String> = cols.split(' ').map(|c| format!("{c:>12}")).collect();
     format!("#{:>11}{}", param.column(), cols.join(""))
 }
 
-/// One row of the table.
-pub fn row(r: &SweepRow, mprtt: bool) -> String {
+/// One row of the table (under the header of `-r` runs if it has transactions).
+pub fn row(r: &SweepRow) -> String {
     let us = |ns: f64| format!("{:>12.2}", ns / 1000.0);
     let lat = r.latency.map_or_else(
         || format!("{:>12}", "-").repeat(6),
@@ -186,12 +185,11 @@ pub fn row(r: &SweepRow, mprtt: bool) -> String {
             .join("")
         },
     );
-    let bw = if mprtt {
-        String::new()
-    } else {
-        format!("{:>12.3}", r.bits_per_second / 1e9)
+    let rate = match r.transactions_per_second {
+        Some(tps) => format!("{tps:>12.0}"),
+        None => format!("{:>12.3}", r.bits_per_second / 1e9),
     };
-    format!("{:>12}{bw}{lat}{:>12}", r.value, r.iterations)
+    format!("{:>12}{rate}{lat}{:>12}", r.value, r.iterations)
 }
 
 #[cfg(test)]
@@ -268,10 +266,15 @@ mod tests {
             bits_per_second: 1.5e9,
             latency: None,
             iterations: 10,
+            transactions_per_second: None,
         };
         for mprtt in [false, true] {
             let h = header(SweepParam::PktSize, mprtt);
-            let line = row(&r, mprtt);
+            let r = SweepRow {
+                transactions_per_second: mprtt.then_some(20.0),
+                ..r.clone()
+            };
+            let line = row(&r);
             assert_eq!(h.len(), line.len(), "{h}\n{line}");
             // The header's leading '#' is a token of its own.
             assert_eq!(
@@ -280,5 +283,6 @@ mod tests {
             );
         }
         assert!(header(SweepParam::PktSize, false).starts_with("#       size   bw_Gbit/s"));
+        assert!(header(SweepParam::PktSize, true).starts_with("#       size     trans/s"));
     }
 }

@@ -135,6 +135,53 @@ fn json_of_an_mprtt_run_counts_packets_and_acks() {
     let l = &c["send_latency"];
     assert!(u(&l["min_ns"]) <= u(&l["p50_ns"]) && u(&l["p50_ns"]) <= u(&l["p99_ns"]));
     assert!(u(&l["p99_ns"]) <= u(&l["p999_ns"]) && u(&l["p999_ns"]) <= u(&l["max_ns"]));
+    // Every round trip is a transaction, over the client's time.
+    let tps = c["transactions_per_second"].as_f64().expect("a number");
+    let secs = c["seconds"].as_f64().expect("a number");
+    assert!(
+        (tps * secs - packets as f64).abs() < 1e-6 * packets as f64,
+        "{tps} x {secs}"
+    );
+    assert!(
+        s["transactions_per_second"].is_null(),
+        "only the client counts them"
+    );
+    let bulk = json_run(&server, &["-m", "1"]);
+    assert!(bulk["client"]["total"]["transactions_per_second"].is_null());
+}
+
+#[test]
+fn round_trip_reports_print_transactions_per_second() {
+    let server = Server::start(&[]);
+    let out = client_ok(
+        &server,
+        "127.0.0.1",
+        &["-r", "-m", "2", "-l", "1000", "-i", "0.05"],
+    );
+    let packets = (2 * MB).div_ceil(1000);
+    let re = regex::Regex::new(r"(?m)^tps       : (\d+)/s \((\d+) round trips in ([\d.]+)s\)$")
+        .expect("regex");
+    let caps = re
+        .captures(&out)
+        .unwrap_or_else(|| panic!("no tps line:\n{out}"));
+    let field = |i: usize| caps[i].parse::<f64>().expect("a number");
+    assert_eq!(field(2), packets as f64);
+    // The seconds are printed rounded to 10 ms, the rate to a whole transaction.
+    let (n, secs) = (packets as f64, field(3));
+    assert!(
+        n / (secs + 0.005) - 1.0 <= field(1) && field(1) <= n / (secs - 0.005) + 1.0,
+        "{out}"
+    );
+    let intervals: Vec<&str> = out.lines().filter(|l| l.starts_with('[')).collect();
+    assert!(!intervals.is_empty(), "{out}");
+    let interval_tps = regex::Regex::new(r"  tps: \d+/s").expect("regex");
+    for line in intervals {
+        assert!(interval_tps.is_match(line), "{line}");
+    }
+    assert!(
+        !server.report(1).contains("tps"),
+        "the server counts no transactions"
+    );
 }
 
 #[test]
@@ -325,6 +372,7 @@ fn sweep_over_four_sizes_prints_four_rows() {
         [
             "#",
             "size",
+            "trans/s",
             "mean_us",
             "min_us",
             "p50_us",
@@ -340,11 +388,14 @@ fn sweep_over_four_sizes_prints_four_rows() {
     assert_eq!(rows.len(), 4, "{out}");
     assert_eq!(server.stderr(), "", "the server logged a client error");
     for (row, size) in rows.iter().zip([1024u64, 2048, 4096, 8192]) {
-        assert_eq!(row.len(), 8);
+        assert_eq!(row.len(), 9);
         assert_eq!(row[0] as u64, size);
-        assert_eq!(row[7] as u64, MB / size, "iterations at {size}");
-        let (mean, min, p50, p99, max) = (row[1], row[2], row[3], row[4], row[5]);
+        assert_eq!(row[8] as u64, MB / size, "iterations at {size}");
+        let (tps, mean, min, p50, p99, max) = (row[1], row[2], row[3], row[4], row[5], row[6]);
         assert!(min <= p50 && p50 <= p99 && p99 <= max && min <= mean && mean <= max);
+        // One stream's round trips follow each other: they cannot take more than the
+        // whole run, so the rate is at most one per mean round trip (rounding aside).
+        assert!(tps > 0.0 && tps * (mean - 0.005) <= 1e6 + mean, "{out}");
     }
 }
 
