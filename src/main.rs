@@ -116,6 +116,13 @@ struct Cli {
     #[arg(long)]
     echo: bool,
 
+    /// TCP only: connect-request-response (implies -r), as netperf's TCP_CRR and neper's
+    /// tcp_crr: every packet is a new connection (connect, the -l-byte request, a 1-byte
+    /// reply, the server closes, the client closes), and mprtt is that whole life of a
+    /// connection. Stream i uses the server's port PORT+1+i
+    #[arg(long)]
+    crr: bool,
+
     /// Bytes per send (K, M, G suffixes are binary: 128K = 131072).
     #[arg(short = 'l', long, value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
           value_parser = fperf::units::parse_bytes_u32)]
@@ -398,8 +405,9 @@ impl Cli {
             nsockets,
             mb: self.mb,
             pktsize: self.pktsize,
-            mprtt: self.mprtt || self.echo,
+            mprtt: self.mprtt || self.echo || self.crr,
             echo: self.echo,
+            crr: self.crr,
             queue,
             nodelay: self.nodelay,
             quickack: self.quickack,

@@ -170,6 +170,15 @@ fn echo_label(settings: &Settings) -> &'static str {
     }
 }
 
+/// What a report header adds with `--crr`: the mprtt figure is a whole connection.
+fn crr_label(settings: &Settings) -> &'static str {
+    if settings.crr {
+        " workload=crr (mprtt = connect + request + 1-byte reply + close)"
+    } else {
+        ""
+    }
+}
+
 /// What a report header adds with `--skip-rx-copy`: the server's figures leave out its
 /// copy of the bytes, so they are not like-for-like with a tool that reads them.
 fn skip_rx_copy_label(settings: &Settings) -> &'static str {
@@ -218,7 +227,7 @@ pub fn client_header(
 ) -> String {
     let proto = settings.protocol.name();
     let tail = format!(
-        "pkt_size={}B {} nsockets={}{}{}{}{}{}",
+        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}",
         settings.pktsize,
         settings.mode_label(),
         settings.nsockets,
@@ -226,6 +235,7 @@ pub fn client_header(
         window_label(settings),
         rdma_label(settings),
         echo_label(settings),
+        crr_label(settings),
         skip_rx_copy_label(settings)
     );
     let mut out = String::new();
@@ -263,10 +273,10 @@ pub fn client_body(settings: &Settings, r: &SideResult) -> String {
         out += &latency_line(latency_label(settings), W, l);
     }
     if let Some(tps) = t.transactions_per_second(settings, r.role) {
-        let round_trips = t.send_latency.map_or(0, |l| l.count);
+        let transactions = t.send_latency.map_or(0, |l| l.count);
         let _ = writeln!(
             out,
-            "{:<W$}: {tps:.0}/s ({round_trips} round trips in {:.2}s)",
+            "{:<W$}: {tps:.0}/s ({transactions} transactions in {:.2}s)",
             "tps",
             t.secs()
         );
@@ -354,7 +364,7 @@ pub fn server_header(
     rcvlowat: Option<u32>,
 ) -> String {
     format!(
-        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}\n",
+        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}\n",
         settings.protocol.name(),
         pkt_size(settings.pktsize),
         congestion_label(congestion),
@@ -362,6 +372,7 @@ pub fn server_header(
         window_label(settings),
         rdma_label(settings),
         echo_label(settings),
+        crr_label(settings),
         skip_rx_copy_label(settings)
     )
 }
@@ -532,7 +543,7 @@ mod tests {
         assert_eq!(r.total.transactions_per_second(&rr, Role::Server), None);
         let bulk = Settings::default();
         assert_eq!(r.total.transactions_per_second(&bulk, Role::Client), None);
-        assert!(client_body(&rr, &r).contains("\ntps       : 6/s (3 round trips in 0.50s)\n"));
+        assert!(client_body(&rr, &r).contains("\ntps       : 6/s (3 transactions in 0.50s)\n"));
         assert!(!client_body(&bulk, &r).contains("tps"));
         let mut instant = r.total.clone();
         instant.duration_ns = 0;

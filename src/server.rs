@@ -382,6 +382,7 @@ fn run_session(
         settings: settings.clone(),
         session,
         local: chan.local_addr()?,
+        client: chan.peer_addr()?,
         port: config.port,
         routed,
         routed_tx,
@@ -389,7 +390,7 @@ fn run_session(
         setup_timeout: config.control_timeout,
         abort: abort.clone(),
     };
-    let transport = transport::for_protocol(settings.protocol)?;
+    let transport = transport::for_settings(&settings)?;
     let acceptor = transport.listen(&ctx)?;
     chan.send(&Message::Ready)?;
     let streams = acceptor.accept(&ctx)?;

@@ -158,6 +158,10 @@ pub struct Settings {
     /// were sent, instead of a 1-byte ACK.
     #[serde(default)]
     pub echo: bool,
+    /// TCP with MPRTT (`--crr`): every packet is a connection of its own (connect,
+    /// request, 1-byte reply, close), as netperf's TCP_CRR.
+    #[serde(default)]
+    pub crr: bool,
     pub queue: QueueKind,
     /// TCP only: TCP_NODELAY on both ends.
     pub nodelay: bool,
@@ -249,6 +253,7 @@ impl Default for Settings {
             pktsize: DEFAULT_PKTSIZE,
             mprtt: false,
             echo: false,
+            crr: false,
             queue: QueueKind::Mutex,
             nodelay: false,
             quickack: false,
@@ -337,6 +342,10 @@ pub enum SettingsError {
     EchoTcpOnly(&'static str),
     #[error("--echo answers each packet with its echo: it needs MPRTT (-r)")]
     EchoNeedsMprtt,
+    #[error("--crr is a TCP workload; it cannot be used with {0}")]
+    CrrTcpOnly(&'static str),
+    #[error("--crr opens one connection per packet, answered by 1 byte, from the stream's own thread with the kernel's socket defaults: it cannot be used {0}")]
+    CrrConflict(&'static str),
     #[error("--congestion is a TCP option; it cannot be used with {0}")]
     CongestionTcpOnly(&'static str),
     #[error(
@@ -487,6 +496,9 @@ impl Settings {
         if self.echo && !self.mprtt {
             return Err(SettingsError::EchoNeedsMprtt);
         }
+        if self.crr {
+            self.validate_crr()?;
+        }
         if let Some(name) = &self.congestion {
             if self.protocol != Protocol::Tcp {
                 return Err(SettingsError::CongestionTcpOnly(self.protocol.name()));
@@ -584,12 +596,36 @@ impl Settings {
         Ok(())
     }
 
+    /// `--crr` opens a connection per packet from the stream's own thread, with the
+    /// 1-byte reply of MPRTT and the kernel's socket defaults.
+    fn validate_crr(&self) -> Result<(), SettingsError> {
+        if self.protocol != Protocol::Tcp {
+            return Err(SettingsError::CrrTcpOnly(self.protocol.name()));
+        }
+        let conflict = [
+            (!self.mprtt, "without -r"),
+            (self.echo, "with --echo"),
+            (self.nsockets != 1, "with -n above 1"),
+            (self.queue == QueueKind::LockFree, "with -q 0"),
+            (self.zerocopy != ZeroCopy::Off, "with --zerocopy"),
+            (self.busy_poll, "with --busy-poll"),
+            (self.window.is_some(), "with -w"),
+            (self.quickack, "with --quickack"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag));
+        match conflict {
+            Some(flag) => Err(SettingsError::CrrConflict(flag)),
+            None => Ok(()),
+        }
+    }
+
     /// Whether the server listens on ports after its base port for this test: stream
     /// `i > 0` at `base + i`, and with a TCP `--window` stream 0 too, at `base + nstreams`
-    /// (see [`crate::transport::tcp::data_port_offset`]). Two such tests cannot run at
-    /// once.
+    /// (see [`crate::transport::tcp::data_port_offset`]); with `--crr` every stream, at
+    /// `base + 1 + i`. Two such tests cannot run at once.
     pub fn listens_past_base_port(&self) -> bool {
-        self.nstreams > 1 || self.tcp_window().is_some()
+        self.nstreams > 1 || self.tcp_window().is_some() || self.crr
     }
 
     /// `--window` when it sizes TCP data connections (UDP's apply to its datagram

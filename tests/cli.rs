@@ -46,6 +46,20 @@ fn invalid_combinations_are_refused() {
         &["-c", "127.0.0.1", "-r", "--rcvlowat", "1"],
         "bulk receiving",
     );
+    refused(
+        &["-c", "127.0.0.1", "-u", "--crr"],
+        "--crr is a TCP workload",
+    );
+    for (flag, value) in [
+        ("-n", "2"),
+        ("--echo", ""),
+        ("-w", "1M"),
+        ("--busy-poll", ""),
+    ] {
+        let mut args = vec!["-c", "127.0.0.1", "--crr", flag];
+        args.extend((!value.is_empty()).then_some(value));
+        refused(&args, &format!("it cannot be used with {flag}"));
+    }
     refused(&["-c", "127.0.0.1", "-u", "--skip-rx-copy"], "TCP option");
     refused(
         &["-c", "127.0.0.1", "-R", "-w", "64K"],

@@ -159,7 +159,7 @@ fn round_trip_reports_print_transactions_per_second() {
         &["-r", "-m", "2", "-l", "1000", "-i", "0.05"],
     );
     let packets = (2 * MB).div_ceil(1000);
-    let re = regex::Regex::new(r"(?m)^tps       : (\d+)/s \((\d+) round trips in ([\d.]+)s\)$")
+    let re = regex::Regex::new(r"(?m)^tps       : (\d+)/s \((\d+) transactions in ([\d.]+)s\)$")
         .expect("regex");
     let caps = re
         .captures(&out)

@@ -21,6 +21,7 @@
 //! the reply is the packet itself, as ping-pong tools do.
 
 pub mod affinity;
+pub mod crr;
 pub mod endpoint;
 pub mod ofi;
 pub mod ring;

@@ -1,9 +1,11 @@
 //! Transports: how the data STREAMs of one protocol are set up between the two ends.
 //!
 //! The server and client drive every protocol through [`Transport`]; the only place
-//! that maps a [`Protocol`] to code is [`for_protocol`]. A new transport is a new
-//! module implementing the trait (its STREAM lives under [`crate::stream`]).
+//! that maps a [`Protocol`] (or a workload such as `--crr`) to code is
+//! [`for_settings`]. A new transport is a new module implementing the trait (its
+//! STREAM lives under [`crate::stream`]).
 
+pub mod crr;
 pub mod rdma;
 pub mod rsocket;
 pub mod tcp;
@@ -33,6 +35,8 @@ pub struct ServerCtx {
     pub session: u64,
     /// The address the client reached the control port on; data listeners use its IP.
     pub local: SocketAddr,
+    /// The client's end of the control connection.
+    pub client: SocketAddr,
     /// Base port: stream `i` uses `port + i`.
     pub port: u16,
     /// Data connections arriving on the base port (routed by the server's accept loop).
@@ -80,9 +84,10 @@ pub trait Transport: Send + Sync {
     fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>>;
 }
 
-/// The transport for `protocol`.
-pub fn for_protocol(protocol: Protocol) -> Result<Box<dyn Transport>> {
-    match protocol {
+/// The transport that carries `settings`: its protocol's, or TCP's `--crr`.
+pub fn for_settings(settings: &Settings) -> Result<Box<dyn Transport>> {
+    match settings.protocol {
+        Protocol::Tcp if settings.crr => Ok(Box::new(crr::CrrTransport)),
         Protocol::Tcp => Ok(Box::new(tcp::TcpTransport)),
         Protocol::Udp => Ok(Box::new(udp::UdpTransport)),
         Protocol::Rdma => Ok(Box::new(rdma::RdmaTransport)),

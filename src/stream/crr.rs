@@ -1,0 +1,526 @@
+//! The connect-request-response STREAM (`--crr`, netperf's TCP_CRR, neper's tcp_crr):
+//! every packet is one whole TCP connection.
+//!
+//! The client's [`Stream::send`] connects, writes a 16-byte header and the packet in
+//! one call, reads the server's 1-byte reply and the end of the connection, and closes;
+//! its mprtt is that whole life of a connection. The server's [`Stream::recv`] accepts,
+//! reads the header and the packet, writes the reply and closes first, so the
+//! `TIME_WAIT` state lands on the server and the client's ephemeral ports are free again
+//! at once (a client closing first would run out of them within seconds).
+//!
+//! The header is the session id (as a `DataHello` carries it: with a shared secret, one
+//! only key holders can derive), the stream index and the packet's length, all little
+//! endian; length 0 ends the stream. A connection from another host than the client's,
+//! or whose header is wrong, is closed unanswered and counts for nothing.
+
+use super::{addr_text, check_abort, StreamOptions, Timeout};
+use crate::stats::{span_ns, StreamStats};
+use bytes::Bytes;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// Bytes of the header that opens each connection.
+pub const HEADER_LEN: usize = 16;
+/// How long the server waits for an accepted connection's header and packet: a silent
+/// connection holds the stream up no longer than this.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn header(session: u64, stream: u32, len: u32) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(&session.to_le_bytes());
+    h[8..12].copy_from_slice(&stream.to_le_bytes());
+    h[12..].copy_from_slice(&len.to_le_bytes());
+    h
+}
+
+/// The client's end: a new connection per [`Stream::send`].
+pub struct CrrClient {
+    server: SocketAddr,
+    bind: Option<IpAddr>,
+    session: u64,
+    stream: u32,
+    /// Longest a connect or a read of the reply may take before the server is gone.
+    stall: Duration,
+    opts: StreamOptions,
+    stats: StreamStats,
+    last_send_end: Option<Instant>,
+}
+
+impl CrrClient {
+    /// The client's end of stream `stream`, whose connections go to `server`.
+    pub fn new(
+        server: SocketAddr,
+        bind: Option<IpAddr>,
+        session: u64,
+        stream: u32,
+        stall: Duration,
+        opts: StreamOptions,
+    ) -> CrrClient {
+        CrrClient {
+            server,
+            bind,
+            session,
+            stream,
+            stall,
+            opts,
+            stats: StreamStats::default(),
+            last_send_end: None,
+        }
+    }
+
+    fn open(&self) -> io::Result<TcpStream> {
+        let handshake = super::tcp::HandshakeOptions {
+            bind: self.bind,
+            congestion: self.opts.congestion.as_deref(),
+            window: None,
+        };
+        let sock = handshake.connect(self.server, Some(self.stall))?;
+        if self.opts.nodelay {
+            sock.set_nodelay(true)?;
+        }
+        // A server that vanished mid-transaction fails the read, not the run's clock.
+        sock.set_read_timeout(Some(self.stall))?;
+        Ok(sock)
+    }
+
+    /// Writes the header and `payload` (one system call unless the socket takes less).
+    fn write_request(sock: &mut TcpStream, head: &[u8], payload: &[u8]) -> io::Result<()> {
+        let total = head.len() + payload.len();
+        let mut done = 0;
+        while done < total {
+            let n = if done < head.len() {
+                sock.write_vectored(&[IoSlice::new(&head[done..]), IoSlice::new(payload)])?
+            } else {
+                sock.write(&payload[done - head.len()..])?
+            };
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Reads what the server sends until it closes; returns how many bytes that was.
+    fn read_to_close(sock: &mut TcpStream) -> io::Result<usize> {
+        let mut reply = [0u8; 2];
+        let mut got = 0;
+        loop {
+            match sock.read(&mut reply) {
+                Ok(0) => return Ok(got),
+                Ok(n) if got + n > 1 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "the server answered a crr request with more than 1 byte",
+                    ))
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl super::Stream for CrrClient {
+    fn nsockets(&self) -> usize {
+        1
+    }
+
+    fn local_addr(&self) -> String {
+        let ip = self
+            .bind
+            .map_or_else(|| "*".to_string(), |ip| ip.to_canonical().to_string());
+        format!("{ip}:(new port per connection)")
+    }
+
+    fn peer_addr(&self) -> String {
+        super::canonical(self.server).to_string()
+    }
+
+    /// One transaction: connect, request, 1-byte reply, the server's close, close.
+    fn send(&mut self, buf: &[u8], _timeout: Timeout) -> io::Result<usize> {
+        check_abort(&self.opts.abort)?;
+        let len = u32::try_from(buf.len())
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "crr packet size"))?;
+        let start = Instant::now();
+        let mut sock = self.open()?;
+        Self::write_request(&mut sock, &header(self.session, self.stream, len), buf)?;
+        if Self::read_to_close(&mut sock)? != 1 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the server closed a crr connection without its 1-byte reply",
+            ));
+        }
+        drop(sock);
+        let end = self.stats.send_latency.record_since(start);
+        self.last_send_end = Some(end);
+        self.stats.bytes_sent += buf.len() as u64;
+        self.stats.bytes_received += 1;
+        Ok(buf.len())
+    }
+
+    fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
+        self.send(&buf, timeout).map(|_| ())
+    }
+
+    fn sender_drain(&mut self, _timeout: Timeout) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn recv(&mut self, _buf: &mut [u8], _timeout: Timeout) -> io::Result<usize> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "the client's end of a crr stream only sends",
+        ))
+    }
+
+    fn last_send_end(&self) -> Option<Instant> {
+        self.last_send_end
+    }
+
+    fn ack_partial(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// A last connection whose header announces no packet ends the stream.
+    fn finish_sending(&mut self, _timeout: Timeout) -> io::Result<()> {
+        check_abort(&self.opts.abort)?;
+        let mut sock = self.open()?;
+        sock.write_all(&header(self.session, self.stream, 0))?;
+        Self::read_to_close(&mut sock).map(|_| ())
+    }
+
+    fn stats(&self) -> StreamStats {
+        self.stats.clone()
+    }
+}
+
+/// The server's end: accepts one connection per [`Stream::recv`] on its own listener.
+pub struct CrrServer {
+    listener: TcpListener,
+    /// The client's IP (of its control connection): the only one served.
+    client: IpAddr,
+    session: u64,
+    stream: u32,
+    pktsize: usize,
+    opts: StreamOptions,
+    stats: StreamStats,
+    last_peer: Option<SocketAddr>,
+    last_recv_end: Option<Instant>,
+}
+
+/// What one accepted connection turned out to be.
+enum Request {
+    /// A packet of this many bytes, read into the buffer and answered.
+    Packet(usize),
+    /// The client's end of the stream.
+    End,
+    /// Not this stream's (wrong header, or gone before its packet was whole): dropped.
+    Foreign,
+}
+
+impl CrrServer {
+    /// The server's end of stream `stream` of `session`, on `listener`, for the client
+    /// at `client`.
+    pub fn new(
+        listener: TcpListener,
+        client: IpAddr,
+        session: u64,
+        stream: u32,
+        opts: StreamOptions,
+    ) -> CrrServer {
+        CrrServer {
+            listener,
+            client,
+            session,
+            stream,
+            pktsize: opts.pktsize,
+            opts,
+            stats: StreamStats::default(),
+            last_peer: None,
+            last_recv_end: None,
+        }
+    }
+
+    /// Waits for the next connection within `deadline`.
+    fn accept(&self, deadline: super::Deadline) -> io::Result<(TcpStream, SocketAddr)> {
+        loop {
+            check_abort(&self.opts.abort)?;
+            match self.listener.accept() {
+                Ok(conn) => return Ok(conn),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            // Sliced, so that an abort is seen within 100 ms.
+            let ms = deadline.poll_ms()?;
+            super::sys::poll_one(self.listener.as_raw_fd(), libc::POLLIN, ms)?;
+        }
+    }
+
+    /// Reads one connection's header and packet into `buf` and answers it.
+    fn serve(&self, sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<Request> {
+        // Linux's accept() leaves the listener's O_NONBLOCK behind: this socket blocks,
+        // and a silent peer holds it for REQUEST_TIMEOUT at most. The reply is one byte
+        // into an empty send buffer, which never blocks.
+        sock.set_read_timeout(Some(REQUEST_TIMEOUT))?;
+        if self.opts.nodelay {
+            sock.set_nodelay(true)?;
+        }
+        let mut head = [0u8; HEADER_LEN];
+        if read_whole(sock, &mut head)?.is_none() {
+            return Ok(Request::Foreign);
+        }
+        let field = |range: std::ops::Range<usize>| {
+            let mut b = [0u8; 8];
+            b[..range.len()].copy_from_slice(&head[range]);
+            u64::from_le_bytes(b)
+        };
+        let len = field(12..16) as usize;
+        if field(0..8) != self.session || field(8..12) != u64::from(self.stream) {
+            return Ok(Request::Foreign);
+        }
+        if len == 0 {
+            return Ok(Request::End);
+        }
+        if len > self.pktsize || len > buf.len() {
+            return Ok(Request::Foreign);
+        }
+        if read_whole(sock, &mut buf[..len])?.is_none() {
+            return Ok(Request::Foreign);
+        }
+        sock.write_all(&[0u8])?;
+        Ok(Request::Packet(len))
+    }
+}
+
+/// Reads exactly `buf.len()` bytes; `None` if the peer closed, timed out or failed first.
+fn read_whole(sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<Option<()>> {
+    match sock.read_exact(buf) {
+        Ok(()) => Ok(Some(())),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::UnexpectedEof
+                    | io::ErrorKind::WouldBlock
+                    | io::ErrorKind::TimedOut
+                    | io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+impl super::Stream for CrrServer {
+    fn nsockets(&self) -> usize {
+        1
+    }
+
+    fn local_addr(&self) -> String {
+        addr_text(self.listener.local_addr())
+    }
+
+    /// The client's address as of its last packet (its port changes with each one).
+    fn peer_addr(&self) -> String {
+        self.last_peer.map_or_else(
+            || format!("{}:(new port per connection)", self.client),
+            |p| super::canonical(p).to_string(),
+        )
+    }
+
+    fn send(&mut self, _buf: &[u8], _timeout: Timeout) -> io::Result<usize> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "the server's end of a crr stream only receives",
+        ))
+    }
+
+    fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
+        self.send(&buf, timeout).map(|_| ())
+    }
+
+    fn sender_drain(&mut self, _timeout: Timeout) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Serves connections until one carries a packet (returned, answered and closed) or
+    /// ends the stream (`Ok(0)`). The latency runs from the call to the reply written.
+    fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
+        let start = Instant::now();
+        let deadline = timeout.deadline_from(|| start);
+        loop {
+            let (mut sock, peer) = self.accept(deadline)?;
+            if peer.ip().to_canonical() != self.client {
+                continue;
+            }
+            let request = self.serve(&mut sock, buf);
+            // Closing first leaves TIME_WAIT here, not on the client.
+            drop(sock);
+            match request? {
+                Request::Packet(n) => {
+                    let now = Instant::now();
+                    self.stats.recv_latency.record(span_ns(start, now));
+                    self.stats.bytes_received += n as u64;
+                    self.stats.bytes_sent += 1;
+                    self.stats.mark_recv(now);
+                    self.last_peer = Some(peer);
+                    self.last_recv_end = Some(now);
+                    return Ok(n);
+                }
+                Request::End => return Ok(0),
+                Request::Foreign => {}
+            }
+        }
+    }
+
+    fn last_recv_end(&self) -> Option<Instant> {
+        self.last_recv_end
+    }
+
+    fn ack_partial(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn finish_sending(&mut self, _timeout: Timeout) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn stats(&self) -> StreamStats {
+        self.stats.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Stream;
+    use super::*;
+    use std::collections::BTreeSet;
+
+    const SESSION: u64 = 0x5eed_0123_4567_89ab;
+
+    fn pair(pktsize: usize) -> (CrrClient, CrrServer) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("addr");
+        let opts = StreamOptions {
+            pktsize,
+            mprtt: true,
+            ..StreamOptions::default()
+        };
+        let client = CrrClient::new(addr, None, SESSION, 3, Duration::from_secs(5), opts.clone());
+        let ip = addr.ip();
+        (client, CrrServer::new(listener, ip, SESSION, 3, opts))
+    }
+
+    #[test]
+    fn each_packet_is_a_connection_of_its_own_and_the_last_one_ends_the_stream() {
+        let (mut client, mut server) = pair(100);
+        let served = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 100];
+            let mut sizes = Vec::new();
+            let mut peers = BTreeSet::new();
+            loop {
+                match server
+                    .recv(&mut buf, Timeout::Millis(10_000))
+                    .expect("recv")
+                {
+                    0 => break,
+                    n => {
+                        sizes.push((n, buf[0]));
+                        peers.insert(server.peer_addr());
+                    }
+                }
+            }
+            (sizes, peers, server.stats())
+        });
+        for k in 0..5u8 {
+            let len = 60 + usize::from(k) * 10;
+            assert_eq!(
+                client.send(&vec![k; len], Timeout::Forever).expect("send"),
+                len
+            );
+        }
+        client.finish_sending(Timeout::Forever).expect("finish");
+        let (sizes, peers, stats) = served.join().expect("server thread");
+        assert_eq!(sizes, [(60, 0), (70, 1), (80, 2), (90, 3), (100, 4)]);
+        assert_eq!(peers.len(), 5, "a new client port per packet: {peers:?}");
+        assert_eq!(stats.bytes_received, 400);
+        assert_eq!(stats.bytes_sent, 5, "one reply byte per packet");
+        assert_eq!(stats.recv_latency.count(), 5);
+        let c = client.stats();
+        assert_eq!((c.bytes_sent, c.bytes_received), (400, 5));
+        assert_eq!(c.send_latency.count(), 5);
+    }
+
+    #[test]
+    fn connections_that_are_not_the_streams_are_dropped_unanswered() {
+        let (mut client, mut server) = pair(64);
+        let addr = server.listener.local_addr().expect("addr");
+        let served = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64];
+            let first = server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            (first, server.stats())
+        });
+        // What a connection from `from` that sends `head` and `payload` is answered.
+        let answer = |from: [u8; 4], head: [u8; HEADER_LEN], payload: &[u8]| {
+            let handshake = super::super::tcp::HandshakeOptions {
+                bind: Some(IpAddr::from(from)),
+                congestion: None,
+                window: None,
+            };
+            let mut s = handshake.connect(addr, None).expect("connect");
+            // One write: the server may close as soon as it has read the header.
+            s.write_all(&[&head[..], payload].concat()).expect("write");
+            s.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            let mut got = Vec::new();
+            let _ = s.read_to_end(&mut got);
+            got
+        };
+        let client_ip = [127, 0, 0, 1];
+        // Another session, another stream, a packet larger than -l, a short header.
+        assert!(answer(client_ip, header(SESSION + 1, 3, 8), &[1; 8]).is_empty());
+        assert!(answer(client_ip, header(SESSION, 4, 8), &[1; 8]).is_empty());
+        assert!(answer(client_ip, header(SESSION, 3, 65), &[1; 65]).is_empty());
+        assert!(answer(client_ip, [0; HEADER_LEN], &[]).is_empty());
+        // The right header from another address than the client's.
+        let stranger = [127, 0, 0, 2];
+        assert!(answer(stranger, header(SESSION, 3, 8), &[1; 8]).is_empty());
+        let mut short = TcpStream::connect(addr).expect("connect");
+        short.write_all(&[1, 2, 3]).expect("write");
+        drop(short);
+        // The stream's own packet is still served.
+        client.send(&[7; 64], Timeout::Forever).expect("send");
+        let (first, stats) = served.join().expect("server thread");
+        assert_eq!(first, 64);
+        assert_eq!(stats.bytes_received, 64);
+        assert_eq!(stats.recv_latency.count(), 1);
+    }
+
+    #[test]
+    fn a_server_without_connections_times_out_and_sees_an_abort() {
+        let (_client, mut server) = pair(64);
+        let mut buf = [0u8; 64];
+        let e = server
+            .recv(&mut buf, Timeout::Millis(50))
+            .expect_err("timed out");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        server
+            .opts
+            .abort
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let e = server
+            .recv(&mut buf, Timeout::Forever)
+            .expect_err("aborted");
+        assert_eq!(e.kind(), io::ErrorKind::Interrupted);
+    }
+}

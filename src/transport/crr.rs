@@ -1,0 +1,91 @@
+//! The connect-request-response transport (`--crr`): stream `i` is a listener of its own
+//! on the server at port `base + 1 + i`, to which the client opens a new connection per
+//! packet (see [`crate::stream::crr`]). Nothing connects during set-up.
+
+use super::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx, Transport};
+use crate::settings::Settings;
+use crate::stream::affinity::cpu_for;
+use crate::stream::crr::{CrrClient, CrrServer};
+use crate::stream::{Stream, StreamOptions};
+use anyhow::{Context, Result};
+use socket2::{Domain, SockRef, Socket, Type};
+use std::net::{SocketAddr, TcpListener};
+
+/// The crr transport.
+pub struct CrrTransport;
+
+struct CrrAcceptor {
+    listeners: Vec<TcpListener>,
+}
+
+/// How far above the base port stream `stream` listens: past the control port, which
+/// must not take a connection per packet through the accept loop.
+fn port_of(stream: u32) -> u32 {
+    1 + stream
+}
+
+impl Transport for CrrTransport {
+    /// `-C`: the kernel must have the algorithm, as for TCP.
+    fn check(&self, settings: &Settings, server: SocketAddr) -> Result<()> {
+        super::tcp::TcpTransport.check(settings, server)
+    }
+
+    fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
+        let ip = ctx.local.ip().to_canonical();
+        let listeners = (0..ctx.settings.nstreams)
+            .map(|i| {
+                let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, port_of(i))?;
+                bind(addr, &ctx.settings)
+                    .with_context(|| format!("cannot listen on {addr} for crr stream {i}"))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Box::new(CrrAcceptor { listeners }))
+    }
+
+    fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
+        let s = &ctx.settings;
+        (0..s.nstreams)
+            .map(|i| {
+                let server = port_offset(ctx.server, ctx.server.port(), port_of(i))?;
+                let opts = StreamOptions {
+                    cpu: cpu_for(&s.client_cpus, i),
+                    ..stream_options(s, ctx.abort.clone())
+                };
+                let stream =
+                    CrrClient::new(server, ctx.bind, ctx.session, i, ctx.stall_timeout, opts);
+                Ok(Box::new(stream) as Box<dyn Stream>)
+            })
+            .collect()
+    }
+}
+
+impl Acceptor for CrrAcceptor {
+    fn accept(self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
+        let s = &ctx.settings;
+        Ok((0u32..)
+            .zip(self.listeners)
+            .map(|(i, listener)| {
+                let opts = StreamOptions {
+                    cpu: cpu_for(&s.server_cpus, i),
+                    ..stream_options(s, ctx.abort.clone())
+                };
+                let client = ctx.client.ip().to_canonical();
+                Box::new(CrrServer::new(listener, client, ctx.session, i, opts)) as Box<dyn Stream>
+            })
+            .collect())
+    }
+}
+
+/// A non-blocking listener; accepted connections inherit its congestion control.
+fn bind(addr: SocketAddr, settings: &Settings) -> std::io::Result<TcpListener> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    sock.set_reuse_address(true)?;
+    if let Some(name) = &settings.congestion {
+        crate::stream::tcp::set_congestion(SockRef::from(&sock), name)?;
+    }
+    sock.bind(&addr.into())?;
+    // One client connects at a time per stream; a short queue still absorbs strays.
+    sock.listen(128)?;
+    sock.set_nonblocking(true)?;
+    Ok(sock.into())
+}
