@@ -3,7 +3,8 @@
 
 mod common;
 use common::*;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 const MB: u64 = 1 << 20;
 
@@ -86,4 +87,41 @@ fn streams_run_side_by_side_for_a_time_with_intervals() {
     }
     let intervals = client.lines().filter(|l| l.starts_with('[')).count();
     assert_eq!(intervals, 2, "{client}");
+}
+
+#[test]
+fn ctrl_c_ends_the_test_at_once_on_both_ends() {
+    let server = Server::start(&[]);
+    let port = server.port.to_string();
+    let mut child = Command::new(fperf_bin())
+        .args(["-c", "127.0.0.1", "-p", &port, "--crr", "--time", "60"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start client");
+    std::thread::sleep(Duration::from_millis(1000));
+    // SAFETY: signalling our own child process by its pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    // The client's last connection tells the server the stream ended: neither end
+    // waits for the server's --idle-timeout (10 s).
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("client did not stop after Ctrl-C:\n{}", server.stdout());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut text)
+        .expect("read stdout");
+    assert!(text.contains("interrupted"), "{text}");
+    let sent = volume(&text, "sent").bytes;
+    assert!(sent > 0, "{text}");
+    assert_eq!(volume(&server.report(1), "received").bytes, sent);
 }
