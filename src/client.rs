@@ -77,6 +77,9 @@ pub struct ClientOutcome {
     pub server: SideResult,
     /// The run was cut short by the abort flag (Ctrl-C).
     pub interrupted: bool,
+    /// The client's send latency (with `-r` the round trip) over all streams, as
+    /// (quantile, ns) points for `--plot`.
+    pub send_latency_curve: Vec<(f64, u64)>,
 }
 
 /// Longest the control reader waits for the server's next message during a run (the
@@ -305,6 +308,7 @@ pub fn run_observed(
             }
         })
         .collect();
+    let send_latency_curve = total.send_latency.quantile_curve();
     let mut total = Figures::new(&total, end.saturating_duration_since(first_start));
     total.tcp = tcp;
     let client = SideResult {
@@ -319,6 +323,7 @@ pub fn run_observed(
         client,
         server: server_result,
         interrupted,
+        send_latency_curve,
     })
 }
 

@@ -10,6 +10,7 @@
 //! - [`interval`]: `--time`, `-i` and `--omit`: slicing a run into intervals;
 //! - [`sysinfo`]: host, CPU, kernel, CPU time and TCP_INFO facts;
 //! - [`json`], [`csv`]: the machine-readable outputs; [`sweep`]: `--sweep` specs;
+//!   [`plot`]: `--plot` pictures;
 //! - [`server`] and [`client`]: the two roles that drive a run;
 //! - [`limits`], [`auth`] and [`sessions`]: what a server allows, its shared-key check,
 //!   and which tests it runs at once.
@@ -24,6 +25,7 @@ pub mod csv;
 pub mod interval;
 pub mod json;
 pub mod limits;
+pub mod plot;
 pub mod report;
 pub mod server;
 pub mod sessions;

@@ -256,6 +256,11 @@ struct Cli {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["server", "sweep"])]
     csv: Option<std::path::PathBuf>,
 
+    /// Draw an SVG picture in FILE: the client's send latency (mprtt with -r) by
+    /// percentile, or with --sweep each figure against the swept value.
+    #[arg(long, value_name = "FILE", conflicts_with = "server")]
+    plot: Option<std::path::PathBuf>,
+
     /// Print this host's and the server's system facts side by side, then exit.
     #[arg(long, requires = "client")]
     conf: bool,
@@ -544,6 +549,9 @@ fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>, output: &Output) -> Re
     let mut printer = measure::Printer::new(&settings, output, start.clone())?;
     let outcome: ClientOutcome = client::run_observed(cfg, abort, &mut printer)?;
     printer.finish()?;
+    if let Some(path) = &output.plot {
+        measure::plot_run(path, &settings, &outcome)?;
+    }
     match output.mode {
         measure::Mode::Human => {
             out!("{}", report::client_body(&settings, &outcome.client));

@@ -3,12 +3,12 @@
 //! only chooses what goes to stdout and files.
 
 use anyhow::{bail, Context, Result};
-use fperf::client::{self, ClientConfig, RunObserver, StreamInfo};
+use fperf::client::{self, ClientConfig, ClientOutcome, RunObserver, StreamInfo};
 use fperf::interval::{interval_line, IntervalResult};
 use fperf::json::{self, Event, IntervalDoc, RunDoc, StartTime, SweepDoc, SweepRecord};
 use fperf::report::{self, Role};
 use fperf::settings::Settings;
-use fperf::sweep::{self, Sweep, SweepRow};
+use fperf::sweep::{self, Sweep, SweepParam, SweepRow};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
@@ -30,6 +30,8 @@ pub enum Mode {
 pub struct Output {
     pub mode: Mode,
     pub csv: Option<std::path::PathBuf>,
+    /// `--plot`: the SVG file to draw the run's latency distribution (or the sweep) in.
+    pub plot: Option<std::path::PathBuf>,
     pub sweep: Option<Sweep>,
 }
 
@@ -42,9 +44,15 @@ impl Output {
             _ => Mode::Human,
         };
         let sweep = cli.sweep.as_deref().map(sweep::parse).transpose()?;
+        // Made now, so a path that cannot be written fails before the test, not after.
+        if let Some(path) = &cli.plot {
+            File::create(path)
+                .with_context(|| format!("cannot create --plot file {}", path.display()))?;
+        }
         Ok(Output {
             mode,
             csv: cli.csv.clone(),
+            plot: cli.plot.clone(),
             sweep,
         })
     }
@@ -160,6 +168,7 @@ pub fn run_sweep(
         outln!("{}", sweep::header(sweep.param, mprtt));
     }
     let mut records = Vec::new();
+    let mut rows = Vec::new();
     for &value in &sweep.values {
         let settings = sweep.param.apply(&cfg.settings, value);
         settings
@@ -198,9 +207,19 @@ pub fn run_sweep(
             value,
             result: RunDoc::new(&settings, start, &outcome),
         });
+        rows.push(row);
         if outcome.interrupted || abort.load(Ordering::Relaxed) {
             break;
         }
+    }
+    if let Some(path) = &output.plot {
+        let title = format!(
+            "fperf {}: {} by {}",
+            run_label(&cfg.settings, Some(sweep.param)),
+            if mprtt { "mprtt" } else { "bandwidth" },
+            sweep.param.name()
+        );
+        fperf::plot::sweep(path, &title, sweep.param, &rows, mprtt)?;
     }
     if output.mode == Mode::Json {
         let doc = SweepDoc {
@@ -218,4 +237,35 @@ pub fn run_sweep(
         return Ok(ExitCode::from(130));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a picture's title says the run was: protocol, workload, packet size, streams
+/// (less what a sweep varies).
+pub fn run_label(settings: &Settings, swept: Option<SweepParam>) -> String {
+    let workload = match (settings.crr, settings.echo, settings.mprtt) {
+        (true, _, _) => " --crr",
+        (_, true, _) => " --echo",
+        (_, _, true) => " -r",
+        _ => "",
+    };
+    let mut label = format!("{}{workload}", settings.protocol.name());
+    if swept != Some(SweepParam::PktSize) {
+        label += &format!(", {} B packets", settings.pktsize);
+    }
+    if swept != Some(SweepParam::NStreams) {
+        label += &format!(", {} stream(s)", settings.nstreams);
+    }
+    label
+}
+
+/// `--plot` of a single run: the client's send latency (mprtt with `-r`) by percentile.
+pub fn plot_run(
+    path: &std::path::Path,
+    settings: &Settings,
+    outcome: &ClientOutcome,
+) -> Result<()> {
+    let label = report::latency_label(settings);
+    let count = outcome.client.total.send_latency.map_or(0, |l| l.count);
+    let title = format!("fperf {}: {label} by percentile", run_label(settings, None));
+    fperf::plot::latency_distribution(path, &title, label, &outcome.send_latency_curve, count)
 }

@@ -152,7 +152,7 @@ fn volume_line(label: &str, width: usize, bytes: u64, secs: f64) -> String {
 }
 
 /// The name of a send-latency figure: `mprtt` with MPRTT, else `latency`.
-fn latency_label(settings: &Settings) -> &'static str {
+pub fn latency_label(settings: &Settings) -> &'static str {
     if settings.mprtt {
         "mprtt"
     } else {

@@ -176,6 +176,24 @@ impl LatencyStats {
         self.count
     }
 
+    /// The distribution as (quantile, ns) points, from the minimum (quantile 0) to the
+    /// maximum (quantile 1), denser toward the tail (the HDR histogram's quantile
+    /// iteration, each half of what is left in 4 steps); empty when nothing was
+    /// recorded. Values are within the histogram's precision, clamped to the exact
+    /// min and max.
+    pub fn quantile_curve(&self) -> Vec<(f64, u64)> {
+        let Some(hist) = self.histogram().filter(|_| self.count > 0) else {
+            return Vec::new();
+        };
+        let mut curve = vec![(0.0, self.min_ns)];
+        curve.extend(hist.iter_quantiles(4).map(|v| {
+            let ns = hist.highest_equivalent(v.value_iterated_to());
+            (v.quantile_iterated_to(), ns.clamp(self.min_ns, self.max_ns))
+        }));
+        curve.push((1.0, self.max_ns));
+        curve
+    }
+
     /// The figures a report shows; `None` when nothing was recorded.
     pub fn summary(&self) -> Option<LatencySummary> {
         if self.count == 0 {
@@ -351,6 +369,33 @@ mod tests {
             assert!(
                 (got as f64 - want).abs() / want < 0.002,
                 "p{p}: got {got}, sorted reference {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_quantile_curve_follows_a_sorted_reference_from_min_to_max() {
+        let mut s = LatencyStats::default();
+        assert!(s.quantile_curve().is_empty());
+        // Uneven values, with a few staged samples not yet in the histogram.
+        let mut values: Vec<u64> = (0..10_005u64).map(|i| (i * 7919) % 100_000 + 100).collect();
+        for &v in &values {
+            s.record(v);
+        }
+        values.sort_unstable();
+        let curve = s.quantile_curve();
+        assert_eq!(curve.first(), Some(&(0.0, values[0])));
+        assert_eq!(curve.last(), Some(&(1.0, values[values.len() - 1])));
+        assert!(curve.len() > 20, "{}", curve.len());
+        for pair in curve.windows(2) {
+            assert!(pair[0].0 <= pair[1].0 && pair[0].1 <= pair[1].1, "{pair:?}");
+        }
+        for &(q, ns) in &curve[1..curve.len() - 1] {
+            let idx = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1;
+            let want = values[idx] as f64;
+            assert!(
+                (ns as f64 - want).abs() / want < 0.002,
+                "quantile {q}: {ns} against the sorted reference's {want}"
             );
         }
     }

@@ -357,6 +357,82 @@ fn csv_has_neper_columns_and_one_row_per_stream_per_interval() {
     );
 }
 
+/// The number of points of each data line (and legend stroke, both drawn 2 wide; the
+/// axes are 1 wide) in an SVG file.
+fn svg_line_points(svg: &str) -> Vec<usize> {
+    svg.split("<polyline")
+        .skip(1)
+        .filter(|el| el.contains("stroke-width=\"2\""))
+        .map(|el| {
+            let points = el.split("points=\"").nth(1).expect("points");
+            points
+                .split('"')
+                .next()
+                .expect("end")
+                .split_whitespace()
+                .count()
+        })
+        .collect()
+}
+
+#[test]
+fn plot_draws_the_latency_distribution_and_the_sweep() {
+    let server = Server::start(&[]);
+    let dir = std::env::temp_dir().join(format!("fperf-plot-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let run = dir.join("run.svg");
+    let run_arg = run.to_str().expect("utf-8 path");
+    client_ok(
+        &server,
+        "127.0.0.1",
+        &["-r", "-m", "1", "-l", "1000", "--plot", run_arg],
+    );
+    let svg = std::fs::read_to_string(&run).expect("the run's picture");
+    let packets = MB.div_ceil(1000);
+    assert!(svg.starts_with("<svg"), "{svg}");
+    assert!(svg.contains("TCP -r, 1000 B packets, 1 stream(s): mprtt by percentile"));
+    assert!(
+        svg.contains(&format!("mprtt (client, {packets} samples)")),
+        "{svg}"
+    );
+    // The distribution, then the legend's stroke.
+    let lines = svg_line_points(&svg);
+    assert_eq!(lines.len(), 2, "{svg}");
+    assert!(lines[0] > 10, "{lines:?}");
+
+    let sweep = dir.join("sweep.svg");
+    let sweep_arg = sweep.to_str().expect("utf-8 path");
+    client_ok(
+        &server,
+        "127.0.0.1",
+        &[
+            "-r",
+            "-m",
+            "1",
+            "--sweep",
+            "pktsize=1024..4096:*2",
+            "--plot",
+            sweep_arg,
+        ],
+    );
+    let svg = std::fs::read_to_string(&sweep).expect("the sweep's picture");
+    // p50, p99 and mean, a point per size, then their legend strokes.
+    assert_eq!(svg_line_points(&svg), [3, 3, 3, 2, 2, 2], "{svg}");
+
+    let nowhere = dir.join("missing").join("x.svg");
+    let out = client_run(
+        &server,
+        "127.0.0.1",
+        &["-m", "1", "--plot", nowhere.to_str().expect("utf-8")],
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--plot"),
+        "{out:?}"
+    );
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
 #[test]
 fn sweep_over_four_sizes_prints_four_rows() {
     let server = Server::start(&[]);
@@ -490,6 +566,7 @@ fn help_lists_the_measurement_flags() {
         "--csv <FILE>",
         "--conf",
         "--sweep <SPEC>",
+        "--plot <FILE>",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
     }

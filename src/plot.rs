@@ -1,0 +1,316 @@
+//! `--plot FILE`: SVG pictures of what a run measured, as the peers' users draw them.
+//!
+//! A run draws its latency distribution as HdrHistogram's plotter does: latency
+//! against percentile, the percentile axis spread by its nines (90%, 99%, 99.9%, ...)
+//! so the tail is as wide as the body. A sweep draws one line per figure against the
+//! swept value (latency percentiles with `-r`, bandwidth otherwise).
+
+use crate::sweep::{SweepParam, SweepRow};
+use anyhow::{anyhow, Context, Result};
+use plotters::prelude::*;
+use std::path::Path;
+
+const SIZE: (u32, u32) = (900, 540);
+const COLORS: [RGBColor; 3] = [
+    RGBColor(0, 90, 181),
+    RGBColor(220, 50, 32),
+    RGBColor(60, 60, 60),
+];
+
+/// One line of a chart: its legend and its (x, y) points, x already on the chart's axis.
+struct Line {
+    label: String,
+    points: Vec<(f64, f64)>,
+}
+
+/// How far along the percentile axis quantile `q` lies: its nines (0 at 0%, 1 at 90%,
+/// 2 at 99%, ...). The maximum (q = 1) goes to the nines `count` samples resolve.
+fn nines(q: f64, count: u64) -> f64 {
+    let resolved = (count.max(10) as f64).log10();
+    if q >= 1.0 {
+        resolved
+    } else {
+        (-(1.0 - q).log10()).min(resolved)
+    }
+}
+
+/// The percentile a point `x` nines along the axis stands for, as a label.
+fn percentile_label(x: &f64) -> String {
+    let x = *x;
+    let p = 100.0 * (1.0 - 10f64.powf(-x));
+    let decimals = (x.round() as usize).saturating_sub(2);
+    format!("{p:.decimals$}%")
+}
+
+/// Draws the distribution `curve` ((quantile, ns) points of `count` samples, see
+/// [`crate::stats::LatencyStats::quantile_curve`]) of the latency named `label`.
+pub fn latency_distribution(
+    path: &Path,
+    title: &str,
+    label: &str,
+    curve: &[(f64, u64)],
+    count: u64,
+) -> Result<()> {
+    if curve.is_empty() {
+        return Err(anyhow!("--plot: the run timed no {label} to draw"));
+    }
+    let line = Line {
+        label: format!("{label} (client, {count} samples)"),
+        points: curve
+            .iter()
+            .map(|&(q, ns)| (nines(q, count), ns as f64 / 1000.0))
+            .collect(),
+    };
+    let x_end = nines(1.0, count);
+    draw(
+        path,
+        title,
+        (
+            "percentile",
+            &percentile_label,
+            0.0..x_end,
+            x_end.ceil() as usize + 1,
+        ),
+        &format!("{label} (us)"),
+        &[line],
+    )
+}
+
+/// Draws a sweep: with `-r` (`mprtt`) the p50, p99 and mean round trip against the
+/// value, else the bandwidth. A size swept over a wide range goes on a log2 axis.
+pub fn sweep(
+    path: &Path,
+    title: &str,
+    param: SweepParam,
+    rows: &[SweepRow],
+    mprtt: bool,
+) -> Result<()> {
+    if rows.is_empty() {
+        return Err(anyhow!("--plot: the sweep has no values to draw"));
+    }
+    let (lo, hi) = rows.iter().fold((u64::MAX, 0), |(lo, hi), r| {
+        (lo.min(r.value), hi.max(r.value))
+    });
+    let log2 = lo > 0 && hi / lo >= 4;
+    let x_of = |v: u64| if log2 { (v as f64).log2() } else { v as f64 };
+    let line = |label: &str, y: &dyn Fn(&SweepRow) -> Option<f64>| Line {
+        label: label.to_string(),
+        points: rows
+            .iter()
+            .filter_map(|r| y(r).map(|y| (x_of(r.value), y)))
+            .collect(),
+    };
+    let us = |ns: f64| ns / 1000.0;
+    let (lines, y_desc) = if mprtt {
+        (
+            vec![
+                line("p50", &|r| r.latency.map(|l| us(l.p50_ns as f64))),
+                line("p99", &|r| r.latency.map(|l| us(l.p99_ns as f64))),
+                line("mean", &|r| r.latency.map(|l| us(l.mean_ns))),
+            ],
+            "mprtt (us)",
+        )
+    } else {
+        (
+            vec![line("bandwidth", &|r| Some(r.bits_per_second / 1e9))],
+            "Gbit/s",
+        )
+    };
+    let label = |x: &f64| {
+        let v = if log2 { x.exp2() } else { *x };
+        format!("{}", v.round() as u64)
+    };
+    let (x0, x1) = (x_of(lo), x_of(hi));
+    // One value still needs a range to draw in.
+    let x_range = if x1 > x0 { x0..x1 } else { x0 - 1.0..x1 + 1.0 };
+    let ticks = if log2 {
+        (x1 - x0) as usize + 1
+    } else {
+        rows.len().min(12)
+    };
+    draw(
+        path,
+        title,
+        (param.column(), &label, x_range, ticks.max(2)),
+        y_desc,
+        &lines,
+    )
+}
+
+/// The x axis: its name, its label for a position, its range and how many labels.
+type Axis<'a> = (
+    &'a str,
+    &'a dyn Fn(&f64) -> String,
+    std::ops::Range<f64>,
+    usize,
+);
+
+fn draw(path: &Path, title: &str, x: Axis<'_>, y_desc: &str, lines: &[Line]) -> Result<()> {
+    let (x_desc, x_label, x_range, x_ticks) = x;
+    let y_max = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max);
+    let y_range = 0.0..(y_max * 1.05).max(f64::MIN_POSITIVE);
+    let fail = |e: &dyn std::fmt::Display| anyhow!("{e}");
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        // Room for the last x label, centred on the axis's end.
+        .margin_right(36)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_range, y_range)
+        .map_err(|e| fail(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_labels(x_ticks)
+        .x_label_formatter(x_label)
+        .draw()
+        .map_err(|e| fail(&e))?;
+    for (line, color) in lines.iter().zip(COLORS.iter().cycle()) {
+        chart
+            .draw_series(LineSeries::new(
+                line.points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| fail(&e))?
+            .label(line.label.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| fail(&e))?;
+    root.present()
+        .with_context(|| format!("cannot write --plot file {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::LatencySummary;
+
+    /// The `points` of each data line (and legend stroke) in an SVG file, in order: the
+    /// lines drawn 2 wide, not the axes' and ticks' 1.
+    fn polylines(svg: &str) -> Vec<Vec<(f64, f64)>> {
+        svg.split("<polyline")
+            .skip(1)
+            .filter(|el| el.contains("stroke-width=\"2\""))
+            .map(|el| {
+                let pts = el
+                    .split("points=\"")
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap();
+                pts.split_whitespace()
+                    .map(|xy| {
+                        let (x, y) = xy.split_once(',').unwrap();
+                        (x.parse().unwrap(), y.parse().unwrap())
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_percentile_axis_counts_nines() {
+        assert_eq!(nines(0.0, 1000), 0.0);
+        assert!((nines(0.9, 1000) - 1.0).abs() < 1e-9);
+        assert!((nines(0.999, 1000) - 3.0).abs() < 1e-9);
+        assert!(
+            (nines(0.99999, 1000) - 3.0).abs() < 1e-9,
+            "capped at what 1000 resolve"
+        );
+        assert!((nines(1.0, 1000) - 3.0).abs() < 1e-9);
+        assert_eq!(percentile_label(&0.0), "0%");
+        assert_eq!(percentile_label(&2.0), "99%");
+        assert_eq!(percentile_label(&4.0), "99.99%");
+    }
+
+    #[test]
+    fn a_distribution_is_one_rising_line_from_min_to_max() {
+        let dir = std::env::temp_dir().join(format!("fperf-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lat.svg");
+        let curve = [
+            (0.0, 10_000),
+            (0.5, 20_000),
+            (0.9, 30_000),
+            (0.99, 80_000),
+            (1.0, 200_000),
+        ];
+        latency_distribution(&path, "title: a run", "mprtt", &curve, 1000).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("title: a run"));
+        assert!(svg.contains("mprtt (client, 1000 samples)") && svg.contains("99%"));
+        // The data line, then the legend's sample stroke.
+        let lines = polylines(&svg);
+        assert_eq!(lines.len(), 2, "{svg}");
+        let data = &lines[0];
+        assert_eq!(data.len(), curve.len());
+        for pair in data.windows(2) {
+            // Right along the axis, and up (SVG's y grows downward).
+            assert!(pair[1].0 > pair[0].0 && pair[1].1 < pair[0].1, "{pair:?}");
+        }
+        assert!(latency_distribution(&path, "t", "mprtt", &[], 0).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_sweep_draws_a_line_per_figure_with_a_point_per_value() {
+        let dir = std::env::temp_dir().join(format!("fperf-sweep-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sweep.svg");
+        let row = |value: u64, us: u64| SweepRow {
+            value,
+            bits_per_second: value as f64 * 1e6,
+            latency: Some(LatencySummary {
+                count: 10,
+                min_ns: us * 900,
+                max_ns: us * 3000,
+                mean_ns: us as f64 * 1100.0,
+                stddev_ns: 1.0,
+                p50_ns: us * 1000,
+                p90_ns: us * 1500,
+                p99_ns: us * 2000,
+                p999_ns: us * 2500,
+            }),
+            iterations: 10,
+            transactions_per_second: Some(1000.0),
+        };
+        let rows: Vec<SweepRow> = [1u64, 2, 4, 8].iter().map(|&k| row(k * 1024, k)).collect();
+        sweep(&path, "sweep", SweepParam::PktSize, &rows, true).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let lines = polylines(&svg);
+        // p50, p99 and mean, then their legend strokes.
+        let sizes: Vec<usize> = lines.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [4, 4, 4, 2, 2, 2], "{svg}");
+        for data in &lines[..3] {
+            assert_eq!(data.len(), 4);
+            // Sizes doubling are evenly spaced on the log2 axis.
+            let gaps: Vec<f64> = data.windows(2).map(|p| p[1].0 - p[0].0).collect();
+            assert!(gaps.iter().all(|g| (g - gaps[0]).abs() <= 1.0), "{gaps:?}");
+        }
+        assert!(
+            svg.contains(">\n4096\n<") || svg.contains(">4096<"),
+            "size labels"
+        );
+        sweep(&path, "bulk", SweepParam::PktSize, &rows, false).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(polylines(&svg).len(), 2);
+        assert!(svg.contains("Gbit/s"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
