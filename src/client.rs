@@ -8,7 +8,9 @@
 use crate::auth::{self, AuthKey};
 use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
 use crate::interval::{Collector, IntervalResult, Meter, Schedule};
+use crate::limits::TestWatch;
 use crate::report::{Figures, Role, SideResult, StreamResult};
+use crate::server::{receive, Ceiling, Received};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
 use crate::stream::affinity::{cpu_for, pin_current_thread};
@@ -186,19 +188,33 @@ pub fn run_observed(
     let schedule = Schedule::new(&settings, start);
     let (meter_tx, meter_rx) = mpsc::channel();
     let mut collector = Collector::new(start, infos.len(), cpu_start);
+    let sending = Role::Client.sends(&settings);
+    // With --reverse the client receives as the server otherwise does; the watch is
+    // the receiving loop's (no rate cap here).
+    let watch = Arc::new(TestWatch::new(infos.len(), None, abort.clone()));
     let workers: Vec<_> = streams
         .into_iter()
         .enumerate()
-        .map(|(i, stream)| {
+        .map(|(i, mut stream)| {
             let settings = settings.clone();
             let meter = Meter::new(i as u32, schedule, Some(meter_tx.clone()));
             let cpu = cpu_for(&settings.client_cpus, i as u32);
-            let abort = abort.clone();
+            let (abort, watch) = (abort.clone(), watch.clone());
+            let stall = cfg.stall_timeout;
             std::thread::Builder::new()
-                .name(format!("fperf-send-{i}"))
+                .name(format!(
+                    "fperf-{}-{i}",
+                    if sending { "send" } else { "recv" }
+                ))
                 .spawn(move || {
                     pin_current_thread(cpu)?;
-                    drive(stream, &settings, meter, &abort)
+                    if sending {
+                        drive(&mut *stream, &settings, meter, &abort, None).map(Moved::from)
+                    } else {
+                        let pkt = settings.pktsize as usize;
+                        let ceiling = settings.byte_limit().map(|b| Ceiling::new(&settings, b));
+                        receive(stream, pkt, ceiling, stall, meter, (&watch, i)).map(Moved::from)
+                    }
                 })
         })
         .collect::<io::Result<_>>()?;
@@ -228,14 +244,14 @@ pub fn run_observed(
     let mut failure = None;
     for (i, w) in workers.into_iter().enumerate() {
         match w.join() {
-            Ok(Ok(driven)) => {
-                interrupted |= driven.interrupted;
-                sent.push(driven);
+            Ok(Ok(moved)) => {
+                interrupted |= moved.interrupted;
+                sent.push(moved);
             }
             Ok(Err(e)) => {
                 failure.get_or_insert((i, e));
             }
-            Err(_) => bail!("stream {i}: sender panicked"),
+            Err(_) => bail!("stream {i}: its thread panicked"),
         }
     }
     if let Some((i, e)) = failure {
@@ -287,29 +303,34 @@ pub fn run_observed(
 
     let mut total = StreamStats::default();
     let mut tcp = None;
-    let mut first_start = end;
+    // The span all streams together cover: the earliest start to the latest end.
+    let mut span: Option<(Instant, Instant)> = None;
     let streams = sent
         .iter()
         .zip(&infos)
-        .map(|(d, info)| {
-            total.merge(&d.stats);
-            TcpInfo::merge_opt(&mut tcp, d.tcp.as_ref());
-            first_start = first_start.min(d.start);
-            let mut figures = Figures::new(&d.stats, end.saturating_duration_since(d.start));
-            figures.tcp = d.tcp;
+        .map(|(m, info)| {
+            total.merge(&m.stats);
+            TcpInfo::merge_opt(&mut tcp, m.tcp.as_ref());
+            let (from, to) = m.span.unwrap_or((end, end));
+            // A sending stream's time runs until the server confirmed its last byte.
+            let to = if sending { end } else { to };
+            span = Some(span.map_or((from, to), |(a, b)| (a.min(from), b.max(to))));
+            let mut figures = Figures::new(&m.stats, to.saturating_duration_since(from));
+            figures.tcp = m.tcp;
             StreamResult {
                 index: info.index,
                 local: info.local.clone(),
                 peer: info.peer.clone(),
                 congestion: info.congestion.clone(),
-                // The client's sockets keep the kernel's mark; the server's report has it.
-                rcvlowat: None,
+                // Sending sockets keep the kernel's mark; the receiving end's has it.
+                rcvlowat: m.rcvlowat,
                 figures,
             }
         })
         .collect();
     let send_latency_curve = total.send_latency.quantile_curve();
-    let mut total = Figures::new(&total, end.saturating_duration_since(first_start));
+    let (from, to) = span.unwrap_or((end, end));
+    let mut total = Figures::new(&total, to.saturating_duration_since(from));
     total.tcp = tcp;
     let client = SideResult {
         role: Role::Client,
@@ -435,12 +456,50 @@ fn lost_server(reason: Option<String>, i: usize, e: &io::Error, stall: Duration)
 }
 
 /// What driving one stream produced.
-struct Driven {
-    /// Where the counted figures begin (after the warm-up with `--omit`).
-    start: Instant,
+/// What one stream's thread moved, sending or (`--reverse`) receiving.
+struct Moved {
+    /// When its counted figures begin and end: a sending stream's end is the server's
+    /// confirmation, known only once every stream is done.
+    span: Option<(Instant, Instant)>,
     stats: StreamStats,
     tcp: Option<TcpInfo>,
+    /// A receiving stream's low-water mark, as the kernel reports it.
+    rcvlowat: Option<u32>,
     interrupted: bool,
+}
+
+impl From<Driven> for Moved {
+    fn from(d: Driven) -> Moved {
+        Moved {
+            span: Some((d.start, d.start)),
+            stats: d.stats,
+            tcp: d.tcp,
+            rcvlowat: None,
+            interrupted: d.interrupted,
+        }
+    }
+}
+
+impl From<Received> for Moved {
+    fn from(r: Received) -> Moved {
+        Moved {
+            span: r.span,
+            stats: r.stats,
+            tcp: r.tcp,
+            rcvlowat: r.rcvlowat,
+            interrupted: r.interrupted,
+        }
+    }
+}
+
+pub(crate) struct Driven {
+    /// Where the counted figures begin (after the warm-up with `--omit`).
+    pub(crate) start: Instant,
+    pub(crate) stats: StreamStats,
+    pub(crate) tcp: Option<TcpInfo>,
+    pub(crate) interrupted: bool,
+    /// The receiving peer closed the connection before every byte was sent.
+    pub(crate) peer_closed: bool,
 }
 
 /// Sends the stream's bytes: with `send()` for one socket and the mutex queue, with
@@ -448,11 +507,15 @@ struct Driven {
 /// A time-bounded run sends whole packets until its deadline. With a schedule, the
 /// clock is read once per send and a queued send waits no longer than the next boundary
 /// (a synchronous `send()` cannot be cut short without tearing a packet).
-fn drive(
-    mut stream: Box<dyn Stream>,
+///
+/// `progress`, the server's watch over a `--reverse` test and this stream's index, hears
+/// of every packet sent (and may pace to the server's rate cap).
+pub(crate) fn drive(
+    stream: &mut dyn Stream,
     settings: &Settings,
     mut meter: Meter,
     abort: &AtomicBool,
+    progress: Option<(&TestWatch, usize)>,
 ) -> io::Result<Driven> {
     let pkt = settings.pktsize as usize;
     // Time-bounded runs have no byte limit; u64::MAX bytes is never reached.
@@ -463,6 +526,7 @@ fn drive(
     let asynchronous = settings.asynchronous();
     // `-b`: sleep until each packet is due at the target rate.
     let pacer = settings.rate_bps.map(crate::limits::RatePacer::new);
+    let mut sent_bytes = 0u64;
     let mut result = Ok(());
     while left > 0 {
         let n = left.min(pkt as u64) as usize;
@@ -501,6 +565,10 @@ fn drive(
         };
         if sent {
             left -= n as u64;
+            if let Some((watch, index)) = progress {
+                sent_bytes += n as u64;
+                watch.received(index, sent_bytes, n);
+            }
             if let Some(p) = &pacer {
                 p.pace(n, abort);
             }
@@ -520,10 +588,14 @@ fn drive(
             }
         }
     }
+    // A `--reverse` client that stops reading (Ctrl-C) resets the connection: the test
+    // ended early, and the server still reports what it sent.
+    let peer_closed = progress.is_some()
+        && matches!(&result, Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe));
     let finished = stream.finish_sending(Timeout::Forever);
     let interrupted = matches!(&result, Err(e) if e.kind() == io::ErrorKind::Interrupted)
         || matches!(&finished, Err(e) if e.kind() == io::ErrorKind::Interrupted);
-    if !interrupted {
+    if !interrupted && !peer_closed {
         result?;
         finished?;
     }
@@ -533,6 +605,7 @@ fn drive(
         stats: totals.stats,
         tcp: totals.tcp,
         interrupted,
+        peer_closed,
     })
 }
 

@@ -2,7 +2,8 @@
 //! columns.
 //!
 //! Columns: `time` (seconds from the start of the run to the end of the interval),
-//! `stream`, `bytes` (sent by the client, received by the server), `transactions`
+//! `stream`, `bytes` (sent by the client, received by the server; the other way round
+//! with `--reverse`), `transactions`
 //! (sends or receives timed), the latency figures in seconds (`latency_min`,
 //! `latency_mean`, `latency_max`, `latency_stddev`, `latency_p50`, `latency_p90`,
 //! `latency_p99`, `latency_p99.9`; empty when nothing was timed), and `utime`/`stime`,
@@ -11,20 +12,22 @@
 
 use crate::interval::IntervalResult;
 use crate::report::Role;
+use crate::settings::Settings;
 use std::fmt::Write as _;
 
 /// The header row.
 pub const HEADER: &str = "time,stream,bytes,transactions,latency_min,latency_mean,latency_max,latency_stddev,latency_p50,latency_p90,latency_p99,latency_p99.9,utime,stime";
 
 /// The rows of one interval of `role`'s side, one per stream, each ending in a newline.
-pub fn rows(role: Role, r: &IntervalResult) -> String {
+pub fn rows(role: Role, settings: &Settings, r: &IntervalResult) -> String {
     let secs = |ns: f64| format!("{:.9}", ns / 1e9);
     let mut out = String::new();
     for s in &r.streams {
         let f = &s.figures;
-        let (bytes, lat) = match role {
-            Role::Client => (f.bytes_sent, f.send_latency.as_ref()),
-            Role::Server => (f.bytes_received, f.recv_latency.as_ref()),
+        let (bytes, lat) = if role.sends(settings) {
+            (f.bytes_sent, f.send_latency.as_ref())
+        } else {
+            (f.bytes_received, f.recv_latency.as_ref())
         };
         let latency = lat.map_or_else(
             || ",,,,,,,".to_string(),
@@ -109,7 +112,7 @@ mod tests {
                 system_us: 250_000,
             }),
         };
-        let text = rows(Role::Client, &r);
+        let text = rows(Role::Client, &Settings::default(), &r);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2);
         let columns = HEADER.split(',').count();
@@ -121,10 +124,17 @@ mod tests {
             "2.000000000,1,200,2,0.000002000,0.000003000,0.000004000,0.000001000,0.000002000,0.000004000,0.000004000,0.000004000,1.500000,0.250000"
         );
         // The server side has no receive latency here: empty latency cells.
-        let server = rows(Role::Server, &r);
+        let server = rows(Role::Server, &Settings::default(), &r);
         assert!(
             server.starts_with("2.000000000,0,0,0,,,,,,,,,1.500000,0.250000\n"),
             "{server}"
         );
+        // With --reverse the client is the receiving end, the server the sending one.
+        let reverse = Settings {
+            reverse: true,
+            ..Settings::default()
+        };
+        assert_eq!(rows(Role::Client, &reverse, &r), server);
+        assert_eq!(rows(Role::Server, &reverse, &r), text);
     }
 }

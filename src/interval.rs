@@ -440,9 +440,10 @@ impl Collector {
 /// retransmits.
 pub fn interval_line(role: Role, settings: &Settings, r: &IntervalResult) -> String {
     let t = &r.total;
-    let (label, bytes, lat) = match role {
-        Role::Client => ("sent", t.bytes_sent, t.send_latency.as_ref()),
-        Role::Server => ("received", t.bytes_received, t.recv_latency.as_ref()),
+    let (label, bytes, lat) = if role.sends(settings) {
+        ("sent", t.bytes_sent, t.send_latency.as_ref())
+    } else {
+        ("received", t.bytes_received, t.recv_latency.as_ref())
     };
     // The server's intervals arrive from the network: never trust their order.
     let secs = r.end_ns.saturating_sub(r.start_ns) as f64 / 1e9;

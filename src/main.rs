@@ -123,6 +123,12 @@ struct Cli {
     #[arg(long)]
     crr: bool,
 
+    /// TCP bulk in reverse, as iperf3's -R (here -R is RDMA): the server sends and the
+    /// client receives, with the same flags and figures; the client's report is then
+    /// the receiving end's
+    #[arg(long)]
+    reverse: bool,
+
     /// Bytes per send (K, M, G suffixes are binary: 128K = 131072).
     #[arg(short = 'l', long, value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
           value_parser = fperf::units::parse_bytes_u32)]
@@ -413,6 +419,7 @@ impl Cli {
             mprtt: self.mprtt || self.echo || self.crr,
             echo: self.echo,
             crr: self.crr,
+            reverse: self.reverse,
             queue,
             nodelay: self.nodelay,
             quickack: self.quickack,
@@ -556,7 +563,12 @@ fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>, output: &Output) -> Re
         measure::Mode::Human => {
             out!("{}", report::client_body(&settings, &outcome.client));
             if outcome.interrupted {
-                outln!("(interrupted: the figures cover what was sent before Ctrl-C)");
+                let moved = if report::Role::Client.sends(&settings) {
+                    "sent"
+                } else {
+                    "received"
+                };
+                outln!("(interrupted: the figures cover what was {moved} before Ctrl-C)");
             }
         }
         measure::Mode::Json => {

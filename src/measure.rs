@@ -147,7 +147,9 @@ impl RunObserver for Printer {
         let _ = std::io::stdout().flush();
         if role == Role::Client {
             if let Some(f) = &mut self.csv {
-                if let Err(e) = f.write_all(fperf::csv::rows(role, result).as_bytes()) {
+                if let Err(e) =
+                    f.write_all(fperf::csv::rows(role, &self.settings, result).as_bytes())
+                {
                     self.csv_error.get_or_insert(e);
                 }
             }
@@ -188,15 +190,21 @@ pub fn run_sweep(
         printer.finish()?;
         let total = &outcome.client.total;
         let secs = total.duration_ns as f64 / 1e9;
+        // The client's own end: the receiving one with --reverse.
+        let (bytes, latency) = if Role::Client.sends(&settings) {
+            (total.bytes_sent, total.send_latency)
+        } else {
+            (total.bytes_received, total.recv_latency)
+        };
         let row = SweepRow {
             value,
             bits_per_second: if secs > 0.0 {
-                total.bytes_sent as f64 * 8.0 / secs
+                bytes as f64 * 8.0 / secs
             } else {
                 0.0
             },
-            latency: total.send_latency,
-            iterations: total.send_latency.map_or(0, |l| l.count),
+            latency,
+            iterations: latency.map_or(0, |l| l.count),
             transactions_per_second: total.transactions_per_second(&settings, Role::Client),
         };
         if output.mode == Mode::Human {

@@ -20,6 +20,13 @@ pub enum Role {
     Server,
 }
 
+impl Role {
+    /// Whether this end sends the test's data: the client, unless `--reverse`.
+    pub fn sends(self, settings: &Settings) -> bool {
+        (self == Role::Client) != settings.reverse
+    }
+}
+
 /// The figures of one stream, or of all streams together.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Figures {
@@ -179,11 +186,20 @@ fn crr_label(settings: &Settings) -> &'static str {
     }
 }
 
+/// What a report header adds with `--reverse`: the data flows from server to client.
+fn reverse_label(settings: &Settings) -> &'static str {
+    if settings.reverse {
+        " reverse (the server sends)"
+    } else {
+        ""
+    }
+}
+
 /// What a report header adds with `--skip-rx-copy`: the server's figures leave out its
 /// copy of the bytes, so they are not like-for-like with a tool that reads them.
 fn skip_rx_copy_label(settings: &Settings) -> &'static str {
     if settings.skip_rx_copy {
-        " rx_copy=skipped (the server's reads discard the bytes in the kernel)"
+        " rx_copy=skipped (the receiving end's reads discard the bytes in the kernel)"
     } else {
         ""
     }
@@ -227,7 +243,7 @@ pub fn client_header(
 ) -> String {
     let proto = settings.protocol.name();
     let tail = format!(
-        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}",
+        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}{}",
         settings.pktsize,
         settings.mode_label(),
         settings.nsockets,
@@ -236,6 +252,7 @@ pub fn client_header(
         rdma_label(settings),
         echo_label(settings),
         crr_label(settings),
+        reverse_label(settings),
         skip_rx_copy_label(settings)
     );
     let mut out = String::new();
@@ -249,47 +266,62 @@ pub fn client_header(
     out
 }
 
-/// The client's report body (after the header).
+/// The client's report body (after the header): the sending end's figures, or with
+/// `--reverse` the receiving end's.
 pub fn client_body(settings: &Settings, r: &SideResult) -> String {
     const W: usize = 10;
-    let t = &r.total;
     let mut out = String::new();
     if r.streams.len() > 1 {
         out.push('\n');
     }
-    out += &volume_line("sent", W, t.bytes_sent, t.secs());
+    out + &end_lines(settings, r, W)
+}
+
+/// The figures of whichever end `r` is, sending or receiving, labelled `width` wide.
+fn end_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
+    if r.role.sends(settings) {
+        sender_lines(settings, r, width)
+    } else {
+        receiver_lines(settings, r, width)
+    }
+}
+
+/// The sending end's figures.
+fn sender_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
+    let t = &r.total;
+    let mut out = volume_line("sent", width, t.bytes_sent, t.secs());
     if settings.mprtt {
         let _ = writeln!(
             out,
-            "{:<W$}: {}",
+            "{:<width$}: {}",
             "received",
             size_triplet(t.bytes_received)
         );
     }
     if t.retries > 0 || (settings.mprtt && settings.protocol == crate::settings::Protocol::Udp) {
-        let _ = writeln!(out, "{:<W$}: {}", "retries", t.retries);
+        let _ = writeln!(out, "{:<width$}: {}", "retries", t.retries);
     }
     if let Some(l) = &t.send_latency {
-        out += &latency_line(latency_label(settings), W, l);
+        out += &latency_line(latency_label(settings), width, l);
     }
     if let Some(tps) = t.transactions_per_second(settings, r.role) {
         let transactions = t.send_latency.map_or(0, |l| l.count);
         let _ = writeln!(
             out,
-            "{:<W$}: {tps:.0}/s ({transactions} transactions in {:.2}s)",
+            "{:<width$}: {tps:.0}/s ({transactions} transactions in {:.2}s)",
             "tps",
             t.secs()
         );
     }
     if settings.asynchronous() {
         if let Some(l) = &t.submit_latency {
-            out += &submit_line("lat_submit", W, l);
+            out += &submit_line("lat_submit", width, l);
         }
     }
     if let Some(d) = &t.datagrams {
-        out += &d.report_lines(W);
+        out += &d.report_lines(width);
     }
-    out += &facts_lines(W, r);
+    out += &facts_lines(width, r);
     if r.streams.len() > 1 {
         out += &per_stream_block(r, "sent", |f| (f.send_latency.as_ref(), f.bytes_sent));
     }
@@ -364,7 +396,7 @@ pub fn server_header(
     rcvlowat: Option<u32>,
 ) -> String {
     format!(
-        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}\n",
+        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}{}\n",
         settings.protocol.name(),
         pkt_size(settings.pktsize),
         congestion_label(congestion),
@@ -373,20 +405,22 @@ pub fn server_header(
         rdma_label(settings),
         echo_label(settings),
         crr_label(settings),
+        reverse_label(settings),
         skip_rx_copy_label(settings)
     )
 }
 
-/// The server's report body.
+/// The server's report body: the receiving end's figures, or with `--reverse` the
+/// sending end's.
 pub fn server_body(settings: &Settings, r: &SideResult) -> String {
     const W: usize = 9;
-    let t = &r.total;
     let mut out = String::new();
     if r.streams.len() > 1 {
+        let arrow = if r.role.sends(settings) { "=>" } else { "<=" };
         for s in &r.streams {
             let _ = writeln!(
                 out,
-                "{} STREAM {} {} <= {}",
+                "{} STREAM {} {} {arrow} {}",
                 settings.protocol.name(),
                 s.index,
                 s.local,
@@ -394,17 +428,23 @@ pub fn server_body(settings: &Settings, r: &SideResult) -> String {
             );
         }
     }
-    out += &volume_line("received", W, t.bytes_received, t.secs());
+    out + &end_lines(settings, r, W)
+}
+
+/// The receiving end's figures.
+fn receiver_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
+    let t = &r.total;
+    let mut out = volume_line("received", width, t.bytes_received, t.secs());
     if settings.mprtt {
-        let _ = writeln!(out, "{:<W$}: {}", "sent", size_triplet(t.bytes_sent));
+        let _ = writeln!(out, "{:<width$}: {}", "sent", size_triplet(t.bytes_sent));
     }
     if let Some(l) = &t.recv_latency {
-        out += &latency_line(latency_label(settings), W, l);
+        out += &latency_line(latency_label(settings), width, l);
     }
     if let Some(d) = &t.datagrams {
-        out += &d.report_lines(W);
+        out += &d.report_lines(width);
     }
-    out += &facts_lines(W, r);
+    out += &facts_lines(width, r);
     if r.streams.len() > 1 {
         out += &per_stream_block(r, "received", |f| {
             (f.recv_latency.as_ref(), f.bytes_received)
@@ -498,7 +538,7 @@ mod tests {
         assert_eq!(
             server_header(&skip, "127.0.0.1:50384", Some("bbr"), None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr rx_copy=skipped \
-             (the server's reads discard the bytes in the kernel)\n"
+             (the receiving end's reads discard the bytes in the kernel)\n"
         );
         let window = Settings {
             window: Some(256 << 10),
@@ -509,6 +549,7 @@ mod tests {
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic window=256KB\n"
         );
         let mut r = side(10_737_418_240, 2.83, 1);
+        r.role = Role::Server;
         r.total.bytes_received = r.total.bytes_sent;
         let body = server_body(&s, &r);
         assert!(body.starts_with("received : 10240MB(10.00GB 10737418240B) in 2.83s. (bw: 3.53GB/s 30.4Gbit/s)\nlatency  : avg="));

@@ -420,19 +420,28 @@ fn run_session(
         config.limits.max_rate,
         abort.clone(),
     ));
+    let sending = Role::Server.sends(&settings);
     let workers: Vec<_> = streams
         .into_iter()
         .enumerate()
         .map(|(i, stream)| {
             let pkt = settings.pktsize as usize;
             let meter = crate::interval::Meter::new(i as u32, schedule, Some(meter_tx.clone()));
-            let watch = watch.clone();
+            let (watch, abort) = (watch.clone(), abort.clone());
+            let settings = settings.clone();
             let cpu = crate::stream::affinity::cpu_for(&settings.server_cpus, i as u32);
             std::thread::Builder::new()
-                .name(format!("fperf-recv-{i}"))
+                .name(format!(
+                    "fperf-{}-{i}",
+                    if sending { "send" } else { "recv" }
+                ))
                 .spawn(move || {
                     crate::stream::affinity::pin_current_thread(cpu)?;
-                    receive(stream, pkt, ceiling, idle, meter, (&watch, i))
+                    if sending {
+                        send_back(stream, &settings, meter, idle, &abort, (&watch, i))
+                    } else {
+                        receive(stream, pkt, ceiling, idle, meter, (&watch, i))
+                    }
                 })
         })
         .collect::<io::Result<_>>()?;
@@ -477,6 +486,10 @@ fn run_session(
     let mut failure = None;
     for (i, w) in workers.into_iter().enumerate() {
         match w.join() {
+            Ok(Ok(r)) if r.interrupted => {
+                abort.store(true, Ordering::Relaxed);
+                failure.get_or_insert(anyhow!("stream {i}: stopped"));
+            }
             Ok(Ok(r)) => per_stream.push((i as u32, r)),
             Ok(Err(e)) => {
                 abort.store(true, Ordering::Relaxed);
@@ -484,7 +497,7 @@ fn run_session(
             }
             Err(_) => {
                 abort.store(true, Ordering::Relaxed);
-                failure.get_or_insert(anyhow!("stream {i}: receiver panicked"));
+                failure.get_or_insert(anyhow!("stream {i}: its thread panicked"));
             }
         }
     }
@@ -504,19 +517,26 @@ fn run_session(
                 .saturating_mul(u64::from(settings.pktsize))
         })
         .sum();
-    let got: u64 = per_stream
-        .iter()
-        .map(|(_, r)| r.stats.bytes_received)
-        .sum::<u64>()
-        .saturating_add(lost_bytes);
+    let (got, moved) = if sending {
+        (
+            per_stream
+                .iter()
+                .map(|(_, r)| r.stats.bytes_sent)
+                .sum::<u64>(),
+            "sent",
+        )
+    } else {
+        let received: u64 = per_stream.iter().map(|(_, r)| r.stats.bytes_received).sum();
+        (received.saturating_add(lost_bytes), "received")
+    };
     let want = expected.map(|e| e.saturating_mul(per_stream.len() as u64));
     if let Some(want) = want.filter(|&w| got < w) {
         // Ctrl-C on the client, or a client that died, ends its data early.
         let _ = events.send(ServerEvent::ClientError {
             peer: from.clone(),
             error: format!(
-                "the client ended the test early: {got} of {want} bytes received \
-                 (interrupted or gone); figures cover what arrived"
+                "the client ended the test early: {got} of {want} bytes {moved} \
+                 (interrupted or gone); figures cover what was {moved}"
             ),
         });
     }
@@ -542,20 +562,26 @@ fn run_session(
     Ok(Box::new(result))
 }
 
-/// What a receiving thread hands back.
-struct Received {
-    stats: StreamStats,
-    tcp: Option<crate::sysinfo::TcpInfo>,
+/// What a stream's thread hands back: a receiving one's, or with `--reverse` a
+/// sending one's on the server.
+pub(crate) struct Received {
+    pub(crate) stats: StreamStats,
+    pub(crate) tcp: Option<crate::sysinfo::TcpInfo>,
     local: String,
     peer: String,
     congestion: Option<String>,
-    rcvlowat: Option<u32>,
+    pub(crate) rcvlowat: Option<u32>,
+    /// The time the figures cover: the first byte received to the last, or the first
+    /// sent to the peer's confirmation of the last.
+    pub(crate) span: Option<(std::time::Instant, std::time::Instant)>,
+    /// Cut short by the abort flag: the figures cover what was done until then.
+    pub(crate) interrupted: bool,
 }
 
 /// The most bytes a size-bounded stream may deliver before the server calls it a
 /// protocol violation.
 #[derive(Clone, Copy)]
-struct Ceiling {
+pub(crate) struct Ceiling {
     /// The stream's bytes as the settings announce them.
     announced: u64,
     /// `announced`, times the copies MPRTT retries may legitimately deliver.
@@ -563,7 +589,7 @@ struct Ceiling {
 }
 
 impl Ceiling {
-    fn new(settings: &Settings, announced: u64) -> Ceiling {
+    pub(crate) fn new(settings: &Settings, announced: u64) -> Ceiling {
         let copies = if settings.mprtt {
             1 + u64::from(crate::stream::udp::MAX_RETRIES)
         } else {
@@ -581,7 +607,7 @@ impl Ceiling {
 /// bounds the bytes a size-bounded run may deliver (MPRTT retries may repeat packets);
 /// a time-bounded run has none and sends whole packets only. With intervals, a receive
 /// waits no longer than the next boundary, so an idle stream still reports on time.
-fn receive(
+pub(crate) fn receive(
     mut stream: Box<dyn Stream>,
     pktsize: usize,
     ceiling: Option<Ceiling>,
@@ -596,6 +622,7 @@ fn receive(
     // The clock as of the last return from recv(): one read per packet.
     let mut now = last_data;
     let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
+    let mut interrupted = false;
     loop {
         let wait = match timed.then(|| meter.until_due(now)) {
             Some(Some(until)) => until.min(idle),
@@ -645,10 +672,15 @@ fn receive(
                     ),
                 ))
             }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                interrupted = true;
+                break;
+            }
             Err(e) => return Err(e),
         }
     }
     let totals = meter.finish(std::time::Instant::now(), &*stream);
+    let span = totals.stats.first_recv.zip(totals.stats.last_recv);
     Ok(Received {
         stats: totals.stats,
         tcp: totals.tcp,
@@ -656,24 +688,79 @@ fn receive(
         peer: stream.peer_addr(),
         congestion: stream.congestion(),
         rcvlowat: stream.rcvlowat(),
+        span,
+        interrupted,
     })
 }
 
-/// The server's figures: each stream from its first to its last byte, and the total
-/// from the earliest first byte to the latest last byte.
+/// `--reverse`: sends the stream's bytes to the client as the client otherwise does,
+/// then waits for the client to close the stream, which it does once it has read every
+/// byte: the figures' time runs to that confirmation.
+fn send_back(
+    mut stream: Box<dyn Stream>,
+    settings: &Settings,
+    meter: crate::interval::Meter,
+    idle: Duration,
+    abort: &AtomicBool,
+    watch: (&TestWatch, usize),
+) -> io::Result<Received> {
+    // Named now: once the client has closed, the socket no longer knows its peer.
+    let (local, peer, congestion) = (stream.local_addr(), stream.peer_addr(), stream.congestion());
+    let driven = crate::client::drive(&mut *stream, settings, meter, abort, Some(watch))?;
+    let idle_ms = u32::try_from(idle.as_millis()).unwrap_or(u32::MAX).max(1);
+    let mut scratch = [0u8; 64];
+    let confirmed = if driven.peer_closed {
+        std::time::Instant::now()
+    } else {
+        match stream.recv(&mut scratch, Timeout::Millis(idle_ms)) {
+            Ok(0) => std::time::Instant::now(),
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the client sent data on a --reverse stream",
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the client did not confirm the end of the stream within {}s (--idle-timeout)",
+                    idle.as_secs_f64()
+                ),
+            )),
+            Err(e) => return Err(e),
+        }
+    };
+    Ok(Received {
+        stats: driven.stats,
+        tcp: driven.tcp,
+        local,
+        peer,
+        congestion,
+        rcvlowat: None,
+        span: Some((driven.start, confirmed)),
+        interrupted: driven.interrupted,
+    })
+}
+
+/// The server's figures: each stream over its span (its first byte received to its
+/// last; with `--reverse` its first sent to the client's confirmation), and the total
+/// from the earliest start to the latest end.
 fn server_result(per_stream: &[(u32, Received)]) -> SideResult {
-    let span = |s: &StreamStats| match (s.first_recv, s.last_recv) {
-        (Some(a), Some(b)) => b.duration_since(a),
-        _ => Duration::ZERO,
+    let length = |span: Option<(std::time::Instant, std::time::Instant)>| {
+        span.map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a))
     };
     let mut total = StreamStats::default();
     let mut tcp = None;
+    let mut whole: Option<(std::time::Instant, std::time::Instant)> = None;
     let streams = per_stream
         .iter()
         .map(|(index, r)| {
             total.merge(&r.stats);
             crate::sysinfo::TcpInfo::merge_opt(&mut tcp, r.tcp.as_ref());
-            let mut figures = Figures::new(&r.stats, span(&r.stats));
+            if let Some((a, b)) = r.span {
+                whole = Some(whole.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
+            }
+            let mut figures = Figures::new(&r.stats, length(r.span));
             figures.tcp = r.tcp;
             StreamResult {
                 index: *index,
@@ -685,7 +772,7 @@ fn server_result(per_stream: &[(u32, Received)]) -> SideResult {
             }
         })
         .collect();
-    let mut total = Figures::new(&total, span(&total));
+    let mut total = Figures::new(&total, length(whole));
     total.tcp = tcp;
     SideResult {
         role: Role::Server,

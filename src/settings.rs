@@ -162,6 +162,9 @@ pub struct Settings {
     /// request, 1-byte reply, close), as netperf's TCP_CRR.
     #[serde(default)]
     pub crr: bool,
+    /// TCP bulk (`--reverse`, iperf3's `-R`): the server sends and the client receives.
+    #[serde(default)]
+    pub reverse: bool,
     pub queue: QueueKind,
     /// TCP only: TCP_NODELAY on both ends.
     pub nodelay: bool,
@@ -254,6 +257,7 @@ impl Default for Settings {
             mprtt: false,
             echo: false,
             crr: false,
+            reverse: false,
             queue: QueueKind::Mutex,
             nodelay: false,
             quickack: false,
@@ -342,6 +346,10 @@ pub enum SettingsError {
     EchoTcpOnly(&'static str),
     #[error("--echo answers each packet with its echo: it needs MPRTT (-r)")]
     EchoNeedsMprtt,
+    #[error("--reverse is implemented for TCP only in this build; it cannot be used with {0}")]
+    ReverseTcpOnly(&'static str),
+    #[error("--reverse turns bulk sending around; -r, --echo and --crr time each packet from the client")]
+    ReverseMprtt,
     #[error("--crr is a TCP workload; it cannot be used with {0}")]
     CrrTcpOnly(&'static str),
     #[error("--crr opens one connection per packet, answered by 1 byte, from the stream's own thread with the kernel's socket defaults: it cannot be used {0}")]
@@ -498,6 +506,14 @@ impl Settings {
         }
         if self.crr {
             self.validate_crr()?;
+        }
+        if self.reverse {
+            if self.protocol != Protocol::Tcp {
+                return Err(SettingsError::ReverseTcpOnly(self.protocol.name()));
+            }
+            if self.mprtt {
+                return Err(SettingsError::ReverseMprtt);
+            }
         }
         if let Some(name) = &self.congestion {
             if self.protocol != Protocol::Tcp {

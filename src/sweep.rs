@@ -148,11 +148,12 @@ pub fn parse(spec: &str) -> Result<Sweep, SweepError> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct SweepRow {
     pub value: u64,
-    /// Payload bits per second sent.
+    /// Payload bits per second the client sent (received, with `--reverse`).
     pub bits_per_second: f64,
-    /// Send latency (the MPRTT round trip with `-r`).
+    /// The client's send latency (the MPRTT round trip with `-r`; with `--reverse` its
+    /// receive latency).
     pub latency: Option<LatencySummary>,
-    /// Sends timed.
+    /// Sends (receives) timed.
     pub iterations: u64,
     /// With `-r`, round trips per second ([`crate::report::Figures::transactions_per_second`]).
     pub transactions_per_second: Option<f64>,

@@ -50,6 +50,14 @@ fn invalid_combinations_are_refused() {
         &["-c", "127.0.0.1", "-u", "--crr"],
         "--crr is a TCP workload",
     );
+    refused(
+        &["-c", "127.0.0.1", "-u", "--reverse"],
+        "--reverse is implemented for TCP only",
+    );
+    refused(
+        &["-c", "127.0.0.1", "-r", "--reverse"],
+        "--reverse turns bulk sending around",
+    );
     for (flag, value) in [
         ("-n", "2"),
         ("--echo", ""),

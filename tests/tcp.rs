@@ -163,7 +163,7 @@ fn bulk_with_streams_sockets_and_odd_packet_size_under_the_low_water_mark() {
 fn skip_rx_copy_is_named_in_both_reports_and_counts_every_byte() {
     let (c, s) = run_pair("127.0.0.1", &["-m", "4", "-t", "2", "--skip-rx-copy"]);
     assert_bytes(&c, &s, 8 * MB);
-    let named = " rx_copy=skipped (the server's reads discard the bytes in the kernel)";
+    let named = " rx_copy=skipped (the receiving end's reads discard the bytes in the kernel)";
     assert!(c.lines().take(2).all(|l| l.ends_with(named)), "{c}");
     assert!(s.contains(named), "{s}");
 }

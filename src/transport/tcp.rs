@@ -57,6 +57,9 @@ impl Transport for TcpTransport {
                 .collect::<Result<Vec<_>>>()?;
             let mut opts = stream_options(s, ctx.abort.clone());
             opts.cpu = cpu_for(&s.client_cpus, i);
+            if s.reverse {
+                opts = receiving_end(s, opts);
+            }
             streams.push(Box::new(TcpStream::from_sockets(socks, opts)?));
         }
         Ok(streams)
@@ -67,10 +70,11 @@ impl Acceptor for TcpAcceptor {
     fn accept(self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
         let s = &ctx.settings;
         let conns = accept_data_conns(ctx, s.nsockets, self.listeners)?;
-        let opts = StreamOptions {
-            rcvlowat: s.rcvlowat_bytes(receiver_cores()).map(|b| b as usize),
-            skip_rx_copy: s.skip_rx_copy,
-            ..stream_options(s, ctx.abort.clone())
+        let opts = stream_options(s, ctx.abort.clone());
+        let opts = if s.reverse {
+            opts
+        } else {
+            receiving_end(s, opts)
         };
         let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
         for (i, socks) in (0u32..).zip(conns) {
@@ -84,7 +88,17 @@ impl Acceptor for TcpAcceptor {
     }
 }
 
-/// The CPUs this server's threads may run on (1 if unknown).
+/// `opts` for the end that receives the test's data (the server, or with `--reverse`
+/// the client): its receive low-water mark and `--skip-rx-copy`.
+fn receiving_end(s: &Settings, opts: StreamOptions) -> StreamOptions {
+    StreamOptions {
+        rcvlowat: s.rcvlowat_bytes(receiver_cores()).map(|b| b as usize),
+        skip_rx_copy: s.skip_rx_copy,
+        ..opts
+    }
+}
+
+/// The CPUs this host's threads may run on (1 if unknown).
 fn receiver_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }

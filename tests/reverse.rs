@@ -1,0 +1,162 @@
+//! `--reverse` end to end: real `fperf -s` / `fperf -c` processes on loopback, the server
+//! sending and the client receiving.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MB: u64 = 1 << 20;
+
+fn u(v: &Value) -> u64 {
+    v.as_u64()
+        .unwrap_or_else(|| panic!("not an unsigned integer: {v}"))
+}
+
+#[test]
+fn the_server_sends_and_each_end_reports_its_own_side() {
+    let server = Server::start(&[]);
+    let client = client_ok(&server, "127.0.0.1", &["--reverse", "-m", "8"]);
+    let report = server.report(1);
+    assert!(client.contains("reverse (the server sends)"), "{client}");
+    assert!(report.contains("reverse (the server sends)"), "{report}");
+    // Swapped roles: the client's report is the receiving end's.
+    assert_eq!(volume(&client, "received").bytes, 8 * MB);
+    assert_eq!(volume(&report, "sent").bytes, 8 * MB);
+    assert!(!has_line(&client, "sent"), "{client}");
+    latency(&client, "latency");
+    latency(&report, "latency");
+    assert_eq!(server.stderr(), "", "the server logged a client error");
+}
+
+#[test]
+fn json_of_a_reverse_run_counts_each_ends_bytes_and_time() {
+    let server = Server::start(&[]);
+    let out = client_ok(
+        &server,
+        "127.0.0.1",
+        &["--reverse", "-t", "2", "-m", "4", "-l", "128K", "--json"],
+    );
+    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+    assert_eq!(doc["settings"]["reverse"], true);
+    let (c, s) = (&doc["client"], &doc["server"]);
+    assert_eq!(u(&c["total"]["bytes_received"]), 8 * MB);
+    assert_eq!(u(&c["total"]["bytes_sent"]), 0);
+    assert_eq!(u(&s["total"]["bytes_sent"]), 8 * MB);
+    assert_eq!(u(&s["total"]["bytes_received"]), 0);
+    for side in [c, s] {
+        let streams = side["streams"].as_array().expect("streams");
+        assert_eq!(streams.len(), 2);
+        assert!(u(&side["total"]["duration_ns"]) > 0);
+    }
+    for st in c["streams"].as_array().expect("streams") {
+        assert_eq!(u(&st["figures"]["bytes_received"]), 4 * MB);
+        assert!(st["figures"]["recv_latency"]["count"].as_u64() > Some(0));
+    }
+    // The sender's time runs until the receiver has everything: never shorter than
+    // the receiver's first byte to last.
+    assert!(u(&s["total"]["duration_ns"]) >= u(&c["total"]["duration_ns"]) / 2);
+}
+
+#[test]
+fn a_timed_reverse_run_reports_intervals_on_both_ends() {
+    let server = Server::start(&[]);
+    let client = client_ok(
+        &server,
+        "127.0.0.1",
+        &["--reverse", "--time", "1", "-i", "0.5", "-b", "200M"],
+    );
+    let report = server.report(1);
+    let client_intervals: Vec<&str> = client.lines().filter(|l| l.starts_with('[')).collect();
+    let server_intervals: Vec<&str> = report.lines().filter(|l| l.starts_with('[')).collect();
+    assert_eq!(client_intervals.len(), 2, "{client}");
+    assert_eq!(server_intervals.len(), 2, "{report}");
+    assert!(client_intervals.iter().all(|l| l.contains("] received: ")));
+    assert!(server_intervals.iter().all(|l| l.contains("] sent: ")));
+    // Paced by the server's sender at 200 Mbit/s for 1 s: whole packets, about 25 MB.
+    let got = volume(&client, "received").bytes;
+    assert_eq!(got, volume(&report, "sent").bytes);
+    assert_eq!(got % 32768, 0);
+    assert!((15 * MB..35 * MB).contains(&got), "{got}");
+}
+
+#[test]
+fn the_servers_limits_hold_its_own_sending() {
+    // --max-rate paces what the server sends as it paces what it reads.
+    let server = Server::start(&["--max-rate", "80M"]);
+    let out = client_ok(&server, "127.0.0.1", &["--reverse", "-m", "5", "--json"]);
+    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+    let secs = u(&doc["server"]["total"]["duration_ns"]) as f64 / 1e9;
+    let rate = 5.0 * MB as f64 * 8.0 / secs;
+    assert!(rate < 100e6, "{rate} bit/s past an 80 Mbit/s cap");
+    // --max-mb refuses a larger test before anything is sent.
+    let capped = Server::start(&["--max-mb", "4"]);
+    let out = client_run(&capped, "127.0.0.1", &["--reverse", "-m", "8"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("max-mb"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn ctrl_c_on_the_receiving_client_ends_both_reports() {
+    let server = Server::start(&[]);
+    let port = server.port.to_string();
+    let mut child = Command::new(fperf_bin())
+        .args(["-c", "127.0.0.1", "-p", &port, "--reverse", "--time", "60"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start client");
+    std::thread::sleep(Duration::from_millis(1000));
+    // SAFETY: signalling our own child process by its pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("client did not stop after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut text)
+        .expect("read stdout");
+    assert!(text.contains("what was received before Ctrl-C"), "{text}");
+    let received = volume(&text, "received").bytes;
+    let report = server.report(1);
+    // What was still in flight when the client stopped reading was sent, not received.
+    assert!(
+        received > 0 && received <= volume(&report, "sent").bytes,
+        "{text}\n{report}"
+    );
+}
+
+#[test]
+fn a_reverse_sweep_rows_the_clients_receiving() {
+    let server = Server::start(&[]);
+    let out = client_ok(&server, "127.0.0.1", &["--reverse", "--sweep", "mb=1,2"]);
+    let rows: Vec<Vec<f64>> = out
+        .lines()
+        .skip(1)
+        .map(|l| {
+            l.split_whitespace()
+                .map(|c| c.parse().expect("a number"))
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    for (row, mb) in rows.iter().zip([1.0, 2.0]) {
+        assert_eq!(row[0], mb);
+        assert!(row[1] > 0.0, "bandwidth received: {out}");
+        // Reads of up to 128 KiB: at least one per 128 KiB received.
+        assert!(row[8] >= mb * 8.0, "reads timed: {out}");
+    }
+}
