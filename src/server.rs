@@ -720,13 +720,13 @@ fn send_back(
                     "the client sent data on a --reverse stream",
                 ))
             }
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "the client did not confirm the end of the stream within {}s (--idle-timeout)",
-                    idle.as_secs_f64()
-                ),
-            )),
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                let secs = idle.as_secs_f64();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the client did not confirm the end of the stream in {secs}s (--idle-timeout)"),
+                ));
+            }
             Err(e) => return Err(e),
         }
     };

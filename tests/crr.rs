@@ -3,8 +3,8 @@
 
 mod common;
 use common::*;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 const MB: u64 = 1 << 20;
 
@@ -92,34 +92,15 @@ fn streams_run_side_by_side_for_a_time_with_intervals() {
 #[test]
 fn ctrl_c_ends_the_test_at_once_on_both_ends() {
     let server = Server::start(&[]);
-    let port = server.port.to_string();
-    let mut child = Command::new(fperf_bin())
-        .args(["-c", "127.0.0.1", "-p", &port, "--crr", "--time", "60"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start client");
-    std::thread::sleep(Duration::from_millis(1000));
-    // SAFETY: signalling our own child process by its pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     // The client's last connection tells the server the stream ended: neither end
     // waits for the server's --idle-timeout (10 s).
-    let deadline = Instant::now() + Duration::from_secs(8);
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("client did not stop after Ctrl-C:\n{}", server.stdout());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(status.code(), Some(130));
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut text)
-        .expect("read stdout");
+    let (code, text) = interrupted_client(
+        &server,
+        &["--crr", "--time", "60"],
+        Duration::from_millis(1000),
+        Duration::from_secs(8),
+    );
+    assert_eq!(code, Some(130));
     assert!(text.contains("interrupted"), "{text}");
     let sent = volume(&text, "sent").bytes;
     assert!(sent > 0, "{text}");

@@ -597,41 +597,13 @@ fn measurement_flags_are_checked() {
 #[test]
 fn ctrl_c_still_yields_one_json_document_with_both_sides() {
     let server = Server::start(&[]);
-    let port = server.port.to_string();
-    let mut child = std::process::Command::new(fperf_bin())
-        .args([
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "--time",
-            "60",
-            "-i",
-            "0.5",
-            "--json",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start client");
-    std::thread::sleep(Duration::from_millis(1200));
-    // SAFETY: signalling our own child process by its pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("client did not stop after Ctrl-C");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(status.code(), Some(130));
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut text).unwrap();
+    let (code, text) = interrupted_client(
+        &server,
+        &["--time", "60", "-i", "0.5", "--json"],
+        Duration::from_millis(1200),
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(130));
     let doc: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
     assert_eq!(doc["interrupted"], true);
     let sent = u(&doc["client"]["total"]["bytes_sent"]);

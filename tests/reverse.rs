@@ -4,8 +4,7 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MB: u64 = 1 << 20;
 
@@ -103,32 +102,13 @@ fn the_servers_limits_hold_its_own_sending() {
 #[test]
 fn ctrl_c_on_the_receiving_client_ends_both_reports() {
     let server = Server::start(&[]);
-    let port = server.port.to_string();
-    let mut child = Command::new(fperf_bin())
-        .args(["-c", "127.0.0.1", "-p", &port, "--reverse", "--time", "60"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start client");
-    std::thread::sleep(Duration::from_millis(1000));
-    // SAFETY: signalling our own child process by its pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("client did not stop after Ctrl-C");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(status.code(), Some(130));
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut text)
-        .expect("read stdout");
+    let (code, text) = interrupted_client(
+        &server,
+        &["--reverse", "--time", "60"],
+        Duration::from_millis(1000),
+        Duration::from_secs(20),
+    );
+    assert_eq!(code, Some(130));
     assert!(text.contains("what was received before Ctrl-C"), "{text}");
     let received = volume(&text, "received").bytes;
     let report = server.report(1);

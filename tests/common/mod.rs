@@ -354,3 +354,45 @@ pub fn assert_one_ack_byte_per_packet(client: &str, server: &str, acks: u64) {
         "{server}"
     );
 }
+
+/// Starts a client against `server` with `args`, sends it Ctrl-C (SIGINT) after
+/// `after`, and waits at most `within` for it to exit (killing it and failing if it
+/// does not); returns its exit code and stdout.
+pub fn interrupted_client(
+    server: &Server,
+    args: &[&str],
+    after: Duration,
+    within: Duration,
+) -> (Option<i32>, String) {
+    let port = server.port.to_string();
+    let mut child = Command::new(fperf_bin())
+        .args(["-c", "127.0.0.1", "-p", &port])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start client");
+    std::thread::sleep(after);
+    // SAFETY: signalling our own child process by its pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("client {args:?} did not stop within {within:?} of Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut text = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut text)
+        .expect("read stdout");
+    (status.code(), text)
+}
