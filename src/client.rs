@@ -12,7 +12,7 @@ use crate::limits::TestWatch;
 use crate::report::{Figures, Role, SideResult, StreamResult};
 use crate::server::{receive, Ceiling, Received};
 use crate::settings::Settings;
-use crate::stats::StreamStats;
+use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, pin_current_thread};
 use crate::stream::{Stream, Timeout};
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
@@ -79,9 +79,9 @@ pub struct ClientOutcome {
     pub server: SideResult,
     /// The run was cut short by the abort flag (Ctrl-C).
     pub interrupted: bool,
-    /// The client's send latency (with `-r` the round trip) over all streams, as
-    /// (quantile, ns) points for `--plot`.
-    pub send_latency_curve: Vec<(f64, u64)>,
+    /// The client's send latency (with `-r` the round trip) over all streams, every
+    /// sample in its histogram (for `--plot`).
+    pub send_latency: LatencyStats,
 }
 
 /// Longest the control reader waits for the server's next message during a run (the
@@ -328,13 +328,12 @@ pub fn run_observed(
             }
         })
         .collect();
-    let send_latency_curve = total.send_latency.quantile_curve();
     let (from, to) = span.unwrap_or((end, end));
-    let mut total = Figures::new(&total, to.saturating_duration_since(from));
-    total.tcp = tcp;
+    let mut figures = Figures::new(&total, to.saturating_duration_since(from));
+    figures.tcp = tcp;
     let client = SideResult {
         role: Role::Client,
-        total,
+        total: figures,
         streams,
         system: Some(SystemFacts::collect()),
         cpu,
@@ -344,7 +343,7 @@ pub fn run_observed(
         client,
         server: server_result,
         interrupted,
-        send_latency_curve,
+        send_latency: total.send_latency,
     })
 }
 

@@ -275,5 +275,6 @@ pub fn plot_run(
     let label = report::latency_label(settings);
     let count = outcome.client.total.send_latency.map_or(0, |l| l.count);
     let title = format!("fperf {}: {label} by percentile", run_label(settings, None));
-    fperf::plot::latency_distribution(path, &title, label, &outcome.send_latency_curve, count)
+    let curve = outcome.send_latency.quantile_curve();
+    fperf::plot::latency_distribution(path, &title, label, &curve, count)
 }
