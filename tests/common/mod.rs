@@ -200,6 +200,14 @@ impl Drop for Server {
 
 /// Runs `fperf ARGS`, killing it after `timeout` (then panicking).
 pub fn run(args: &[&str], timeout: Duration) -> Output {
+    run_with(args, timeout, |_| {})
+}
+
+/// Starts `fperf ARGS`, hands the running child to `meanwhile` (e.g. to signal it),
+/// then waits for it to exit, killing it after `timeout` from the start (then
+/// panicking); returns its status and everything it printed.
+pub fn run_with(args: &[&str], timeout: Duration, meanwhile: impl FnOnce(&Child)) -> Output {
+    let deadline = Instant::now() + timeout;
     let mut child = Command::new(fperf_bin())
         .args(args)
         .stdin(Stdio::null())
@@ -209,7 +217,7 @@ pub fn run(args: &[&str], timeout: Duration) -> Output {
         .expect("start fperf");
     let (out, out_reader) = collect_joinable(child.stdout.take().unwrap());
     let (err, err_reader) = collect_joinable(child.stderr.take().unwrap());
-    let deadline = Instant::now() + timeout;
+    meanwhile(&child);
     let status = loop {
         if let Some(st) = child.try_wait().expect("wait") {
             break st;
@@ -356,8 +364,8 @@ pub fn assert_one_ack_byte_per_packet(client: &str, server: &str, acks: u64) {
 }
 
 /// Starts a client against `server` with `args`, sends it Ctrl-C (SIGINT) after
-/// `after`, and waits at most `within` for it to exit (killing it and failing if it
-/// does not); returns its exit code and stdout.
+/// `after`, and waits at most `within` more for it to exit (killing it and failing if
+/// it does not); returns its exit code and stdout.
 pub fn interrupted_client(
     server: &Server,
     args: &[&str],
@@ -365,34 +373,15 @@ pub fn interrupted_client(
     within: Duration,
 ) -> (Option<i32>, String) {
     let port = server.port.to_string();
-    let mut child = Command::new(fperf_bin())
-        .args(["-c", "127.0.0.1", "-p", &port])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start client");
-    std::thread::sleep(after);
-    // SAFETY: signalling our own child process by its pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let deadline = Instant::now() + within;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("client {args:?} did not stop within {within:?} of Ctrl-C");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut text = String::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut text)
-        .expect("read stdout");
-    (status.code(), text)
+    let mut all = vec!["-c", "127.0.0.1", "-p", &port];
+    all.extend_from_slice(args);
+    let out = run_with(&all, after + within, |child| {
+        std::thread::sleep(after);
+        // SAFETY: signalling our own child process by its pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    });
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
