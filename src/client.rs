@@ -9,7 +9,7 @@ use crate::auth::{self, AuthKey};
 use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
 use crate::interval::{Collector, IntervalResult, Meter, Schedule};
 use crate::limits::TestWatch;
-use crate::report::{Figures, Role, SideResult, StreamResult};
+use crate::report::{Figures, Role, SideResult, SideTotals, StreamResult};
 use crate::server::{receive, Ceiling, Received};
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, StreamStats};
@@ -176,7 +176,10 @@ pub fn run_observed(
         .name("fperf-control".into())
         .spawn(move || loop {
             let msg = reader.recv(CONTROL_READ_LIMIT);
-            let more = matches!(msg, Ok(Message::Interval { .. }));
+            let more = matches!(
+                msg,
+                Ok(Message::Interval { .. } | Message::ClientDataReceived)
+            );
             if ctrl_tx.send((Instant::now(), msg)).is_err() || !more {
                 return;
             }
@@ -187,10 +190,9 @@ pub fn run_observed(
     let cpu_start = CpuUsage::now();
     let schedule = Schedule::new(&settings, start);
     let (meter_tx, meter_rx) = mpsc::channel();
-    let mut collector = Collector::new(start, infos.len(), cpu_start);
-    let sending = Role::Client.sends(&settings);
-    // With --reverse the client receives as the server otherwise does; the watch is
-    // the receiving loop's (no rate cap here).
+    let mut collector = Collector::new(start, infos.len(), cpu_start, &settings);
+    // With --reverse (and on --bidir's second half) the client receives as the server
+    // otherwise does; the watch is the receiving loop's (no rate cap here).
     let watch = Arc::new(TestWatch::new(infos.len(), None, abort.clone()));
     let workers: Vec<_> = streams
         .into_iter()
@@ -201,6 +203,7 @@ pub fn run_observed(
             let cpu = cpu_for(&settings.client_cpus, i as u32);
             let (abort, watch) = (abort.clone(), watch.clone());
             let stall = cfg.stall_timeout;
+            let sending = Role::Client.sends_on(&settings, i as u32);
             std::thread::Builder::new()
                 .name(format!(
                     "fperf-{}-{i}",
@@ -301,20 +304,20 @@ pub fn run_observed(
     };
     server_result.intervals = inbox.server_intervals;
 
-    let mut total = StreamStats::default();
-    let mut tcp = None;
-    // The span all streams together cover: the earliest start to the latest end.
-    let mut span: Option<(Instant, Instant)> = None;
+    let mut totals = SideTotals::new(settings.first_server_stream());
     let streams = sent
         .iter()
         .zip(&infos)
         .map(|(m, info)| {
-            total.merge(&m.stats);
-            TcpInfo::merge_opt(&mut tcp, m.tcp.as_ref());
             let (from, to) = m.span.unwrap_or((end, end));
-            // A sending stream's time runs until the server confirmed its last byte.
-            let to = if sending { end } else { to };
-            span = Some(span.map_or((from, to), |(a, b)| (a.min(from), b.max(to))));
+            // A sending stream's time runs until the server confirmed its last byte: with
+            // --bidir when it said so, its own streams perhaps sending on.
+            let to = if Role::Client.sends_on(&settings, info.index) {
+                inbox.client_data_received.unwrap_or(end)
+            } else {
+                to
+            };
+            totals.add(info.index, &m.stats, m.tcp.as_ref(), Some((from, to)));
             let mut figures = Figures::new(&m.stats, to.saturating_duration_since(from));
             figures.tcp = m.tcp;
             StreamResult {
@@ -328,12 +331,11 @@ pub fn run_observed(
             }
         })
         .collect();
-    let (from, to) = span.unwrap_or((end, end));
-    let mut figures = Figures::new(&total, to.saturating_duration_since(from));
-    figures.tcp = tcp;
+    let (total, reverse_total) = totals.figures();
     let client = SideResult {
         role: Role::Client,
-        total: figures,
+        total,
+        reverse_total,
         streams,
         system: Some(SystemFacts::collect()),
         cpu,
@@ -343,7 +345,7 @@ pub fn run_observed(
         client,
         server: server_result,
         interrupted,
-        send_latency: total.send_latency,
+        send_latency: totals.client_data_send_latency().clone(),
     })
 }
 
@@ -361,6 +363,8 @@ impl Drop for ShutdownOnDrop {
 #[derive(Default)]
 struct Inbox {
     server_intervals: Vec<IntervalResult>,
+    /// With `--bidir`, when the server said it had read the client's data.
+    client_data_received: Option<Instant>,
     /// The message that ended the run (normally `Results`) and when it arrived.
     last_word: Option<(Instant, Result<Message, ControlError>)>,
 }
@@ -375,6 +379,9 @@ impl Inbox {
             Ok(Message::Interval { result }) => {
                 observer.interval(Role::Server, &result);
                 self.server_intervals.push(*result);
+            }
+            Ok(Message::ClientDataReceived) => {
+                self.client_data_received.get_or_insert(at);
             }
             other => self.last_word = Some((at, other)),
         }

@@ -57,6 +57,10 @@ pub enum Message {
     UdpSockets { addrs: Vec<SocketAddr> },
     /// On a UDP stream's control connection: the sender sent everything it will send.
     UdpFinished { datagrams: u64, bytes: u64 },
+    /// Server → client, with `--bidir`: every stream carrying the client's data has read
+    /// its last byte (the end of the client's sending time; the server's own streams may
+    /// still be sending).
+    ClientDataReceived,
     /// Server → client, during a run with `-i`: the server's figures of one interval.
     Interval {
         result: Box<crate::interval::IntervalResult>,
@@ -170,6 +174,7 @@ pub fn kind(msg: &Message) -> String {
         Message::UdpSockets { .. } => "udp_sockets",
         Message::UdpFinished { .. } => "udp_finished",
         Message::Interval { .. } => "interval",
+        Message::ClientDataReceived => "client_data_received",
         Message::Conf { .. } => "conf",
         Message::Facts { .. } => "facts",
         Message::AuthChallenge { .. } => "auth_challenge",

@@ -3,7 +3,7 @@
 //!
 //! Columns: `time` (seconds from the start of the run to the end of the interval),
 //! `stream`, `bytes` (sent by the client, received by the server; the other way round
-//! with `--reverse`), `transactions`
+//! with `--reverse` and on `--bidir`'s second half of the streams), `transactions`
 //! (sends or receives timed), the latency figures in seconds (`latency_min`,
 //! `latency_mean`, `latency_max`, `latency_stddev`, `latency_p50`, `latency_p90`,
 //! `latency_p99`, `latency_p99.9`; empty when nothing was timed), and `utime`/`stime`,
@@ -24,7 +24,7 @@ pub fn rows(role: Role, settings: &Settings, r: &IntervalResult) -> String {
     let mut out = String::new();
     for s in &r.streams {
         let f = &s.figures;
-        let (bytes, lat) = if role.sends(settings) {
+        let (bytes, lat) = if role.sends_on(settings, s.index) {
             (f.bytes_sent, f.send_latency.as_ref())
         } else {
             (f.bytes_received, f.recv_latency.as_ref())
@@ -93,6 +93,7 @@ mod tests {
             end_ns: 2_000_000_000,
             omitted: false,
             total: figures(300),
+            reverse_total: None,
             streams: vec![
                 StreamInterval {
                     index: 0,
@@ -136,5 +137,16 @@ mod tests {
         };
         assert_eq!(rows(Role::Client, &reverse, &r), server);
         assert_eq!(rows(Role::Server, &reverse, &r), text);
+        // With --bidir each stream's row follows its own direction: the client sends on
+        // stream 0 and receives on stream 1.
+        let bidir = Settings {
+            bidir: true,
+            nstreams: 2,
+            ..Settings::default()
+        };
+        let both = rows(Role::Client, &bidir, &r);
+        let both: Vec<&str> = both.lines().collect();
+        assert_eq!(both[0], lines[0]);
+        assert_eq!(both[1], server.lines().nth(1).unwrap_or_default());
     }
 }

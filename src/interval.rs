@@ -16,7 +16,7 @@
 //! did; a time-bounded run has no boundary that would leave a last piece shorter than half
 //! an interval, so `--time 3 -i 1` gives exactly three intervals per side.
 
-use crate::report::{Figures, Role};
+use crate::report::{Figures, Role, SideTotals};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
 use crate::stream::Stream;
@@ -314,8 +314,11 @@ pub struct IntervalResult {
     pub end_ns: u64,
     /// The interval began inside the warm-up, so the totals leave it out.
     pub omitted: bool,
-    /// All streams together.
+    /// All streams together; with `--bidir` the streams that carry the client's data.
     pub total: Figures,
+    /// With `--bidir`, the streams that carry the server's data together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverse_total: Option<Figures>,
     pub streams: Vec<StreamInterval>,
     /// CPU time the process used from the side's start to the end of this interval.
     pub cpu: Option<CpuUsage>,
@@ -329,18 +332,27 @@ pub struct Collector {
     done: Vec<bool>,
     pending: BTreeMap<u32, Vec<Sample>>,
     cpu_start: Option<CpuUsage>,
+    /// With `--bidir`, the first stream the server sends on: the streams from there on
+    /// are totalled apart.
+    first_server_stream: Option<u32>,
 }
 
 impl Collector {
     /// A collector for `nstreams` streams of a side that started at `start`, whose
     /// process had used `cpu_start` by then.
-    pub fn new(start: Instant, nstreams: usize, cpu_start: Option<CpuUsage>) -> Collector {
+    pub fn new(
+        start: Instant,
+        nstreams: usize,
+        cpu_start: Option<CpuUsage>,
+        settings: &Settings,
+    ) -> Collector {
         Collector {
             start,
             seen: vec![None; nstreams],
             done: vec![false; nstreams],
             pending: BTreeMap::new(),
             cpu_start,
+            first_server_stream: settings.first_server_stream(),
         }
     }
 
@@ -395,38 +407,32 @@ impl Collector {
         let ns = |t: Instant| {
             u64::try_from(t.saturating_duration_since(self.start).as_nanos()).unwrap_or(u64::MAX)
         };
-        let mut total = StreamStats::default();
-        let mut tcp = None;
-        let (mut start, mut end) = (u64::MAX, 0);
+        let mut totals = SideTotals::new(self.first_server_stream);
         let mut omitted = false;
         let streams = samples
             .iter()
             .map(|s| {
-                total.merge(&s.stats);
-                TcpInfo::merge_opt(&mut tcp, s.tcp.as_ref());
+                totals.add(s.stream, &s.stats, s.tcp.as_ref(), Some((s.start, s.end)));
                 omitted |= s.omitted;
-                let (a, b) = (ns(s.start), ns(s.end));
-                start = start.min(a);
-                end = end.max(b);
                 let mut figures = Figures::new(&s.stats, s.end.saturating_duration_since(s.start));
                 figures.tcp = s.tcp;
                 StreamInterval {
                     index: s.stream,
-                    start_ns: a,
-                    end_ns: b,
+                    start_ns: ns(s.start),
+                    end_ns: ns(s.end),
                     figures,
                 }
             })
             .collect();
-        let start = start.min(end);
-        let mut figures = Figures::new(&total, Duration::from_nanos(end - start));
-        figures.tcp = tcp;
+        let (start, end) = totals.span().map_or((0, 0), |(a, b)| (ns(a), ns(b)));
+        let (total, reverse_total) = totals.figures();
         IntervalResult {
             index,
             start_ns: start,
             end_ns: end,
             omitted,
-            total: figures,
+            total,
+            reverse_total,
             streams,
             cpu: match (CpuUsage::now(), self.cpu_start) {
                 (Some(now), Some(start)) => Some(now.since(start)),
@@ -437,9 +443,20 @@ impl Collector {
 }
 
 /// The human line of one interval: bytes, bandwidth, latency p50/p99 and, for TCP,
-/// retransmits.
+/// retransmits. With `--bidir`, a line for each direction.
 pub fn interval_line(role: Role, settings: &Settings, r: &IntervalResult) -> String {
-    let t = &r.total;
+    match (&r.reverse_total, settings.bidir) {
+        (Some(server_data), true) => format!(
+            "{}\n{}",
+            direction_line(role, &settings.one_way(false), r, &r.total),
+            direction_line(role, &settings.one_way(true), r, server_data)
+        ),
+        _ => direction_line(role, settings, r, &r.total),
+    }
+}
+
+/// The interval line of one direction, whose streams together moved `t`.
+fn direction_line(role: Role, settings: &Settings, r: &IntervalResult, t: &Figures) -> String {
     let (label, bytes, lat) = if role.sends(settings) {
         ("sent", t.bytes_sent, t.send_latency.as_ref())
     } else {
@@ -522,7 +539,7 @@ mod tests {
     #[test]
     fn collector_emits_an_interval_once_every_stream_reported_it() {
         let start = Instant::now();
-        let mut c = Collector::new(start, 2, None);
+        let mut c = Collector::new(start, 2, None, &Settings::default());
         assert!(c.push(sample(0, 0, 100, start)).is_empty());
         assert!(c.push(sample(0, 1, 100, start)).is_empty());
         let out = c.push(sample(1, 0, 50, start));
@@ -544,9 +561,62 @@ mod tests {
     }
 
     #[test]
+    fn with_bidir_each_direction_has_its_own_interval_total_and_line() {
+        let start = Instant::now();
+        let bidir = Settings {
+            bidir: true,
+            nstreams: 2,
+            ..Settings::default()
+        };
+        let mut c = Collector::new(start, 2, None, &bidir);
+        assert!(c.push(sample(0, 0, 100, start)).is_empty());
+        // Stream 1 carries the server's data: on the client, bytes received.
+        let mut stats = StreamStats {
+            bytes_received: 4096,
+            ..StreamStats::default()
+        };
+        stats.recv_latency.record(2_000);
+        let received = MeterMsg::Sample(Box::new(Sample {
+            stream: 1,
+            index: 0,
+            start,
+            end: start + Duration::from_millis(500),
+            omitted: false,
+            stats,
+            tcp: None,
+        }));
+        let out = c.push(received);
+        assert_eq!(out.len(), 1);
+        let r = &out[0];
+        assert_eq!((r.total.bytes_sent, r.total.bytes_received), (100, 0));
+        let back = r
+            .reverse_total
+            .as_ref()
+            .expect("a total for the server's data");
+        assert_eq!((back.bytes_sent, back.bytes_received), (0, 4096));
+        assert_eq!(back.duration_ns, 500_000_000);
+        let text = interval_line(Role::Client, &bidir, r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].contains("] sent: 0MB(0.00GB 100B)"), "{text}");
+        assert!(lines[1].contains("] received: 0MB(0.00GB 4096B)"), "{text}");
+        assert!(lines[1].contains("latency: p50=2.00us"), "{text}");
+        // Without --bidir one total covers both streams, on one line.
+        let mut one = Collector::new(start, 1, None, &Settings::default());
+        let r = &one.push(sample(0, 0, 100, start))[0];
+        assert!(r.reverse_total.is_none());
+        assert_eq!(
+            interval_line(Role::Client, &Settings::default(), r)
+                .lines()
+                .count(),
+            1
+        );
+    }
+
+    #[test]
     fn a_stream_that_skipped_intervals_does_not_hold_the_others_back() {
         let start = Instant::now();
-        let mut c = Collector::new(start, 2, None);
+        let mut c = Collector::new(start, 2, None, &Settings::default());
         c.push(sample(0, 1, 1, start));
         c.push(sample(0, 2, 1, start));
         // Stream 1 was blocked across boundary 1 and reports its next sample as 2.
@@ -618,7 +688,7 @@ mod tests {
         let totals = m.finish(at(3010), &fake);
         assert_eq!((totals.stats.bytes_sent, totals.from), (55, start));
         drop(m);
-        let mut c = Collector::new(start, 1, None);
+        let mut c = Collector::new(start, 1, None, &Settings::default());
         let all: Vec<_> = rx.try_iter().flat_map(|msg| c.push(msg)).collect();
         let got: Vec<_> = all
             .iter()
@@ -663,7 +733,7 @@ mod tests {
         assert_eq!(totals.stats.bytes_sent, 160, "warm-up left out");
         assert_eq!(totals.from, at(1000));
         drop(m);
-        let mut c = Collector::new(start, 1, None);
+        let mut c = Collector::new(start, 1, None, &Settings::default());
         let mut all = Vec::new();
         for msg in rx.try_iter() {
             all.extend(c.push(msg));

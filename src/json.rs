@@ -197,7 +197,11 @@ pub struct IntervalDoc {
     pub end_seconds: f64,
     /// Began inside the warm-up (`--omit`): not part of the totals.
     pub omitted: bool,
+    /// All streams; with `--bidir` the ones carrying the client's data.
     pub total: FiguresDoc,
+    /// With `--bidir`, the streams carrying the server's data (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverse_total: Option<FiguresDoc>,
     pub streams: Vec<StreamIntervalDoc>,
     /// CPU time of the process from the side's start to the end of the interval.
     pub cpu: Option<CpuDoc>,
@@ -214,6 +218,7 @@ impl IntervalDoc {
             end_seconds: r.end_ns as f64 / 1e9,
             omitted: r.omitted,
             total: FiguresDoc::new(&r.total, settings, role),
+            reverse_total: (r.reverse_total.as_ref()).map(|f| FiguresDoc::new(f, settings, role)),
             streams: r
                 .streams
                 .iter()
@@ -230,7 +235,11 @@ pub struct SideDoc {
     pub role: Role,
     pub system: Option<SystemFacts>,
     pub cpu: Option<CpuDoc>,
+    /// All streams; with `--bidir` the ones carrying the client's data.
     pub total: FiguresDoc,
+    /// With `--bidir`, the streams carrying the server's data (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverse_total: Option<FiguresDoc>,
     pub streams: Vec<StreamDoc>,
     pub intervals: Vec<IntervalDoc>,
 }
@@ -242,6 +251,7 @@ impl SideDoc {
             system: r.system.clone(),
             cpu: r.cpu.as_ref().map(CpuDoc::new),
             total: FiguresDoc::new(&r.total, settings, r.role),
+            reverse_total: (r.reverse_total.as_ref()).map(|f| FiguresDoc::new(f, settings, r.role)),
             streams: r
                 .streams
                 .iter()

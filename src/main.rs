@@ -33,7 +33,7 @@ mod measure;
 use fperf::server::{Server, ServerConfig, ServerEvent};
 use fperf::settings::{
     Protocol, QueueKind, RdmaApi, Settings, ZeroCopy, DEFAULT_ACK_TIMEOUT_MS, DEFAULT_MB,
-    DEFAULT_PKTSIZE, DEFAULT_PORT,
+    DEFAULT_PKTSIZE, DEFAULT_PORT, MAX_NSTREAMS,
 };
 use std::io::Write;
 use std::net::IpAddr;
@@ -128,6 +128,12 @@ struct Cli {
     /// the receiving end's
     #[arg(long)]
     reverse: bool,
+
+    /// TCP bulk both ways at once, as iperf3's --bidir: -t N streams carry the client's
+    /// data and N more the server's (streams N..2N-1). Each end reports what it sent
+    /// and what it received, each direction over its own time
+    #[arg(long, conflicts_with = "sweep")]
+    bidir: bool,
 
     /// Bytes per send (K, M, G suffixes are binary: 128K = 131072).
     #[arg(short = 'l', long, value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
@@ -407,12 +413,23 @@ impl Cli {
         } else {
             self.nsockets
         };
+        if self.bidir && self.nstreams > MAX_NSTREAMS / 2 {
+            bail!(
+                "--bidir opens -t streams each way: -t must be at most {}",
+                MAX_NSTREAMS / 2
+            );
+        }
         if self.ack_timeout.is_some() && !(self.udp && self.mprtt) {
             bail!("--ack-timeout applies to UDP with MPRTT only: use it with -u -r");
         }
         let s = Settings {
             protocol,
-            nstreams: self.nstreams,
+            // With --bidir, -t counts the streams each way.
+            nstreams: if self.bidir {
+                self.nstreams.saturating_mul(2)
+            } else {
+                self.nstreams
+            },
             nsockets,
             mb: self.mb,
             pktsize: self.pktsize,
@@ -420,6 +437,7 @@ impl Cli {
             echo: self.echo,
             crr: self.crr,
             reverse: self.reverse,
+            bidir: self.bidir,
             queue,
             nodelay: self.nodelay,
             quickack: self.quickack,
@@ -563,11 +581,7 @@ fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>, output: &Output) -> Re
         measure::Mode::Human => {
             out!("{}", report::client_body(&settings, &outcome.client));
             if outcome.interrupted {
-                let moved = if report::Role::Client.sends(&settings) {
-                    "sent"
-                } else {
-                    "received"
-                };
+                let moved = report::Role::Client.moved(&settings);
                 outln!("(interrupted: the figures cover what was {moved} before Ctrl-C)");
             }
         }

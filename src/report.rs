@@ -10,7 +10,7 @@ use crate::stream::udp_wire::DatagramCounts;
 use crate::units::{bit_rate, byte_rate, pkt_size, rate, size_triplet};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Which end produced a result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +24,22 @@ impl Role {
     /// Whether this end sends the test's data: the client, unless `--reverse`.
     pub fn sends(self, settings: &Settings) -> bool {
         (self == Role::Client) != settings.reverse
+    }
+
+    /// What this end's data did, for messages: `sent`, `received`, or both ways with
+    /// `--bidir`, `moved`.
+    pub fn moved(self, settings: &Settings) -> &'static str {
+        match (settings.bidir, self.sends(settings)) {
+            (true, _) => "moved",
+            (false, true) => "sent",
+            (false, false) => "received",
+        }
+    }
+
+    /// Whether this end sends on stream `stream`: as [`Role::sends`], except that with
+    /// `--bidir` the server sends on the second half of the streams.
+    pub fn sends_on(self, settings: &Settings, stream: u32) -> bool {
+        (self == Role::Client) != settings.server_sends_on(stream)
     }
 }
 
@@ -113,7 +129,11 @@ pub struct StreamResult {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SideResult {
     pub role: Role,
+    /// All streams together; with `--bidir` the streams that carry the client's data.
     pub total: Figures,
+    /// With `--bidir`, the streams that carry the server's data together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverse_total: Option<Figures>,
     pub streams: Vec<StreamResult>,
     /// This end's machine.
     #[serde(default)]
@@ -124,6 +144,85 @@ pub struct SideResult {
     /// Figures of each reporting interval (`-i`), in order.
     #[serde(default)]
     pub intervals: Vec<crate::interval::IntervalResult>,
+}
+
+/// An end's totals, merged stream by stream: one over all streams or, with `--bidir`,
+/// one per direction, each over its own span (the earliest start to the latest end).
+pub struct SideTotals {
+    /// With `--bidir`, the first stream the server sends on.
+    first_server_stream: Option<u32>,
+    /// The client's data streams (all streams but `--bidir`'s second half), then the
+    /// server's.
+    parts: [TotalPart; 2],
+}
+
+#[derive(Default)]
+struct TotalPart {
+    stats: StreamStats,
+    tcp: Option<crate::sysinfo::TcpInfo>,
+    span: Option<(Instant, Instant)>,
+}
+
+impl SideTotals {
+    /// Totals split at `first_server_stream` ([`Settings::first_server_stream`]).
+    pub fn new(first_server_stream: Option<u32>) -> SideTotals {
+        SideTotals {
+            first_server_stream,
+            parts: Default::default(),
+        }
+    }
+
+    /// Adds stream `stream`'s figures, counted over `span`.
+    pub fn add(
+        &mut self,
+        stream: u32,
+        stats: &StreamStats,
+        tcp: Option<&crate::sysinfo::TcpInfo>,
+        span: Option<(Instant, Instant)>,
+    ) {
+        let server_data = self
+            .first_server_stream
+            .is_some_and(|first| stream >= first);
+        let part = &mut self.parts[usize::from(server_data)];
+        part.stats.merge(stats);
+        crate::sysinfo::TcpInfo::merge_opt(&mut part.tcp, tcp);
+        if let Some((from, to)) = span {
+            part.span = Some(
+                part.span
+                    .map_or((from, to), |(a, b)| (a.min(from), b.max(to))),
+            );
+        }
+    }
+
+    /// Send latency over the client's data streams, every sample (for `--plot`).
+    pub fn client_data_send_latency(&self) -> &crate::stats::LatencyStats {
+        &self.parts[0].stats.send_latency
+    }
+
+    /// The earliest start and latest end of every stream added.
+    pub fn span(&self) -> Option<(Instant, Instant)> {
+        let [a, b] = &self.parts;
+        match (a.span, b.span) {
+            (Some((s1, e1)), Some((s2, e2))) => Some((s1.min(s2), e1.max(e2))),
+            (one, other) => one.or(other),
+        }
+    }
+
+    /// `total` and, with `--bidir`, `reverse_total`.
+    pub fn figures(&self) -> (Figures, Option<Figures>) {
+        let figures = |p: &TotalPart| {
+            let time = p
+                .span
+                .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
+            Figures {
+                tcp: p.tcp,
+                ..Figures::new(&p.stats, time)
+            }
+        };
+        let [client_data, server_data] = &self.parts;
+        let reverse = self.first_server_stream.map(|_| figures(server_data));
+        (figures(client_data), reverse)
+    }
 }
 
 fn latency_line(label: &str, width: usize, l: &LatencySummary) -> String {
@@ -186,12 +285,24 @@ fn crr_label(settings: &Settings) -> &'static str {
     }
 }
 
-/// What a report header adds with `--reverse`: the data flows from server to client.
-fn reverse_label(settings: &Settings) -> &'static str {
-    if settings.reverse {
-        " reverse (the server sends)"
-    } else {
-        ""
+/// What a report header adds with `--reverse` (the data flows from server to client)
+/// and `--bidir` (both ways, on streams of their own).
+fn direction_label(settings: &Settings) -> String {
+    let streams = |from: u32, to: u32| {
+        if from == to {
+            format!("stream {from}")
+        } else {
+            format!("streams {from}-{to}")
+        }
+    };
+    match settings.first_server_stream() {
+        Some(first) => format!(
+            " bidir (the client sends on {}, the server on {})",
+            streams(0, first.saturating_sub(1)),
+            streams(first, settings.nstreams.saturating_sub(1))
+        ),
+        None if settings.reverse => " reverse (the server sends)".to_string(),
+        None => String::new(),
     }
 }
 
@@ -252,7 +363,7 @@ pub fn client_header(
         rdma_label(settings),
         echo_label(settings),
         crr_label(settings),
-        reverse_label(settings),
+        direction_label(settings),
         skip_rx_copy_label(settings)
     );
     let mut out = String::new();
@@ -260,21 +371,70 @@ pub fn client_header(
         let _ = writeln!(out, "{proto} CLIENT => {peer} {tail}");
     } else {
         for (i, local, peer) in streams {
-            let _ = writeln!(out, "{proto} STREAM {i} {local} => {peer} {tail}");
+            let arrow = arrow(Role::Client, settings, *i);
+            let _ = writeln!(out, "{proto} STREAM {i} {local} {arrow} {peer} {tail}");
         }
     }
     out
 }
 
-/// The client's report body (after the header): the sending end's figures, or with
-/// `--reverse` the receiving end's.
+/// Which way stream `stream`'s data flows, seen from `role`'s end.
+fn arrow(role: Role, settings: &Settings, stream: u32) -> &'static str {
+    if role.sends_on(settings, stream) {
+        "=>"
+    } else {
+        "<="
+    }
+}
+
+/// An end's figures one direction at a time, each with the settings a one-way run of
+/// its streams would have: the run's one direction or, with `--bidir`, the client's
+/// data streams and then the server's (the CPU time goes with the first).
+fn directions(settings: &Settings, r: &SideResult) -> Vec<(Settings, SideResult)> {
+    let Some(first) = settings.first_server_stream() else {
+        return vec![(settings.clone(), r.clone())];
+    };
+    let view = |reverse: bool, total: Figures, cpu| {
+        let one_way = SideResult {
+            role: r.role,
+            total,
+            reverse_total: None,
+            streams: (r.streams.iter())
+                .filter(|s| (s.index >= first) == reverse)
+                .cloned()
+                .collect(),
+            system: None,
+            cpu,
+            intervals: Vec::new(),
+        };
+        (settings.one_way(reverse), one_way)
+    };
+    let server_data = (r.reverse_total.clone())
+        .unwrap_or_else(|| Figures::new(&StreamStats::default(), Duration::ZERO));
+    vec![
+        view(false, r.total.clone(), r.cpu),
+        view(true, server_data, None),
+    ]
+}
+
+/// `end_lines` of each direction, a blank line between two.
+fn direction_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
+    let lines: Vec<String> = directions(settings, r)
+        .iter()
+        .map(|(settings, r)| end_lines(settings, r, width))
+        .collect();
+    lines.join("\n")
+}
+
+/// The client's report body (after the header): the sending end's figures, with
+/// `--reverse` the receiving end's, with `--bidir` both.
 pub fn client_body(settings: &Settings, r: &SideResult) -> String {
     const W: usize = 10;
     let mut out = String::new();
     if r.streams.len() > 1 {
         out.push('\n');
     }
-    out + &end_lines(settings, r, W)
+    out + &direction_lines(settings, r, W)
 }
 
 /// The figures of whichever end `r` is, sending or receiving, labelled `width` wide.
@@ -405,30 +565,30 @@ pub fn server_header(
         rdma_label(settings),
         echo_label(settings),
         crr_label(settings),
-        reverse_label(settings),
+        direction_label(settings),
         skip_rx_copy_label(settings)
     )
 }
 
-/// The server's report body: the receiving end's figures, or with `--reverse` the
-/// sending end's.
+/// The server's report body: the receiving end's figures, with `--reverse` the
+/// sending end's, with `--bidir` both.
 pub fn server_body(settings: &Settings, r: &SideResult) -> String {
     const W: usize = 9;
     let mut out = String::new();
     if r.streams.len() > 1 {
-        let arrow = if r.role.sends(settings) { "=>" } else { "<=" };
         for s in &r.streams {
             let _ = writeln!(
                 out,
-                "{} STREAM {} {} {arrow} {}",
+                "{} STREAM {} {} {} {}",
                 settings.protocol.name(),
                 s.index,
                 s.local,
+                arrow(r.role, settings, s.index),
                 s.peer
             );
         }
     }
-    out + &end_lines(settings, r, W)
+    out + &direction_lines(settings, r, W)
 }
 
 /// The receiving end's figures.
@@ -477,6 +637,7 @@ mod tests {
         SideResult {
             role: Role::Client,
             total: figures.clone(),
+            reverse_total: None,
             streams: (0..nstreams)
                 .map(|index| StreamResult {
                     index,
@@ -567,6 +728,80 @@ mod tests {
         assert!(body.contains("received  : "));
         assert!(body.contains("Per Stream:\n  stream 0 : avg="));
         assert!(body.contains("  stream 1 : avg="));
+    }
+
+    #[test]
+    fn a_bidir_report_gives_each_direction_over_its_own_time() {
+        let bidir = Settings {
+            bidir: true,
+            nstreams: 4,
+            ..Settings::default()
+        };
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let stats = |sent: u64, received: u64| StreamStats {
+            bytes_sent: sent,
+            bytes_received: received,
+            ..StreamStats::default()
+        };
+        // The client sends on streams 0 and 1 (done at 1 s) and receives on 2 and 3
+        // (done at 2 s); each direction's time is its own streams' span.
+        let mut totals = SideTotals::new(bidir.first_server_stream());
+        totals.add(0, &stats(1 << 30, 0), None, Some((at(0), at(900))));
+        totals.add(1, &stats(1 << 30, 0), None, Some((at(10), at(1000))));
+        totals.add(2, &stats(0, 1 << 29), None, Some((at(0), at(2000))));
+        totals.add(3, &stats(0, 1 << 29), None, Some((at(5), at(1500))));
+        assert_eq!(totals.span(), Some((at(0), at(2000))));
+        let (total, reverse_total) = totals.figures();
+        assert_eq!(
+            (total.bytes_sent, total.duration_ns),
+            (2 << 30, 1_000_000_000)
+        );
+        let back = reverse_total.expect("the server's data");
+        assert_eq!(
+            (back.bytes_received, back.duration_ns),
+            (1 << 30, 2_000_000_000)
+        );
+        let mut r = side(0, 1.0, 4);
+        r.total = total;
+        r.reverse_total = Some(back);
+        let body = client_body(&bidir, &r);
+        assert!(
+            body.contains(
+                "\nsent      : 2048MB(2.00GB 2147483648B) in 1.00s. (bw: 2.00GB/s 17.2Gbit/s)\n"
+            ),
+            "{body}"
+        );
+        assert!(
+            body.contains(
+                "\nreceived  : 1024MB(1.00GB 1073741824B) in 2.00s. (bw: 512MB/s 4.29Gbit/s)\n"
+            ),
+            "{body}"
+        );
+        // Each direction lists its own two streams.
+        let sent_block = body.find("sent      :").unwrap_or_default();
+        let received_block = body.find("received  :").unwrap_or_default();
+        assert!(sent_block < received_block, "{body}");
+        assert!(
+            body[sent_block..received_block].contains("  stream 1 : "),
+            "{body}"
+        );
+        assert!(
+            !body[sent_block..received_block].contains("  stream 2 : "),
+            "{body}"
+        );
+        assert!(body[received_block..].contains("  stream 3 : "), "{body}");
+        // The server lists which way each stream ran.
+        r.role = Role::Server;
+        let server = server_body(&bidir, &r);
+        assert!(
+            server.contains("TCP STREAM 1 127.0.0.1:1 <= 127.0.0.1:28444\n"),
+            "{server}"
+        );
+        assert!(
+            server.contains("TCP STREAM 2 127.0.0.1:1 => 127.0.0.1:28444\n"),
+            "{server}"
+        );
     }
 
     #[test]

@@ -9,8 +9,9 @@
 
 use crate::auth::{self, AuthKey};
 use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
+use crate::interval::MeterMsg;
 use crate::limits::{Limits, TestWatch, Watchdog};
-use crate::report::{Figures, Role, SideResult, StreamResult};
+use crate::report::{Figures, Role, SideResult, SideTotals, StreamResult};
 use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
@@ -414,17 +415,17 @@ fn run_session(
     let cpu_start = crate::sysinfo::CpuUsage::now();
     let schedule = crate::interval::Schedule::new(&settings, start);
     let (meter_tx, meter_rx) = mpsc::channel();
-    let mut collector = crate::interval::Collector::new(start, streams.len(), cpu_start);
+    let mut collector = crate::interval::Collector::new(start, streams.len(), cpu_start, &settings);
     let watch = Arc::new(TestWatch::new(
         streams.len(),
         config.limits.max_rate,
         abort.clone(),
     ));
-    let sending = Role::Server.sends(&settings);
     let workers: Vec<_> = streams
         .into_iter()
         .enumerate()
         .map(|(i, stream)| {
+            let sending = Role::Server.sends_on(&settings, i as u32);
             let pkt = settings.pktsize as usize;
             let meter = crate::interval::Meter::new(i as u32, schedule, Some(meter_tx.clone()));
             let (watch, abort) = (watch.clone(), abort.clone());
@@ -453,9 +454,20 @@ fn run_session(
     let max_mb = settings.time_ms.and(config.limits.max_mb);
     let mut watchdog = Watchdog::new(&watch, idle, config.limits.max_time, max_mb);
     let mut stopped = None;
+    // With --bidir: the streams carrying the client's data that have not ended yet.
+    let mut client_data_open = settings.first_server_stream();
     loop {
         match meter_rx.recv_timeout(Duration::from_millis(20)) {
             Ok(msg) => {
+                if let (MeterMsg::Done(stream), Some(open)) = (&msg, client_data_open) {
+                    if !Role::Server.sends_on(&settings, *stream) {
+                        client_data_open = open.checked_sub(1).filter(|&left| left > 0);
+                        if client_data_open.is_none() {
+                            // The client's sending time ends here; its own streams go on.
+                            let _ = chan.send(&Message::ClientDataReceived);
+                        }
+                    }
+                }
                 for result in collector.push(msg) {
                     let result = Box::new(result);
                     if chan
@@ -517,18 +529,17 @@ fn run_session(
                 .saturating_mul(u64::from(settings.pktsize))
         })
         .sum();
-    let (got, moved) = if sending {
-        (
-            per_stream
-                .iter()
-                .map(|(_, r)| r.stats.bytes_sent)
-                .sum::<u64>(),
-            "sent",
-        )
-    } else {
-        let received: u64 = per_stream.iter().map(|(_, r)| r.stats.bytes_received).sum();
-        (received.saturating_add(lost_bytes), "received")
-    };
+    let got = per_stream
+        .iter()
+        .map(|(i, r)| {
+            if Role::Server.sends_on(&settings, *i) {
+                r.stats.bytes_sent
+            } else {
+                r.stats.bytes_received
+            }
+        })
+        .fold(lost_bytes, u64::saturating_add);
+    let moved = Role::Server.moved(&settings);
     let want = expected.map(|e| e.saturating_mul(per_stream.len() as u64));
     if let Some(want) = want.filter(|&w| got < w) {
         // Ctrl-C on the client, or a client that died, ends its data early.
@@ -540,7 +551,7 @@ fn run_session(
             ),
         });
     }
-    let mut result = server_result(&per_stream);
+    let mut result = server_result(&settings, &per_stream);
     result.system = Some(crate::sysinfo::SystemFacts::collect());
     result.cpu = crate::sysinfo::CpuUsage::now()
         .zip(cpu_start)
@@ -745,22 +756,16 @@ fn send_back(
 /// The server's figures: each stream over its span (its first byte received to its
 /// last; with `--reverse` its first sent to the client's confirmation), and the total
 /// from the earliest start to the latest end.
-fn server_result(per_stream: &[(u32, Received)]) -> SideResult {
-    let length = |span: Option<(std::time::Instant, std::time::Instant)>| {
-        span.map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a))
-    };
-    let mut total = StreamStats::default();
-    let mut tcp = None;
-    let mut whole: Option<(std::time::Instant, std::time::Instant)> = None;
+fn server_result(settings: &Settings, per_stream: &[(u32, Received)]) -> SideResult {
+    let mut totals = SideTotals::new(settings.first_server_stream());
     let streams = per_stream
         .iter()
         .map(|(index, r)| {
-            total.merge(&r.stats);
-            crate::sysinfo::TcpInfo::merge_opt(&mut tcp, r.tcp.as_ref());
-            if let Some((a, b)) = r.span {
-                whole = Some(whole.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
-            }
-            let mut figures = Figures::new(&r.stats, length(r.span));
+            totals.add(*index, &r.stats, r.tcp.as_ref(), r.span);
+            let time = r
+                .span
+                .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
+            let mut figures = Figures::new(&r.stats, time);
             figures.tcp = r.tcp;
             StreamResult {
                 index: *index,
@@ -772,11 +777,11 @@ fn server_result(per_stream: &[(u32, Received)]) -> SideResult {
             }
         })
         .collect();
-    let mut total = Figures::new(&total, length(whole));
-    total.tcp = tcp;
+    let (total, reverse_total) = totals.figures();
     SideResult {
         role: Role::Server,
         total,
+        reverse_total,
         streams,
         system: None,
         cpu: None,

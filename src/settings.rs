@@ -165,6 +165,10 @@ pub struct Settings {
     /// TCP bulk (`--reverse`, iperf3's `-R`): the server sends and the client receives.
     #[serde(default)]
     pub reverse: bool,
+    /// TCP bulk both ways at once (`--bidir`, iperf3's `--bidir`): the first half of the
+    /// `nstreams` streams carry the client's data, the second half the server's.
+    #[serde(default)]
+    pub bidir: bool,
     pub queue: QueueKind,
     /// TCP only: TCP_NODELAY on both ends.
     pub nodelay: bool,
@@ -258,6 +262,7 @@ impl Default for Settings {
             echo: false,
             crr: false,
             reverse: false,
+            bidir: false,
             queue: QueueKind::Mutex,
             nodelay: false,
             quickack: false,
@@ -350,6 +355,12 @@ pub enum SettingsError {
     ReverseTcpOnly(&'static str),
     #[error("--reverse turns bulk sending around; -r, --echo and --crr time each packet from the client")]
     ReverseMprtt,
+    #[error("--bidir is implemented for TCP only in this build; it cannot be used with {0}")]
+    BidirTcpOnly(&'static str),
+    #[error("--bidir runs bulk both ways; it cannot be used with {0}")]
+    BidirConflict(&'static str),
+    #[error("--bidir needs an even number of streams, half each way, not {0}")]
+    BidirOddStreams(u32),
     #[error("--crr is a TCP workload; it cannot be used with {0}")]
     CrrTcpOnly(&'static str),
     #[error("--crr opens one connection per packet, answered by 1 byte, from the stream's own thread with the kernel's socket defaults: it cannot be used {0}")]
@@ -515,6 +526,9 @@ impl Settings {
                 return Err(SettingsError::ReverseMprtt);
             }
         }
+        if self.bidir {
+            self.validate_bidir()?;
+        }
         if let Some(name) = &self.congestion {
             if self.protocol != Protocol::Tcp {
                 return Err(SettingsError::CongestionTcpOnly(self.protocol.name()));
@@ -633,6 +647,55 @@ impl Settings {
         match conflict {
             Some(flag) => Err(SettingsError::CrrConflict(flag)),
             None => Ok(()),
+        }
+    }
+
+    /// `--bidir` sends bulk both ways over TCP streams of their own, half in each
+    /// direction; whatever times a packet from the client (MPRTT) cannot run both ways.
+    fn validate_bidir(&self) -> Result<(), SettingsError> {
+        if self.protocol != Protocol::Tcp {
+            return Err(SettingsError::BidirTcpOnly(self.protocol.name()));
+        }
+        let conflict = [
+            (self.reverse, "--reverse"),
+            (self.crr, "--crr"),
+            (self.echo, "--echo"),
+            (self.mprtt, "-r"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag));
+        if let Some(flag) = conflict {
+            return Err(SettingsError::BidirConflict(flag));
+        }
+        if self.nstreams % 2 != 0 {
+            return Err(SettingsError::BidirOddStreams(self.nstreams));
+        }
+        Ok(())
+    }
+
+    /// With `--bidir`, the first stream the server sends on (the streams before it
+    /// carry the client's data).
+    pub fn first_server_stream(&self) -> Option<u32> {
+        self.bidir.then_some(self.nstreams / 2)
+    }
+
+    /// Whether the server sends on stream `stream`: with `--reverse` on all, with
+    /// `--bidir` on the second half.
+    pub fn server_sends_on(&self, stream: u32) -> bool {
+        self.reverse
+            || self
+                .first_server_stream()
+                .is_some_and(|first| stream >= first)
+    }
+
+    /// One direction of a `--bidir` run as a one-way run of its streams would be set:
+    /// the server sending if `reverse`. Reports render each direction with these.
+    pub fn one_way(&self, reverse: bool) -> Settings {
+        Settings {
+            bidir: false,
+            reverse,
+            nstreams: self.first_server_stream().unwrap_or(self.nstreams),
+            ..self.clone()
         }
     }
 
@@ -1032,5 +1095,66 @@ mod tests {
             ..skip
         };
         assert_eq!(udp.validate(), Err(SettingsError::SkipRxCopyTcpOnly("UDP")));
+    }
+
+    #[test]
+    fn bidir_gives_the_server_the_second_half_of_the_streams() {
+        let bidir = Settings {
+            bidir: true,
+            nstreams: 4,
+            ..Settings::default()
+        };
+        assert_eq!(bidir.validate(), Ok(()));
+        assert_eq!(bidir.first_server_stream(), Some(2));
+        let server_sends: Vec<bool> = (0..4).map(|i| bidir.server_sends_on(i)).collect();
+        assert_eq!(server_sends, [false, false, true, true]);
+        // Each direction renders as the one-way run of its two streams.
+        let back = bidir.one_way(true);
+        assert!(back.reverse && !back.bidir && back.nstreams == 2);
+        let forth = bidir.one_way(false);
+        assert!(!forth.reverse && !forth.bidir && forth.nstreams == 2);
+        // One-way runs: no split; --reverse gives the server every stream.
+        let plain = Settings::default();
+        assert_eq!(plain.first_server_stream(), None);
+        assert!(!plain.server_sends_on(0));
+        let reverse = Settings {
+            reverse: true,
+            ..plain
+        };
+        assert!(reverse.server_sends_on(0));
+        assert_eq!(reverse.one_way(true), reverse);
+    }
+
+    #[test]
+    fn bidir_refuses_other_transports_one_way_workloads_and_odd_stream_counts() {
+        let bidir = Settings {
+            bidir: true,
+            nstreams: 2,
+            ..Settings::default()
+        };
+        let odd = Settings {
+            nstreams: 3,
+            ..bidir.clone()
+        };
+        assert_eq!(odd.validate(), Err(SettingsError::BidirOddStreams(3)));
+        let udp = Settings {
+            protocol: Protocol::Udp,
+            pktsize: 1472,
+            ..bidir.clone()
+        };
+        assert_eq!(udp.validate(), Err(SettingsError::BidirTcpOnly("UDP")));
+        let reverse = Settings {
+            reverse: true,
+            ..bidir.clone()
+        };
+        assert_eq!(
+            reverse.validate(),
+            Err(SettingsError::BidirConflict("--reverse"))
+        );
+        let mprtt = Settings {
+            mprtt: true,
+            ..bidir
+        };
+        assert_eq!(mprtt.validate(), Err(SettingsError::BidirConflict("-r")));
     }
 }

@@ -58,6 +58,24 @@ fn invalid_combinations_are_refused() {
         &["-c", "127.0.0.1", "-r", "--reverse"],
         "--reverse turns bulk sending around",
     );
+    refused(
+        &["-c", "127.0.0.1", "-u", "--bidir"],
+        "--bidir is implemented for TCP only",
+    );
+    for flag in ["--reverse", "-r", "--crr", "--echo"] {
+        refused(
+            &["-c", "127.0.0.1", "--bidir", flag],
+            &format!("--bidir runs bulk both ways; it cannot be used with {flag}"),
+        );
+    }
+    refused(
+        &["-c", "127.0.0.1", "--bidir", "-t", "129"],
+        "-t must be at most 128",
+    );
+    refused(
+        &["-c", "127.0.0.1", "--bidir", "--sweep", "mb=1,2"],
+        "cannot be used with",
+    );
     for (flag, value) in [
         ("-n", "2"),
         ("--echo", ""),

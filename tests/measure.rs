@@ -734,3 +734,54 @@ fn congestion_control_is_set_on_both_ends_and_read_back() {
     // The server goes on serving.
     client_ok(&server, "127.0.0.1", &["-m", "8"]);
 }
+
+#[test]
+fn a_bidir_document_totals_each_direction_and_its_intervals_add_up() {
+    let server = Server::start(&[]);
+    let doc = json_run(
+        &server,
+        &["--bidir", "--time", "1", "-i", "0.5", "-b", "100M"],
+    );
+    let sum = |side: &Value, total: &str, key: &str| -> u64 {
+        side["intervals"]
+            .as_array()
+            .expect("intervals")
+            .iter()
+            .map(|i| u(&i[total][key]))
+            .sum()
+    };
+    let (c, s) = (&doc["client"], &doc["server"]);
+    for (side, sent, received) in [
+        (
+            c,
+            ("total", "bytes_sent"),
+            ("reverse_total", "bytes_received"),
+        ),
+        (
+            s,
+            ("reverse_total", "bytes_sent"),
+            ("total", "bytes_received"),
+        ),
+    ] {
+        assert_eq!(side["intervals"].as_array().map(Vec::len), Some(2));
+        for (total, key) in [sent, received] {
+            let whole = u(&side[total][key]);
+            assert!(whole > 5 * MB, "{total}.{key} = {whole}");
+            assert_eq!(sum(side, total, key), whole, "{total}.{key}");
+        }
+    }
+    assert_eq!(
+        u(&c["total"]["bytes_sent"]),
+        u(&s["total"]["bytes_received"])
+    );
+    assert_eq!(
+        u(&s["reverse_total"]["bytes_sent"]),
+        u(&c["reverse_total"]["bytes_received"])
+    );
+    // Without --bidir there is no reverse_total anywhere.
+    let one_way = json_run(&server, &["-m", "1", "-i", "0.5"]);
+    assert!(one_way["client"].get("reverse_total").is_none());
+    assert!(one_way["server"]["intervals"][0]
+        .get("reverse_total")
+        .is_none());
+}

@@ -57,7 +57,7 @@ impl Transport for TcpTransport {
                 .collect::<Result<Vec<_>>>()?;
             let mut opts = stream_options(s, ctx.abort.clone());
             opts.cpu = cpu_for(&s.client_cpus, i);
-            if s.reverse {
+            if s.server_sends_on(i) {
                 opts = receiving_end(s, opts);
             }
             streams.push(Box::new(TcpStream::from_sockets(socks, opts)?));
@@ -70,26 +70,22 @@ impl Acceptor for TcpAcceptor {
     fn accept(self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
         let s = &ctx.settings;
         let conns = accept_data_conns(ctx, s.nsockets, self.listeners)?;
-        let opts = stream_options(s, ctx.abort.clone());
-        let opts = if s.reverse {
-            opts
-        } else {
-            receiving_end(s, opts)
-        };
         let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
         for (i, socks) in (0u32..).zip(conns) {
-            let opts = StreamOptions {
-                cpu: cpu_for(&s.server_cpus, i),
-                ..opts.clone()
-            };
+            let mut opts = stream_options(s, ctx.abort.clone());
+            opts.cpu = cpu_for(&s.server_cpus, i);
+            if !s.server_sends_on(i) {
+                opts = receiving_end(s, opts);
+            }
             streams.push(Box::new(TcpStream::from_sockets(socks, opts)?));
         }
         Ok(streams)
     }
 }
 
-/// `opts` for the end that receives the test's data (the server, or with `--reverse`
-/// the client): its receive low-water mark and `--skip-rx-copy`.
+/// `opts` for the end that receives a stream's data (the server, or with `--reverse`
+/// and on `--bidir`'s second half the client): its receive low-water mark and
+/// `--skip-rx-copy`.
 fn receiving_end(s: &Settings, opts: StreamOptions) -> StreamOptions {
     StreamOptions {
         rcvlowat: s.rcvlowat_bytes(receiver_cores()).map(|b| b as usize),
