@@ -129,6 +129,22 @@ class Targets(unittest.TestCase):
         self.assertIsNone(t["ci95"])
 
 
+class Bidir(unittest.TestCase):
+    def test_both_directions_are_added_and_cpu_counts_both_ways(self):
+        doc = {"client": {
+            "total": {"bytes_sent": 4_000_000_000, "sent_bits_per_second": 8e9},
+            "reverse_total": {"bytes_received": 1_000_000_000,
+                              "received_bits_per_second": 2e9}}}
+        r = compare.fperf_bidir(compare.json.dumps(doc), cpu=10.0)
+        self.assertEqual(r["gbit_s"], 10.0)
+        self.assertEqual(r["cpu_s_per_gb"], 2.0)
+
+    def test_a_document_without_the_servers_direction_is_an_error(self):
+        doc = {"client": {"total": {"bytes_sent": 1, "sent_bits_per_second": 8}}}
+        with self.assertRaises(compare.RunError):
+            compare.fperf_bidir(compare.json.dumps(doc), cpu=1.0)
+
+
 class Reap(unittest.TestCase):
     def test_a_server_reaped_elsewhere_is_not_an_error(self):
         # Popen.send_signal() reaps a server that exited just before it; reap() then
