@@ -594,10 +594,16 @@ pub(crate) fn drive(
             }
         }
     }
-    // A `--reverse` client that stops reading (Ctrl-C) resets the connection: the test
-    // ended early, and the server still reports what it sent.
+    // A `--reverse` client that stops reading (Ctrl-C) resets the connection (UDP: its
+    // closed port answers with ICMP port unreachable): the test ended early, and the
+    // server still reports what it sent.
     let peer_closed = progress.is_some()
-        && matches!(&result, Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe));
+        && matches!(&result, Err(e) if matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionReset
+                | io::ErrorKind::BrokenPipe
+                | io::ErrorKind::ConnectionRefused
+        ));
     let finished = stream.finish_sending(Timeout::Forever);
     let interrupted = matches!(&result, Err(e) if e.kind() == io::ErrorKind::Interrupted)
         || matches!(&finished, Err(e) if e.kind() == io::ErrorKind::Interrupted);

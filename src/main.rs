@@ -123,9 +123,9 @@ struct Cli {
     #[arg(long)]
     crr: bool,
 
-    /// TCP bulk in reverse, as iperf3's -R (here -R is RDMA): the server sends and the
-    /// client receives, with the same flags and figures; the client's report is then
-    /// the receiving end's
+    /// TCP or UDP bulk in reverse, as iperf3's -R (here -R is RDMA): the server sends
+    /// and the client receives, with the same flags and figures; the client's report is
+    /// then the receiving end's (with UDP its loss, reordering and jitter)
     #[arg(long)]
     reverse: bool,
 

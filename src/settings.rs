@@ -162,7 +162,8 @@ pub struct Settings {
     /// request, 1-byte reply, close), as netperf's TCP_CRR.
     #[serde(default)]
     pub crr: bool,
-    /// TCP bulk (`--reverse`, iperf3's `-R`): the server sends and the client receives.
+    /// TCP or UDP bulk (`--reverse`, iperf3's `-R`): the server sends and the client
+    /// receives.
     #[serde(default)]
     pub reverse: bool,
     /// TCP bulk both ways at once (`--bidir`, iperf3's `--bidir`): the first half of the
@@ -351,8 +352,10 @@ pub enum SettingsError {
     EchoTcpOnly(&'static str),
     #[error("--echo answers each packet with its echo: it needs MPRTT (-r)")]
     EchoNeedsMprtt,
-    #[error("--reverse is implemented for TCP only in this build; it cannot be used with {0}")]
-    ReverseTcpOnly(&'static str),
+    #[error(
+        "--reverse is implemented for TCP and UDP only in this build; it cannot be used with {0}"
+    )]
+    ReverseUnsupported(&'static str),
     #[error("--reverse turns bulk sending around; -r, --echo and --crr time each packet from the client")]
     ReverseMprtt,
     #[error("--bidir is implemented for TCP only in this build; it cannot be used with {0}")]
@@ -519,8 +522,8 @@ impl Settings {
             self.validate_crr()?;
         }
         if self.reverse {
-            if self.protocol != Protocol::Tcp {
-                return Err(SettingsError::ReverseTcpOnly(self.protocol.name()));
+            if !matches!(self.protocol, Protocol::Tcp | Protocol::Udp) {
+                return Err(SettingsError::ReverseUnsupported(self.protocol.name()));
             }
             if self.mprtt {
                 return Err(SettingsError::ReverseMprtt);

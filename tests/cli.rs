@@ -51,8 +51,8 @@ fn invalid_combinations_are_refused() {
         "--crr is a TCP workload",
     );
     refused(
-        &["-c", "127.0.0.1", "-u", "--reverse"],
-        "--reverse is implemented for TCP only",
+        &["-c", "127.0.0.1", "-R", "--reverse"],
+        "--reverse is implemented for TCP and UDP only",
     );
     refused(
         &["-c", "127.0.0.1", "-r", "--reverse"],

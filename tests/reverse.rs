@@ -140,3 +140,102 @@ fn a_reverse_sweep_rows_the_clients_receiving() {
         assert!(row[8] >= mb * 8.0, "reads timed: {out}");
     }
 }
+
+#[test]
+fn a_reverse_udp_run_counts_the_clients_datagrams_and_loss() {
+    let server = Server::start(&[]);
+    // Paced, so loopback loses nothing: every datagram the server sent arrives.
+    let out = client_ok(
+        &server,
+        "127.0.0.1",
+        &[
+            "-u",
+            "--reverse",
+            "-t",
+            "2",
+            "-m",
+            "4",
+            "-l",
+            "1024",
+            "-b",
+            "400M",
+            "--json",
+        ],
+    );
+    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+    let (c, s) = (&doc["client"]["total"], &doc["server"]["total"]);
+    let datagrams = 2 * 4 * 1024;
+    assert_eq!(u(&s["bytes_sent"]), 8 * MB);
+    assert_eq!(u(&s["datagrams"]["sent"]), datagrams);
+    assert_eq!(u(&c["bytes_received"]), 8 * MB);
+    assert_eq!(u(&c["bytes_sent"]), 0);
+    let d = &c["datagrams"];
+    assert_eq!(
+        u(&d["peer_sent"]),
+        datagrams,
+        "the server's count reached the client"
+    );
+    assert_eq!(u(&d["received"]), datagrams);
+    assert_eq!(u(&d["lost"]), 0);
+    assert!(d["jitter_ns"].as_f64().is_some(), "{d}");
+    // The client's sockets have the buffers fperf asks for.
+    assert!(u(&d["rcvbuf"]["granted"]) > 1 << 20, "{d}");
+    assert!(u(&s["duration_ns"]) > 0 && u(&c["duration_ns"]) > 0);
+}
+
+#[test]
+fn a_reverse_udp_run_at_full_speed_reports_its_loss_on_the_client() {
+    let server = Server::start(&[]);
+    let client = client_ok(
+        &server,
+        "127.0.0.1",
+        &["-u", "--reverse", "-l", "1472", "--time", "1"],
+    );
+    let report = server.report(1);
+    assert!(client.contains("reverse (the server sends)"), "{client}");
+    let line = client
+        .lines()
+        .find(|l| l.starts_with("datagrams"))
+        .unwrap_or_else(|| panic!("no datagrams line:\n{client}"));
+    let count = |key: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {line}"))
+    };
+    let (sent, received, lost) = (count("sent="), count("received="), count("lost="));
+    // Every datagram the server sent either arrived or is counted lost.
+    assert_eq!(
+        sent * 1472,
+        volume(&report, "sent").bytes,
+        "{client}\n{report}"
+    );
+    assert_eq!(
+        received * 1472,
+        volume(&client, "received").bytes,
+        "{client}"
+    );
+    assert_eq!(received - count("duplicated=") + lost, sent, "{line}");
+    assert!(received > 0, "{line}");
+}
+
+#[test]
+fn ctrl_c_on_a_receiving_udp_client_ends_both_reports() {
+    let server = Server::start(&[]);
+    let (code, text) = interrupted_client(
+        &server,
+        &["-u", "--reverse", "-l", "1472", "--time", "60"],
+        Duration::from_millis(1000),
+        Duration::from_secs(20),
+    );
+    assert_eq!(code, Some(130));
+    assert!(text.contains("what was received before Ctrl-C"), "{text}");
+    // The server's count of what it sent never reached the client: no loss is claimed.
+    assert!(text.contains("sent=unknown"), "{text}");
+    let received = volume(&text, "received").bytes;
+    let report = server.report(1);
+    // Its closed port ended the server's sending; the server still reports it.
+    assert!(
+        received > 0 && received <= volume(&report, "sent").bytes,
+        "{text}\n{report}"
+    );
+}

@@ -71,7 +71,7 @@ pub const DRAIN_QUIET: Duration = Duration::from_millis(300);
 /// After the sender finished: stop after this long whatever arrives.
 pub const DRAIN_MAX: Duration = Duration::from_secs(3);
 /// Longest a control frame may take to arrive once it began, or to be written.
-const CONTROL_IO_TIMEOUT: Duration = Duration::from_secs(5);
+pub const CONTROL_IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest single wait for socket space when sending an ACK.
 const ACK_POLL_MS: i32 = 100;
 
@@ -829,6 +829,12 @@ impl UdpStream {
                     control::kind(&other)
                 ),
             )),
+            // The receiving end of a `--reverse` run closes once it has drained what this
+            // end sent: the end of the stream, as EOF is for TCP.
+            Err(ControlError::Closed) if self.finish_sent => {
+                self.peer = PeerSending::Done;
+                Ok(())
+            }
             Err(ControlError::Closed) => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "the peer closed the UDP stream's control connection before it finished sending",
@@ -1090,6 +1096,30 @@ mod tests {
         assert_eq!((d.received, d.duplicates), (11, 10));
         assert_eq!(server.stats().bytes_sent, 11, "every copy ACKed");
         assert_eq!(server.stats().bytes_received, 11 * 26);
+    }
+
+    #[test]
+    fn a_finished_sender_hears_the_receivers_close_as_the_end_of_the_stream() {
+        let (mut sender, mut receiver) = pair(StreamOptions::default(), Duration::from_millis(100));
+        let mut buf = [0u8; 64];
+        // Before the sender finished, a closed control connection is a failure.
+        let (mut early, quitter) = pair(StreamOptions::default(), Duration::from_millis(100));
+        drop(quitter);
+        let e = early
+            .recv(&mut buf, Timeout::Millis(5_000))
+            .expect_err("the peer left early");
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        // --reverse: the server sends, the client drains and closes.
+        for _ in 0..3 {
+            sender.send(&[7u8; 40], Timeout::Forever).expect("send");
+        }
+        sender.finish_sending(Timeout::Forever).expect("finish");
+        assert_eq!(receive_all(&mut receiver, 64), 120);
+        drop(receiver);
+        assert_eq!(
+            sender.recv(&mut buf, Timeout::Millis(5_000)).expect("end"),
+            0
+        );
     }
 
     #[test]

@@ -216,14 +216,23 @@ impl DatagramCounts {
     pub fn report_lines(&self, width: usize) -> String {
         let mut out = String::new();
         if self.received > 0 || self.peer_sent > 0 {
+            // A run cut short before the sender's count arrived: the loss is not known.
+            let (sent, lost) = if self.peer_sent == 0 {
+                (
+                    "unknown".to_string(),
+                    "unknown (the sender's count never arrived)".to_string(),
+                )
+            } else {
+                (
+                    self.peer_sent.to_string(),
+                    format!("{} ({:.2}%)", self.lost, self.loss_percent()),
+                )
+            };
             let _ = writeln!(
                 out,
-                "{:<width$}: sent={}  received={}  lost={} ({:.2}%)  duplicated={}  out-of-order={}  jitter={}",
+                "{:<width$}: sent={sent}  received={}  lost={lost}  duplicated={}  out-of-order={}  jitter={}",
                 "datagrams",
-                self.peer_sent,
                 self.received,
-                self.lost,
-                self.loss_percent(),
                 self.duplicates,
                 self.out_of_order,
                 self.jitter_ns.map_or_else(
@@ -625,5 +634,13 @@ mod tests {
             lines.contains("capped SO_RCVBUF at 50B of the 100B"),
             "{lines}"
         );
+        // Cut short before the sender said how many it sent: no loss figure is made up.
+        let cut = DatagramCounts {
+            received: 5,
+            ..DatagramCounts::default()
+        };
+        assert!(cut.report_lines(9).starts_with(
+            "datagrams: sent=unknown  received=5  lost=unknown (the sender's count never arrived)  duplicated=0"
+        ));
     }
 }

@@ -21,7 +21,7 @@ use super::tcp::{accept_data_conns, listen_data_ports, open_data_conn};
 use super::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx, Transport};
 use crate::control::{self, Message};
 use crate::settings::Settings;
-use crate::stream::udp::{UdpOptions, MAX_DATAGRAM_V4, MAX_DATAGRAM_V6};
+use crate::stream::udp::{UdpOptions, CONTROL_IO_TIMEOUT, MAX_DATAGRAM_V4, MAX_DATAGRAM_V6};
 use crate::stream::{canonical, Stream, UdpStream};
 use anyhow::{anyhow, bail, Context, Result};
 use socket2::{Domain, Socket, Type};
@@ -121,7 +121,7 @@ impl Transport for UdpTransport {
             .map(|i| open_data_conn(ctx, i, 0))
             .collect::<Result<Vec<_>>>()?;
         let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
-        for (i, mut control) in (0..s.nstreams).zip(controls) {
+        for (i, control) in (0..s.nstreams).zip(controls) {
             let server_udp = port_offset(ctx.server, ctx.server.port(), i)?;
             let mut socks = Vec::with_capacity(s.nsockets as usize);
             for _ in 0..s.nsockets {
@@ -135,15 +135,20 @@ impl Transport for UdpTransport {
                 .iter()
                 .map(net::UdpSocket::local_addr)
                 .collect::<io::Result<Vec<_>>>()?;
-            control::write_frame(&mut control, &Message::UdpSockets { addrs })?;
-            control.set_read_timeout(Some(ctx.setup_timeout))?;
-            match control::read_frame(&mut control) {
+            // The STREAM (which sizes the socket buffers) exists before the server hears
+            // the addresses: with --reverse it sends as soon as every stream is ready.
+            let mut setup = control.try_clone()?;
+            streams.push(udp_stream(s, i, socks, control, ctx.abort.clone())?);
+            control::write_frame(&mut setup, &Message::UdpSockets { addrs })?;
+            setup.set_read_timeout(Some(ctx.setup_timeout))?;
+            match control::read_frame(&mut setup) {
                 Ok(Message::Ready) => {}
                 Ok(Message::Error { message }) => bail!("stream {i}: server: {message}"),
                 Ok(other) => bail!("stream {i}: expected ready, got {}", control::kind(&other)),
                 Err(e) => return Err(anyhow!("stream {i}: UDP set-up: {e}")),
             }
-            streams.push(udp_stream(s, i, socks, control, ctx.abort.clone())?);
+            // The read time-out is the socket's, shared with the STREAM's handle.
+            setup.set_read_timeout(Some(CONTROL_IO_TIMEOUT))?;
         }
         Ok(streams)
     }
