@@ -387,43 +387,36 @@ fn arrow(role: Role, settings: &Settings, stream: u32) -> &'static str {
     }
 }
 
-/// An end's figures one direction at a time, each with the settings a one-way run of
-/// its streams would have: the run's one direction or, with `--bidir`, the client's
-/// data streams and then the server's (the CPU time goes with the first).
-fn directions(settings: &Settings, r: &SideResult) -> Vec<(Settings, SideResult)> {
-    let Some(first) = settings.first_server_stream() else {
-        return vec![(settings.clone(), r.clone())];
-    };
-    let view = |reverse: bool, total: Figures, cpu| {
-        let one_way = SideResult {
+/// The figures of whichever end `r` is, one direction at a time: with `--bidir` the
+/// client's data streams, a blank line, then the server's, each rendered as the one-way
+/// run of its streams would be (the CPU time goes with the first).
+fn direction_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
+    if !settings.bidir {
+        return end_lines(settings, r, width);
+    }
+    let one_way = |reverse: bool, total: Figures, cpu| {
+        let streams = (r.streams.iter())
+            .filter(|s| settings.server_sends_on(s.index) == reverse)
+            .cloned()
+            .collect();
+        let side = SideResult {
             role: r.role,
             total,
             reverse_total: None,
-            streams: (r.streams.iter())
-                .filter(|s| (s.index >= first) == reverse)
-                .cloned()
-                .collect(),
+            streams,
             system: None,
             cpu,
             intervals: Vec::new(),
         };
-        (settings.one_way(reverse), one_way)
+        end_lines(&settings.one_way(reverse), &side, width)
     };
     let server_data = (r.reverse_total.clone())
         .unwrap_or_else(|| Figures::new(&StreamStats::default(), Duration::ZERO));
-    vec![
-        view(false, r.total.clone(), r.cpu),
-        view(true, server_data, None),
-    ]
-}
-
-/// `end_lines` of each direction, a blank line between two.
-fn direction_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
-    let lines: Vec<String> = directions(settings, r)
-        .iter()
-        .map(|(settings, r)| end_lines(settings, r, width))
-        .collect();
-    lines.join("\n")
+    format!(
+        "{}\n{}",
+        one_way(false, r.total.clone(), r.cpu),
+        one_way(true, server_data, None)
+    )
 }
 
 /// The client's report body (after the header): the sending end's figures, with

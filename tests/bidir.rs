@@ -152,13 +152,12 @@ fn the_clients_sending_time_ends_when_the_server_has_its_data() {
 #[test]
 fn ctrl_c_ends_both_directions_on_both_ends() {
     let server = Server::start(&[]);
-    let (code, text) = interrupted_client(
+    let text = interrupted_client(
         &server,
         &["--bidir", "--time", "60"],
         Duration::from_millis(1000),
         Duration::from_secs(20),
     );
-    assert_eq!(code, Some(130));
     assert!(text.contains("what was moved before Ctrl-C"), "{text}");
     let report = server.report(1);
     // What was in flight when the client stopped was sent, not received.

@@ -94,13 +94,12 @@ fn ctrl_c_ends_the_test_at_once_on_both_ends() {
     let server = Server::start(&[]);
     // The client's last connection tells the server the stream ended: neither end
     // waits for the server's --idle-timeout (10 s).
-    let (code, text) = interrupted_client(
+    let text = interrupted_client(
         &server,
         &["--crr", "--time", "60"],
         Duration::from_millis(1000),
         Duration::from_secs(8),
     );
-    assert_eq!(code, Some(130));
     assert!(text.contains("interrupted"), "{text}");
     let sent = volume(&text, "sent").bytes;
     assert!(sent > 0, "{text}");

@@ -102,13 +102,12 @@ fn the_servers_limits_hold_its_own_sending() {
 #[test]
 fn ctrl_c_on_the_receiving_client_ends_both_reports() {
     let server = Server::start(&[]);
-    let (code, text) = interrupted_client(
+    let text = interrupted_client(
         &server,
         &["--reverse", "--time", "60"],
         Duration::from_millis(1000),
         Duration::from_secs(20),
     );
-    assert_eq!(code, Some(130));
     assert!(text.contains("what was received before Ctrl-C"), "{text}");
     let received = volume(&text, "received").bytes;
     let report = server.report(1);
@@ -221,13 +220,12 @@ fn a_reverse_udp_run_at_full_speed_reports_its_loss_on_the_client() {
 #[test]
 fn ctrl_c_on_a_receiving_udp_client_ends_both_reports() {
     let server = Server::start(&[]);
-    let (code, text) = interrupted_client(
+    let text = interrupted_client(
         &server,
         &["-u", "--reverse", "-l", "1472", "--time", "60"],
         Duration::from_millis(1000),
         Duration::from_secs(20),
     );
-    assert_eq!(code, Some(130));
     assert!(text.contains("what was received before Ctrl-C"), "{text}");
     // The server's count of what it sent never reached the client: no loss is claimed.
     assert!(text.contains("sent=unknown"), "{text}");

@@ -365,13 +365,13 @@ pub fn assert_one_ack_byte_per_packet(client: &str, server: &str, acks: u64) {
 
 /// Starts a client against `server` with `args`, sends it Ctrl-C (SIGINT) after
 /// `after`, and waits at most `within` more for it to exit (killing it and failing if
-/// it does not); returns its exit code and stdout.
+/// it does not); checks it exited as interrupted (130) and returns its stdout.
 pub fn interrupted_client(
     server: &Server,
     args: &[&str],
     after: Duration,
     within: Duration,
-) -> (Option<i32>, String) {
+) -> String {
     let port = server.port.to_string();
     let mut all = vec!["-c", "127.0.0.1", "-p", &port];
     all.extend_from_slice(args);
@@ -380,8 +380,7 @@ pub fn interrupted_client(
         // SAFETY: signalling our own child process by its pid.
         unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     });
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    text
 }
