@@ -18,8 +18,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
-/// Version of the control protocol; both ends must speak the same one.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version of the control protocol; both ends must speak the same one. 2: the
+/// settings `reverse`, `crr` and `bidir` and the `ClientDataReceived` message, which a
+/// version-1 server would have ignored (and then waited out its idle time-out).
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.
