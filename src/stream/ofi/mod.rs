@@ -34,11 +34,21 @@ use std::io;
 use std::mem::size_of;
 use std::ptr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// Completions read per `fi_cq_read`.
 const CQ_BATCH: usize = 16;
+/// How long a connected endpoint goes on reading completions before it is closed.
+/// libfabric 1.17's `ofi_rxm` closes a connection by closing its message endpoint and
+/// then handling the completions still queued, re-posting a receive on the closed
+/// endpoint for each message that had arrived unread: a use after free (SIGSEGV inside
+/// `fi_close`). The last messages are often rxm's own (receive credits it sends when
+/// the peer re-posts buffers, even after the FIN), so both ends read completions for a
+/// while, each answering the other's last ones, until nothing is left in flight.
+const CLOSE_LINGER: Duration = Duration::from_millis(50);
+/// A nap between two empty reads of that linger, so it does not take a whole CPU.
+const CLOSE_LINGER_NAP: Duration = Duration::from_micros(200);
 /// Remote CQ data: the kind of a control message sits in the top byte.
 const KIND_SHIFT: u32 = 56;
 const KIND_FIN: u64 = 1;
@@ -946,6 +956,16 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
+        if self.peer != FI_ADDR_UNSPEC_VALUE {
+            // Errors are read off the queue like completions; the linger goes on.
+            let mut stats = StreamStats::default();
+            let until = Instant::now() + CLOSE_LINGER;
+            while Instant::now() < until {
+                if matches!(self.poll(&mut stats), Ok(0) | Err(_)) {
+                    std::thread::sleep(CLOSE_LINGER_NAP);
+                }
+            }
+        }
         // SAFETY: each object was opened by `open` (or is NULL) and is closed once, the
         // endpoint before what it is bound to, the fabric last.
         unsafe {
