@@ -62,9 +62,11 @@ pub enum LimitError {
     )]
     Mb { asked: u64, max: u64 },
     #[error(
-        "the test asks for {asked} streams but this server allows at most {max} (--max-streams)"
+        "the test asks for {asked} streams{} but this server allows at most {max} \
+         (--max-streams)",
+        if *.bidir { " (--bidir: half of them each way)" } else { "" }
     )]
-    Streams { asked: u32, max: u32 },
+    Streams { asked: u32, max: u32, bidir: bool },
     #[error(
         "the test asks for {asked} data sockets (streams × sockets) but this server allows \
          at most {max} (--max-sockets)"
@@ -90,6 +92,7 @@ impl Limits {
                 return Err(LimitError::Streams {
                     asked: s.nstreams,
                     max,
+                    bidir: s.bidir,
                 });
             }
         }
@@ -353,6 +356,17 @@ mod tests {
         assert_eq!(limits.check(&s(2, 4, 50)), Ok(()));
         let e = limits.check(&s(3, 1, 1)).expect_err("streams");
         assert!(e.to_string().contains("--max-streams"), "{e}");
+        assert!(!e.to_string().contains("--bidir"), "{e}");
+        let bidir = Settings {
+            bidir: true,
+            ..s(4, 1, 1)
+        };
+        let e = limits.check(&bidir).expect_err("bidir streams");
+        assert!(
+            e.to_string()
+                .starts_with("the test asks for 4 streams (--bidir: half of them each way)"),
+            "{e}"
+        );
         let e = limits.check(&s(2, 5, 1)).expect_err("sockets");
         assert!(e.to_string().contains("--max-sockets"), "{e}");
         let e = limits.check(&s(2, 1, 51)).expect_err("mb");
