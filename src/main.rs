@@ -197,6 +197,13 @@ struct Cli {
     #[arg(long)]
     busy_poll: bool,
 
+    /// TCP only: both ends move data through io_uring instead of send()/recv() system
+    /// calls: one ring per thread, one submission and completion per call (a wait is
+    /// bounded by a linked time-out). Measures io_uring's socket path against the system
+    /// calls (bench/README.md). Not with --zerocopy, --crr or rsockets.
+    #[arg(long)]
+    io_uring: bool,
+
     /// UDP: datagrams per sendmmsg()/recvmmsg() system call (sequence numbers, loss and
     /// reordering stay counted per datagram; the sender threads of -n > 1 or -q 0 send
     /// one per call) [default: 64; 1 with -r or -b, where a larger N sends paced bursts
@@ -456,6 +463,7 @@ impl Cli {
                 Some(_) => ZeroCopy::Splice,
             },
             busy_poll: self.busy_poll,
+            io_uring: self.io_uring,
             client_cpus: self.cpu.clone(),
             server_cpus: self.server_cpu.clone(),
             udp_batch: self.udp_batch,

@@ -306,6 +306,15 @@ fn direction_label(settings: &Settings) -> String {
     }
 }
 
+/// What a report header adds with `--io-uring`: how the data calls were made.
+fn io_uring_label(settings: &Settings) -> &'static str {
+    if settings.io_uring {
+        " engine=io_uring"
+    } else {
+        ""
+    }
+}
+
 /// What a report header adds with `--skip-rx-copy`: the server's figures leave out its
 /// copy of the bytes, so they are not like-for-like with a tool that reads them.
 fn skip_rx_copy_label(settings: &Settings) -> &'static str {
@@ -354,10 +363,11 @@ pub fn client_header(
 ) -> String {
     let proto = settings.protocol.name();
     let tail = format!(
-        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}{}",
+        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}{}{}",
         settings.pktsize,
         settings.mode_label(),
         settings.nsockets,
+        io_uring_label(settings),
         congestion_label(congestion),
         window_label(settings),
         rdma_label(settings),
@@ -549,9 +559,10 @@ pub fn server_header(
     rcvlowat: Option<u32>,
 ) -> String {
     format!(
-        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}{}\n",
+        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}{}{}\n",
         settings.protocol.name(),
         pkt_size(settings.pktsize),
+        io_uring_label(settings),
         congestion_label(congestion),
         rcvlowat_label(rcvlowat),
         window_label(settings),

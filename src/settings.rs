@@ -240,6 +240,10 @@ pub struct Settings {
     /// instead of copying them out (`--skip-rx-copy`).
     #[serde(default)]
     pub skip_rx_copy: bool,
+    /// TCP only: every data `send()`/`recv()` goes through an io_uring of the calling
+    /// thread (`--io-uring`).
+    #[serde(default)]
+    pub io_uring: bool,
     /// TCP and UDP: both socket buffers (`SO_SNDBUF`, `SO_RCVBUF`) of every data socket
     /// on both ends, in bytes (`-w`); `None`: the kernel's autotuning (TCP) or the UDP
     /// STREAM's own size.
@@ -286,6 +290,7 @@ impl Default for Settings {
             congestion: None,
             rcvlowat: None,
             skip_rx_copy: false,
+            io_uring: false,
             window: None,
         }
     }
@@ -319,6 +324,10 @@ pub enum SettingsError {
     Footprint(u64),
     #[error("--zerocopy is a TCP option; it cannot be used with {0}")]
     ZeroCopyTcpOnly(&'static str),
+    #[error("--io-uring is a TCP option; it cannot be used with {0}")]
+    IoUringTcpOnly(&'static str),
+    #[error("--io-uring and --zerocopy are two ways to send; choose one")]
+    IoUringZeroCopy,
     #[error(
         "--busy-poll is implemented for TCP and UDP only in this build; it cannot be used with {0}"
     )]
@@ -509,6 +518,14 @@ impl Settings {
         if self.protocol != Protocol::Tcp && self.zerocopy != ZeroCopy::Off {
             return Err(SettingsError::ZeroCopyTcpOnly(self.protocol.name()));
         }
+        if self.io_uring {
+            if self.protocol != Protocol::Tcp {
+                return Err(SettingsError::IoUringTcpOnly(self.protocol.name()));
+            }
+            if self.zerocopy != ZeroCopy::Off {
+                return Err(SettingsError::IoUringZeroCopy);
+            }
+        }
         if !matches!(self.protocol, Protocol::Tcp | Protocol::Udp) && self.busy_poll {
             return Err(SettingsError::BusyPollUnsupported(self.protocol.name()));
         }
@@ -644,6 +661,7 @@ impl Settings {
             (self.busy_poll, "with --busy-poll"),
             (self.window.is_some(), "with -w"),
             (self.quickack, "with --quickack"),
+            (self.io_uring, "with --io-uring"),
         ]
         .into_iter()
         .find_map(|(set, flag)| set.then_some(flag));

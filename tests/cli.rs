@@ -88,6 +88,18 @@ fn invalid_combinations_are_refused() {
     }
     refused(&["-c", "127.0.0.1", "-u", "--skip-rx-copy"], "TCP option");
     refused(
+        &["-c", "127.0.0.1", "-u", "--io-uring"],
+        "--io-uring is a TCP option; it cannot be used with UDP",
+    );
+    refused(
+        &["-c", "127.0.0.1", "--io-uring", "--zerocopy"],
+        "--io-uring and --zerocopy are two ways to send",
+    );
+    refused(
+        &["-c", "127.0.0.1", "--crr", "--io-uring"],
+        "it cannot be used with --io-uring",
+    );
+    refused(
         &["-c", "127.0.0.1", "-R", "-w", "64K"],
         "cannot be used with RDMA",
     );

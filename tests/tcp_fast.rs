@@ -135,3 +135,45 @@ fn affinity_is_another_name_for_cpu() {
     assert_eq!(doc["settings"]["client_cpus"], serde_json::json!([0]));
     assert_eq!(doc["settings"]["server_cpus"], serde_json::json!([0]));
 }
+
+/// `--io-uring`: every data call goes through a ring; every byte still arrives, with
+/// streams and sockets, the other way, and echoed.
+#[test]
+fn io_uring_moves_and_echoes_every_byte() {
+    let doc = run_json(&["-m", "4", "-t", "2", "-n", "2", "--io-uring"]);
+    assert_eq!(doc["settings"]["io_uring"], Value::Bool(true));
+    assert_eq!(u(&doc, &["client", "total", "bytes_sent"]), 8 * MB);
+    assert_eq!(u(&doc, &["server", "total", "bytes_received"]), 8 * MB);
+    let doc = run_json(&["-m", "4", "--reverse", "--io-uring"]);
+    assert_eq!(u(&doc, &["server", "total", "bytes_sent"]), 4 * MB);
+    assert_eq!(u(&doc, &["client", "total", "bytes_received"]), 4 * MB);
+    let doc = run_json(&["-m", "1", "-l", "1000", "--echo", "--io-uring"]);
+    assert_echoed(&doc, 1, MB, 1000);
+    let doc = run_json(&["-m", "1"]);
+    assert_eq!(doc["settings"]["io_uring"], Value::Bool(false));
+}
+
+/// Both headers name the engine, and Ctrl-C ends a run whose calls wait in a ring (each
+/// wait is bounded by its linked time-out, after which the abort is seen).
+#[test]
+fn io_uring_is_named_and_a_ctrl_c_ends_it() {
+    let server = Server::start(&[]);
+    let text = interrupted_client(
+        &server,
+        &["--io-uring", "--time", "60", "-b", "200M"],
+        Duration::from_millis(800),
+        Duration::from_secs(10),
+    );
+    let header = text.lines().next().unwrap_or_default();
+    assert!(header.contains(" nsockets=1 engine=io_uring"), "{text}");
+    let report = server.report(1);
+    assert!(
+        report.contains("pkt_size(32KB) engine=io_uring"),
+        "{report}"
+    );
+    let (sent, received) = (volume(&text, "sent"), volume(&report, "received"));
+    assert!(
+        sent.bytes > 0 && received.bytes <= sent.bytes,
+        "{text}\n{report}"
+    );
+}

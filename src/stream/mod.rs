@@ -33,6 +33,7 @@ pub mod tcp;
 pub mod udp;
 pub mod udp_batch;
 pub mod udp_wire;
+pub mod uring;
 pub mod verbs;
 pub mod zerocopy;
 
@@ -170,6 +171,8 @@ pub struct StreamOptions {
     /// TCP and UDP: both socket buffers of every data socket, in bytes (`--window`);
     /// `None`: the kernel's autotuning (TCP) or the STREAM's own size (UDP).
     pub window: Option<usize>,
+    /// TCP: data calls go through an io_uring per thread (see [`uring`]).
+    pub io_uring: bool,
 }
 
 impl Default for StreamOptions {
@@ -190,6 +193,7 @@ impl Default for StreamOptions {
             rcvlowat: None,
             skip_rx_copy: false,
             window: None,
+            io_uring: false,
         }
     }
 }

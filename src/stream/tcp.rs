@@ -31,12 +31,14 @@
 use super::sender::{PacketSink, Senders};
 use super::socket_calls::DataSocket;
 use super::sys::{receive_window_short_of, set_window, tcp_info, tcp_quickack};
+use super::uring::Ring;
 use super::zerocopy::ZeroCopyWriter;
 use super::{Deadline, Stream, StreamOptions, Timeout};
 use crate::settings::ZeroCopy;
 use crate::stats::{span_ns, StreamStats};
 use bytes::Bytes;
 use socket2::SockRef;
+use std::cell::RefCell;
 use std::io;
 use std::net::{self, IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::fd::AsRawFd;
@@ -77,6 +79,13 @@ struct Socket {
     reply: Vec<u8>,
     /// Flags every `recv()` adds: `MSG_TRUNC` with `--skip-rx-copy`, else none.
     recv_flags: libc::c_int,
+    /// `--io-uring`: this thread's ring, through which the data calls go.
+    ring: Option<RefCell<Ring>>,
+}
+
+/// A ring for a thread's data calls if `--io-uring` asks for one.
+fn new_ring(io_uring: bool) -> io::Result<Option<RefCell<Ring>>> {
+    io_uring.then(|| Ring::new().map(RefCell::new)).transpose()
 }
 
 /// Whether a kernel time-out applies to reading or writing.
@@ -104,6 +113,7 @@ impl Socket {
             } else {
                 0
             },
+            ring: new_ring(opts.io_uring)?,
         })
     }
 
@@ -122,31 +132,59 @@ impl Socket {
             zerocopy: ZeroCopyWriter::new(mode, &*self.sock)?,
             reply: vec![0u8; self.reply.len()],
             recv_flags: self.recv_flags,
+            ring: new_ring(self.ring.is_some())?,
         })
     }
 
-    /// One `recv()`: `MSG_DONTWAIT` unless `wait`.
-    fn recv_raw(&self, buf: &mut [u8], wait: bool) -> io::Result<usize> {
-        let flags = self.recv_flags | if wait { 0 } else { libc::MSG_DONTWAIT };
+    /// One `recv()`: waits at most `wait` ms (the kernel time-out [`Socket::arm`] set,
+    /// or the ring's linked one), or with `None` not at all (`MSG_DONTWAIT`).
+    fn recv_raw(&self, buf: &mut [u8], wait: Option<u32>) -> io::Result<usize> {
+        if let Some(ring) = &self.ring {
+            let fd = self.sock.as_raw_fd();
+            return ring.borrow_mut().recv(fd, buf, self.recv_flags, wait);
+        }
+        let flags = self.recv_flags
+            | if wait.is_some() {
+                0
+            } else {
+                libc::MSG_DONTWAIT
+            };
         self.sock.recv(buf, flags)
     }
 
-    /// One `send()` (never raising SIGPIPE): `MSG_DONTWAIT` unless `wait`.
-    fn send_raw(&self, buf: &[u8], wait: bool) -> io::Result<usize> {
-        let flags = libc::MSG_NOSIGNAL | if wait { 0 } else { libc::MSG_DONTWAIT };
+    /// One `send()` (never raising SIGPIPE), waiting as [`Socket::recv_raw`] does.
+    fn send_raw(&self, buf: &[u8], wait: Option<u32>) -> io::Result<usize> {
+        if let Some(ring) = &self.ring {
+            let fd = self.sock.as_raw_fd();
+            return ring.borrow_mut().send(fd, buf, libc::MSG_NOSIGNAL, wait);
+        }
+        let flags = libc::MSG_NOSIGNAL
+            | if wait.is_some() {
+                0
+            } else {
+                libc::MSG_DONTWAIT
+            };
         self.sock.send(buf, flags)
     }
 
     /// Blocking mode, before a call that may sleep: fails on abort or a passed
-    /// deadline, else makes the kernel time-out what is left (at most one slice).
-    /// Returns whether the call may sleep (`false` for `Deadline::Now`). `now`: the
-    /// caller's clock reading from just before, if it has one.
-    fn arm(&self, dir: Direction, deadline: Deadline, now: Option<Instant>) -> io::Result<bool> {
+    /// deadline, else returns how long the call may sleep in ms (what is left, at most
+    /// one slice; `None` for `Deadline::Now`) and, without a ring, makes that the
+    /// kernel time-out. `now`: the caller's clock reading from just before, if any.
+    fn arm(
+        &self,
+        dir: Direction,
+        deadline: Deadline,
+        now: Option<Instant>,
+    ) -> io::Result<Option<u32>> {
         self.check_abort()?;
         if deadline == Deadline::Now {
-            return Ok(false);
+            return Ok(None);
         }
         let ms = deadline.poll_ms_from(|| now.unwrap_or_else(Instant::now))? as u32;
+        if self.ring.is_some() {
+            return Ok(Some(ms));
+        }
         let (cached, name) = match dir {
             Direction::Recv => (&self.timeouts.recv_ms, libc::SO_RCVTIMEO),
             Direction::Send => (&self.timeouts.send_ms, libc::SO_SNDTIMEO),
@@ -156,7 +194,7 @@ impl Socket {
                 .set_timeout_opt(name, Duration::from_millis(u64::from(ms)))?;
             cached.store(ms, Ordering::Relaxed);
         }
-        Ok(true)
+        Ok(Some(ms))
     }
 
     fn check_abort(&self) -> io::Result<()> {
@@ -166,7 +204,7 @@ impl Socket {
     /// Reads once without waiting. `Ok(None)` is EAGAIN; `Ok(Some(0))` end of stream.
     fn read_nowait(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         loop {
-            return match self.recv_raw(buf, false) {
+            return match self.recv_raw(buf, None) {
                 Ok(n) => Ok(Some(n)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -185,11 +223,14 @@ impl Socket {
     ) -> io::Result<usize> {
         let mut now = start;
         loop {
-            let sleep = self.blocking && self.arm(Direction::Recv, deadline, now.take())?;
+            let sleep = match self.blocking {
+                true => self.arm(Direction::Recv, deadline, now.take())?,
+                false => None,
+            };
             match self.recv_raw(buf, sleep) {
                 Ok(n) => return Ok(n),
                 // Blocking: the kernel time-out (one slice) passed; `arm` decides.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && sleep => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && sleep.is_some() => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.wait(libc::POLLIN, deadline)?
                 }
@@ -214,11 +255,14 @@ impl Socket {
     /// Writes all of `buf` with plain `send()`, waiting until `deadline`.
     fn write_all(&self, mut buf: &[u8], deadline: Deadline) -> io::Result<()> {
         while !buf.is_empty() {
-            let sleep = self.blocking && self.arm(Direction::Send, deadline, None)?;
+            let sleep = match self.blocking {
+                true => self.arm(Direction::Send, deadline, None)?,
+                false => None,
+            };
             match self.send_raw(buf, sleep) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => buf = &buf[n..],
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && sleep => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && sleep.is_some() => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.wait(libc::POLLOUT, deadline)?
                 }
@@ -408,6 +452,7 @@ impl TcpStream {
                 (opts.rcvlowat.is_some(), "--rcvlowat"),
                 (opts.skip_rx_copy, "--skip-rx-copy"),
                 (opts.window.is_some(), "--window"),
+                (opts.io_uring, "--io-uring"),
             ];
             if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
                 return Err(io::Error::new(
@@ -1071,6 +1116,13 @@ mod tests {
                 "zerocopy",
                 StreamOptions {
                     zerocopy: ZeroCopy::Splice,
+                    ..base.clone()
+                },
+            ),
+            (
+                "io_uring",
+                StreamOptions {
+                    io_uring: true,
                     ..base.clone()
                 },
             ),
