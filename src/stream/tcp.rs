@@ -31,7 +31,7 @@
 use super::sender::{PacketSink, Senders};
 use super::socket_calls::DataSocket;
 use super::sys::{receive_window_short_of, set_window, tcp_info, tcp_quickack};
-use super::uring::Ring;
+use super::uring::{no_wait, Ring};
 use super::zerocopy::ZeroCopyWriter;
 use super::{Deadline, Stream, StreamOptions, Timeout};
 use crate::settings::ZeroCopy;
@@ -143,12 +143,7 @@ impl Socket {
             let fd = self.sock.as_raw_fd();
             return ring.borrow_mut().recv(fd, buf, self.recv_flags, wait);
         }
-        let flags = self.recv_flags
-            | if wait.is_some() {
-                0
-            } else {
-                libc::MSG_DONTWAIT
-            };
+        let flags = self.recv_flags | no_wait(wait);
         self.sock.recv(buf, flags)
     }
 
@@ -158,12 +153,7 @@ impl Socket {
             let fd = self.sock.as_raw_fd();
             return ring.borrow_mut().send(fd, buf, libc::MSG_NOSIGNAL, wait);
         }
-        let flags = libc::MSG_NOSIGNAL
-            | if wait.is_some() {
-                0
-            } else {
-                libc::MSG_DONTWAIT
-            };
+        let flags = libc::MSG_NOSIGNAL | no_wait(wait);
         self.sock.send(buf, flags)
     }
 
@@ -223,9 +213,10 @@ impl Socket {
     ) -> io::Result<usize> {
         let mut now = start;
         loop {
-            let sleep = match self.blocking {
-                true => self.arm(Direction::Recv, deadline, now.take())?,
-                false => None,
+            let sleep = if self.blocking {
+                self.arm(Direction::Recv, deadline, now.take())?
+            } else {
+                None
             };
             match self.recv_raw(buf, sleep) {
                 Ok(n) => return Ok(n),
@@ -255,9 +246,10 @@ impl Socket {
     /// Writes all of `buf` with plain `send()`, waiting until `deadline`.
     fn write_all(&self, mut buf: &[u8], deadline: Deadline) -> io::Result<()> {
         while !buf.is_empty() {
-            let sleep = match self.blocking {
-                true => self.arm(Direction::Send, deadline, None)?,
-                false => None,
+            let sleep = if self.blocking {
+                self.arm(Direction::Send, deadline, None)?
+            } else {
+                None
             };
             match self.send_raw(buf, sleep) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

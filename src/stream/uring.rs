@@ -134,8 +134,8 @@ impl Ring {
     }
 }
 
-/// `MSG_DONTWAIT` for a call that must not wait.
-fn no_wait(wait_ms: Option<u32>) -> libc::c_int {
+/// `MSG_DONTWAIT` for a call that must not wait (`wait_ms` is `None`), else no flag.
+pub(crate) fn no_wait(wait_ms: Option<u32>) -> libc::c_int {
     if wait_ms.is_some() {
         0
     } else {
@@ -202,7 +202,7 @@ mod tests {
 
     #[test]
     fn a_wait_ends_after_its_slice_and_no_wait_never_waits() {
-        let (_client, server) = pair();
+        let (mut client, server) = pair();
         let mut ring = Ring::new().unwrap();
         let mut buf = [0u8; 8];
         let start = Instant::now();
@@ -216,7 +216,6 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
         // The ring is still usable after both.
-        let mut client = _client;
         client.write_all(b"x").unwrap();
         assert_eq!(
             ring.recv(server.as_raw_fd(), &mut buf, 0, Some(1000))
