@@ -204,6 +204,14 @@ struct Cli {
     #[arg(long)]
     io_uring: bool,
 
+    /// TCP and UDP: both ends' data sockets never block; each thread waits for them in
+    /// epoll_wait() on an epoll instance of its own (its sockets registered once), as
+    /// event-driven servers and sockperf's default -F epoll do, instead of sleeping in
+    /// recv()/send() or poll(). A ping-pong turn then costs one more system call. Not
+    /// with --busy-poll, --io-uring, --crr or rsockets.
+    #[arg(long, conflicts_with_all = ["busy_poll", "io_uring"])]
+    epoll: bool,
+
     /// UDP: datagrams per sendmmsg()/recvmmsg() system call (sequence numbers, loss and
     /// reordering stay counted per datagram; the sender threads of -n > 1 or -q 0 send
     /// one per call) [default: 64; 1 with -r or -b, where a larger N sends paced bursts
@@ -464,6 +472,7 @@ impl Cli {
             },
             busy_poll: self.busy_poll,
             io_uring: self.io_uring,
+            epoll: self.epoll,
             client_cpus: self.cpu.clone(),
             server_cpus: self.server_cpu.clone(),
             udp_batch: self.udp_batch,

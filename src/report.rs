@@ -306,10 +306,13 @@ fn direction_label(settings: &Settings) -> String {
     }
 }
 
-/// What a report header adds with `--io-uring`: how the data calls were made.
-fn io_uring_label(settings: &Settings) -> &'static str {
+/// What a report header adds with `--io-uring` or `--epoll`: how the data calls were
+/// made, or waited for.
+fn engine_label(settings: &Settings) -> &'static str {
     if settings.io_uring {
         " engine=io_uring"
+    } else if settings.epoll {
+        " engine=epoll"
     } else {
         ""
     }
@@ -367,7 +370,7 @@ pub fn client_header(
         settings.pktsize,
         settings.mode_label(),
         settings.nsockets,
-        io_uring_label(settings),
+        engine_label(settings),
         congestion_label(congestion),
         window_label(settings),
         rdma_label(settings),
@@ -562,7 +565,7 @@ pub fn server_header(
         " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}{}{}\n",
         settings.protocol.name(),
         pkt_size(settings.pktsize),
-        io_uring_label(settings),
+        engine_label(settings),
         congestion_label(congestion),
         rcvlowat_label(rcvlowat),
         window_label(settings),

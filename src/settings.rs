@@ -244,6 +244,10 @@ pub struct Settings {
     /// thread (`--io-uring`).
     #[serde(default)]
     pub io_uring: bool,
+    /// TCP and UDP: both ends' sockets never block; each thread waits for them in an
+    /// epoll instance of its own (`--epoll`).
+    #[serde(default)]
+    pub epoll: bool,
     /// TCP and UDP: both socket buffers (`SO_SNDBUF`, `SO_RCVBUF`) of every data socket
     /// on both ends, in bytes (`-w`); `None`: the kernel's autotuning (TCP) or the UDP
     /// STREAM's own size.
@@ -291,6 +295,7 @@ impl Default for Settings {
             rcvlowat: None,
             skip_rx_copy: false,
             io_uring: false,
+            epoll: false,
             window: None,
         }
     }
@@ -328,6 +333,10 @@ pub enum SettingsError {
     IoUringTcpOnly(&'static str),
     #[error("--io-uring and --zerocopy are two ways to send; choose one")]
     IoUringZeroCopy,
+    #[error("--epoll is a TCP and UDP option; it cannot be used with {0}")]
+    EpollSocketsOnly(&'static str),
+    #[error("--epoll and {0} are two ways to wait for a socket; choose one")]
+    EpollConflict(&'static str),
     #[error(
         "--busy-poll is implemented for TCP and UDP only in this build; it cannot be used with {0}"
     )]
@@ -526,6 +535,20 @@ impl Settings {
                 return Err(SettingsError::IoUringZeroCopy);
             }
         }
+        if self.epoll {
+            if !matches!(self.protocol, Protocol::Tcp | Protocol::Udp) {
+                return Err(SettingsError::EpollSocketsOnly(self.protocol.name()));
+            }
+            let other = [
+                (self.busy_poll, "--busy-poll"),
+                (self.io_uring, "--io-uring"),
+            ]
+            .into_iter()
+            .find_map(|(set, flag)| set.then_some(flag));
+            if let Some(flag) = other {
+                return Err(SettingsError::EpollConflict(flag));
+            }
+        }
         if !matches!(self.protocol, Protocol::Tcp | Protocol::Udp) && self.busy_poll {
             return Err(SettingsError::BusyPollUnsupported(self.protocol.name()));
         }
@@ -662,6 +685,7 @@ impl Settings {
             (self.window.is_some(), "with -w"),
             (self.quickack, "with --quickack"),
             (self.io_uring, "with --io-uring"),
+            (self.epoll, "with --epoll"),
         ]
         .into_iter()
         .find_map(|(set, flag)| set.then_some(flag));
@@ -1144,6 +1168,50 @@ mod tests {
         };
         assert!(reverse.server_sends_on(0));
         assert_eq!(reverse.one_way(true), reverse);
+    }
+
+    #[test]
+    fn epoll_is_for_sockets_and_one_way_of_waiting() {
+        let epoll = Settings {
+            epoll: true,
+            ..Settings::default()
+        };
+        assert_eq!(epoll.validate(), Ok(()));
+        let udp = Settings {
+            protocol: Protocol::Udp,
+            mprtt: true,
+            pktsize: 1472,
+            ..epoll.clone()
+        };
+        assert_eq!(udp.validate(), Ok(()));
+        let rdma = Settings {
+            protocol: Protocol::Rdma,
+            ..epoll.clone()
+        };
+        assert_eq!(
+            rdma.validate(),
+            Err(SettingsError::EpollSocketsOnly("RDMA"))
+        );
+        // What a hostile client may send despite the CLI's refusals.
+        for (busy_poll, io_uring, flag) in
+            [(true, false, "--busy-poll"), (false, true, "--io-uring")]
+        {
+            let both = Settings {
+                busy_poll,
+                io_uring,
+                ..epoll.clone()
+            };
+            assert_eq!(both.validate(), Err(SettingsError::EpollConflict(flag)));
+        }
+        let crr = Settings {
+            crr: true,
+            mprtt: true,
+            ..epoll
+        };
+        assert_eq!(
+            crr.validate(),
+            Err(SettingsError::CrrConflict("with --epoll"))
+        );
     }
 
     #[test]

@@ -100,6 +100,20 @@ fn invalid_combinations_are_refused() {
         "it cannot be used with --io-uring",
     );
     refused(
+        &["-c", "127.0.0.1", "-R", "--epoll"],
+        "--epoll is a TCP and UDP option; it cannot be used with RDMA",
+    );
+    for other in ["--busy-poll", "--io-uring"] {
+        refused(
+            &["-c", "127.0.0.1", "--epoll", other],
+            "cannot be used with",
+        );
+    }
+    refused(
+        &["-c", "127.0.0.1", "--crr", "--epoll"],
+        "it cannot be used with --epoll",
+    );
+    refused(
         &["-c", "127.0.0.1", "-R", "-w", "64K"],
         "cannot be used with RDMA",
     );

@@ -23,6 +23,7 @@
 pub mod affinity;
 pub mod crr;
 pub mod endpoint;
+pub(crate) mod epoll;
 pub mod ofi;
 pub mod ring;
 pub mod rsocket_sys;
@@ -173,6 +174,9 @@ pub struct StreamOptions {
     pub window: Option<usize>,
     /// TCP: data calls go through an io_uring per thread (see [`uring`]).
     pub io_uring: bool,
+    /// TCP and UDP: sockets never block; each thread waits for them in an epoll
+    /// instance of its own (see [`epoll`]) instead of in the call or in `poll()`.
+    pub epoll: bool,
 }
 
 impl Default for StreamOptions {
@@ -194,6 +198,7 @@ impl Default for StreamOptions {
             skip_rx_copy: false,
             window: None,
             io_uring: false,
+            epoll: false,
         }
     }
 }

@@ -13,8 +13,9 @@
 //! abort is noticed as soon), and only when that value changes, which is rarely.
 //! `Timeout::NonBlocking` calls pass `MSG_DONTWAIT`. Sockets stay non-blocking, with
 //! `poll()` only after `EAGAIN`, where waiting must not happen in the kernel: with
-//! `--busy-poll` (which spins) and `--zerocopy` (whose writers wait themselves). A
-//! STREAM of several sockets multiplexes its receives with `poll()` either way.
+//! `--busy-poll` (which spins), `--zerocopy` (whose writers wait themselves) and
+//! `--epoll` (whose waits are `epoll_wait()`, see [`super::epoll`]). A STREAM of
+//! several sockets multiplexes its receives with `poll()` (or `epoll_wait()`) either way.
 //!
 //! The receiving end may set a low-water mark (`SO_RCVLOWAT`, one packet by default on
 //! the server): a sleeping read or `poll()` then wakes once that much has arrived
@@ -28,6 +29,7 @@
 //! librdmacm's for `--rdma-api rsocket` (see [`super::socket_calls`]). rsockets have
 //! no kernel time-outs, so they always run in non-blocking mode.
 
+use super::epoll::Epoll;
 use super::sender::{PacketSink, Senders};
 use super::socket_calls::DataSocket;
 use super::sys::{receive_window_short_of, set_window, tcp_info, tcp_quickack};
@@ -81,6 +83,8 @@ struct Socket {
     recv_flags: libc::c_int,
     /// `--io-uring`: this thread's ring, through which the data calls go.
     ring: Option<RefCell<Ring>>,
+    /// `--epoll`: where this thread waits for the socket (else `poll()`).
+    epoll: Option<Epoll>,
 }
 
 /// A ring for a thread's data calls if `--io-uring` asks for one.
@@ -114,6 +118,7 @@ impl Socket {
                 0
             },
             ring: new_ring(opts.io_uring)?,
+            epoll: opts.epoll.then(Epoll::new),
         })
     }
 
@@ -133,6 +138,7 @@ impl Socket {
             reply: vec![0u8; self.reply.len()],
             recv_flags: self.recv_flags,
             ring: new_ring(self.ring.is_some())?,
+            epoll: self.epoll.clone(),
         })
     }
 
@@ -237,9 +243,9 @@ impl Socket {
             return self.write_all(buf, deadline);
         };
         let sock = &*self.sock;
-        let (abort, busy) = (&*self.abort, self.busy_poll);
+        let (abort, busy, epoll) = (&*self.abort, self.busy_poll, self.epoll.as_ref());
         zc.write_all(sock.as_raw_fd(), buf, &mut || {
-            wait_ready(sock, libc::POLLOUT, deadline, abort, busy)
+            wait_ready(sock, libc::POLLOUT, deadline, abort, busy, epoll)
         })
     }
 
@@ -298,13 +304,21 @@ impl Socket {
     }
 
     fn wait(&self, events: libc::c_short, deadline: Deadline) -> io::Result<()> {
-        wait_ready(&self.sock, events, deadline, &self.abort, self.busy_poll)
+        let epoll = self.epoll.as_ref();
+        wait_ready(
+            &self.sock,
+            events,
+            deadline,
+            &self.abort,
+            self.busy_poll,
+            epoll,
+        )
     }
 }
 
-/// Waits until `sock` may be ready for `events`: sleeps in `poll()`, or with `busy_poll`
-/// returns at once so the caller retries its non-blocking call (a spin). Fails once
-/// `abort` is set or `deadline` passed.
+/// Waits until `sock` may be ready for `events`: sleeps in `poll()` (or in `epoll`), or
+/// with `busy_poll` returns at once so the caller retries its non-blocking call (a
+/// spin). Fails once `abort` is set or `deadline` passed.
 ///
 /// The spin yields the CPU to other runnable threads on each turn: on a machine with
 /// fewer free cores than spinning threads (both ends of a loopback run spin), a pure
@@ -315,11 +329,14 @@ fn wait_ready(
     deadline: Deadline,
     abort: &AtomicBool,
     busy_poll: bool,
+    epoll: Option<&Epoll>,
 ) -> io::Result<()> {
     super::check_abort(abort)?;
     let ms = deadline.poll_ms()?;
     if busy_poll {
         std::thread::yield_now();
+    } else if let Some(epoll) = epoll {
+        epoll.poll_one(sock.as_raw_fd(), events, ms)?;
     } else {
         sock.poll_one(events, ms)?;
     }
@@ -391,6 +408,8 @@ pub struct TcpStream {
     /// before reading.
     acked: bool,
     pollfds: Vec<libc::pollfd>,
+    /// `--epoll`: where the receiving path waits for several sockets (else `poll()`).
+    epoll: Option<Epoll>,
 }
 
 impl TcpStream {
@@ -445,6 +464,7 @@ impl TcpStream {
                 (opts.skip_rx_copy, "--skip-rx-copy"),
                 (opts.window.is_some(), "--window"),
                 (opts.io_uring, "--io-uring"),
+                (opts.epoll, "--epoll"),
             ];
             if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
                 return Err(io::Error::new(
@@ -461,7 +481,7 @@ impl TcpStream {
             ));
         }
         // rsockets have no kernel time-outs to bound a sleeping call: non-blocking.
-        let blocking = kernel && !opts.busy_poll && opts.zerocopy == ZeroCopy::Off;
+        let blocking = kernel && !opts.busy_poll && opts.zerocopy == ZeroCopy::Off && !opts.epoll;
         let mut sockets = Vec::with_capacity(socks.len());
         for s in socks {
             s.set_nonblocking(!blocking)?;
@@ -512,6 +532,7 @@ impl TcpStream {
         };
         Ok(TcpStream {
             sockets,
+            epoll: opts.epoll.then(Epoll::new),
             opts,
             senders: SenderState::NotStarted,
             stats: StreamStats::default(),
@@ -648,7 +669,11 @@ impl TcpStream {
             p.fd = if eof { -1 } else { p.fd.abs() };
             p.revents = 0;
         }
-        if sock.poll(&mut self.pollfds, ms)? > 0 {
+        let ready = match &self.epoll {
+            Some(epoll) => epoll.poll_many(&mut self.pollfds, ms)?,
+            None => sock.poll(&mut self.pollfds, ms)?,
+        };
+        if ready > 0 {
             self.ready.extend(
                 self.pollfds
                     .iter()
@@ -1100,10 +1125,18 @@ mod tests {
     }
 
     /// Options for each way calls can wait: blocking mode, and the non-blocking modes
-    /// (`poll()` after EAGAIN with zero-copy, spinning with busy-poll).
+    /// (`poll()` after EAGAIN with zero-copy, `epoll_wait()` with epoll, spinning with
+    /// busy-poll).
     fn each_mode(base: StreamOptions) -> Vec<(&'static str, StreamOptions)> {
         vec![
             ("blocking", base.clone()),
+            (
+                "epoll",
+                StreamOptions {
+                    epoll: true,
+                    ..base.clone()
+                },
+            ),
             (
                 "zerocopy",
                 StreamOptions {

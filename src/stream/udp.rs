@@ -5,7 +5,8 @@
 //! of the data. One `send()` is one datagram of exactly the bytes given, starting with
 //! the header of [`super::udp_wire`] (sequence number, stream index, send time).
 //!
-//! Sockets are non-blocking; `poll()` runs only after `EAGAIN`. Sequence numbers are
+//! Sockets are non-blocking; `poll()` (with `--epoll`, `epoll_wait()`: see
+//! [`super::epoll`]) runs only after `EAGAIN`. Sequence numbers are
 //! drawn from one counter per STREAM, so datagrams of several sockets interleave and
 //! the receiver sees (and counts) them out of order.
 //!
@@ -37,11 +38,13 @@
 //! sockets run dry, the receiver naps [`BATCH_NAP`] instead of sleeping in `poll()`, so
 //! the sender is not charged a wake-up per datagram.
 //!
-//! MPRTT without `busy_poll`: the sockets block (in [`BLOCK_SLICE`] slices), so each
-//! wait is a single `recv()`; with `busy_poll` every wait is a spin that yields the CPU.
+//! MPRTT without `busy_poll` or `epoll`: the sockets block (in [`BLOCK_SLICE`] slices),
+//! so each wait is a single `recv()`; with `busy_poll` every wait is a spin that yields
+//! the CPU.
 
+use super::epoll::{poll_many, poll_one, Epoll};
 use super::sender::{PacketSink, Senders};
-use super::sys::{poll_many, poll_one, set_int_opt, set_window, size_buffer, Direction};
+use super::sys::{set_int_opt, set_window, size_buffer, Direction};
 use super::udp_batch::{RecvBatch, SendBatch, Sent};
 use super::udp_wire::{Arrival, BufferGrant, Header, SeqTracker, HEADER_LEN};
 use super::{check_abort, Deadline, Stream, StreamOptions, Timeout};
@@ -161,6 +164,9 @@ struct Socket {
     /// MPRTT: the socket blocks (with [`BLOCK_SLICE`] time-outs), so waiting for the
     /// next datagram or ACK is one `recv()` instead of `poll()` + `recv()`.
     blocking: bool,
+    /// `--epoll`: where this socket's thread waits for it (else `poll()`); a clone for
+    /// a sender thread waits in an instance of its own.
+    epoll: Option<Epoll>,
     clock: EpochClock,
 }
 
@@ -330,7 +336,7 @@ impl Socket {
             let ms = deadline
                 .poll_ms()?
                 .min(self.ack_timeout.as_millis() as i32 + 1);
-            poll_one(self.sock.as_raw_fd(), libc::POLLIN, ms)?;
+            poll_one(self.epoll.as_ref(), self.sock.as_raw_fd(), libc::POLLIN, ms)?;
         }
         loop {
             match self.recv_flags(&mut buf, block) {
@@ -352,7 +358,7 @@ impl Socket {
                     } else if self.busy_poll {
                         std::thread::yield_now();
                     } else {
-                        poll_one(self.sock.as_raw_fd(), libc::POLLIN, ms)?;
+                        poll_one(self.epoll.as_ref(), self.sock.as_raw_fd(), libc::POLLIN, ms)?;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -370,7 +376,7 @@ impl Socket {
         if self.busy_poll {
             std::thread::yield_now();
         } else {
-            poll_one(self.sock.as_raw_fd(), events, ms)?;
+            poll_one(self.epoll.as_ref(), self.sock.as_raw_fd(), events, ms)?;
         }
         Ok(())
     }
@@ -382,7 +388,8 @@ impl Socket {
                 Ok(_) => return Ok(true),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     check_abort(&self.abort)?;
-                    poll_one(self.sock.as_raw_fd(), libc::POLLOUT, ACK_POLL_MS)?;
+                    let fd = self.sock.as_raw_fd();
+                    poll_one(self.epoll.as_ref(), fd, libc::POLLOUT, ACK_POLL_MS)?;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // No room in the device queue, or a local firewall dropped it: the ACK
@@ -469,6 +476,8 @@ pub struct UdpStream {
     cursor: usize,
     /// One entry per socket, then the control connection.
     pollfds: Vec<libc::pollfd>,
+    /// `--epoll`: where the receiving path waits for its sockets (else `poll()`).
+    epoll: Option<Epoll>,
     /// Datagrams of `send()` not yet handed to the kernel (batching only).
     send_batch: Option<SendBatch>,
     /// Datagrams read by `recv()` and not yet returned (batching or GRO only).
@@ -506,7 +515,7 @@ impl UdpStream {
         control.set_write_timeout(Some(CONTROL_IO_TIMEOUT))?;
         let next_seq = Arc::new(AtomicU64::new(0));
         let clock = EpochClock::new();
-        let blocking = opts.mprtt && !opts.busy_poll;
+        let blocking = opts.mprtt && !opts.busy_poll && !opts.epoll;
         let slice = BLOCK_SLICE
             .min(udp.ack_timeout)
             .max(Duration::from_millis(1));
@@ -547,6 +556,7 @@ impl UdpStream {
                 abort: opts.abort.clone(),
                 busy_poll: opts.busy_poll,
                 blocking,
+                epoll: opts.epoll.then(Epoll::new),
                 clock,
             });
         }
@@ -574,6 +584,7 @@ impl UdpStream {
             finish_sent: false,
             cursor: 0,
             pollfds,
+            epoll: opts.epoll.then(Epoll::new),
             send_batch: batched.then(|| SendBatch::new(udp.batch, opts.pktsize, udp.gso)),
             recv_batch: (batched || udp.gro).then(|| {
                 // A GRO buffer holds up to 64 datagrams: a few keep the batch in cache.
@@ -871,7 +882,7 @@ impl UdpStream {
             };
             p.revents = 0;
         }
-        if poll_many(&mut self.pollfds, ms)? > 0 {
+        if poll_many(self.epoll.as_ref(), &mut self.pollfds, ms)? > 0 {
             let control_ready = self.pollfds[control].fd >= 0 && self.pollfds[control].revents != 0;
             self.ready.extend(
                 self.pollfds[..control]
@@ -1072,30 +1083,51 @@ mod tests {
         assert_eq!(got, d.received * 8192);
     }
 
-    #[test]
-    fn mprtt_resends_until_acknowledged_then_gives_up_naming_the_packet() {
-        let opts = StreamOptions {
+    /// MPRTT's waits: in blocking reads by default, in `epoll_wait()` with `--epoll`.
+    fn mprtt_modes() -> [StreamOptions; 2] {
+        let mprtt = StreamOptions {
             mprtt: true,
             ..StreamOptions::default()
         };
-        let (mut client, mut server) = pair(opts, Duration::from_millis(20));
-        // Nobody receives yet: the first packet is sent 1 + MAX_RETRIES times, unanswered.
-        let e = client
-            .send(b"0123456789abcdefghijklmnop", Timeout::Forever)
-            .expect_err("no ACK");
-        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
-        assert!(e.to_string().contains("seq=0"), "{e}");
-        assert!(e.to_string().contains("after 10 retries"), "{e}");
-        assert_eq!(client.stats().retries, 10);
-        // The receiver reads all 11 copies: one new, ten duplicates, each ACKed.
-        let mut buf = [0u8; 64];
-        for _ in 0..11 {
-            server.recv(&mut buf, Timeout::Millis(5_000)).expect("copy");
+        let epoll = StreamOptions {
+            epoll: true,
+            ..mprtt.clone()
+        };
+        [mprtt, epoll]
+    }
+
+    #[test]
+    fn mprtt_resends_until_acknowledged_then_gives_up_naming_the_packet() {
+        for opts in mprtt_modes() {
+            let epoll = opts.epoll;
+            let (mut client, mut server) = pair(opts, Duration::from_millis(20));
+            // Nobody receives yet: the first packet is sent 1 + MAX_RETRIES times.
+            let e = client
+                .send(b"0123456789abcdefghijklmnop", Timeout::Forever)
+                .expect_err("no ACK");
+            assert_eq!(e.kind(), io::ErrorKind::TimedOut, "epoll {epoll}");
+            assert!(e.to_string().contains("seq=0"), "{e}");
+            assert!(e.to_string().contains("after 10 retries"), "{e}");
+            assert_eq!(client.stats().retries, 10, "epoll {epoll}");
+            // The receiver reads all 11 copies: one new, ten duplicates, each ACKed.
+            let mut buf = [0u8; 64];
+            for _ in 0..11 {
+                server.recv(&mut buf, Timeout::Millis(5_000)).expect("copy");
+            }
+            let d = server.stats().datagrams;
+            assert_eq!((d.received, d.duplicates), (11, 10), "epoll {epoll}");
+            assert_eq!(server.stats().bytes_sent, 11, "every copy ACKed");
+            assert_eq!(server.stats().bytes_received, 11 * 26);
+            // Answered now: the next packet's ACK comes back.
+            let t = thread::spawn(move || {
+                let got = server.recv(&mut buf, Timeout::Millis(5_000)).expect("next");
+                (got, server)
+            });
+            client.send(&[9u8; 30], Timeout::Forever).expect("ACKed");
+            let (got, _server) = t.join().expect("join");
+            assert_eq!(got, 30);
+            assert_eq!(client.stats().retries, 10, "epoll {epoll}");
         }
-        let d = server.stats().datagrams;
-        assert_eq!((d.received, d.duplicates), (11, 10));
-        assert_eq!(server.stats().bytes_sent, 11, "every copy ACKed");
-        assert_eq!(server.stats().bytes_received, 11 * 26);
     }
 
     #[test]
@@ -1124,18 +1156,28 @@ mod tests {
 
     #[test]
     fn recv_timeouts_follow_the_seed_convention() {
-        let (_client, mut server) = pair(StreamOptions::default(), Duration::from_millis(100));
-        let mut buf = [0u8; 16];
-        let e = server
-            .recv(&mut buf, Timeout::from_millis(0))
-            .expect_err("no data");
-        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
-        let t0 = Instant::now();
-        let e = server
-            .recv(&mut buf, Timeout::from_millis(150))
-            .expect_err("no data");
-        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
-        assert!(t0.elapsed() >= Duration::from_millis(140));
+        let plain = StreamOptions::default();
+        for opts in [
+            plain.clone(),
+            StreamOptions {
+                epoll: true,
+                ..plain
+            },
+        ] {
+            let epoll = opts.epoll;
+            let (_client, mut server) = pair(opts, Duration::from_millis(100));
+            let mut buf = [0u8; 16];
+            let e = server
+                .recv(&mut buf, Timeout::from_millis(0))
+                .expect_err("no data");
+            assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "epoll {epoll}");
+            let t0 = Instant::now();
+            let e = server
+                .recv(&mut buf, Timeout::from_millis(150))
+                .expect_err("no data");
+            assert_eq!(e.kind(), io::ErrorKind::TimedOut, "epoll {epoll}");
+            assert!(t0.elapsed() >= Duration::from_millis(140), "epoll {epoll}");
+        }
     }
 
     /// A pair whose ends batch `batch` datagrams, with GSO and GRO as given.

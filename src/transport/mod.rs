@@ -121,6 +121,7 @@ pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOpti
         skip_rx_copy: false,
         window: settings.window.map(|w| w as usize),
         io_uring: settings.io_uring,
+        epoll: settings.epoll,
     }
 }
 
