@@ -10,38 +10,30 @@ use std::time::{Duration, Instant};
 
 const MB: u64 = 1 << 20;
 
-fn run_json(args: &[&str]) -> Value {
-    let server = Server::start(&[]);
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = client_ok(&server, "127.0.0.1", &all);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
-}
-
-fn u(v: &Value, path: &[&str]) -> u64 {
-    let mut at = v;
-    for key in path {
-        at = &at[key];
-    }
-    at.as_u64()
-        .unwrap_or_else(|| panic!("{path:?} is not a number in {v}"))
-}
-
 #[test]
 fn tcp_moves_and_echoes_every_byte() {
     // Two streams of two sockets: the receiving path waits for both in one instance.
     let doc = run_json(&["-m", "4", "-t", "2", "-n", "2", "--epoll"]);
     assert_eq!(doc["settings"]["epoll"], Value::Bool(true));
-    assert_eq!(u(&doc, &["client", "total", "bytes_sent"]), 8 * MB);
-    assert_eq!(u(&doc, &["server", "total", "bytes_received"]), 8 * MB);
+    assert_eq!(json_u64(&doc, &["client", "total", "bytes_sent"]), 8 * MB);
+    assert_eq!(
+        json_u64(&doc, &["server", "total", "bytes_received"]),
+        8 * MB
+    );
     let doc = run_json(&["-m", "4", "--reverse", "--epoll", "--zerocopy"]);
-    assert_eq!(u(&doc, &["server", "total", "bytes_sent"]), 4 * MB);
-    assert_eq!(u(&doc, &["client", "total", "bytes_received"]), 4 * MB);
+    assert_eq!(json_u64(&doc, &["server", "total", "bytes_sent"]), 4 * MB);
+    assert_eq!(
+        json_u64(&doc, &["client", "total", "bytes_received"]),
+        4 * MB
+    );
     // 1 MB in 1000-byte packets: 1049 round trips, the short last one echoed too.
     let doc = run_json(&["-m", "1", "-l", "1000", "--echo", "--epoll"]);
-    assert_eq!(u(&doc, &["client", "total", "bytes_received"]), MB);
-    assert_eq!(u(&doc, &["server", "total", "bytes_sent"]), MB);
-    assert_eq!(u(&doc, &["client", "total", "send_latency", "count"]), 1049);
+    assert_eq!(json_u64(&doc, &["client", "total", "bytes_received"]), MB);
+    assert_eq!(json_u64(&doc, &["server", "total", "bytes_sent"]), MB);
+    assert_eq!(
+        json_u64(&doc, &["client", "total", "send_latency", "count"]),
+        1049
+    );
     let doc = run_json(&["-m", "1"]);
     assert_eq!(doc["settings"]["epoll"], Value::Bool(false));
 }
@@ -51,11 +43,15 @@ fn udp_counts_every_datagram_and_ack() {
     let doc = run_json(&["-u", "-m", "4", "-n", "2", "--epoll"]);
     let received = &doc["server"]["total"]["datagrams"];
     assert_eq!(
-        u(&doc, &["client", "total", "datagrams", "sent"]),
+        json_u64(&doc, &["client", "total", "datagrams", "sent"]),
         4 * MB / 32768
     );
-    assert_eq!(u(received, &["received"]), 4 * MB / 32768, "{received}");
-    assert_eq!(u(received, &["lost"]), 0);
+    assert_eq!(
+        json_u64(received, &["received"]),
+        4 * MB / 32768,
+        "{received}"
+    );
+    assert_eq!(json_u64(received, &["lost"]), 0);
     // MPRTT: an ACK per datagram, each waited for in epoll_wait() on both ends. A
     // generous ACK time-out keeps a stalled machine from resending; should it happen,
     // the counts must still agree.
@@ -70,14 +66,20 @@ fn udp_counts_every_datagram_and_ack() {
         "2000",
         "--epoll",
     ]);
-    let retries = u(&doc, &["client", "total", "retries"]);
-    assert_eq!(u(&doc, &["client", "total", "datagrams", "sent"]), 1049);
+    let retries = json_u64(&doc, &["client", "total", "retries"]);
     assert_eq!(
-        u(&doc, &["server", "total", "datagrams", "received"]),
+        json_u64(&doc, &["client", "total", "datagrams", "sent"]),
+        1049
+    );
+    assert_eq!(
+        json_u64(&doc, &["server", "total", "datagrams", "received"]),
         1049 + retries
     );
-    assert_eq!(u(&doc, &["server", "total", "bytes_sent"]), 1049 + retries);
-    let acks = u(&doc, &["client", "total", "bytes_received"]);
+    assert_eq!(
+        json_u64(&doc, &["server", "total", "bytes_sent"]),
+        1049 + retries
+    );
+    let acks = json_u64(&doc, &["client", "total", "bytes_received"]);
     assert!((1049..=1049 + retries).contains(&acks), "{acks} ACK bytes");
 }
 

@@ -9,24 +9,6 @@ use std::time::Duration;
 
 const MB: u64 = 1 << 20;
 
-/// Runs a `--json` client with `args` against a fresh server; returns the document.
-fn run_json(args: &[&str]) -> Value {
-    let server = Server::start(&[]);
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let out = client_ok(&server, "127.0.0.1", &all);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
-}
-
-fn u(v: &Value, path: &[&str]) -> u64 {
-    let mut at = v;
-    for key in path {
-        at = &at[key];
-    }
-    at.as_u64()
-        .unwrap_or_else(|| panic!("{path:?} is not a number in {v}"))
-}
-
 /// Checks an echo run of `streams` streams of `per_stream` bytes in `pktsize` packets:
 /// every byte went out and came back, one round trip per packet.
 fn assert_echoed(doc: &Value, streams: u64, per_stream: u64, pktsize: u64) {
@@ -37,17 +19,21 @@ fn assert_echoed(doc: &Value, streams: u64, per_stream: u64, pktsize: u64) {
         Value::Bool(true),
         "--echo implies -r"
     );
-    assert_eq!(u(doc, &["client", "total", "bytes_sent"]), total);
+    assert_eq!(json_u64(doc, &["client", "total", "bytes_sent"]), total);
     assert_eq!(
-        u(doc, &["client", "total", "bytes_received"]),
+        json_u64(doc, &["client", "total", "bytes_received"]),
         total,
         "echoed"
     );
-    assert_eq!(u(doc, &["server", "total", "bytes_received"]), total);
-    assert_eq!(u(doc, &["server", "total", "bytes_sent"]), total, "echoed");
+    assert_eq!(json_u64(doc, &["server", "total", "bytes_received"]), total);
+    assert_eq!(
+        json_u64(doc, &["server", "total", "bytes_sent"]),
+        total,
+        "echoed"
+    );
     let round_trips = streams * per_stream.div_ceil(pktsize);
     assert_eq!(
-        u(doc, &["client", "total", "send_latency", "count"]),
+        json_u64(doc, &["client", "total", "send_latency", "count"]),
         round_trips
     );
 }
@@ -78,7 +64,7 @@ fn echo_in_the_non_blocking_modes() {
 #[test]
 fn echo_for_a_time_echoes_what_was_sent() {
     let doc = run_json(&["--time", "1", "-l", "64", "--echo", "-d"]);
-    let sent = u(&doc, &["client", "total", "bytes_sent"]);
+    let sent = json_u64(&doc, &["client", "total", "bytes_sent"]);
     assert!(sent > 0 && sent % 64 == 0, "whole packets: {sent}");
     assert_echoed(&doc, 1, sent, 64);
 }
@@ -142,11 +128,17 @@ fn affinity_is_another_name_for_cpu() {
 fn io_uring_moves_and_echoes_every_byte() {
     let doc = run_json(&["-m", "4", "-t", "2", "-n", "2", "--io-uring"]);
     assert_eq!(doc["settings"]["io_uring"], Value::Bool(true));
-    assert_eq!(u(&doc, &["client", "total", "bytes_sent"]), 8 * MB);
-    assert_eq!(u(&doc, &["server", "total", "bytes_received"]), 8 * MB);
+    assert_eq!(json_u64(&doc, &["client", "total", "bytes_sent"]), 8 * MB);
+    assert_eq!(
+        json_u64(&doc, &["server", "total", "bytes_received"]),
+        8 * MB
+    );
     let doc = run_json(&["-m", "4", "--reverse", "--io-uring"]);
-    assert_eq!(u(&doc, &["server", "total", "bytes_sent"]), 4 * MB);
-    assert_eq!(u(&doc, &["client", "total", "bytes_received"]), 4 * MB);
+    assert_eq!(json_u64(&doc, &["server", "total", "bytes_sent"]), 4 * MB);
+    assert_eq!(
+        json_u64(&doc, &["client", "total", "bytes_received"]),
+        4 * MB
+    );
     let doc = run_json(&["-m", "1", "-l", "1000", "--echo", "--io-uring"]);
     assert_echoed(&doc, 1, MB, 1000);
     let doc = run_json(&["-m", "1"]);

@@ -384,3 +384,22 @@ pub fn interrupted_client(
     assert_eq!(out.status.code(), Some(130), "{out:?}");
     text
 }
+
+/// Runs a `--json` client with `args` against a fresh server; returns the document.
+pub fn run_json(args: &[&str]) -> serde_json::Value {
+    let server = Server::start(&[]);
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = client_ok(&server, "127.0.0.1", &all);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
+}
+
+/// The number at `path` in a JSON document (panics naming the path if it is not one).
+pub fn json_u64(v: &serde_json::Value, path: &[&str]) -> u64 {
+    let mut at = v;
+    for key in path {
+        at = &at[key];
+    }
+    at.as_u64()
+        .unwrap_or_else(|| panic!("{path:?} is not a number in {v}"))
+}
