@@ -86,8 +86,9 @@ struct Cli {
     #[arg(short = 'D', long, value_name = "DEV", requires = "rdma")]
     rdmadev: Option<String>,
 
-    /// RDMA programming interface: ibverbs (the seed's default), cm, rsocket, or ofi
-    /// (libfabric; the only one this build implements). Needs -R.
+    /// RDMA programming interface: ibverbs (raw verbs, the seed's default), cm (verbs
+    /// with rdma_cm connection set-up), rsocket (librdmacm's socket calls) or ofi
+    /// (libfabric). Needs -R.
     #[arg(long, value_name = "API", requires = "rdma", value_parser = ["ibverbs", "cm", "rsocket", "ofi"])]
     rdma_api: Option<String>,
 
