@@ -327,6 +327,7 @@ pub fn run_observed(
                 congestion: info.congestion.clone(),
                 // Sending sockets keep the kernel's mark; the receiving end's has it.
                 rcvlowat: m.rcvlowat,
+                rx_nap_us: m.rx_nap_us,
                 figures,
             }
         })
@@ -471,6 +472,8 @@ struct Moved {
     tcp: Option<TcpInfo>,
     /// A receiving stream's low-water mark, as the kernel reports it.
     rcvlowat: Option<u32>,
+    /// A receiving stream's nap while data flows, in us.
+    rx_nap_us: Option<u32>,
     interrupted: bool,
 }
 
@@ -481,6 +484,7 @@ impl From<Driven> for Moved {
             stats: d.stats,
             tcp: d.tcp,
             rcvlowat: None,
+            rx_nap_us: None,
             interrupted: d.interrupted,
         }
     }
@@ -493,6 +497,7 @@ impl From<Received> for Moved {
             stats: r.stats,
             tcp: r.tcp,
             rcvlowat: r.rcvlowat,
+            rx_nap_us: r.rx_nap_us,
             interrupted: r.interrupted,
         }
     }

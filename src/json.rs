@@ -163,6 +163,8 @@ pub struct StreamDoc {
     pub congestion: Option<String>,
     /// TCP, the server's streams: the receive low-water mark of its sockets.
     pub rcvlowat: Option<u32>,
+    /// TCP, the receiving end's streams: how long a read naps while data flows, in us.
+    pub rx_nap_us: Option<u32>,
     pub figures: FiguresDoc,
 }
 
@@ -261,6 +263,7 @@ impl SideDoc {
                     peer: s.peer.clone(),
                     congestion: s.congestion.clone(),
                     rcvlowat: s.rcvlowat,
+                    rx_nap_us: s.rx_nap_us,
                     figures: FiguresDoc::new(&s.figures, settings, r.role),
                 })
                 .collect(),

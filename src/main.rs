@@ -166,8 +166,10 @@ struct Cli {
     /// (SO_RCVLOWAT), 1 to 64M. Default, by how idle the server's cores are: with two
     /// cores per stream and no -b, 128K or one packet if larger (at most half of -w);
     /// with a core per stream or -b, one packet; with more streams than cores, 1. Fewer
-    /// wake-ups leave the sender's core more time to copy. 1 is the kernel's default
-    /// (iperf3's reads). Not with -r, where the server answers each packet as it arrives.
+    /// wake-ups leave the sender's core more time to copy. With the 128K default the
+    /// reads also nap 20 us while data flows (header: rx_nap=20us) instead of waiting to
+    /// be woken; giving --rcvlowat turns that off. 1 is the kernel's default (iperf3's
+    /// reads). Not with -r, where the server answers each packet as it arrives.
     #[arg(long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
     rcvlowat: Option<u32>,
 
@@ -695,10 +697,16 @@ impl ServerPrinter {
                 from,
                 congestion,
                 rcvlowat,
+                rx_nap,
             } => {
                 self.in_test = true;
-                let header =
-                    report::server_header(&settings, &from, congestion.as_deref(), rcvlowat);
+                let header = report::server_header(
+                    &settings,
+                    &from,
+                    congestion.as_deref(),
+                    rcvlowat,
+                    rx_nap,
+                );
                 let _ = write!(out, "{header}");
                 self.line_open = false;
             }

@@ -122,6 +122,10 @@ pub struct StreamResult {
     /// sockets, as the kernel reported it.
     #[serde(default)]
     pub rcvlowat: Option<u32>,
+    /// TCP, the receiving end's streams: how long a read naps while data flows, in us
+    /// (see `Settings::rx_nap`); `None` where reads do not nap.
+    #[serde(default)]
+    pub rx_nap_us: Option<u32>,
     pub figures: Figures,
 }
 
@@ -544,22 +548,27 @@ fn short_latency(l: &LatencySummary) -> String {
 }
 
 /// What the server's header adds for TCP: a receive low-water mark above the kernel's
-/// default of 1 byte, since the server picks it by its cores unless `--rcvlowat` is given.
-fn rcvlowat_label(rcvlowat: Option<u32>) -> String {
-    rcvlowat
+/// default of 1 byte and the reads' nap while data flows, since the server picks both
+/// by its cores unless `--rcvlowat` is given.
+fn receive_label(rcvlowat: Option<u32>, rx_nap: Option<Duration>) -> String {
+    let mark = rcvlowat
         .filter(|&bytes| bytes > 1)
         .map_or_else(String::new, |bytes| {
             format!(" rcvlowat={}", pkt_size(bytes))
-        })
+        });
+    let nap = rx_nap.map_or_else(String::new, |nap| format!(" rx_nap={}us", nap.as_micros()));
+    mark + &nap
 }
 
 /// The server's connection line, completing `Server listening ....`. `congestion` and
-/// `rcvlowat`: the algorithm and receive low-water mark the server's sockets use (TCP).
+/// `rcvlowat`, `rx_nap`: the algorithm, receive low-water mark and nap while data flows
+/// that the server's sockets use (TCP).
 pub fn server_header(
     settings: &Settings,
     from: &str,
     congestion: Option<&str>,
     rcvlowat: Option<u32>,
+    rx_nap: Option<Duration>,
 ) -> String {
     format!(
         " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}{}{}\n",
@@ -567,7 +576,7 @@ pub fn server_header(
         pkt_size(settings.pktsize),
         engine_label(settings),
         congestion_label(congestion),
-        rcvlowat_label(rcvlowat),
+        receive_label(rcvlowat, rx_nap),
         window_label(settings),
         rdma_label(settings),
         echo_label(settings),
@@ -652,6 +661,7 @@ mod tests {
                     peer: "127.0.0.1:28444".into(),
                     congestion: None,
                     rcvlowat: None,
+                    rx_nap_us: None,
                     figures: figures.clone(),
                 })
                 .collect(),
@@ -688,23 +698,29 @@ mod tests {
     fn server_report_has_the_seed_layout() {
         let s = Settings::default();
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384", None, None),
+            server_header(&s, "127.0.0.1:50384", None, None, None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB)\n"
         );
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(1)),
+            server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(1), None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr\n"
         );
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(128 << 10)),
+            server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(128 << 10), None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr rcvlowat=128KB\n"
+        );
+        let nap = Some(Duration::from_micros(20));
+        assert_eq!(
+            server_header(&s, "127.0.0.1:50384", Some("cubic"), Some(128 << 10), nap),
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic rcvlowat=128KB \
+             rx_nap=20us\n"
         );
         let skip = Settings {
             skip_rx_copy: true,
             ..Settings::default()
         };
         assert_eq!(
-            server_header(&skip, "127.0.0.1:50384", Some("bbr"), None),
+            server_header(&skip, "127.0.0.1:50384", Some("bbr"), None, None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr rx_copy=skipped \
              (the receiving end's reads discard the bytes in the kernel)\n"
         );
@@ -713,7 +729,7 @@ mod tests {
             ..Settings::default()
         };
         assert_eq!(
-            server_header(&window, "127.0.0.1:50384", Some("cubic"), None),
+            server_header(&window, "127.0.0.1:50384", Some("cubic"), None, None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic window=256KB\n"
         );
         let mut r = side(10_737_418_240, 2.83, 1);

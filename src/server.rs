@@ -88,6 +88,8 @@ pub enum ServerEvent {
         congestion: Option<String>,
         /// TCP: the receive low-water mark of the server's sockets.
         rcvlowat: Option<u32>,
+        /// TCP: the nap of the server's reads while data flows.
+        rx_nap: Option<std::time::Duration>,
     },
     /// A reporting interval (`-i`) of the running test ended; the server's figures.
     Interval {
@@ -398,6 +400,7 @@ fn run_session(
     let from = streams.first().map_or_else(String::new, |s| s.peer_addr());
     let congestion = streams.first().and_then(|s| s.congestion());
     let rcvlowat = streams.first().and_then(|s| s.rcvlowat());
+    let rx_nap = streams.first().and_then(|s| s.rx_nap());
     // With tests in parallel, each report is sent in one piece at the end.
     if !parallel {
         let _ = events.send(ServerEvent::Started {
@@ -405,6 +408,7 @@ fn run_session(
             from: from.clone(),
             congestion: congestion.clone(),
             rcvlowat,
+            rx_nap,
         });
     }
 
@@ -563,6 +567,7 @@ fn run_session(
             from: from.clone(),
             congestion: congestion.clone(),
             rcvlowat,
+            rx_nap,
         });
     }
     let _ = events.send(ServerEvent::Finished {
@@ -582,6 +587,7 @@ pub(crate) struct Received {
     peer: String,
     congestion: Option<String>,
     pub(crate) rcvlowat: Option<u32>,
+    pub(crate) rx_nap_us: Option<u32>,
     /// The time the figures cover: the first byte received to the last, or the first
     /// sent to the peer's confirmation of the last.
     pub(crate) span: Option<(std::time::Instant, std::time::Instant)>,
@@ -699,6 +705,9 @@ pub(crate) fn receive(
         peer: stream.peer_addr(),
         congestion: stream.congestion(),
         rcvlowat: stream.rcvlowat(),
+        rx_nap_us: stream
+            .rx_nap()
+            .and_then(|nap| u32::try_from(nap.as_micros()).ok()),
         span,
         interrupted,
     })
@@ -748,6 +757,7 @@ fn send_back(
         peer,
         congestion,
         rcvlowat: None,
+        rx_nap_us: None,
         span: Some((driven.start, confirmed)),
         interrupted: driven.interrupted,
     })
@@ -773,6 +783,7 @@ fn server_result(settings: &Settings, per_stream: &[(u32, Received)]) -> SideRes
                 peer: r.peer.clone(),
                 congestion: r.congestion.clone(),
                 rcvlowat: r.rcvlowat,
+                rx_nap_us: r.rx_nap_us,
                 figures,
             }
         })

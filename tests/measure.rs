@@ -679,9 +679,30 @@ fn receive_low_water_mark_is_read_back_by_the_server() {
         u64::from(default)
     );
 
+    // Where the bulk mark is the default, the reads also nap while data flows.
+    let nap = fperf::settings::Settings::default().rx_nap(cores);
+    let nap_us = nap.map(|d| d.as_micros() as u64);
+    assert_eq!(doc["server"]["streams"][0]["rx_nap_us"].as_u64(), nap_us);
+    assert!(doc["client"]["streams"][0]["rx_nap_us"].is_null());
+    let reverse = json_run(&server, &["-m", "8", "--reverse"]);
+    assert_eq!(
+        reverse["client"]["streams"][0]["rx_nap_us"].as_u64(),
+        nap_us
+    );
+    assert!(reverse["server"]["streams"][0]["rx_nap_us"].is_null());
+
     client_ok(&server, "127.0.0.1", &["-m", "8", "--rcvlowat", "5000"]);
-    let report = server.report(3);
+    let report = server.report(4);
     assert!(report.contains(" rcvlowat=5000B"), "{report}");
+    assert!(
+        !report.contains("rx_nap"),
+        "--rcvlowat reads as the mark says: {report}"
+    );
+    if let Some(us) = nap_us {
+        client_ok(&server, "127.0.0.1", &["-m", "8"]);
+        let report = server.report(5);
+        assert!(report.contains(&format!(" rx_nap={us}us")), "{report}");
+    }
 
     let doc = json_run(&server, &["-u", "-m", "1", "-l", "1400"]);
     assert!(doc["server"]["streams"][0]["rcvlowat"].is_null(), "UDP");

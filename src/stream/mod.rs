@@ -169,6 +169,10 @@ pub struct StreamOptions {
     /// TCP, the receiving end: reads pass `MSG_TRUNC`, so the kernel consumes the bytes
     /// without copying them into the buffer (which keeps whatever it held).
     pub skip_rx_copy: bool,
+    /// TCP, the receiving end of one blocking socket: while data flows, a read that
+    /// finds none naps this long and reads once more before it sleeps on the socket,
+    /// so the sender does not wake it ([`crate::settings::Settings::rx_nap`]).
+    pub rx_nap: Option<std::time::Duration>,
     /// TCP and UDP: both socket buffers of every data socket, in bytes (`--window`);
     /// `None`: the kernel's autotuning (TCP) or the STREAM's own size (UDP).
     pub window: Option<usize>,
@@ -196,6 +200,7 @@ impl Default for StreamOptions {
             congestion: None,
             rcvlowat: None,
             skip_rx_copy: false,
+            rx_nap: None,
             window: None,
             io_uring: false,
             epoll: false,
@@ -311,6 +316,12 @@ pub trait Stream: Send {
     /// reports it, which may be below the one asked for (TCP); `None` for transports
     /// that have none.
     fn rcvlowat(&self) -> Option<u32> {
+        None
+    }
+
+    /// The nap of a receiving STREAM whose reads nap while data flows (TCP, see
+    /// [`StreamOptions::rx_nap`]); `None` where they do not.
+    fn rx_nap(&self) -> Option<std::time::Duration> {
         None
     }
 }

@@ -407,6 +407,9 @@ pub struct TcpStream {
     /// there before the peer has read it: in non-blocking mode the next `recv()` polls
     /// before reading.
     acked: bool,
+    /// The last read returned data: with [`StreamOptions::rx_nap`], the next one naps
+    /// rather than sleeps if it finds none.
+    flowing: bool,
     pollfds: Vec<libc::pollfd>,
     /// `--epoll`: where the receiving path waits for several sockets (else `poll()`).
     epoll: Option<Epoll>,
@@ -544,6 +547,7 @@ impl TcpStream {
             partial: vec![0; n],
             echo_bufs,
             acked: false,
+            flowing: false,
             pollfds,
         })
     }
@@ -713,7 +717,26 @@ impl TcpStream {
             sock.wait(libc::POLLIN, deadline)?;
             now = None;
         }
-        let n = sock.read_some(buf, deadline, now)?;
+        let mut read = None;
+        let nap = self
+            .opts
+            .rx_nap
+            .filter(|_| self.flowing && deadline != Deadline::Now);
+        if let Some(nap) = nap.filter(|_| sock.blocking) {
+            // Data is flowing: nap off the socket's wait queue once if none is there, so
+            // the sender's core does not pay for waking this thread, then read again.
+            read = sock.read_nowait(buf)?;
+            if read.is_none() {
+                std::thread::sleep(nap);
+                read = sock.read_nowait(buf)?;
+                now = None;
+            }
+        }
+        let n = match read {
+            Some(n) => n,
+            None => sock.read_some(buf, deadline, now)?,
+        };
+        self.flowing = n > 0;
         if n == 0 {
             self.mark_eof(0);
         }
@@ -889,6 +912,11 @@ impl Stream for TcpStream {
             return None;
         }
         congestion_of(sock).ok()
+    }
+
+    fn rx_nap(&self) -> Option<Duration> {
+        let single = self.sockets.len() == 1 && self.sockets[0].blocking;
+        self.opts.rx_nap.filter(|_| single)
     }
 
     fn rcvlowat(&self) -> Option<u32> {
@@ -1323,6 +1351,126 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
         assert!(err.to_string().contains("--skip-rx-copy"), "{err}");
         drop(t.join().expect("join"));
+    }
+
+    /// A napping reader (the bulk default where a core is spare) reads every byte in
+    /// order across pauses longer than its nap, in which it falls back to sleeping on
+    /// the socket with the low-water mark; still sees the end of stream of a last short
+    /// packet; and keeps its time-outs once data stopped flowing.
+    #[test]
+    fn a_napping_reader_reads_every_byte_across_pauses_and_keeps_its_time_outs() {
+        let nap = Duration::from_micros(20);
+        let opts = StreamOptions {
+            rcvlowat: Some(64 << 10),
+            rx_nap: Some(nap),
+            ..StreamOptions::default()
+        };
+        let (mut client, mut server) = pair(opts);
+        assert_eq!(server.rx_nap(), Some(nap));
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let t = thread::spawn(move || {
+            let mut next = 0u32;
+            let mut packet = |words: u32| -> Vec<u8> {
+                let p = (next..next + words).flat_map(u32::to_be_bytes).collect();
+                next += words;
+                p
+            };
+            for burst in 0..40 {
+                for _ in 0..8 {
+                    client.send(&packet(8192), Timeout::Forever).expect("send");
+                }
+                if burst % 8 == 7 {
+                    thread::sleep(Duration::from_millis(5));
+                }
+            }
+            // Nothing for longer than a time-out, then a short last packet.
+            wait.recv().expect("go");
+            client.send(&packet(250), Timeout::Forever).expect("send");
+            client.finish_sending(Timeout::Forever).expect("finish");
+            next
+        });
+        let bursts = 40 * 8 * 8192 * 4;
+        let mut got = Vec::with_capacity(bursts + 1000);
+        let mut buf = vec![0u8; 128 << 10];
+        while got.len() < bursts {
+            let n = server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            assert!(n > 0, "end of stream after {} bytes", got.len());
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got.len(), bursts, "no byte of the last packet yet");
+        let t0 = Instant::now();
+        let e = server
+            .recv(&mut buf, Timeout::from_millis(100))
+            .expect_err("nothing sent");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(t0.elapsed() >= Duration::from_millis(90));
+        go.send(()).expect("go");
+        loop {
+            let n = server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        let words = t.join().expect("join");
+        let want: Vec<u8> = (0..words).flat_map(u32::to_be_bytes).collect();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "bytes out of order");
+        assert_eq!(server.stats().bytes_received, want.len() as u64);
+    }
+
+    /// While data flows, a read returns what is there, below the mark, without waiting:
+    /// a reader that sleeps on the socket would wait for the mark, or for a poll slice
+    /// (100 ms) to pass.
+    #[test]
+    fn a_napping_reader_takes_what_is_there_while_data_flows() {
+        let mark = 64 << 10;
+        let opts = StreamOptions {
+            rcvlowat: Some(mark),
+            rx_nap: Some(Duration::from_micros(20)),
+            ..StreamOptions::default()
+        };
+        let (mut client, mut server) = pair(opts);
+        let (sent_tx, sent) = std::sync::mpsc::channel::<()>();
+        let (go, go_rx) = std::sync::mpsc::channel::<()>();
+        let t = thread::spawn(move || {
+            client
+                .send(&vec![1u8; mark], Timeout::Forever)
+                .expect("send");
+            go_rx.recv().expect("go");
+            // On loopback the bytes are in the reader's socket once send() returns.
+            client.send(&[2u8; 1000], Timeout::Forever).expect("send");
+            sent_tx.send(()).expect("sent");
+            go_rx.recv().expect("go");
+            client.finish_sending(Timeout::Forever).expect("finish");
+        });
+        let mut buf = vec![0u8; 128 << 10];
+        let n = server
+            .recv(&mut buf, Timeout::Millis(10_000))
+            .expect("recv");
+        assert_eq!(n, mark, "the first read waits for the mark");
+        go.send(()).expect("go");
+        sent.recv().expect("sent");
+        let t0 = Instant::now();
+        let n = server
+            .recv(&mut buf, Timeout::Millis(10_000))
+            .expect("recv");
+        assert_eq!((n, buf[0]), (1000, 2));
+        assert!(
+            t0.elapsed() < Duration::from_millis(50),
+            "waited {:?} for the mark or a slice",
+            t0.elapsed()
+        );
+        go.send(()).expect("go");
+        assert_eq!(
+            server.recv(&mut buf, Timeout::Millis(10_000)).expect("eof"),
+            0
+        );
+        t.join().expect("join");
     }
 
     #[test]

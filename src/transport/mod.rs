@@ -119,6 +119,7 @@ pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOpti
         // it would hold back the reading of 1-byte MPRTT replies.
         rcvlowat: None,
         skip_rx_copy: false,
+        rx_nap: None,
         window: settings.window.map(|w| w as usize),
         io_uring: settings.io_uring,
         epoll: settings.epoll,

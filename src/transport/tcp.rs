@@ -84,12 +84,13 @@ impl Acceptor for TcpAcceptor {
 }
 
 /// `opts` for the end that receives a stream's data (the server, or with `--reverse`
-/// and on `--bidir`'s second half the client): its receive low-water mark and
+/// and on `--bidir`'s second half the client): its receive low-water mark, nap and
 /// `--skip-rx-copy`.
 fn receiving_end(s: &Settings, opts: StreamOptions) -> StreamOptions {
     StreamOptions {
         rcvlowat: s.rcvlowat_bytes(receiver_cores()).map(|b| b as usize),
         skip_rx_copy: s.skip_rx_copy,
+        rx_nap: s.rx_nap(receiver_cores()),
         ..opts
     }
 }
