@@ -1036,6 +1036,16 @@ mod tests {
         }
     }
 
+    /// Reads into `buf` until end of stream, appending every byte to `got`.
+    fn read_to_end(server: &mut TcpStream, buf: &mut [u8], got: &mut Vec<u8>) {
+        loop {
+            match server.recv(buf, Timeout::Millis(10_000)).expect("recv") {
+                0 => return,
+                n => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
     #[test]
     fn sync_send_keeps_order_and_counts() {
         let (mut client, mut server) = pair(StreamOptions::default());
@@ -1050,15 +1060,7 @@ mod tests {
         });
         let mut got = Vec::new();
         let mut buf = [0u8; 4096];
-        loop {
-            let n = server
-                .recv(&mut buf, Timeout::Millis(10_000))
-                .expect("recv");
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-        }
+        read_to_end(&mut server, &mut buf, &mut got);
         let want: Vec<u8> = (0..1000u32).flat_map(|i| i.to_be_bytes()).collect();
         assert_eq!(got, want);
         let cs = t.join().expect("join");
@@ -1407,15 +1409,7 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         assert!(t0.elapsed() >= Duration::from_millis(90));
         go.send(()).expect("go");
-        loop {
-            let n = server
-                .recv(&mut buf, Timeout::Millis(10_000))
-                .expect("recv");
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-        }
+        read_to_end(&mut server, &mut buf, &mut got);
         let words = t.join().expect("join");
         let want: Vec<u8> = (0..words).flat_map(u32::to_be_bytes).collect();
         assert_eq!(got.len(), want.len());
