@@ -718,11 +718,8 @@ impl TcpStream {
             now = None;
         }
         let mut read = None;
-        let nap = self
-            .opts
-            .rx_nap
-            .filter(|_| self.flowing && deadline != Deadline::Now);
-        if let Some(nap) = nap.filter(|_| sock.blocking) {
+        let nap = Stream::rx_nap(self).filter(|_| self.flowing && deadline != Deadline::Now);
+        if let Some(nap) = nap {
             // Data is flowing: nap off the socket's wait queue once if none is there, so
             // the sender's core does not pay for waking this thread, then read again.
             read = sock.read_nowait(buf)?;
@@ -914,6 +911,7 @@ impl Stream for TcpStream {
         congestion_of(sock).ok()
     }
 
+    /// The nap applies to one socket that would otherwise sleep in its reads.
     fn rx_nap(&self) -> Option<Duration> {
         let single = self.sockets.len() == 1 && self.sockets[0].blocking;
         self.opts.rx_nap.filter(|_| single)
