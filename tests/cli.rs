@@ -177,25 +177,34 @@ fn help_explains_every_flag() {
 fn a_closed_stdout_ends_the_run_quietly() {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
-    let port = port_block(12).to_string();
-    let mut child = Command::new(fperf_bin())
-        .args(["--loopback", "-m", "64", "-p", &port])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start fperf");
-    let mut first = String::new();
-    {
-        // Read the header line, then close the pipe as `| head -1` would.
-        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-        out.read_line(&mut first).expect("read");
-    }
-    if !first.starts_with("TCP CLIENT => 127.0.0.1:") {
+    // A port the probe found free can be taken before fperf listens (once in CI): a
+    // fresh block then, up to three times.
+    let mut attempts = 0;
+    let mut child = loop {
+        attempts += 1;
+        let port = port_block(12).to_string();
+        let mut child = Command::new(fperf_bin())
+            .args(["--loopback", "-m", "64", "-p", &port])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fperf");
+        let mut first = String::new();
+        {
+            // Read the header line, then close the pipe as `| head -1` would.
+            let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+            out.read_line(&mut first).expect("read");
+        }
+        if first.starts_with("TCP CLIENT => 127.0.0.1:") {
+            break child;
+        }
         let _ = child.wait();
         let mut err = String::new();
         let _ = std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err);
-        panic!("no header line: {first:?}; stderr: {err}");
-    }
+        if !(err.contains("Address already in use") && attempts < 3) {
+            panic!("no header line: {first:?}; stderr: {err}");
+        }
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(st) = child.try_wait().expect("wait") {
