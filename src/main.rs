@@ -233,7 +233,9 @@ struct Cli {
     gro: bool,
 
     /// Pin the client's data threads to these CPUs (comma-separated); stream i uses
-    /// entry i mod len.
+    /// entry i mod len. Pinned or not, a bulk test's data threads (no -r, no -b) run
+    /// under SCHED_BATCH on both ends (header: sched=batch), so a reader woken by data
+    /// waits for the writer on its core to block instead of preempting it mid-send.
     #[arg(
         long,
         visible_alias = "affinity",

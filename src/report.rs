@@ -322,6 +322,16 @@ fn engine_label(settings: &Settings) -> &'static str {
     }
 }
 
+/// What a report header adds when the data threads run under `SCHED_BATCH`
+/// ([`Settings::batch_threads`]).
+fn sched_label(settings: &Settings) -> &'static str {
+    if settings.batch_threads() {
+        " sched=batch"
+    } else {
+        ""
+    }
+}
+
 /// What a report header adds with `--skip-rx-copy`: the server's figures leave out its
 /// copy of the bytes, so they are not like-for-like with a tool that reads them.
 fn skip_rx_copy_label(settings: &Settings) -> &'static str {
@@ -370,7 +380,7 @@ pub fn client_header(
 ) -> String {
     let proto = settings.protocol.name();
     let tail = format!(
-        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}{}{}",
+        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}{}{}{}",
         settings.pktsize,
         settings.mode_label(),
         settings.nsockets,
@@ -381,6 +391,7 @@ pub fn client_header(
         echo_label(settings),
         crr_label(settings),
         direction_label(settings),
+        sched_label(settings),
         skip_rx_copy_label(settings)
     );
     let mut out = String::new();
@@ -571,7 +582,7 @@ pub fn server_header(
     rx_nap: Option<Duration>,
 ) -> String {
     format!(
-        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}{}{}\n",
+        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}{}{}{}\n",
         settings.protocol.name(),
         pkt_size(settings.pktsize),
         engine_label(settings),
@@ -582,6 +593,7 @@ pub fn server_header(
         echo_label(settings),
         crr_label(settings),
         direction_label(settings),
+        sched_label(settings),
         skip_rx_copy_label(settings)
     )
 }
@@ -677,11 +689,12 @@ mod tests {
         let streams = [(0, "127.0.0.1:1".into(), "127.0.0.1:28444".into())];
         assert_eq!(
             client_header(&s, &streams, None),
-            "TCP CLIENT => 127.0.0.1:28444 pkt_size=32768B sync(no-queue) nsockets=1\n"
+            "TCP CLIENT => 127.0.0.1:28444 pkt_size=32768B sync(no-queue) nsockets=1 sched=batch\n"
         );
         assert_eq!(
             client_header(&s, &streams, Some("cubic")),
-            "TCP CLIENT => 127.0.0.1:28444 pkt_size=32768B sync(no-queue) nsockets=1 cc=cubic\n"
+            "TCP CLIENT => 127.0.0.1:28444 pkt_size=32768B sync(no-queue) nsockets=1 cc=cubic \
+             sched=batch\n"
         );
         let body = client_body(&s, &side(10_737_418_240, 2.83, 1));
         let lines: Vec<&str> = body.lines().collect();
@@ -699,21 +712,22 @@ mod tests {
         let s = Settings::default();
         assert_eq!(
             server_header(&s, "127.0.0.1:50384", None, None, None),
-            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB)\n"
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) sched=batch\n"
         );
         assert_eq!(
             server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(1), None),
-            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr\n"
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr sched=batch\n"
         );
         assert_eq!(
             server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(128 << 10), None),
-            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr rcvlowat=128KB\n"
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr rcvlowat=128KB \
+             sched=batch\n"
         );
         let nap = Some(Duration::from_micros(20));
         assert_eq!(
             server_header(&s, "127.0.0.1:50384", Some("cubic"), Some(128 << 10), nap),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic rcvlowat=128KB \
-             rx_nap=20us\n"
+             rx_nap=20us sched=batch\n"
         );
         let skip = Settings {
             skip_rx_copy: true,
@@ -721,7 +735,7 @@ mod tests {
         };
         assert_eq!(
             server_header(&skip, "127.0.0.1:50384", Some("bbr"), None, None),
-            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr rx_copy=skipped \
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr sched=batch rx_copy=skipped \
              (the receiving end's reads discard the bytes in the kernel)\n"
         );
         let window = Settings {
@@ -730,7 +744,16 @@ mod tests {
         };
         assert_eq!(
             server_header(&window, "127.0.0.1:50384", Some("cubic"), None, None),
-            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic window=256KB\n"
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic window=256KB \
+             sched=batch\n"
+        );
+        let round_trips = Settings {
+            mprtt: true,
+            ..Settings::default()
+        };
+        assert_eq!(
+            server_header(&round_trips, "127.0.0.1:50384", None, None, None),
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB)\n"
         );
         let mut r = side(10_737_418_240, 2.83, 1);
         r.role = Role::Server;

@@ -442,6 +442,9 @@ fn run_session(
                 ))
                 .spawn(move || {
                     crate::stream::affinity::pin_current_thread(cpu)?;
+                    if settings.batch_threads() {
+                        crate::stream::affinity::batch_current_thread()?;
+                    }
                     if sending {
                         send_back(stream, &settings, meter, idle, &abort, (&watch, i))
                     } else {

@@ -461,6 +461,16 @@ impl Settings {
             .then_some(RX_NAP)
     }
 
+    /// Whether each end runs its data threads under `SCHED_BATCH`: in an unpaced bulk
+    /// test they are throughput work, so a thread woken on a core (a reader woken by
+    /// data) does not preempt the one running there mid-write; it runs when that one
+    /// blocks or at the next tick. Not with MPRTT (`-r`, `--echo`, `--crr`), whose
+    /// round trips are the wake-ups being measured, nor with `-b`, whose packets are
+    /// due at set times. bench/README.md has what it buys.
+    pub fn batch_threads(&self) -> bool {
+        !self.mprtt && self.rate_bps.is_none()
+    }
+
     /// An unpaced test with two of the receiving host's `cores` per stream: one to
     /// receive on, one idle beside it.
     fn spare_core_per_stream(&self, cores: usize) -> bool {
@@ -1127,6 +1137,31 @@ mod tests {
             ..Settings::default()
         };
         assert_eq!(udp.validate(), Err(SettingsError::RcvlowatTcpOnly("UDP")));
+    }
+
+    #[test]
+    fn bulk_data_threads_run_batch_and_round_trips_and_paced_ones_do_not() {
+        let bulk = Settings::default();
+        assert!(bulk.batch_threads());
+        let udp = Settings {
+            protocol: Protocol::Udp,
+            pktsize: 1472,
+            ..Settings::default()
+        };
+        assert!(udp.batch_threads());
+        let mprtt = Settings {
+            mprtt: true,
+            ..Settings::default()
+        };
+        assert!(
+            !mprtt.batch_threads(),
+            "-r: round trips are the wake-ups measured"
+        );
+        let paced = Settings {
+            rate_bps: Some(1_000_000),
+            ..Settings::default()
+        };
+        assert!(!paced.batch_threads(), "-b: packets are due at set times");
     }
 
     #[test]

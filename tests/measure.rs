@@ -740,7 +740,7 @@ fn congestion_control_is_set_on_both_ends_and_read_back() {
     // The human reports name it on both ends' header lines.
     let out = client_ok(&server, "127.0.0.1", &["-m", "8", "-C", "reno"]);
     let header = out.lines().next().unwrap_or_default();
-    assert!(header.ends_with(" cc=reno"), "{out}");
+    assert!(header.contains(" cc=reno"), "{out}");
     let report = server.report(3);
     assert!(report.contains("pkt_size(32KB) cc=reno"), "{report}");
 
@@ -804,4 +804,59 @@ fn a_bidir_document_totals_each_direction_and_its_intervals_add_up() {
     assert!(one_way["server"]["intervals"][0]
         .get("reverse_total")
         .is_none());
+}
+
+/// The scheduling policy (field 41 of `/proc/PID/task/TID/stat`) of each thread of
+/// `pid` whose name starts with `prefix`.
+fn thread_policies(pid: u32, prefix: &str) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("task list");
+    tasks
+        .filter_map(|t| {
+            let dir = t.ok()?.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            // Fields after the name (which ends at the last ')') start at field 3.
+            let rest = &stat[stat.rfind(')')? + 1..];
+            let policy = rest.split_whitespace().nth(41 - 3)?.parse().ok()?;
+            comm.starts_with(prefix).then_some(policy)
+        })
+        .collect()
+}
+
+/// In a bulk test both ends' data threads run under SCHED_BATCH and the headers say
+/// so; in a round-trip test (`-r`) they keep the normal policy.
+#[test]
+fn bulk_data_threads_run_under_sched_batch_and_round_trips_do_not() {
+    const SCHED_OTHER: u32 = 0;
+    const SCHED_BATCH: u32 = 3;
+    let server = Server::start(&[]);
+    let port = server.port.to_string();
+    let runs: [(&[&str], u32); 2] = [
+        (&["--time", "2"], SCHED_BATCH),
+        (&["--time", "2", "-r", "-l", "1"], SCHED_OTHER),
+    ];
+    for (n, (args, policy)) in runs.into_iter().enumerate() {
+        let mut all = vec!["-c", "127.0.0.1", "-p", &port];
+        all.extend_from_slice(args);
+        let mut seen = (Vec::new(), Vec::new());
+        let out = run_with(&all, Duration::from_secs(60), |client| {
+            std::thread::sleep(Duration::from_millis(1000));
+            seen = (
+                thread_policies(client.id(), "fperf-send"),
+                thread_policies(server.pid(), "fperf-recv"),
+            );
+        });
+        assert!(out.status.success(), "{args:?}");
+        assert_eq!(seen.0, [policy], "the client's sending thread, {args:?}");
+        assert_eq!(seen.1, [policy], "the server's receiving thread, {args:?}");
+        let header = String::from_utf8_lossy(&out.stdout).to_string();
+        let report = server.report(n + 1);
+        for text in [&header, &report] {
+            assert_eq!(
+                text.contains(" sched=batch"),
+                policy == SCHED_BATCH,
+                "{args:?}: {text}"
+            );
+        }
+    }
 }

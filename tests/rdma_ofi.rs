@@ -30,13 +30,13 @@ fn bulk_send_recv_moves_every_byte_and_both_sides_report_it() {
     assert!(
         head.starts_with("RDMA CLIENT => 127.0.0.1:")
             && head.ends_with(
-                " pkt_size=32768B sync(no-queue) nsockets=1 api=ofi op=send provider=tcp;ofi_rxm"
+                " pkt_size=32768B sync(no-queue) nsockets=1 api=ofi op=send provider=tcp;ofi_rxm sched=batch"
             ),
         "{head}"
     );
     assert!(
         s.starts_with(" .... new RDMA connection from 127.0.0.1:")
-            && s.contains(". pkt_size(32KB) api=ofi op=send provider=tcp;ofi_rxm\n"),
+            && s.contains(". pkt_size(32KB) api=ofi op=send provider=tcp;ofi_rxm sched=batch\n"),
         "{s}"
     );
     // Per-operation latency, post to completion, on the client; per receive on the server.

@@ -100,7 +100,10 @@ fn bulk(api: &str) {
         "{head}"
     );
     if api == "ibverbs" {
-        assert!(head.ends_with(&format!(" device={dev}")), "{head}");
+        assert!(
+            head.ends_with(&format!(" device={dev} sched=batch")),
+            "{head}"
+        );
     }
     assert!(
         s.contains(" new RDMA connection from ") && s.contains(&format!(" via {dev}. pkt_size(")),

@@ -51,7 +51,11 @@ const APIS: &[(&str, &[&str], &str)] = &[
 fn cases() -> Vec<Case> {
     let mut all = Vec::new();
     for (api, flags, tail) in APIS {
-        let header = |op: &str| format!("api={api} op={op}{tail}");
+        // Bulk runs' data threads run under SCHED_BATCH; round trips' do not.
+        let header = |op: &str, bulk: bool| {
+            let sched = if bulk { " sched=batch" } else { "" };
+            format!("api={api} op={op}{tail}{sched}")
+        };
         let with = |extra: &[&'static str]| -> Vec<&'static str> {
             flags.iter().chain(extra).copied().collect()
         };
@@ -60,14 +64,14 @@ fn cases() -> Vec<Case> {
             args: with(&["-m", "4"]),
             bytes: 4 * MB,
             acks: None,
-            header: header("send"),
+            header: header("send", true),
         });
         all.push(Case {
             name: format!("{api}-mprtt"),
             args: with(&["-r", "-m", "1", "-l", "1024"]),
             bytes: MB,
             acks: Some(1024),
-            header: header("send"),
+            header: header("send", false),
         });
         // For ofi, this is the case that crashed libfabric 1.17 in fi_close most often
         // (2 runs in 12) before endpoints lingered before closing (CLOSE_LINGER).
@@ -76,7 +80,7 @@ fn cases() -> Vec<Case> {
             args: with(&["-t", "2", "-m", "2"]),
             bytes: 4 * MB,
             acks: None,
-            header: header("send"),
+            header: header("send", true),
         });
         // rsockets have no RDMA WRITE option (fperf refuses --rdma-write with them).
         if *api != "rsocket" {
@@ -85,7 +89,7 @@ fn cases() -> Vec<Case> {
                 args: with(&["--rdma-write", "-m", "4"]),
                 bytes: 4 * MB,
                 acks: None,
-                header: header("write"),
+                header: header("write", true),
             });
         }
     }

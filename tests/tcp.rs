@@ -21,7 +21,7 @@ fn default_single_stream() {
     let first = c.lines().next().unwrap();
     assert!(
         regex::Regex::new(
-            r"^TCP CLIENT => 127\.0\.0\.1:\d+ pkt_size=32768B sync\(no-queue\) nsockets=1 cc=[\w-]+$"
+            r"^TCP CLIENT => 127\.0\.0\.1:\d+ pkt_size=32768B sync\(no-queue\) nsockets=1 cc=[\w-]+ sched=batch$"
         )
         .unwrap()
         .is_match(first),
@@ -183,8 +183,10 @@ fn window_is_named_in_both_reports_and_counts_every_byte() {
         );
         let s = server.report(n + 1);
         assert_bytes(&c, &s, 8 * MB);
-        assert!(c.lines().take(2).all(|l| l.ends_with(named)), "{c}");
-        assert!(s.contains(&format!("{named}\n")), "{s}");
+        // The bulk run's header ends with the data threads' policy.
+        let tail = format!("{named} sched=batch");
+        assert!(c.lines().take(2).all(|l| l.ends_with(&tail)), "{c}");
+        assert!(s.contains(&format!("{tail}\n")), "{s}");
         let stream_0 = format!("=> 127.0.0.1:{} ", server.port + 2);
         assert!(
             c.lines().next().is_some_and(|l| l.contains(&stream_0)),

@@ -93,7 +93,7 @@ fn default_size_counts_match_and_the_server_serves_again() {
         let s = server.report(n);
         let first = c.lines().next().unwrap();
         let want = format!(
-            "UDP CLIENT => 127.0.0.1:{} pkt_size=32768B sync(no-queue) nsockets=1",
+            "UDP CLIENT => 127.0.0.1:{} pkt_size=32768B sync(no-queue) nsockets=1 sched=batch",
             server.port
         );
         assert_eq!(first, want);
@@ -108,7 +108,7 @@ fn default_size_counts_match_and_the_server_serves_again() {
             s.starts_with(" .... new UDP connection from 127.0.0.1:"),
             "{s}"
         );
-        assert!(s.contains(". pkt_size(32KB)\n"), "{s}");
+        assert!(s.contains(". pkt_size(32KB) sched=batch\n"), "{s}");
         latency(&c, "latency");
         latency(&s, "latency");
         assert!(!c.contains("retries"), "no retries line without -r:\n{c}");
@@ -127,7 +127,7 @@ fn four_sockets_send_through_the_mutex_queue() {
         c.lines()
             .next()
             .unwrap()
-            .ends_with("async(mutex-queue) nsockets=4"),
+            .ends_with("async(mutex-queue) nsockets=4 sched=batch"),
         "{c}"
     );
     assert_exact(&c, &s, 16 * MB, 512);
@@ -150,7 +150,7 @@ fn lockfree_queue() {
         c.lines()
             .next()
             .unwrap()
-            .ends_with("async(lockfree-queue) nsockets=1"),
+            .ends_with("async(lockfree-queue) nsockets=1 sched=batch"),
         "{c}"
     );
     assert_exact(&c, &s, 16 * MB, 512);

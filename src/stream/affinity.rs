@@ -1,5 +1,5 @@
-//! CPU pinning of a STREAM's threads (`--cpu`, `--server-cpu`), shared by all
-//! transports.
+//! CPU pinning of a STREAM's threads (`--cpu`, `--server-cpu`) and their scheduling
+//! policy ([`crate::settings::Settings::batch_threads`]), shared by all transports.
 //!
 //! A run names a list of CPUs per end; stream `i`'s threads (the thread driving it and
 //! its sender threads) all run on entry `i mod len`, so the threads of one stream share
@@ -43,6 +43,22 @@ pub fn pin_current_thread(cpu: Option<usize>) -> io::Result<()> {
     Ok(())
 }
 
+/// Puts the calling thread under `SCHED_BATCH` (threads it starts later inherit it).
+/// Needs no privilege: the priority stays the normal one.
+pub fn batch_current_thread() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the call.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("cannot run a data thread under SCHED_BATCH: {e}"),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,6 +83,21 @@ mod tests {
         std::thread::spawn(|| {
             pin_current_thread(Some(0)).expect("pin to CPU 0");
             assert_eq!(current_cpu().expect("getcpu"), 0);
+        })
+        .join()
+        .expect("join");
+    }
+
+    #[test]
+    fn a_batch_thread_and_the_threads_it_starts_run_under_sched_batch() {
+        // SAFETY: sched_getscheduler(0) only reads the calling thread's policy.
+        let policy = || unsafe { libc::sched_getscheduler(0) };
+        std::thread::spawn(move || {
+            assert_eq!(policy(), libc::SCHED_OTHER);
+            batch_current_thread().expect("SCHED_BATCH");
+            assert_eq!(policy(), libc::SCHED_BATCH);
+            let child = std::thread::spawn(policy).join().expect("join");
+            assert_eq!(child, libc::SCHED_BATCH);
         })
         .join()
         .expect("join");
