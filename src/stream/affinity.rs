@@ -33,14 +33,7 @@ pub fn pin_current_thread(cpu: Option<usize>) -> io::Result<()> {
     unsafe { libc::CPU_SET(cpu, &mut set) };
     // SAFETY: pid 0 is the calling thread; the pointer and size describe `set`.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(
-            e.kind(),
-            format!("cannot pin a thread to CPU {cpu}: {e}"),
-        ));
-    }
-    Ok(())
+    checked(rc, || format!("cannot pin a thread to CPU {cpu}"))
 }
 
 /// Puts the calling thread under `SCHED_BATCH` (threads it starts later inherit it).
@@ -49,12 +42,17 @@ pub fn batch_current_thread() -> io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the call.
     let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    checked(rc, || {
+        "cannot run a data thread under SCHED_BATCH".to_string()
+    })
+}
+
+/// `Ok` for a call's return code `rc` of 0 or more; else the OS error, with `what`
+/// failed in front of it.
+fn checked(rc: libc::c_int, what: impl FnOnce() -> String) -> io::Result<()> {
     if rc < 0 {
         let e = io::Error::last_os_error();
-        return Err(io::Error::new(
-            e.kind(),
-            format!("cannot run a data thread under SCHED_BATCH: {e}"),
-        ));
+        return Err(io::Error::new(e.kind(), format!("{}: {e}", what())));
     }
     Ok(())
 }
