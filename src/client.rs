@@ -13,7 +13,7 @@ use crate::report::{Figures, Role, SideResult, SideTotals, StreamResult};
 use crate::server::{receive, Ceiling, Received};
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, StreamStats};
-use crate::stream::affinity::{batch_current_thread, cpu_for, pin_current_thread};
+use crate::stream::affinity::{cpu_for, place_current_thread};
 use crate::stream::{Stream, Timeout};
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
 use crate::transport::{self, tcp::connect, ClientCtx};
@@ -210,10 +210,7 @@ pub fn run_observed(
                     if sending { "send" } else { "recv" }
                 ))
                 .spawn(move || {
-                    pin_current_thread(cpu)?;
-                    if settings.batch_threads() {
-                        batch_current_thread()?;
-                    }
+                    place_current_thread(cpu, settings.batch_threads())?;
                     if sending {
                         drive(&mut *stream, &settings, meter, &abort, None).map(Moved::from)
                     } else {

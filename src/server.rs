@@ -441,10 +441,8 @@ fn run_session(
                     if sending { "send" } else { "recv" }
                 ))
                 .spawn(move || {
-                    crate::stream::affinity::pin_current_thread(cpu)?;
-                    if settings.batch_threads() {
-                        crate::stream::affinity::batch_current_thread()?;
-                    }
+                    let batch = settings.batch_threads();
+                    crate::stream::affinity::place_current_thread(cpu, batch)?;
                     if sending {
                         send_back(stream, &settings, meter, idle, &abort, (&watch, i))
                     } else {

@@ -36,9 +36,19 @@ pub fn pin_current_thread(cpu: Option<usize>) -> io::Result<()> {
     checked(rc, || format!("cannot pin a thread to CPU {cpu}"))
 }
 
+/// Sets up the calling thread to drive a STREAM: pinned to `cpu` (if given) and, with
+/// `batch`, under `SCHED_BATCH` ([`crate::settings::Settings::batch_threads`]).
+pub fn place_current_thread(cpu: Option<usize>, batch: bool) -> io::Result<()> {
+    pin_current_thread(cpu)?;
+    if batch {
+        batch_current_thread()?;
+    }
+    Ok(())
+}
+
 /// Puts the calling thread under `SCHED_BATCH` (threads it starts later inherit it).
 /// Needs no privilege: the priority stays the normal one.
-pub fn batch_current_thread() -> io::Result<()> {
+fn batch_current_thread() -> io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the call.
     let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
