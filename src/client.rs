@@ -14,11 +14,11 @@ use crate::server::{receive, Ceiling, Received};
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, place_current_thread};
+use crate::stream::buffer::DataBuffer;
 use crate::stream::{Stream, Timeout};
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
 use crate::transport::{self, tcp::connect, ClientCtx};
 use anyhow::{anyhow, bail, Context, Result};
-use bytes::Bytes;
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::AtomicBool;
@@ -514,7 +514,8 @@ pub(crate) struct Driven {
 }
 
 /// Sends the stream's bytes: with `send()` for one socket and the mutex queue, with
-/// `send_submit()` otherwise (as the seed's tool does). The buffer is allocated once.
+/// `send_submit()` otherwise (as the seed's tool does). The buffer is allocated once,
+/// page-aligned (see [`DataBuffer`]).
 /// A time-bounded run sends whole packets until its deadline. With a schedule, the
 /// clock is read once per send and a queued send waits no longer than the next boundary
 /// (a synchronous `send()` cannot be cut short without tearing a packet).
@@ -531,7 +532,7 @@ pub(crate) fn drive(
     let pkt = settings.pktsize as usize;
     // Time-bounded runs have no byte limit; u64::MAX bytes is never reached.
     let mut left = settings.byte_limit().unwrap_or(u64::MAX);
-    let payload = Bytes::from(vec![0xa5u8; pkt]);
+    let payload = DataBuffer::filled(pkt, 0xa5)?.into_bytes();
     let timed = meter.active();
     let deadline = meter.deadline();
     let asynchronous = settings.asynchronous();

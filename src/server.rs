@@ -15,6 +15,7 @@ use crate::report::{Figures, Role, SideResult, SideTotals, StreamResult};
 use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
+use crate::stream::buffer::DataBuffer;
 use crate::stream::{Stream, Timeout};
 use crate::transport::{self, DataConn, ServerCtx};
 use anyhow::{anyhow, Context, Result};
@@ -633,7 +634,7 @@ pub(crate) fn receive(
     mut meter: crate::interval::Meter,
     watch: (&TestWatch, usize),
 ) -> io::Result<Received> {
-    let mut buf = vec![0u8; stream.recv_len(pktsize.max(1)).max(1)];
+    let mut buf = DataBuffer::zeroed(stream.recv_len(pktsize.max(1)))?;
     let mut total = 0u64;
     let timed = meter.active();
     let mut last_data = std::time::Instant::now();

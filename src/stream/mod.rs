@@ -21,6 +21,7 @@
 //! the reply is the packet itself, as ping-pong tools do.
 
 pub mod affinity;
+pub mod buffer;
 pub mod crr;
 pub mod endpoint;
 pub(crate) mod epoll;

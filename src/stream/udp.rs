@@ -585,16 +585,20 @@ impl UdpStream {
             cursor: 0,
             pollfds,
             epoll: opts.epoll.then(Epoll::new),
-            send_batch: batched.then(|| SendBatch::new(udp.batch, opts.pktsize, udp.gso)),
-            recv_batch: (batched || udp.gro).then(|| {
-                // A GRO buffer holds up to 64 datagrams: a few keep the batch in cache.
-                let slots = if udp.gro {
-                    udp.batch.div_ceil(32).clamp(1, 4)
-                } else {
-                    udp.batch
-                };
-                RecvBatch::new(slots, opts.pktsize, udp.gro)
-            }),
+            send_batch: batched
+                .then(|| SendBatch::new(udp.batch, opts.pktsize, udp.gso))
+                .transpose()?,
+            recv_batch: (batched || udp.gro)
+                .then(|| {
+                    // A GRO buffer holds up to 64 datagrams: a few keep the batch in cache.
+                    let slots = if udp.gro {
+                        udp.batch.div_ceil(32).clamp(1, 4)
+                    } else {
+                        udp.batch
+                    };
+                    RecvBatch::new(slots, opts.pktsize, udp.gro)
+                })
+                .transpose()?,
             batch_read_at: Instant::now(),
             flowing: false,
             acked: false,

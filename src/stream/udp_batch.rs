@@ -17,6 +17,7 @@
 //! advances, how a GRO buffer is cut) is pure and unit-tested; the system calls are
 //! passed in as closures.
 
+use super::buffer::DataBuffer;
 use std::io;
 use std::ops::Range;
 use std::time::Instant;
@@ -115,7 +116,7 @@ fn empty_mmsghdr() -> libc::mmsghdr {
 
 /// Datagrams queued for one `sendmmsg()`.
 pub struct SendBatch {
-    arena: Vec<u8>,
+    arena: DataBuffer,
     stride: usize,
     capacity: usize,
     gso: bool,
@@ -129,13 +130,13 @@ pub struct SendBatch {
 
 impl SendBatch {
     /// A batch of up to `capacity` datagrams of at most `stride` bytes.
-    pub fn new(capacity: usize, stride: usize, gso: bool) -> SendBatch {
+    pub fn new(capacity: usize, stride: usize, gso: bool) -> io::Result<SendBatch> {
         let capacity = capacity.max(1);
         let stride = stride.max(1);
         // SAFETY: cmsghdr is plain old data; all-zero is valid.
         let hdr: libc::cmsghdr = unsafe { std::mem::zeroed() };
-        SendBatch {
-            arena: vec![0; capacity * stride],
+        Ok(SendBatch {
+            arena: DataBuffer::zeroed(capacity * stride)?,
             stride,
             capacity,
             gso,
@@ -151,7 +152,7 @@ impl SendBatch {
                 if gso { capacity } else { 0 }
             ],
             scratch: Scratch::with_capacity(capacity),
-        }
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -313,7 +314,7 @@ pub fn gro_segment_size(control: &[u8]) -> Option<usize> {
 
 /// Datagrams read by one `recvmmsg()`, handed out one at a time.
 pub struct RecvBatch {
-    arena: Vec<u8>,
+    arena: DataBuffer,
     slot_bytes: usize,
     slots: usize,
     gro: bool,
@@ -330,15 +331,15 @@ pub struct RecvBatch {
 
 impl RecvBatch {
     /// `slots` buffers of `slot_bytes` each (with `gro`, [`GRO_SLOT_BYTES`] each).
-    pub fn new(slots: usize, slot_bytes: usize, gro: bool) -> RecvBatch {
+    pub fn new(slots: usize, slot_bytes: usize, gro: bool) -> io::Result<RecvBatch> {
         let slots = slots.clamp(1, MAX_MESSAGES);
         let slot_bytes = if gro {
             GRO_SLOT_BYTES
         } else {
             slot_bytes.max(1)
         };
-        RecvBatch {
-            arena: vec![0; slots * slot_bytes],
+        Ok(RecvBatch {
+            arena: DataBuffer::zeroed(slots * slot_bytes)?,
             slot_bytes,
             slots,
             gro,
@@ -348,7 +349,7 @@ impl RecvBatch {
             cmsgs: vec![RecvCmsg([0; 32]); if gro { slots } else { 0 }],
             scratch: Scratch::with_capacity(slots),
             coalesced: 0,
-        }
+        })
     }
 
     /// The next datagram read and not yet handed out (an empty one too: it is
@@ -498,7 +499,7 @@ mod tests {
 
     /// Fills a batch with datagrams whose first byte is their index.
     fn filled(n: usize, stride: usize, gso: bool) -> SendBatch {
-        let mut b = SendBatch::new(n, stride, gso);
+        let mut b = SendBatch::new(n, stride, gso).unwrap();
         let t = Instant::now();
         for i in 0..n {
             b.next_slot(stride)[0] = i as u8;
@@ -631,7 +632,7 @@ mod tests {
 
     #[test]
     fn recv_batch_hands_out_every_segment_of_every_slot() {
-        let mut b = RecvBatch::new(3, 64, false);
+        let mut b = RecvBatch::new(3, 64, false).unwrap();
         b.gro = true; // parse as if GRO were on, with small slots
         b.cmsgs = vec![RecvCmsg([0; 32]); 3];
         b.fill(|hdrs| {
