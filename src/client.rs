@@ -7,15 +7,13 @@
 
 use crate::auth::{self, AuthKey};
 use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
-use crate::interval::{Collector, IntervalResult, Meter, Schedule};
+use crate::engine::{drive, receive, Ceiling, Driven, Received};
+use crate::interval::{Collector, Meter, Schedule};
 use crate::limits::TestWatch;
-use crate::report::{Figures, Role, SideResult, SideTotals, StreamResult};
-use crate::server::{receive, Ceiling, Received};
+use crate::results::{Figures, IntervalResult, Role, SideResult, SideTotals, StreamResult};
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, place_current_thread};
-use crate::stream::buffer::DataBuffer;
-use crate::stream::{Stream, Timeout};
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
 use crate::transport::{self, tcp::connect, ClientCtx};
 use anyhow::{anyhow, bail, Context, Result};
@@ -462,7 +460,6 @@ fn lost_server(reason: Option<String>, i: usize, e: &io::Error, stall: Duration)
     anyhow!("{why} (stream {i}: {e})")
 }
 
-/// What driving one stream produced.
 /// What one stream's thread moved, sending or (`--reverse`) receiving.
 struct Moved {
     /// When its counted figures begin and end: a sending stream's end is the server's
@@ -501,130 +498,6 @@ impl From<Received> for Moved {
             interrupted: r.interrupted,
         }
     }
-}
-
-pub(crate) struct Driven {
-    /// Where the counted figures begin (after the warm-up with `--omit`).
-    pub(crate) start: Instant,
-    pub(crate) stats: StreamStats,
-    pub(crate) tcp: Option<TcpInfo>,
-    pub(crate) interrupted: bool,
-    /// The receiving peer closed the connection before every byte was sent.
-    pub(crate) peer_closed: bool,
-}
-
-/// Sends the stream's bytes: with `send()` for one socket and the mutex queue, with
-/// `send_submit()` otherwise (as the seed's tool does). The buffer is allocated once,
-/// page-aligned (see [`DataBuffer`]).
-/// A time-bounded run sends whole packets until its deadline. With a schedule, the
-/// clock is read once per send and a queued send waits no longer than the next boundary
-/// (a synchronous `send()` cannot be cut short without tearing a packet).
-///
-/// `progress`, the server's watch over a `--reverse` test and this stream's index, hears
-/// of every packet sent (and may pace to the server's rate cap).
-pub(crate) fn drive(
-    stream: &mut dyn Stream,
-    settings: &Settings,
-    mut meter: Meter,
-    abort: &AtomicBool,
-    progress: Option<(&TestWatch, usize)>,
-) -> io::Result<Driven> {
-    let pkt = settings.pktsize as usize;
-    // Time-bounded runs have no byte limit; u64::MAX bytes is never reached.
-    let mut left = settings.byte_limit().unwrap_or(u64::MAX);
-    let payload = DataBuffer::filled(pkt, 0xa5)?.into_bytes();
-    let timed = meter.active();
-    let deadline = meter.deadline();
-    let asynchronous = settings.asynchronous();
-    // `-b`: sleep until each packet is due at the target rate.
-    let pacer = settings.rate_bps.map(crate::limits::RatePacer::new);
-    let mut sent_bytes = 0u64;
-    let mut result = Ok(());
-    while left > 0 {
-        let n = left.min(pkt as u64) as usize;
-        let sent = if asynchronous {
-            // Without a schedule the clock is not read here at all.
-            let wait = if timed {
-                let now = Instant::now();
-                [
-                    meter.until_due(now),
-                    deadline.map(|d| d.saturating_duration_since(now)),
-                ]
-                .into_iter()
-                .flatten()
-                .min()
-            } else {
-                None
-            };
-            let timeout = wait.map_or(Timeout::Forever, |w| {
-                Timeout::Millis(u32::try_from(w.as_millis()).unwrap_or(u32::MAX).max(1))
-            });
-            match stream.send_submit(payload.slice(..n), timeout) {
-                Ok(()) => true,
-                // The queue stayed full up to a boundary: report, then try again.
-                Err(e) if e.kind() == io::ErrorKind::TimedOut && wait.is_some() => false,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        } else {
-            if let Err(e) = stream.send(&payload[..n], Timeout::Forever) {
-                result = Err(e);
-                break;
-            }
-            true
-        };
-        if sent {
-            left -= n as u64;
-            if let Some((watch, index)) = progress {
-                sent_bytes += n as u64;
-                watch.received(index, sent_bytes, n);
-            }
-            if let Some(p) = &pacer {
-                p.pace(n, abort);
-            }
-        }
-        if timed {
-            // A synchronous send's latency already read the clock as it returned
-            // (not so when the queue sent it, or a pacer slept since).
-            let now = match (asynchronous, &pacer) {
-                (false, None) => stream.last_send_end(),
-                _ => None,
-            }
-            .unwrap_or_else(Instant::now);
-            // Boundaries first: a send blocked across one still reports it.
-            meter.tick(now, &*stream);
-            if deadline.is_some_and(|d| now >= d) {
-                break;
-            }
-        }
-    }
-    // A `--reverse` client that stops reading (Ctrl-C) resets the connection (UDP: its
-    // closed port answers with ICMP port unreachable): the test ended early, and the
-    // server still reports what it sent.
-    let peer_closed = progress.is_some()
-        && matches!(&result, Err(e) if matches!(
-            e.kind(),
-            io::ErrorKind::ConnectionReset
-                | io::ErrorKind::BrokenPipe
-                | io::ErrorKind::ConnectionRefused
-        ));
-    let finished = stream.finish_sending(Timeout::Forever);
-    let interrupted = matches!(&result, Err(e) if e.kind() == io::ErrorKind::Interrupted)
-        || matches!(&finished, Err(e) if e.kind() == io::ErrorKind::Interrupted);
-    if !interrupted && !peer_closed {
-        result?;
-        finished?;
-    }
-    let totals = meter.finish(Instant::now(), &*stream);
-    Ok(Driven {
-        start: totals.from,
-        stats: totals.stats,
-        tcp: totals.tcp,
-        interrupted,
-        peer_closed,
-    })
 }
 
 /// Asks the server for its system facts (`--conf`) without running a test.

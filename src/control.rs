@@ -10,7 +10,7 @@
 //! The codec ([`encode`], [`frame_len`], [`decode`]) does no I/O and is tested in
 //! memory; [`Channel`] drives it over a socket with time-outs.
 
-use crate::report::SideResult;
+use crate::results::{IntervalResult, SideResult};
 use crate::settings::Settings;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
@@ -64,9 +64,7 @@ pub enum Message {
     /// still be sending).
     ClientDataReceived,
     /// Server → client, during a run with `-i`: the server's figures of one interval.
-    Interval {
-        result: Box<crate::interval::IntervalResult>,
-    },
+    Interval { result: Box<IntervalResult> },
     /// Client → server, first frame of a connection that only asks for the server's
     /// system facts (`--conf`).
     Conf { version: u32 },

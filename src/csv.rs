@@ -10,8 +10,7 @@
 //! the CPU seconds the process used from the start of the run to the end of the
 //! interval.
 
-use crate::interval::IntervalResult;
-use crate::report::Role;
+use crate::results::{IntervalResult, Role};
 use crate::settings::Settings;
 use std::fmt::Write as _;
 
@@ -66,8 +65,7 @@ pub fn rows(role: Role, settings: &Settings, r: &IntervalResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::interval::StreamInterval;
-    use crate::report::Figures;
+    use crate::results::{Figures, StreamInterval};
     use crate::stats::LatencyStats;
     use crate::sysinfo::CpuUsage;
 

@@ -16,13 +16,11 @@
 //! did; a time-bounded run has no boundary that would leave a last piece shorter than half
 //! an interval, so `--time 3 -i 1` gives exactly three intervals per side.
 
-use crate::report::{Figures, Role, SideTotals};
+use crate::results::{Figures, IntervalResult, SideTotals, StreamInterval};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
 use crate::stream::Stream;
 use crate::sysinfo::{CpuUsage, TcpInfo};
-use crate::units::{bit_rate, rate, size_triplet};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
@@ -293,37 +291,6 @@ impl Drop for Meter {
     }
 }
 
-/// One stream's figures in an interval.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct StreamInterval {
-    /// Stream index.
-    pub index: u32,
-    /// Since the side's start, in ns.
-    pub start_ns: u64,
-    pub end_ns: u64,
-    pub figures: Figures,
-}
-
-/// One side's figures for one interval.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct IntervalResult {
-    /// Interval number, from 0.
-    pub index: u32,
-    /// Since the side's start, in ns: the earliest start and latest end of its streams.
-    pub start_ns: u64,
-    pub end_ns: u64,
-    /// The interval began inside the warm-up, so the totals leave it out.
-    pub omitted: bool,
-    /// All streams together; with `--bidir` the streams that carry the client's data.
-    pub total: Figures,
-    /// With `--bidir`, the streams that carry the server's data together.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reverse_total: Option<Figures>,
-    pub streams: Vec<StreamInterval>,
-    /// CPU time the process used from the side's start to the end of this interval.
-    pub cpu: Option<CpuUsage>,
-}
-
 /// Gathers the samples of one side's streams into whole intervals, in order.
 pub struct Collector {
     start: Instant,
@@ -442,58 +409,11 @@ impl Collector {
     }
 }
 
-/// The human line of one interval: bytes, bandwidth, latency p50/p99 and, for TCP,
-/// retransmits. With `--bidir`, a line for each direction.
-pub fn interval_line(role: Role, settings: &Settings, r: &IntervalResult) -> String {
-    match (&r.reverse_total, settings.bidir) {
-        (Some(server_data), true) => format!(
-            "{}\n{}",
-            direction_line(role, &settings.one_way(false), r, &r.total),
-            direction_line(role, &settings.one_way(true), r, server_data)
-        ),
-        _ => direction_line(role, settings, r, &r.total),
-    }
-}
-
-/// The interval line of one direction, whose streams together moved `t`.
-fn direction_line(role: Role, settings: &Settings, r: &IntervalResult, t: &Figures) -> String {
-    let (label, bytes, lat) = if role.sends(settings) {
-        ("sent", t.bytes_sent, t.send_latency.as_ref())
-    } else {
-        ("received", t.bytes_received, t.recv_latency.as_ref())
-    };
-    // The server's intervals arrive from the network: never trust their order.
-    let secs = r.end_ns.saturating_sub(r.start_ns) as f64 / 1e9;
-    let mut line = format!(
-        "[{:>7.2}-{:>7.2}s] {label}: {}  bw: {}",
-        r.start_ns as f64 / 1e9,
-        r.end_ns as f64 / 1e9,
-        size_triplet(bytes),
-        bit_rate(rate(bytes, secs)),
-    );
-    if let Some(l) = lat {
-        let name = if settings.mprtt { "mprtt" } else { "latency" };
-        line += &format!(
-            "  {name}: p50={:.2}us p99={:.2}us",
-            l.p50_ns as f64 / 1000.0,
-            l.p99_ns as f64 / 1000.0
-        );
-    }
-    if let Some(tps) = t.transactions_per_second(settings, role) {
-        line += &format!("  tps: {tps:.0}/s");
-    }
-    if let Some(tcp) = &t.tcp {
-        line += &format!("  retransmits: {}", tcp.retransmits);
-    }
-    if r.omitted {
-        line += "  (omitted)";
-    }
-    line
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::interval_line;
+    use crate::results::Role;
 
     fn sample(stream: u32, index: u32, bytes: u64, start: Instant) -> MeterMsg {
         let mut stats = StreamStats {

@@ -9,8 +9,7 @@
 //! meaning.
 
 use crate::client::{ClientOutcome, StreamInfo};
-use crate::interval::{IntervalResult, StreamInterval};
-use crate::report::{Figures, Role, SideResult};
+use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
 use crate::settings::Settings;
 use crate::stats::LatencySummary;
 use crate::stream::udp_wire::DatagramCounts;

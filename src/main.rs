@@ -603,7 +603,7 @@ fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>, output: &Output) -> Re
         measure::Mode::Human => {
             out!("{}", report::client_body(&settings, &outcome.client));
             if outcome.interrupted {
-                let moved = report::Role::Client.moved(&settings);
+                let moved = fperf::results::Role::Client.moved(&settings);
                 outln!("(interrupted: the figures cover what was {moved} before Ctrl-C)");
             }
         }
@@ -716,7 +716,7 @@ impl ServerPrinter {
                 let _ = writeln!(
                     out,
                     "{}",
-                    fperf::interval::interval_line(fperf::report::Role::Server, &settings, &result)
+                    report::interval_line(fperf::results::Role::Server, &settings, &result)
                 );
             }
             ServerEvent::Finished { settings, result } => {

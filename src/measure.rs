@@ -4,9 +4,9 @@
 
 use anyhow::{bail, Context, Result};
 use fperf::client::{self, ClientConfig, ClientOutcome, RunObserver, StreamInfo};
-use fperf::interval::{interval_line, IntervalResult};
 use fperf::json::{self, Event, IntervalDoc, RunDoc, StartTime, SweepDoc, SweepRecord};
-use fperf::report::{self, Role};
+use fperf::report::{self, interval_line};
+use fperf::results::{IntervalResult, Role};
 use fperf::settings::Settings;
 use fperf::sweep::{self, Sweep, SweepParam, SweepRow};
 use std::fs::File;

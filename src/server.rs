@@ -9,13 +9,12 @@
 
 use crate::auth::{self, AuthKey};
 use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
+use crate::engine::{receive, Ceiling, Received};
 use crate::interval::MeterMsg;
 use crate::limits::{Limits, TestWatch, Watchdog};
-use crate::report::{Figures, Role, SideResult, SideTotals, StreamResult};
+use crate::results::{Figures, IntervalResult, Role, SideResult, SideTotals, StreamResult};
 use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::Settings;
-use crate::stats::StreamStats;
-use crate::stream::buffer::DataBuffer;
 use crate::stream::{Stream, Timeout};
 use crate::transport::{self, DataConn, ServerCtx};
 use anyhow::{anyhow, Context, Result};
@@ -95,7 +94,7 @@ pub enum ServerEvent {
     /// A reporting interval (`-i`) of the running test ended; the server's figures.
     Interval {
         settings: Settings,
-        result: Box<crate::interval::IntervalResult>,
+        result: Box<IntervalResult>,
     },
     /// A test ended; the server's figures.
     Finished {
@@ -390,7 +389,15 @@ fn run_session(
         port: config.port,
         routed,
         routed_tx,
-        events: events.clone(),
+        refused: {
+            let events = events.clone();
+            Arc::new(move |r: transport::Refusal| {
+                let _ = events.send(ServerEvent::ClientError {
+                    peer: r.peer,
+                    error: r.error,
+                });
+            })
+        },
         setup_timeout: config.control_timeout,
         abort: abort.clone(),
     };
@@ -580,141 +587,6 @@ fn run_session(
     Ok(Box::new(result))
 }
 
-/// What a stream's thread hands back: a receiving one's, or with `--reverse` a
-/// sending one's on the server.
-pub(crate) struct Received {
-    pub(crate) stats: StreamStats,
-    pub(crate) tcp: Option<crate::sysinfo::TcpInfo>,
-    local: String,
-    peer: String,
-    congestion: Option<String>,
-    pub(crate) rcvlowat: Option<u32>,
-    pub(crate) rx_nap_us: Option<u32>,
-    /// The time the figures cover: the first byte received to the last, or the first
-    /// sent to the peer's confirmation of the last.
-    pub(crate) span: Option<(std::time::Instant, std::time::Instant)>,
-    /// Cut short by the abort flag: the figures cover what was done until then.
-    pub(crate) interrupted: bool,
-}
-
-/// The most bytes a size-bounded stream may deliver before the server calls it a
-/// protocol violation.
-#[derive(Clone, Copy)]
-pub(crate) struct Ceiling {
-    /// The stream's bytes as the settings announce them.
-    announced: u64,
-    /// `announced`, times the copies MPRTT retries may legitimately deliver.
-    most: u64,
-}
-
-impl Ceiling {
-    pub(crate) fn new(settings: &Settings, announced: u64) -> Ceiling {
-        let copies = if settings.mprtt {
-            1 + u64::from(crate::stream::udp::MAX_RETRIES)
-        } else {
-            1
-        };
-        Ceiling {
-            announced,
-            most: announced.saturating_mul(copies),
-        }
-    }
-}
-
-/// Receives on one stream until the client ends it, publishing progress (and pacing to
-/// the rate cap) through `watch`, the test's watch and this stream's index. `ceiling`
-/// bounds the bytes a size-bounded run may deliver (MPRTT retries may repeat packets);
-/// a time-bounded run has none and sends whole packets only. With intervals, a receive
-/// waits no longer than the next boundary, so an idle stream still reports on time.
-pub(crate) fn receive(
-    mut stream: Box<dyn Stream>,
-    pktsize: usize,
-    ceiling: Option<Ceiling>,
-    idle: Duration,
-    mut meter: crate::interval::Meter,
-    watch: (&TestWatch, usize),
-) -> io::Result<Received> {
-    let mut buf = DataBuffer::zeroed(stream.recv_len(pktsize.max(1)))?;
-    let mut total = 0u64;
-    let timed = meter.active();
-    let mut last_data = std::time::Instant::now();
-    // The clock as of the last return from recv(): one read per packet.
-    let mut now = last_data;
-    let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
-    let mut interrupted = false;
-    loop {
-        let wait = match timed.then(|| meter.until_due(now)) {
-            Some(Some(until)) => until.min(idle),
-            _ => idle,
-        };
-        // Only the byte count is used: the data need not be copied out.
-        match stream.recv_counted(&mut buf, Timeout::Millis(ms(wait))) {
-            Ok(0) => break,
-            Ok(n) => {
-                let before = total;
-                total += n as u64;
-                watch.0.received(watch.1, total, n);
-                if let Some(c) = &ceiling {
-                    if total > c.most {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!(
-                                "the client sent more than the {} bytes it announced",
-                                c.announced
-                            ),
-                        ));
-                    }
-                    // The last packet of a run may be short: acknowledge it once whole.
-                    if before < c.announced && total >= c.announced {
-                        stream.ack_partial()?;
-                    }
-                }
-                if timed {
-                    // The clock the receive's latency read as it returned.
-                    now = stream
-                        .last_recv_end()
-                        .unwrap_or_else(std::time::Instant::now);
-                    last_data = now;
-                    meter.tick(now, &*stream);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::TimedOut && last_data.elapsed() < idle => {
-                now = std::time::Instant::now();
-                meter.tick(now, &*stream);
-            }
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "no data from the client for {}s (--idle-timeout)",
-                        idle.as_secs_f64()
-                    ),
-                ))
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                interrupted = true;
-                break;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    let totals = meter.finish(std::time::Instant::now(), &*stream);
-    let span = totals.stats.first_recv.zip(totals.stats.last_recv);
-    Ok(Received {
-        stats: totals.stats,
-        tcp: totals.tcp,
-        local: stream.local_addr(),
-        peer: stream.peer_addr(),
-        congestion: stream.congestion(),
-        rcvlowat: stream.rcvlowat(),
-        rx_nap_us: stream
-            .rx_nap()
-            .and_then(|nap| u32::try_from(nap.as_micros()).ok()),
-        span,
-        interrupted,
-    })
-}
-
 /// `--reverse`: sends the stream's bytes to the client as the client otherwise does,
 /// then waits for the client to close the stream, which it does once it has read every
 /// byte: the figures' time runs to that confirmation.
@@ -728,7 +600,7 @@ fn send_back(
 ) -> io::Result<Received> {
     // Named now: once the client has closed, the socket no longer knows its peer.
     let (local, peer, congestion) = (stream.local_addr(), stream.peer_addr(), stream.congestion());
-    let driven = crate::client::drive(&mut *stream, settings, meter, abort, Some(watch))?;
+    let driven = crate::engine::drive(&mut *stream, settings, meter, abort, Some(watch))?;
     let idle_ms = u32::try_from(idle.as_millis()).unwrap_or(u32::MAX).max(1);
     let mut scratch = [0u8; 64];
     let confirmed = if driven.peer_closed {

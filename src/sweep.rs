@@ -155,7 +155,7 @@ pub struct SweepRow {
     pub latency: Option<LatencySummary>,
     /// Sends (receives) timed.
     pub iterations: u64,
-    /// With `-r`, round trips per second ([`crate::report::Figures::transactions_per_second`]).
+    /// With `-r`, round trips per second ([`crate::results::Figures::transactions_per_second`]).
     pub transactions_per_second: Option<f64>,
 }
 

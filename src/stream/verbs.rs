@@ -5,7 +5,7 @@
 //! through the `sideway` crate (which loads libibverbs and librdmacm at run time, so
 //! fperf builds and starts where rdma-core is missing). The two transports differ only
 //! in how the QP is connected: by hand from details swapped over TCP (`ibverbs`, see
-//! [`QpEndpoint::connect_ib`]), or by rdma_cm (`cm`, see `transport::verbs`).
+//! [`QpEndpoint::connect_ib`]), or by rdma_cm (`cm`, see `transport::rdma`).
 //!
 //! Memory: one region per QP, the layout of [`RingLayout`]: a ring of send slots, a ring
 //! of receive slots, control slots, and (for RDMA WRITE) an inbox of small buffers for

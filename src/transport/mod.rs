@@ -7,10 +7,8 @@
 
 pub mod crr;
 pub mod rdma;
-pub mod rsocket;
 pub mod tcp;
 pub mod udp;
-pub mod verbs;
 
 use crate::settings::{Protocol, Settings};
 use crate::stream::{Stream, StreamOptions};
@@ -29,6 +27,16 @@ pub struct DataConn {
     pub sock: std::net::TcpStream,
 }
 
+/// A connection a transport's own listener refused: who, and why (one line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub peer: String,
+    pub error: String,
+}
+
+/// Where refusals go: the server passes them on to its operator.
+pub type RefusalReport = Arc<dyn Fn(Refusal) + Send + Sync>;
+
 /// What the server side of a transport knows about the session being set up.
 pub struct ServerCtx {
     pub settings: Settings,
@@ -43,8 +51,8 @@ pub struct ServerCtx {
     pub routed: Receiver<DataConn>,
     /// Where a transport's own listeners forward the data connections they accept.
     pub routed_tx: Sender<DataConn>,
-    /// Where a transport's own listeners report connections they refused (one line each).
-    pub events: Sender<crate::server::ServerEvent>,
+    /// Where a transport's own listeners report connections they refused.
+    pub refused: RefusalReport,
     /// How long connecting the data streams may take.
     pub setup_timeout: Duration,
     pub abort: Arc<AtomicBool>,

@@ -3,9 +3,10 @@
 //! Each data connection opens with a `DataHello` frame naming its session, stream and
 //! socket, so the server can route and check it.
 
-use super::{port_offset, stream_options, Acceptor, ClientCtx, DataConn, ServerCtx, Transport};
+use super::{
+    port_offset, stream_options, Acceptor, ClientCtx, DataConn, Refusal, ServerCtx, Transport,
+};
 use crate::control::{self, Message, PROTOCOL_VERSION};
-use crate::server::ServerEvent;
 use crate::settings::Settings;
 use crate::stream::affinity::cpu_for;
 use crate::stream::{Stream, StreamOptions, TcpStream};
@@ -143,7 +144,7 @@ pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<
             .with_context(|| format!("cannot listen on {addr} for stream {i}"))?;
         listener.set_nonblocking(true)?;
         let tx = ctx.routed_tx.clone();
-        let events = ctx.events.clone();
+        let report = ctx.refused.clone();
         let session = ctx.session;
         let deadline = Instant::now() + ctx.setup_timeout;
         let abort = ctx.abort.clone();
@@ -159,9 +160,9 @@ pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<
             {
                 match listener.accept() {
                     Ok((sock, peer)) => {
-                        let events = events.clone();
+                        let report = report.clone();
                         let refused = move |error: String| {
-                            let _ = events.send(ServerEvent::ClientError {
+                            report(Refusal {
                                 peer: crate::stream::canonical(peer).to_string(),
                                 error: format!("data port {}: {error}", addr.port()),
                             });

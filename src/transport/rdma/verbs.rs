@@ -1,7 +1,7 @@
 //! RDMA over verbs queue pairs: `--rdma-api ibverbs` (the default) and `--rdma-api cm`.
 //!
 //! Both open a TCP side connection to the server's base port, routed to the session by
-//! a `DataHello` as for `--rdma-api ofi` (see [`super::rdma`]), and swap JSON frames
+//! a `DataHello` as for `--rdma-api ofi` (see [`super`]), and swap JSON frames
 //! over it: the client's [`VerbsClientDetails`], then the server's
 //! [`VerbsServerDetails`], each holding one [`QpDetails`] per queue pair,
 //! `[stream][socket]`. Everything received is checked (shape, sizes, ranges) before use.
@@ -21,12 +21,12 @@
 //! The side connection stays open for the run: each QP watches it to notice the peer
 //! leaving.
 
-use super::rdma::{read_json, routed_side_connection, side_connection, write_json};
-use super::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx};
+use super::side::{read_json, routed_side_connection, side_connection, write_json};
 use crate::control::{self, PROTOCOL_VERSION};
 use crate::settings::{RdmaApi, Settings};
 use crate::stream::verbs::{device_names, QpDetails, QpEndpoint, VerbsDevice, VerbsStream};
 use crate::stream::{Stream, StreamOptions};
+use crate::transport::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sideway::ibverbs::queue_pair::QueuePairState;

@@ -9,14 +9,14 @@
 //! server gives each to its stream in order. Options only kernel TCP sockets have are
 //! refused before anything is sent.
 
-use super::tcp::HELLO_TIMEOUT;
-use super::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx};
 use crate::control::{self, Message, PROTOCOL_VERSION};
 use crate::settings::{Settings, ZeroCopy};
 use crate::stream::affinity::cpu_for;
 use crate::stream::rsocket_sys::rsockets;
 use crate::stream::socket_calls::DataSocket;
 use crate::stream::{Stream, StreamOptions, TcpStream};
+use crate::transport::tcp::HELLO_TIMEOUT;
+use crate::transport::{port_offset, stream_options, Acceptor, ClientCtx, Refusal, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -221,7 +221,7 @@ impl Acceptor for RsocketAcceptor {
                 }
                 Err(e) => {
                     let peer = sock.peer_addr();
-                    let _ = ctx.events.send(crate::server::ServerEvent::ClientError {
+                    (ctx.refused)(Refusal {
                         peer: crate::stream::addr_text(peer),
                         error: format!("rsocket port {}: {e:#}", self.addr.port()),
                     });

@@ -1,0 +1,272 @@
+//! The data loops both roles run: sending a stream's bytes ([`drive`]) and receiving
+//! them ([`receive`]). The client sends and the server receives; with `--reverse` the
+//! roles swap, and with `--bidir` each end runs both.
+
+use crate::interval::Meter;
+use crate::limits::{RatePacer, TestWatch};
+use crate::settings::Settings;
+use crate::stats::StreamStats;
+use crate::stream::buffer::DataBuffer;
+use crate::stream::{Stream, Timeout};
+use crate::sysinfo::TcpInfo;
+use std::io;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+/// What driving one stream produced.
+pub(crate) struct Driven {
+    /// Where the counted figures begin (after the warm-up with `--omit`).
+    pub(crate) start: Instant,
+    pub(crate) stats: StreamStats,
+    pub(crate) tcp: Option<TcpInfo>,
+    pub(crate) interrupted: bool,
+    /// The receiving peer closed the connection before every byte was sent.
+    pub(crate) peer_closed: bool,
+}
+
+/// Sends the stream's bytes: with `send()` for one socket and the mutex queue, with
+/// `send_submit()` otherwise (as the original design does). The buffer is allocated once,
+/// page-aligned (see [`DataBuffer`]).
+/// A time-bounded run sends whole packets until its deadline. With a schedule, the
+/// clock is read once per send and a queued send waits no longer than the next boundary
+/// (a synchronous `send()` cannot be cut short without tearing a packet).
+///
+/// `progress`, the server's watch over a `--reverse` test and this stream's index, hears
+/// of every packet sent (and may pace to the server's rate cap).
+pub(crate) fn drive(
+    stream: &mut dyn Stream,
+    settings: &Settings,
+    mut meter: Meter,
+    abort: &AtomicBool,
+    progress: Option<(&TestWatch, usize)>,
+) -> io::Result<Driven> {
+    let pkt = settings.pktsize as usize;
+    // Time-bounded runs have no byte limit; u64::MAX bytes is never reached.
+    let mut left = settings.byte_limit().unwrap_or(u64::MAX);
+    let payload = DataBuffer::filled(pkt, 0xa5)?.into_bytes();
+    let timed = meter.active();
+    let deadline = meter.deadline();
+    let asynchronous = settings.asynchronous();
+    // `-b`: sleep until each packet is due at the target rate.
+    let pacer = settings.rate_bps.map(RatePacer::new);
+    let mut sent_bytes = 0u64;
+    let mut result = Ok(());
+    while left > 0 {
+        let n = left.min(pkt as u64) as usize;
+        let sent = if asynchronous {
+            // Without a schedule the clock is not read here at all.
+            let wait = if timed {
+                let now = Instant::now();
+                [
+                    meter.until_due(now),
+                    deadline.map(|d| d.saturating_duration_since(now)),
+                ]
+                .into_iter()
+                .flatten()
+                .min()
+            } else {
+                None
+            };
+            let timeout = wait.map_or(Timeout::Forever, |w| {
+                Timeout::Millis(u32::try_from(w.as_millis()).unwrap_or(u32::MAX).max(1))
+            });
+            match stream.send_submit(payload.slice(..n), timeout) {
+                Ok(()) => true,
+                // The queue stayed full up to a boundary: report, then try again.
+                Err(e) if e.kind() == io::ErrorKind::TimedOut && wait.is_some() => false,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        } else {
+            if let Err(e) = stream.send(&payload[..n], Timeout::Forever) {
+                result = Err(e);
+                break;
+            }
+            true
+        };
+        if sent {
+            left -= n as u64;
+            if let Some((watch, index)) = progress {
+                sent_bytes += n as u64;
+                watch.received(index, sent_bytes, n);
+            }
+            if let Some(p) = &pacer {
+                p.pace(n, abort);
+            }
+        }
+        if timed {
+            // A synchronous send's latency already read the clock as it returned
+            // (not so when the queue sent it, or a pacer slept since).
+            let now = match (asynchronous, &pacer) {
+                (false, None) => stream.last_send_end(),
+                _ => None,
+            }
+            .unwrap_or_else(Instant::now);
+            // Boundaries first: a send blocked across one still reports it.
+            meter.tick(now, &*stream);
+            if deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+        }
+    }
+    // A `--reverse` client that stops reading (Ctrl-C) resets the connection (UDP: its
+    // closed port answers with ICMP port unreachable): the test ended early, and the
+    // server still reports what it sent.
+    let peer_closed = progress.is_some()
+        && matches!(&result, Err(e) if matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionReset
+                | io::ErrorKind::BrokenPipe
+                | io::ErrorKind::ConnectionRefused
+        ));
+    let finished = stream.finish_sending(Timeout::Forever);
+    let interrupted = matches!(&result, Err(e) if e.kind() == io::ErrorKind::Interrupted)
+        || matches!(&finished, Err(e) if e.kind() == io::ErrorKind::Interrupted);
+    if !interrupted && !peer_closed {
+        result?;
+        finished?;
+    }
+    let totals = meter.finish(Instant::now(), &*stream);
+    Ok(Driven {
+        start: totals.from,
+        stats: totals.stats,
+        tcp: totals.tcp,
+        interrupted,
+        peer_closed,
+    })
+}
+
+/// What a stream's thread hands back: a receiving one's, or with `--reverse` a
+/// sending one's on the server.
+pub(crate) struct Received {
+    pub(crate) stats: StreamStats,
+    pub(crate) tcp: Option<TcpInfo>,
+    pub(crate) local: String,
+    pub(crate) peer: String,
+    pub(crate) congestion: Option<String>,
+    pub(crate) rcvlowat: Option<u32>,
+    pub(crate) rx_nap_us: Option<u32>,
+    /// The time the figures cover: the first byte received to the last, or the first
+    /// sent to the peer's confirmation of the last.
+    pub(crate) span: Option<(Instant, Instant)>,
+    /// Cut short by the abort flag: the figures cover what was done until then.
+    pub(crate) interrupted: bool,
+}
+
+/// The most bytes a size-bounded stream may deliver before the server calls it a
+/// protocol violation.
+#[derive(Clone, Copy)]
+pub(crate) struct Ceiling {
+    /// The stream's bytes as the settings announce them.
+    pub(crate) announced: u64,
+    /// `announced`, times the copies MPRTT retries may legitimately deliver.
+    most: u64,
+}
+
+impl Ceiling {
+    pub(crate) fn new(settings: &Settings, announced: u64) -> Ceiling {
+        let copies = if settings.mprtt {
+            1 + u64::from(crate::stream::udp::MAX_RETRIES)
+        } else {
+            1
+        };
+        Ceiling {
+            announced,
+            most: announced.saturating_mul(copies),
+        }
+    }
+}
+
+/// Receives on one stream until the client ends it, publishing progress (and pacing to
+/// the rate cap) through `watch`, the test's watch and this stream's index. `ceiling`
+/// bounds the bytes a size-bounded run may deliver (MPRTT retries may repeat packets);
+/// a time-bounded run has none and sends whole packets only. With intervals, a receive
+/// waits no longer than the next boundary, so an idle stream still reports on time.
+pub(crate) fn receive(
+    mut stream: Box<dyn Stream>,
+    pktsize: usize,
+    ceiling: Option<Ceiling>,
+    idle: Duration,
+    mut meter: Meter,
+    watch: (&TestWatch, usize),
+) -> io::Result<Received> {
+    let mut buf = DataBuffer::zeroed(stream.recv_len(pktsize.max(1)))?;
+    let mut total = 0u64;
+    let timed = meter.active();
+    let mut last_data = Instant::now();
+    // The clock as of the last return from recv(): one read per packet.
+    let mut now = last_data;
+    let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
+    let mut interrupted = false;
+    loop {
+        let wait = match timed.then(|| meter.until_due(now)) {
+            Some(Some(until)) => until.min(idle),
+            _ => idle,
+        };
+        // Only the byte count is used: the data need not be copied out.
+        match stream.recv_counted(&mut buf, Timeout::Millis(ms(wait))) {
+            Ok(0) => break,
+            Ok(n) => {
+                let before = total;
+                total += n as u64;
+                watch.0.received(watch.1, total, n);
+                if let Some(c) = &ceiling {
+                    if total > c.most {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!(
+                                "the client sent more than the {} bytes it announced",
+                                c.announced
+                            ),
+                        ));
+                    }
+                    // The last packet of a run may be short: acknowledge it once whole.
+                    if before < c.announced && total >= c.announced {
+                        stream.ack_partial()?;
+                    }
+                }
+                if timed {
+                    // The clock the receive's latency read as it returned.
+                    now = stream.last_recv_end().unwrap_or_else(Instant::now);
+                    last_data = now;
+                    meter.tick(now, &*stream);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut && last_data.elapsed() < idle => {
+                now = Instant::now();
+                meter.tick(now, &*stream);
+            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "no data from the client for {}s (--idle-timeout)",
+                        idle.as_secs_f64()
+                    ),
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                interrupted = true;
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let totals = meter.finish(Instant::now(), &*stream);
+    let span = totals.stats.first_recv.zip(totals.stats.last_recv);
+    Ok(Received {
+        stats: totals.stats,
+        tcp: totals.tcp,
+        local: stream.local_addr(),
+        peer: stream.peer_addr(),
+        congestion: stream.congestion(),
+        rcvlowat: stream.rcvlowat(),
+        rx_nap_us: stream
+            .rx_nap()
+            .and_then(|nap| u32::try_from(nap.as_micros()).ok()),
+        span,
+        interrupted,
+    })
+}

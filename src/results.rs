@@ -1,0 +1,261 @@
+//! Typed results of a run: what each end measured, as a whole and per interval.
+//!
+//! Both ends turn their merged [`StreamStats`] into a [`SideResult`]; the server's
+//! travels to the client over the control stream. Renderers (the human report, JSON,
+//! CSV, plots) read these types and never change them; exact integers (bytes,
+//! nanoseconds) are kept next to derived rates.
+
+use crate::settings::Settings;
+use crate::stats::{LatencyStats, LatencySummary, StreamStats};
+use crate::stream::udp_wire::DatagramCounts;
+use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// Which end produced a result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Client,
+    Server,
+}
+
+impl Role {
+    /// Whether this end sends the test's data: the client, unless `--reverse`.
+    pub fn sends(self, settings: &Settings) -> bool {
+        (self == Role::Client) != settings.reverse
+    }
+
+    /// What this end's data did, for messages: `sent`, `received`, or both ways with
+    /// `--bidir`, `moved`.
+    pub fn moved(self, settings: &Settings) -> &'static str {
+        match (settings.bidir, self.sends(settings)) {
+            (true, _) => "moved",
+            (false, true) => "sent",
+            (false, false) => "received",
+        }
+    }
+
+    /// Whether this end sends on stream `stream`: as [`Role::sends`], except that with
+    /// `--bidir` the server sends on the second half of the streams.
+    pub fn sends_on(self, settings: &Settings, stream: u32) -> bool {
+        (self == Role::Client) != settings.server_sends_on(stream)
+    }
+}
+
+/// The figures of one stream, or of all streams together.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
+    /// Payload bytes this end sent (ACK bytes on a receiving end with MPRTT).
+    pub bytes_sent: u64,
+    /// Payload bytes this end received (ACK bytes on a sending end with MPRTT).
+    pub bytes_received: u64,
+    /// The time the figures cover, in nanoseconds.
+    pub duration_ns: u64,
+    /// Latency of each send (write, or with MPRTT the round trip).
+    pub send_latency: Option<LatencySummary>,
+    /// Latency of each receive.
+    pub recv_latency: Option<LatencySummary>,
+    /// Latency of each `send_submit()`.
+    pub submit_latency: Option<LatencySummary>,
+    /// MPRTT retransmissions.
+    pub retries: u64,
+    /// Datagram accounting (UDP only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datagrams: Option<DatagramCounts>,
+    /// TCP's own figures for the sockets (`TCP_INFO`); `None` for other transports.
+    #[serde(default)]
+    pub tcp: Option<TcpInfo>,
+}
+
+impl Figures {
+    /// Summarizes `stats` over `duration`.
+    pub fn new(stats: &StreamStats, duration: Duration) -> Figures {
+        Figures {
+            bytes_sent: stats.bytes_sent,
+            bytes_received: stats.bytes_received,
+            duration_ns: u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX),
+            send_latency: stats.send_latency.summary(),
+            recv_latency: stats.recv_latency.summary(),
+            submit_latency: stats.submit_latency.summary(),
+            retries: stats.retries,
+            datagrams: (!stats.datagrams.is_empty()).then_some(stats.datagrams),
+            tcp: None,
+        }
+    }
+
+    /// Duration in seconds.
+    pub fn secs(&self) -> f64 {
+        self.duration_ns as f64 / 1e9
+    }
+
+    /// Request/response transactions per second, as netperf's and neper's `*_RR`
+    /// report them: on the client of an `-r` run, round trips completed (each one
+    /// timed as mprtt, so the count is the latency's) over the figures' time; 0 over
+    /// zero time. `None` anywhere else: a server's receive count would include UDP's
+    /// retransmitted requests.
+    pub fn transactions_per_second(&self, settings: &Settings, role: Role) -> Option<f64> {
+        if !settings.mprtt || role != Role::Client {
+            return None;
+        }
+        let count = self.send_latency.map_or(0, |l| l.count);
+        Some(if self.duration_ns == 0 {
+            0.0
+        } else {
+            count as f64 / self.secs()
+        })
+    }
+}
+
+/// One stream as an end saw it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StreamResult {
+    /// Stream index: the stream uses port `base + index`.
+    pub index: u32,
+    pub local: String,
+    pub peer: String,
+    /// TCP: the congestion control algorithm this end's sockets used, as the kernel
+    /// reported it.
+    #[serde(default)]
+    pub congestion: Option<String>,
+    /// TCP, the server's streams: the receive low-water mark (`SO_RCVLOWAT`) of its
+    /// sockets, as the kernel reported it.
+    #[serde(default)]
+    pub rcvlowat: Option<u32>,
+    /// TCP, the receiving end's streams: how long a read naps while data flows, in us
+    /// (see `Settings::rx_nap`); `None` where reads do not nap.
+    #[serde(default)]
+    pub rx_nap_us: Option<u32>,
+    pub figures: Figures,
+}
+
+/// Everything one end measured in a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SideResult {
+    pub role: Role,
+    /// All streams together; with `--bidir` the streams that carry the client's data.
+    pub total: Figures,
+    /// With `--bidir`, the streams that carry the server's data together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverse_total: Option<Figures>,
+    pub streams: Vec<StreamResult>,
+    /// This end's machine.
+    #[serde(default)]
+    pub system: Option<SystemFacts>,
+    /// CPU time this end's process spent during the run.
+    #[serde(default)]
+    pub cpu: Option<CpuUsage>,
+    /// Figures of each reporting interval (`-i`), in order.
+    #[serde(default)]
+    pub intervals: Vec<IntervalResult>,
+}
+
+/// An end's totals, merged stream by stream: one over all streams or, with `--bidir`,
+/// one per direction, each over its own span (the earliest start to the latest end).
+pub struct SideTotals {
+    /// With `--bidir`, the first stream the server sends on.
+    first_server_stream: Option<u32>,
+    /// The client's data streams (all streams but `--bidir`'s second half), then the
+    /// server's.
+    parts: [TotalPart; 2],
+}
+
+#[derive(Default)]
+struct TotalPart {
+    stats: StreamStats,
+    tcp: Option<TcpInfo>,
+    span: Option<(Instant, Instant)>,
+}
+
+impl SideTotals {
+    /// Totals split at `first_server_stream` ([`Settings::first_server_stream`]).
+    pub fn new(first_server_stream: Option<u32>) -> SideTotals {
+        SideTotals {
+            first_server_stream,
+            parts: Default::default(),
+        }
+    }
+
+    /// Adds stream `stream`'s figures, counted over `span`.
+    pub fn add(
+        &mut self,
+        stream: u32,
+        stats: &StreamStats,
+        tcp: Option<&TcpInfo>,
+        span: Option<(Instant, Instant)>,
+    ) {
+        let server_data = self
+            .first_server_stream
+            .is_some_and(|first| stream >= first);
+        let part = &mut self.parts[usize::from(server_data)];
+        part.stats.merge(stats);
+        TcpInfo::merge_opt(&mut part.tcp, tcp);
+        if let Some((from, to)) = span {
+            part.span = Some(
+                part.span
+                    .map_or((from, to), |(a, b)| (a.min(from), b.max(to))),
+            );
+        }
+    }
+
+    /// Send latency over the client's data streams, every sample (for `--plot`).
+    pub fn client_data_send_latency(&self) -> &LatencyStats {
+        &self.parts[0].stats.send_latency
+    }
+
+    /// The earliest start and latest end of every stream added.
+    pub fn span(&self) -> Option<(Instant, Instant)> {
+        let [a, b] = &self.parts;
+        match (a.span, b.span) {
+            (Some((s1, e1)), Some((s2, e2))) => Some((s1.min(s2), e1.max(e2))),
+            (one, other) => one.or(other),
+        }
+    }
+
+    /// `total` and, with `--bidir`, `reverse_total`.
+    pub fn figures(&self) -> (Figures, Option<Figures>) {
+        let figures = |p: &TotalPart| {
+            let time = p
+                .span
+                .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
+            Figures {
+                tcp: p.tcp,
+                ..Figures::new(&p.stats, time)
+            }
+        };
+        let [client_data, server_data] = &self.parts;
+        let reverse = self.first_server_stream.map(|_| figures(server_data));
+        (figures(client_data), reverse)
+    }
+}
+
+/// One stream's figures in an interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StreamInterval {
+    /// Stream index.
+    pub index: u32,
+    /// Since the side's start, in ns.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub figures: Figures,
+}
+
+/// One side's figures for one interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntervalResult {
+    /// Interval number, from 0.
+    pub index: u32,
+    /// Since the side's start, in ns: the earliest start and latest end of its streams.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The interval began inside the warm-up, so the totals leave it out.
+    pub omitted: bool,
+    /// All streams together; with `--bidir` the streams that carry the client's data.
+    pub total: Figures,
+    /// With `--bidir`, the streams that carry the server's data together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverse_total: Option<Figures>,
+    pub streams: Vec<StreamInterval>,
+    /// CPU time the process used from the side's start to the end of this interval.
+    pub cpu: Option<CpuUsage>,
+}
