@@ -86,7 +86,7 @@ struct Cli {
     #[arg(short = 'D', long, value_name = "DEV", requires = "rdma")]
     rdmadev: Option<String>,
 
-    /// RDMA programming interface: ibverbs (raw verbs, the seed's default), cm (verbs
+    /// RDMA programming interface: ibverbs (raw verbs, the default), cm (verbs
     /// with rdma_cm connection set-up), rsocket (librdmacm's socket calls) or ofi
     /// (libfabric). Needs -R.
     #[arg(long, value_name = "API", requires = "rdma", value_parser = ["ibverbs", "cm", "rsocket", "ofi"])]
@@ -190,7 +190,7 @@ struct Cli {
 
     /// TCP only: zero-copy sending. `splice` (the default) moves the buffer with
     /// vmsplice()+splice(); `msg` uses send(MSG_ZEROCOPY) (on loopback the kernel copies
-    /// anyway). See bench/README.md for what each buys.
+    /// anyway). docs/tuning.md has what each buys.
     #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "splice",
           value_parser = ["splice", "msg"])]
     zerocopy: Option<String>,
@@ -203,7 +203,7 @@ struct Cli {
     /// TCP only: both ends move data through io_uring instead of send()/recv() system
     /// calls: one ring per thread, one submission and completion per call (a wait is
     /// bounded by a linked time-out). Measures io_uring's socket path against the system
-    /// calls (bench/README.md). Not with --zerocopy, --crr or rsockets.
+    /// calls (docs/tuning.md). Not with --zerocopy, --crr or rsockets.
     #[arg(long)]
     io_uring: bool,
 
@@ -676,7 +676,7 @@ fn loopback(
     code
 }
 
-/// Prints server events in the seed's layout.
+/// Prints server events in the original report layout.
 #[derive(Default)]
 struct ServerPrinter {
     /// `Server listening ....` was printed and its line is still open.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 /// What stdout carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// The seed's report, with interval lines (`-i`).
+    /// The original report layout, with interval lines (`-i`).
     Human,
     /// One JSON document at the end.
     Json,

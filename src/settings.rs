@@ -36,7 +36,7 @@ pub const MAX_WINDOW: u32 = 256 << 20;
 pub const BULK_RCVLOWAT: u32 = 128 << 10;
 /// The receiving end's nap while data flows (see [`Settings::rx_nap`]). On a 2-core VM
 /// one stream under cubic moved 75-77 Gbit/s with it against 54-58 without (32 KiB
-/// packets) and 66-89 against 60-68 (128 KiB); 50 us gained no more (bench/README.md).
+/// packets) and 66-89 against 60-68 (128 KiB); 50 us gained no more (docs/tuning.md).
 pub const RX_NAP: Duration = Duration::from_micros(20);
 /// `--rcvlowat`'s ceiling; the kernel caps the mark lower, at half of `tcp_rmem`'s
 /// maximum (or half of a `-w` buffer).
@@ -82,7 +82,7 @@ impl Protocol {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RdmaApi {
-    /// Raw verbs (libibverbs), the seed's default.
+    /// Raw verbs (libibverbs), the original default.
     #[default]
     Ibverbs,
     /// rdma_cm connection management (librdmacm).
@@ -122,7 +122,7 @@ pub enum QueueKind {
 }
 
 impl QueueKind {
-    /// Maps the seed's `-q` values: 1 = mutex queue, 0 = lock-free queue.
+    /// Maps the original `-q` values: 1 = mutex queue, 0 = lock-free queue.
     pub fn from_qtype(q: u8) -> Option<Self> {
         match q {
             1 => Some(QueueKind::Mutex),
@@ -430,7 +430,7 @@ impl Settings {
     ///
     /// A `-w` window bounds the larger mark to half of it (never below one packet), so
     /// the sender can always fill it. `None` with MPRTT, where the server answers each
-    /// packet as it completes and a short last packet must not wait. bench/README.md
+    /// packet as it completes and a short last packet must not wait. docs/tuning.md
     /// has what each buys.
     pub fn rcvlowat_bytes(&self, cores: usize) -> Option<u32> {
         if self.mprtt {
@@ -466,7 +466,7 @@ impl Settings {
     /// data) does not preempt the one running there mid-write; it runs when that one
     /// blocks or at the next tick. Not with MPRTT (`-r`, `--echo`, `--crr`), whose
     /// round trips are the wake-ups being measured, nor with `-b`, whose packets are
-    /// due at set times. bench/README.md has what it buys.
+    /// due at set times. docs/tuning.md has what it buys.
     pub fn batch_threads(&self) -> bool {
         !self.mprtt && self.rate_bps.is_none()
     }
@@ -804,7 +804,7 @@ impl Settings {
     }
 
     /// Whether the tool drives its streams with `send_submit()` (asynchronous) rather than
-    /// `send()`: the seed uses `send()` only for one socket with the mutex queue.
+    /// `send()`: the original design uses `send()` only for one socket with the mutex queue.
     pub fn asynchronous(&self) -> bool {
         self.nsockets > 1 || self.queue == QueueKind::LockFree
     }

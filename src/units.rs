@@ -1,6 +1,6 @@
 //! Unit formatting for reports.
 //!
-//! Byte sizes and byte rates are binary (MB = 2^20 B, GB/s = 2^30 B/s), as in the seed;
+//! Byte sizes and byte rates are binary (MB = 2^20 B, GB/s = 2^30 B/s), as in the original design;
 //! bit rates are decimal (Gbit/s = 10^9 bit/s), as link speeds are quoted.
 
 /// A byte count as users write it: digits, optionally ending in `K`, `M` or `G` (binary,
@@ -114,7 +114,7 @@ mod tests {
         );
         assert_eq!(size_triplet(327_680), "0MB(0.00GB 327680B)");
         assert_eq!(size_triplet(655_360), "1MB(0.00GB 655360B)");
-        // 10 GiB in 2.83 s: 3.53 GiB/s, and 30.4 Gbit/s decimal (not the seed's 28).
+        // 10 GiB in 2.83 s: 3.53 GiB/s, and 30.4 Gbit/s decimal (not the original design's 28).
         let r = rate(10_737_418_240, 2.83);
         assert_eq!(byte_rate(r), "3.53GB/s");
         assert_eq!(bit_rate(r), "30.4Gbit/s");

@@ -63,7 +63,7 @@ pub enum Timeout {
 }
 
 impl Timeout {
-    /// The seed's convention: 0 = do not block, negative = block forever, N = N ms.
+    /// The original design's convention: 0 = do not block, negative = block forever, N = N ms.
     pub fn from_millis(ms: i64) -> Self {
         match ms {
             0 => Timeout::NonBlocking,

@@ -1,7 +1,7 @@
 //! The asynchronous sending half of a STREAM: a queue of send requests and one sender
 //! thread per socket that drains it.
 //!
-//! Two queues, as in the seed:
+//! Two queues, as in the original design:
 //! - the mutex queue holds up to [`MUTEX_QUEUE_CAPACITY`] requests and may feed many
 //!   sender threads;
 //! - the lock-free queue is a single-producer single-consumer ring (the `rtrb` crate),

@@ -1,6 +1,6 @@
 //! The TCP STREAM.
 //!
-//! `nsockets` TCP connections between the same two hosts. Latency is timed as the seed
+//! `nsockets` TCP connections between the same two hosts. Latency is timed as the original design
 //! defines it: a send from the write() start to its return (waits included, and with
 //! MPRTT to the reply read); a receive from the start of the call to the read() that
 //! returns data (and with MPRTT, the reply written).
@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 /// The smallest read buffer [`Stream::recv_len`] suggests: a bulk receiver that keeps
 /// up with the sender reads what has arrived in one call instead of one per packet
 /// (fewer system calls per byte). 128 KiB, as iperf3 reads: with 128 KiB packets,
-/// 256 KiB reads moved 3% less over loopback under BBR (bench/README.md).
+/// 256 KiB reads moved 3% less over loopback under BBR (docs/tuning.md).
 const RECV_CHUNK: usize = 128 * 1024;
 
 /// The kernel time-outs a blocking-mode socket has, in ms (0: not set yet), kept so
