@@ -1,11 +1,48 @@
 #!/usr/bin/env bash
-# The whole test suite: set-up, then every unit and integration test.
+# The whole test suite: set-up, then every unit, doc and integration test.
+#
+# Tests that need something of the host are marked #[ignore], so the first run lists
+# them as ignored. The runs after it take each group whose need this host meets; what
+# this host cannot run stays reported as ignored, never as passed:
+#   tests/netns_udp.rs, needs_root::   root (network and mount namespaces, nftables)
+#   needs_rdma_device::                an RDMA device (/sys/class/infiniband)
+#   needs_no_rdma_device::             no RDMA device (the errors saying how to add one)
+#   tests/softroce_vm.rs               QEMU and a kernel package for the Soft-RoCE VM
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+threads="${FPERF_TEST_THREADS:-4}"
 cargo build --release --all-targets
-# --all-targets: unit and integration tests (there are no doc-tests), so the last
-# summary line is a real one.
-cargo test --release --all-targets -- --test-threads="${FPERF_TEST_THREADS:-4}"
+cargo test --release --all-targets -- --test-threads="$threads"
+cargo test --release --doc
+
+gated() { # gated TEST-TARGET [FILTER]: the target's ignored tests (matching FILTER)
+  cargo test --release --test "$1" -- --ignored --test-threads="$threads" ${2:+"$2"}
+}
+not_run=()
+if [ "$(id -u)" -eq 0 ]; then
+  gated netns_udp
+  gated rdma_ofi needs_root::
+else
+  not_run+=("needs root: not root")
+fi
+if compgen -G '/sys/class/infiniband/*' >/dev/null; then
+  gated rdma_verbs needs_rdma_device::
+  gated rdma_ofi needs_rdma_device::
+else
+  not_run+=("needs an RDMA device: none here")
+  gated rdma_verbs needs_no_rdma_device::
+  gated rdma_ofi needs_no_rdma_device::
+fi
+vm_rc=0
+vm_why="$(scripts/softroce/run.sh --prepare 2>&1 >/dev/null)" || vm_rc=$?
+case "$vm_rc" in
+  0) gated softroce_vm ;;
+  3) not_run+=("the Soft-RoCE VM: ${vm_why#softroce: }") ;;
+  *) echo "$vm_why" >&2; exit "$vm_rc" ;;
+esac
+for why in "${not_run[@]}"; do
+  echo "ignored here (listed as ignored above): $why"
+done
 # bench/compare's target verdicts and pooling (made-up samples; nothing is run).
 python3 -m unittest discover -s bench -p 'test_*.py'

@@ -4,7 +4,7 @@
 //! other, and has nftables in the server's namespace drop a known share of the
 //! datagrams at random. nftables' own counters say exactly how many it dropped, which
 //! the fperf figures must match. The namespaces are deleted when a test ends, failed or
-//! not. Needs root (skipped with a message otherwise), `ip` and `nft`.
+//! not. Needs root, `ip` and `nft`: marked ignored, and run by scripts/test.sh as root.
 
 mod common;
 use common::{collect, collect_joinable, fperf_bin};
@@ -28,14 +28,12 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Skips the calling test (returning early) unless running as root.
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipped: network-namespace tests need root (ip netns, nft)");
-            return;
-        }
-    };
+/// Fails the calling test at once, saying why, unless running as root.
+fn require_root() {
+    assert!(
+        is_root(),
+        "network-namespace tests need root (ip netns, nft)"
+    );
 }
 
 /// Runs a command to completion; panics with its output if it fails.
@@ -318,8 +316,9 @@ fn bytes(text: &str, label: &str) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn plain_udp_reports_the_injected_loss() {
-    require_root!();
+    require_root();
     let ns = Netns::create();
     ns.drop_share(10, false);
     let server = ns.server();
@@ -387,8 +386,9 @@ fn mprtt_run(ns: &Netns) -> (String, String, u64) {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn mprtt_resends_every_dropped_datagram() {
-    require_root!();
+    require_root();
     let ns = Netns::create();
     ns.drop_share(10, false);
     let (c, s, retries) = mprtt_run(&ns);
@@ -418,8 +418,9 @@ fn mprtt_resends_every_dropped_datagram() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn mprtt_survives_dropped_acks() {
-    require_root!();
+    require_root();
     let ns = Netns::create();
     ns.drop_share(10, true);
     let (c, s, retries) = mprtt_run(&ns);
@@ -446,8 +447,9 @@ fn mprtt_survives_dropped_acks() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn several_streams_and_sockets_across_the_link() {
-    require_root!();
+    require_root();
     let ns = Netns::create();
     ns.drop_share_on(10, false, 2);
     let server = ns.server();
@@ -480,8 +482,9 @@ fn several_streams_and_sockets_across_the_link() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn mprtt_gives_up_naming_the_packet() {
-    require_root!();
+    require_root();
     let ns = Netns::create();
     ns.drop_share(100, false);
     let server = ns.server();
@@ -533,13 +536,15 @@ fn gso_loss(extra: &[&str]) {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn gso_messages_lost_on_the_link_are_counted_datagram_by_datagram() {
-    require_root!();
+    require_root();
     gso_loss(&[]);
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn gro_splits_what_crossed_the_link_and_counts_the_rest_as_lost() {
-    require_root!();
+    require_root();
     gso_loss(&["--gro"]);
 }

@@ -2,6 +2,8 @@
 //! `tcp` provider, which needs no RDMA hardware: real memory registration, completion
 //! queues and delivery-complete sends. Also: the one-line errors when libfabric or an
 //! RDMA device is missing, and TCP still running with the RDMA libraries hidden.
+//! Tests in `needs_*` modules need something of the host: marked ignored, and run by
+//! scripts/test.sh where the host has it.
 
 mod common;
 use common::*;
@@ -145,60 +147,70 @@ fn without_libfabric_ofi_fails_at_once_saying_how_to_install_it() {
     assert_one_line_failure(ok, &err, secs, &["libfabric", "apt-get install libfabric1"]);
 }
 
-#[test]
-fn a_provider_without_a_device_fails_at_once_saying_so() {
-    if has_rdma_device() {
-        eprintln!("skipped: this host has an RDMA device, so the no-device error cannot be shown");
-        return;
+mod needs_no_rdma_device {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs a host without an RDMA device"]
+    fn a_provider_without_a_device_fails_at_once_saying_so() {
+        assert!(
+            !has_rdma_device(),
+            "this host has an RDMA device, so the no-device error cannot be shown"
+        );
+        let port = port_block(1).to_string();
+        let (ok, err, secs) = run_env(
+            &[],
+            &[
+                "-c",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-R",
+                "--rdma-api",
+                "ofi",
+                "--ofi-provider",
+                "verbs",
+                "-m",
+                "1",
+            ],
+        );
+        assert_one_line_failure(ok, &err, secs, &["'verbs'", "rdma link add rxe0 type rxe"]);
+        // The default API (ibverbs) says which device is missing.
+        let (ok, err, secs) = run_env(&[], &["-c", "127.0.0.1", "-p", &port, "-R", "-m", "1"]);
+        assert_one_line_failure(ok, &err, secs, &["no RDMA device", "modprobe rdma_rxe"]);
     }
-    let port = port_block(1).to_string();
-    let (ok, err, secs) = run_env(
-        &[],
-        &[
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-R",
-            "--rdma-api",
-            "ofi",
-            "--ofi-provider",
-            "verbs",
-            "-m",
-            "1",
-        ],
-    );
-    assert_one_line_failure(ok, &err, secs, &["'verbs'", "rdma link add rxe0 type rxe"]);
-    // The default API (ibverbs) says which device is missing.
-    let (ok, err, secs) = run_env(&[], &["-c", "127.0.0.1", "-p", &port, "-R", "-m", "1"]);
-    assert_one_line_failure(ok, &err, secs, &["no RDMA device", "modprobe rdma_rxe"]);
 }
 
 fn has_rdma_device() -> bool {
     std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
 }
 
-#[test]
-fn ofi_over_verbs_when_a_device_exists() {
-    if !has_rdma_device() {
-        eprintln!("skipped: no RDMA device here (/sys/class/infiniband is empty); see README for Soft-RoCE");
-        return;
+mod needs_rdma_device {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs an RDMA device"]
+    fn ofi_over_verbs_when_a_device_exists() {
+        assert!(
+            has_rdma_device(),
+            "no RDMA device here (/sys/class/infiniband is empty); see README for Soft-RoCE"
+        );
+        let server = Server::start(&[]);
+        let c = client_ok(
+            &server,
+            "127.0.0.1",
+            &[
+                "-R",
+                "--rdma-api",
+                "ofi",
+                "--ofi-provider",
+                "verbs",
+                "-m",
+                "64",
+            ],
+        );
+        assert_bytes(&c, &server.report(1), 64 * MB);
     }
-    let server = Server::start(&[]);
-    let c = client_ok(
-        &server,
-        "127.0.0.1",
-        &[
-            "-R",
-            "--rdma-api",
-            "ofi",
-            "--ofi-provider",
-            "verbs",
-            "-m",
-            "64",
-        ],
-    );
-    assert_bytes(&c, &server.report(1), 64 * MB);
 }
 
 /// The RDMA libraries this host has, by path.
@@ -210,50 +222,55 @@ fn rdma_libraries() -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn tcp_and_udp_run_with_the_rdma_libraries_hidden_and_rdma_then_fails_clearly() {
-    let libs = rdma_libraries();
-    if libs.is_empty() {
-        eprintln!("note: no RDMA library installed here; nothing to hide");
+mod needs_root {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs root: a mount namespace"]
+    fn tcp_and_udp_run_with_the_rdma_libraries_hidden_and_rdma_then_fails_clearly() {
+        let libs = rdma_libraries();
+        if libs.is_empty() {
+            eprintln!("note: no RDMA library installed here; nothing to hide");
+        }
+        // In a private mount namespace, /dev/null covers every RDMA library, so the
+        // dynamic loader cannot find them.
+        let hide: String = libs
+            .iter()
+            .map(|l| format!("mount --bind /dev/null {l} && "))
+            .collect();
+        let port = port_block(3);
+        let bin = fperf_bin();
+        let script = format!(
+            "{hide} {bin} --loopback -p {port} -m 8 && echo '=== udp' && {bin} --loopback -u -p {} -m 2 && echo '=== rdma' && {bin} --loopback -p {} -R --rdma-api ofi -m 1",
+            port + 1,
+            port + 2
+        );
+        let probe = Command::new("unshare").args(["--mount", "true"]).output();
+        assert!(
+            probe.is_ok_and(|o| o.status.success()),
+            "cannot create a mount namespace (needs root and unshare)"
+        );
+        let out = run_with_deadline(
+            Command::new("unshare").args(["--mount", "sh", "-c", &script]),
+            Duration::from_secs(60),
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let (tcp, rest) = stdout
+            .split_once("=== udp")
+            .unwrap_or_else(|| panic!("TCP failed:\n{stdout}\n{stderr}"));
+        let (udp, _) = rest
+            .split_once("=== rdma")
+            .unwrap_or_else(|| panic!("UDP failed:\n{stdout}\n{stderr}"));
+        assert_eq!(volume(tcp, "sent").bytes, 8 * MB, "{stdout}\n{stderr}");
+        assert_eq!(volume(tcp, "received").bytes, 8 * MB, "{stdout}\n{stderr}");
+        assert_eq!(volume(udp, "sent").bytes, 2 * MB, "{stdout}\n{stderr}");
+        assert!(!out.status.success(), "RDMA must fail:\n{stdout}\n{stderr}");
+        assert!(
+            stderr.contains("needs libfabric") && stderr.contains("apt-get install libfabric1"),
+            "{stderr}"
+        );
     }
-    // In a private mount namespace, /dev/null covers every RDMA library, so the
-    // dynamic loader cannot find them.
-    let hide: String = libs
-        .iter()
-        .map(|l| format!("mount --bind /dev/null {l} && "))
-        .collect();
-    let port = port_block(3);
-    let bin = fperf_bin();
-    let script = format!(
-        "{hide} {bin} --loopback -p {port} -m 8 && echo '=== udp' && {bin} --loopback -u -p {} -m 2 && echo '=== rdma' && {bin} --loopback -p {} -R --rdma-api ofi -m 1",
-        port + 1,
-        port + 2
-    );
-    let probe = Command::new("unshare").args(["--mount", "true"]).output();
-    if !probe.is_ok_and(|o| o.status.success()) {
-        eprintln!("skipped: cannot create a mount namespace (needs root and unshare)");
-        return;
-    }
-    let out = run_with_deadline(
-        Command::new("unshare").args(["--mount", "sh", "-c", &script]),
-        Duration::from_secs(60),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let (tcp, rest) = stdout
-        .split_once("=== udp")
-        .unwrap_or_else(|| panic!("TCP failed:\n{stdout}\n{stderr}"));
-    let (udp, _) = rest
-        .split_once("=== rdma")
-        .unwrap_or_else(|| panic!("UDP failed:\n{stdout}\n{stderr}"));
-    assert_eq!(volume(tcp, "sent").bytes, 8 * MB, "{stdout}\n{stderr}");
-    assert_eq!(volume(tcp, "received").bytes, 8 * MB, "{stdout}\n{stderr}");
-    assert_eq!(volume(udp, "sent").bytes, 2 * MB, "{stdout}\n{stderr}");
-    assert!(!out.status.success(), "RDMA must fail:\n{stdout}\n{stderr}");
-    assert!(
-        stderr.contains("needs libfabric") && stderr.contains("apt-get install libfabric1"),
-        "{stderr}"
-    );
 }
 
 /// Runs `cmd` in a process group of its own, killing the whole group after `limit`.

@@ -3,9 +3,10 @@
 //! fresh `fperf -s` and an `fperf -c` against the VM's own address over `rxe0`, for each
 //! RDMA API this build implements. Both sides' byte counts are asserted.
 //!
-//! The release fperf binary under test goes into the VM; nothing is built here. When
-//! this host cannot run the VM (no QEMU and not root to install it, no Debian kernel
-//! package), the test says it is skipped and why. Without KVM the VM runs under TCG
+//! The release fperf binary under test goes into the VM; nothing is built here. The test
+//! is marked ignored: scripts/test.sh runs it where `scripts/softroce/run.sh --prepare`
+//! says the VM can run (QEMU, or root to install it, and a Debian kernel package), and
+//! reports it as not run, saying why, elsewhere. Without KVM the VM runs under TCG
 //! (the harness says which), so volumes are kept small.
 
 mod common;
@@ -240,10 +241,10 @@ fn case_output<'a>(all: &'a str, name: &str) -> (i32, &'a str, &'a str) {
 }
 
 #[test]
+#[ignore = "needs QEMU and a kernel package for the Soft-RoCE VM"]
 fn rdma_transfers_over_soft_roce_in_a_vm() {
     if let Err(why) = prepare() {
-        eprintln!("skipped: the Soft-RoCE VM cannot run here: {why}");
-        return;
+        panic!("the Soft-RoCE VM cannot run here: {why}");
     }
     let cases = cases();
     let started = Instant::now();
