@@ -19,6 +19,73 @@
 //!
 //! The library never prints to stdout on its own, never exits the process and never
 //! panics on input from a peer: every byte from the network is untrusted.
+//!
+//! # A server and a client from Rust
+//!
+//! ```
+//! use fperf::client::{self, ClientConfig};
+//! use fperf::server::{Server, ServerConfig};
+//! use fperf::settings::Settings;
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//! use std::sync::Arc;
+//!
+//! # fn main() -> anyhow::Result<()> {
+//! // A server on a port the kernel picks, serving from a thread of its own.
+//! let server = Server::bind(ServerConfig {
+//!     bind: Some("127.0.0.1".parse()?),
+//!     port: 0,
+//!     ..ServerConfig::default()
+//! })?;
+//! let port = server.local_addr()?.port();
+//! let stop = Arc::new(AtomicBool::new(false));
+//! let serving = {
+//!     let stop = stop.clone();
+//!     std::thread::spawn(move || server.run(&stop, &mut |_event| {}))
+//! };
+//!
+//! // A client sends 16 MB over one TCP stream; both ends' figures come back.
+//! let settings = Settings { mb: 16, ..Settings::default() };
+//! let config = ClientConfig::new("127.0.0.1", port, settings);
+//! let outcome = client::run(&config, Arc::new(AtomicBool::new(false)), &mut |_streams| {})?;
+//! assert_eq!(outcome.client.total.bytes_sent, 16 << 20);
+//! assert_eq!(outcome.server.total.bytes_received, 16 << 20);
+//! println!("{:.1} Gbit/s", outcome.server.total.bytes_received as f64 * 8.0
+//!     / outcome.server.total.secs() / 1e9);
+//!
+//! stop.store(true, Ordering::Relaxed);
+//! serving.join().expect("server thread")?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # The STREAM as a socket
+//!
+//! The socket STREAMs ([`stream::TcpStream`], [`stream::UdpStream`]) are read and
+//! written with plain `std::io`, and give their first socket's fd:
+//!
+//! ```
+//! use fperf::stream::{Stream, StreamOptions, TcpStream, Timeout};
+//! use std::io::{Read, Write};
+//! use std::os::fd::AsRawFd;
+//!
+//! # fn main() -> std::io::Result<()> {
+//! let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+//! let addr = listener.local_addr()?;
+//! let passive = std::thread::spawn(move || -> std::io::Result<Vec<u8>> {
+//!     let mut stream = TcpStream::accept(&listener, StreamOptions::default())?;
+//!     let mut got = Vec::new();
+//!     stream.read_to_end(&mut got)?;
+//!     Ok(got)
+//! });
+//!
+//! let mut active = TcpStream::connect(addr, StreamOptions::default())?;
+//! assert!(active.as_raw_fd() >= 0);
+//! active.write_all(b"hello over a STREAM")?;
+//! active.finish_sending(Timeout::Forever)?; // end of stream for the reader
+//! assert_eq!(passive.join().expect("reader thread")?, b"hello over a STREAM");
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod auth;
 pub mod client;

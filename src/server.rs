@@ -133,7 +133,12 @@ impl Server {
         }
         .with_context(|| format!("cannot listen on port {}", config.port))?;
         listener.set_nonblocking(true)?;
-        Ok(Server { listener, config })
+        // Port 0 asks the kernel for one; data ports count from the one it gave.
+        let port = listener.local_addr()?.port();
+        Ok(Server {
+            listener,
+            config: ServerConfig { port, ..config },
+        })
     }
 
     /// The address actually bound.

@@ -51,6 +51,45 @@ use std::time::{Duration, Instant};
 pub use tcp::TcpStream;
 pub use udp::UdpStream;
 
+/// Plain `std::io` over a socket STREAM, as a library user expects of a socket: a read is
+/// [`Stream::recv`] and a write [`Stream::send`], each blocking without a time-out (a
+/// time-out set with the socket's own options still applies); `flush()` waits for what
+/// [`Stream::send_submit`] queued. The raw fd is socket 0's. Over UDP each write is one
+/// datagram whose first [`udp_wire::HEADER_LEN`] bytes carry fperf's header (sequence,
+/// stream, send time), as in every UDP run; the bytes after them arrive as written.
+macro_rules! impl_std_io {
+    ($stream:ty) => {
+        impl std::io::Read for $stream {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                if buf.is_empty() {
+                    return Ok(0);
+                }
+                $crate::stream::Stream::recv(self, buf, $crate::stream::Timeout::Forever)
+            }
+        }
+
+        impl std::io::Write for $stream {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                if buf.is_empty() {
+                    return Ok(0);
+                }
+                $crate::stream::Stream::send(self, buf, $crate::stream::Timeout::Forever)
+            }
+
+            fn flush(&mut self) -> std::io::Result<()> {
+                $crate::stream::Stream::sender_drain(self, $crate::stream::Timeout::Forever)
+            }
+        }
+
+        impl std::os::fd::AsRawFd for $stream {
+            fn as_raw_fd(&self) -> std::os::fd::RawFd {
+                self.sockets[0].sock.as_raw_fd()
+            }
+        }
+    };
+}
+pub(crate) use impl_std_io;
+
 /// How long a STREAM call may block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Timeout {

@@ -1004,6 +1004,8 @@ fn congestion_of(sock: &DataSocket) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&raw[..end]).into_owned())
 }
 
+super::impl_std_io!(TcpStream);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1017,6 +1019,34 @@ mod tests {
         let t = thread::spawn(move || TcpStream::connect(addr, o).expect("connect"));
         let server = TcpStream::accept(&listener, opts).expect("accept");
         (t.join().expect("join"), server)
+    }
+
+    #[test]
+    fn plain_read_and_write_carry_the_byte_stream_and_the_fd_is_the_first_sockets() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        let (mut client, mut server) = pair(StreamOptions::default());
+        let fd = client.as_raw_fd();
+        // SAFETY: the fd stays open while `client` lives; the SockRef does not close it.
+        let local = SockRef::from(&unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
+            .local_addr()
+            .expect("local")
+            .as_socket()
+            .expect("inet");
+        assert_eq!(local.to_string(), client.local_addr());
+        let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        let reader = thread::spawn(move || {
+            let mut got = Vec::new();
+            server.read_to_end(&mut got).expect("read_to_end");
+            got
+        });
+        client.write_all(&data).expect("write_all");
+        assert_eq!(client.write(&[]).expect("empty write"), 0);
+        client.flush().expect("flush");
+        client
+            .finish_sending(Timeout::Millis(5_000))
+            .expect("finish");
+        assert_eq!(reader.join().expect("reader"), data);
     }
 
     fn drain_all(server: &mut TcpStream, bufsize: usize) -> u64 {

@@ -993,6 +993,8 @@ impl Stream for UdpStream {
     }
 }
 
+super::impl_std_io!(UdpStream);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1030,6 +1032,35 @@ mod tests {
                 n => total += n as u64,
             }
         }
+    }
+
+    #[test]
+    fn plain_read_and_write_move_datagrams_and_the_fd_is_the_first_sockets() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        let (mut client, mut server) = pair(StreamOptions::default(), Duration::from_millis(100));
+        let fd = client.as_raw_fd();
+        // SAFETY: the fd stays open while `client` lives; the SockRef does not close it.
+        let local = SockRef::from(&unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
+            .local_addr()
+            .expect("local")
+            .as_socket()
+            .expect("inet");
+        assert_eq!(local.to_string(), client.local_addr());
+        // Each write is one datagram, whose first HEADER_LEN bytes carry the header.
+        let datagram: Vec<u8> = (0..64u8).collect();
+        assert_eq!(client.write(&datagram).expect("write"), 64);
+        assert_eq!(client.write(&[]).expect("empty write"), 0);
+        client.flush().expect("flush");
+        let mut buf = [0u8; 128];
+        assert_eq!(server.read(&mut []).expect("empty read"), 0);
+        let n = server.read(&mut buf).expect("read");
+        assert_eq!(n, 64);
+        assert_eq!(&buf[HEADER_LEN..n], &datagram[HEADER_LEN..]);
+        client
+            .finish_sending(Timeout::Millis(5_000))
+            .expect("finish");
+        assert_eq!(server.read(&mut buf).expect("end"), 0);
     }
 
     #[test]
