@@ -11,8 +11,9 @@
 //! - [`engine`]: the data loops (send, receive) that both roles run;
 //! - [`interval`]: `--time`, `-i` and `--omit`: slicing a run into intervals;
 //! - [`sysinfo`]: host, CPU, kernel, CPU time and TCP_INFO facts;
-//! - [`json`], [`csv`]: the machine-readable outputs; [`sweep`]: `--sweep` specs;
-//!   [`plot`]: `--plot` pictures;
+//! - [`output`]: every output of a client's run, one sink each (human text, JSON,
+//!   JSON lines, CSV, plot), fed the same events; [`json`], [`csv`] and [`plot`]
+//!   render the documents, rows and pictures; [`sweep`]: `--sweep` specs;
 //! - [`server`] and [`client`]: the two roles that drive a run;
 //! - [`limits`], [`auth`] and [`sessions`]: what a server allows, its shared-key check,
 //!   and which tests it runs at once.
@@ -95,6 +96,7 @@ pub mod engine;
 pub mod interval;
 pub mod json;
 pub mod limits;
+pub mod output;
 pub mod plot;
 pub mod report;
 pub mod results;

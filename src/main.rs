@@ -593,32 +593,9 @@ fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>, output: &Output) -> Re
         ..cfg.clone()
     };
     let start = fperf::json::StartTime::now();
-    let mut printer = measure::Printer::new(&settings, output, start.clone())?;
-    let outcome: ClientOutcome = client::run_observed(cfg, abort, &mut printer)?;
-    printer.finish()?;
-    if let Some(path) = &output.plot {
-        measure::plot_run(path, &settings, &outcome)?;
-    }
-    match output.mode {
-        measure::Mode::Human => {
-            out!("{}", report::client_body(&settings, &outcome.client));
-            if outcome.interrupted {
-                let moved = fperf::results::Role::Client.moved(&settings);
-                outln!("(interrupted: the figures cover what was {moved} before Ctrl-C)");
-            }
-        }
-        measure::Mode::Json => {
-            let doc = fperf::json::RunDoc::new(&settings, start, &outcome);
-            outln!("{}", fperf::json::to_document(&doc));
-        }
-        measure::Mode::JsonStream => {
-            let doc = fperf::json::RunDoc::new(&settings, start, &outcome);
-            let end = fperf::json::Event::End {
-                result: Box::new(doc),
-            };
-            outln!("{}", fperf::json::to_line(&end));
-        }
-    }
+    let mut sinks = output.sinks(&settings, start, false)?;
+    let outcome: ClientOutcome = client::run_observed(cfg, abort, &mut sinks)?;
+    sinks.end(&outcome)?;
     if outcome.interrupted {
         return Ok(ExitCode::from(130));
     }
@@ -742,9 +719,13 @@ impl ServerPrinter {
 /// Writes report text to stdout; a closed stdout ends the process (exit 0).
 fn write_stdout(args: std::fmt::Arguments) {
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
+    exit_if_closed(stdout.write_fmt(args).and_then(|()| stdout.flush()));
+}
+
+/// Ends the process (exit 0) when a write to stdout found it closed: whoever read the
+/// report stopped reading. Other errors are left to the next write.
+fn exit_if_closed(written: std::io::Result<()>) {
+    if written.is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+        std::process::exit(0);
     }
 }

@@ -1,14 +1,19 @@
-//! The command line's measurement output: which printer a run uses (human, `--json`,
-//! `--json-stream`), the `--csv` file, and `--sweep`. The library computes; this module
-//! only chooses what goes to stdout and files.
+//! The command line's measurement output: which sinks a run feeds (human, `--json`,
+//! `--json-stream`, `--csv`, `--plot`), and `--sweep`. The library computes and
+//! renders; this module only chooses what goes to stdout and files.
 
-use anyhow::{bail, Context, Result};
-use fperf::client::{self, ClientConfig, ClientOutcome, RunObserver, StreamInfo};
-use fperf::json::{self, Event, IntervalDoc, RunDoc, StartTime, SweepDoc, SweepRecord};
-use fperf::report::{self, interval_line};
-use fperf::results::{IntervalResult, Role};
+use anyhow::{Context, Result};
+use fperf::client::{self, ClientConfig};
+use fperf::json::{self, RunDoc, StartTime, SweepDoc, SweepRecord};
+use fperf::output::csv::Csv;
+use fperf::output::json::Json;
+use fperf::output::json_stream::JsonStream;
+use fperf::output::plot::{run_label, Plot};
+use fperf::output::text::Text;
+use fperf::output::{Sink, Sinks};
+use fperf::results::Role;
 use fperf::settings::Settings;
-use fperf::sweep::{self, Sweep, SweepParam, SweepRow};
+use fperf::sweep::{self, Sweep, SweepRow};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
@@ -58,102 +63,43 @@ impl Output {
     }
 }
 
-/// Prints a run's progress as it goes on.
-pub struct Printer {
-    settings: Settings,
-    mode: Mode,
-    /// A sweep prints rows only.
-    quiet: bool,
-    csv: Option<BufWriter<File>>,
-    csv_error: Option<std::io::Error>,
-    start: StartTime,
-}
-
-impl Printer {
-    /// A printer for one run; creates the CSV file and writes its header.
-    pub fn new(settings: &Settings, output: &Output, start: StartTime) -> Result<Printer> {
-        let csv = match &output.csv {
-            Some(path) => {
-                let mut f = BufWriter::new(
-                    File::create(path)
-                        .with_context(|| format!("cannot create --csv file {}", path.display()))?,
-                );
-                writeln!(f, "{}", fperf::csv::HEADER)?;
-                Some(f)
-            }
-            None => None,
-        };
-        Ok(Printer {
-            settings: settings.clone(),
-            mode: output.mode,
-            quiet: false,
-            csv,
-            csv_error: None,
-            start,
-        })
-    }
-
-    /// Flushes the CSV file; reports a write that failed during the run.
-    pub fn finish(mut self) -> Result<()> {
-        if let Some(f) = &mut self.csv {
-            if let Err(e) = f.flush() {
-                self.csv_error.get_or_insert(e);
-            }
+impl Output {
+    /// The sinks of one run: the human report or JSON on stdout (`stdout`), the CSV
+    /// file, and for a single run the plot. A sweep's runs (`sweep_run`) report in
+    /// rows, so stdout has only their `--json-stream` events.
+    pub fn sinks(&self, settings: &Settings, start: StartTime, sweep_run: bool) -> Result<Sinks> {
+        let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+        match self.mode {
+            Mode::Human if !sweep_run => sinks.push(Box::new(Text::new(Stdout))),
+            Mode::Json if !sweep_run => sinks.push(Box::new(Json::new(Stdout))),
+            Mode::JsonStream => sinks.push(Box::new(JsonStream::new(Stdout))),
+            _ => {}
         }
-        match self.csv_error {
-            Some(e) => bail!("cannot write the --csv file: {e}"),
-            None => Ok(()),
+        if let Some(path) = &self.csv {
+            let file = File::create(path)
+                .with_context(|| format!("cannot create --csv file {}", path.display()))?;
+            sinks.push(Box::new(Csv::new(BufWriter::new(file))?));
         }
+        if let Some(path) = self.plot.as_ref().filter(|_| !sweep_run) {
+            sinks.push(Box::new(Plot::new(path.clone())));
+        }
+        Ok(Sinks::new(settings, start, sinks))
     }
 }
 
-impl RunObserver for Printer {
-    fn connected(&mut self, streams: &[StreamInfo]) {
-        match self.mode {
-            Mode::Human if !self.quiet => {
-                let list: Vec<_> = streams
-                    .iter()
-                    .map(|s| (s.index, s.local.clone(), s.peer.clone()))
-                    .collect();
-                let congestion = streams.first().and_then(|s| s.congestion.as_deref());
-                out!(
-                    "{}",
-                    report::client_header(&self.settings, &list, congestion)
-                );
-            }
-            Mode::JsonStream => {
-                let ev = Event::start(&self.settings, self.start.clone(), streams);
-                outln!("{}", json::to_line(&ev));
-            }
-            _ => {}
-        }
-        let _ = std::io::stdout().flush();
+/// The process's stdout for the sinks: a closed stdout ends the process (exit 0), as
+/// for every report line ([`crate::write_stdout`]).
+struct Stdout;
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        crate::exit_if_closed(std::io::stdout().write_all(buf));
+        Ok(buf.len())
     }
 
-    fn interval(&mut self, role: Role, result: &IntervalResult) {
-        match self.mode {
-            Mode::Human if !self.quiet && role == Role::Client => {
-                outln!("{}", interval_line(role, &self.settings, result));
-            }
-            Mode::JsonStream => {
-                let ev = Event::Interval {
-                    side: role,
-                    interval: Box::new(IntervalDoc::new(result, &self.settings, role)),
-                };
-                outln!("{}", json::to_line(&ev));
-            }
-            _ => {}
-        }
-        let _ = std::io::stdout().flush();
-        if role == Role::Client {
-            if let Some(f) = &mut self.csv {
-                if let Err(e) =
-                    f.write_all(fperf::csv::rows(role, &self.settings, result).as_bytes())
-                {
-                    self.csv_error.get_or_insert(e);
-                }
-            }
-        }
+    fn flush(&mut self) -> std::io::Result<()> {
+        crate::exit_if_closed(std::io::stdout().flush());
+        Ok(())
     }
 }
 
@@ -181,13 +127,12 @@ pub fn run_sweep(
             ..cfg.clone()
         };
         let start = StartTime::now();
-        let mut printer = Printer::new(&settings, output, start.clone())?;
-        printer.quiet = true;
+        let mut sinks = output.sinks(&settings, start.clone(), true)?;
         // The server frees a test's slot before it sends the figures, so the next value's
         // test is never refused as "server busy" by the previous one.
-        let outcome = client::run_observed(&run_cfg, abort.clone(), &mut printer)
+        let outcome = client::run_observed(&run_cfg, abort.clone(), &mut sinks)
             .with_context(|| format!("{}={value}", sweep.param.name()))?;
-        printer.finish()?;
+        sinks.close()?;
         let total = &outcome.client.total;
         let secs = total.duration_ns as f64 / 1e9;
         // The client's own end: the receiving one with --reverse.
@@ -245,36 +190,4 @@ pub fn run_sweep(
         return Ok(ExitCode::from(130));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// What a picture's title says the run was: protocol, workload, packet size, streams
-/// (less what a sweep varies).
-pub fn run_label(settings: &Settings, swept: Option<SweepParam>) -> String {
-    let workload = match (settings.crr, settings.echo, settings.mprtt) {
-        (true, _, _) => " --crr",
-        (_, true, _) => " --echo",
-        (_, _, true) => " -r",
-        _ => "",
-    };
-    let mut label = format!("{}{workload}", settings.protocol.name());
-    if swept != Some(SweepParam::PktSize) {
-        label += &format!(", {} B packets", settings.pktsize);
-    }
-    if swept != Some(SweepParam::NStreams) {
-        label += &format!(", {} stream(s)", settings.nstreams);
-    }
-    label
-}
-
-/// `--plot` of a single run: the client's send latency (mprtt with `-r`) by percentile.
-pub fn plot_run(
-    path: &std::path::Path,
-    settings: &Settings,
-    outcome: &ClientOutcome,
-) -> Result<()> {
-    let label = report::latency_label(settings);
-    let count = outcome.client.total.send_latency.map_or(0, |l| l.count);
-    let title = format!("fperf {}: {label} by percentile", run_label(settings, None));
-    let curve = outcome.send_latency.quantile_curve();
-    fperf::plot::latency_distribution(path, &title, label, &curve, count)
 }

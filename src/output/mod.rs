@@ -1,0 +1,243 @@
+//! Outputs: every way a client's run is shown, each one [`Sink`] fed the same typed
+//! events (the run started, an interval ended, the run ended).
+//!
+//! - [`text::Text`]: the human report, with interval lines;
+//! - [`json::Json`]: one JSON document at the end (`--json`);
+//! - [`json_stream::JsonStream`]: one JSON object per event and line (`--json-stream`);
+//! - [`csv::Csv`]: a row per stream and interval (`--csv`);
+//! - [`plot::Plot`]: the latency distribution as an SVG picture (`--plot`).
+//!
+//! A new output is one new file implementing [`Sink`]. Sinks write only to the writer
+//! or file they are given: the library never prints on its own.
+
+pub mod csv;
+pub mod json;
+pub mod json_stream;
+pub mod plot;
+pub mod text;
+
+use crate::client::{ClientOutcome, RunObserver, StreamInfo};
+use crate::json::StartTime;
+use crate::results::{IntervalResult, Role};
+use crate::settings::Settings;
+use anyhow::Result;
+
+/// A run whose data streams are connected.
+pub struct RunStart<'a> {
+    pub settings: &'a Settings,
+    pub start: &'a StartTime,
+    pub streams: &'a [StreamInfo],
+}
+
+/// A run that ended, with both ends' figures.
+pub struct RunEnd<'a> {
+    pub settings: &'a Settings,
+    pub start: &'a StartTime,
+    pub outcome: &'a ClientOutcome,
+}
+
+/// One output of a client's run. Every method has a default that ignores the event.
+pub trait Sink {
+    /// The data streams are connected.
+    fn start(&mut self, _run: &RunStart) -> Result<()> {
+        Ok(())
+    }
+
+    /// A reporting interval (`-i`) of one side ended.
+    fn interval(&mut self, _settings: &Settings, _role: Role, _r: &IntervalResult) -> Result<()> {
+        Ok(())
+    }
+
+    /// The run ended.
+    fn end(&mut self, _run: &RunEnd) -> Result<()> {
+        Ok(())
+    }
+
+    /// No more events will come (after [`Sink::end`], or instead of it): write out
+    /// whatever is buffered.
+    fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The sinks of one run, fed together. A sink that fails is fed no more; the first
+/// failure is reported by [`Sinks::end`] or [`Sinks::close`].
+pub struct Sinks {
+    settings: Settings,
+    start: StartTime,
+    sinks: Vec<Box<dyn Sink>>,
+    /// Per sink: it failed.
+    failed: Vec<bool>,
+    first_error: Option<anyhow::Error>,
+}
+
+impl Sinks {
+    /// Sinks for a run of `settings` that started at `start`.
+    pub fn new(settings: &Settings, start: StartTime, sinks: Vec<Box<dyn Sink>>) -> Sinks {
+        Sinks {
+            settings: settings.clone(),
+            start,
+            failed: vec![false; sinks.len()],
+            sinks,
+            first_error: None,
+        }
+    }
+
+    /// Tells every sink the run ended, then closes them.
+    pub fn end(mut self, outcome: &ClientOutcome) -> Result<()> {
+        let run = RunEnd {
+            settings: &self.settings,
+            start: &self.start,
+            outcome,
+        };
+        feed(
+            &mut self.sinks,
+            &mut self.failed,
+            &mut self.first_error,
+            |s| s.end(&run),
+        );
+        self.close()
+    }
+
+    /// Closes every sink without an end event (a sweep's runs report in rows).
+    pub fn close(mut self) -> Result<()> {
+        feed(
+            &mut self.sinks,
+            &mut self.failed,
+            &mut self.first_error,
+            |s| s.close(),
+        );
+        match self.first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Gives `event` to every sink that has not failed, noting the first failure.
+fn feed(
+    sinks: &mut [Box<dyn Sink>],
+    failed: &mut [bool],
+    first_error: &mut Option<anyhow::Error>,
+    mut event: impl FnMut(&mut dyn Sink) -> Result<()>,
+) {
+    for (sink, failed) in sinks.iter_mut().zip(failed.iter_mut()) {
+        if *failed {
+            continue;
+        }
+        if let Err(e) = event(sink.as_mut()) {
+            *failed = true;
+            first_error.get_or_insert(e);
+        }
+    }
+}
+
+impl RunObserver for Sinks {
+    fn connected(&mut self, streams: &[StreamInfo]) {
+        let run = RunStart {
+            settings: &self.settings,
+            start: &self.start,
+            streams,
+        };
+        feed(
+            &mut self.sinks,
+            &mut self.failed,
+            &mut self.first_error,
+            |s| s.start(&run),
+        );
+    }
+
+    fn interval(&mut self, role: Role, result: &IntervalResult) {
+        let settings = &self.settings;
+        feed(
+            &mut self.sinks,
+            &mut self.failed,
+            &mut self.first_error,
+            |s| s.interval(settings, role, result),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    /// Records the events it is fed; fails on the interval numbered `fail_at`.
+    struct Recorder {
+        events: Rc<RefCell<Vec<String>>>,
+        fail_at: Option<u32>,
+    }
+
+    impl Sink for Recorder {
+        fn start(&mut self, run: &RunStart) -> Result<()> {
+            self.events
+                .borrow_mut()
+                .push(format!("start {}", run.streams.len()));
+            Ok(())
+        }
+
+        fn interval(&mut self, _: &Settings, role: Role, r: &IntervalResult) -> Result<()> {
+            if self.fail_at == Some(r.index) {
+                anyhow::bail!("disk full at {}", r.index);
+            }
+            self.events
+                .borrow_mut()
+                .push(format!("{role:?} {}", r.index));
+            Ok(())
+        }
+
+        fn close(&mut self) -> Result<()> {
+            self.events.borrow_mut().push("close".into());
+            Ok(())
+        }
+    }
+
+    fn interval(index: u32) -> IntervalResult {
+        IntervalResult {
+            index,
+            start_ns: 0,
+            end_ns: 1,
+            omitted: false,
+            total: crate::results::Figures::new(
+                &crate::stats::StreamStats::default(),
+                std::time::Duration::ZERO,
+            ),
+            reverse_total: None,
+            streams: Vec::new(),
+            cpu: None,
+        }
+    }
+
+    #[test]
+    fn every_sink_gets_every_event_until_it_fails_and_its_first_error_is_reported() {
+        let (good, bad) = (Rc::default(), Rc::default());
+        let mut sinks = Sinks::new(
+            &Settings::default(),
+            StartTime::now(),
+            vec![
+                Box::new(Recorder {
+                    events: Rc::clone(&good),
+                    fail_at: None,
+                }),
+                Box::new(Recorder {
+                    events: Rc::clone(&bad),
+                    fail_at: Some(1),
+                }),
+            ],
+        );
+        sinks.connected(&[]);
+        for i in 0..3 {
+            sinks.interval(Role::Client, &interval(i));
+        }
+        sinks.interval(Role::Server, &interval(3));
+        let err = sinks.close().expect_err("the second sink failed");
+        assert_eq!(err.to_string(), "disk full at 1");
+        assert_eq!(
+            *good.borrow(),
+            ["start 0", "Client 0", "Client 1", "Client 2", "Server 3", "close"]
+        );
+        assert_eq!(*bad.borrow(), ["start 0", "Client 0"]);
+    }
+}

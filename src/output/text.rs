@@ -1,0 +1,62 @@
+//! The human report of a client's run: the header once the streams are connected, a
+//! line per client interval (`-i`), and both ends' figures at the end.
+
+use super::{RunEnd, RunStart, Sink};
+use crate::report::{client_body, client_header, interval_line};
+use crate::results::{IntervalResult, Role};
+use crate::settings::Settings;
+use anyhow::Result;
+use std::io::Write;
+
+/// The human report, written to `out` (flushed after each event).
+pub struct Text<W: Write> {
+    out: W,
+}
+
+impl<W: Write> Text<W> {
+    pub fn new(out: W) -> Text<W> {
+        Text { out }
+    }
+}
+
+impl<W: Write> Sink for Text<W> {
+    fn start(&mut self, run: &RunStart) -> Result<()> {
+        let list: Vec<_> = run
+            .streams
+            .iter()
+            .map(|s| (s.index, s.local.clone(), s.peer.clone()))
+            .collect();
+        let congestion = run.streams.first().and_then(|s| s.congestion.as_deref());
+        write!(
+            self.out,
+            "{}",
+            client_header(run.settings, &list, congestion)
+        )?;
+        Ok(self.out.flush()?)
+    }
+
+    fn interval(&mut self, settings: &Settings, role: Role, r: &IntervalResult) -> Result<()> {
+        // The server's intervals are in its own report.
+        if role == Role::Client {
+            writeln!(self.out, "{}", interval_line(role, settings, r))?;
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, run: &RunEnd) -> Result<()> {
+        write!(
+            self.out,
+            "{}",
+            client_body(run.settings, &run.outcome.client)
+        )?;
+        if run.outcome.interrupted {
+            let moved = Role::Client.moved(run.settings);
+            writeln!(
+                self.out,
+                "(interrupted: the figures cover what was {moved} before Ctrl-C)"
+            )?;
+        }
+        Ok(self.out.flush()?)
+    }
+}
