@@ -1,10 +1,10 @@
 //! Shared-key authentication: an HMAC-SHA256 challenge-response over the control stream.
 //!
-//! When the server holds a key it answers `Hello` with [`Message::AuthChallenge`]
+//! When the server holds a key it answers `Hello` with [`crate::control::Message::AuthChallenge`]
 //! carrying a fresh 32-byte server nonce. The client draws its own nonce and answers
-//! [`Message::AuthResponse`] with `HMAC(key, "fperf-auth-v1 client" ‖ Ns ‖ Nc)`. The
+//! [`crate::control::Message::AuthResponse`] with `HMAC(key, "fperf-auth-v1 client" ‖ Ns ‖ Nc)`. The
 //! server checks it in constant time (`hmac`'s `verify_slice`) and proves it holds the
-//! key too with [`Message::AuthConfirm`] = `HMAC(key, "fperf-auth-v1 server" ‖ Ns ‖ Nc)`.
+//! key too with [`crate::control::Message::AuthConfirm`] = `HMAC(key, "fperf-auth-v1 server" ‖ Ns ‖ Nc)`.
 //!
 //! Invariants:
 //! - a captured exchange cannot be replayed: every connection gets a new server nonce,
@@ -15,11 +15,9 @@
 //!   control stream;
 //! - the key itself never crosses the network and never appears in `Debug` output.
 
-use crate::control::{Channel, ControlError, Message};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::path::Path;
-use std::time::Duration;
 use thiserror::Error;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -52,8 +50,6 @@ pub enum AuthError {
     Malformed(&'static str),
     #[error("cannot draw a random nonce: {0}")]
     Entropy(String),
-    #[error(transparent)]
-    Control(#[from] ControlError),
 }
 
 /// A shared secret, held as a keyed HMAC state; never printed.
@@ -165,59 +161,32 @@ pub fn bind_session(key: &AuthKey, exchange: &Exchange, public_session: u64) -> 
     u64::from_be_bytes(id)
 }
 
-/// Server side, after a `Hello`: challenges the client and checks its proof.
-pub fn server_handshake(
-    chan: &mut Channel,
+/// Server side: checks the client's answer (`client_nonce` and `mac`, in hex) to the
+/// challenge `server_nonce`, in constant time; the exchange it proves.
+pub fn verify_client(
     key: &AuthKey,
-    timeout: Duration,
+    server_nonce: [u8; NONCE_LEN],
+    client_nonce: &str,
+    mac: &str,
 ) -> Result<Exchange, AuthError> {
-    let server_nonce = nonce()?;
-    chan.send(&Message::AuthChallenge {
-        nonce: to_hex(&server_nonce),
-    })?;
-    let (client_nonce, mac) = match chan.recv(timeout)? {
-        Message::AuthResponse { nonce, mac } => (nonce, mac),
-        other => return Err(ControlError::unexpected("auth_response", &other).into()),
-    };
     let exchange = Exchange {
         server_nonce,
-        client_nonce: from_hex(&client_nonce).ok_or(AuthError::Malformed("client nonce"))?,
+        client_nonce: from_hex(client_nonce).ok_or(AuthError::Malformed("client nonce"))?,
     };
-    let mac: [u8; 32] = from_hex(&mac).ok_or(AuthError::Malformed("client proof"))?;
+    let mac: [u8; 32] = from_hex(mac).ok_or(AuthError::Malformed("client proof"))?;
     key.mac(CLIENT_LABEL, &exchange)
         .verify_slice(&mac)
         .map_err(|_| AuthError::WrongKey)?;
-    chan.send(&Message::AuthConfirm {
-        mac: to_hex(&server_proof(key, &exchange)),
-    })?;
     Ok(exchange)
 }
 
-/// Client side, after an `AuthChallenge` with `server_nonce`: proves the key and checks
-/// the server's proof.
-pub fn client_handshake(
-    chan: &mut Channel,
-    key: &AuthKey,
-    server_nonce: &str,
-    timeout: Duration,
-) -> Result<Exchange, AuthError> {
-    let exchange = Exchange {
-        server_nonce: from_hex(server_nonce).ok_or(AuthError::Malformed("server nonce"))?,
-        client_nonce: nonce()?,
-    };
-    chan.send(&Message::AuthResponse {
-        nonce: to_hex(&exchange.client_nonce),
-        mac: to_hex(&client_proof(key, &exchange)),
-    })?;
-    let mac = match chan.recv(timeout)? {
-        Message::AuthConfirm { mac } => mac,
-        other => return Err(ControlError::unexpected("auth_confirm", &other).into()),
-    };
-    let mac: [u8; 32] = from_hex(&mac).ok_or(AuthError::Malformed("server proof"))?;
-    key.mac(SERVER_LABEL, &exchange)
+/// Client side: checks the server's proof (`mac`, in hex) for `exchange`, in constant
+/// time.
+pub fn verify_server(key: &AuthKey, exchange: &Exchange, mac: &str) -> Result<(), AuthError> {
+    let mac: [u8; 32] = from_hex(mac).ok_or(AuthError::Malformed("server proof"))?;
+    key.mac(SERVER_LABEL, exchange)
         .verify_slice(&mac)
-        .map_err(|_| AuthError::ServerWrongKey)?;
-    Ok(exchange)
+        .map_err(|_| AuthError::ServerWrongKey)
 }
 
 /// Lower-case hex of `bytes`.

@@ -6,6 +6,7 @@
 //! client's socket buffers are never counted as sent.
 
 use crate::auth::{self, AuthKey};
+use crate::control::session::{ClientSession, ClientStep, SessionError};
 use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
 use crate::engine::{drive, receive, Ceiling, Driven, Received};
 use crate::interval::{Collector, Meter, Schedule};
@@ -131,18 +132,12 @@ pub fn run_observed(
         .with_context(|| format!("cannot connect to the fperf server at {server}"))?;
     crate::limits::set_user_timeout(&sock, cfg.stall_timeout)?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
-    chan.send(&Message::Hello {
-        version: PROTOCOL_VERSION,
-        software: format!("fperf {}", crate::VERSION),
-    })?;
-    let session = handshake(&mut chan, cfg)?;
-    chan.send(&Message::Settings {
-        settings: cfg.settings.clone(),
-    })?;
-    match chan.recv(cfg.control_timeout)? {
-        Message::Ready => {}
-        other => return Err(ControlError::unexpected("ready", &other).into()),
-    }
+    let auth = match &cfg.auth {
+        Some(key) => Some((key.clone(), auth::nonce()?)),
+        None => None,
+    };
+    let mut control = ClientSession::new(cfg.settings.clone(), auth);
+    let session = open_session(&mut chan, &mut control, cfg.control_timeout)?;
     let ctx = ClientCtx {
         settings: cfg.settings.clone(),
         session,
@@ -221,7 +216,12 @@ pub fn run_observed(
         .collect::<io::Result<_>>()?;
     drop(meter_tx);
     let mut client_intervals = Vec::new();
-    let mut inbox = Inbox::default();
+    let mut inbox = Inbox {
+        session: control,
+        server_intervals: Vec::new(),
+        client_data_received: None,
+        last_word: None,
+    };
     loop {
         let msgs = match meter_rx.recv_timeout(CONTROL_POLL) {
             Ok(msg) => collector.push(msg),
@@ -259,14 +259,16 @@ pub fn run_observed(
         // The server may have said why (e.g. a limit): the control reader passes it on,
         // perhaps already while the streams were still running.
         let said = match inbox.last_word.take() {
-            Some((_, Err(ControlError::Peer(msg)))) => Some(msg),
+            Some((_, Err(SessionError::Control(ControlError::Peer(msg))))) => Some(msg),
             _ => None,
         };
         let give_up = Instant::now() + Duration::from_secs(2);
         let reason = said.or_else(|| loop {
             let left = give_up.saturating_duration_since(Instant::now());
             match ctrl_rx.recv_timeout(left) {
-                Ok((_, Err(ControlError::Peer(msg)))) => break Some(msg),
+                Ok((_, Ok(Message::Error { message }))) => {
+                    break Some(control::printable(&message))
+                }
                 Ok((_, Ok(Message::Interval { .. }))) => continue,
                 _ => break None,
             }
@@ -286,15 +288,14 @@ pub fn run_observed(
     drop(control_sock);
     let (end, last_word) = inbox
         .last_word
-        .unwrap_or((Instant::now(), Err(ControlError::Timeout)));
+        .unwrap_or((Instant::now(), Err(ControlError::Timeout.into())));
     let mut server_result = match last_word {
-        Ok(Message::Results { result }) => *result,
-        Ok(other) => return Err(ControlError::unexpected("results", &other).into()),
-        Err(ControlError::Timeout) => bail!(
+        Ok(result) => *result,
+        Err(SessionError::Control(ControlError::Timeout)) => bail!(
             "the server did not confirm the end of the test within {}s",
             cfg.results_timeout.as_secs()
         ),
-        Err(ControlError::Closed) => bail!(
+        Err(SessionError::Control(ControlError::Closed)) => bail!(
             "the server closed the control connection before sending its results \
              (it stopped or was killed)"
         ),
@@ -358,14 +359,15 @@ impl Drop for ShutdownOnDrop {
     }
 }
 
-/// The server's messages during a run, as the control reader passed them on.
-#[derive(Default)]
+/// The server's messages during a run, as the control reader passed them on, judged
+/// by the session.
 struct Inbox {
+    session: ClientSession,
     server_intervals: Vec<IntervalResult>,
     /// With `--bidir`, when the server said it had read the client's data.
     client_data_received: Option<Instant>,
-    /// The message that ended the run (normally `Results`) and when it arrived.
-    last_word: Option<(Instant, Result<Message, ControlError>)>,
+    /// What ended the run (normally the server's figures) and when it arrived.
+    last_word: Option<(Instant, Result<Box<SideResult>, SessionError>)>,
 }
 
 impl Inbox {
@@ -374,59 +376,44 @@ impl Inbox {
         (at, msg): (Instant, Result<Message, ControlError>),
         observer: &mut dyn RunObserver,
     ) {
-        match msg {
-            Ok(Message::Interval { result }) => {
+        let step = msg
+            .map_err(SessionError::from)
+            .and_then(|m| self.session.on_message(m));
+        match step {
+            Ok(ClientStep::ServerInterval(result)) => {
                 observer.interval(Role::Server, &result);
                 self.server_intervals.push(*result);
             }
-            Ok(Message::ClientDataReceived) => {
+            Ok(ClientStep::ClientDataReceived) => {
                 self.client_data_received.get_or_insert(at);
             }
-            other => self.last_word = Some((at, other)),
+            Ok(ClientStep::Results(result)) => self.last_word = Some((at, Ok(result))),
+            // The session takes no other step once the test runs.
+            Ok(ClientStep::Continue | ClientStep::Connect { .. }) => {}
+            Err(e) => self.last_word = Some((at, Err(e))),
         }
     }
 }
 
-/// Opens the session after `Hello`: answers the server's challenge if it has one, and
-/// returns the session id data connections must present.
-fn handshake(chan: &mut Channel, cfg: &ClientConfig) -> Result<u64> {
-    let mut exchange = None;
-    let mut reply = chan.recv(cfg.control_timeout)?;
-    if let Message::AuthChallenge { nonce } = &reply {
-        let Some(key) = &cfg.auth else {
-            chan.send_error("authentication failed: the client has no key");
-            bail!(
-                "the server requires authentication: give --auth-key FILE or set {}",
-                auth::KEY_ENV
-            );
-        };
-        match auth::client_handshake(chan, key, nonce, cfg.control_timeout) {
-            Ok(x) => exchange = Some((key, x)),
-            Err(auth::AuthError::Control(ControlError::Peer(msg))) => bail!("server: {msg}"),
+/// Drives the session from `Hello` to the server's `Ready`: sends what it queues,
+/// feeds it the server's answers, and tells the server why when it gives up. Returns
+/// the session id data connections must present.
+fn open_session(chan: &mut Channel, session: &mut ClientSession, timeout: Duration) -> Result<u64> {
+    loop {
+        for msg in session.take_outbox() {
+            chan.send(&msg)?;
+        }
+        let msg = chan.recv_message(timeout)?;
+        match session.on_message(msg) {
+            Ok(ClientStep::Connect { session }) => return Ok(session),
+            Ok(_) => {}
             Err(e) => {
-                chan.send_error(&e.to_string());
+                if let Some(why) = e.to_peer() {
+                    chan.send_error(&why);
+                }
                 return Err(e.into());
             }
         }
-        reply = chan.recv(cfg.control_timeout)?;
-    } else if cfg.auth.is_some() {
-        chan.send_error("authentication failed: the server has no key but the client has one");
-        bail!(
-            "this client has a key but the server does not ask for one; refusing to run \
-             unauthenticated (start the server with --auth-key)"
-        );
-    }
-    match reply {
-        Message::Welcome {
-            version, session, ..
-        } => {
-            control::check_version(version)?;
-            Ok(match exchange {
-                Some((key, x)) => auth::bind_session(key, &x, session),
-                None => session,
-            })
-        }
-        other => Err(ControlError::unexpected("welcome", &other).into()),
     }
 }
 

@@ -8,7 +8,8 @@
 //! accept loop hands to the caller, so the library itself prints nothing.
 
 use crate::auth::{self, AuthKey};
-use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
+use crate::control::session::{ServerSession, ServerStep, SessionError};
+use crate::control::{self, Channel, ControlError, Message};
 use crate::engine::{receive, Ceiling, Received};
 use crate::interval::MeterMsg;
 use crate::limits::{Limits, TestWatch, Watchdog};
@@ -17,7 +18,7 @@ use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::Settings;
 use crate::stream::{Stream, Timeout};
 use crate::transport::{self, DataConn, ServerCtx};
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use socket2::{Domain, Socket, Type};
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
@@ -241,145 +242,153 @@ fn greet(
             error,
         });
     };
-    let Ok(mut chan) = Channel::new(sock, config.control_timeout) else {
+    let Ok(chan) = Channel::new(sock, config.control_timeout) else {
         return;
     };
-    let first = match chan.recv(transport::tcp::HELLO_TIMEOUT) {
-        Ok(m) => m,
-        Err(e) => {
-            chan.send_error(&e.to_string());
-            return client_error(e.to_string());
+    let auth = match &config.auth {
+        Some(key) => match auth::nonce() {
+            Ok(nonce) => Some((key.clone(), nonce)),
+            Err(e) => return client_error(e.to_string()),
+        },
+        None => None,
+    };
+    let mut control = Control {
+        chan,
+        session: ServerSession::new(config.limits.clone(), auth),
+    };
+    // The first frame must come soon; each later step of the key exchange gets the
+    // control time-out.
+    let mut wait = transport::tcp::HELLO_TIMEOUT;
+    loop {
+        let step = control
+            .chan
+            .recv_message(wait)
+            .map_err(SessionError::from)
+            .and_then(|msg| control.session.on_message(msg));
+        wait = config.control_timeout;
+        match step {
+            Ok(ServerStep::Continue) => {
+                if let Err(e) = control.flush() {
+                    return client_error(e.to_string());
+                }
+            }
+            Ok(ServerStep::Identified) => break,
+            Ok(ServerStep::DataConnection {
+                session,
+                stream,
+                socket,
+            }) => {
+                match active.route(session) {
+                    Some(tx) if stream == 0 => {
+                        let _ = tx.send(DataConn {
+                            stream,
+                            socket,
+                            sock: control.chan.into_socket(),
+                        });
+                    }
+                    _ => {
+                        let e = "data connection for no running test";
+                        control.chan.send_error(e);
+                        client_error(e.into());
+                    }
+                }
+                return;
+            }
+            Ok(ServerStep::Conf) => {
+                control
+                    .session
+                    .facts(crate::sysinfo::SystemFacts::collect());
+                let _ = control.flush();
+                return;
+            }
+            // Settings come only after `Welcome`.
+            Ok(ServerStep::Test(_)) => return client_error("settings before welcome".into()),
+            Err(e) => {
+                if let Some(why) = e.to_peer() {
+                    control.chan.send_error(&why);
+                }
+                return client_error(e.to_string());
+            }
+        }
+    }
+    // Whatever the handshake's last step queued (`AuthConfirm`) goes before `Welcome`.
+    if let Err(e) = control.flush() {
+        return client_error(e.to_string());
+    }
+    drop(pending);
+    let Ok(public_session) = random_u64() else {
+        control.chan.send_error("server cannot draw a session id");
+        return client_error("no entropy for a session id".into());
+    };
+    let Some(session) = control.session.welcome(public_session) else {
+        return client_error("the session is not ready for a welcome".into());
+    };
+    let (tx, rx) = mpsc::channel();
+    let registered = match active.open(session, tx.clone()) {
+        Ok(guard) => guard,
+        Err(busy) => {
+            control.chan.send_error(&busy);
+            return client_error(format!("refused: {busy}"));
         }
     };
-    match first {
-        Message::Hello { version, .. } => {
-            if let Err(e) = control::check_version(version) {
-                chan.send_error(&e.to_string());
-                return client_error(e.to_string());
-            }
-            let exchange = match &config.auth {
-                Some(key) => match auth::server_handshake(&mut chan, key, config.control_timeout) {
-                    Ok(x) => Some((key, x)),
-                    Err(e) => {
-                        chan.send_error(&e.to_string());
-                        return client_error(e.to_string());
-                    }
-                },
-                None => None,
-            };
-            drop(pending);
-            let Ok(public_session) = random_u64() else {
-                chan.send_error("server cannot draw a session id");
-                return client_error("no entropy for a session id".into());
-            };
-            // With a key, data connections must present an id only key holders can derive.
-            let session = match &exchange {
-                Some((key, x)) => auth::bind_session(key, x, public_session),
-                None => public_session,
-            };
-            let (tx, rx) = mpsc::channel();
-            let registered = match active.open(session, tx.clone()) {
-                Ok(guard) => guard,
-                Err(busy) => {
-                    chan.send_error(&busy);
-                    return client_error(format!("refused: {busy}"));
-                }
-            };
-            let outcome = run_session(
-                &mut chan,
-                public_session,
-                &registered,
-                rx,
-                tx,
-                config,
-                events,
-            );
-            if let Err(e) = &outcome {
-                client_error(format!("{e:#}"));
-            }
-            // The test is over (its sockets closed) and its slot freed before the client
-            // hears back: a client that starts its next test on reading the answer is
-            // never told "server busy". `Listening` goes under the report lock, so another
-            // test's report stays in one piece, and before the slot is freed, so it ends
-            // this test's report before the next test's begins.
-            {
-                let _in_order = registered.sessions().report_lock();
-                let _ = events.send(ServerEvent::Listening);
-            }
-            drop(registered);
-            match outcome {
-                Ok(result) => {
-                    if let Err(e) = chan.send(&Message::Results { result }) {
-                        client_error(format!("cannot send the results: {e}"));
-                    }
-                }
-                Err(e) => chan.send_error(&format!("server: {e:#}")),
+    let outcome = run_session(&mut control, &registered, rx, tx, config, events);
+    if let Err(e) = &outcome {
+        client_error(format!("{e:#}"));
+    }
+    // The test is over (its sockets closed) and its slot freed before the client
+    // hears back: a client that starts its next test on reading the answer is
+    // never told "server busy". `Listening` goes under the report lock, so another
+    // test's report stays in one piece, and before the slot is freed, so it ends
+    // this test's report before the next test's begins.
+    {
+        let _in_order = registered.sessions().report_lock();
+        let _ = events.send(ServerEvent::Listening);
+    }
+    drop(registered);
+    match outcome {
+        Ok(result) => {
+            control.session.results(result);
+            if let Err(e) = control.flush() {
+                client_error(format!("cannot send the results: {e}"));
             }
         }
-        Message::DataHello {
-            version,
-            session,
-            stream,
-            socket,
-        } => {
-            if let Err(e) = control::check_version(version) {
-                chan.send_error(&e.to_string());
-                return client_error(e.to_string());
-            }
-            match active.route(session) {
-                Some(tx) if stream == 0 => {
-                    let _ = tx.send(DataConn {
-                        stream,
-                        socket,
-                        sock: chan.into_socket(),
-                    });
-                }
-                _ => {
-                    let e = "data connection for no running test";
-                    chan.send_error(e);
-                    client_error(e.into());
-                }
-            }
-        }
-        Message::Conf { version } => match control::check_version(version) {
-            Ok(()) => {
-                let _ = chan.send(&Message::Facts {
-                    facts: crate::sysinfo::SystemFacts::collect(),
-                });
-            }
-            Err(e) => chan.send_error(&e.to_string()),
-        },
-        other => {
-            let e = format!("expected hello, got {}", control::kind(&other));
-            chan.send_error(&e);
-            client_error(e);
-        }
+        Err(e) => control.chan.send_error(&format!("server: {e:#}")),
     }
 }
 
-/// Runs one test on an accepted control channel and returns the server's figures for
-/// the caller to send, once every socket of the test is closed. `public_session` is
-/// announced in `Welcome`; data connections must present `session`.
+/// A control connection driven by its session: what the session queues is sent.
+struct Control {
+    chan: Channel,
+    session: ServerSession,
+}
+
+impl Control {
+    /// Sends what the session queued.
+    fn flush(&mut self) -> Result<(), ControlError> {
+        for msg in self.session.take_outbox() {
+            self.chan.send(&msg)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs one test on a welcomed control connection (`Welcome` queued) and returns the
+/// server's figures for the caller to send, once every socket of the test is closed.
+/// Data connections must present the registered session id.
 fn run_session(
-    chan: &mut Channel,
-    public_session: u64,
+    control: &mut Control,
     registered: &SessionGuard,
     routed: Receiver<DataConn>,
     routed_tx: Sender<DataConn>,
     config: &ServerConfig,
     events: &Sender<ServerEvent>,
 ) -> Result<Box<SideResult>> {
-    chan.send(&Message::Welcome {
-        version: PROTOCOL_VERSION,
-        software: format!("fperf {}", crate::VERSION),
-        session: public_session,
-    })?;
-    let settings = match chan.recv(config.control_timeout)? {
-        Message::Settings { settings } => settings,
-        other => return Err(ControlError::unexpected("settings", &other).into()),
+    control.flush()?;
+    let msg = control.chan.recv_message(config.control_timeout)?;
+    let settings = match control.session.on_message(msg)? {
+        ServerStep::Test(settings) => *settings,
+        other => bail!("the session took an unexpected step: {other:?}"),
     };
-    settings.validate()?;
-    config.limits.check(&settings)?;
     let parallel = registered.sessions().parallel() > 1;
     if parallel && settings.listens_past_base_port() {
         registered.claim_alone().map_err(|e| anyhow!(e))?;
@@ -389,8 +398,8 @@ fn run_session(
     let ctx = ServerCtx {
         settings: settings.clone(),
         session,
-        local: chan.local_addr()?,
-        client: chan.peer_addr()?,
+        local: control.chan.local_addr()?,
+        client: control.chan.peer_addr()?,
         port: config.port,
         routed,
         routed_tx,
@@ -408,7 +417,8 @@ fn run_session(
     };
     let transport = transport::for_settings(&settings)?;
     let acceptor = transport.listen(&ctx)?;
-    chan.send(&Message::Ready)?;
+    control.session.ready();
+    control.flush()?;
     let streams = acceptor.accept(&ctx)?;
     let from = streams.first().map_or_else(String::new, |s| s.peer_addr());
     let congestion = streams.first().and_then(|s| s.congestion());
@@ -482,18 +492,15 @@ fn run_session(
                         client_data_open = open.checked_sub(1).filter(|&left| left > 0);
                         if client_data_open.is_none() {
                             // The client's sending time ends here; its own streams go on.
-                            let _ = chan.send(&Message::ClientDataReceived);
+                            control.session.client_data_received();
+                            let _ = control.flush();
                         }
                     }
                 }
                 for result in collector.push(msg) {
                     let result = Box::new(result);
-                    if chan
-                        .send(&Message::Interval {
-                            result: result.clone(),
-                        })
-                        .is_err()
-                    {
+                    control.session.interval(result.clone());
+                    if control.flush().is_err() {
                         abort.store(true, Ordering::Relaxed);
                     }
                     let _ = events.send(ServerEvent::Interval {

@@ -209,7 +209,20 @@ fn open_session(port: u16, settings: &Settings, key: Option<&AuthKey>) -> (TcpSt
     let mut exchange = None;
     if let Message::AuthChallenge { nonce } = &first {
         let key = key.expect("server wants a key");
-        exchange = Some(auth::client_handshake(&mut chan, key, nonce, t).unwrap());
+        let x = auth::Exchange {
+            server_nonce: auth::from_hex(nonce).expect("server nonce"),
+            client_nonce: auth::nonce().unwrap(),
+        };
+        chan.send(&Message::AuthResponse {
+            nonce: auth::to_hex(&x.client_nonce),
+            mac: auth::to_hex(&auth::client_proof(key, &x)),
+        })
+        .unwrap();
+        let Message::AuthConfirm { mac } = chan.recv(t).unwrap() else {
+            panic!("no auth_confirm")
+        };
+        auth::verify_server(key, &x, &mac).unwrap();
+        exchange = Some(x);
         first = chan.recv(t).unwrap();
     }
     let Message::Welcome { session, .. } = first else {

@@ -7,8 +7,11 @@
 //! [`Message::DataHello`] attaches a data socket to a running session (so a default run
 //! needs only the one TCP port).
 //!
-//! The codec ([`encode`], [`frame_len`], [`decode`]) does no I/O and is tested in
-//! memory; [`Channel`] drives it over a socket with time-outs.
+//! The codec ([`encode`], [`frame_len`], [`decode`]) and the session's state machines
+//! ([`session`]) do no I/O and are tested in memory; [`Channel`] carries frames over a
+//! socket with time-outs.
+
+pub mod session;
 
 use crate::results::{IntervalResult, SideResult};
 use crate::settings::Settings;
@@ -279,10 +282,16 @@ impl Channel {
     /// Receives one message, waiting at most `timeout` for it to begin and complete.
     /// An [`Message::Error`] from the peer becomes [`ControlError::Peer`].
     pub fn recv(&mut self, timeout: Duration) -> Result<Message, ControlError> {
-        match read_frame_within(&self.sock, timeout.max(Duration::from_millis(1)))? {
+        match self.recv_message(timeout)? {
             Message::Error { message } => Err(ControlError::Peer(printable(&message))),
             m => Ok(m),
         }
+    }
+
+    /// [`Channel::recv`], the peer's [`Message::Error`] included, for a session machine
+    /// to judge.
+    pub fn recv_message(&mut self, timeout: Duration) -> Result<Message, ControlError> {
+        read_frame_within(&self.sock, timeout.max(Duration::from_millis(1)))
     }
 
     /// Tells the peer why we give up (best effort: the peer may be gone), then ends our

@@ -1,0 +1,894 @@
+//! The control session as two state machines that do no I/O: [`ServerSession`] and
+//! [`ClientSession`].
+//!
+//! Each is fed the peer's messages one at a time ([`ServerSession::on_message`],
+//! [`ClientSession::on_message`]) and says what happened as a step; what it wants sent
+//! waits in its outbox ([`ServerSession::take_outbox`], [`ClientSession::take_outbox`]),
+//! at most a few messages, never growing with what the peer sends. The drivers
+//! (`server.rs`, `client.rs`) own the socket, the deadlines and the randomness: nonces
+//! and session ids come in as arguments, so the machines are tested in memory against
+//! scripted peers.
+//!
+//! The exchange: the client sends `Hello`; a server with a key answers `AuthChallenge`,
+//! the client `AuthResponse`, the server `AuthConfirm` (see [`crate::auth`]); the server
+//! sends `Welcome` with the session id, the client its `Settings`, the server `Ready`
+//! once its data streams listen. During the run the server sends `Interval`s and, with
+//! `--bidir`, `ClientDataReceived`; then `Results`. Either end may send `Error` instead
+//! of its next message. A message out of turn, a second copy of one, an unknown one or
+//! one from the wrong end fails the session with an error naming what was expected.
+
+use super::{check_version, printable, ControlError, Message, PROTOCOL_VERSION};
+use crate::auth::{self, AuthError, AuthKey, Exchange, NONCE_LEN};
+use crate::limits::{LimitError, Limits};
+use crate::results::{IntervalResult, SideResult};
+use crate::settings::{Settings, SettingsError};
+use thiserror::Error;
+
+/// Why a control session failed.
+#[derive(Debug, Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// The peer sent `Error` during the key exchange.
+    #[error("server: {0}")]
+    PeerDuringAuth(String),
+    #[error(
+        "the server requires authentication: give --auth-key FILE or set {}",
+        auth::KEY_ENV
+    )]
+    ClientHasNoKey,
+    #[error(
+        "this client has a key but the server does not ask for one; refusing to run \
+         unauthenticated (start the server with --auth-key)"
+    )]
+    ServerHasNoKey,
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+}
+
+impl SessionError {
+    /// What to tell the peer before closing, if anything: nothing when the peer itself
+    /// gave up.
+    pub fn to_peer(&self) -> Option<String> {
+        match self {
+            SessionError::Control(ControlError::Peer(_)) | SessionError::PeerDuringAuth(_) => None,
+            SessionError::ClientHasNoKey => {
+                Some("authentication failed: the client has no key".into())
+            }
+            SessionError::ServerHasNoKey => {
+                Some("authentication failed: the server has no key but the client has one".into())
+            }
+            other => Some(other.to_string()),
+        }
+    }
+}
+
+/// The software name both ends announce.
+fn software() -> String {
+    format!("fperf {}", crate::VERSION)
+}
+
+/// `msg` unless it is the peer's `Error`, which becomes [`ControlError::Peer`].
+fn no_error(msg: Message) -> Result<Message, ControlError> {
+    match msg {
+        Message::Error { message } => Err(ControlError::Peer(printable(&message))),
+        other => Ok(other),
+    }
+}
+
+/// Where a server's session stands.
+#[derive(Debug)]
+enum ServerState {
+    /// Waiting for the connection's first frame.
+    First,
+    /// The client was challenged with this nonce.
+    Challenged { server_nonce: [u8; NONCE_LEN] },
+    /// The client is identified (with a key, authenticated): the driver registers a
+    /// session id and calls [`ServerSession::welcome`].
+    Identified { exchange: Option<Exchange> },
+    /// `Welcome` sent; waiting for the settings.
+    AwaitSettings,
+    /// The settings are accepted: the driver sets up the data streams, then calls
+    /// [`ServerSession::ready`].
+    SettingUp,
+    /// `Ready` sent: the test runs.
+    Running,
+    /// Over: results, facts or an error sent, or the connection handed on as data.
+    Ended,
+}
+
+/// What a message did to a server's session.
+#[derive(Debug, PartialEq)]
+pub enum ServerStep {
+    /// Send the outbox, then feed the client's next message.
+    Continue,
+    /// The connection is a data connection naming `session`: route its socket.
+    DataConnection {
+        session: u64,
+        stream: u32,
+        socket: u32,
+    },
+    /// The connection asks for this host's facts: answer with [`ServerSession::facts`].
+    Conf,
+    /// The client is identified: draw a session id, register it, and call
+    /// [`ServerSession::welcome`].
+    Identified,
+    /// The client's test, valid and within the server's limits: set up its data
+    /// streams, then call [`ServerSession::ready`].
+    Test(Box<Settings>),
+}
+
+/// The server's end of one control connection.
+#[derive(Debug)]
+pub struct ServerSession {
+    state: ServerState,
+    /// The shared key clients must prove they hold, and this connection's challenge.
+    auth: Option<(AuthKey, [u8; NONCE_LEN])>,
+    limits: Limits,
+    outbox: Vec<Message>,
+}
+
+impl ServerSession {
+    /// A session for a new connection to a server that enforces `limits` and, with
+    /// `auth`, requires its key; the nonce beside the key must be fresh randomness (the
+    /// challenge).
+    pub fn new(limits: Limits, auth: Option<(AuthKey, [u8; NONCE_LEN])>) -> Self {
+        ServerSession {
+            state: ServerState::First,
+            auth,
+            limits,
+            outbox: Vec::new(),
+        }
+    }
+
+    /// The messages to send now, in order.
+    pub fn take_outbox(&mut self) -> Vec<Message> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Whether the session is past its first frame with a client that has proved who it
+    /// is (or needed not to): it no longer counts as an unknown connection.
+    pub fn identified(&self) -> bool {
+        !matches!(
+            self.state,
+            ServerState::First | ServerState::Challenged { .. }
+        )
+    }
+
+    /// Feeds the client's next message.
+    pub fn on_message(&mut self, msg: Message) -> Result<ServerStep, SessionError> {
+        let result = self.step(msg);
+        if result.is_err() {
+            self.state = ServerState::Ended;
+        }
+        result
+    }
+
+    fn step(&mut self, msg: Message) -> Result<ServerStep, SessionError> {
+        let msg = no_error(msg)?;
+        match (&self.state, msg) {
+            (ServerState::First, Message::Hello { version, .. }) => {
+                check_version(version)?;
+                match &self.auth {
+                    Some((_, server_nonce)) => {
+                        self.outbox.push(Message::AuthChallenge {
+                            nonce: auth::to_hex(server_nonce),
+                        });
+                        self.state = ServerState::Challenged {
+                            server_nonce: *server_nonce,
+                        };
+                        Ok(ServerStep::Continue)
+                    }
+                    None => {
+                        self.state = ServerState::Identified { exchange: None };
+                        Ok(ServerStep::Identified)
+                    }
+                }
+            }
+            (
+                ServerState::First,
+                Message::DataHello {
+                    version,
+                    session,
+                    stream,
+                    socket,
+                },
+            ) => {
+                check_version(version)?;
+                self.state = ServerState::Ended;
+                Ok(ServerStep::DataConnection {
+                    session,
+                    stream,
+                    socket,
+                })
+            }
+            (ServerState::First, Message::Conf { version }) => {
+                check_version(version)?;
+                self.state = ServerState::Ended;
+                Ok(ServerStep::Conf)
+            }
+            (ServerState::First, other) => Err(ControlError::unexpected("hello", &other).into()),
+            (&ServerState::Challenged { server_nonce }, Message::AuthResponse { nonce, mac }) => {
+                let (key, _) = self.auth.as_ref().ok_or(AuthError::WrongKey)?;
+                let exchange = auth::verify_client(key, server_nonce, &nonce, &mac)?;
+                self.outbox.push(Message::AuthConfirm {
+                    mac: auth::to_hex(&auth::server_proof(key, &exchange)),
+                });
+                self.state = ServerState::Identified {
+                    exchange: Some(exchange),
+                };
+                Ok(ServerStep::Identified)
+            }
+            (ServerState::Challenged { .. }, other) => {
+                Err(ControlError::unexpected("auth_response", &other).into())
+            }
+            (ServerState::AwaitSettings, Message::Settings { settings }) => {
+                settings.validate()?;
+                self.limits.check(&settings)?;
+                self.state = ServerState::SettingUp;
+                Ok(ServerStep::Test(Box::new(settings)))
+            }
+            (ServerState::AwaitSettings, other) => {
+                Err(ControlError::unexpected("settings", &other).into())
+            }
+            // The client says nothing once its settings are sent.
+            (_, other) => Err(ControlError::unexpected("nothing", &other).into()),
+        }
+    }
+
+    /// Answers a `Conf` connection with this host's `facts`.
+    pub fn facts(&mut self, facts: crate::sysinfo::SystemFacts) {
+        self.outbox.push(Message::Facts { facts });
+    }
+
+    /// Opens the identified session under `public_session` (announced in `Welcome`);
+    /// returns the id its data connections must present: with a key, one only key
+    /// holders can derive. `None` when the session is not at that point.
+    pub fn welcome(&mut self, public_session: u64) -> Option<u64> {
+        let ServerState::Identified { exchange } = &self.state else {
+            return None;
+        };
+        let session = match (&self.auth, exchange) {
+            (Some((key, _)), Some(x)) => auth::bind_session(key, x, public_session),
+            _ => public_session,
+        };
+        self.outbox.push(Message::Welcome {
+            version: PROTOCOL_VERSION,
+            software: software(),
+            session: public_session,
+        });
+        self.state = ServerState::AwaitSettings;
+        Some(session)
+    }
+
+    /// The test's data streams listen: tells the client to connect them.
+    pub fn ready(&mut self) {
+        if matches!(self.state, ServerState::SettingUp) {
+            self.outbox.push(Message::Ready);
+            self.state = ServerState::Running;
+        }
+    }
+
+    /// One interval of the running test.
+    pub fn interval(&mut self, result: Box<IntervalResult>) {
+        if matches!(self.state, ServerState::Running) {
+            self.outbox.push(Message::Interval { result });
+        }
+    }
+
+    /// With `--bidir`: every stream carrying the client's data has read its last byte.
+    pub fn client_data_received(&mut self) {
+        if matches!(self.state, ServerState::Running) {
+            self.outbox.push(Message::ClientDataReceived);
+        }
+    }
+
+    /// The test is over: its figures end the session.
+    pub fn results(&mut self, result: Box<SideResult>) {
+        if matches!(self.state, ServerState::Running) {
+            self.outbox.push(Message::Results { result });
+            self.state = ServerState::Ended;
+        }
+    }
+}
+
+/// Where a client's session stands.
+#[derive(Debug)]
+enum ClientState {
+    /// `Hello` sent; waiting for `Welcome` (or a challenge).
+    AwaitWelcome { exchange: Option<Exchange> },
+    /// Answered the challenge; waiting for the server's proof.
+    AwaitConfirm { exchange: Exchange },
+    /// Settings sent; waiting for `Ready`.
+    AwaitReady,
+    /// The test runs.
+    Running,
+    /// Results received, or failed.
+    Ended,
+}
+
+/// What a message did to a client's session.
+#[derive(Debug, PartialEq)]
+pub enum ClientStep {
+    /// Send the outbox, then feed the server's next message.
+    Continue,
+    /// The server is ready: connect the data streams, naming `session`.
+    Connect { session: u64 },
+    /// One interval of the server's figures.
+    ServerInterval(Box<IntervalResult>),
+    /// With `--bidir`: the server has read the client's last byte.
+    ClientDataReceived,
+    /// The server's figures: the session is over.
+    Results(Box<SideResult>),
+}
+
+/// The client's end of a control connection.
+#[derive(Debug)]
+pub struct ClientSession {
+    state: ClientState,
+    settings: Settings,
+    /// The shared key to prove, and this connection's own nonce.
+    auth: Option<(AuthKey, [u8; NONCE_LEN])>,
+    /// The id announced in `Welcome`, bound to the key exchange if there was one.
+    session: Option<u64>,
+    outbox: Vec<Message>,
+}
+
+impl ClientSession {
+    /// A session that will ask for `settings`, proving with `auth` the key it holds
+    /// (the nonce beside it must be fresh randomness); its `Hello` is in the outbox.
+    pub fn new(settings: Settings, auth: Option<(AuthKey, [u8; NONCE_LEN])>) -> Self {
+        ClientSession {
+            state: ClientState::AwaitWelcome { exchange: None },
+            settings,
+            auth,
+            session: None,
+            outbox: vec![Message::Hello {
+                version: PROTOCOL_VERSION,
+                software: software(),
+            }],
+        }
+    }
+
+    /// The messages to send now, in order.
+    pub fn take_outbox(&mut self) -> Vec<Message> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Feeds the server's next message.
+    pub fn on_message(&mut self, msg: Message) -> Result<ClientStep, SessionError> {
+        let result = self.step(msg);
+        if result.is_err() {
+            self.state = ClientState::Ended;
+        }
+        result
+    }
+
+    fn step(&mut self, msg: Message) -> Result<ClientStep, SessionError> {
+        if let (ClientState::AwaitConfirm { .. }, Message::Error { message }) = (&self.state, &msg)
+        {
+            return Err(SessionError::PeerDuringAuth(printable(message)));
+        }
+        let msg = no_error(msg)?;
+        match (&self.state, msg) {
+            (ClientState::AwaitWelcome { exchange: None }, Message::AuthChallenge { nonce }) => {
+                let (key, client_nonce) = self.auth.as_ref().ok_or(SessionError::ClientHasNoKey)?;
+                let exchange = Exchange {
+                    server_nonce: auth::from_hex(&nonce)
+                        .ok_or(AuthError::Malformed("server nonce"))?,
+                    client_nonce: *client_nonce,
+                };
+                self.outbox.push(Message::AuthResponse {
+                    nonce: auth::to_hex(&exchange.client_nonce),
+                    mac: auth::to_hex(&auth::client_proof(key, &exchange)),
+                });
+                self.state = ClientState::AwaitConfirm { exchange };
+                Ok(ClientStep::Continue)
+            }
+            (ClientState::AwaitConfirm { exchange }, Message::AuthConfirm { mac }) => {
+                let (key, _) = self.auth.as_ref().ok_or(SessionError::ClientHasNoKey)?;
+                auth::verify_server(key, exchange, &mac)?;
+                self.state = ClientState::AwaitWelcome {
+                    exchange: Some(exchange.clone()),
+                };
+                Ok(ClientStep::Continue)
+            }
+            (ClientState::AwaitConfirm { .. }, other) => {
+                Err(ControlError::unexpected("auth_confirm", &other).into())
+            }
+            (
+                ClientState::AwaitWelcome { exchange },
+                Message::Welcome {
+                    version, session, ..
+                },
+            ) => {
+                let session = match (&self.auth, exchange) {
+                    (Some((key, _)), Some(x)) => auth::bind_session(key, x, session),
+                    (Some(_), None) => return Err(SessionError::ServerHasNoKey),
+                    (None, _) => session,
+                };
+                check_version(version)?;
+                self.session = Some(session);
+                self.outbox.push(Message::Settings {
+                    settings: self.settings.clone(),
+                });
+                self.state = ClientState::AwaitReady;
+                Ok(ClientStep::Continue)
+            }
+            (ClientState::AwaitWelcome { .. }, other) => {
+                Err(ControlError::unexpected("welcome", &other).into())
+            }
+            (ClientState::AwaitReady, Message::Ready) => {
+                self.state = ClientState::Running;
+                let session = self.session.unwrap_or_default();
+                Ok(ClientStep::Connect { session })
+            }
+            (ClientState::AwaitReady, other) => {
+                Err(ControlError::unexpected("ready", &other).into())
+            }
+            (ClientState::Running, Message::Interval { result }) => {
+                Ok(ClientStep::ServerInterval(result))
+            }
+            (ClientState::Running, Message::ClientDataReceived) if self.settings.bidir => {
+                Ok(ClientStep::ClientDataReceived)
+            }
+            (ClientState::Running, Message::Results { result }) => {
+                self.state = ClientState::Ended;
+                Ok(ClientStep::Results(result))
+            }
+            (ClientState::Running, other) => {
+                Err(ControlError::unexpected("results", &other).into())
+            }
+            (ClientState::Ended, other) => Err(ControlError::unexpected("nothing", &other).into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::{Figures, Role};
+    use crate::stats::StreamStats;
+    use std::time::Duration;
+
+    fn key(text: &str) -> AuthKey {
+        AuthKey::new(text.as_bytes(), "test").expect("key")
+    }
+
+    fn figures() -> Figures {
+        Figures::new(&StreamStats::default(), Duration::ZERO)
+    }
+
+    fn side() -> Box<SideResult> {
+        Box::new(SideResult {
+            role: Role::Server,
+            total: figures(),
+            reverse_total: None,
+            streams: Vec::new(),
+            system: None,
+            cpu: None,
+            intervals: Vec::new(),
+        })
+    }
+
+    fn interval(index: u32) -> Box<IntervalResult> {
+        Box::new(IntervalResult {
+            index,
+            start_ns: 0,
+            end_ns: 1,
+            omitted: false,
+            total: figures(),
+            reverse_total: None,
+            streams: Vec::new(),
+            cpu: None,
+        })
+    }
+
+    fn hello(version: u32) -> Message {
+        Message::Hello {
+            version,
+            software: "peer".into(),
+        }
+    }
+
+    /// Delivers every message `from` queued to `to`, one by one; returns the steps.
+    fn to_server(client: &mut ClientSession, server: &mut ServerSession) -> Vec<ServerStep> {
+        client
+            .take_outbox()
+            .into_iter()
+            .map(|m| server.on_message(m).expect("server step"))
+            .collect()
+    }
+
+    fn to_client(server: &mut ServerSession, client: &mut ClientSession) -> Vec<ClientStep> {
+        server
+            .take_outbox()
+            .into_iter()
+            .map(|m| client.on_message(m).expect("client step"))
+            .collect()
+    }
+
+    /// Runs both machines against each other up to the client's `Connect`; returns the
+    /// server's and the client's session ids.
+    fn open(client: &mut ClientSession, server: &mut ServerSession) -> (u64, u64) {
+        let mut server_id = None;
+        for _ in 0..4 {
+            for step in to_server(client, server) {
+                match step {
+                    ServerStep::Identified => server_id = server.welcome(0x1234),
+                    ServerStep::Test(_) => server.ready(),
+                    ServerStep::Continue => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+            for step in to_client(server, client) {
+                if let ClientStep::Connect { session } = step {
+                    return (server_id.expect("welcomed"), session);
+                }
+            }
+        }
+        panic!("no connect")
+    }
+
+    #[test]
+    fn a_whole_session_without_a_key() {
+        let settings = Settings {
+            bidir: true,
+            nstreams: 2,
+            ..Settings::default()
+        };
+        let mut client = ClientSession::new(settings, None);
+        let mut server = ServerSession::new(Limits::default(), None);
+        assert!(!server.identified());
+        let (server_id, client_id) = open(&mut client, &mut server);
+        assert_eq!((server_id, client_id), (0x1234, 0x1234));
+        assert!(server.identified());
+        server.interval(interval(0));
+        server.client_data_received();
+        server.interval(interval(1));
+        server.results(side());
+        let steps = to_client(&mut server, &mut client);
+        assert_eq!(
+            steps,
+            [
+                ClientStep::ServerInterval(interval(0)),
+                ClientStep::ClientDataReceived,
+                ClientStep::ServerInterval(interval(1)),
+                ClientStep::Results(side()),
+            ]
+        );
+        // Nothing may follow the results, from either end.
+        server.interval(interval(2));
+        assert!(server.take_outbox().is_empty());
+        assert!(client.on_message(Message::Ready).is_err());
+    }
+
+    #[test]
+    fn with_the_same_key_both_ends_derive_the_same_secret_session_id() {
+        let mut client = ClientSession::new(Settings::default(), Some((key("k"), [2; 32])));
+        let mut server = ServerSession::new(Limits::default(), Some((key("k"), [1; 32])));
+        let (server_id, client_id) = open(&mut client, &mut server);
+        assert_eq!(server_id, client_id);
+        assert_ne!(
+            server_id, 0x1234,
+            "bound to the exchange, not the public id"
+        );
+    }
+
+    #[test]
+    fn a_wrong_key_is_refused_by_the_server_and_a_false_proof_by_the_client() {
+        let mut client = ClientSession::new(Settings::default(), Some((key("a"), [2; 32])));
+        let mut server = ServerSession::new(Limits::default(), Some((key("b"), [1; 32])));
+        assert_eq!(to_server(&mut client, &mut server), [ServerStep::Continue]);
+        assert_eq!(to_client(&mut server, &mut client), [ClientStep::Continue]);
+        let response = client.take_outbox().remove(0);
+        let e = server.on_message(response).expect_err("wrong key");
+        assert!(matches!(e, SessionError::Auth(AuthError::WrongKey)), "{e}");
+        assert!(e.to_peer().expect("told").contains("does not match"));
+
+        let mut client = ClientSession::new(Settings::default(), Some((key("a"), [2; 32])));
+        client.take_outbox();
+        client
+            .on_message(Message::AuthChallenge {
+                nonce: auth::to_hex(&[1; 32]),
+            })
+            .expect("challenge");
+        let e = client
+            .on_message(Message::AuthConfirm {
+                mac: auth::to_hex(&[0; 32]),
+            })
+            .expect_err("false proof");
+        assert!(
+            matches!(e, SessionError::Auth(AuthError::ServerWrongKey)),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_key_on_one_end_only_is_refused_saying_which() {
+        let mut client = ClientSession::new(Settings::default(), None);
+        let e = client
+            .on_message(Message::AuthChallenge {
+                nonce: auth::to_hex(&[1; 32]),
+            })
+            .expect_err("no key");
+        assert!(e.to_string().contains("--auth-key"), "{e}");
+        assert_eq!(
+            e.to_peer().as_deref(),
+            Some("authentication failed: the client has no key")
+        );
+
+        let mut client = ClientSession::new(Settings::default(), Some((key("k"), [2; 32])));
+        let e = client
+            .on_message(Message::Welcome {
+                version: PROTOCOL_VERSION,
+                software: "x".into(),
+                session: 1,
+            })
+            .expect_err("unauthenticated server");
+        assert!(matches!(e, SessionError::ServerHasNoKey), "{e}");
+    }
+
+    #[test]
+    fn other_protocol_versions_are_refused_by_both_ends() {
+        let mut server = ServerSession::new(Limits::default(), None);
+        let e = server
+            .on_message(hello(PROTOCOL_VERSION + 1))
+            .expect_err("newer client");
+        assert!(e.to_string().contains("version"), "{e}");
+        let mut server = ServerSession::new(Limits::default(), None);
+        assert!(server
+            .on_message(Message::DataHello {
+                version: 1,
+                session: 1,
+                stream: 0,
+                socket: 0
+            })
+            .is_err());
+        let mut client = ClientSession::new(Settings::default(), None);
+        let e = client
+            .on_message(Message::Welcome {
+                version: 1,
+                software: "old".into(),
+                session: 1,
+            })
+            .expect_err("older server");
+        assert!(e.to_string().contains("version"), "{e}");
+    }
+
+    #[test]
+    fn the_first_frame_says_what_a_connection_is() {
+        let mut server = ServerSession::new(Limits::default(), None);
+        let step = server.on_message(Message::DataHello {
+            version: PROTOCOL_VERSION,
+            session: 9,
+            stream: 0,
+            socket: 3,
+        });
+        assert_eq!(
+            step.expect("data"),
+            ServerStep::DataConnection {
+                session: 9,
+                stream: 0,
+                socket: 3
+            }
+        );
+        // Handed on: nothing more on this connection is the session's.
+        assert!(server.on_message(hello(PROTOCOL_VERSION)).is_err());
+        let mut server = ServerSession::new(Limits::default(), None);
+        assert_eq!(
+            server
+                .on_message(Message::Conf {
+                    version: PROTOCOL_VERSION
+                })
+                .expect("conf"),
+            ServerStep::Conf
+        );
+    }
+
+    #[test]
+    fn messages_out_of_turn_fail_the_session_naming_what_was_expected() {
+        let cases: Vec<(Vec<Message>, &str)> = vec![
+            (vec![Message::Ready], "expected hello"),
+            (
+                vec![hello(PROTOCOL_VERSION), hello(PROTOCOL_VERSION)],
+                "expected nothing",
+            ),
+            (
+                vec![Message::Settings {
+                    settings: Settings::default(),
+                }],
+                "expected hello",
+            ),
+        ];
+        for (script, expected) in cases {
+            let mut server = ServerSession::new(Limits::default(), None);
+            let mut last = None;
+            for msg in script {
+                last = Some(server.on_message(msg));
+            }
+            let e = last.expect("fed").expect_err(expected);
+            assert!(e.to_string().contains(expected), "{e}");
+        }
+        // The client: Ready before Welcome, Welcome twice, Results before Ready.
+        let mut client = ClientSession::new(Settings::default(), None);
+        assert!(client.on_message(Message::Ready).is_err());
+        let welcome = Message::Welcome {
+            version: PROTOCOL_VERSION,
+            software: "x".into(),
+            session: 1,
+        };
+        let mut client = ClientSession::new(Settings::default(), None);
+        client.on_message(welcome.clone()).expect("welcome");
+        let e = client.on_message(welcome).expect_err("twice");
+        assert!(e.to_string().contains("expected ready"), "{e}");
+        let mut client = ClientSession::new(Settings::default(), None);
+        client
+            .on_message(Message::Welcome {
+                version: PROTOCOL_VERSION,
+                software: "x".into(),
+                session: 1,
+            })
+            .expect("welcome");
+        assert!(client
+            .on_message(Message::Results { result: side() })
+            .is_err());
+    }
+
+    #[test]
+    fn a_client_data_mark_outside_bidir_is_refused() {
+        let mut client = ClientSession::new(Settings::default(), None);
+        let mut server = ServerSession::new(Limits::default(), None);
+        open(&mut client, &mut server);
+        let e = client
+            .on_message(Message::ClientDataReceived)
+            .expect_err("not bidir");
+        assert!(e.to_string().contains("client_data_received"), "{e}");
+    }
+
+    #[test]
+    fn settings_are_validated_and_held_to_the_limits() {
+        let limits = Limits {
+            max_streams: Some(2),
+            ..Limits::default()
+        };
+        for (settings, what) in [
+            (
+                Settings {
+                    nstreams: 0,
+                    ..Settings::default()
+                },
+                "invalid",
+            ),
+            (
+                Settings {
+                    nstreams: 3,
+                    ..Settings::default()
+                },
+                "over the limit",
+            ),
+        ] {
+            let mut server = ServerSession::new(limits.clone(), None);
+            server.on_message(hello(PROTOCOL_VERSION)).expect("hello");
+            server.welcome(1).expect("welcome");
+            let e = server
+                .on_message(Message::Settings { settings })
+                .expect_err(what);
+            assert!(e.to_peer().is_some(), "{what}: {e}");
+            // A failed session queues nothing more.
+            server.ready();
+            server.results(side());
+            assert_eq!(server.take_outbox().len(), 1, "only the welcome");
+        }
+    }
+
+    #[test]
+    fn the_peers_error_ends_the_session_with_its_text_made_printable() {
+        let evil = Message::Error {
+            message: "busy\n\x1b[2J".into(),
+        };
+        let mut server = ServerSession::new(Limits::default(), None);
+        let e = server.on_message(evil.clone()).expect_err("error");
+        assert_eq!(e.to_string(), "busy\\n\\u{1b}[2J");
+        assert_eq!(e.to_peer(), None, "the peer gave up itself");
+        let mut client = ClientSession::new(Settings::default(), Some((key("k"), [2; 32])));
+        client
+            .on_message(Message::AuthChallenge {
+                nonce: auth::to_hex(&[1; 32]),
+            })
+            .expect("challenge");
+        let e = client.on_message(evil).expect_err("error during auth");
+        assert_eq!(e.to_string(), "server: busy\\n\\u{1b}[2J");
+    }
+
+    /// Every message either end could be sent, well-formed or hostile.
+    fn all_messages() -> Vec<Message> {
+        vec![
+            hello(PROTOCOL_VERSION),
+            hello(u32::MAX),
+            Message::DataHello {
+                version: PROTOCOL_VERSION,
+                session: u64::MAX,
+                stream: u32::MAX,
+                socket: u32::MAX,
+            },
+            Message::Welcome {
+                version: PROTOCOL_VERSION,
+                software: "\u{0}".into(),
+                session: 0,
+            },
+            Message::Settings {
+                settings: Settings::default(),
+            },
+            Message::Settings {
+                settings: Settings {
+                    nstreams: u32::MAX,
+                    ..Settings::default()
+                },
+            },
+            Message::Ready,
+            Message::Results { result: side() },
+            Message::Error {
+                message: "x".repeat(10_000),
+            },
+            Message::UdpSockets { addrs: Vec::new() },
+            Message::UdpFinished {
+                datagrams: u64::MAX,
+                bytes: 0,
+            },
+            Message::ClientDataReceived,
+            Message::Interval {
+                result: interval(u32::MAX),
+            },
+            Message::Conf { version: 0 },
+            Message::AuthChallenge { nonce: "zz".into() },
+            Message::AuthChallenge {
+                nonce: auth::to_hex(&[7; 32]),
+            },
+            Message::AuthResponse {
+                nonce: auth::to_hex(&[7; 32]),
+                mac: "00".repeat(32),
+            },
+            Message::AuthConfirm { mac: "é".into() },
+        ]
+    }
+
+    /// Every sequence of three messages, fed to fresh machines of both kinds, with and
+    /// without a key: no panic, an outbox of at most two messages, and nothing accepted
+    /// after a failure.
+    #[test]
+    fn every_short_sequence_of_messages_is_handled_from_both_ends() {
+        let all = all_messages();
+        let keys = [None, Some(key("k"))];
+        for a in &all {
+            for b in &all {
+                for c in &all {
+                    for k in &keys {
+                        let auth = k.clone().map(|k| (k, [3; 32]));
+                        let mut server = ServerSession::new(Limits::default(), auth.clone());
+                        let mut client = ClientSession::new(Settings::default(), auth);
+                        client.take_outbox();
+                        let (mut server_failed, mut client_failed) = (false, false);
+                        for msg in [a, b, c] {
+                            let s = server.on_message(msg.clone());
+                            assert!(!(server_failed && s.is_ok()), "{msg:?} after a failure");
+                            server_failed |= s.is_err();
+                            if let Ok(ServerStep::Identified) = s {
+                                server.welcome(1);
+                            }
+                            assert!(server.take_outbox().len() <= 2);
+                            let c = client.on_message(msg.clone());
+                            assert!(!(client_failed && c.is_ok()), "{msg:?} after a failure");
+                            client_failed |= c.is_err();
+                            assert!(client.take_outbox().len() <= 1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
