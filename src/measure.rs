@@ -41,29 +41,6 @@ pub struct Output {
 }
 
 impl Output {
-    /// The output options `cli` asks for.
-    pub fn from_cli(cli: &crate::Cli) -> Result<Output> {
-        let mode = match (cli.json, cli.json_stream) {
-            (true, _) => Mode::Json,
-            (_, true) => Mode::JsonStream,
-            _ => Mode::Human,
-        };
-        let sweep = cli.sweep.as_deref().map(sweep::parse).transpose()?;
-        // Made now, so a path that cannot be written fails before the test, not after.
-        if let Some(path) = &cli.plot {
-            File::create(path)
-                .with_context(|| format!("cannot create --plot file {}", path.display()))?;
-        }
-        Ok(Output {
-            mode,
-            csv: cli.csv.clone(),
-            plot: cli.plot.clone(),
-            sweep,
-        })
-    }
-}
-
-impl Output {
     /// The sinks of one run: the human report or JSON on stdout (`stdout`), the CSV
     /// file, and for a single run the plot. A sweep's runs (`sweep_run`) report in
     /// rows, so stdout has only their `--json-stream` events.

@@ -1,0 +1,617 @@
+//! The command line: clap's definition of every flag, and the one place the flags
+//! become a validated [`Config`]. Nothing after [`Cli::config`] checks a flag again; the
+//! server runs the library's same validation on the settings a client sends.
+
+use crate::measure::{Mode, Output};
+use anyhow::{bail, Context, Result};
+use clap::{ArgGroup, Parser};
+use fperf::auth::AuthKey;
+use fperf::client::ClientConfig;
+use fperf::limits::Limits;
+use fperf::server::ServerConfig;
+use fperf::settings::{
+    Protocol, QueueKind, RdmaApi, Settings, ZeroCopy, DEFAULT_ACK_TIMEOUT_MS, DEFAULT_MB,
+    DEFAULT_PKTSIZE, DEFAULT_PORT, MAX_NSTREAMS,
+};
+use std::fs::File;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// What the command line asks for, validated.
+pub enum Config {
+    /// `-s`: serve tests until interrupted.
+    Server(ServerConfig),
+    /// `-c HOST --conf`: both hosts' facts side by side.
+    Conf(Box<ClientConfig>),
+    /// `-c HOST`: one test (or a sweep of tests) against a server.
+    Client {
+        client: Box<ClientConfig>,
+        output: Output,
+    },
+    /// `--loopback`: a server in this process, and the client against it.
+    Loopback {
+        server: ServerConfig,
+        client: Box<ClientConfig>,
+        output: Output,
+    },
+}
+
+/// 'fperf' measures UDP/TCP/RDMA bandwidth and latency.
+///
+/// Start `fperf -s` on one host, then `fperf -c HOST` on another: the client sends
+/// --mb MB per stream and both ends print what they measured. `fperf --loopback` runs
+/// both ends in one process on 127.0.0.1.
+#[derive(Parser, Debug)]
+#[command(name = "fperf", version, about, long_about = None)]
+#[command(group(ArgGroup::new("role").required(true).args(["server", "client", "loopback"])))]
+pub struct Cli {
+    /// Run as server: wait for clients, report each test, serve the next one.
+    #[arg(short = 's', long)]
+    server: bool,
+
+    /// Run as client against HOST (name, IPv4 or IPv6 address).
+    #[arg(short = 'c', long, value_name = "HOST")]
+    client: Option<String>,
+
+    /// Run server and client in this process over loopback (127.0.0.1), printing both
+    /// reports.
+    #[arg(long)]
+    loopback: bool,
+
+    /// Number of data STREAMs, each driven by its own thread; stream i uses port
+    /// PORT+i.
+    #[arg(short = 't', long, value_name = "N", default_value_t = 1)]
+    nstreams: u32,
+
+    /// Sockets inside each STREAM (1..=100), each with its own sender thread. With
+    /// more than one the client sends through the queue (send_submit).
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 1)]
+    nsockets: u32,
+
+    /// Use UDP (default TCP).
+    #[arg(short = 'u', long, conflicts_with = "rdma")]
+    udp: bool,
+
+    /// Use RDMA (default TCP).
+    #[arg(short = 'R', long)]
+    rdma: bool,
+
+    /// RDMA device name (default: the first one found). Needs -R.
+    #[arg(short = 'D', long, value_name = "DEV", requires = "rdma")]
+    rdmadev: Option<String>,
+
+    /// RDMA programming interface: ibverbs (raw verbs, the default), cm (verbs
+    /// with rdma_cm connection set-up), rsocket (librdmacm's socket calls) or ofi
+    /// (libfabric). Needs -R.
+    #[arg(long, value_name = "API", requires = "rdma", value_parser = ["ibverbs", "cm", "rsocket", "ofi"])]
+    rdma_api: Option<String>,
+
+    /// libfabric provider for --rdma-api ofi (verbs, efa, tcp, shm, "tcp;ofi_rxm", ...;
+    /// default: the first of verbs, efa, tcp that works). Needs -R.
+    #[arg(long, value_name = "NAME", requires = "rdma")]
+    ofi_provider: Option<String>,
+
+    /// RDMA: move the data with RDMA WRITEs into the receiver's buffer ring (with
+    /// immediate data) instead of SEND/RECV. Needs -R.
+    #[arg(long, requires = "rdma")]
+    rdma_write: bool,
+
+    /// MB (2^20 bytes) to send per stream.
+    #[arg(short = 'm', long, value_name = "N", default_value_t = DEFAULT_MB)]
+    mb: u64,
+
+    /// "Most-practical round-trip time": wait for a 1-byte ACK after each packet and
+    /// report its round trip as mprtt.
+    #[arg(short = 'r', long)]
+    mprtt: bool,
+
+    /// TCP only: MPRTT (implies -r) where the server answers each packet with the packet
+    /// itself (as many bytes, like sockperf/qperf ping-pong) instead of a 1-byte ACK;
+    /// mprtt is then the round trip of a request and its full-size echo.
+    #[arg(long)]
+    echo: bool,
+
+    /// TCP only: connect-request-response (implies -r), as netperf's TCP_CRR and neper's
+    /// tcp_crr: every packet is a new connection (connect, the -l-byte request, a 1-byte
+    /// reply, the server closes, the client closes), and mprtt is that whole life of a
+    /// connection. Stream i uses the server's port PORT+1+i
+    #[arg(long)]
+    crr: bool,
+
+    /// TCP or UDP bulk in reverse, as iperf3's -R (here -R is RDMA): the server sends
+    /// and the client receives, with the same flags and figures; the client's report is
+    /// then the receiving end's (with UDP its loss, reordering and jitter)
+    #[arg(long)]
+    reverse: bool,
+
+    /// TCP bulk both ways at once, as iperf3's --bidir: -t N streams carry the client's
+    /// data and N more the server's (streams N..2N-1). Each end reports what it sent
+    /// and what it received, each direction over its own time
+    #[arg(long, conflicts_with = "sweep")]
+    bidir: bool,
+
+    /// Bytes per send (K, M, G suffixes are binary: 128K = 131072).
+    #[arg(short = 'l', long, value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
+          value_parser = fperf::units::parse_bytes_u32)]
+    pktsize: u32,
+
+    /// Queue inside a STREAM: 1 = mutex queue (default), 0 = lock-free SPSC queue
+    /// (one socket, always asynchronous sending).
+    #[arg(short = 'q', long, value_name = "0|1", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(0..=1))]
+    qtype: u8,
+
+    /// TCP only: set TCP_NODELAY (disable Nagle's algorithm) on both ends.
+    #[arg(short = 'd', long)]
+    nodelay: bool,
+
+    /// TCP only: set TCP_QUICKACK (disable delayed ACKs) on both ends, re-armed after
+    /// every receive.
+    #[arg(short = 'a', long)]
+    quickack: bool,
+
+    /// TCP only: congestion control algorithm for both ends' data sockets (TCP_CONGESTION),
+    /// e.g. cubic, bbr, reno; the kernel's list is net.ipv4.tcp_available_congestion_control.
+    /// Default: the kernel's default on each end. Reports name the algorithm in use.
+    #[arg(short = 'C', long, value_name = "ALGO")]
+    congestion: Option<String>,
+
+    /// TCP only: bytes that must have arrived before the server's read wakes
+    /// (SO_RCVLOWAT), 1 to 64M. Default, by how idle the server's cores are: with two
+    /// cores per stream and no -b, 128K or one packet if larger (at most half of -w);
+    /// with a core per stream or -b, one packet; with more streams than cores, 1. Fewer
+    /// wake-ups leave the sender's core more time to copy. With the 128K default the
+    /// reads also nap 20 us while data flows (header: rx_nap=20us) instead of waiting to
+    /// be woken; giving --rcvlowat turns that off. 1 is the kernel's default (iperf3's
+    /// reads). Not with -r, where the server answers each packet as it arrives.
+    #[arg(long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
+    rcvlowat: Option<u32>,
+
+    /// TCP only: the server's reads discard the received bytes in the kernel (recv with
+    /// MSG_TRUNC) instead of copying them to its buffer, as neper's --skip-rx-copy:
+    /// measures the network and TCP stack without the receiver's copy, so it is not
+    /// like-for-like with iperf3's figures. Not with -r.
+    #[arg(long)]
+    skip_rx_copy: bool,
+
+    /// TCP and UDP: socket buffer size, SO_SNDBUF and SO_RCVBUF of every data socket on
+    /// both ends, as iperf3's -w (K, M suffixes; at most 256M). For TCP it replaces the
+    /// kernel's autotuning and bounds the window; the client sets it before connecting.
+    /// fperf asks past net.core.{r,w}mem_max when root; if the kernel grants less, the
+    /// run stops with an error. Default: TCP autotuning; UDP 16 MiB each way.
+    #[arg(short = 'w', long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
+    window: Option<u32>,
+
+    /// TCP only: zero-copy sending. `splice` (the default) moves the buffer with
+    /// vmsplice()+splice(); `msg` uses send(MSG_ZEROCOPY) (on loopback the kernel copies
+    /// anyway). docs/tuning.md has what each buys.
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "splice",
+          value_parser = ["splice", "msg"])]
+    zerocopy: Option<String>,
+
+    /// TCP and UDP: spin on non-blocking reads and writes instead of sleeping in
+    /// poll(): lower latency, one busy core per waiting thread.
+    #[arg(long)]
+    busy_poll: bool,
+
+    /// TCP only: both ends move data through io_uring instead of send()/recv() system
+    /// calls: one ring per thread, one submission and completion per call (a wait is
+    /// bounded by a linked time-out). Measures io_uring's socket path against the system
+    /// calls (docs/tuning.md). Not with --zerocopy, --crr or rsockets.
+    #[arg(long)]
+    io_uring: bool,
+
+    /// TCP and UDP: both ends' data sockets never block; each thread waits for them in
+    /// epoll_wait() on an epoll instance of its own (its sockets registered once), as
+    /// event-driven servers and sockperf's default -F epoll do, instead of sleeping in
+    /// recv()/send() or poll(). A ping-pong turn then costs one more system call. Not
+    /// with --busy-poll, --io-uring, --crr or rsockets.
+    #[arg(long, conflicts_with_all = ["busy_poll", "io_uring"])]
+    epoll: bool,
+
+    /// UDP: datagrams per sendmmsg()/recvmmsg() system call (sequence numbers, loss and
+    /// reordering stay counted per datagram; the sender threads of -n > 1 or -q 0 send
+    /// one per call) [default: 64; 1 with -r or -b, where a larger N sends paced bursts
+    /// of N].
+    #[arg(long, value_name = "N")]
+    udp_batch: Option<u32>,
+
+    /// UDP: send each batch as UDP GSO messages (UDP_SEGMENT): the kernel cuts them
+    /// into -l-byte datagrams, so one pass through the stack carries up to 64.
+    #[arg(long)]
+    gso: bool,
+
+    /// UDP: the server reads with UDP GRO (UDP_GRO), taking datagrams that arrived
+    /// back to back in one buffer (each still counted on its own).
+    #[arg(long)]
+    gro: bool,
+
+    /// Pin the client's data threads to these CPUs (comma-separated); stream i uses
+    /// entry i mod len. Pinned or not, a bulk test's data threads (no -r, no -b) run
+    /// under SCHED_BATCH on both ends (header: sched=batch), so a reader woken by data
+    /// waits for the writer on its core to block instead of preempting it mid-send.
+    #[arg(
+        long,
+        visible_alias = "affinity",
+        value_name = "CPUS",
+        value_delimiter = ','
+    )]
+    cpu: Vec<u32>,
+
+    /// Ask the server to pin its data threads to these CPUs (comma-separated), as --cpu.
+    #[arg(long, value_name = "CPUS", value_delimiter = ',')]
+    server_cpu: Vec<u32>,
+
+    /// Base port: control and stream 0; stream i uses PORT+i (TCP with -w: stream 0
+    /// uses PORT+N).
+    #[arg(short = 'p', long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
+    port: u16,
+
+    /// UDP with -r: ms to wait for a datagram's ACK before sending it again (up to 10
+    /// times) [default: 100].
+    #[arg(long, value_name = "MS")]
+    ack_timeout: Option<u32>,
+
+    /// Local address to bind: the server listens only there; the client sends from it.
+    #[arg(short = 'B', long, value_name = "ADDR")]
+    bind: Option<IpAddr>,
+
+    /// Bound the run by time: each stream sends for SECS seconds instead of --mb MB.
+    #[arg(long, value_name = "SECS", conflicts_with_all = ["mb", "server"])]
+    time: Option<f64>,
+
+    /// Print each side's figures every SECS seconds while the run goes on (and keep
+    /// them in --json and --csv).
+    #[arg(short = 'i', long, value_name = "SECS", conflicts_with = "server")]
+    interval: Option<f64>,
+
+    /// Leave the first SECS seconds (warm-up) out of the totals.
+    #[arg(long, value_name = "SECS", conflicts_with = "server")]
+    omit: Option<f64>,
+
+    /// Print one JSON document for the run (both ends' figures) and nothing else on
+    /// stdout. Layout: docs/json.md.
+    #[arg(long, conflicts_with = "server")]
+    json: bool,
+
+    /// Print one JSON object per line per event (start, interval, end).
+    #[arg(long, conflicts_with_all = ["server", "json", "sweep"])]
+    json_stream: bool,
+
+    /// Write per-interval samples (one row per stream per interval) to FILE as CSV.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["server", "sweep"])]
+    csv: Option<std::path::PathBuf>,
+
+    /// Draw an SVG picture in FILE: the client's send latency (mprtt with -r) by
+    /// percentile, or with --sweep each figure against the swept value.
+    #[arg(long, value_name = "FILE", conflicts_with = "server")]
+    plot: Option<std::path::PathBuf>,
+
+    /// Print this host's and the server's system facts side by side, then exit.
+    #[arg(long, requires = "client")]
+    conf: bool,
+
+    /// Run one measurement per value of an option and print one row per value:
+    /// NAME=LO..HI[:*K|:+K] or NAME=V1,V2,... for pktsize, nsockets, nstreams or mb
+    /// (e.g. pktsize=1..64K:*2).
+    #[arg(long, value_name = "SPEC", conflicts_with = "server")]
+    sweep: Option<String>,
+
+    /// Target rate of each stream in bits/s (e.g. 100M, 2.5G; K/M/G/T = 10^3..10^12):
+    /// the client paces its sends to it. Default: as fast as possible.
+    #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_rate,
+          conflicts_with = "server")]
+    bitrate: Option<u64>,
+
+    #[command(flatten)]
+    guard: Guard,
+}
+
+/// Limits, time-outs and the shared key (see `fperf::limits` and `fperf::auth`).
+#[derive(clap::Args, Debug)]
+struct Guard {
+    /// Server: most MB one test may send, all streams together; larger tests are
+    /// refused before any data flows.
+    #[arg(long, value_name = "MB", value_parser = clap::value_parser!(u64).range(1..))]
+    max_mb: Option<u64>,
+
+    /// Server: longest one test may run once data flows; the server aborts it after.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    max_time: Option<u64>,
+
+    /// Server: most data streams (-t) one test may open.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_streams: Option<u32>,
+
+    /// Server: most data sockets (-t × -n) one test may open.
+    #[arg(long, value_name = "N", default_value_t = fperf::limits::DEFAULT_MAX_SOCKETS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_sockets: u32,
+
+    /// Server: cap on how fast the server reads one test's data, in bits/s over all
+    /// streams (e.g. 100M, 2.5G; K/M/G/T = 10^3/10^6/10^9/10^12). TCP flow control
+    /// then holds the client to it; it is not a reason to refuse a test.
+    #[arg(long, value_name = "RATE", value_parser = fperf::limits::parse_rate)]
+    max_rate: Option<u64>,
+
+    /// Server: a test whose data stops moving this long is abandoned. Client: sent data
+    /// unacknowledged this long means the server is gone (TCP_USER_TIMEOUT).
+    #[arg(long, value_name = "SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    idle_timeout: u64,
+
+    /// Server: run up to N tests at once (default 1: one at a time, others are told
+    /// "server busy"). Tests with several streams (-t > 1) or a TCP window (-w) still need
+    /// the server alone.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    parallel: u32,
+
+    /// Shared secret file; both ends must use the same one. The server then accepts
+    /// only clients that prove they hold it (HMAC-SHA256 challenge-response); the
+    /// client only servers that do. Without this flag the secret itself may be given in
+    /// $FPERF_AUTH_KEY.
+    #[arg(long, value_name = "FILE")]
+    auth_key: Option<std::path::PathBuf>,
+}
+
+impl Guard {
+    /// The server's limits.
+    fn limits(&self) -> Limits {
+        Limits {
+            max_mb: self.max_mb,
+            max_time: self.max_time.map(Duration::from_secs),
+            max_streams: self.max_streams,
+            max_sockets: self.max_sockets,
+            max_rate: self.max_rate,
+        }
+    }
+
+    /// Refuses server-only options on a client.
+    fn check_client(&self) -> Result<()> {
+        let server_only = [
+            (self.max_mb.is_some(), "--max-mb"),
+            (self.max_time.is_some(), "--max-time"),
+            (self.max_streams.is_some(), "--max-streams"),
+            (self.max_rate.is_some(), "--max-rate"),
+            (self.parallel != 1, "--parallel"),
+        ];
+        if let Some((_, flag)) = server_only.iter().find(|(given, _)| *given) {
+            bail!("{flag} is a server option (use it with -s)");
+        }
+        Ok(())
+    }
+}
+
+/// Seconds from the command line as whole milliseconds.
+fn secs_to_ms(flag: &str, secs: Option<f64>) -> Result<Option<u64>> {
+    match secs {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s >= 0.0 && s * 1000.0 < u64::MAX as f64 => {
+            Ok(Some((s * 1000.0).round() as u64))
+        }
+        Some(s) => bail!("--{flag} must be a number of seconds, not {s}"),
+    }
+}
+
+impl Cli {
+    /// The validated run settings.
+    fn settings(&self) -> Result<Settings> {
+        let protocol = match (self.udp, self.rdma) {
+            (true, _) => Protocol::Udp,
+            (_, true) => Protocol::Rdma,
+            _ => Protocol::Tcp,
+        };
+        let Some(queue) = QueueKind::from_qtype(self.qtype) else {
+            bail!("--qtype must be 0 or 1");
+        };
+        if self.server
+            && (self.rdmadev.is_some() || self.rdma_api.is_some() || self.ofi_provider.is_some())
+        {
+            bail!("--rdmadev, --rdma-api and --ofi-provider are client options; the server uses what the client asks for");
+        }
+        let rdma_api = match self.rdma_api.as_deref() {
+            Some("cm") => RdmaApi::Cm,
+            Some("rsocket") => RdmaApi::Rsocket,
+            Some("ofi") => RdmaApi::Ofi,
+            _ => RdmaApi::Ibverbs,
+        };
+        if self.ofi_provider.is_some() && rdma_api != RdmaApi::Ofi {
+            bail!("--ofi-provider needs --rdma-api ofi");
+        }
+        let nsockets = if queue == QueueKind::LockFree && self.nsockets > 1 {
+            eprintln!(
+                "fperf: note: the lock-free queue (-q 0) drives one socket; --nsockets forced to 1"
+            );
+            1
+        } else {
+            self.nsockets
+        };
+        if self.bidir && self.nstreams > MAX_NSTREAMS / 2 {
+            bail!(
+                "--bidir opens -t streams each way: -t must be at most {}",
+                MAX_NSTREAMS / 2
+            );
+        }
+        if self.ack_timeout.is_some() && !(self.udp && self.mprtt) {
+            bail!("--ack-timeout applies to UDP with MPRTT only: use it with -u -r");
+        }
+        let s = Settings {
+            protocol,
+            // With --bidir, -t counts the streams each way.
+            nstreams: if self.bidir {
+                self.nstreams.saturating_mul(2)
+            } else {
+                self.nstreams
+            },
+            nsockets,
+            mb: self.mb,
+            pktsize: self.pktsize,
+            mprtt: self.mprtt || self.echo || self.crr,
+            echo: self.echo,
+            crr: self.crr,
+            reverse: self.reverse,
+            bidir: self.bidir,
+            queue,
+            nodelay: self.nodelay,
+            quickack: self.quickack,
+            rdma_api,
+            rdma_device: self.rdmadev.clone(),
+            ofi_provider: self.ofi_provider.clone(),
+            rdma_write: self.rdma_write,
+            ack_timeout_ms: self.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT_MS),
+            time_ms: secs_to_ms("time", self.time)?,
+            interval_ms: secs_to_ms("interval", self.interval)?,
+            omit_ms: secs_to_ms("omit", self.omit)?,
+            rate_bps: self.bitrate,
+            zerocopy: match self.zerocopy.as_deref() {
+                None => ZeroCopy::Off,
+                Some("msg") => ZeroCopy::Msg,
+                Some(_) => ZeroCopy::Splice,
+            },
+            busy_poll: self.busy_poll,
+            io_uring: self.io_uring,
+            epoll: self.epoll,
+            client_cpus: self.cpu.clone(),
+            server_cpus: self.server_cpu.clone(),
+            udp_batch: self.udp_batch,
+            gso: self.gso,
+            gro: self.gro,
+            congestion: self.congestion.clone(),
+            rcvlowat: self.rcvlowat,
+            skip_rx_copy: self.skip_rx_copy,
+            window: self.window,
+        };
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+impl Cli {
+    /// Every flag checked, and turned into what to run.
+    pub fn config(&self) -> Result<Config> {
+        // Server mode takes its settings from each client; checking the flags given
+        // still catches a mistyped combination before anything starts.
+        let settings = self.settings()?;
+        let auth = AuthKey::from_cli(self.guard.auth_key.as_deref())?;
+        let idle = Duration::from_secs(self.guard.idle_timeout);
+        if self.server {
+            return Ok(Config::Server(ServerConfig {
+                bind: self.bind,
+                port: self.port,
+                idle_timeout: idle,
+                limits: self.guard.limits(),
+                auth,
+                parallel: self.guard.parallel as usize,
+                ..ServerConfig::default()
+            }));
+        }
+        self.guard.check_client()?;
+        let output = self.output()?;
+        if self.loopback {
+            let ip: IpAddr = self.bind.unwrap_or(IpAddr::from([127, 0, 0, 1]));
+            return Ok(Config::Loopback {
+                server: ServerConfig {
+                    bind: Some(ip),
+                    port: self.port,
+                    ..ServerConfig::default()
+                },
+                client: Box::new(ClientConfig::new(ip.to_string(), self.port, settings)),
+                output,
+            });
+        }
+        let host = self.client.clone().unwrap_or_default();
+        let mut client = ClientConfig::new(host, self.port, settings);
+        client.bind = self.bind;
+        client.stall_timeout = idle;
+        client.auth = auth;
+        if self.conf {
+            return Ok(Config::Conf(Box::new(client)));
+        }
+        Ok(Config::Client {
+            client: Box::new(client),
+            output,
+        })
+    }
+
+    /// The outputs asked for.
+    fn output(&self) -> Result<Output> {
+        let mode = match (self.json, self.json_stream) {
+            (true, _) => Mode::Json,
+            (_, true) => Mode::JsonStream,
+            _ => Mode::Human,
+        };
+        let sweep = self.sweep.as_deref().map(fperf::sweep::parse).transpose()?;
+        // Made now, so a path that cannot be written fails before the test, not after.
+        if let Some(path) = &self.plot {
+            File::create(path)
+                .with_context(|| format!("cannot create --plot file {}", path.display()))?;
+        }
+        Ok(Output {
+            mode,
+            csv: self.csv.clone(),
+            plot: self.plot.clone(),
+            sweep,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(args: &[&str]) -> Result<Config> {
+        let mut argv = vec!["fperf"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv)?.config()
+    }
+
+    fn error(args: &[&str]) -> String {
+        match config(args) {
+            Ok(_) => panic!("{args:?} was accepted"),
+            Err(e) => format!("{e:#}"),
+        }
+    }
+
+    #[test]
+    fn each_role_becomes_its_own_configuration() {
+        let Ok(Config::Server(server)) = config(&["-s", "-p", "5001", "--max-streams", "4"]) else {
+            panic!("server")
+        };
+        assert_eq!((server.port, server.limits.max_streams), (5001, Some(4)));
+        let Ok(Config::Client { client, output }) =
+            config(&["-c", "::1", "-t", "2", "--json", "--idle-timeout", "3"])
+        else {
+            panic!("client")
+        };
+        assert_eq!(client.host, "::1");
+        assert_eq!(client.settings.nstreams, 2);
+        assert_eq!(client.stall_timeout, Duration::from_secs(3));
+        assert_eq!(output.mode, Mode::Json);
+        let Ok(Config::Loopback { server, client, .. }) = config(&["--loopback", "-u"]) else {
+            panic!("loopback")
+        };
+        assert_eq!(server.bind, Some(IpAddr::from([127, 0, 0, 1])));
+        assert_eq!(client.host, "127.0.0.1");
+        assert_eq!(client.settings.protocol, Protocol::Udp);
+        assert!(matches!(
+            config(&["-c", "h", "--conf"]),
+            Ok(Config::Conf(_))
+        ));
+    }
+
+    #[test]
+    fn flags_that_do_not_go_together_are_refused_here() {
+        assert!(error(&["-c", "h", "--max-mb", "5"]).contains("--max-mb is a server option"));
+        assert!(error(&["-c", "h", "--ack-timeout", "5"]).contains("-u -r"));
+        assert!(
+            error(&["-c", "h", "-R", "--rdma-api", "cm", "--ofi-provider", "tcp"])
+                .contains("--ofi-provider needs --rdma-api ofi")
+        );
+        assert!(error(&["-s", "-R", "--rdma-api", "cm"]).contains("client options"));
+        assert!(error(&["-c", "h", "-q", "2"]).contains("--qtype"));
+        assert!(error(&["-c", "h", "--plot", "/nonexistent/dir/x.svg"]).contains("--plot"));
+        // Settings::validate runs here too: the same check the server makes.
+        assert!(!error(&["-c", "h", "-l", "0"]).is_empty());
+    }
+}
