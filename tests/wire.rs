@@ -1,0 +1,263 @@
+//! The control protocol's encoding, pinned per protocol version.
+//!
+//! `tests/wire/v{PROTOCOL_VERSION}.json` holds one frame body of every message, every
+//! optional field present. Each is decoded with this build's types and encoded again:
+//! the result must be the same JSON. A change to a type that travels in a message
+//! (settings, results, intervals, system facts) changes it and fails here, so the
+//! protocol cannot change by accident. Such a change comes with a new
+//! `PROTOCOL_VERSION` (an older peer is then refused by name), and
+//! `FPERF_BLESS_WIRE=1 cargo test --test wire` records the new version's file; it never
+//! overwrites an existing version's.
+
+use fperf::control::{self, Message, PROTOCOL_VERSION};
+use fperf::results::{Figures, IntervalResult, Role, SideResult, StreamInterval, StreamResult};
+use fperf::settings::{QueueKind, RdmaApi, Settings, ZeroCopy};
+use fperf::stats::LatencySummary;
+use fperf::stream::udp_wire::{BufferGrant, DatagramCounts};
+use fperf::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn golden_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/wire/v{PROTOCOL_VERSION}.json"))
+}
+
+fn latency() -> LatencySummary {
+    LatencySummary {
+        count: 3,
+        min_ns: 1,
+        max_ns: 9,
+        mean_ns: 4.5,
+        stddev_ns: 0.25,
+        p50_ns: 4,
+        p90_ns: 8,
+        p99_ns: 9,
+        p999_ns: 9,
+    }
+}
+
+fn figures() -> Figures {
+    Figures {
+        bytes_sent: 1 << 40,
+        bytes_received: 12345,
+        duration_ns: 1_000_000_007,
+        send_latency: Some(latency()),
+        recv_latency: Some(latency()),
+        submit_latency: Some(latency()),
+        retries: 2,
+        datagrams: Some(DatagramCounts {
+            sent: 10,
+            peer_sent: 11,
+            received: 9,
+            duplicates: 1,
+            out_of_order: 2,
+            lost: 3,
+            foreign: 4,
+            jitter_ns: Some(12.5),
+            rcvbuf: BufferGrant {
+                requested: 16,
+                granted: 8,
+            },
+            sndbuf: BufferGrant {
+                requested: 16,
+                granted: 16,
+            },
+        }),
+        tcp: Some(TcpInfo {
+            sockets: 1,
+            retransmits: 5,
+            cwnd_bytes: 65536,
+            srtt_us: 20,
+            rttvar_us: 3,
+        }),
+    }
+}
+
+fn cpu() -> CpuUsage {
+    CpuUsage {
+        user_us: 7,
+        system_us: 8,
+    }
+}
+
+fn interval() -> IntervalResult {
+    IntervalResult {
+        index: 1,
+        start_ns: 1_000_000_000,
+        end_ns: 2_000_000_000,
+        omitted: true,
+        total: figures(),
+        reverse_total: Some(figures()),
+        streams: vec![StreamInterval {
+            index: 0,
+            start_ns: 1_000_000_000,
+            end_ns: 2_000_000_000,
+            figures: figures(),
+        }],
+        cpu: Some(cpu()),
+    }
+}
+
+fn facts() -> SystemFacts {
+    SystemFacts {
+        hostname: Some("host".into()),
+        cpu_model: Some("cpu".into()),
+        cpu_cores: Some(2),
+        kernel: Some("6.1".into()),
+        arch: "x86_64".into(),
+        fperf_version: "0.1.0".into(),
+    }
+}
+
+/// Every field set, options included (validity does not matter to the encoding).
+fn settings() -> Settings {
+    Settings {
+        nstreams: 2,
+        echo: true,
+        crr: true,
+        reverse: true,
+        bidir: true,
+        queue: QueueKind::LockFree,
+        nodelay: true,
+        quickack: true,
+        rdma_api: RdmaApi::Ofi,
+        rdma_device: Some("rxe0".into()),
+        ofi_provider: Some("tcp".into()),
+        rdma_write: true,
+        time_ms: Some(1000),
+        interval_ms: Some(100),
+        omit_ms: Some(10),
+        rate_bps: Some(1_000_000),
+        zerocopy: ZeroCopy::Splice,
+        busy_poll: true,
+        client_cpus: vec![0, 1],
+        server_cpus: vec![1],
+        udp_batch: Some(8),
+        gso: true,
+        gro: true,
+        congestion: Some("cubic".into()),
+        rcvlowat: Some(4096),
+        skip_rx_copy: true,
+        io_uring: true,
+        epoll: true,
+        window: Some(1 << 20),
+        ..Settings::default()
+    }
+}
+
+/// One of every message.
+fn messages() -> Vec<Message> {
+    let side = SideResult {
+        role: Role::Server,
+        total: figures(),
+        reverse_total: Some(figures()),
+        streams: vec![StreamResult {
+            index: 0,
+            local: "127.0.0.1:1".into(),
+            peer: "127.0.0.1:2".into(),
+            congestion: Some("bbr".into()),
+            rcvlowat: Some(131072),
+            rx_nap_us: Some(20),
+            figures: figures(),
+        }],
+        system: Some(facts()),
+        cpu: Some(cpu()),
+        intervals: vec![interval()],
+    };
+    vec![
+        Message::Hello {
+            version: PROTOCOL_VERSION,
+            software: "fperf".into(),
+        },
+        Message::DataHello {
+            version: PROTOCOL_VERSION,
+            session: u64::MAX,
+            stream: 1,
+            socket: 2,
+        },
+        Message::Welcome {
+            version: PROTOCOL_VERSION,
+            software: "fperf".into(),
+            session: 7,
+        },
+        Message::Settings {
+            settings: settings(),
+        },
+        Message::Ready,
+        Message::Results {
+            result: Box::new(side),
+        },
+        Message::Error {
+            message: "why".into(),
+        },
+        Message::UdpSockets {
+            addrs: vec!["127.0.0.1:5".parse().unwrap(), "[::1]:6".parse().unwrap()],
+        },
+        Message::UdpFinished {
+            datagrams: 3,
+            bytes: 4,
+        },
+        Message::ClientDataReceived,
+        Message::Interval {
+            result: Box::new(interval()),
+        },
+        Message::Conf {
+            version: PROTOCOL_VERSION,
+        },
+        Message::Facts { facts: facts() },
+        Message::AuthChallenge {
+            nonce: "00".repeat(32),
+        },
+        Message::AuthResponse {
+            nonce: "11".repeat(32),
+            mac: "22".repeat(32),
+        },
+        Message::AuthConfirm {
+            mac: "33".repeat(32),
+        },
+    ]
+}
+
+/// A frame's body as JSON.
+fn body(msg: &Message) -> Value {
+    let frame = control::encode(msg).expect("encode");
+    serde_json::from_slice(&frame[control::HEADER_LEN..]).expect("json")
+}
+
+#[test]
+fn every_message_encodes_as_this_protocol_version_recorded() {
+    let path = golden_path();
+    if std::env::var_os("FPERF_BLESS_WIRE").is_some() && !path.exists() {
+        let all: Vec<Value> = messages().iter().map(body).collect();
+        let text = serde_json::to_string_pretty(&all).expect("json") + "\n";
+        std::fs::write(&path, text).expect("write the golden file");
+    }
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; a new PROTOCOL_VERSION needs its encoding recorded: \
+             FPERF_BLESS_WIRE=1 cargo test --test wire",
+            path.display()
+        )
+    });
+    let golden: Vec<Value> = serde_json::from_str(&text).expect("golden JSON");
+    let kinds: Vec<String> = messages().iter().map(control::kind).collect();
+    let golden_kinds: Vec<String> = golden
+        .iter()
+        .map(|v| v["type"].as_str().unwrap_or("?").to_string())
+        .collect();
+    assert_eq!(
+        golden_kinds, kinds,
+        "the messages of protocol version {PROTOCOL_VERSION} changed: bump PROTOCOL_VERSION"
+    );
+    for recorded in golden {
+        let decoded = control::decode(&serde_json::to_vec(&recorded).expect("bytes"))
+            .unwrap_or_else(|e| {
+                panic!("version {PROTOCOL_VERSION}'s {recorded} no longer decodes: {e}; bump PROTOCOL_VERSION")
+            });
+        assert_eq!(
+            body(&decoded),
+            recorded,
+            "the encoding of a version {PROTOCOL_VERSION} message changed: bump PROTOCOL_VERSION"
+        );
+    }
+}
