@@ -367,8 +367,16 @@ pub trait Stream: Send {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The local address of the socket behind `stream`'s raw fd, as reports show one.
+    pub(crate) fn bound_addr(stream: &impl std::os::fd::AsRawFd) -> String {
+        // SAFETY: the fd stays open while `stream` lives; the SockRef does not close it.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(stream.as_raw_fd()) };
+        let local = socket2::SockRef::from(&fd).local_addr().expect("local");
+        canonical(local.as_socket().expect("inet")).to_string()
+    }
 
     #[test]
     fn a_deadline_starts_at_the_reading_it_is_given_and_reads_no_clock_without_one() {

@@ -1024,16 +1024,11 @@ mod tests {
     #[test]
     fn plain_read_and_write_carry_the_byte_stream_and_the_fd_is_the_first_sockets() {
         use std::io::{Read, Write};
-        use std::os::fd::AsRawFd;
         let (mut client, mut server) = pair(StreamOptions::default());
-        let fd = client.as_raw_fd();
-        // SAFETY: the fd stays open while `client` lives; the SockRef does not close it.
-        let local = SockRef::from(&unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
-            .local_addr()
-            .expect("local")
-            .as_socket()
-            .expect("inet");
-        assert_eq!(local.to_string(), client.local_addr());
+        assert_eq!(
+            super::super::tests::bound_addr(&client),
+            client.local_addr()
+        );
         let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
         let reader = thread::spawn(move || {
             let mut got = Vec::new();

@@ -1037,16 +1037,11 @@ mod tests {
     #[test]
     fn plain_read_and_write_move_datagrams_and_the_fd_is_the_first_sockets() {
         use std::io::{Read, Write};
-        use std::os::fd::AsRawFd;
         let (mut client, mut server) = pair(StreamOptions::default(), Duration::from_millis(100));
-        let fd = client.as_raw_fd();
-        // SAFETY: the fd stays open while `client` lives; the SockRef does not close it.
-        let local = SockRef::from(&unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
-            .local_addr()
-            .expect("local")
-            .as_socket()
-            .expect("inet");
-        assert_eq!(local.to_string(), client.local_addr());
+        assert_eq!(
+            super::super::tests::bound_addr(&client),
+            client.local_addr()
+        );
         // Each write is one datagram, whose first HEADER_LEN bytes carry the header.
         let datagram: Vec<u8> = (0..64u8).collect();
         assert_eq!(client.write(&datagram).expect("write"), 64);
