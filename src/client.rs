@@ -7,7 +7,7 @@
 
 use crate::auth::{self, AuthKey};
 use crate::control::session::{ClientSession, ClientStep, SessionError};
-use crate::control::{self, Channel, ControlError, Message, PROTOCOL_VERSION};
+use crate::control::{Channel, ControlError, Message, PROTOCOL_VERSION};
 use crate::engine::{drive, receive, Ceiling, Driven, Received};
 use crate::interval::{Collector, Meter, Schedule};
 use crate::limits::TestWatch;
@@ -266,9 +266,7 @@ pub fn run_observed(
         let reason = said.or_else(|| loop {
             let left = give_up.saturating_duration_since(Instant::now());
             match ctrl_rx.recv_timeout(left) {
-                Ok((_, Ok(Message::Error { message }))) => {
-                    break Some(control::printable(&message))
-                }
+                Ok((_, Err(ControlError::Peer(msg)))) => break Some(msg),
                 Ok((_, Ok(Message::Interval { .. }))) => continue,
                 _ => break None,
             }
