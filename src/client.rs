@@ -155,7 +155,7 @@ pub fn run_observed(
             index: i as u32,
             local: s.local_addr(),
             peer: s.peer_addr(),
-            congestion: s.congestion(),
+            congestion: s.facts().congestion,
         })
         .collect();
     observer.connected(&infos);

@@ -256,15 +256,16 @@ pub(crate) fn receive(
     }
     let totals = meter.finish(Instant::now(), &*stream);
     let span = totals.stats.first_recv.zip(totals.stats.last_recv);
+    let facts = stream.facts();
     Ok(Received {
         stats: totals.stats,
         tcp: totals.tcp,
         local: stream.local_addr(),
         peer: stream.peer_addr(),
-        congestion: stream.congestion(),
-        rcvlowat: stream.rcvlowat(),
-        rx_nap_us: stream
-            .rx_nap()
+        congestion: facts.congestion,
+        rcvlowat: facts.rcvlowat,
+        rx_nap_us: facts
+            .rx_nap
             .and_then(|nap| u32::try_from(nap.as_micros()).ok()),
         span,
         interrupted,

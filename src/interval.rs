@@ -202,7 +202,7 @@ impl Meter {
     #[inline(never)]
     fn pass_boundaries(&mut self, now: Instant, stream: &dyn Stream) {
         let snap = stream.stats();
-        let tcp = stream.tcp_info();
+        let tcp = stream.facts().tcp;
         if matches!(self.omit_pending, Some(t) if now >= t) {
             self.omit_pending = None;
             self.omit_base = Some((now, snap.clone(), tcp));
@@ -243,7 +243,7 @@ impl Meter {
     /// returns the totals with the warm-up left out.
     pub fn finish(&mut self, now: Instant, stream: &dyn Stream) -> Totals {
         let snap = stream.stats();
-        let tcp = stream.tcp_info();
+        let tcp = stream.facts().tcp;
         if self.schedule.interval.is_some() && !self.done_sent {
             self.ship(now, &snap, tcp);
         }

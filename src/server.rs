@@ -421,9 +421,8 @@ fn run_session(
     control.flush()?;
     let streams = acceptor.accept(&ctx)?;
     let from = streams.first().map_or_else(String::new, |s| s.peer_addr());
-    let congestion = streams.first().and_then(|s| s.congestion());
-    let rcvlowat = streams.first().and_then(|s| s.rcvlowat());
-    let rx_nap = streams.first().and_then(|s| s.rx_nap());
+    let facts = streams.first().map(|s| s.facts()).unwrap_or_default();
+    let (congestion, rcvlowat, rx_nap) = (facts.congestion, facts.rcvlowat, facts.rx_nap);
     // With tests in parallel, each report is sent in one piece at the end.
     if !parallel {
         let _ = events.send(ServerEvent::Started {
@@ -611,7 +610,11 @@ fn send_back(
     watch: (&TestWatch, usize),
 ) -> io::Result<Received> {
     // Named now: once the client has closed, the socket no longer knows its peer.
-    let (local, peer, congestion) = (stream.local_addr(), stream.peer_addr(), stream.congestion());
+    let (local, peer, congestion) = (
+        stream.local_addr(),
+        stream.peer_addr(),
+        stream.facts().congestion,
+    );
     let driven = crate::engine::drive(&mut *stream, settings, meter, abort, Some(watch))?;
     let idle_ms = u32::try_from(idle.as_millis()).unwrap_or(u32::MAX).max(1);
     let mut scratch = [0u8; 64];

@@ -340,30 +340,27 @@ pub trait Stream: Send {
     /// snapshot, which this call asks for and briefly waits on).
     fn stats(&self) -> StreamStats;
 
-    /// TCP's own figures for the STREAM's sockets (`TCP_INFO`); `None` for transports
-    /// that have no such thing.
-    fn tcp_info(&self) -> Option<crate::sysinfo::TcpInfo> {
-        None
+    /// What the transport can tell of the STREAM's sockets for reports (see
+    /// [`SocketFacts`]); nothing by default.
+    fn facts(&self) -> SocketFacts {
+        SocketFacts::default()
     }
+}
 
-    /// The congestion control algorithm of the STREAM's sockets as the kernel reports
-    /// it (TCP); `None` for transports that have none.
-    fn congestion(&self) -> Option<String> {
-        None
-    }
-
-    /// The receive low-water mark (`SO_RCVLOWAT`) of the STREAM's sockets as the kernel
-    /// reports it, which may be below the one asked for (TCP); `None` for transports
-    /// that have none.
-    fn rcvlowat(&self) -> Option<u32> {
-        None
-    }
-
-    /// The nap of a receiving STREAM whose reads nap while data flows (TCP, see
-    /// [`StreamOptions::rx_nap`]); `None` where they do not.
-    fn rx_nap(&self) -> Option<std::time::Duration> {
-        None
-    }
+/// What a transport can tell of a STREAM's sockets beyond the bytes and latencies every
+/// STREAM counts: the kernel's own figures and the settings in force as the kernel
+/// reports them. A transport fills what it has; the rest stays `None`, and reports show
+/// what is there.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SocketFacts {
+    /// The kernel's figures for the sockets (TCP's `TCP_INFO`), over all of them.
+    pub tcp: Option<crate::sysinfo::TcpInfo>,
+    /// The congestion control algorithm in force.
+    pub congestion: Option<String>,
+    /// The receive low-water mark in force, which may be below the one asked for.
+    pub rcvlowat: Option<u32>,
+    /// How long a read naps while data flows (see [`StreamOptions::rx_nap`]).
+    pub rx_nap: Option<Duration>,
 }
 
 #[cfg(test)]

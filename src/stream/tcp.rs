@@ -35,7 +35,7 @@ use super::socket_calls::DataSocket;
 use super::sys::{receive_window_short_of, set_window, tcp_info, tcp_quickack};
 use super::uring::{no_wait, Ring};
 use super::zerocopy::ZeroCopyWriter;
-use super::{Deadline, Stream, StreamOptions, Timeout};
+use super::{Deadline, SocketFacts, Stream, StreamOptions, Timeout};
 use crate::settings::ZeroCopy;
 use crate::stats::{span_ns, StreamStats};
 use bytes::Bytes;
@@ -718,7 +718,9 @@ impl TcpStream {
             now = None;
         }
         let mut read = None;
-        let nap = Stream::rx_nap(self).filter(|_| self.flowing && deadline != Deadline::Now);
+        let nap = self
+            .rx_nap()
+            .filter(|_| self.flowing && deadline != Deadline::Now);
         if let Some(nap) = nap {
             // Data is flowing: nap off the socket's wait queue once if none is there, so
             // the sender's core does not pay for waking this thread, then read again.
@@ -883,6 +885,18 @@ impl Stream for TcpStream {
         s
     }
 
+    fn facts(&self) -> SocketFacts {
+        SocketFacts {
+            tcp: self.tcp_info(),
+            congestion: self.congestion(),
+            rcvlowat: self.rcvlowat(),
+            rx_nap: self.rx_nap(),
+        }
+    }
+}
+
+impl TcpStream {
+    /// `TCP_INFO` over the kernel sockets.
     fn tcp_info(&self) -> Option<crate::sysinfo::TcpInfo> {
         let mut total: Option<crate::sysinfo::TcpInfo> = None;
         // rsockets have no TCP_INFO: no figures rather than made-up ones.
@@ -902,6 +916,7 @@ impl Stream for TcpStream {
         total
     }
 
+    /// The congestion control of socket 0, as the kernel names it.
     fn congestion(&self) -> Option<String> {
         let sock = &self.sockets[0].sock;
         // rsockets have no congestion control of the kernel's to name.
@@ -917,6 +932,7 @@ impl Stream for TcpStream {
         self.opts.rx_nap.filter(|_| single)
     }
 
+    /// Socket 0's `SO_RCVLOWAT`, as the kernel reports it.
     fn rcvlowat(&self) -> Option<u32> {
         let sock = &self.sockets[0].sock;
         if !sock.calls().kernel {
@@ -1303,8 +1319,12 @@ mod tests {
             };
             let mut server = TcpStream::accept(&listener, server_opts).expect("accept");
             let mut client = t.join().expect("join");
-            assert_eq!(server.rcvlowat(), Some(4096), "{mode}");
-            assert_eq!(client.rcvlowat(), Some(1), "{mode}: the kernel's default");
+            assert_eq!(server.facts().rcvlowat, Some(4096), "{mode}");
+            assert_eq!(
+                client.facts().rcvlowat,
+                Some(1),
+                "{mode}: the kernel's default"
+            );
 
             let mut buf = vec![0u8; 8192];
             // Less than the mark, on the last socket (which the reader tries after the
@@ -1391,7 +1411,7 @@ mod tests {
             ..StreamOptions::default()
         };
         let (mut client, mut server) = pair(opts);
-        assert_eq!(server.rx_nap(), Some(nap));
+        assert_eq!(server.facts().rx_nap, Some(nap));
         let (go, wait) = std::sync::mpsc::channel::<()>();
         let t = thread::spawn(move || {
             let mut next = 0u32;
