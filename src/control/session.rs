@@ -150,15 +150,6 @@ impl ServerSession {
         std::mem::take(&mut self.outbox)
     }
 
-    /// Whether the session is past its first frame with a client that has proved who it
-    /// is (or needed not to): it no longer counts as an unknown connection.
-    pub fn identified(&self) -> bool {
-        !matches!(
-            self.state,
-            ServerState::First | ServerState::Challenged { .. }
-        )
-    }
-
     /// Feeds the client's next message.
     pub fn on_message(&mut self, msg: Message) -> Result<ServerStep, SessionError> {
         let result = self.step(msg);
@@ -543,10 +534,8 @@ mod tests {
         };
         let mut client = ClientSession::new(settings, None);
         let mut server = ServerSession::new(Limits::default(), None);
-        assert!(!server.identified());
         let (server_id, client_id) = open(&mut client, &mut server);
         assert_eq!((server_id, client_id), (0x1234, 0x1234));
-        assert!(server.identified());
         server.interval(interval(0));
         server.client_data_received();
         server.interval(interval(1));
