@@ -413,6 +413,33 @@ pub struct TcpStream {
     pollfds: Vec<libc::pollfd>,
     /// `--epoll`: where the receiving path waits for several sockets (else `poll()`).
     epoll: Option<Epoll>,
+    /// What the kernel reports of the settings in force, read once they are all set.
+    in_force: InForce,
+}
+
+/// Socket 0's settings as the kernel reports them once the STREAM has set them; they
+/// do not change for the life of the sockets, so reports read them from here rather
+/// than asking the kernel at every interval.
+struct InForce {
+    congestion: Option<String>,
+    rcvlowat: Option<u32>,
+}
+
+impl InForce {
+    fn read(sock: &DataSocket) -> InForce {
+        // rsockets have no congestion control or low-water mark of the kernel's to name.
+        if !sock.calls().kernel {
+            return InForce {
+                congestion: None,
+                rcvlowat: None,
+            };
+        }
+        let mark = sock.int_opt(libc::SOL_SOCKET, libc::SO_RCVLOWAT).ok();
+        InForce {
+            congestion: congestion_of(sock).ok(),
+            rcvlowat: mark.and_then(|m| u32::try_from(m).ok()),
+        }
+    }
 }
 
 impl TcpStream {
@@ -533,7 +560,9 @@ impl TcpStream {
         } else {
             Vec::new()
         };
+        let in_force = InForce::read(&sockets[0].sock);
         Ok(TcpStream {
+            in_force,
             sockets,
             epoll: opts.epoll.then(Epoll::new),
             opts,
@@ -888,8 +917,8 @@ impl Stream for TcpStream {
     fn facts(&self) -> SocketFacts {
         SocketFacts {
             tcp: self.tcp_info(),
-            congestion: self.congestion(),
-            rcvlowat: self.rcvlowat(),
+            congestion: self.in_force.congestion.clone(),
+            rcvlowat: self.in_force.rcvlowat,
             rx_nap: self.rx_nap(),
         }
     }
@@ -916,30 +945,10 @@ impl TcpStream {
         total
     }
 
-    /// The congestion control of socket 0, as the kernel names it.
-    fn congestion(&self) -> Option<String> {
-        let sock = &self.sockets[0].sock;
-        // rsockets have no congestion control of the kernel's to name.
-        if !sock.calls().kernel {
-            return None;
-        }
-        congestion_of(sock).ok()
-    }
-
     /// The nap applies to one socket that would otherwise sleep in its reads.
     fn rx_nap(&self) -> Option<Duration> {
         let single = self.sockets.len() == 1 && self.sockets[0].blocking;
         self.opts.rx_nap.filter(|_| single)
-    }
-
-    /// Socket 0's `SO_RCVLOWAT`, as the kernel reports it.
-    fn rcvlowat(&self) -> Option<u32> {
-        let sock = &self.sockets[0].sock;
-        if !sock.calls().kernel {
-            return None;
-        }
-        let mark = sock.int_opt(libc::SOL_SOCKET, libc::SO_RCVLOWAT).ok()?;
-        u32::try_from(mark).ok()
     }
 }
 
