@@ -10,9 +10,14 @@ use fperf::client::ClientConfig;
 use fperf::limits::Limits;
 use fperf::server::ServerConfig;
 use fperf::settings::{
-    Protocol, QueueKind, RdmaApi, Settings, ZeroCopy, DEFAULT_ACK_TIMEOUT_MS, DEFAULT_MB,
-    DEFAULT_PKTSIZE, DEFAULT_PORT, MAX_NSTREAMS,
+    Protocol, QueueKind, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PKTSIZE, DEFAULT_PORT,
+    MAX_NSTREAMS,
 };
+use fperf::stream::zerocopy::ZeroCopy;
+use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
+use fperf::transport::sockets::SocketSettings;
+use fperf::transport::tcp::settings::TcpSettings;
+use fperf::transport::udp::settings::{UdpSettings, DEFAULT_ACK_TIMEOUT_MS};
 use std::fs::File;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -76,26 +81,6 @@ pub struct Cli {
     #[arg(short = 'R', long)]
     rdma: bool,
 
-    /// RDMA device name (default: the first one found). Needs -R.
-    #[arg(short = 'D', long, value_name = "DEV", requires = "rdma")]
-    rdmadev: Option<String>,
-
-    /// RDMA programming interface: ibverbs (raw verbs, the default), cm (verbs
-    /// with rdma_cm connection set-up), rsocket (librdmacm's socket calls) or ofi
-    /// (libfabric). Needs -R.
-    #[arg(long, value_name = "API", requires = "rdma", value_parser = ["ibverbs", "cm", "rsocket", "ofi"])]
-    rdma_api: Option<String>,
-
-    /// libfabric provider for --rdma-api ofi (verbs, efa, tcp, shm, "tcp;ofi_rxm", ...;
-    /// default: the first of verbs, efa, tcp that works). Needs -R.
-    #[arg(long, value_name = "NAME", requires = "rdma")]
-    ofi_provider: Option<String>,
-
-    /// RDMA: move the data with RDMA WRITEs into the receiver's buffer ring (with
-    /// immediate data) instead of SEND/RECV. Needs -R.
-    #[arg(long, requires = "rdma")]
-    rdma_write: bool,
-
     /// MB (2^20 bytes) to send per stream.
     #[arg(short = 'm', long, value_name = "N", default_value_t = DEFAULT_MB)]
     mb: u64,
@@ -141,91 +126,6 @@ pub struct Cli {
           value_parser = clap::value_parser!(u8).range(0..=1))]
     qtype: u8,
 
-    /// TCP only: set TCP_NODELAY (disable Nagle's algorithm) on both ends.
-    #[arg(short = 'd', long)]
-    nodelay: bool,
-
-    /// TCP only: set TCP_QUICKACK (disable delayed ACKs) on both ends, re-armed after
-    /// every receive.
-    #[arg(short = 'a', long)]
-    quickack: bool,
-
-    /// TCP only: congestion control algorithm for both ends' data sockets (TCP_CONGESTION),
-    /// e.g. cubic, bbr, reno; the kernel's list is net.ipv4.tcp_available_congestion_control.
-    /// Default: the kernel's default on each end. Reports name the algorithm in use.
-    #[arg(short = 'C', long, value_name = "ALGO")]
-    congestion: Option<String>,
-
-    /// TCP only: bytes that must have arrived before the server's read wakes
-    /// (SO_RCVLOWAT), 1 to 64M. Default, by how idle the server's cores are: with two
-    /// cores per stream and no -b, 128K or one packet if larger (at most half of -w);
-    /// with a core per stream or -b, one packet; with more streams than cores, 1. Fewer
-    /// wake-ups leave the sender's core more time to copy. With the 128K default the
-    /// reads also nap 20 us while data flows (header: rx_nap=20us) instead of waiting to
-    /// be woken; giving --rcvlowat turns that off. 1 is the kernel's default (iperf3's
-    /// reads). Not with -r, where the server answers each packet as it arrives.
-    #[arg(long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
-    rcvlowat: Option<u32>,
-
-    /// TCP only: the server's reads discard the received bytes in the kernel (recv with
-    /// MSG_TRUNC) instead of copying them to its buffer, as neper's --skip-rx-copy:
-    /// measures the network and TCP stack without the receiver's copy, so it is not
-    /// like-for-like with iperf3's figures. Not with -r.
-    #[arg(long)]
-    skip_rx_copy: bool,
-
-    /// TCP and UDP: socket buffer size, SO_SNDBUF and SO_RCVBUF of every data socket on
-    /// both ends, as iperf3's -w (K, M suffixes; at most 256M). For TCP it replaces the
-    /// kernel's autotuning and bounds the window; the client sets it before connecting.
-    /// fperf asks past net.core.{r,w}mem_max when root; if the kernel grants less, the
-    /// run stops with an error. Default: TCP autotuning; UDP 16 MiB each way.
-    #[arg(short = 'w', long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
-    window: Option<u32>,
-
-    /// TCP only: zero-copy sending. `splice` (the default) moves the buffer with
-    /// vmsplice()+splice(); `msg` uses send(MSG_ZEROCOPY) (on loopback the kernel copies
-    /// anyway). docs/tuning.md has what each buys.
-    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "splice",
-          value_parser = ["splice", "msg"])]
-    zerocopy: Option<String>,
-
-    /// TCP and UDP: spin on non-blocking reads and writes instead of sleeping in
-    /// poll(): lower latency, one busy core per waiting thread.
-    #[arg(long)]
-    busy_poll: bool,
-
-    /// TCP only: both ends move data through io_uring instead of send()/recv() system
-    /// calls: one ring per thread, one submission and completion per call (a wait is
-    /// bounded by a linked time-out). Measures io_uring's socket path against the system
-    /// calls (docs/tuning.md). Not with --zerocopy, --crr or rsockets.
-    #[arg(long)]
-    io_uring: bool,
-
-    /// TCP and UDP: both ends' data sockets never block; each thread waits for them in
-    /// epoll_wait() on an epoll instance of its own (its sockets registered once), as
-    /// event-driven servers and sockperf's default -F epoll do, instead of sleeping in
-    /// recv()/send() or poll(). A ping-pong turn then costs one more system call. Not
-    /// with --busy-poll, --io-uring, --crr or rsockets.
-    #[arg(long, conflicts_with_all = ["busy_poll", "io_uring"])]
-    epoll: bool,
-
-    /// UDP: datagrams per sendmmsg()/recvmmsg() system call (sequence numbers, loss and
-    /// reordering stay counted per datagram; the sender threads of -n > 1 or -q 0 send
-    /// one per call) [default: 64; 1 with -r or -b, where a larger N sends paced bursts
-    /// of N].
-    #[arg(long, value_name = "N")]
-    udp_batch: Option<u32>,
-
-    /// UDP: send each batch as UDP GSO messages (UDP_SEGMENT): the kernel cuts them
-    /// into -l-byte datagrams, so one pass through the stack carries up to 64.
-    #[arg(long)]
-    gso: bool,
-
-    /// UDP: the server reads with UDP GRO (UDP_GRO), taking datagrams that arrived
-    /// back to back in one buffer (each still counted on its own).
-    #[arg(long)]
-    gro: bool,
-
     /// Pin the client's data threads to these CPUs (comma-separated); stream i uses
     /// entry i mod len. Pinned or not, a bulk test's data threads (no -r, no -b) run
     /// under SCHED_BATCH on both ends (header: sched=batch), so a reader woken by data
@@ -246,11 +146,6 @@ pub struct Cli {
     /// uses PORT+N).
     #[arg(short = 'p', long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
     port: u16,
-
-    /// UDP with -r: ms to wait for a datagram's ACK before sending it again (up to 10
-    /// times) [default: 100].
-    #[arg(long, value_name = "MS")]
-    ack_timeout: Option<u32>,
 
     /// Local address to bind: the server listens only there; the client sends from it.
     #[arg(short = 'B', long, value_name = "ADDR")]
@@ -304,11 +199,261 @@ pub struct Cli {
     bitrate: Option<u64>,
 
     #[command(flatten)]
+    tcp_opts: TcpArgs,
+
+    #[command(flatten)]
+    socket_opts: SocketArgs,
+
+    #[command(flatten)]
+    udp_opts: UdpArgs,
+
+    #[command(flatten)]
+    rdma_opts: RdmaArgs,
+
+    #[command(flatten)]
     guard: Guard,
+}
+
+/// Options of TCP runs.
+#[derive(clap::Args, Debug)]
+#[command(next_help_heading = "TCP options")]
+struct TcpArgs {
+    /// Set TCP_NODELAY (disable Nagle's algorithm) on both ends.
+    #[arg(short = 'd', long)]
+    nodelay: bool,
+
+    /// Set TCP_QUICKACK (disable delayed ACKs) on both ends, re-armed after
+    /// every receive.
+    #[arg(short = 'a', long)]
+    quickack: bool,
+
+    /// Congestion control algorithm for both ends' data sockets (TCP_CONGESTION),
+    /// e.g. cubic, bbr, reno; the kernel's list is net.ipv4.tcp_available_congestion_control.
+    /// Default: the kernel's default on each end. Reports name the algorithm in use.
+    #[arg(short = 'C', long, value_name = "ALGO")]
+    congestion: Option<String>,
+
+    /// Bytes that must have arrived before the server's read wakes
+    /// (SO_RCVLOWAT), 1 to 64M. Default, by how idle the server's cores are: with two
+    /// cores per stream and no -b, 128K or one packet if larger (at most half of -w);
+    /// with a core per stream or -b, one packet; with more streams than cores, 1. Fewer
+    /// wake-ups leave the sender's core more time to copy. With the 128K default the
+    /// reads also nap 20 us while data flows (header: rx_nap=20us) instead of waiting to
+    /// be woken; giving --rcvlowat turns that off. 1 is the kernel's default (iperf3's
+    /// reads). Not with -r, where the server answers each packet as it arrives.
+    #[arg(long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
+    rcvlowat: Option<u32>,
+
+    /// The server's reads discard the received bytes in the kernel (recv with
+    /// MSG_TRUNC) instead of copying them to its buffer, as neper's --skip-rx-copy:
+    /// measures the network and TCP stack without the receiver's copy, so it is not
+    /// like-for-like with iperf3's figures. Not with -r.
+    #[arg(long)]
+    skip_rx_copy: bool,
+
+    /// Zero-copy sending. `splice` (the default) moves the buffer with
+    /// vmsplice()+splice(); `msg` uses send(MSG_ZEROCOPY) (on loopback the kernel copies
+    /// anyway). docs/tuning.md has what each buys.
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "splice",
+          value_parser = ["splice", "msg"])]
+    zerocopy: Option<String>,
+
+    /// Both ends move data through io_uring instead of send()/recv() system
+    /// calls: one ring per thread, one submission and completion per call (a wait is
+    /// bounded by a linked time-out). Measures io_uring's socket path against the system
+    /// calls (docs/tuning.md). Not with --zerocopy, --crr or rsockets.
+    #[arg(long)]
+    io_uring: bool,
+}
+
+/// Options of TCP and UDP runs: their data go through kernel sockets.
+#[derive(clap::Args, Debug)]
+#[command(next_help_heading = "TCP and UDP options")]
+struct SocketArgs {
+    /// Socket buffer size, SO_SNDBUF and SO_RCVBUF of every data socket on
+    /// both ends, as iperf3's -w (K, M suffixes; at most 256M). For TCP it replaces the
+    /// kernel's autotuning and bounds the window; the client sets it before connecting.
+    /// fperf asks past net.core.{r,w}mem_max when root; if the kernel grants less, the
+    /// run stops with an error. Default: TCP autotuning; UDP 16 MiB each way.
+    #[arg(short = 'w', long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
+    window: Option<u32>,
+
+    /// Spin on non-blocking reads and writes instead of sleeping in
+    /// poll(): lower latency, one busy core per waiting thread.
+    #[arg(long)]
+    busy_poll: bool,
+
+    /// Both ends' data sockets never block; each thread waits for them in
+    /// epoll_wait() on an epoll instance of its own (its sockets registered once), as
+    /// event-driven servers and sockperf's default -F epoll do, instead of sleeping in
+    /// recv()/send() or poll(). A ping-pong turn then costs one more system call. Not
+    /// with --busy-poll, --io-uring, --crr or rsockets.
+    #[arg(long, conflicts_with_all = ["busy_poll", "io_uring"])]
+    epoll: bool,
+}
+
+/// Options of UDP runs.
+#[derive(clap::Args, Debug)]
+#[command(next_help_heading = "UDP options")]
+struct UdpArgs {
+    /// Datagrams per sendmmsg()/recvmmsg() system call (sequence numbers, loss and
+    /// reordering stay counted per datagram; the sender threads of -n > 1 or -q 0 send
+    /// one per call) [default: 64; 1 with -r or -b, where a larger N sends paced bursts
+    /// of N].
+    #[arg(long, value_name = "N")]
+    udp_batch: Option<u32>,
+
+    /// Send each batch as UDP GSO messages (UDP_SEGMENT): the kernel cuts them
+    /// into -l-byte datagrams, so one pass through the stack carries up to 64.
+    #[arg(long)]
+    gso: bool,
+
+    /// The server reads with UDP GRO (UDP_GRO), taking datagrams that arrived
+    /// back to back in one buffer (each still counted on its own).
+    #[arg(long)]
+    gro: bool,
+
+    /// With -r: ms to wait for a datagram's ACK before sending it again (up to 10
+    /// times) [default: 100].
+    #[arg(long, value_name = "MS")]
+    ack_timeout: Option<u32>,
+}
+
+/// Options of RDMA runs (-R).
+#[derive(clap::Args, Debug)]
+#[command(next_help_heading = "RDMA options")]
+struct RdmaArgs {
+    /// RDMA device name (default: the first one found).
+    #[arg(short = 'D', long, value_name = "DEV", requires = "rdma")]
+    rdmadev: Option<String>,
+
+    /// RDMA programming interface: ibverbs (raw verbs, the default), cm (verbs
+    /// with rdma_cm connection set-up), rsocket (librdmacm's socket calls) or ofi
+    /// (libfabric).
+    #[arg(long, value_name = "API", requires = "rdma", value_parser = ["ibverbs", "cm", "rsocket", "ofi"])]
+    rdma_api: Option<String>,
+
+    /// libfabric provider for --rdma-api ofi (verbs, efa, tcp, shm, "tcp;ofi_rxm", ...;
+    /// default: the first of verbs, efa, tcp that works).
+    #[arg(long, value_name = "NAME", requires = "rdma")]
+    ofi_provider: Option<String>,
+
+    /// Move the data with RDMA WRITEs into the receiver's buffer ring (with
+    /// immediate data) instead of SEND/RECV.
+    #[arg(long, requires = "rdma")]
+    rdma_write: bool,
+}
+
+/// The flags of `given` that were given, as a user writes them.
+fn flags_given(given: &[(bool, &'static str)]) -> Vec<&'static str> {
+    given
+        .iter()
+        .filter_map(|&(on, flag)| on.then_some(flag))
+        .collect()
+}
+
+/// Refuses the options `given`, which belong to `owner`'s transports, not to `protocol`.
+fn refuse_foreign(given: &[&str], owner: &str, protocol: Protocol) -> Result<()> {
+    let with = protocol.name();
+    match given {
+        [] => Ok(()),
+        [flag] => bail!("{flag} is a {owner} option; it cannot be used with {with}"),
+        [first @ .., last] => bail!(
+            "{} and {last} are {owner} options; they cannot be used with {with}",
+            first.join(", ")
+        ),
+    }
+}
+
+impl TcpArgs {
+    fn given(&self) -> Vec<&'static str> {
+        flags_given(&[
+            (self.nodelay, "--nodelay"),
+            (self.quickack, "--quickack"),
+            (self.congestion.is_some(), "--congestion"),
+            (self.rcvlowat.is_some(), "--rcvlowat"),
+            (self.skip_rx_copy, "--skip-rx-copy"),
+            (self.zerocopy.is_some(), "--zerocopy"),
+            (self.io_uring, "--io-uring"),
+        ])
+    }
+
+    fn settings(&self, sockets: SocketSettings) -> TcpSettings {
+        TcpSettings {
+            nodelay: self.nodelay,
+            quickack: self.quickack,
+            zerocopy: match self.zerocopy.as_deref() {
+                None => ZeroCopy::Off,
+                Some("msg") => ZeroCopy::Msg,
+                Some(_) => ZeroCopy::Splice,
+            },
+            congestion: self.congestion.clone(),
+            rcvlowat: self.rcvlowat,
+            skip_rx_copy: self.skip_rx_copy,
+            io_uring: self.io_uring,
+            sockets,
+        }
+    }
+}
+
+impl SocketArgs {
+    fn given(&self) -> Vec<&'static str> {
+        flags_given(&[
+            (self.window.is_some(), "--window"),
+            (self.busy_poll, "--busy-poll"),
+            (self.epoll, "--epoll"),
+        ])
+    }
+
+    fn settings(&self) -> SocketSettings {
+        SocketSettings {
+            busy_poll: self.busy_poll,
+            epoll: self.epoll,
+            window: self.window,
+        }
+    }
+}
+
+impl UdpArgs {
+    fn given(&self) -> Vec<&'static str> {
+        flags_given(&[
+            (self.udp_batch.is_some(), "--udp-batch"),
+            (self.gso, "--gso"),
+            (self.gro, "--gro"),
+            (self.ack_timeout.is_some(), "--ack-timeout"),
+        ])
+    }
+
+    fn settings(&self, sockets: SocketSettings) -> UdpSettings {
+        UdpSettings {
+            batch: self.udp_batch,
+            gso: self.gso,
+            gro: self.gro,
+            ack_timeout_ms: self.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT_MS),
+            sockets,
+        }
+    }
+}
+
+impl RdmaArgs {
+    fn settings(&self) -> RdmaSettings {
+        RdmaSettings {
+            api: match self.rdma_api.as_deref() {
+                Some("cm") => RdmaApi::Cm,
+                Some("rsocket") => RdmaApi::Rsocket,
+                Some("ofi") => RdmaApi::Ofi,
+                _ => RdmaApi::Ibverbs,
+            },
+            device: self.rdmadev.clone(),
+            ofi_provider: self.ofi_provider.clone(),
+            write: self.rdma_write,
+        }
+    }
 }
 
 /// Limits, time-outs and the shared key (see `fperf::limits` and `fperf::auth`).
 #[derive(clap::Args, Debug)]
+#[command(next_help_heading = "Limits and authentication")]
 struct Guard {
     /// Server: most MB one test may send, all streams together; larger tests are
     /// refused before any data flows.
@@ -405,19 +550,11 @@ impl Cli {
         let Some(queue) = QueueKind::from_qtype(self.qtype) else {
             bail!("--qtype must be 0 or 1");
         };
+        let rdma = &self.rdma_opts;
         if self.server
-            && (self.rdmadev.is_some() || self.rdma_api.is_some() || self.ofi_provider.is_some())
+            && (rdma.rdmadev.is_some() || rdma.rdma_api.is_some() || rdma.ofi_provider.is_some())
         {
             bail!("--rdmadev, --rdma-api and --ofi-provider are client options; the server uses what the client asks for");
-        }
-        let rdma_api = match self.rdma_api.as_deref() {
-            Some("cm") => RdmaApi::Cm,
-            Some("rsocket") => RdmaApi::Rsocket,
-            Some("ofi") => RdmaApi::Ofi,
-            _ => RdmaApi::Ibverbs,
-        };
-        if self.ofi_provider.is_some() && rdma_api != RdmaApi::Ofi {
-            bail!("--ofi-provider needs --rdma-api ofi");
         }
         let nsockets = if queue == QueueKind::LockFree && self.nsockets > 1 {
             eprintln!(
@@ -433,11 +570,10 @@ impl Cli {
                 MAX_NSTREAMS / 2
             );
         }
-        if self.ack_timeout.is_some() && !(self.udp && self.mprtt) {
+        if self.udp_opts.ack_timeout.is_some() && !(self.udp && self.mprtt) {
             bail!("--ack-timeout applies to UDP with MPRTT only: use it with -u -r");
         }
         let s = Settings {
-            protocol,
             // With --bidir, -t counts the streams each way.
             nstreams: if self.bidir {
                 self.nstreams.saturating_mul(2)
@@ -453,37 +589,35 @@ impl Cli {
             reverse: self.reverse,
             bidir: self.bidir,
             queue,
-            nodelay: self.nodelay,
-            quickack: self.quickack,
-            rdma_api,
-            rdma_device: self.rdmadev.clone(),
-            ofi_provider: self.ofi_provider.clone(),
-            rdma_write: self.rdma_write,
-            ack_timeout_ms: self.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT_MS),
             time_ms: secs_to_ms("time", self.time)?,
             interval_ms: secs_to_ms("interval", self.interval)?,
             omit_ms: secs_to_ms("omit", self.omit)?,
             rate_bps: self.bitrate,
-            zerocopy: match self.zerocopy.as_deref() {
-                None => ZeroCopy::Off,
-                Some("msg") => ZeroCopy::Msg,
-                Some(_) => ZeroCopy::Splice,
-            },
-            busy_poll: self.busy_poll,
-            io_uring: self.io_uring,
-            epoll: self.epoll,
             client_cpus: self.cpu.clone(),
             server_cpus: self.server_cpu.clone(),
-            udp_batch: self.udp_batch,
-            gso: self.gso,
-            gro: self.gro,
-            congestion: self.congestion.clone(),
-            rcvlowat: self.rcvlowat,
-            skip_rx_copy: self.skip_rx_copy,
-            window: self.window,
+            transport: self.transport_settings(protocol)?,
         };
         s.validate()?;
         Ok(s)
+    }
+
+    /// `protocol`'s own settings, refusing the options of other transports.
+    fn transport_settings(&self, protocol: Protocol) -> Result<TransportSettings> {
+        let (tcp, sockets, udp) = (&self.tcp_opts, &self.socket_opts, &self.udp_opts);
+        if protocol != Protocol::Tcp {
+            refuse_foreign(&tcp.given(), "TCP", protocol)?;
+        }
+        if protocol != Protocol::Udp {
+            refuse_foreign(&udp.given(), "UDP", protocol)?;
+        }
+        Ok(match protocol {
+            Protocol::Tcp => TransportSettings::Tcp(tcp.settings(sockets.settings())),
+            Protocol::Udp => TransportSettings::Udp(udp.settings(sockets.settings())),
+            Protocol::Rdma => {
+                refuse_foreign(&sockets.given(), "TCP and UDP", protocol)?;
+                TransportSettings::Rdma(self.rdma_opts.settings())
+            }
+        })
     }
 }
 
@@ -593,7 +727,7 @@ mod tests {
         };
         assert_eq!(server.bind, Some(IpAddr::from([127, 0, 0, 1])));
         assert_eq!(client.host, "127.0.0.1");
-        assert_eq!(client.settings.protocol, Protocol::Udp);
+        assert_eq!(client.settings.protocol(), Protocol::Udp);
         assert!(matches!(
             config(&["-c", "h", "--conf"]),
             Ok(Config::Conf(_))

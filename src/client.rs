@@ -126,7 +126,7 @@ pub fn run_observed(
         ..cfg.clone()
     };
     let server = resolve(&cfg.host, cfg.port)?;
-    let transport = transport::for_settings(&cfg.settings)?;
+    let transport = transport::for_settings(&cfg.settings);
     transport.check(&cfg.settings, server)?;
     let sock = connect(server, cfg.bind, None, cfg.control_timeout)
         .with_context(|| format!("cannot connect to the fperf server at {server}"))?;

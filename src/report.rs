@@ -89,18 +89,6 @@ fn direction_label(settings: &Settings) -> String {
     }
 }
 
-/// What a report header adds with `--io-uring` or `--epoll`: how the data calls were
-/// made, or waited for.
-fn engine_label(settings: &Settings) -> &'static str {
-    if settings.io_uring {
-        " engine=io_uring"
-    } else if settings.epoll {
-        " engine=epoll"
-    } else {
-        ""
-    }
-}
-
 /// What a report header adds when the data threads run under `SCHED_BATCH`
 /// ([`Settings::batch_threads`]).
 fn sched_label(settings: &Settings) -> &'static str {
@@ -109,40 +97,6 @@ fn sched_label(settings: &Settings) -> &'static str {
     } else {
         ""
     }
-}
-
-/// What a report header adds with `--skip-rx-copy`: the server's figures leave out its
-/// copy of the bytes, so they are not like-for-like with a tool that reads them.
-fn skip_rx_copy_label(settings: &Settings) -> &'static str {
-    if settings.skip_rx_copy {
-        " rx_copy=skipped (the receiving end's reads discard the bytes in the kernel)"
-    } else {
-        ""
-    }
-}
-
-/// What a report header adds with `-w`: the socket buffers every data socket has (the
-/// kernel granted them, or the run would have stopped).
-fn window_label(settings: &Settings) -> String {
-    settings
-        .window
-        .map_or_else(String::new, |w| format!(" window={}", pkt_size(w)))
-}
-
-/// What a report header adds for RDMA: the API and the device or provider.
-fn rdma_label(settings: &Settings) -> String {
-    if settings.protocol != crate::settings::Protocol::Rdma {
-        return String::new();
-    }
-    let op = if settings.rdma_write { "write" } else { "send" };
-    let mut out = format!(" api={} op={op}", settings.rdma_api.name());
-    if let Some(p) = &settings.ofi_provider {
-        let _ = write!(out, " provider={p}");
-    }
-    if let Some(d) = &settings.rdma_device {
-        let _ = write!(out, " device={d}");
-    }
-    out
 }
 
 /// What a report header adds for TCP: the congestion control algorithm in use.
@@ -157,21 +111,21 @@ pub fn client_header(
     streams: &[(u32, String, String)],
     congestion: Option<&str>,
 ) -> String {
-    let proto = settings.protocol.name();
+    let proto = settings.protocol().name();
+    let own = settings.transport.labels();
     let tail = format!(
-        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}{}{}{}",
+        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}{}{}",
         settings.pktsize,
         settings.mode_label(),
         settings.nsockets,
-        engine_label(settings),
+        own.engine,
         congestion_label(congestion),
-        window_label(settings),
-        rdma_label(settings),
+        own.setup,
         echo_label(settings),
         crr_label(settings),
         direction_label(settings),
         sched_label(settings),
-        skip_rx_copy_label(settings)
+        own.caveat,
     );
     let mut out = String::new();
     if let [(_, _, peer)] = streams {
@@ -258,7 +212,7 @@ fn sender_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
             size_triplet(t.bytes_received)
         );
     }
-    if t.retries > 0 || (settings.mprtt && settings.protocol == crate::settings::Protocol::Udp) {
+    if t.retries > 0 || (settings.mprtt && settings.protocol() == crate::settings::Protocol::Udp) {
         let _ = writeln!(out, "{:<width$}: {}", "retries", t.retries);
     }
     if let Some(l) = &t.send_latency {
@@ -360,20 +314,20 @@ pub fn server_header(
     rcvlowat: Option<u32>,
     rx_nap: Option<Duration>,
 ) -> String {
+    let own = settings.transport.labels();
     format!(
-        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}{}{}{}\n",
-        settings.protocol.name(),
+        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}{}{}\n",
+        settings.protocol().name(),
         pkt_size(settings.pktsize),
-        engine_label(settings),
+        own.engine,
         congestion_label(congestion),
         receive_label(rcvlowat, rx_nap),
-        window_label(settings),
-        rdma_label(settings),
+        own.setup,
         echo_label(settings),
         crr_label(settings),
         direction_label(settings),
         sched_label(settings),
-        skip_rx_copy_label(settings)
+        own.caveat,
     )
 }
 
@@ -387,7 +341,7 @@ pub fn server_body(settings: &Settings, r: &SideResult) -> String {
             let _ = writeln!(
                 out,
                 "{} STREAM {} {} {} {}",
-                settings.protocol.name(),
+                settings.protocol().name(),
                 s.index,
                 s.local,
                 arrow(r.role, settings, s.index),
@@ -473,7 +427,10 @@ fn direction_line(role: Role, settings: &Settings, r: &IntervalResult, t: &Figur
 mod tests {
     use super::*;
     use crate::results::{SideTotals, StreamResult};
+    use crate::settings::TransportSettings;
     use crate::stats::LatencyStats;
+    use crate::transport::sockets::SocketSettings;
+    use crate::transport::tcp::settings::TcpSettings;
     use std::time::Instant;
 
     fn side(bytes: u64, secs: f64, nstreams: u32) -> SideResult {
@@ -559,19 +516,26 @@ mod tests {
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic rcvlowat=128KB \
              rx_nap=20us sched=batch\n"
         );
-        let skip = Settings {
-            skip_rx_copy: true,
+        let tcp = |options| Settings {
+            transport: TransportSettings::Tcp(options),
             ..Settings::default()
         };
+        let skip = tcp(TcpSettings {
+            skip_rx_copy: true,
+            ..TcpSettings::default()
+        });
         assert_eq!(
             server_header(&skip, "127.0.0.1:50384", Some("bbr"), None, None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr sched=batch rx_copy=skipped \
              (the receiving end's reads discard the bytes in the kernel)\n"
         );
-        let window = Settings {
-            window: Some(256 << 10),
-            ..Settings::default()
-        };
+        let window = tcp(TcpSettings {
+            sockets: SocketSettings {
+                window: Some(256 << 10),
+                ..SocketSettings::default()
+            },
+            ..TcpSettings::default()
+        });
         assert_eq!(
             server_header(&window, "127.0.0.1:50384", Some("cubic"), None, None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic window=256KB \

@@ -123,7 +123,7 @@ pub struct StreamResult {
     #[serde(default)]
     pub rcvlowat: Option<u32>,
     /// TCP, the receiving end's streams: how long a read naps while data flows, in us
-    /// (see `Settings::rx_nap`); `None` where reads do not nap.
+    /// (see `TcpSettings::rx_nap`); `None` where reads do not nap.
     #[serde(default)]
     pub rx_nap_us: Option<u32>,
     pub figures: Figures,

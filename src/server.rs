@@ -415,7 +415,7 @@ fn run_session(
         setup_timeout: config.control_timeout,
         abort: abort.clone(),
     };
-    let transport = transport::for_settings(&settings)?;
+    let transport = transport::for_settings(&settings);
     let acceptor = transport.listen(&ctx)?;
     control.session.ready();
     control.flush()?;

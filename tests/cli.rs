@@ -31,8 +31,14 @@ fn invalid_combinations_are_refused() {
     refused(&["-c", "127.0.0.1", "-D", "mlx5_0"], "--rdma");
     refused(&["-c", "127.0.0.1", "-u", "-R"], "cannot be used with");
     refused(&["-c", "127.0.0.1", "-l", "x"], "invalid value");
-    refused(&["-c", "127.0.0.1", "-u", "-d"], "TCP options");
-    refused(&["-c", "127.0.0.1", "-u", "-a"], "TCP options");
+    refused(
+        &["-c", "127.0.0.1", "-u", "-d"],
+        "--nodelay is a TCP option; it cannot be used with UDP",
+    );
+    refused(
+        &["-c", "127.0.0.1", "-u", "-d", "-a"],
+        "--nodelay and --quickack are TCP options; they cannot be used with UDP",
+    );
     refused(&["-c", "127.0.0.1", "-u", "-C", "cubic"], "TCP option");
     refused(&["-c", "127.0.0.1", "-C", "cubic;reno"], "algorithm name");
     refused(&["-c", "127.0.0.1", "-u", "--rcvlowat", "1"], "TCP option");

@@ -669,9 +669,9 @@ fn receive_low_water_mark_is_read_back_by_the_server() {
 
     // The default depends on the server's cores: the library's rule, as the kernel took it.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let default = fperf::settings::Settings::default()
-        .rcvlowat_bytes(cores)
-        .unwrap_or(1);
+    let run = fperf::settings::Settings::default().shape();
+    let tcp = fperf::transport::tcp::settings::TcpSettings::default();
+    let default = tcp.rcvlowat_bytes(&run, cores).unwrap_or(1);
     let doc = json_run(&server, &["-m", "8"]);
     assert!(doc["settings"]["rcvlowat"].is_null());
     assert_eq!(
@@ -680,7 +680,7 @@ fn receive_low_water_mark_is_read_back_by_the_server() {
     );
 
     // Where the bulk mark is the default, the reads also nap while data flows.
-    let nap = fperf::settings::Settings::default().rx_nap(cores);
+    let nap = tcp.rx_nap(&run, cores);
     let nap_us = nap.map(|d| d.as_micros() as u64);
     assert_eq!(doc["server"]["streams"][0]["rx_nap_us"].as_u64(), nap_us);
     assert!(doc["client"]["streams"][0]["rx_nap_us"].is_null());

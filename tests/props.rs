@@ -5,16 +5,31 @@
 use fperf::control::{self, ControlError, Message, HEADER_LEN, MAX_FRAME};
 use fperf::limits::Limits;
 use fperf::settings::{
-    Protocol, QueueKind, Settings, MAX_FOOTPRINT, MAX_MB, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
-    MB,
+    QueueKind, Settings, TransportSettings, MAX_FOOTPRINT, MAX_MB, MAX_NSOCKETS, MAX_NSTREAMS,
+    MAX_PKTSIZE, MB,
 };
+use fperf::transport::rdma::settings::RdmaSettings;
+use fperf::transport::tcp::settings::TcpSettings;
+use fperf::transport::udp::settings::UdpSettings;
 use proptest::prelude::*;
 
-fn protocol() -> impl Strategy<Value = Protocol> {
+/// Any transport, with some of its own options set.
+fn transport() -> impl Strategy<Value = TransportSettings> {
     prop_oneof![
-        Just(Protocol::Tcp),
-        Just(Protocol::Udp),
-        Just(Protocol::Rdma)
+        (any::<bool>(), any::<bool>()).prop_map(|(nodelay, quickack)| {
+            TransportSettings::Tcp(TcpSettings {
+                nodelay,
+                quickack,
+                ..TcpSettings::default()
+            })
+        }),
+        prop_oneof![0u32..=3, any::<u32>()].prop_map(|ack_timeout_ms| {
+            TransportSettings::Udp(UdpSettings {
+                ack_timeout_ms,
+                ..UdpSettings::default()
+            })
+        }),
+        Just(TransportSettings::Rdma(RdmaSettings::default()))
     ]
 }
 
@@ -43,18 +58,15 @@ fn settings() -> impl Strategy<Value = Settings> {
     ];
     (
         (
-            protocol(),
+            transport(),
             u32s(),
             u32s(),
             u64s,
             u32s(),
             any::<bool>(),
             queue(),
-            any::<bool>(),
-            any::<bool>(),
         ),
         (
-            u32s(),
             proptest::option::of(any::<u64>()),
             proptest::option::of(any::<u64>()),
             proptest::option::of(any::<u64>()),
@@ -62,20 +74,17 @@ fn settings() -> impl Strategy<Value = Settings> {
     )
         .prop_map(
             |(
-                (protocol, nstreams, nsockets, mb, pktsize, mprtt, queue, nodelay, quickack),
-                (ack_timeout_ms, time_ms, interval_ms, omit_ms),
+                (transport, nstreams, nsockets, mb, pktsize, mprtt, queue),
+                (time_ms, interval_ms, omit_ms),
             )| {
                 Settings {
-                    protocol,
+                    transport,
                     nstreams,
                     nsockets,
                     mb,
                     pktsize,
                     mprtt,
                     queue,
-                    nodelay,
-                    quickack,
-                    ack_timeout_ms,
                     time_ms,
                     interval_ms,
                     omit_ms,

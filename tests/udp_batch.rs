@@ -205,8 +205,14 @@ fn batching_options_are_refused_where_they_cannot_work() {
             vec!["-u", "--gso", "-n", "2"],
             "cannot be used with -n above 1",
         ),
-        (vec!["--gso"], "are UDP options"),
-        (vec!["--udp-batch", "8"], "are UDP options"),
+        (
+            vec!["--gso"],
+            "--gso is a UDP option; it cannot be used with TCP",
+        ),
+        (
+            vec!["--udp-batch", "8", "--gro"],
+            "--udp-batch and --gro are UDP options; they cannot be used with TCP",
+        ),
     ] {
         let mut all = vec!["-c", "127.0.0.1", "-p", &port];
         all.extend_from_slice(&args);

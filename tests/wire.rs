@@ -11,10 +11,15 @@
 
 use fperf::control::{self, Message, PROTOCOL_VERSION};
 use fperf::results::{Figures, IntervalResult, Role, SideResult, StreamInterval, StreamResult};
-use fperf::settings::{QueueKind, RdmaApi, Settings, ZeroCopy};
+use fperf::settings::{QueueKind, Settings, TransportSettings};
 use fperf::stats::LatencySummary;
 use fperf::stream::udp_wire::{BufferGrant, DatagramCounts};
+use fperf::stream::zerocopy::ZeroCopy;
 use fperf::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
+use fperf::transport::sockets::SocketSettings;
+use fperf::transport::tcp::settings::TcpSettings;
+use fperf::transport::udp::settings::UdpSettings;
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -109,7 +114,7 @@ fn facts() -> SystemFacts {
     }
 }
 
-/// Every field set, options included (validity does not matter to the encoding).
+/// Every field set, TCP's options included (validity does not matter to the encoding).
 fn settings() -> Settings {
     Settings {
         nstreams: 2,
@@ -118,29 +123,57 @@ fn settings() -> Settings {
         reverse: true,
         bidir: true,
         queue: QueueKind::LockFree,
-        nodelay: true,
-        quickack: true,
-        rdma_api: RdmaApi::Ofi,
-        rdma_device: Some("rxe0".into()),
-        ofi_provider: Some("tcp".into()),
-        rdma_write: true,
         time_ms: Some(1000),
         interval_ms: Some(100),
         omit_ms: Some(10),
         rate_bps: Some(1_000_000),
-        zerocopy: ZeroCopy::Splice,
-        busy_poll: true,
         client_cpus: vec![0, 1],
         server_cpus: vec![1],
-        udp_batch: Some(8),
-        gso: true,
-        gro: true,
-        congestion: Some("cubic".into()),
-        rcvlowat: Some(4096),
-        skip_rx_copy: true,
-        io_uring: true,
+        transport: TransportSettings::Tcp(TcpSettings {
+            nodelay: true,
+            quickack: true,
+            zerocopy: ZeroCopy::Splice,
+            congestion: Some("cubic".into()),
+            rcvlowat: Some(4096),
+            skip_rx_copy: true,
+            io_uring: true,
+            sockets: sockets(),
+        }),
+        ..Settings::default()
+    }
+}
+
+fn sockets() -> SocketSettings {
+    SocketSettings {
+        busy_poll: true,
         epoll: true,
         window: Some(1 << 20),
+    }
+}
+
+/// The settings of a UDP run, every UDP option set.
+fn udp_settings() -> Settings {
+    Settings {
+        transport: TransportSettings::Udp(UdpSettings {
+            batch: Some(8),
+            gso: true,
+            gro: true,
+            ack_timeout_ms: 5,
+            sockets: sockets(),
+        }),
+        ..Settings::default()
+    }
+}
+
+/// The settings of an RDMA run, every RDMA option set.
+fn rdma_settings() -> Settings {
+    Settings {
+        transport: TransportSettings::Rdma(RdmaSettings {
+            api: RdmaApi::Ofi,
+            device: Some("rxe0".into()),
+            ofi_provider: Some("tcp".into()),
+            write: true,
+        }),
         ..Settings::default()
     }
 }
@@ -182,6 +215,12 @@ fn messages() -> Vec<Message> {
         },
         Message::Settings {
             settings: settings(),
+        },
+        Message::Settings {
+            settings: udp_settings(),
+        },
+        Message::Settings {
+            settings: rdma_settings(),
         },
         Message::Ready,
         Message::Results {

@@ -24,10 +24,11 @@ use thiserror::Error;
 /// Version of the control protocol; both ends must speak the same one, and a peer on
 /// another is refused by name. The encoding of every message, the types inside them
 /// included, is recorded per version (tests/wire.rs): a change to any of them must come
-/// with a new version. 2: the
-/// settings `reverse`, `crr` and `bidir` and the `ClientDataReceived` message, which a
-/// version-1 server would have ignored (and then waited out its idle time-out).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// with a new version. 2: the settings `reverse`, `crr` and `bidir` and the
+/// `ClientDataReceived` message, which a version-1 server would have ignored (and then
+/// waited out its idle time-out). 3: the settings carry only their own transport's
+/// options.
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.

@@ -41,7 +41,7 @@ pub fn run_label(settings: &Settings, swept: Option<SweepParam>) -> String {
         (_, _, true) => " -r",
         _ => "",
     };
-    let mut label = format!("{}{workload}", settings.protocol.name());
+    let mut label = format!("{}{workload}", settings.protocol().name());
     if swept != Some(SweepParam::PktSize) {
         label += &format!(", {} B packets", settings.pktsize);
     }

@@ -73,11 +73,11 @@ impl CrrClient {
     fn open(&self) -> io::Result<TcpStream> {
         let handshake = super::tcp::HandshakeOptions {
             bind: self.bind,
-            congestion: self.opts.congestion.as_deref(),
+            congestion: self.opts.tcp.congestion.as_deref(),
             window: None,
         };
         let sock = handshake.connect(self.server, Some(self.stall))?;
-        if self.opts.nodelay {
+        if self.opts.tcp.nodelay {
             sock.set_nodelay(true)?;
         }
         // A server that vanished mid-transaction fails the read, not the run's clock.
@@ -269,7 +269,7 @@ impl CrrServer {
         // and a silent peer holds it for REQUEST_TIMEOUT at most. The reply is one byte
         // into an empty send buffer, which never blocks.
         sock.set_read_timeout(Some(REQUEST_TIMEOUT))?;
-        if self.opts.nodelay {
+        if self.opts.tcp.nodelay {
             sock.set_nodelay(true)?;
         }
         let mut head = [0u8; HEADER_LEN];

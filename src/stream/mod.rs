@@ -39,7 +39,7 @@ pub mod uring;
 pub mod verbs;
 pub mod zerocopy;
 
-use crate::settings::{QueueKind, ZeroCopy};
+use crate::settings::QueueKind;
 use crate::stats::StreamStats;
 use bytes::Bytes;
 use std::io;
@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use tcp::TcpStream;
+pub use tcp::{TcpOptions, TcpStream};
 pub use udp::UdpStream;
 
 /// Plain `std::io` over a socket STREAM, as a library user expects of a socket: a read is
@@ -186,41 +186,21 @@ pub struct StreamOptions {
     /// With `mprtt`: the reply echoes the packet (as many bytes) instead of a 1-byte
     /// ACK. TCP only.
     pub echo: bool,
-    /// TCP: set TCP_NODELAY.
-    pub nodelay: bool,
-    /// TCP: set TCP_QUICKACK, re-armed after every read.
-    pub quickack: bool,
     /// Set to make every blocked call of this STREAM fail with `Interrupted` soon.
     pub abort: Arc<AtomicBool>,
-    /// TCP: zero-copy sending (see [`zerocopy`]).
-    pub zerocopy: ZeroCopy,
     /// Spin on non-blocking calls instead of sleeping in `poll()` (burns a core per
     /// waiting thread, saves the wake-up).
     pub busy_poll: bool,
     /// CPU the STREAM's sender threads are pinned to (see [`affinity`]).
     pub cpu: Option<usize>,
-    /// TCP: the congestion control algorithm to set (`TCP_CONGESTION`); `None`: the
-    /// kernel's default.
-    pub congestion: Option<String>,
-    /// TCP, the receiving end: `SO_RCVLOWAT` on the data sockets, the bytes a read waits
-    /// for (it returns less at end of stream or when its time-out passes); `None`:
-    /// the kernel's (1).
-    pub rcvlowat: Option<usize>,
-    /// TCP, the receiving end: reads pass `MSG_TRUNC`, so the kernel consumes the bytes
-    /// without copying them into the buffer (which keeps whatever it held).
-    pub skip_rx_copy: bool,
-    /// TCP, the receiving end of one blocking socket: while data flows, a read that
-    /// finds none naps this long and reads once more before it sleeps on the socket,
-    /// so the sender does not wake it ([`crate::settings::Settings::rx_nap`]).
-    pub rx_nap: Option<std::time::Duration>,
     /// TCP and UDP: both socket buffers of every data socket, in bytes (`--window`);
     /// `None`: the kernel's autotuning (TCP) or the STREAM's own size (UDP).
     pub window: Option<usize>,
-    /// TCP: data calls go through an io_uring per thread (see [`uring`]).
-    pub io_uring: bool,
     /// TCP and UDP: sockets never block; each thread waits for them in an epoll
     /// instance of its own (see [`epoll`]) instead of in the call or in `poll()`.
     pub epoll: bool,
+    /// The TCP STREAM's own options; other STREAMs leave them at their defaults.
+    pub tcp: TcpOptions,
 }
 
 impl Default for StreamOptions {
@@ -231,19 +211,12 @@ impl Default for StreamOptions {
             pktsize: crate::settings::DEFAULT_PKTSIZE as usize,
             mprtt: false,
             echo: false,
-            nodelay: false,
-            quickack: false,
             abort: Arc::new(AtomicBool::new(false)),
-            zerocopy: ZeroCopy::Off,
             busy_poll: false,
             cpu: None,
-            congestion: None,
-            rcvlowat: None,
-            skip_rx_copy: false,
-            rx_nap: None,
             window: None,
-            io_uring: false,
             epoll: false,
+            tcp: TcpOptions::default(),
         }
     }
 }

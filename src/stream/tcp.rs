@@ -34,9 +34,8 @@ use super::sender::{PacketSink, Senders};
 use super::socket_calls::DataSocket;
 use super::sys::{receive_window_short_of, set_window, tcp_info, tcp_quickack};
 use super::uring::{no_wait, Ring};
-use super::zerocopy::ZeroCopyWriter;
+use super::zerocopy::{ZeroCopy, ZeroCopyWriter};
 use super::{Deadline, SocketFacts, Stream, StreamOptions, Timeout};
-use crate::settings::ZeroCopy;
 use crate::stats::{span_ns, StreamStats};
 use bytes::Bytes;
 use socket2::SockRef;
@@ -53,6 +52,33 @@ use std::time::{Duration, Instant};
 /// (fewer system calls per byte). 128 KiB, as iperf3 reads: with 128 KiB packets,
 /// 256 KiB reads moved 3% less over loopback under BBR (docs/tuning.md).
 const RECV_CHUNK: usize = 128 * 1024;
+
+/// The TCP STREAM's own options, as one end applies them ([`StreamOptions::tcp`]).
+#[derive(Clone, Debug, Default)]
+pub struct TcpOptions {
+    /// Set TCP_NODELAY.
+    pub nodelay: bool,
+    /// Set TCP_QUICKACK, re-armed after every read.
+    pub quickack: bool,
+    /// Zero-copy sending (see [`super::zerocopy`]).
+    pub zerocopy: ZeroCopy,
+    /// The congestion control algorithm to set (`TCP_CONGESTION`); `None`: the
+    /// kernel's default.
+    pub congestion: Option<String>,
+    /// The receiving end: `SO_RCVLOWAT` on the data sockets, the bytes a read waits
+    /// for (it returns less at end of stream or when its time-out passes); `None`:
+    /// the kernel's (1).
+    pub rcvlowat: Option<usize>,
+    /// The receiving end: reads pass `MSG_TRUNC`, so the kernel consumes the bytes
+    /// without copying them into the buffer (which keeps whatever it held).
+    pub skip_rx_copy: bool,
+    /// The receiving end of one blocking socket: while data flows, a read that finds
+    /// none naps this long and reads once more before it sleeps on the socket, so the
+    /// sender does not wake it.
+    pub rx_nap: Option<Duration>,
+    /// Data calls go through an io_uring per thread (see [`super::uring`]).
+    pub io_uring: bool,
+}
 
 /// The kernel time-outs a blocking-mode socket has, in ms (0: not set yet), kept so
 /// that they are set only when they change. Shared by every handle on the connection.
@@ -102,22 +128,22 @@ enum Direction {
 impl Socket {
     fn new(sock: Arc<DataSocket>, opts: &StreamOptions, blocking: bool) -> io::Result<Socket> {
         Ok(Socket {
-            zerocopy: ZeroCopyWriter::new(opts.zerocopy, &*sock)?,
+            zerocopy: ZeroCopyWriter::new(opts.tcp.zerocopy, &*sock)?,
             sock,
             mprtt: opts.mprtt,
             echo: opts.echo,
-            quickack: opts.quickack,
+            quickack: opts.tcp.quickack,
             busy_poll: opts.busy_poll,
             blocking,
             timeouts: Arc::default(),
             abort: opts.abort.clone(),
             reply: vec![0u8; if opts.echo { opts.pktsize.max(1) } else { 1 }],
-            recv_flags: if opts.skip_rx_copy {
+            recv_flags: if opts.tcp.skip_rx_copy {
                 libc::MSG_TRUNC
             } else {
                 0
             },
-            ring: new_ring(opts.io_uring)?,
+            ring: new_ring(opts.tcp.io_uring)?,
             epoll: opts.epoll.then(Epoll::new),
         })
     }
@@ -451,7 +477,7 @@ impl TcpStream {
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address"))?;
         let handshake = HandshakeOptions {
             bind: None,
-            congestion: opts.congestion.as_deref(),
+            congestion: opts.tcp.congestion.as_deref(),
             window: opts.window,
         };
         let socks = (0..opts.nsockets)
@@ -487,13 +513,13 @@ impl TcpStream {
         if !kernel {
             let unsupported = [
                 (opts.busy_poll, "--busy-poll"),
-                (opts.zerocopy != ZeroCopy::Off, "--zerocopy"),
-                (opts.quickack, "--quickack"),
-                (opts.congestion.is_some(), "--congestion"),
-                (opts.rcvlowat.is_some(), "--rcvlowat"),
-                (opts.skip_rx_copy, "--skip-rx-copy"),
+                (opts.tcp.zerocopy != ZeroCopy::Off, "--zerocopy"),
+                (opts.tcp.quickack, "--quickack"),
+                (opts.tcp.congestion.is_some(), "--congestion"),
+                (opts.tcp.rcvlowat.is_some(), "--rcvlowat"),
+                (opts.tcp.skip_rx_copy, "--skip-rx-copy"),
                 (opts.window.is_some(), "--window"),
-                (opts.io_uring, "--io-uring"),
+                (opts.tcp.io_uring, "--io-uring"),
                 (opts.epoll, "--epoll"),
             ];
             if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
@@ -503,7 +529,7 @@ impl TcpStream {
                 ));
             }
         }
-        if opts.skip_rx_copy && opts.mprtt {
+        if opts.tcp.skip_rx_copy && opts.mprtt {
             // MPRTT reads replies (and echoes) whose bytes matter.
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -511,19 +537,20 @@ impl TcpStream {
             ));
         }
         // rsockets have no kernel time-outs to bound a sleeping call: non-blocking.
-        let blocking = kernel && !opts.busy_poll && opts.zerocopy == ZeroCopy::Off && !opts.epoll;
+        let blocking =
+            kernel && !opts.busy_poll && opts.tcp.zerocopy == ZeroCopy::Off && !opts.epoll;
         let mut sockets = Vec::with_capacity(socks.len());
         for s in socks {
             s.set_nonblocking(!blocking)?;
-            if opts.nodelay {
+            if opts.tcp.nodelay {
                 s.set_nodelay(true)?;
             }
-            if opts.quickack {
+            if opts.tcp.quickack {
                 tcp_quickack(&s)?;
             }
             // A client's sockets already have these (set before connecting, so the
             // handshake runs with them); the server's get them here.
-            if let Some(name) = &opts.congestion {
+            if let Some(name) = &opts.tcp.congestion {
                 set_congestion(SockRef::from(&s), name)?;
             }
             if let Some(bytes) = opts.window {
@@ -539,7 +566,7 @@ impl TcpStream {
                     )));
                 }
             }
-            if let Some(bytes) = opts.rcvlowat {
+            if let Some(bytes) = opts.tcp.rcvlowat {
                 // The kernel caps it at half of tcp_rmem's maximum.
                 let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
                 s.set_int_opt(libc::SOL_SOCKET, libc::SO_RCVLOWAT, bytes)?;
@@ -595,7 +622,7 @@ impl TcpStream {
             let sinks = self
                 .sockets
                 .iter()
-                .map(|s| s.for_sender(self.opts.zerocopy))
+                .map(|s| s.for_sender(self.opts.tcp.zerocopy))
                 .collect::<io::Result<Vec<_>>>()?;
             let abort = self.opts.abort.clone();
             self.senders = SenderState::Running(Box::new(Senders::start_pinned(
@@ -625,7 +652,7 @@ impl TcpStream {
     /// After `data` arrived on socket `k`: re-arm QUICKACK, send MPRTT replies.
     fn after_read(&mut self, k: usize, data: &[u8]) -> io::Result<()> {
         let sock = &self.sockets[k];
-        if self.opts.quickack {
+        if self.opts.tcp.quickack {
             tcp_quickack(&*sock.sock)?;
         }
         if !self.opts.mprtt {
@@ -714,7 +741,7 @@ impl TcpStream {
                     .filter(|(_, p)| p.fd >= 0 && p.revents != 0)
                     .map(|(k, _)| k),
             );
-        } else if self.opts.rcvlowat.is_some() {
+        } else if self.opts.tcp.rcvlowat.is_some() {
             // poll() does not report data below the low-water mark (a short packet):
             // once a slice passes quietly, read each socket, as a blocking read's
             // time-out would.
@@ -948,7 +975,7 @@ impl TcpStream {
     /// The nap applies to one socket that would otherwise sleep in its reads.
     fn rx_nap(&self) -> Option<Duration> {
         let single = self.sockets.len() == 1 && self.sockets[0].blocking;
-        self.opts.rx_nap.filter(|_| single)
+        self.opts.tcp.rx_nap.filter(|_| single)
     }
 }
 
@@ -1218,14 +1245,20 @@ mod tests {
             (
                 "zerocopy",
                 StreamOptions {
-                    zerocopy: ZeroCopy::Splice,
+                    tcp: TcpOptions {
+                        zerocopy: ZeroCopy::Splice,
+                        ..TcpOptions::default()
+                    },
                     ..base.clone()
                 },
             ),
             (
                 "io_uring",
                 StreamOptions {
-                    io_uring: true,
+                    tcp: TcpOptions {
+                        io_uring: true,
+                        ..TcpOptions::default()
+                    },
                     ..base.clone()
                 },
             ),
@@ -1323,7 +1356,10 @@ mod tests {
             let client_opts = opts.clone();
             let t = thread::spawn(move || TcpStream::connect(addr, client_opts).expect("connect"));
             let server_opts = StreamOptions {
-                rcvlowat: Some(4096),
+                tcp: TcpOptions {
+                    rcvlowat: Some(4096),
+                    ..opts.tcp
+                },
                 ..opts
             };
             let mut server = TcpStream::accept(&listener, server_opts).expect("accept");
@@ -1372,7 +1408,10 @@ mod tests {
                     client.finish_sending(Timeout::Forever).expect("finish");
                 });
                 let server_opts = StreamOptions {
-                    skip_rx_copy: skip,
+                    tcp: TcpOptions {
+                        skip_rx_copy: skip,
+                        ..opts.tcp.clone()
+                    },
                     ..opts.clone()
                 };
                 let mut server = TcpStream::accept(&listener, server_opts).expect("accept");
@@ -1396,7 +1435,10 @@ mod tests {
         let t = thread::spawn(move || TcpStream::connect(addr, StreamOptions::default()));
         let opts = StreamOptions {
             mprtt: true,
-            skip_rx_copy: true,
+            tcp: TcpOptions {
+                skip_rx_copy: true,
+                ..TcpOptions::default()
+            },
             ..StreamOptions::default()
         };
         let err = TcpStream::accept(&listener, opts)
@@ -1415,8 +1457,11 @@ mod tests {
     fn a_napping_reader_reads_every_byte_across_pauses_and_keeps_its_time_outs() {
         let nap = Duration::from_micros(20);
         let opts = StreamOptions {
-            rcvlowat: Some(64 << 10),
-            rx_nap: Some(nap),
+            tcp: TcpOptions {
+                rcvlowat: Some(64 << 10),
+                rx_nap: Some(nap),
+                ..TcpOptions::default()
+            },
             ..StreamOptions::default()
         };
         let (mut client, mut server) = pair(opts);
@@ -1476,8 +1521,11 @@ mod tests {
     fn a_napping_reader_takes_what_is_there_while_data_flows() {
         let mark = 64 << 10;
         let opts = StreamOptions {
-            rcvlowat: Some(mark),
-            rx_nap: Some(Duration::from_micros(20)),
+            tcp: TcpOptions {
+                rcvlowat: Some(mark),
+                rx_nap: Some(Duration::from_micros(20)),
+                ..TcpOptions::default()
+            },
             ..StreamOptions::default()
         };
         let (mut client, mut server) = pair(opts);

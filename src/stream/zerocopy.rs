@@ -15,10 +15,23 @@
 //! until the peer has received it. fperf sends one constant buffer and does not check
 //! payload contents, so it never depends on this.
 
-use crate::settings::ZeroCopy;
+use serde::{Deserialize, Serialize};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
+
+/// How a TCP sender hands bytes to the kernel (`--zerocopy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ZeroCopy {
+    /// Plain `write()`: the kernel copies the buffer.
+    #[default]
+    Off,
+    /// `send(MSG_ZEROCOPY)`, completions reaped from the socket's error queue.
+    Msg,
+    /// `vmsplice()` the buffer into a pipe, then `splice()` the pipe into the socket.
+    Splice,
+}
 
 /// Sends between two non-blocking reaps of MSG_ZEROCOPY completions.
 const REAP_EVERY: u64 = 64;

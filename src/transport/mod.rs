@@ -1,16 +1,17 @@
 //! Transports: how the data STREAMs of one protocol are set up between the two ends.
 //!
 //! The server and client drive every protocol through [`Transport`]; the only place
-//! that maps a [`Protocol`] (or a workload such as `--crr`) to code is
-//! [`for_settings`]. A new transport is a new module implementing the trait (its
-//! STREAM lives under [`crate::stream`]).
+//! that maps a protocol's settings (or a workload such as `--crr`) to code is
+//! [`for_settings`]. A new transport is a new folder: its options and their checks
+//! (`settings.rs`, one [`TransportSettings`] variant) and its set-up implementing the
+//! trait (its STREAM lives under [`crate::stream`]).
 
-pub mod crr;
 pub mod rdma;
+pub mod sockets;
 pub mod tcp;
 pub mod udp;
 
-use crate::settings::{Protocol, Settings};
+use crate::settings::{Settings, TransportSettings};
 use crate::stream::{Stream, StreamOptions};
 use anyhow::{Context, Result};
 use std::net::{IpAddr, SocketAddr};
@@ -92,13 +93,16 @@ pub trait Transport: Send + Sync {
     fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>>;
 }
 
-/// The transport that carries `settings`: its protocol's, or TCP's `--crr`.
-pub fn for_settings(settings: &Settings) -> Result<Box<dyn Transport>> {
-    match settings.protocol {
-        Protocol::Tcp if settings.crr => Ok(Box::new(crr::CrrTransport)),
-        Protocol::Tcp => Ok(Box::new(tcp::TcpTransport)),
-        Protocol::Udp => Ok(Box::new(udp::UdpTransport)),
-        Protocol::Rdma => Ok(Box::new(rdma::RdmaTransport)),
+/// The transport that carries `settings`, with its own options: its protocol's, or
+/// TCP's `--crr`.
+pub fn for_settings(settings: &Settings) -> Box<dyn Transport> {
+    match &settings.transport {
+        TransportSettings::Tcp(tcp) if settings.crr => {
+            Box::new(tcp::crr::CrrTransport(tcp.clone()))
+        }
+        TransportSettings::Tcp(tcp) => Box::new(tcp::TcpTransport(tcp.clone())),
+        TransportSettings::Udp(udp) => Box::new(udp::UdpTransport(udp.clone())),
+        TransportSettings::Rdma(rdma) => Box::new(rdma::RdmaTransport(rdma.clone())),
     }
 }
 
@@ -108,29 +112,22 @@ pub fn prepare(settings: &Settings) -> Result<Settings> {
     rdma::prepare(settings)
 }
 
-/// The STREAM options both ends derive from the run's settings.
+/// The STREAM options both ends derive from the run's settings; a transport adds its
+/// own.
 pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOptions {
+    let sockets = settings.transport.sockets().cloned().unwrap_or_default();
     StreamOptions {
         nsockets: settings.nsockets as usize,
         queue: settings.queue,
         pktsize: settings.pktsize as usize,
         mprtt: settings.mprtt,
         echo: settings.echo,
-        nodelay: settings.nodelay,
-        quickack: settings.quickack,
         abort,
-        zerocopy: settings.zerocopy,
-        busy_poll: settings.busy_poll,
+        busy_poll: sockets.busy_poll,
         cpu: None,
-        congestion: settings.congestion.clone(),
-        // Only the receiving end sets it (see the TCP acceptor): on a sending socket
-        // it would hold back the reading of 1-byte MPRTT replies.
-        rcvlowat: None,
-        skip_rx_copy: false,
-        rx_nap: None,
-        window: settings.window.map(|w| w as usize),
-        io_uring: settings.io_uring,
-        epoll: settings.epoll,
+        window: sockets.window.map(|w| w as usize),
+        epoll: sockets.epoll,
+        ..StreamOptions::default()
     }
 }
 

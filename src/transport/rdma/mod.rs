@@ -11,45 +11,43 @@
 
 mod ofi;
 mod rsocket;
+pub mod settings;
 mod side;
 mod verbs;
 
-use crate::settings::{Protocol, RdmaApi, Settings};
+use crate::settings::{Settings, TransportSettings};
 use crate::stream::Stream;
 use crate::transport::{Acceptor, ClientCtx, ServerCtx, Transport};
 use anyhow::{anyhow, Result};
+use settings::{RdmaApi, RdmaSettings};
 
-/// The RDMA transport.
-pub struct RdmaTransport;
+/// The RDMA transport, with the run's RDMA options.
+pub struct RdmaTransport(pub RdmaSettings);
 
 /// Checks, before the server is contacted, that this host can run `settings`' RDMA
 /// API, and pins the libfabric provider to the one libfabric picks. Fails with one line
 /// saying what is missing and how to get it.
 pub fn prepare(settings: &Settings) -> Result<Settings> {
     let mut s = settings.clone();
-    if s.protocol != Protocol::Rdma {
+    let TransportSettings::Rdma(rdma) = &mut s.transport else {
         return Ok(s);
-    }
-    match s.rdma_api {
-        RdmaApi::Ofi => {
-            ofi::prepare(&mut s)?;
-            Ok(s)
-        }
+    };
+    match rdma.api {
+        RdmaApi::Ofi => ofi::prepare(rdma)?,
         RdmaApi::Ibverbs | RdmaApi::Cm => {
-            if let Some(missing) = verbs_missing(s.rdma_api, s.rdma_device.as_deref()) {
+            if let Some(missing) = verbs_missing(rdma.api, rdma.device.as_deref()) {
                 return Err(missing);
             }
-            verbs::prepare(&mut s)?;
-            Ok(s)
+            verbs::prepare(rdma)?;
         }
         RdmaApi::Rsocket => {
-            if let Some(missing) = verbs_missing(s.rdma_api, s.rdma_device.as_deref()) {
+            if let Some(missing) = verbs_missing(rdma.api, rdma.device.as_deref()) {
                 return Err(missing);
             }
-            rsocket::check(&s)?;
-            Ok(s)
+            rsocket::check(rdma)?;
         }
     }
+    Ok(s)
 }
 
 /// What this host lacks to run `api` over verbs (library, device, the device named), if
@@ -92,31 +90,31 @@ fn verbs_missing(api: RdmaApi, device: Option<&str>) -> Option<anyhow::Error> {
 
 impl Transport for RdmaTransport {
     fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
-        let s = &ctx.settings;
-        match s.rdma_api {
+        let rdma = &self.0;
+        match rdma.api {
             RdmaApi::Ofi => {}
             RdmaApi::Ibverbs | RdmaApi::Cm => {
-                if let Some(missing) = verbs_missing(s.rdma_api, None) {
+                if let Some(missing) = verbs_missing(rdma.api, None) {
                     return Err(missing);
                 }
-                return verbs::listen(ctx);
+                return verbs::listen(ctx, rdma);
             }
             RdmaApi::Rsocket => {
-                if let Some(missing) = verbs_missing(s.rdma_api, None) {
+                if let Some(missing) = verbs_missing(rdma.api, None) {
                     return Err(missing);
                 }
-                return rsocket::listen(ctx);
+                return rsocket::listen(ctx, rdma);
             }
         }
-        ofi::listen(ctx)
+        ofi::listen(ctx, rdma)
     }
 
     fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
-        let s = &ctx.settings;
-        match s.rdma_api {
-            RdmaApi::Ofi => ofi::connect(ctx),
-            RdmaApi::Ibverbs | RdmaApi::Cm => verbs::connect(ctx),
-            RdmaApi::Rsocket => rsocket::connect(ctx),
+        let rdma = &self.0;
+        match rdma.api {
+            RdmaApi::Ofi => ofi::connect(ctx, rdma),
+            RdmaApi::Ibverbs | RdmaApi::Cm => verbs::connect(ctx, rdma),
+            RdmaApi::Rsocket => rsocket::connect(ctx, rdma),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! answers with a [`ServerDetails`] frame naming its own. The control protocol itself is
 //! untouched.
 
+use super::settings::RdmaSettings;
 use super::side::{read_json, routed_side_connection, side_connection, write_json};
 use crate::control::{self, PROTOCOL_VERSION};
 use crate::settings::Settings;
@@ -41,19 +42,19 @@ pub enum ServerDetails {
 }
 
 /// Pins the libfabric provider to the one libfabric picks, failing with what is missing.
-pub(super) fn prepare(s: &mut Settings) -> Result<()> {
-    let info = match &s.ofi_provider {
-        Some(p) => Info::get(&target(s, Some(p.clone()), None))?,
-        None => default_provider(s)?,
+pub(super) fn prepare(rdma: &mut RdmaSettings) -> Result<()> {
+    let info = match &rdma.ofi_provider {
+        Some(p) => Info::get(&target(rdma, Some(p.clone()), None))?,
+        None => default_provider(rdma)?,
     };
-    s.ofi_provider = Some(info.provider_name());
+    rdma.ofi_provider = Some(info.provider_name());
     Ok(())
 }
 
-fn default_provider(s: &Settings) -> Result<Info> {
+fn default_provider(rdma: &RdmaSettings) -> Result<Info> {
     let mut last = None;
     for p in DEFAULT_PROVIDERS {
-        match Info::get(&target(s, Some((*p).to_string()), None)) {
+        match Info::get(&target(rdma, Some((*p).to_string()), None)) {
             Ok(info) => return Ok(info),
             Err(e @ ofi::OfiError::Library(_)) => return Err(e.into()),
             Err(e) => last = Some(e),
@@ -66,28 +67,29 @@ fn default_provider(s: &Settings) -> Result<Info> {
     ))
 }
 
-fn target(s: &Settings, provider: Option<String>, node: Option<String>) -> OfiTarget {
+fn target(rdma: &RdmaSettings, provider: Option<String>, node: Option<String>) -> OfiTarget {
     OfiTarget {
         provider,
-        domain: s.rdma_device.clone(),
+        domain: rdma.device.clone(),
         node,
-        rma: s.rdma_write,
+        rma: rdma.write,
     }
 }
 
 /// Opens `nstreams × nsockets` endpoints on `node`.
 fn open_endpoints(
     s: &Settings,
+    rdma: &RdmaSettings,
     node: String,
     abort: Arc<AtomicBool>,
 ) -> Result<Vec<Vec<Endpoint>>> {
-    let info = Info::get(&target(s, s.ofi_provider.clone(), Some(node.clone())))
+    let info = Info::get(&target(rdma, rdma.ofi_provider.clone(), Some(node.clone())))
         .with_context(|| format!("libfabric on {node}"))?;
     let opts = stream_options(s, abort);
     (0..s.nstreams)
         .map(|_| {
             (0..s.nsockets)
-                .map(|_| Endpoint::open(&info, &opts, s.rdma_write).map_err(anyhow::Error::from))
+                .map(|_| Endpoint::open(&info, &opts, rdma.write).map_err(anyhow::Error::from))
                 .collect()
         })
         .collect()
@@ -150,19 +152,19 @@ struct OfiAcceptor {
 }
 
 /// Server: opens the endpoints on the address the client reached.
-pub(super) fn listen(ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
+pub(super) fn listen(ctx: &ServerCtx, rdma: &RdmaSettings) -> Result<Box<dyn Acceptor>> {
     let node = ctx.local.ip().to_canonical().to_string();
-    let endpoints = open_endpoints(&ctx.settings, node, ctx.abort.clone())?;
+    let endpoints = open_endpoints(&ctx.settings, rdma, node, ctx.abort.clone())?;
     Ok(Box::new(OfiAcceptor { endpoints }))
 }
 
 /// Client: swaps endpoint names with the server over the side connection.
-pub(super) fn connect(ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
+pub(super) fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dyn Stream>>> {
     let s = &ctx.settings;
     let mut sock = side_connection(ctx)?;
     // Endpoints open on the address that reaches the server.
     let node = sock.local_addr()?.ip().to_canonical().to_string();
-    let mut endpoints = open_endpoints(s, node, ctx.abort.clone())?;
+    let mut endpoints = open_endpoints(s, rdma, node, ctx.abort.clone())?;
     write_json(
         &mut sock,
         &ClientDetails {

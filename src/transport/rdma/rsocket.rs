@@ -9,8 +9,8 @@
 //! server gives each to its stream in order. Options only kernel TCP sockets have are
 //! refused before anything is sent.
 
+use super::settings::RdmaSettings;
 use crate::control::{self, Message, PROTOCOL_VERSION};
-use crate::settings::{Settings, ZeroCopy};
 use crate::stream::affinity::cpu_for;
 use crate::stream::rsocket_sys::rsockets;
 use crate::stream::socket_calls::DataSocket;
@@ -27,27 +27,16 @@ use std::time::{Duration, Instant};
 /// The rsocket listener is on the session's base port plus this.
 pub const RSOCKET_PORT_OFFSET: u32 = 1;
 
-/// Refuses what rsockets cannot do, naming the option.
-pub fn check(s: &Settings) -> Result<()> {
+/// Refuses what rsockets cannot do, naming the option. (They run the TCP STREAM, but
+/// an RDMA run carries none of TCP's kernel socket options.)
+pub fn check(rdma: &RdmaSettings) -> Result<()> {
     let refused = [
         (
-            s.zerocopy != ZeroCopy::Off,
-            "--zerocopy (MSG_ZEROCOPY is a kernel TCP feature)",
-        ),
-        (
-            s.busy_poll,
-            "--busy-poll (SO_BUSY_POLL is a kernel socket option)",
-        ),
-        (
-            s.quickack,
-            "--quickack (TCP_QUICKACK is a kernel TCP option)",
-        ),
-        (
-            s.rdma_write,
+            rdma.write,
             "--rdma-write (rsockets move data with their own protocol)",
         ),
         (
-            s.rdma_device.is_some(),
+            rdma.device.is_some(),
             "-D/--rdmadev (rsockets use the device the route to the server goes over)",
         ),
     ];
@@ -106,9 +95,9 @@ impl Write for SetupIo<'_> {
 }
 
 /// Client: connects `nstreams × nsockets` rsockets, each named with a `DataHello`.
-pub fn connect(ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
+pub fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dyn Stream>>> {
     let s = &ctx.settings;
-    check(s)?;
+    check(rdma)?;
     let lib = rsockets()?;
     let addr = port_offset(ctx.server, ctx.server.port(), RSOCKET_PORT_OFFSET)?;
     let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
@@ -150,8 +139,8 @@ struct RsocketAcceptor {
 }
 
 /// Server: listens with rsocket on the base port + [`RSOCKET_PORT_OFFSET`].
-pub fn listen(ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
-    check(&ctx.settings)?;
+pub fn listen(ctx: &ServerCtx, rdma: &RdmaSettings) -> Result<Box<dyn Acceptor>> {
+    check(rdma)?;
     let ip = ctx.local.ip().to_canonical();
     let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, RSOCKET_PORT_OFFSET)?;
     let backlog = (ctx.settings.nstreams * ctx.settings.nsockets).clamp(1, 1024) as i32;
@@ -246,46 +235,25 @@ impl Acceptor for RsocketAcceptor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::rdma::settings::RdmaApi;
 
     #[test]
-    fn options_only_kernel_sockets_have_are_refused_by_name() {
-        let base = Settings {
-            protocol: crate::settings::Protocol::Rdma,
-            rdma_api: crate::settings::RdmaApi::Rsocket,
-            ..Settings::default()
+    fn what_rsockets_cannot_do_is_refused_by_name() {
+        let base = RdmaSettings {
+            api: RdmaApi::Rsocket,
+            ..RdmaSettings::default()
         };
-        let cases: [(Settings, &str); 5] = [
+        let cases = [
             (
-                Settings {
-                    zerocopy: ZeroCopy::Msg,
-                    ..base.clone()
-                },
-                "--zerocopy",
-            ),
-            (
-                Settings {
-                    busy_poll: true,
-                    ..base.clone()
-                },
-                "--busy-poll",
-            ),
-            (
-                Settings {
-                    quickack: true,
-                    ..base.clone()
-                },
-                "--quickack",
-            ),
-            (
-                Settings {
-                    rdma_write: true,
+                RdmaSettings {
+                    write: true,
                     ..base.clone()
                 },
                 "--rdma-write",
             ),
             (
-                Settings {
-                    rdma_device: Some("rxe0".into()),
+                RdmaSettings {
+                    device: Some("rxe0".into()),
                     ..base.clone()
                 },
                 "--rdmadev",

@@ -21,9 +21,10 @@
 //! The side connection stays open for the run: each QP watches it to notice the peer
 //! leaving.
 
+use super::settings::{RdmaApi, RdmaSettings};
 use super::side::{read_json, routed_side_connection, side_connection, write_json};
 use crate::control::{self, PROTOCOL_VERSION};
-use crate::settings::{RdmaApi, Settings};
+use crate::settings::Settings;
 use crate::stream::verbs::{device_names, QpDetails, QpEndpoint, VerbsDevice, VerbsStream};
 use crate::stream::{Stream, StreamOptions};
 use crate::transport::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx};
@@ -65,32 +66,33 @@ pub enum VerbsServerDetails {
 /// Client, before contacting the server: opens the device (`-D` or the first) to check
 /// it works and pins its name for the server and the reports (`ibverbs`); for `cm`,
 /// checks rdma_cm can be used (its device is known once the route is).
-pub fn prepare(s: &mut Settings) -> Result<()> {
-    match s.rdma_api {
+pub fn prepare(rdma: &mut RdmaSettings) -> Result<()> {
+    match rdma.api {
         RdmaApi::Cm => {
             EventChannel::new().map_err(|e| anyhow!("rdma_cm is not usable here: {e:#}"))?;
             Ok(())
         }
         _ => {
-            let dev = VerbsDevice::open(s.rdma_device.as_deref(), None)?;
-            s.rdma_device = Some(dev.name);
+            let dev = VerbsDevice::open(rdma.device.as_deref(), None)?;
+            rdma.device = Some(dev.name);
             Ok(())
         }
     }
 }
 
-/// `nstreams × nsockets` queue pairs on `dev`, in INIT with their receives posted.
+/// `nstreams × nsockets` queue pairs on `dev`, in INIT with their receives posted;
+/// `write`: data moves by RDMA WRITE.
 fn create_all(
     dev: &VerbsDevice,
     s: &Settings,
     opts: &StreamOptions,
+    write: bool,
 ) -> Result<Vec<Vec<QpEndpoint>>> {
     (0..s.nstreams)
         .map(|_| {
             (0..s.nsockets)
                 .map(|_| {
-                    QpEndpoint::create(dev, opts, s.rdma_write, None, None)
-                        .map_err(anyhow::Error::from)
+                    QpEndpoint::create(dev, opts, write, None, None).map_err(anyhow::Error::from)
                 })
                 .collect()
         })
@@ -147,12 +149,12 @@ fn into_streams(qps: Vec<Vec<QpEndpoint>>, opts: StreamOptions) -> Result<Vec<Bo
 }
 
 /// Client: connects the data streams.
-pub fn connect(ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
+pub fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dyn Stream>>> {
     let s = &ctx.settings;
     let mut sock = side_connection(ctx)?;
     let near = sock.local_addr()?.ip().to_canonical();
     let opts = stream_options(s, ctx.abort.clone());
-    let cm = s.rdma_api == RdmaApi::Cm;
+    let cm = rdma.api == RdmaApi::Cm;
     let mut qps = if cm {
         let server = port_offset(ctx.server, ctx.server.port(), CM_PORT_OFFSET)?;
         let deadline = Instant::now() + ctx.setup_timeout;
@@ -161,15 +163,15 @@ pub fn connect(ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
             let mut stream = Vec::new();
             for _ in 0..s.nsockets {
                 stream.push(cm_connect(
-                    s, &opts, server, ctx.bind, near, deadline, &ctx.abort,
+                    rdma, &opts, server, ctx.bind, near, deadline, &ctx.abort,
                 )?);
             }
             all.push(stream);
         }
         all
     } else {
-        let dev = VerbsDevice::open(s.rdma_device.as_deref(), Some(near))?;
-        create_all(&dev, s, &opts)?
+        let dev = VerbsDevice::open(rdma.device.as_deref(), Some(near))?;
+        create_all(&dev, s, &opts, rdma.write)?
     };
     write_json(
         &mut sock,
@@ -192,6 +194,8 @@ struct VerbsAcceptor {
     qps: Vec<Vec<QpEndpoint>>,
     /// `cm`: the listening identifier and its event channel.
     listener: Option<CmListener>,
+    /// Data moves by RDMA WRITE.
+    write: bool,
 }
 
 struct CmListener {
@@ -207,10 +211,10 @@ struct CmConn {
 
 /// Server: opens the device, or starts listening with rdma_cm, before the client is
 /// told `Ready`.
-pub fn listen(ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
+pub fn listen(ctx: &ServerCtx, rdma: &RdmaSettings) -> Result<Box<dyn Acceptor>> {
     let s = &ctx.settings;
     let near = ctx.local.ip().to_canonical();
-    if s.rdma_api == RdmaApi::Cm {
+    if rdma.api == RdmaApi::Cm {
         let channel = EventChannel::new().map_err(|e| anyhow!("rdma_cm: {e:#}"))?;
         channel.set_nonblocking(true)?;
         let id = channel
@@ -225,19 +229,18 @@ pub fn listen(ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
         return Ok(Box::new(VerbsAcceptor {
             qps: Vec::new(),
             listener: Some(CmListener { channel, _id: id }),
+            write: rdma.write,
         }));
     }
     let names = device_names()?;
-    let hint = s
-        .rdma_device
-        .as_deref()
-        .filter(|h| names.iter().any(|n| n == h));
+    let hint = (rdma.device.as_deref()).filter(|h| names.iter().any(|n| n == h));
     let dev = VerbsDevice::open(hint, Some(near))?;
     let opts = stream_options(s, ctx.abort.clone());
-    let qps = create_all(&dev, s, &opts)?;
+    let qps = create_all(&dev, s, &opts, rdma.write)?;
     Ok(Box::new(VerbsAcceptor {
         qps,
         listener: None,
+        write: rdma.write,
     }))
 }
 
@@ -249,7 +252,7 @@ impl Acceptor for VerbsAcceptor {
         let cm = self.listener.is_some();
         if let Some(listener) = &self.listener {
             // The client connects every QP before it sends its details.
-            self.qps = cm_accept_all(listener, ctx, &opts)?;
+            self.qps = cm_accept_all(listener, ctx, &opts, self.write)?;
         }
         let client: VerbsClientDetails = read_json(&mut sock, ctx.setup_timeout)?;
         control::check_version(client.version)?;
@@ -339,7 +342,7 @@ fn cm_ready(id: &Identifier, qp: &mut QpEndpoint) -> Result<()> {
 /// A QP on the device rdma_cm bound `id` to, in INIT with rdma_cm's attributes.
 fn cm_endpoint(
     id: &Arc<Identifier>,
-    s: &Settings,
+    write: bool,
     opts: &StreamOptions,
     near: IpAddr,
 ) -> Result<QpEndpoint> {
@@ -354,7 +357,7 @@ fn cm_endpoint(
     Ok(QpEndpoint::create(
         &dev,
         opts,
-        s.rdma_write,
+        write,
         Some(init),
         Some(keep),
     )?)
@@ -362,7 +365,7 @@ fn cm_endpoint(
 
 /// Client: connects one QP to `server` with rdma_cm.
 fn cm_connect(
-    s: &Settings,
+    rdma: &RdmaSettings,
     opts: &StreamOptions,
     server: SocketAddr,
     bind: Option<IpAddr>,
@@ -384,8 +387,8 @@ fn cm_connect(
         .map_err(|e| anyhow!("rdma_resolve_route({server}): {e:#}"))?;
     let what = format!("a route to {server}");
     expect_event(&channel, EventType::RouteResolved, deadline, abort, &what)?;
-    let mut qp = cm_endpoint(&id, s, opts, near)?;
-    if let Some(want) = &s.rdma_device {
+    let mut qp = cm_endpoint(&id, rdma.write, opts, near)?;
+    if let Some(want) = &rdma.device {
         if qp.port().device != *want {
             bail!(
                 "rdma_cm reaches {server} through RDMA device {}, not {want} (-D)",
@@ -411,6 +414,7 @@ fn cm_accept_all(
     listener: &CmListener,
     ctx: &ServerCtx,
     opts: &StreamOptions,
+    write: bool,
 ) -> Result<Vec<Vec<QpEndpoint>>> {
     let s = &ctx.settings;
     let near = ctx.local.ip().to_canonical();
@@ -436,7 +440,7 @@ fn cm_accept_all(
                     // identifier refuses this one.
                     continue;
                 }
-                let mut qp = cm_endpoint(&id, s, opts, near)?;
+                let mut qp = cm_endpoint(&id, write, opts, near)?;
                 cm_ready(&id, &mut qp)?;
                 let mut param = ConnectionParameter::default();
                 param.setup_qp_number(qp.qpn());

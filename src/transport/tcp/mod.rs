@@ -1,7 +1,10 @@
 //! The TCP transport: stream `i` is `nsockets` TCP connections to port `base + i`
 //! (stream 0 shares the control port, except with `--window`: [`data_port_offset`]).
 //! Each data connection opens with a `DataHello` frame naming its session, stream and
-//! socket, so the server can route and check it.
+//! socket, so the server can route and check it. TCP's own options are in [`settings`].
+
+pub mod crr;
+pub mod settings;
 
 use super::{
     port_offset, stream_options, Acceptor, ClientCtx, DataConn, Refusal, ServerCtx, Transport,
@@ -9,13 +12,14 @@ use super::{
 use crate::control::{self, Message, PROTOCOL_VERSION};
 use crate::settings::Settings;
 use crate::stream::affinity::cpu_for;
-use crate::stream::{Stream, StreamOptions, TcpStream};
+use crate::stream::{Stream, StreamOptions, TcpOptions, TcpStream};
 use anyhow::{anyhow, bail, Context, Result};
+use settings::TcpSettings;
 use socket2::{Domain, SockRef, Socket, Type};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{self, IpAddr, SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -26,23 +30,27 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// they are; more are dropped at once.
 const MAX_PENDING_PER_PORT: usize = 32;
 
-/// The TCP transport.
-pub struct TcpTransport;
+/// The TCP transport, with the run's TCP options.
+pub struct TcpTransport(pub TcpSettings);
 
 struct TcpAcceptor {
+    tcp: TcpSettings,
     listeners: Vec<JoinHandle<()>>,
 }
 
 impl Transport for TcpTransport {
     fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
         let listeners = listen_data_ports(ctx, ctx.settings.nsockets)?;
-        Ok(Box::new(TcpAcceptor { listeners }))
+        Ok(Box::new(TcpAcceptor {
+            tcp: self.0.clone(),
+            listeners,
+        }))
     }
 
     /// `-C`: the kernel must have the algorithm. Tried on a socket of its own before the
     /// server is contacted, so a name the kernel lacks never starts a test there.
-    fn check(&self, settings: &Settings, server: SocketAddr) -> Result<()> {
-        if let Some(name) = &settings.congestion {
+    fn check(&self, _settings: &Settings, server: SocketAddr) -> Result<()> {
+        if let Some(name) = &self.0.congestion {
             let probe = Socket::new(Domain::for_address(server), Type::STREAM, None)?;
             crate::stream::tcp::set_congestion(SockRef::from(&probe), name)?;
         }
@@ -56,10 +64,10 @@ impl Transport for TcpTransport {
             let socks = (0..s.nsockets)
                 .map(|k| open_data_conn(ctx, i, k))
                 .collect::<Result<Vec<_>>>()?;
-            let mut opts = stream_options(s, ctx.abort.clone());
+            let mut opts = tcp_stream_options(s, &self.0, ctx.abort.clone());
             opts.cpu = cpu_for(&s.client_cpus, i);
             if s.server_sends_on(i) {
-                opts = receiving_end(s, opts);
+                opts = receiving_end(s, &self.0, opts);
             }
             streams.push(Box::new(TcpStream::from_sockets(socks, opts)?));
         }
@@ -73,10 +81,10 @@ impl Acceptor for TcpAcceptor {
         let conns = accept_data_conns(ctx, s.nsockets, self.listeners)?;
         let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
         for (i, socks) in (0u32..).zip(conns) {
-            let mut opts = stream_options(s, ctx.abort.clone());
+            let mut opts = tcp_stream_options(s, &self.tcp, ctx.abort.clone());
             opts.cpu = cpu_for(&s.server_cpus, i);
             if !s.server_sends_on(i) {
-                opts = receiving_end(s, opts);
+                opts = receiving_end(s, &self.tcp, opts);
             }
             streams.push(Box::new(TcpStream::from_sockets(socks, opts)?));
         }
@@ -84,14 +92,39 @@ impl Acceptor for TcpAcceptor {
     }
 }
 
+/// The STREAM options of a TCP stream: the run's, with the TCP options both ends set.
+pub(super) fn tcp_stream_options(
+    s: &Settings,
+    tcp: &TcpSettings,
+    abort: Arc<AtomicBool>,
+) -> StreamOptions {
+    StreamOptions {
+        tcp: TcpOptions {
+            nodelay: tcp.nodelay,
+            quickack: tcp.quickack,
+            zerocopy: tcp.zerocopy,
+            congestion: tcp.congestion.clone(),
+            io_uring: tcp.io_uring,
+            // The receiving end's own (see `receiving_end`): on a sending socket a
+            // low-water mark would hold back the reading of 1-byte MPRTT replies.
+            ..TcpOptions::default()
+        },
+        ..stream_options(s, abort)
+    }
+}
+
 /// `opts` for the end that receives a stream's data (the server, or with `--reverse`
 /// and on `--bidir`'s second half the client): its receive low-water mark, nap and
 /// `--skip-rx-copy`.
-fn receiving_end(s: &Settings, opts: StreamOptions) -> StreamOptions {
+fn receiving_end(s: &Settings, tcp: &TcpSettings, opts: StreamOptions) -> StreamOptions {
+    let run = s.shape();
     StreamOptions {
-        rcvlowat: s.rcvlowat_bytes(receiver_cores()).map(|b| b as usize),
-        skip_rx_copy: s.skip_rx_copy,
-        rx_nap: s.rx_nap(receiver_cores()),
+        tcp: TcpOptions {
+            rcvlowat: (tcp.rcvlowat_bytes(&run, receiver_cores())).map(|b| b as usize),
+            skip_rx_copy: tcp.skip_rx_copy,
+            rx_nap: tcp.rx_nap(&run, receiver_cores()),
+            ..opts.tcp
+        },
         ..opts
     }
 }
@@ -325,7 +358,7 @@ pub fn connect(
 ) -> io::Result<net::TcpStream> {
     let handshake = crate::stream::tcp::HandshakeOptions {
         bind,
-        congestion: settings.and_then(|s| s.congestion.as_deref()),
+        congestion: (settings.and_then(Settings::tcp)).and_then(|t| t.congestion.as_deref()),
         window: settings.and_then(Settings::tcp_window).map(|w| w as usize),
     };
     handshake.connect(addr, Some(timeout))
@@ -334,15 +367,28 @@ pub fn connect(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::{Protocol, TransportSettings};
+    use crate::transport::sockets::{SocketSettings, MAX_WINDOW};
+
+    /// A TCP run's settings with a `-w` of `window` bytes.
+    fn windowed(window: u32) -> Settings {
+        Settings {
+            transport: TransportSettings::Tcp(TcpSettings {
+                sockets: SocketSettings {
+                    window: Some(window),
+                    ..SocketSettings::default()
+                },
+                ..TcpSettings::default()
+            }),
+            ..Settings::default()
+        }
+    }
 
     #[test]
     fn connect_gives_a_data_connection_its_window_and_a_control_one_none() {
         // Within net.core.{r,w}mem_max's default, so it holds without root too.
         let window = 80u32 << 10;
-        let settings = Settings {
-            window: Some(window),
-            ..Settings::default()
-        };
+        let settings = windowed(window);
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         let timeout = Duration::from_secs(5);
@@ -365,11 +411,8 @@ mod tests {
     fn a_data_listener_sized_before_it_listens_lets_both_ends_scale_to_the_window() {
         // 256 MiB, past the window scale the kernel's maximum buffer gives a listener
         // of its default size (8 MiB at the default 6 MiB), as the control port's has.
-        let window = crate::settings::MAX_WINDOW;
-        let settings = Settings {
-            window: Some(window),
-            ..Settings::default()
-        };
+        let window = MAX_WINDOW;
+        let settings = windowed(window);
         let ip = IpAddr::from([127, 0, 0, 1]);
         let listener = bind_data_listener(SocketAddr::new(ip, 0), &settings).expect("listen");
         let addr = listener.local_addr().expect("addr");
@@ -382,7 +425,7 @@ mod tests {
         }
         // A UDP test's per-stream connections carry control only: no window there.
         let udp = Settings {
-            protocol: crate::settings::Protocol::Udp,
+            transport: TransportSettings::default_for(Protocol::Udp),
             ..settings
         };
         let listener = bind_data_listener(SocketAddr::new(ip, 0), &udp).expect("listen");
@@ -399,12 +442,12 @@ mod tests {
         let offsets = |s: &Settings| (0..3).map(|i| data_port_offset(s, i)).collect::<Vec<_>>();
         assert_eq!(offsets(&tcp), [0, 1, 2]);
         let window = Settings {
-            window: Some(1 << 20),
-            ..tcp.clone()
+            nstreams: 3,
+            ..windowed(1 << 20)
         };
         assert_eq!(offsets(&window), [3, 1, 2]);
         let udp = Settings {
-            protocol: crate::settings::Protocol::Udp,
+            transport: TransportSettings::default_for(Protocol::Udp),
             ..window
         };
         assert_eq!(offsets(&udp), [0, 1, 2]);

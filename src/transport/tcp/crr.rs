@@ -2,19 +2,22 @@
 //! on the server at port `base + 1 + i`, to which the client opens a new connection per
 //! packet (see [`crate::stream::crr`]). Nothing connects during set-up.
 
-use super::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx, Transport};
+use super::settings::TcpSettings;
+use super::{tcp_stream_options, TcpTransport};
 use crate::settings::Settings;
 use crate::stream::affinity::cpu_for;
 use crate::stream::crr::{CrrClient, CrrServer};
 use crate::stream::{Stream, StreamOptions};
+use crate::transport::{port_offset, Acceptor, ClientCtx, ServerCtx, Transport};
 use anyhow::{Context, Result};
 use socket2::{Domain, SockRef, Socket, Type};
 use std::net::{SocketAddr, TcpListener};
 
-/// The crr transport.
-pub struct CrrTransport;
+/// The crr transport, with the run's TCP options.
+pub struct CrrTransport(pub TcpSettings);
 
 struct CrrAcceptor {
+    tcp: TcpSettings,
     listeners: Vec<TcpListener>,
 }
 
@@ -27,7 +30,7 @@ fn port_of(stream: u32) -> u32 {
 impl Transport for CrrTransport {
     /// `-C`: the kernel must have the algorithm, as for TCP.
     fn check(&self, settings: &Settings, server: SocketAddr) -> Result<()> {
-        super::tcp::TcpTransport.check(settings, server)
+        TcpTransport(self.0.clone()).check(settings, server)
     }
 
     fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
@@ -35,11 +38,14 @@ impl Transport for CrrTransport {
         let listeners = (0..ctx.settings.nstreams)
             .map(|i| {
                 let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, port_of(i))?;
-                bind(addr, &ctx.settings)
+                bind(addr, &self.0)
                     .with_context(|| format!("cannot listen on {addr} for crr stream {i}"))
             })
             .collect::<Result<_>>()?;
-        Ok(Box::new(CrrAcceptor { listeners }))
+        Ok(Box::new(CrrAcceptor {
+            tcp: self.0.clone(),
+            listeners,
+        }))
     }
 
     fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
@@ -49,7 +55,7 @@ impl Transport for CrrTransport {
                 let server = port_offset(ctx.server, ctx.server.port(), port_of(i))?;
                 let opts = StreamOptions {
                     cpu: cpu_for(&s.client_cpus, i),
-                    ..stream_options(s, ctx.abort.clone())
+                    ..tcp_stream_options(s, &self.0, ctx.abort.clone())
                 };
                 let stream =
                     CrrClient::new(server, ctx.bind, ctx.session, i, ctx.stall_timeout, opts);
@@ -67,7 +73,7 @@ impl Acceptor for CrrAcceptor {
             .map(|(i, listener)| {
                 let opts = StreamOptions {
                     cpu: cpu_for(&s.server_cpus, i),
-                    ..stream_options(s, ctx.abort.clone())
+                    ..tcp_stream_options(s, &self.tcp, ctx.abort.clone())
                 };
                 let client = ctx.client.ip().to_canonical();
                 Box::new(CrrServer::new(listener, client, ctx.session, i, opts)) as Box<dyn Stream>
@@ -77,10 +83,10 @@ impl Acceptor for CrrAcceptor {
 }
 
 /// A non-blocking listener; accepted connections inherit its congestion control.
-fn bind(addr: SocketAddr, settings: &Settings) -> std::io::Result<TcpListener> {
+fn bind(addr: SocketAddr, tcp: &TcpSettings) -> std::io::Result<TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     sock.set_reuse_address(true)?;
-    if let Some(name) = &settings.congestion {
+    if let Some(name) = &tcp.congestion {
         crate::stream::tcp::set_congestion(SockRef::from(&sock), name)?;
     }
     sock.bind(&addr.into())?;

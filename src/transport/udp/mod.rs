@@ -16,6 +16,10 @@
 //! Sizes: `-l` is the UDP payload, header included; it must fit in one datagram
 //! (65507 bytes over IPv4, 65527 over IPv6), checked by [`Transport::check`] on the
 //! client before anything is sent and by the server before it answers `Ready`.
+//!
+//! UDP's own options are in [`settings`].
+
+pub mod settings;
 
 use super::tcp::{accept_data_conns, listen_data_ports, open_data_conn};
 use super::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx, Transport};
@@ -24,6 +28,7 @@ use crate::settings::Settings;
 use crate::stream::udp::{UdpOptions, CONTROL_IO_TIMEOUT, MAX_DATAGRAM_V4, MAX_DATAGRAM_V6};
 use crate::stream::{canonical, Stream, UdpStream};
 use anyhow::{anyhow, bail, Context, Result};
+use settings::UdpSettings;
 use socket2::{Domain, Socket, Type};
 use std::io;
 use std::net::{self, IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -32,10 +37,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// The UDP transport.
-pub struct UdpTransport;
+/// The UDP transport, with the run's UDP options.
+pub struct UdpTransport(pub UdpSettings);
 
 struct UdpAcceptor {
+    udp: UdpSettings,
     /// Socket 0 of each stream, bound to `base + i` before the client is told `Ready`.
     first: Vec<net::UdpSocket>,
     /// Listeners of the control connections of streams 1 and up.
@@ -69,18 +75,19 @@ fn bind_udp(addr: SocketAddr, share_port: bool) -> io::Result<net::UdpSocket> {
 /// ends build it the same way.
 fn udp_stream(
     settings: &Settings,
+    options: &UdpSettings,
     stream: u32,
     socks: Vec<net::UdpSocket>,
     control: net::TcpStream,
     abort: Arc<AtomicBool>,
 ) -> io::Result<Box<dyn Stream>> {
     let udp = UdpOptions {
-        batch: settings.udp_batch_size() as usize,
-        gso: settings.gso,
-        gro: settings.gro,
+        batch: options.batch_size(&settings.shape()) as usize,
+        gso: options.gso,
+        gro: options.gro,
         ..UdpOptions::new(
             stream,
-            Duration::from_millis(u64::from(settings.ack_timeout_ms)),
+            Duration::from_millis(u64::from(options.ack_timeout_ms)),
         )
     };
     let opts = stream_options(settings, abort);
@@ -105,7 +112,11 @@ impl Transport for UdpTransport {
             })
             .collect::<Result<Vec<_>>>()?;
         let listeners = listen_data_ports(ctx, 1)?;
-        Ok(Box::new(UdpAcceptor { first, listeners }))
+        Ok(Box::new(UdpAcceptor {
+            udp: self.0.clone(),
+            first,
+            listeners,
+        }))
     }
 
     fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
@@ -138,7 +149,14 @@ impl Transport for UdpTransport {
             // The STREAM (which sizes the socket buffers) exists before the server hears
             // the addresses: with --reverse it sends as soon as every stream is ready.
             let mut setup = control.try_clone()?;
-            streams.push(udp_stream(s, i, socks, control, ctx.abort.clone())?);
+            streams.push(udp_stream(
+                s,
+                &self.0,
+                i,
+                socks,
+                control,
+                ctx.abort.clone(),
+            )?);
             control::write_frame(&mut setup, &Message::UdpSockets { addrs })?;
             setup.set_read_timeout(Some(ctx.setup_timeout))?;
             match control::read_frame(&mut setup) {
@@ -206,7 +224,14 @@ impl Acceptor for UdpAcceptor {
             // The STREAM (which sizes the socket buffers) must exist before the client is
             // told to send: its first datagrams would overflow the default buffers.
             let mut ready = control.try_clone()?;
-            streams.push(udp_stream(s, i, socks, control, ctx.abort.clone())?);
+            streams.push(udp_stream(
+                s,
+                &self.udp,
+                i,
+                socks,
+                control,
+                ctx.abort.clone(),
+            )?);
             control::write_frame(&mut ready, &Message::Ready)?;
         }
         Ok(streams)

@@ -1,0 +1,838 @@
+//! The settings of one run: chosen by the client, sent to the server over the control
+//! stream, and validated on both ends by the same code. They are the fields every
+//! transport shares plus one value of the transport's own ([`TransportSettings`]), which
+//! holds that transport's options, their checks and its tuning.
+//!
+//! Invariant: a [`Settings`] value that passed [`Settings::validate`] is safe to act on;
+//! nothing past validation re-checks a field.
+
+pub mod labels;
+pub mod shape;
+
+use crate::transport::rdma::settings::{RdmaSettings, RdmaSettingsError};
+use crate::transport::sockets::SocketSettings;
+use crate::transport::tcp::settings::{TcpSettings, TcpSettingsError};
+use crate::transport::udp::settings::{UdpSettings, UdpSettingsError};
+use labels::HeaderLabels;
+use serde::{Deserialize, Serialize};
+pub use shape::{RunShape, MAX_FOOTPRINT};
+use thiserror::Error;
+
+/// Default base port: data stream `i` uses `DEFAULT_PORT + i`.
+pub const DEFAULT_PORT: u16 = 28444;
+/// Default bytes per send.
+pub const DEFAULT_PKTSIZE: u32 = 32768;
+/// Default MB (2^20 B) to send per stream.
+pub const DEFAULT_MB: u64 = 10240;
+/// Most sockets one STREAM may hold.
+pub const MAX_NSOCKETS: u32 = 100;
+/// Most data streams one run may open.
+pub const MAX_NSTREAMS: u32 = 256;
+/// Largest bytes-per-send accepted (a buffer of this size is allocated per socket).
+pub const MAX_PKTSIZE: u32 = 64 << 20;
+/// Largest run size accepted: 2^40 MB would overflow byte counters' headroom.
+pub const MAX_MB: u64 = 1 << 30;
+/// Bytes in one "MB" as fperf counts it.
+pub const MB: u64 = 1 << 20;
+/// Shortest reporting interval (`-i`), in ms.
+pub const MIN_INTERVAL_MS: u64 = 10;
+/// Longest time-bounded run, reporting interval or warm-up (`--time`, `-i`, `--omit`):
+/// one week, in ms.
+pub const MAX_TIME_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// The transport of the data streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Rdma,
+}
+
+impl Protocol {
+    /// The name used in reports ("TCP", "UDP", "RDMA").
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::Rdma => "RDMA",
+        }
+    }
+}
+
+/// The queue between `send_submit()` and a STREAM's sender threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueKind {
+    /// A mutex-protected queue holding up to 10000 requests (`-q 1`, the default).
+    Mutex,
+    /// A lock-free single-producer single-consumer queue (`-q 0`); forces nsockets to 1.
+    LockFree,
+}
+
+impl QueueKind {
+    /// Maps the original `-q` values: 1 = mutex queue, 0 = lock-free queue.
+    pub fn from_qtype(q: u8) -> Option<Self> {
+        match q {
+            1 => Some(QueueKind::Mutex),
+            0 => Some(QueueKind::LockFree),
+            _ => None,
+        }
+    }
+}
+
+/// One transport's own settings: the options only it has, with their defaults, checks
+/// and tuning. Which one it is names the protocol of the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "protocol", rename_all = "lowercase")]
+pub enum TransportSettings {
+    Tcp(TcpSettings),
+    Udp(UdpSettings),
+    Rdma(RdmaSettings),
+}
+
+impl TransportSettings {
+    /// `protocol`'s settings, every option at its default.
+    pub fn default_for(protocol: Protocol) -> TransportSettings {
+        match protocol {
+            Protocol::Tcp => TransportSettings::Tcp(TcpSettings::default()),
+            Protocol::Udp => TransportSettings::Udp(UdpSettings::default()),
+            Protocol::Rdma => TransportSettings::Rdma(RdmaSettings::default()),
+        }
+    }
+
+    /// The protocol these settings are for.
+    pub fn protocol(&self) -> Protocol {
+        match self {
+            TransportSettings::Tcp(_) => Protocol::Tcp,
+            TransportSettings::Udp(_) => Protocol::Udp,
+            TransportSettings::Rdma(_) => Protocol::Rdma,
+        }
+    }
+
+    /// The socket options, for the transports that move data through kernel sockets.
+    pub fn sockets(&self) -> Option<&SocketSettings> {
+        match self {
+            TransportSettings::Tcp(tcp) => Some(&tcp.sockets),
+            TransportSettings::Udp(udp) => Some(&udp.sockets),
+            TransportSettings::Rdma(_) => None,
+        }
+    }
+
+    /// What a report header says of the transport's options.
+    pub fn labels(&self) -> HeaderLabels {
+        match self {
+            TransportSettings::Tcp(tcp) => tcp.labels(),
+            TransportSettings::Udp(udp) => udp.labels(),
+            TransportSettings::Rdma(rdma) => rdma.labels(),
+        }
+    }
+}
+
+/// Everything both ends must agree on for one run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Data STREAMs, each driven by its own thread; stream `i` uses port `port + i`.
+    pub nstreams: u32,
+    /// Sockets inside each STREAM.
+    pub nsockets: u32,
+    /// MB (2^20 B) to send per stream.
+    pub mb: u64,
+    /// Bytes per send.
+    pub pktsize: u32,
+    /// Wait for a 1-byte ACK after each packet.
+    pub mprtt: bool,
+    /// TCP with MPRTT (`--echo`): the reply is the packet itself, as many bytes as
+    /// were sent, instead of a 1-byte ACK.
+    #[serde(default)]
+    pub echo: bool,
+    /// TCP with MPRTT (`--crr`): every packet is a connection of its own (connect,
+    /// request, 1-byte reply, close), as netperf's TCP_CRR.
+    #[serde(default)]
+    pub crr: bool,
+    /// TCP or UDP bulk (`--reverse`, iperf3's `-R`): the server sends and the client
+    /// receives.
+    #[serde(default)]
+    pub reverse: bool,
+    /// TCP bulk both ways at once (`--bidir`, iperf3's `--bidir`): the first half of the
+    /// `nstreams` streams carry the client's data, the second half the server's.
+    #[serde(default)]
+    pub bidir: bool,
+    pub queue: QueueKind,
+    /// `--time`: each stream sends for this many ms instead of `mb` MB.
+    #[serde(default)]
+    pub time_ms: Option<u64>,
+    /// `-i`: both ends report figures every this many ms while the run goes on.
+    #[serde(default)]
+    pub interval_ms: Option<u64>,
+    /// `--omit`: the first this many ms are left out of the totals (warm-up).
+    #[serde(default)]
+    pub omit_ms: Option<u64>,
+    /// `-b`: each stream sends no faster than this many bits/s (paced by the sender).
+    #[serde(default)]
+    pub rate_bps: Option<u64>,
+    /// CPUs the client's data threads are pinned to (`--cpu`); stream i uses entry
+    /// i mod len. Empty: not pinned.
+    #[serde(default)]
+    pub client_cpus: Vec<u32>,
+    /// CPUs the server's data threads are pinned to (`--server-cpu`), as above.
+    #[serde(default)]
+    pub server_cpus: Vec<u32>,
+    /// The protocol, and the options only it has.
+    #[serde(flatten)]
+    pub transport: TransportSettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            nstreams: 1,
+            nsockets: 1,
+            mb: DEFAULT_MB,
+            pktsize: DEFAULT_PKTSIZE,
+            mprtt: false,
+            echo: false,
+            crr: false,
+            reverse: false,
+            bidir: false,
+            queue: QueueKind::Mutex,
+            time_ms: None,
+            interval_ms: None,
+            omit_ms: None,
+            rate_bps: None,
+            client_cpus: Vec::new(),
+            server_cpus: Vec::new(),
+            transport: TransportSettings::Tcp(TcpSettings::default()),
+        }
+    }
+}
+
+/// Why a [`Settings`] value was refused.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum SettingsError {
+    #[error("--nstreams must be between 1 and {MAX_NSTREAMS}, not {0}")]
+    NStreams(u32),
+    #[error("--nsockets must be between 1 and {MAX_NSOCKETS}, not {0}")]
+    NSockets(u32),
+    #[error("--pktsize must be between 1 and {MAX_PKTSIZE} bytes, not {0}")]
+    PktSize(u32),
+    #[error("--mb must be between 1 and {MAX_MB}, not {0}")]
+    Mb(u64),
+    #[error("the lock-free queue (-q 0) drives a single socket; --nsockets must be 1, not {0}")]
+    LockFreeSockets(u32),
+    #[error("--{0} must be between {MIN_INTERVAL_MS} ms and one week, not {1} ms")]
+    Timing(&'static str, u64),
+    #[error("--omit ({0} ms) must be shorter than --time ({1} ms)")]
+    OmitTooLong(u64, u64),
+    #[error("--bitrate must be at least 1 bit/s")]
+    RateZero,
+    #[error(
+        "--nstreams × --nsockets × --pktsize (× 2 with --echo) is {0} bytes; at most {MAX_FOOTPRINT} bytes of \
+         packet buffers are allowed"
+    )]
+    Footprint(u64),
+    #[error("CPU numbers must be below {max}, not {0}", max = crate::stream::affinity::MAX_CPUS)]
+    Cpu(u32),
+    #[error("--echo is implemented for TCP only in this build; it cannot be used with {0}")]
+    EchoTcpOnly(&'static str),
+    #[error("--echo answers each packet with its echo: it needs MPRTT (-r)")]
+    EchoNeedsMprtt,
+    #[error(
+        "--reverse is implemented for TCP and UDP only in this build; it cannot be used with {0}"
+    )]
+    ReverseUnsupported(&'static str),
+    #[error("--reverse turns bulk sending around; -r, --echo and --crr time each packet from the client")]
+    ReverseMprtt,
+    #[error("--bidir is implemented for TCP only in this build; it cannot be used with {0}")]
+    BidirTcpOnly(&'static str),
+    #[error("--bidir runs bulk both ways; it cannot be used with {0}")]
+    BidirConflict(&'static str),
+    #[error("--bidir needs an even number of streams, half each way, not {0}")]
+    BidirOddStreams(u32),
+    #[error("--crr is a TCP workload; it cannot be used with {0}")]
+    CrrTcpOnly(&'static str),
+    #[error("--crr opens one connection per packet, answered by 1 byte, from the stream's own thread with the kernel's socket defaults: it cannot be used {0}")]
+    CrrConflict(&'static str),
+    #[error(transparent)]
+    Tcp(#[from] TcpSettingsError),
+    #[error(transparent)]
+    Udp(#[from] UdpSettingsError),
+    #[error(transparent)]
+    Rdma(#[from] RdmaSettingsError),
+}
+
+impl Settings {
+    /// The protocol of the data streams.
+    pub fn protocol(&self) -> Protocol {
+        self.transport.protocol()
+    }
+
+    /// The facts of this run that the transport's own settings are checked and tuned
+    /// against.
+    pub fn shape(&self) -> RunShape {
+        RunShape {
+            nstreams: self.nstreams,
+            pktsize: self.pktsize,
+            mprtt: self.mprtt,
+            paced: self.rate_bps.is_some(),
+            asynchronous: self.asynchronous(),
+        }
+    }
+
+    /// Whether each end runs its data threads under `SCHED_BATCH`: in an unpaced bulk
+    /// test they are throughput work, so a thread woken on a core (a reader woken by
+    /// data) does not preempt the one running there mid-write; it runs when that one
+    /// blocks or at the next tick. Not with MPRTT (`-r`, `--echo`, `--crr`), whose
+    /// round trips are the wake-ups being measured, nor with `-b`, whose packets are
+    /// due at set times. Every transport's threads follow it. docs/tuning.md has what
+    /// it buys.
+    pub fn batch_threads(&self) -> bool {
+        !self.mprtt && self.rate_bps.is_none()
+    }
+
+    /// Checks every field; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        if !(1..=MAX_NSTREAMS).contains(&self.nstreams) {
+            return Err(SettingsError::NStreams(self.nstreams));
+        }
+        if !(1..=MAX_NSOCKETS).contains(&self.nsockets) {
+            return Err(SettingsError::NSockets(self.nsockets));
+        }
+        if !(1..=MAX_PKTSIZE).contains(&self.pktsize) {
+            return Err(SettingsError::PktSize(self.pktsize));
+        }
+        if !(1..=MAX_MB).contains(&self.mb) {
+            return Err(SettingsError::Mb(self.mb));
+        }
+        // With --echo each socket also holds a packet to echo (server) or an echo being
+        // read (client): twice the buffers.
+        let copies = if self.echo { 2 } else { 1 };
+        let footprint =
+            u64::from(self.nstreams) * u64::from(self.nsockets) * u64::from(self.pktsize) * copies;
+        if footprint > MAX_FOOTPRINT {
+            return Err(SettingsError::Footprint(footprint));
+        }
+        if self.echo && self.protocol() != Protocol::Tcp {
+            return Err(SettingsError::EchoTcpOnly(self.protocol().name()));
+        }
+        if self.echo && !self.mprtt {
+            return Err(SettingsError::EchoNeedsMprtt);
+        }
+        if self.crr {
+            self.validate_crr()?;
+        }
+        if self.reverse {
+            if self.protocol() == Protocol::Rdma {
+                return Err(SettingsError::ReverseUnsupported(self.protocol().name()));
+            }
+            if self.mprtt {
+                return Err(SettingsError::ReverseMprtt);
+            }
+        }
+        if self.bidir {
+            self.validate_bidir()?;
+        }
+        if let Some(&cpu) = self
+            .client_cpus
+            .iter()
+            .chain(&self.server_cpus)
+            .find(|&&c| c as usize >= crate::stream::affinity::MAX_CPUS)
+        {
+            return Err(SettingsError::Cpu(cpu));
+        }
+        if self.queue == QueueKind::LockFree && self.nsockets != 1 {
+            return Err(SettingsError::LockFreeSockets(self.nsockets));
+        }
+        for (name, value, min) in [
+            ("time", self.time_ms, 1),
+            ("interval", self.interval_ms, MIN_INTERVAL_MS),
+            ("omit", self.omit_ms, 0),
+        ] {
+            if let Some(v) = value {
+                if !(min..=MAX_TIME_MS).contains(&v) {
+                    return Err(SettingsError::Timing(name, v));
+                }
+            }
+        }
+        if self.rate_bps == Some(0) {
+            return Err(SettingsError::RateZero);
+        }
+        if let (Some(omit), Some(time)) = (self.omit_ms, self.time_ms) {
+            if omit >= time {
+                return Err(SettingsError::OmitTooLong(omit, time));
+            }
+        }
+        let run = self.shape();
+        match &self.transport {
+            TransportSettings::Tcp(tcp) => tcp.validate(&run)?,
+            TransportSettings::Udp(udp) => udp.validate(&run)?,
+            TransportSettings::Rdma(rdma) => rdma.validate()?,
+        }
+        Ok(())
+    }
+
+    /// `--crr` opens a connection per packet from the stream's own thread, with the
+    /// 1-byte reply of MPRTT and the kernel's socket defaults.
+    fn validate_crr(&self) -> Result<(), SettingsError> {
+        let TransportSettings::Tcp(tcp) = &self.transport else {
+            return Err(SettingsError::CrrTcpOnly(self.protocol().name()));
+        };
+        let conflict = [
+            (!self.mprtt, "without -r"),
+            (self.echo, "with --echo"),
+            (self.nsockets != 1, "with -n above 1"),
+            (self.queue == QueueKind::LockFree, "with -q 0"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag))
+        .or_else(|| tcp.crr_conflict());
+        match conflict {
+            Some(flag) => Err(SettingsError::CrrConflict(flag)),
+            None => Ok(()),
+        }
+    }
+    /// `--bidir` sends bulk both ways over TCP streams of their own, half in each
+    /// direction; whatever times a packet from the client (MPRTT) cannot run both ways.
+    fn validate_bidir(&self) -> Result<(), SettingsError> {
+        if self.protocol() != Protocol::Tcp {
+            return Err(SettingsError::BidirTcpOnly(self.protocol().name()));
+        }
+        let conflict = [
+            (self.reverse, "--reverse"),
+            (self.crr, "--crr"),
+            (self.echo, "--echo"),
+            (self.mprtt, "-r"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag));
+        if let Some(flag) = conflict {
+            return Err(SettingsError::BidirConflict(flag));
+        }
+        if self.nstreams % 2 != 0 {
+            return Err(SettingsError::BidirOddStreams(self.nstreams));
+        }
+        Ok(())
+    }
+
+    /// With `--bidir`, the first stream the server sends on (the streams before it
+    /// carry the client's data).
+    pub fn first_server_stream(&self) -> Option<u32> {
+        self.bidir.then_some(self.nstreams / 2)
+    }
+
+    /// Whether the server sends on stream `stream`: with `--reverse` on all, with
+    /// `--bidir` on the second half.
+    pub fn server_sends_on(&self, stream: u32) -> bool {
+        self.reverse
+            || self
+                .first_server_stream()
+                .is_some_and(|first| stream >= first)
+    }
+
+    /// One direction of a `--bidir` run as a one-way run of its streams would be set:
+    /// the server sending if `reverse`. Reports render each direction with these.
+    pub fn one_way(&self, reverse: bool) -> Settings {
+        Settings {
+            bidir: false,
+            reverse,
+            nstreams: self.first_server_stream().unwrap_or(self.nstreams),
+            ..self.clone()
+        }
+    }
+
+    /// Whether the server listens on ports after its base port for this test: stream
+    /// `i > 0` at `base + i`, and with a TCP `--window` stream 0 too, at `base + nstreams`
+    /// (see [`crate::transport::tcp::data_port_offset`]); with `--crr` every stream, at
+    /// `base + 1 + i`. Two such tests cannot run at once.
+    pub fn listens_past_base_port(&self) -> bool {
+        self.nstreams > 1 || self.tcp_window().is_some() || self.crr
+    }
+
+    /// `--window` when it sizes TCP data connections (UDP's apply to its datagram
+    /// sockets).
+    pub fn tcp_window(&self) -> Option<u32> {
+        self.tcp().and_then(|tcp| tcp.sockets.window)
+    }
+
+    /// TCP's own options, in a TCP run.
+    pub fn tcp(&self) -> Option<&TcpSettings> {
+        match &self.transport {
+            TransportSettings::Tcp(tcp) => Some(tcp),
+            _ => None,
+        }
+    }
+
+    /// Bytes each stream sends, or `None` when the run is bounded by time.
+    pub fn byte_limit(&self) -> Option<u64> {
+        match self.time_ms {
+            Some(_) => None,
+            None => Some(self.bytes_per_stream()),
+        }
+    }
+
+    /// Bytes each stream sends.
+    pub fn bytes_per_stream(&self) -> u64 {
+        self.mb * MB
+    }
+
+    /// Whether the tool drives its streams with `send_submit()` (asynchronous) rather than
+    /// `send()`: the original design uses `send()` only for one socket with the mutex queue.
+    pub fn asynchronous(&self) -> bool {
+        self.nsockets > 1 || self.queue == QueueKind::LockFree
+    }
+
+    /// The sending mode as the report header names it.
+    pub fn mode_label(&self) -> &'static str {
+        match (self.asynchronous(), self.queue) {
+            (false, _) => "sync(no-queue)",
+            (true, QueueKind::Mutex) => "async(mutex-queue)",
+            (true, QueueKind::LockFree) => "async(lockfree-queue)",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::zerocopy::ZeroCopy;
+
+    fn udp() -> Settings {
+        Settings {
+            pktsize: 1472,
+            transport: TransportSettings::default_for(Protocol::Udp),
+            ..Settings::default()
+        }
+    }
+
+    fn tcp(options: TcpSettings) -> Settings {
+        Settings {
+            transport: TransportSettings::Tcp(options),
+            ..Settings::default()
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid_and_match_the_original_design() {
+        let s = Settings::default();
+        assert_eq!(s.validate(), Ok(()));
+        assert_eq!(s.protocol(), Protocol::Tcp);
+        assert_eq!(s.bytes_per_stream(), 10_737_418_240);
+        assert_eq!(s.mode_label(), "sync(no-queue)");
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused() {
+        let base = Settings::default();
+        let cases = [
+            Settings {
+                nsockets: 0,
+                ..base.clone()
+            },
+            Settings {
+                nsockets: 101,
+                ..base.clone()
+            },
+            Settings {
+                nstreams: 0,
+                ..base.clone()
+            },
+            Settings {
+                pktsize: 0,
+                ..base.clone()
+            },
+            Settings {
+                mb: 0,
+                ..base.clone()
+            },
+            Settings {
+                queue: QueueKind::LockFree,
+                nsockets: 2,
+                ..base.clone()
+            },
+            Settings {
+                pktsize: 65_528,
+                ..udp()
+            },
+            Settings {
+                interval_ms: Some(1),
+                ..base.clone()
+            },
+            Settings {
+                time_ms: Some(0),
+                ..base.clone()
+            },
+            Settings {
+                time_ms: Some(1000),
+                omit_ms: Some(1000),
+                ..base.clone()
+            },
+            Settings {
+                rate_bps: Some(0),
+                ..base.clone()
+            },
+            Settings {
+                client_cpus: vec![u32::MAX],
+                ..base.clone()
+            },
+        ];
+        for c in cases {
+            assert!(c.validate().is_err(), "{c:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn each_transport_checks_its_own_options_against_the_run() {
+        let rcvlowat = Settings {
+            mprtt: true,
+            ..tcp(TcpSettings {
+                rcvlowat: Some(1),
+                ..TcpSettings::default()
+            })
+        };
+        assert_eq!(
+            rcvlowat.validate(),
+            Err(TcpSettingsError::RcvlowatMprtt.into())
+        );
+        let batched = Settings {
+            mprtt: true,
+            transport: TransportSettings::Udp(UdpSettings {
+                batch: Some(8),
+                ..UdpSettings::default()
+            }),
+            ..udp()
+        };
+        assert_eq!(batched.validate(), Err(UdpSettingsError::BatchMprtt.into()));
+        let rdma = Settings {
+            transport: TransportSettings::Rdma(RdmaSettings {
+                device: Some(String::new()),
+                ..RdmaSettings::default()
+            }),
+            ..Settings::default()
+        };
+        assert_eq!(
+            rdma.validate(),
+            Err(RdmaSettingsError::Name("--rdmadev").into())
+        );
+    }
+
+    #[test]
+    fn a_transport_carries_only_its_own_options_over_the_wire() {
+        let s = Settings {
+            transport: TransportSettings::Udp(UdpSettings {
+                gso: true,
+                ..UdpSettings::default()
+            }),
+            ..udp()
+        };
+        let json = serde_json::to_value(&s).expect("encodes");
+        assert_eq!(json["protocol"], "udp");
+        assert_eq!(json["gso"], true);
+        assert!(json.get("nodelay").is_none(), "{json}");
+        let decoded: Settings = serde_json::from_value(json).expect("decodes");
+        assert_eq!(decoded, s);
+        // A TCP option sent with UDP settings is not a UDP option: it is dropped, never
+        // applied.
+        let mut hostile = serde_json::to_value(udp()).expect("encodes");
+        hostile["nodelay"] = true.into();
+        let decoded: Settings = serde_json::from_value(hostile).expect("decodes");
+        assert_eq!(decoded, udp());
+    }
+
+    #[test]
+    fn echo_is_tcp_mprtt_and_counts_its_buffers_twice() {
+        let echo = Settings {
+            mprtt: true,
+            echo: true,
+            ..Settings::default()
+        };
+        assert_eq!(echo.validate(), Ok(()));
+        let no_mprtt = Settings {
+            mprtt: false,
+            ..echo.clone()
+        };
+        assert_eq!(no_mprtt.validate(), Err(SettingsError::EchoNeedsMprtt));
+        let over_udp = Settings {
+            mprtt: true,
+            echo: true,
+            ..udp()
+        };
+        assert_eq!(over_udp.validate(), Err(SettingsError::EchoTcpOnly("UDP")));
+        // 64 streams × 1 socket × 32 MiB fit the bound, but not twice over.
+        let big = Settings {
+            nstreams: 64,
+            pktsize: 32 << 20,
+            ..Settings::default()
+        };
+        assert_eq!(big.validate(), Ok(()));
+        let big_echo = Settings {
+            mprtt: true,
+            echo: true,
+            ..big
+        };
+        assert_eq!(
+            big_echo.validate(),
+            Err(SettingsError::Footprint(2 * 64 * (32 << 20)))
+        );
+    }
+
+    #[test]
+    fn modes_follow_the_original_design() {
+        let s = Settings {
+            nsockets: 4,
+            ..Settings::default()
+        };
+        assert_eq!(s.mode_label(), "async(mutex-queue)");
+        let s = Settings {
+            queue: QueueKind::LockFree,
+            ..Settings::default()
+        };
+        assert_eq!(s.mode_label(), "async(lockfree-queue)");
+        assert_eq!(QueueKind::from_qtype(2), None);
+    }
+
+    #[test]
+    fn bulk_data_threads_run_batch_and_round_trips_and_paced_ones_do_not() {
+        assert!(Settings::default().batch_threads());
+        assert!(udp().batch_threads());
+        let mprtt = Settings {
+            mprtt: true,
+            ..Settings::default()
+        };
+        assert!(
+            !mprtt.batch_threads(),
+            "-r: round trips are the wake-ups measured"
+        );
+        let paced = Settings {
+            rate_bps: Some(1_000_000),
+            ..Settings::default()
+        };
+        assert!(!paced.batch_threads(), "-b: packets are due at set times");
+    }
+
+    #[test]
+    fn only_a_tcp_window_gives_stream_0_a_port_of_its_own() {
+        let window = SocketSettings {
+            window: Some(64 << 10),
+            ..SocketSettings::default()
+        };
+        let windowed = tcp(TcpSettings {
+            sockets: window.clone(),
+            ..TcpSettings::default()
+        });
+        assert_eq!(windowed.validate(), Ok(()));
+        assert_eq!(windowed.tcp_window(), Some(64 << 10));
+        assert!(windowed.listens_past_base_port());
+        let udp_window = Settings {
+            transport: TransportSettings::Udp(UdpSettings {
+                sockets: window,
+                ..UdpSettings::default()
+            }),
+            ..udp()
+        };
+        assert_eq!(udp_window.validate(), Ok(()));
+        assert_eq!(udp_window.tcp_window(), None);
+        assert!(!udp_window.listens_past_base_port());
+    }
+
+    #[test]
+    fn bidir_gives_the_server_the_second_half_of_the_streams() {
+        let bidir = Settings {
+            bidir: true,
+            nstreams: 4,
+            ..Settings::default()
+        };
+        assert_eq!(bidir.validate(), Ok(()));
+        assert_eq!(bidir.first_server_stream(), Some(2));
+        let server_sends: Vec<bool> = (0..4).map(|i| bidir.server_sends_on(i)).collect();
+        assert_eq!(server_sends, [false, false, true, true]);
+        // Each direction renders as the one-way run of its two streams.
+        let back = bidir.one_way(true);
+        assert!(back.reverse && !back.bidir && back.nstreams == 2);
+        let forth = bidir.one_way(false);
+        assert!(!forth.reverse && !forth.bidir && forth.nstreams == 2);
+        // One-way runs: no split; --reverse gives the server every stream.
+        let plain = Settings::default();
+        assert_eq!(plain.first_server_stream(), None);
+        assert!(!plain.server_sends_on(0));
+        let reverse = Settings {
+            reverse: true,
+            ..plain
+        };
+        assert!(reverse.server_sends_on(0));
+        assert_eq!(reverse.one_way(true), reverse);
+    }
+
+    #[test]
+    fn crr_is_tcp_mprtt_with_the_kernels_socket_defaults() {
+        let crr = Settings {
+            crr: true,
+            mprtt: true,
+            ..Settings::default()
+        };
+        assert_eq!(crr.validate(), Ok(()));
+        let epoll = Settings {
+            transport: TransportSettings::Tcp(TcpSettings {
+                sockets: SocketSettings {
+                    epoll: true,
+                    ..SocketSettings::default()
+                },
+                ..TcpSettings::default()
+            }),
+            ..crr.clone()
+        };
+        assert_eq!(
+            epoll.validate(),
+            Err(SettingsError::CrrConflict("with --epoll"))
+        );
+        let zerocopy = Settings {
+            transport: TransportSettings::Tcp(TcpSettings {
+                zerocopy: ZeroCopy::Msg,
+                ..TcpSettings::default()
+            }),
+            ..crr.clone()
+        };
+        assert_eq!(
+            zerocopy.validate(),
+            Err(SettingsError::CrrConflict("with --zerocopy"))
+        );
+        let over_udp = Settings {
+            crr: true,
+            mprtt: true,
+            ..udp()
+        };
+        assert_eq!(over_udp.validate(), Err(SettingsError::CrrTcpOnly("UDP")));
+    }
+
+    #[test]
+    fn bidir_refuses_other_transports_one_way_workloads_and_odd_stream_counts() {
+        let bidir = Settings {
+            bidir: true,
+            nstreams: 2,
+            ..Settings::default()
+        };
+        let odd = Settings {
+            nstreams: 3,
+            ..bidir.clone()
+        };
+        assert_eq!(odd.validate(), Err(SettingsError::BidirOddStreams(3)));
+        let over_udp = Settings {
+            bidir: true,
+            nstreams: 2,
+            ..udp()
+        };
+        assert_eq!(over_udp.validate(), Err(SettingsError::BidirTcpOnly("UDP")));
+        let reverse = Settings {
+            reverse: true,
+            ..bidir.clone()
+        };
+        assert_eq!(
+            reverse.validate(),
+            Err(SettingsError::BidirConflict("--reverse"))
+        );
+        let mprtt = Settings {
+            mprtt: true,
+            ..bidir
+        };
+        assert_eq!(mprtt.validate(), Err(SettingsError::BidirConflict("-r")));
+    }
+}

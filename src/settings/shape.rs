@@ -1,0 +1,29 @@
+//! The few facts of a run that a transport's own settings are checked and tuned
+//! against. A leaf: the transports' settings read it without naming the whole run.
+
+/// What a transport's settings know of the run around them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunShape {
+    /// Data streams of the run.
+    pub nstreams: u32,
+    /// Bytes per send.
+    pub pktsize: u32,
+    /// Each packet waits for its reply (`-r`, `--echo`, `--crr`).
+    pub mprtt: bool,
+    /// The sender paces its packets (`-b`).
+    pub paced: bool,
+    /// Sender threads send, one packet per call (`-n` above 1 or `-q 0`).
+    pub asynchronous: bool,
+}
+
+impl RunShape {
+    /// An unpaced test with two of the receiving host's `cores` per stream: one to
+    /// receive on, one idle beside it.
+    pub fn spare_core_per_stream(&self, cores: usize) -> bool {
+        !self.paced && 2 * self.nstreams as usize <= cores
+    }
+}
+
+/// Largest number of bytes of packet buffers a run may make either end allocate, over
+/// all its streams and sockets, whatever each field says alone.
+pub const MAX_FOOTPRINT: u64 = 2 << 30;

@@ -1,0 +1,140 @@
+//! RDMA's own options: the programming interface, the device or libfabric provider,
+//! and how the data moves (SEND/RECV or RDMA WRITE).
+
+use crate::settings::labels::HeaderLabels;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use thiserror::Error;
+
+/// Longest RDMA device or libfabric provider name accepted.
+pub const MAX_RDMA_NAME: usize = 128;
+
+/// Which RDMA programming interface `-R` uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RdmaApi {
+    /// Raw verbs (libibverbs), the original default.
+    #[default]
+    Ibverbs,
+    /// rdma_cm connection management (librdmacm).
+    Cm,
+    /// rsocket (librdmacm's socket-like calls).
+    Rsocket,
+    /// libfabric (OFI), any provider: verbs, efa, tcp, ...
+    Ofi,
+}
+
+impl RdmaApi {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            RdmaApi::Ibverbs => "ibverbs",
+            RdmaApi::Cm => "cm",
+            RdmaApi::Rsocket => "rsocket",
+            RdmaApi::Ofi => "ofi",
+        }
+    }
+}
+
+/// The options of an RDMA run. The client pins the device and provider it resolved
+/// before the server sees them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RdmaSettings {
+    /// The programming interface (`--rdma-api`).
+    #[serde(default, rename = "rdma_api")]
+    pub api: RdmaApi,
+    /// The device (`-D`); for libfabric, the domain name.
+    #[serde(default, rename = "rdma_device")]
+    pub device: Option<String>,
+    /// `--rdma-api ofi` only: the libfabric provider; the client resolves it to the one
+    /// libfabric picks (e.g. `tcp` to `tcp;ofi_rxm`).
+    #[serde(default)]
+    pub ofi_provider: Option<String>,
+    /// Move data with RDMA WRITEs into the receiver's ring (`--rdma-write`) instead of
+    /// SEND/RECV.
+    #[serde(default, rename = "rdma_write")]
+    pub write: bool,
+}
+
+/// Why [`RdmaSettings`] were refused.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum RdmaSettingsError {
+    #[error("{0} must be 1 to {MAX_RDMA_NAME} printable characters")]
+    Name(&'static str),
+    #[error("--ofi-provider needs --rdma-api ofi")]
+    ProviderWithoutOfi,
+}
+
+impl RdmaSettings {
+    /// Checks the names a client may send.
+    pub fn validate(&self) -> Result<(), RdmaSettingsError> {
+        if self.ofi_provider.is_some() && self.api != RdmaApi::Ofi {
+            return Err(RdmaSettingsError::ProviderWithoutOfi);
+        }
+        let names = [
+            ("--rdmadev", &self.device),
+            ("--ofi-provider", &self.ofi_provider),
+        ];
+        for (flag, name) in names {
+            let Some(name) = name else { continue };
+            let printable = name.chars().all(|c| c.is_ascii_graphic());
+            if name.is_empty() || name.len() > MAX_RDMA_NAME || !printable {
+                return Err(RdmaSettingsError::Name(flag));
+            }
+        }
+        Ok(())
+    }
+
+    /// What a report header says of these options: the API, the operation and the
+    /// device or provider.
+    pub fn labels(&self) -> HeaderLabels {
+        let op = if self.write { "write" } else { "send" };
+        let mut setup = format!(" api={} op={op}", self.api.name());
+        if let Some(p) = &self.ofi_provider {
+            let _ = write!(setup, " provider={p}");
+        }
+        if let Some(d) = &self.device {
+            let _ = write!(setup, " device={d}");
+        }
+        HeaderLabels {
+            setup,
+            ..HeaderLabels::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_printable_and_bounded() {
+        let rdma = RdmaSettings {
+            api: RdmaApi::Ofi,
+            ofi_provider: Some("tcp;ofi_rxm".into()),
+            device: Some("mlx5_0".into()),
+            write: true,
+        };
+        assert_eq!(rdma.validate(), Ok(()));
+        assert_eq!(
+            rdma.labels().setup,
+            " api=ofi op=write provider=tcp;ofi_rxm device=mlx5_0"
+        );
+        for bad in ["", "a b", "x\0", &"p".repeat(MAX_RDMA_NAME + 1)] {
+            let s = RdmaSettings {
+                ofi_provider: Some(bad.to_string()),
+                ..rdma.clone()
+            };
+            assert_eq!(
+                s.validate(),
+                Err(RdmaSettingsError::Name("--ofi-provider")),
+                "{bad:?}"
+            );
+        }
+        let verbs = RdmaSettings {
+            api: RdmaApi::Cm,
+            ..rdma
+        };
+        assert_eq!(verbs.validate(), Err(RdmaSettingsError::ProviderWithoutOfi));
+    }
+}

@@ -1,0 +1,359 @@
+//! TCP's own options: what the client asked for, their checks, what a report header says
+//! of them, and the tuning each end derives from them (the receive low-water mark and
+//! the reads' nap while data flows).
+
+use crate::settings::labels::HeaderLabels;
+use crate::settings::shape::RunShape;
+use crate::stream::zerocopy::ZeroCopy;
+use crate::transport::sockets::{SocketSettings, SocketSettingsError};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use thiserror::Error;
+
+/// The least receive low-water mark of an unpaced stream with a core to spare (see
+/// [`TcpSettings::rcvlowat_bytes`]); docs/tuning.md has the measurements behind it.
+pub const BULK_RCVLOWAT: u32 = 128 << 10;
+/// The receiving end's nap while data flows (see [`TcpSettings::rx_nap`]);
+/// docs/tuning.md has the measurements behind it.
+pub const RX_NAP: Duration = Duration::from_micros(20);
+/// `--rcvlowat`'s ceiling; the kernel caps the mark lower, at half of `tcp_rmem`'s
+/// maximum (or half of a `-w` buffer).
+pub const MAX_RCVLOWAT: u32 = 64 << 20;
+/// Longest congestion control name the kernel takes (`TCP_CA_NAME_MAX` less the NUL).
+pub const MAX_CONGESTION_NAME: usize = 15;
+
+/// The options of a TCP run, both ends' alike.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpSettings {
+    /// TCP_NODELAY on both ends (`-d`).
+    #[serde(default)]
+    pub nodelay: bool,
+    /// TCP_QUICKACK on both ends, re-armed after every receive (`-a`).
+    #[serde(default)]
+    pub quickack: bool,
+    /// Zero-copy sending (`--zerocopy`).
+    #[serde(default)]
+    pub zerocopy: ZeroCopy,
+    /// The congestion control algorithm both ends set on their data sockets (`-C`);
+    /// `None`: the kernel's default (`net.ipv4.tcp_congestion_control`).
+    #[serde(default)]
+    pub congestion: Option<String>,
+    /// The receiving end's `SO_RCVLOWAT` (`--rcvlowat`), the bytes that must have
+    /// arrived before a read wakes; `None`: see [`TcpSettings::rcvlowat_bytes`].
+    #[serde(default)]
+    pub rcvlowat: Option<u32>,
+    /// The receiving end's reads discard the bytes in the kernel (`MSG_TRUNC`) instead
+    /// of copying them out (`--skip-rx-copy`).
+    #[serde(default)]
+    pub skip_rx_copy: bool,
+    /// Every data `send()`/`recv()` goes through an io_uring of the calling thread
+    /// (`--io-uring`).
+    #[serde(default)]
+    pub io_uring: bool,
+    #[serde(flatten)]
+    pub sockets: SocketSettings,
+}
+
+/// Why [`TcpSettings`] were refused.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum TcpSettingsError {
+    #[error(transparent)]
+    Sockets(#[from] SocketSettingsError),
+    #[error("--io-uring and --zerocopy are two ways to send; choose one")]
+    IoUringZeroCopy,
+    #[error(
+        "--congestion takes an algorithm name of 1 to {MAX_CONGESTION_NAME} letters, digits, '_' or '-' (e.g. cubic, bbr, reno)"
+    )]
+    CongestionName,
+    #[error("--rcvlowat must be between 1 byte and {MAX_RCVLOWAT} bytes (64M), not {0}")]
+    Rcvlowat(u32),
+    #[error(
+        "--rcvlowat is for bulk receiving; with -r the server answers each packet as it arrives"
+    )]
+    RcvlowatMprtt,
+    #[error(
+        "--skip-rx-copy is for bulk receiving; with -r the server reads each packet to answer it"
+    )]
+    SkipRxCopyMprtt,
+}
+
+impl TcpSettings {
+    /// Checks every option, against each other and against the run.
+    pub fn validate(&self, run: &RunShape) -> Result<(), TcpSettingsError> {
+        self.sockets.validate()?;
+        if self.io_uring && self.zerocopy != ZeroCopy::Off {
+            return Err(TcpSettingsError::IoUringZeroCopy);
+        }
+        if self.io_uring && self.sockets.epoll {
+            return Err(SocketSettingsError::EpollConflict("--io-uring").into());
+        }
+        if let Some(name) = &self.congestion {
+            let valid = (1..=MAX_CONGESTION_NAME).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !valid {
+                return Err(TcpSettingsError::CongestionName);
+            }
+        }
+        if let Some(value) = self.rcvlowat {
+            if run.mprtt {
+                return Err(TcpSettingsError::RcvlowatMprtt);
+            }
+            if !(1..=MAX_RCVLOWAT).contains(&value) {
+                return Err(TcpSettingsError::Rcvlowat(value));
+            }
+        }
+        if self.skip_rx_copy && run.mprtt {
+            return Err(TcpSettingsError::SkipRxCopyMprtt);
+        }
+        Ok(())
+    }
+
+    /// The first of these options that a connection per packet (`--crr`) cannot have:
+    /// it connects from the stream's own thread with the kernel's socket defaults.
+    pub fn crr_conflict(&self) -> Option<&'static str> {
+        [
+            (self.zerocopy != ZeroCopy::Off, "with --zerocopy"),
+            (self.sockets.busy_poll, "with --busy-poll"),
+            (self.sockets.window.is_some(), "with -w"),
+            (self.quickack, "with --quickack"),
+            (self.io_uring, "with --io-uring"),
+            (self.sockets.epoll, "with --epoll"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag))
+    }
+
+    /// What a report header says of these options: the socket options', io_uring as
+    /// the engine, and whether the receiver skipped its copy (its figures are then not
+    /// like-for-like with a tool that reads the bytes).
+    pub fn labels(&self) -> HeaderLabels {
+        let sockets = self.sockets.labels();
+        HeaderLabels {
+            engine: if self.io_uring {
+                " engine=io_uring"
+            } else {
+                sockets.engine
+            },
+            caveat: if self.skip_rx_copy {
+                " rx_copy=skipped (the receiving end's reads discard the bytes in the kernel)"
+            } else {
+                ""
+            },
+            ..sockets
+        }
+    }
+
+    /// The receiving end's `SO_RCVLOWAT`, on a host with `cores` CPUs. `--rcvlowat` if
+    /// given; else the mark grows with how idle the receiving cores are, since it saves
+    /// wake-ups, each an inter-processor interrupt on the sender's core:
+    /// - a core to spare beside each stream (2 x streams <= cores) and unpaced: at least
+    ///   [`BULK_RCVLOWAT`], so the receiver wakes once per several small packets;
+    /// - a core per stream, or paced by `-b`: one packet, so it wakes per packet instead
+    ///   of per segment, and a paced packet is read as soon as it is whole;
+    /// - more streams than cores: `None` (the kernel's 1), since no core idles and
+    ///   waiting only delays the reads.
+    ///
+    /// A `-w` window bounds the larger mark to half of it (never below one packet), so
+    /// the sender can always fill it. `None` with MPRTT, where the server answers each
+    /// packet as it completes and a short last packet must not wait. docs/tuning.md
+    /// has what each buys.
+    pub fn rcvlowat_bytes(&self, run: &RunShape, cores: usize) -> Option<u32> {
+        if run.mprtt {
+            return None;
+        }
+        match self.rcvlowat {
+            Some(bytes) => Some(bytes),
+            None if run.nstreams as usize > cores => None,
+            None if !run.spare_core_per_stream(cores) => Some(run.pktsize),
+            None => {
+                let bulk =
+                    (self.sockets.window).map_or(BULK_RCVLOWAT, |w| (w / 2).min(BULK_RCVLOWAT));
+                Some(bulk.max(run.pktsize))
+            }
+        }
+    }
+
+    /// How long the receiving end's reader naps, while data flows, when a read finds
+    /// none, before it tries once more and only then sleeps on the socket ([`RX_NAP`]).
+    /// Where [`TcpSettings::rcvlowat_bytes`] gives the bulk mark (a core to spare beside
+    /// each stream, unpaced, no `--rcvlowat`, no MPRTT): a reader woken by the data is
+    /// woken from the sender's core, an inter-processor interrupt per wake-up; a
+    /// napping one wakes on its own core's timer. `None` otherwise.
+    pub fn rx_nap(&self, run: &RunShape, cores: usize) -> Option<Duration> {
+        (!run.mprtt && self.rcvlowat.is_none() && run.spare_core_per_stream(cores))
+            .then_some(RX_NAP)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BULK: RunShape = RunShape {
+        nstreams: 1,
+        pktsize: 32768,
+        mprtt: false,
+        paced: false,
+        asynchronous: false,
+    };
+
+    #[test]
+    fn the_receive_low_water_mark_follows_how_idle_the_receiving_cores_are() {
+        let tcp = TcpSettings::default();
+        assert_eq!(
+            tcp.rcvlowat_bytes(&BULK, 2),
+            Some(BULK_RCVLOWAT),
+            "a core to spare"
+        );
+        let big_packets = RunShape {
+            pktsize: 1 << 20,
+            ..BULK
+        };
+        assert_eq!(
+            tcp.rcvlowat_bytes(&big_packets, 2),
+            Some(1 << 20),
+            "never below a packet"
+        );
+        let windowed = |window| TcpSettings {
+            sockets: SocketSettings {
+                window: Some(window),
+                ..SocketSettings::default()
+            },
+            ..TcpSettings::default()
+        };
+        assert_eq!(windowed(128 << 10).rcvlowat_bytes(&BULK, 2), Some(64 << 10));
+        assert_eq!(windowed(16 << 10).rcvlowat_bytes(&BULK, 2), Some(32768));
+        assert_eq!(
+            windowed(64 << 20).rcvlowat_bytes(&BULK, 2),
+            Some(BULK_RCVLOWAT)
+        );
+        let paced = RunShape {
+            paced: true,
+            ..BULK
+        };
+        assert_eq!(
+            tcp.rcvlowat_bytes(&paced, 2),
+            Some(32768),
+            "a paced packet is read whole"
+        );
+        let streams = |nstreams| RunShape { nstreams, ..BULK };
+        assert_eq!(
+            tcp.rcvlowat_bytes(&streams(2), 2),
+            Some(32768),
+            "a core per stream"
+        );
+        assert_eq!(tcp.rcvlowat_bytes(&streams(2), 4), Some(BULK_RCVLOWAT));
+        assert_eq!(
+            tcp.rcvlowat_bytes(&streams(4), 2),
+            None,
+            "more streams than cores"
+        );
+        assert_eq!(tcp.rcvlowat_bytes(&streams(4), 4), Some(32768));
+        let mprtt = RunShape {
+            mprtt: true,
+            ..BULK
+        };
+        assert_eq!(tcp.rcvlowat_bytes(&mprtt, 2), None);
+
+        // The reads nap exactly where the bulk mark is the default.
+        assert_eq!(tcp.rx_nap(&BULK, 2), Some(RX_NAP), "a core to spare");
+        assert_eq!(tcp.rx_nap(&streams(2), 4), Some(RX_NAP));
+        assert_eq!(tcp.rx_nap(&streams(2), 2), None, "a core per stream");
+        assert_eq!(tcp.rx_nap(&streams(4), 2), None, "more streams than cores");
+        assert_eq!(tcp.rx_nap(&paced, 2), None, "paced");
+        assert_eq!(tcp.rx_nap(&mprtt, 2), None, "MPRTT");
+        let given = |v| TcpSettings {
+            rcvlowat: Some(v),
+            ..TcpSettings::default()
+        };
+        assert_eq!(
+            given(BULK_RCVLOWAT).rx_nap(&BULK, 2),
+            None,
+            "--rcvlowat: reads as the mark says"
+        );
+        assert_eq!(
+            given(1).validate(&mprtt),
+            Err(TcpSettingsError::RcvlowatMprtt)
+        );
+        assert_eq!(given(1).rcvlowat_bytes(&BULK, 2), Some(1));
+        assert_eq!(given(4096).rcvlowat_bytes(&streams(4), 2), Some(4096));
+        for valid in [1, 32769, MAX_RCVLOWAT] {
+            assert_eq!(given(valid).validate(&BULK), Ok(()));
+        }
+        for value in [0, MAX_RCVLOWAT + 1] {
+            assert_eq!(
+                given(value).validate(&BULK),
+                Err(TcpSettingsError::Rcvlowat(value))
+            );
+        }
+    }
+
+    #[test]
+    fn skip_rx_copy_is_for_bulk_runs() {
+        let skip = TcpSettings {
+            skip_rx_copy: true,
+            ..TcpSettings::default()
+        };
+        assert_eq!(skip.validate(&BULK), Ok(()));
+        let mprtt = RunShape {
+            mprtt: true,
+            ..BULK
+        };
+        assert_eq!(
+            skip.validate(&mprtt),
+            Err(TcpSettingsError::SkipRxCopyMprtt)
+        );
+    }
+
+    #[test]
+    fn one_way_to_send_and_one_way_to_wait() {
+        let uring = TcpSettings {
+            io_uring: true,
+            ..TcpSettings::default()
+        };
+        assert_eq!(uring.validate(&BULK), Ok(()));
+        assert_eq!(uring.labels().engine, " engine=io_uring");
+        let zerocopy = TcpSettings {
+            zerocopy: ZeroCopy::Splice,
+            ..uring.clone()
+        };
+        assert_eq!(
+            zerocopy.validate(&BULK),
+            Err(TcpSettingsError::IoUringZeroCopy)
+        );
+        // What a hostile client may send despite the CLI's refusals.
+        let epoll = TcpSettings {
+            sockets: SocketSettings {
+                epoll: true,
+                ..SocketSettings::default()
+            },
+            ..uring
+        };
+        assert_eq!(
+            epoll.validate(&BULK),
+            Err(SocketSettingsError::EpollConflict("--io-uring").into())
+        );
+        assert_eq!(epoll.crr_conflict(), Some("with --io-uring"));
+        assert_eq!(TcpSettings::default().crr_conflict(), None);
+    }
+
+    #[test]
+    fn congestion_names_are_what_the_kernel_takes() {
+        for (name, ok) in [
+            ("cubic", true),
+            ("bbr", true),
+            ("a-b_c", true),
+            ("", false),
+            ("x y", false),
+            ("sixteen-letters!", false),
+        ] {
+            let s = TcpSettings {
+                congestion: Some(name.to_string()),
+                ..TcpSettings::default()
+            };
+            assert_eq!(s.validate(&BULK).is_ok(), ok, "{name:?}");
+        }
+    }
+}

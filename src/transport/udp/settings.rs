@@ -1,0 +1,242 @@
+//! UDP's own options: datagrams per system call (and GSO/GRO), the ACK time-out of
+//! MPRTT, their checks, and the batch size each end derives from them.
+
+use crate::settings::labels::HeaderLabels;
+use crate::settings::shape::{RunShape, MAX_FOOTPRINT};
+use crate::stream::udp_batch::GRO_SLOT_BYTES;
+use crate::transport::sockets::{SocketSettings, SocketSettingsError};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// With MPRTT: default wait for an ACK before a datagram is sent again, in ms.
+pub const DEFAULT_ACK_TIMEOUT_MS: u32 = 100;
+/// Longest ACK time-out accepted, in ms.
+pub const MAX_ACK_TIMEOUT_MS: u32 = 60_000;
+/// Largest UDP payload over any IP version (IPv6: 65535 - 8; IPv4 allows 20 fewer,
+/// which the UDP transport checks once it knows the server's address).
+pub const MAX_UDP_PKTSIZE: u32 = 65_527;
+/// Datagrams per `sendmmsg()`/`recvmmsg()` when `--udp-batch` is not given.
+pub const DEFAULT_UDP_BATCH: u32 = 64;
+/// Most datagrams per `sendmmsg()`/`recvmmsg()` (the kernel's `UIO_MAXIOV`).
+pub const MAX_UDP_BATCH: u32 = 1024;
+
+/// The options of a UDP run, both ends' alike.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UdpSettings {
+    /// Datagrams per `sendmmsg()`/`recvmmsg()` (`--udp-batch`); `None`: see
+    /// [`UdpSettings::batch_size`].
+    #[serde(default, rename = "udp_batch")]
+    pub batch: Option<u32>,
+    /// The sender hands the kernel runs of datagrams as one UDP GSO message (`--gso`).
+    #[serde(default)]
+    pub gso: bool,
+    /// The receiver takes coalesced datagrams with UDP GRO (`--gro`).
+    #[serde(default)]
+    pub gro: bool,
+    /// With MPRTT: ms to wait for an ACK before sending a datagram again.
+    #[serde(default = "default_ack_timeout_ms")]
+    pub ack_timeout_ms: u32,
+    #[serde(flatten)]
+    pub sockets: SocketSettings,
+}
+
+fn default_ack_timeout_ms() -> u32 {
+    DEFAULT_ACK_TIMEOUT_MS
+}
+
+impl Default for UdpSettings {
+    fn default() -> Self {
+        UdpSettings {
+            batch: None,
+            gso: false,
+            gro: false,
+            ack_timeout_ms: DEFAULT_ACK_TIMEOUT_MS,
+            sockets: SocketSettings::default(),
+        }
+    }
+}
+
+/// Why [`UdpSettings`] were refused.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum UdpSettingsError {
+    #[error(transparent)]
+    Sockets(#[from] SocketSettingsError),
+    #[error("--pktsize {0} does not fit in one UDP datagram (at most {MAX_UDP_PKTSIZE} bytes over IPv6, 65507 over IPv4)")]
+    PktSize(u32),
+    #[error("--ack-timeout must be between 1 and {MAX_ACK_TIMEOUT_MS} ms, not {0}")]
+    AckTimeout(u32),
+    #[error(
+        "--nstreams × --udp-batch × --pktsize (64 KiB with --gro) is {0} bytes; at most \
+         {MAX_FOOTPRINT} bytes of batch buffers are allowed"
+    )]
+    BatchFootprint(u64),
+    #[error("--udp-batch must be between 1 and {MAX_UDP_BATCH}, not {0}")]
+    Batch(u32),
+    #[error("-r sends one datagram and waits for its ACK: it cannot be batched (--udp-batch above 1, --gso, --gro)")]
+    BatchMprtt,
+    #[error("--gso needs several datagrams per call: with -b the batch is 1 unless --udp-batch N (N >= 2) is given")]
+    GsoNeedsBatch,
+    #[error("--gso batches the synchronous sender: it cannot be used with -n above 1 or -q 0, whose sender threads send one datagram per call")]
+    GsoAsync,
+}
+
+impl UdpSettings {
+    /// Checks every option, against each other and against the run.
+    pub fn validate(&self, run: &RunShape) -> Result<(), UdpSettingsError> {
+        self.sockets.validate()?;
+        if run.pktsize > MAX_UDP_PKTSIZE {
+            return Err(UdpSettingsError::PktSize(run.pktsize));
+        }
+        if !(1..=MAX_ACK_TIMEOUT_MS).contains(&self.ack_timeout_ms) {
+            return Err(UdpSettingsError::AckTimeout(self.ack_timeout_ms));
+        }
+        let batch = self.batch_size(run);
+        if !(1..=MAX_UDP_BATCH).contains(&batch) {
+            return Err(UdpSettingsError::Batch(batch));
+        }
+        if run.mprtt && (batch > 1 || self.gso || self.gro) {
+            return Err(UdpSettingsError::BatchMprtt);
+        }
+        if self.gso && batch < 2 {
+            return Err(UdpSettingsError::GsoNeedsBatch);
+        }
+        if self.gso && run.asynchronous {
+            return Err(UdpSettingsError::GsoAsync);
+        }
+        let batched = self.batch_bytes(run, batch);
+        if batched > MAX_FOOTPRINT {
+            return Err(UdpSettingsError::BatchFootprint(batched));
+        }
+        Ok(())
+    }
+
+    /// Datagrams per `sendmmsg()`/`recvmmsg()`. `--udp-batch` if given; else 1 with `-r`
+    /// (one datagram per round trip) or `-b` (paced datagram by datagram), else
+    /// [`DEFAULT_UDP_BATCH`], lowered so the batch buffers stay within
+    /// [`MAX_FOOTPRINT`].
+    pub fn batch_size(&self, run: &RunShape) -> u32 {
+        match self.batch {
+            Some(n) => n,
+            None if run.mprtt || run.paced => 1,
+            None => {
+                let fits = MAX_FOOTPRINT / self.batch_bytes(run, 1).max(1);
+                u32::try_from(fits.clamp(1, u64::from(DEFAULT_UDP_BATCH))).unwrap_or(1)
+            }
+        }
+    }
+
+    /// Bytes of batch buffers a batch of `batch` datagrams takes, over all streams
+    /// (one sending or receiving batch per stream; with GRO each slot holds 64 KiB).
+    fn batch_bytes(&self, run: &RunShape, batch: u32) -> u64 {
+        let slot = if self.gro {
+            GRO_SLOT_BYTES as u64
+        } else {
+            u64::from(run.pktsize)
+        };
+        u64::from(run.nstreams) * slot * u64::from(batch)
+    }
+
+    /// What a report header says of these options: the socket options'.
+    pub fn labels(&self) -> HeaderLabels {
+        self.sockets.labels()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BULK: RunShape = RunShape {
+        nstreams: 1,
+        pktsize: 1472,
+        mprtt: false,
+        paced: false,
+        asynchronous: false,
+    };
+
+    #[test]
+    fn datagram_sizes_are_accepted_up_to_the_ipv6_limit() {
+        let udp = UdpSettings::default();
+        for pktsize in [1, 20, 1472, 65_507, MAX_UDP_PKTSIZE] {
+            assert_eq!(
+                udp.validate(&RunShape { pktsize, ..BULK }),
+                Ok(()),
+                "{pktsize}"
+            );
+        }
+        let too_big = RunShape {
+            pktsize: MAX_UDP_PKTSIZE + 1,
+            ..BULK
+        };
+        assert_eq!(
+            udp.validate(&too_big),
+            Err(UdpSettingsError::PktSize(MAX_UDP_PKTSIZE + 1))
+        );
+        let no_wait = UdpSettings {
+            ack_timeout_ms: 0,
+            ..UdpSettings::default()
+        };
+        assert_eq!(
+            no_wait.validate(&BULK),
+            Err(UdpSettingsError::AckTimeout(0))
+        );
+    }
+
+    #[test]
+    fn the_automatic_batch_follows_the_mode_and_fits_the_buffer_limit() {
+        let udp = UdpSettings::default();
+        assert_eq!(udp.batch_size(&BULK), DEFAULT_UDP_BATCH);
+        for run in [
+            RunShape {
+                mprtt: true,
+                ..BULK
+            },
+            RunShape {
+                paced: true,
+                ..BULK
+            },
+        ] {
+            assert_eq!((udp.batch_size(&run), udp.validate(&run)), (1, Ok(())));
+        }
+        // 256 streams of the largest datagrams still batch 64 within the 2 GiB limit;
+        // an explicit batch beyond it is refused.
+        let big = RunShape {
+            nstreams: 256,
+            pktsize: 65_527,
+            ..BULK
+        };
+        assert_eq!((udp.batch_size(&big), udp.validate(&big)), (64, Ok(())));
+        let too_big = UdpSettings {
+            batch: Some(1024),
+            ..UdpSettings::default()
+        };
+        assert!(matches!(
+            too_big.validate(&big),
+            Err(UdpSettingsError::BatchFootprint(_))
+        ));
+    }
+
+    #[test]
+    fn gso_needs_a_batch_from_the_synchronous_sender() {
+        let gso = UdpSettings {
+            gso: true,
+            ..UdpSettings::default()
+        };
+        assert_eq!(gso.validate(&BULK), Ok(()));
+        let paced = RunShape {
+            paced: true,
+            ..BULK
+        };
+        assert_eq!(gso.validate(&paced), Err(UdpSettingsError::GsoNeedsBatch));
+        let threads = RunShape {
+            asynchronous: true,
+            ..BULK
+        };
+        assert_eq!(gso.validate(&threads), Err(UdpSettingsError::GsoAsync));
+        let mprtt = RunShape {
+            mprtt: true,
+            ..BULK
+        };
+        assert_eq!(gso.validate(&mprtt), Err(UdpSettingsError::BatchMprtt));
+    }
+}
