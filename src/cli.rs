@@ -18,6 +18,7 @@ use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
 use fperf::transport::sockets::SocketSettings;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::settings::{UdpSettings, DEFAULT_ACK_TIMEOUT_MS};
+use fperf::workload::{Reply, Workload, WorkloadError};
 use std::fs::File;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -583,11 +584,7 @@ impl Cli {
             nsockets,
             mb: self.mb,
             pktsize: self.pktsize,
-            mprtt: self.mprtt || self.echo || self.crr,
-            echo: self.echo,
-            crr: self.crr,
-            reverse: self.reverse,
-            bidir: self.bidir,
+            workload: self.workload()?,
             queue,
             time_ms: secs_to_ms("time", self.time)?,
             interval_ms: secs_to_ms("interval", self.interval)?,
@@ -599,6 +596,37 @@ impl Cli {
         };
         s.validate()?;
         Ok(s)
+    }
+
+    /// The workload the flags ask for, refusing flags that ask for two.
+    fn workload(&self) -> Result<Workload, WorkloadError> {
+        if self.bidir {
+            let other = [
+                (self.reverse, "--reverse"),
+                (self.crr, "--crr"),
+                (self.echo, "--echo"),
+                (self.mprtt, "-r"),
+            ]
+            .into_iter()
+            .find_map(|(given, flag)| given.then_some(flag));
+            return match other {
+                Some(flag) => Err(WorkloadError::BidirConflict(flag)),
+                None => Ok(Workload::Bidir),
+            };
+        }
+        if self.reverse {
+            return match self.mprtt || self.echo || self.crr {
+                true => Err(WorkloadError::ReverseMprtt),
+                false => Ok(Workload::Reverse),
+            };
+        }
+        match (self.crr, self.echo, self.mprtt) {
+            (true, true, _) => Err(WorkloadError::CrrConflict("with --echo")),
+            (true, false, _) => Ok(Workload::Crr),
+            (false, true, _) => Ok(Workload::RoundTrip(Reply::Echo)),
+            (false, false, true) => Ok(Workload::RoundTrip(Reply::Ack)),
+            (false, false, false) => Ok(Workload::Bulk),
+        }
     }
 
     /// `protocol`'s own settings, refusing the options of other transports.

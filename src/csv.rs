@@ -68,6 +68,7 @@ mod tests {
     use crate::results::{Figures, StreamInterval};
     use crate::stats::LatencyStats;
     use crate::sysinfo::CpuUsage;
+    use crate::workload::Workload;
 
     #[test]
     fn one_row_per_stream_with_every_column() {
@@ -130,7 +131,7 @@ mod tests {
         );
         // With --reverse the client is the receiving end, the server the sending one.
         let reverse = Settings {
-            reverse: true,
+            workload: Workload::Reverse,
             ..Settings::default()
         };
         assert_eq!(rows(Role::Client, &reverse, &r), server);
@@ -138,7 +139,7 @@ mod tests {
         // With --bidir each stream's row follows its own direction: the client sends on
         // stream 0 and receives on stream 1.
         let bidir = Settings {
-            bidir: true,
+            workload: Workload::Bidir,
             nstreams: 2,
             ..Settings::default()
         };

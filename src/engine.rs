@@ -167,7 +167,7 @@ pub(crate) struct Ceiling {
 
 impl Ceiling {
     pub(crate) fn new(settings: &Settings, announced: u64) -> Ceiling {
-        let copies = if settings.mprtt {
+        let copies = if settings.workload.mprtt() {
             1 + u64::from(crate::stream::udp::MAX_RETRIES)
         } else {
             1

@@ -414,6 +414,7 @@ mod tests {
     use super::*;
     use crate::report::interval_line;
     use crate::results::Role;
+    use crate::workload::Workload;
 
     fn sample(stream: u32, index: u32, bytes: u64, start: Instant) -> MeterMsg {
         let mut stats = StreamStats {
@@ -484,7 +485,7 @@ mod tests {
     fn with_bidir_each_direction_has_its_own_interval_total_and_line() {
         let start = Instant::now();
         let bidir = Settings {
-            bidir: true,
+            workload: Workload::Bidir,
             nstreams: 2,
             ..Settings::default()
         };

@@ -397,6 +397,7 @@ pub fn to_document<T: Serialize>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::{Reply, Workload};
 
     #[test]
     fn rfc3339_matches_known_instants() {
@@ -419,7 +420,7 @@ mod tests {
             datagrams: None,
         };
         let rr = Settings {
-            mprtt: true,
+            workload: Workload::RoundTrip(Reply::Ack),
             ..Settings::default()
         };
         let d = FiguresDoc::new(&f, &rr, Role::Client);

@@ -109,6 +109,7 @@ pub mod sweep;
 pub mod sysinfo;
 pub mod transport;
 pub mod units;
+pub mod workload;
 
 /// The fperf version, as reported to peers and in reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

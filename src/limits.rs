@@ -92,7 +92,7 @@ impl Limits {
                 return Err(LimitError::Streams {
                     asked: s.nstreams,
                     max,
-                    bidir: s.bidir,
+                    bidir: s.first_server_stream().is_some(),
                 });
             }
         }
@@ -338,6 +338,7 @@ pub fn set_user_timeout(sock: &std::net::TcpStream, timeout: Duration) -> std::i
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::Workload;
 
     #[test]
     fn each_limit_is_named_when_exceeded() {
@@ -358,7 +359,7 @@ mod tests {
         assert!(e.to_string().contains("--max-streams"), "{e}");
         assert!(!e.to_string().contains("--bidir"), "{e}");
         let bidir = Settings {
-            bidir: true,
+            workload: Workload::Bidir,
             ..s(4, 1, 1)
         };
         let e = limits.check(&bidir).expect_err("bidir streams");

@@ -88,7 +88,7 @@ pub fn run_sweep(
     output: &Output,
     sweep: &Sweep,
 ) -> Result<ExitCode> {
-    let mprtt = cfg.settings.mprtt;
+    let mprtt = cfg.settings.workload.mprtt();
     if output.mode == Mode::Human {
         outln!("{}", sweep::header(sweep.param, mprtt));
     }

@@ -42,50 +42,10 @@ fn volume_line(label: &str, width: usize, bytes: u64, secs: f64) -> String {
 
 /// The name of a send-latency figure: `mprtt` with MPRTT, else `latency`.
 pub fn latency_label(settings: &Settings) -> &'static str {
-    if settings.mprtt {
+    if settings.workload.mprtt() {
         "mprtt"
     } else {
         "latency"
-    }
-}
-
-/// What a report header adds with `--echo`: the mprtt figure is a request and its
-/// full-size echo, not a request and a 1-byte ACK.
-fn echo_label(settings: &Settings) -> &'static str {
-    if settings.echo {
-        " reply=echo (mprtt = request + echo of pkt_size bytes)"
-    } else {
-        ""
-    }
-}
-
-/// What a report header adds with `--crr`: the mprtt figure is a whole connection.
-fn crr_label(settings: &Settings) -> &'static str {
-    if settings.crr {
-        " workload=crr (mprtt = connect + request + 1-byte reply + close)"
-    } else {
-        ""
-    }
-}
-
-/// What a report header adds with `--reverse` (the data flows from server to client)
-/// and `--bidir` (both ways, on streams of their own).
-fn direction_label(settings: &Settings) -> String {
-    let streams = |from: u32, to: u32| {
-        if from == to {
-            format!("stream {from}")
-        } else {
-            format!("streams {from}-{to}")
-        }
-    };
-    match settings.first_server_stream() {
-        Some(first) => format!(
-            " bidir (the client sends on {}, the server on {})",
-            streams(0, first.saturating_sub(1)),
-            streams(first, settings.nstreams.saturating_sub(1))
-        ),
-        None if settings.reverse => " reverse (the server sends)".to_string(),
-        None => String::new(),
     }
 }
 
@@ -114,16 +74,14 @@ pub fn client_header(
     let proto = settings.protocol().name();
     let own = settings.transport.labels();
     let tail = format!(
-        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}{}{}",
+        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}",
         settings.pktsize,
         settings.mode_label(),
         settings.nsockets,
         own.engine,
         congestion_label(congestion),
         own.setup,
-        echo_label(settings),
-        crr_label(settings),
-        direction_label(settings),
+        settings.workload.behaviour().label(settings.nstreams),
         sched_label(settings),
         own.caveat,
     );
@@ -152,7 +110,7 @@ fn arrow(role: Role, settings: &Settings, stream: u32) -> &'static str {
 /// client's data streams, a blank line, then the server's, each rendered as the one-way
 /// run of its streams would be (the CPU time goes with the first).
 fn direction_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
-    if !settings.bidir {
+    if settings.first_server_stream().is_none() {
         return end_lines(settings, r, width);
     }
     let one_way = |reverse: bool, total: Figures, cpu| {
@@ -204,7 +162,7 @@ fn end_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
 fn sender_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
     let t = &r.total;
     let mut out = volume_line("sent", width, t.bytes_sent, t.secs());
-    if settings.mprtt {
+    if settings.workload.mprtt() {
         let _ = writeln!(
             out,
             "{:<width$}: {}",
@@ -212,7 +170,9 @@ fn sender_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
             size_triplet(t.bytes_received)
         );
     }
-    if t.retries > 0 || (settings.mprtt && settings.protocol() == crate::settings::Protocol::Udp) {
+    if t.retries > 0
+        || (settings.workload.mprtt() && settings.protocol() == crate::settings::Protocol::Udp)
+    {
         let _ = writeln!(out, "{:<width$}: {}", "retries", t.retries);
     }
     if let Some(l) = &t.send_latency {
@@ -316,16 +276,14 @@ pub fn server_header(
 ) -> String {
     let own = settings.transport.labels();
     format!(
-        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}{}{}\n",
+        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}\n",
         settings.protocol().name(),
         pkt_size(settings.pktsize),
         own.engine,
         congestion_label(congestion),
         receive_label(rcvlowat, rx_nap),
         own.setup,
-        echo_label(settings),
-        crr_label(settings),
-        direction_label(settings),
+        settings.workload.behaviour().label(settings.nstreams),
         sched_label(settings),
         own.caveat,
     )
@@ -356,7 +314,7 @@ pub fn server_body(settings: &Settings, r: &SideResult) -> String {
 fn receiver_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
     let t = &r.total;
     let mut out = volume_line("received", width, t.bytes_received, t.secs());
-    if settings.mprtt {
+    if settings.workload.mprtt() {
         let _ = writeln!(out, "{:<width$}: {}", "sent", size_triplet(t.bytes_sent));
     }
     if let Some(l) = &t.recv_latency {
@@ -377,7 +335,7 @@ fn receiver_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
 /// The human line of one interval: bytes, bandwidth, latency p50/p99 and, for TCP,
 /// retransmits. With `--bidir`, a line for each direction.
 pub fn interval_line(role: Role, settings: &Settings, r: &IntervalResult) -> String {
-    match (&r.reverse_total, settings.bidir) {
+    match (&r.reverse_total, settings.first_server_stream().is_some()) {
         (Some(server_data), true) => format!(
             "{}\n{}",
             direction_line(role, &settings.one_way(false), r, &r.total),
@@ -404,7 +362,11 @@ fn direction_line(role: Role, settings: &Settings, r: &IntervalResult, t: &Figur
         bit_rate(rate(bytes, secs)),
     );
     if let Some(l) = lat {
-        let name = if settings.mprtt { "mprtt" } else { "latency" };
+        let name = if settings.workload.mprtt() {
+            "mprtt"
+        } else {
+            "latency"
+        };
         line += &format!(
             "  {name}: p50={:.2}us p99={:.2}us",
             l.p50_ns as f64 / 1000.0,
@@ -431,6 +393,7 @@ mod tests {
     use crate::stats::LatencyStats;
     use crate::transport::sockets::SocketSettings;
     use crate::transport::tcp::settings::TcpSettings;
+    use crate::workload::{Reply, Workload};
     use std::time::Instant;
 
     fn side(bytes: u64, secs: f64, nstreams: u32) -> SideResult {
@@ -542,7 +505,7 @@ mod tests {
              sched=batch\n"
         );
         let round_trips = Settings {
-            mprtt: true,
+            workload: Workload::RoundTrip(Reply::Ack),
             ..Settings::default()
         };
         assert_eq!(
@@ -560,7 +523,7 @@ mod tests {
     fn multi_stream_reports_list_each_stream() {
         let s = Settings {
             nstreams: 2,
-            mprtt: true,
+            workload: Workload::RoundTrip(Reply::Ack),
             ..Settings::default()
         };
         let body = client_body(&s, &side(1 << 30, 1.0, 2));
@@ -573,7 +536,7 @@ mod tests {
     #[test]
     fn a_bidir_report_gives_each_direction_over_its_own_time() {
         let bidir = Settings {
-            bidir: true,
+            workload: Workload::Bidir,
             nstreams: 4,
             ..Settings::default()
         };
@@ -647,7 +610,7 @@ mod tests {
     #[test]
     fn only_the_client_of_a_round_trip_run_reports_transactions() {
         let rr = Settings {
-            mprtt: true,
+            workload: Workload::RoundTrip(Reply::Ack),
             ..Settings::default()
         };
         // Three round trips timed over half a second.

@@ -21,23 +21,23 @@ pub enum Role {
 }
 
 impl Role {
-    /// Whether this end sends the test's data: the client, unless `--reverse`.
+    /// Whether this end sends the test's data: the client, unless `--reverse` (with
+    /// `--bidir`, what stream 0 carries: the client's).
     pub fn sends(self, settings: &Settings) -> bool {
-        (self == Role::Client) != settings.reverse
+        self.sends_on(settings, 0)
     }
 
-    /// What this end's data did, for messages: `sent`, `received`, or both ways with
-    /// `--bidir`, `moved`.
+    /// What this end's data did, for messages: `sent`, `received`, or when both ends
+    /// send (`--bidir`), `moved`.
     pub fn moved(self, settings: &Settings) -> &'static str {
-        match (settings.bidir, self.sends(settings)) {
-            (true, _) => "moved",
-            (false, true) => "sent",
-            (false, false) => "received",
+        match (settings.first_server_stream(), self.sends(settings)) {
+            (Some(_), _) => "moved",
+            (None, true) => "sent",
+            (None, false) => "received",
         }
     }
 
-    /// Whether this end sends on stream `stream`: as [`Role::sends`], except that with
-    /// `--bidir` the server sends on the second half of the streams.
+    /// Whether this end sends on stream `stream`, as the workload has it.
     pub fn sends_on(self, settings: &Settings, stream: u32) -> bool {
         (self == Role::Client) != settings.server_sends_on(stream)
     }
@@ -95,7 +95,7 @@ impl Figures {
     /// zero time. `None` anywhere else: a server's receive count would include UDP's
     /// retransmitted requests.
     pub fn transactions_per_second(&self, settings: &Settings, role: Role) -> Option<f64> {
-        if !settings.mprtt || role != Role::Client {
+        if !settings.workload.mprtt() || role != Role::Client {
             return None;
         }
         let count = self.send_latency.map_or(0, |l| l.count);

@@ -11,6 +11,7 @@ use fperf::settings::{
 use fperf::transport::rdma::settings::RdmaSettings;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::settings::UdpSettings;
+use fperf::workload::{Reply, Workload};
 use proptest::prelude::*;
 
 /// Any transport, with some of its own options set.
@@ -30,6 +31,17 @@ fn transport() -> impl Strategy<Value = TransportSettings> {
             })
         }),
         Just(TransportSettings::Rdma(RdmaSettings::default()))
+    ]
+}
+
+fn workload() -> impl Strategy<Value = Workload> {
+    prop_oneof![
+        Just(Workload::Bulk),
+        Just(Workload::RoundTrip(Reply::Ack)),
+        Just(Workload::RoundTrip(Reply::Echo)),
+        Just(Workload::Crr),
+        Just(Workload::Reverse),
+        Just(Workload::Bidir)
     ]
 }
 
@@ -63,7 +75,7 @@ fn settings() -> impl Strategy<Value = Settings> {
             u32s(),
             u64s,
             u32s(),
-            any::<bool>(),
+            workload(),
             queue(),
         ),
         (
@@ -74,7 +86,7 @@ fn settings() -> impl Strategy<Value = Settings> {
     )
         .prop_map(
             |(
-                (transport, nstreams, nsockets, mb, pktsize, mprtt, queue),
+                (transport, nstreams, nsockets, mb, pktsize, workload, queue),
                 (time_ms, interval_ms, omit_ms),
             )| {
                 Settings {
@@ -83,7 +95,7 @@ fn settings() -> impl Strategy<Value = Settings> {
                     nsockets,
                     mb,
                     pktsize,
-                    mprtt,
+                    workload,
                     queue,
                     time_ms,
                     interval_ms,

@@ -9,6 +9,7 @@ use common::*;
 use fperf::auth::{self, AuthKey};
 use fperf::control::{self, Message, PROTOCOL_VERSION};
 use fperf::settings::Settings;
+use fperf::workload::{Reply, Workload};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -945,7 +946,7 @@ fn a_client_that_never_reads_its_acks_or_sends_too_much_cannot_hold_the_server()
     // MPRTT with 1-byte packets: one ACK byte per byte sent, and this client reads none,
     // so the server's ACK writes block once the buffers are full.
     let s = Settings {
-        mprtt: true,
+        workload: Workload::RoundTrip(Reply::Ack),
         pktsize: 1,
         mb: 1024,
         ..Settings::default()

@@ -20,6 +20,7 @@ use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
 use fperf::transport::sockets::SocketSettings;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::settings::UdpSettings;
+use fperf::workload::{Reply, Workload};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -118,10 +119,7 @@ fn facts() -> SystemFacts {
 fn settings() -> Settings {
     Settings {
         nstreams: 2,
-        echo: true,
-        crr: true,
-        reverse: true,
-        bidir: true,
+        workload: Workload::RoundTrip(Reply::Echo),
         queue: QueueKind::LockFree,
         time_ms: Some(1000),
         interval_ms: Some(100),
@@ -154,6 +152,7 @@ fn sockets() -> SocketSettings {
 /// The settings of a UDP run, every UDP option set.
 fn udp_settings() -> Settings {
     Settings {
+        workload: Workload::Reverse,
         transport: TransportSettings::Udp(UdpSettings {
             batch: Some(8),
             gso: true,
@@ -168,6 +167,7 @@ fn udp_settings() -> Settings {
 /// The settings of an RDMA run, every RDMA option set.
 fn rdma_settings() -> Settings {
     Settings {
+        workload: Workload::RoundTrip(Reply::Ack),
         transport: TransportSettings::Rdma(RdmaSettings {
             api: RdmaApi::Ofi,
             device: Some("rxe0".into()),
@@ -221,6 +221,18 @@ fn messages() -> Vec<Message> {
         },
         Message::Settings {
             settings: rdma_settings(),
+        },
+        Message::Settings {
+            settings: Settings {
+                workload: Workload::Crr,
+                ..Settings::default()
+            },
+        },
+        Message::Settings {
+            settings: Settings {
+                workload: Workload::Bidir,
+                ..Settings::default()
+            },
         },
         Message::Ready,
         Message::Results {

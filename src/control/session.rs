@@ -424,7 +424,9 @@ impl ClientSession {
             (ClientState::Running, Message::Interval { result }) => {
                 Ok(ClientStep::ServerInterval(result))
             }
-            (ClientState::Running, Message::ClientDataReceived) if self.settings.bidir => {
+            (ClientState::Running, Message::ClientDataReceived)
+                if self.settings.first_server_stream().is_some() =>
+            {
                 Ok(ClientStep::ClientDataReceived)
             }
             (ClientState::Running, Message::Results { result }) => {
@@ -444,6 +446,7 @@ mod tests {
     use super::*;
     use crate::results::{Figures, Role};
     use crate::stats::StreamStats;
+    use crate::workload::Workload;
     use std::time::Duration;
 
     fn key(text: &str) -> AuthKey {
@@ -528,7 +531,7 @@ mod tests {
     #[test]
     fn a_whole_session_without_a_key() {
         let settings = Settings {
-            bidir: true,
+            workload: Workload::Bidir,
             nstreams: 2,
             ..Settings::default()
         };

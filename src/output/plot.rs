@@ -35,13 +35,12 @@ impl Sink for Plot {
 /// What a picture's title says the run was: protocol, workload, packet size, streams
 /// (less what a sweep varies).
 pub fn run_label(settings: &Settings, swept: Option<SweepParam>) -> String {
-    let workload = match (settings.crr, settings.echo, settings.mprtt) {
-        (true, _, _) => " --crr",
-        (_, true, _) => " --echo",
-        (_, _, true) => " -r",
-        _ => "",
-    };
-    let mut label = format!("{}{workload}", settings.protocol().name());
+    let mut label = settings.protocol().name().to_string();
+    // Request/response workloads name themselves; a bulk one's direction does not
+    // change the picture.
+    if settings.workload.mprtt() {
+        label = label + " " + settings.workload.behaviour().flag();
+    }
     if swept != Some(SweepParam::PktSize) {
         label += &format!(", {} B packets", settings.pktsize);
     }

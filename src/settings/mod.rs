@@ -8,15 +8,16 @@
 
 pub mod labels;
 pub mod shape;
+pub mod transport;
 
-use crate::transport::rdma::settings::{RdmaSettings, RdmaSettingsError};
-use crate::transport::sockets::SocketSettings;
+use crate::transport::rdma::settings::RdmaSettingsError;
 use crate::transport::tcp::settings::{TcpSettings, TcpSettingsError};
-use crate::transport::udp::settings::{UdpSettings, UdpSettingsError};
-use labels::HeaderLabels;
+use crate::transport::udp::settings::UdpSettingsError;
+use crate::workload::{Workload, WorkloadError};
 use serde::{Deserialize, Serialize};
 pub use shape::{RunShape, MAX_FOOTPRINT};
 use thiserror::Error;
+pub use transport::{Protocol, TransportSettings};
 
 /// Default base port: data stream `i` uses `DEFAULT_PORT + i`.
 pub const DEFAULT_PORT: u16 = 28444;
@@ -40,26 +41,6 @@ pub const MIN_INTERVAL_MS: u64 = 10;
 /// one week, in ms.
 pub const MAX_TIME_MS: u64 = 7 * 24 * 3600 * 1000;
 
-/// The transport of the data streams.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Rdma,
-}
-
-impl Protocol {
-    /// The name used in reports ("TCP", "UDP", "RDMA").
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "TCP",
-            Protocol::Udp => "UDP",
-            Protocol::Rdma => "RDMA",
-        }
-    }
-}
-
 /// The queue between `send_submit()` and a STREAM's sender threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -81,54 +62,6 @@ impl QueueKind {
     }
 }
 
-/// One transport's own settings: the options only it has, with their defaults, checks
-/// and tuning. Which one it is names the protocol of the run.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "protocol", rename_all = "lowercase")]
-pub enum TransportSettings {
-    Tcp(TcpSettings),
-    Udp(UdpSettings),
-    Rdma(RdmaSettings),
-}
-
-impl TransportSettings {
-    /// `protocol`'s settings, every option at its default.
-    pub fn default_for(protocol: Protocol) -> TransportSettings {
-        match protocol {
-            Protocol::Tcp => TransportSettings::Tcp(TcpSettings::default()),
-            Protocol::Udp => TransportSettings::Udp(UdpSettings::default()),
-            Protocol::Rdma => TransportSettings::Rdma(RdmaSettings::default()),
-        }
-    }
-
-    /// The protocol these settings are for.
-    pub fn protocol(&self) -> Protocol {
-        match self {
-            TransportSettings::Tcp(_) => Protocol::Tcp,
-            TransportSettings::Udp(_) => Protocol::Udp,
-            TransportSettings::Rdma(_) => Protocol::Rdma,
-        }
-    }
-
-    /// The socket options, for the transports that move data through kernel sockets.
-    pub fn sockets(&self) -> Option<&SocketSettings> {
-        match self {
-            TransportSettings::Tcp(tcp) => Some(&tcp.sockets),
-            TransportSettings::Udp(udp) => Some(&udp.sockets),
-            TransportSettings::Rdma(_) => None,
-        }
-    }
-
-    /// What a report header says of the transport's options.
-    pub fn labels(&self) -> HeaderLabels {
-        match self {
-            TransportSettings::Tcp(tcp) => tcp.labels(),
-            TransportSettings::Udp(udp) => udp.labels(),
-            TransportSettings::Rdma(rdma) => rdma.labels(),
-        }
-    }
-}
-
 /// Everything both ends must agree on for one run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -140,24 +73,9 @@ pub struct Settings {
     pub mb: u64,
     /// Bytes per send.
     pub pktsize: u32,
-    /// Wait for a 1-byte ACK after each packet.
-    pub mprtt: bool,
-    /// TCP with MPRTT (`--echo`): the reply is the packet itself, as many bytes as
-    /// were sent, instead of a 1-byte ACK.
-    #[serde(default)]
-    pub echo: bool,
-    /// TCP with MPRTT (`--crr`): every packet is a connection of its own (connect,
-    /// request, 1-byte reply, close), as netperf's TCP_CRR.
-    #[serde(default)]
-    pub crr: bool,
-    /// TCP or UDP bulk (`--reverse`, iperf3's `-R`): the server sends and the client
-    /// receives.
-    #[serde(default)]
-    pub reverse: bool,
-    /// TCP bulk both ways at once (`--bidir`, iperf3's `--bidir`): the first half of the
-    /// `nstreams` streams carry the client's data, the second half the server's.
-    #[serde(default)]
-    pub bidir: bool,
+    /// What the run does with its streams: bulk one way or both, or request/response.
+    #[serde(flatten)]
+    pub workload: Workload,
     pub queue: QueueKind,
     /// `--time`: each stream sends for this many ms instead of `mb` MB.
     #[serde(default)]
@@ -190,11 +108,7 @@ impl Default for Settings {
             nsockets: 1,
             mb: DEFAULT_MB,
             pktsize: DEFAULT_PKTSIZE,
-            mprtt: false,
-            echo: false,
-            crr: false,
-            reverse: false,
-            bidir: false,
+            workload: Workload::Bulk,
             queue: QueueKind::Mutex,
             time_ms: None,
             interval_ms: None,
@@ -233,26 +147,8 @@ pub enum SettingsError {
     Footprint(u64),
     #[error("CPU numbers must be below {max}, not {0}", max = crate::stream::affinity::MAX_CPUS)]
     Cpu(u32),
-    #[error("--echo is implemented for TCP only in this build; it cannot be used with {0}")]
-    EchoTcpOnly(&'static str),
-    #[error("--echo answers each packet with its echo: it needs MPRTT (-r)")]
-    EchoNeedsMprtt,
-    #[error(
-        "--reverse is implemented for TCP and UDP only in this build; it cannot be used with {0}"
-    )]
-    ReverseUnsupported(&'static str),
-    #[error("--reverse turns bulk sending around; -r, --echo and --crr time each packet from the client")]
-    ReverseMprtt,
-    #[error("--bidir is implemented for TCP only in this build; it cannot be used with {0}")]
-    BidirTcpOnly(&'static str),
-    #[error("--bidir runs bulk both ways; it cannot be used with {0}")]
-    BidirConflict(&'static str),
-    #[error("--bidir needs an even number of streams, half each way, not {0}")]
-    BidirOddStreams(u32),
-    #[error("--crr is a TCP workload; it cannot be used with {0}")]
-    CrrTcpOnly(&'static str),
-    #[error("--crr opens one connection per packet, answered by 1 byte, from the stream's own thread with the kernel's socket defaults: it cannot be used {0}")]
-    CrrConflict(&'static str),
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
     #[error(transparent)]
     Tcp(#[from] TcpSettingsError),
     #[error(transparent)]
@@ -272,10 +168,11 @@ impl Settings {
     pub fn shape(&self) -> RunShape {
         RunShape {
             nstreams: self.nstreams,
+            nsockets: self.nsockets,
             pktsize: self.pktsize,
-            mprtt: self.mprtt,
+            mprtt: self.workload.mprtt(),
             paced: self.rate_bps.is_some(),
-            asynchronous: self.asynchronous(),
+            lock_free: self.queue == QueueKind::LockFree,
         }
     }
 
@@ -287,7 +184,7 @@ impl Settings {
     /// due at set times. Every transport's threads follow it. docs/tuning.md has what
     /// it buys.
     pub fn batch_threads(&self) -> bool {
-        !self.mprtt && self.rate_bps.is_none()
+        !self.workload.mprtt() && self.rate_bps.is_none()
     }
 
     /// Checks every field; the first problem found is returned.
@@ -304,33 +201,11 @@ impl Settings {
         if !(1..=MAX_MB).contains(&self.mb) {
             return Err(SettingsError::Mb(self.mb));
         }
-        // With --echo each socket also holds a packet to echo (server) or an echo being
-        // read (client): twice the buffers.
-        let copies = if self.echo { 2 } else { 1 };
+        let copies = self.workload.behaviour().buffer_copies();
         let footprint =
             u64::from(self.nstreams) * u64::from(self.nsockets) * u64::from(self.pktsize) * copies;
         if footprint > MAX_FOOTPRINT {
             return Err(SettingsError::Footprint(footprint));
-        }
-        if self.echo && self.protocol() != Protocol::Tcp {
-            return Err(SettingsError::EchoTcpOnly(self.protocol().name()));
-        }
-        if self.echo && !self.mprtt {
-            return Err(SettingsError::EchoNeedsMprtt);
-        }
-        if self.crr {
-            self.validate_crr()?;
-        }
-        if self.reverse {
-            if self.protocol() == Protocol::Rdma {
-                return Err(SettingsError::ReverseUnsupported(self.protocol().name()));
-            }
-            if self.mprtt {
-                return Err(SettingsError::ReverseMprtt);
-            }
-        }
-        if self.bidir {
-            self.validate_bidir()?;
         }
         if let Some(&cpu) = self
             .client_cpus
@@ -363,6 +238,7 @@ impl Settings {
             }
         }
         let run = self.shape();
+        (self.workload.behaviour()).check(&run, &self.transport)?;
         match &self.transport {
             TransportSettings::Tcp(tcp) => tcp.validate(&run)?,
             TransportSettings::Udp(udp) => udp.validate(&run)?,
@@ -371,70 +247,27 @@ impl Settings {
         Ok(())
     }
 
-    /// `--crr` opens a connection per packet from the stream's own thread, with the
-    /// 1-byte reply of MPRTT and the kernel's socket defaults.
-    fn validate_crr(&self) -> Result<(), SettingsError> {
-        let TransportSettings::Tcp(tcp) = &self.transport else {
-            return Err(SettingsError::CrrTcpOnly(self.protocol().name()));
-        };
-        let conflict = [
-            (!self.mprtt, "without -r"),
-            (self.echo, "with --echo"),
-            (self.nsockets != 1, "with -n above 1"),
-            (self.queue == QueueKind::LockFree, "with -q 0"),
-        ]
-        .into_iter()
-        .find_map(|(set, flag)| set.then_some(flag))
-        .or_else(|| tcp.crr_conflict());
-        match conflict {
-            Some(flag) => Err(SettingsError::CrrConflict(flag)),
-            None => Ok(()),
-        }
-    }
-    /// `--bidir` sends bulk both ways over TCP streams of their own, half in each
-    /// direction; whatever times a packet from the client (MPRTT) cannot run both ways.
-    fn validate_bidir(&self) -> Result<(), SettingsError> {
-        if self.protocol() != Protocol::Tcp {
-            return Err(SettingsError::BidirTcpOnly(self.protocol().name()));
-        }
-        let conflict = [
-            (self.reverse, "--reverse"),
-            (self.crr, "--crr"),
-            (self.echo, "--echo"),
-            (self.mprtt, "-r"),
-        ]
-        .into_iter()
-        .find_map(|(set, flag)| set.then_some(flag));
-        if let Some(flag) = conflict {
-            return Err(SettingsError::BidirConflict(flag));
-        }
-        if self.nstreams % 2 != 0 {
-            return Err(SettingsError::BidirOddStreams(self.nstreams));
-        }
-        Ok(())
-    }
-
     /// With `--bidir`, the first stream the server sends on (the streams before it
     /// carry the client's data).
     pub fn first_server_stream(&self) -> Option<u32> {
-        self.bidir.then_some(self.nstreams / 2)
+        self.workload.behaviour().first_server_stream(self.nstreams)
     }
 
     /// Whether the server sends on stream `stream`: with `--reverse` on all, with
     /// `--bidir` on the second half.
     pub fn server_sends_on(&self, stream: u32) -> bool {
-        self.reverse
-            || self
-                .first_server_stream()
-                .is_some_and(|first| stream >= first)
+        (self.workload.behaviour()).server_sends_on(stream, self.nstreams)
     }
 
     /// One direction of a `--bidir` run as a one-way run of its streams would be set:
     /// the server sending if `reverse`. Reports render each direction with these.
     pub fn one_way(&self, reverse: bool) -> Settings {
         Settings {
-            bidir: false,
-            reverse,
+            workload: if reverse {
+                Workload::Reverse
+            } else {
+                Workload::Bulk
+            },
             nstreams: self.first_server_stream().unwrap_or(self.nstreams),
             ..self.clone()
         }
@@ -445,7 +278,7 @@ impl Settings {
     /// (see [`crate::transport::tcp::data_port_offset`]); with `--crr` every stream, at
     /// `base + 1 + i`. Two such tests cannot run at once.
     pub fn listens_past_base_port(&self) -> bool {
-        self.nstreams > 1 || self.tcp_window().is_some() || self.crr
+        self.nstreams > 1 || self.tcp_window().is_some() || self.workload == Workload::Crr
     }
 
     /// `--window` when it sizes TCP data connections (UDP's apply to its datagram
@@ -495,6 +328,13 @@ impl Settings {
 mod tests {
     use super::*;
     use crate::stream::zerocopy::ZeroCopy;
+    use crate::transport::rdma::settings::RdmaSettings;
+    use crate::transport::sockets::SocketSettings;
+    use crate::transport::udp::settings::UdpSettings;
+    use crate::workload::Reply;
+
+    const ACK: Workload = Workload::RoundTrip(Reply::Ack);
+    const ECHO: Workload = Workload::RoundTrip(Reply::Echo);
 
     fn udp() -> Settings {
         Settings {
@@ -583,7 +423,7 @@ mod tests {
     #[test]
     fn each_transport_checks_its_own_options_against_the_run() {
         let rcvlowat = Settings {
-            mprtt: true,
+            workload: ACK,
             ..tcp(TcpSettings {
                 rcvlowat: Some(1),
                 ..TcpSettings::default()
@@ -594,7 +434,7 @@ mod tests {
             Err(TcpSettingsError::RcvlowatMprtt.into())
         );
         let batched = Settings {
-            mprtt: true,
+            workload: ACK,
             transport: TransportSettings::Udp(UdpSettings {
                 batch: Some(8),
                 ..UdpSettings::default()
@@ -641,22 +481,18 @@ mod tests {
     #[test]
     fn echo_is_tcp_mprtt_and_counts_its_buffers_twice() {
         let echo = Settings {
-            mprtt: true,
-            echo: true,
+            workload: ECHO,
             ..Settings::default()
         };
         assert_eq!(echo.validate(), Ok(()));
-        let no_mprtt = Settings {
-            mprtt: false,
-            ..echo.clone()
-        };
-        assert_eq!(no_mprtt.validate(), Err(SettingsError::EchoNeedsMprtt));
         let over_udp = Settings {
-            mprtt: true,
-            echo: true,
+            workload: ECHO,
             ..udp()
         };
-        assert_eq!(over_udp.validate(), Err(SettingsError::EchoTcpOnly("UDP")));
+        assert_eq!(
+            over_udp.validate(),
+            Err(WorkloadError::EchoTcpOnly("UDP").into())
+        );
         // 64 streams × 1 socket × 32 MiB fit the bound, but not twice over.
         let big = Settings {
             nstreams: 64,
@@ -665,8 +501,7 @@ mod tests {
         };
         assert_eq!(big.validate(), Ok(()));
         let big_echo = Settings {
-            mprtt: true,
-            echo: true,
+            workload: ECHO,
             ..big
         };
         assert_eq!(
@@ -695,7 +530,7 @@ mod tests {
         assert!(Settings::default().batch_threads());
         assert!(udp().batch_threads());
         let mprtt = Settings {
-            mprtt: true,
+            workload: ACK,
             ..Settings::default()
         };
         assert!(
@@ -737,7 +572,7 @@ mod tests {
     #[test]
     fn bidir_gives_the_server_the_second_half_of_the_streams() {
         let bidir = Settings {
-            bidir: true,
+            workload: Workload::Bidir,
             nstreams: 4,
             ..Settings::default()
         };
@@ -747,29 +582,37 @@ mod tests {
         assert_eq!(server_sends, [false, false, true, true]);
         // Each direction renders as the one-way run of its two streams.
         let back = bidir.one_way(true);
-        assert!(back.reverse && !back.bidir && back.nstreams == 2);
+        assert_eq!((back.workload, back.nstreams), (Workload::Reverse, 2));
         let forth = bidir.one_way(false);
-        assert!(!forth.reverse && !forth.bidir && forth.nstreams == 2);
+        assert_eq!((forth.workload, forth.nstreams), (Workload::Bulk, 2));
         // One-way runs: no split; --reverse gives the server every stream.
         let plain = Settings::default();
         assert_eq!(plain.first_server_stream(), None);
         assert!(!plain.server_sends_on(0));
         let reverse = Settings {
-            reverse: true,
+            workload: Workload::Reverse,
             ..plain
         };
         assert!(reverse.server_sends_on(0));
         assert_eq!(reverse.one_way(true), reverse);
+        let rdma = Settings {
+            transport: TransportSettings::Rdma(RdmaSettings::default()),
+            ..reverse
+        };
+        assert_eq!(
+            rdma.validate(),
+            Err(WorkloadError::ReverseUnsupported("RDMA").into())
+        );
     }
 
     #[test]
     fn crr_is_tcp_mprtt_with_the_kernels_socket_defaults() {
         let crr = Settings {
-            crr: true,
-            mprtt: true,
+            workload: Workload::Crr,
             ..Settings::default()
         };
         assert_eq!(crr.validate(), Ok(()));
+        assert!(crr.listens_past_base_port());
         let epoll = Settings {
             transport: TransportSettings::Tcp(TcpSettings {
                 sockets: SocketSettings {
@@ -782,7 +625,7 @@ mod tests {
         };
         assert_eq!(
             epoll.validate(),
-            Err(SettingsError::CrrConflict("with --epoll"))
+            Err(WorkloadError::CrrConflict("with --epoll").into())
         );
         let zerocopy = Settings {
             transport: TransportSettings::Tcp(TcpSettings {
@@ -793,20 +636,30 @@ mod tests {
         };
         assert_eq!(
             zerocopy.validate(),
-            Err(SettingsError::CrrConflict("with --zerocopy"))
+            Err(WorkloadError::CrrConflict("with --zerocopy").into())
+        );
+        let sockets = Settings {
+            nsockets: 2,
+            ..crr.clone()
+        };
+        assert_eq!(
+            sockets.validate(),
+            Err(WorkloadError::CrrConflict("with -n above 1").into())
         );
         let over_udp = Settings {
-            crr: true,
-            mprtt: true,
+            workload: Workload::Crr,
             ..udp()
         };
-        assert_eq!(over_udp.validate(), Err(SettingsError::CrrTcpOnly("UDP")));
+        assert_eq!(
+            over_udp.validate(),
+            Err(WorkloadError::CrrTcpOnly("UDP").into())
+        );
     }
 
     #[test]
-    fn bidir_refuses_other_transports_one_way_workloads_and_odd_stream_counts() {
+    fn bidir_refuses_other_transports_and_odd_stream_counts() {
         let bidir = Settings {
-            bidir: true,
+            workload: Workload::Bidir,
             nstreams: 2,
             ..Settings::default()
         };
@@ -814,25 +667,18 @@ mod tests {
             nstreams: 3,
             ..bidir.clone()
         };
-        assert_eq!(odd.validate(), Err(SettingsError::BidirOddStreams(3)));
+        assert_eq!(
+            odd.validate(),
+            Err(WorkloadError::BidirOddStreams(3).into())
+        );
         let over_udp = Settings {
-            bidir: true,
+            workload: Workload::Bidir,
             nstreams: 2,
             ..udp()
         };
-        assert_eq!(over_udp.validate(), Err(SettingsError::BidirTcpOnly("UDP")));
-        let reverse = Settings {
-            reverse: true,
-            ..bidir.clone()
-        };
         assert_eq!(
-            reverse.validate(),
-            Err(SettingsError::BidirConflict("--reverse"))
+            over_udp.validate(),
+            Err(WorkloadError::BidirTcpOnly("UDP").into())
         );
-        let mprtt = Settings {
-            mprtt: true,
-            ..bidir
-        };
-        assert_eq!(mprtt.validate(), Err(SettingsError::BidirConflict("-r")));
     }
 }

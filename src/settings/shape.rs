@@ -1,22 +1,29 @@
-//! The few facts of a run that a transport's own settings are checked and tuned
-//! against. A leaf: the transports' settings read it without naming the whole run.
+//! The few facts of a run that a transport's own settings and a workload are checked
+//! and tuned against. A leaf: they read it without naming the whole run.
 
-/// What a transport's settings know of the run around them.
+/// What a transport's settings and a workload know of the run around them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunShape {
     /// Data streams of the run.
     pub nstreams: u32,
+    /// Sockets inside each stream.
+    pub nsockets: u32,
     /// Bytes per send.
     pub pktsize: u32,
     /// Each packet waits for its reply (`-r`, `--echo`, `--crr`).
     pub mprtt: bool,
     /// The sender paces its packets (`-b`).
     pub paced: bool,
-    /// Sender threads send, one packet per call (`-n` above 1 or `-q 0`).
-    pub asynchronous: bool,
+    /// The lock-free queue feeds the sender thread (`-q 0`).
+    pub lock_free: bool,
 }
 
 impl RunShape {
+    /// Whether sender threads send, one packet per call (`-n` above 1 or `-q 0`).
+    pub fn asynchronous(&self) -> bool {
+        self.nsockets > 1 || self.lock_free
+    }
+
     /// An unpaced test with two of the receiving host's `cores` per stream: one to
     /// receive on, one idle beside it.
     pub fn spare_core_per_stream(&self, cores: usize) -> bool {

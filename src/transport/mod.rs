@@ -13,6 +13,7 @@ pub mod udp;
 
 use crate::settings::{Settings, TransportSettings};
 use crate::stream::{Stream, StreamOptions};
+use crate::workload::Workload;
 use anyhow::{Context, Result};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicBool;
@@ -97,7 +98,7 @@ pub trait Transport: Send + Sync {
 /// TCP's `--crr`.
 pub fn for_settings(settings: &Settings) -> Box<dyn Transport> {
     match &settings.transport {
-        TransportSettings::Tcp(tcp) if settings.crr => {
+        TransportSettings::Tcp(tcp) if settings.workload == Workload::Crr => {
             Box::new(tcp::crr::CrrTransport(tcp.clone()))
         }
         TransportSettings::Tcp(tcp) => Box::new(tcp::TcpTransport(tcp.clone())),
@@ -120,8 +121,8 @@ pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOpti
         nsockets: settings.nsockets as usize,
         queue: settings.queue,
         pktsize: settings.pktsize as usize,
-        mprtt: settings.mprtt,
-        echo: settings.echo,
+        mprtt: settings.workload.mprtt(),
+        echo: settings.workload.echo(),
         abort,
         busy_poll: sockets.busy_poll,
         cpu: None,

@@ -196,7 +196,8 @@ mod tests {
         pktsize: 32768,
         mprtt: false,
         paced: false,
-        asynchronous: false,
+        nsockets: 1,
+        lock_free: false,
     };
 
     #[test]

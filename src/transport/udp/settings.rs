@@ -100,7 +100,7 @@ impl UdpSettings {
         if self.gso && batch < 2 {
             return Err(UdpSettingsError::GsoNeedsBatch);
         }
-        if self.gso && run.asynchronous {
+        if self.gso && run.asynchronous() {
             return Err(UdpSettingsError::GsoAsync);
         }
         let batched = self.batch_bytes(run, batch);
@@ -151,7 +151,8 @@ mod tests {
         pktsize: 1472,
         mprtt: false,
         paced: false,
-        asynchronous: false,
+        nsockets: 1,
+        lock_free: false,
     };
 
     #[test]
@@ -229,7 +230,7 @@ mod tests {
         };
         assert_eq!(gso.validate(&paced), Err(UdpSettingsError::GsoNeedsBatch));
         let threads = RunShape {
-            asynchronous: true,
+            nsockets: 2,
             ..BULK
         };
         assert_eq!(gso.validate(&threads), Err(UdpSettingsError::GsoAsync));

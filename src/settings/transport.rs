@@ -1,0 +1,76 @@
+//! Which transport a run uses, with the options only it has.
+
+use crate::settings::labels::HeaderLabels;
+use crate::transport::rdma::settings::RdmaSettings;
+use crate::transport::sockets::SocketSettings;
+use crate::transport::tcp::settings::TcpSettings;
+use crate::transport::udp::settings::UdpSettings;
+use serde::{Deserialize, Serialize};
+
+/// The transport of the data streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Rdma,
+}
+
+impl Protocol {
+    /// The name used in reports ("TCP", "UDP", "RDMA").
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::Rdma => "RDMA",
+        }
+    }
+}
+
+/// One transport's own settings: the options only it has, with their defaults, checks
+/// and tuning. Which one it is names the protocol of the run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "protocol", rename_all = "lowercase")]
+pub enum TransportSettings {
+    Tcp(TcpSettings),
+    Udp(UdpSettings),
+    Rdma(RdmaSettings),
+}
+
+impl TransportSettings {
+    /// `protocol`'s settings, every option at its default.
+    pub fn default_for(protocol: Protocol) -> TransportSettings {
+        match protocol {
+            Protocol::Tcp => TransportSettings::Tcp(TcpSettings::default()),
+            Protocol::Udp => TransportSettings::Udp(UdpSettings::default()),
+            Protocol::Rdma => TransportSettings::Rdma(RdmaSettings::default()),
+        }
+    }
+
+    /// The protocol these settings are for.
+    pub fn protocol(&self) -> Protocol {
+        match self {
+            TransportSettings::Tcp(_) => Protocol::Tcp,
+            TransportSettings::Udp(_) => Protocol::Udp,
+            TransportSettings::Rdma(_) => Protocol::Rdma,
+        }
+    }
+
+    /// The socket options, for the transports that move data through kernel sockets.
+    pub fn sockets(&self) -> Option<&SocketSettings> {
+        match self {
+            TransportSettings::Tcp(tcp) => Some(&tcp.sockets),
+            TransportSettings::Udp(udp) => Some(&udp.sockets),
+            TransportSettings::Rdma(_) => None,
+        }
+    }
+
+    /// What a report header says of the transport's options.
+    pub fn labels(&self) -> HeaderLabels {
+        match self {
+            TransportSettings::Tcp(tcp) => tcp.labels(),
+            TransportSettings::Udp(udp) => udp.labels(),
+            TransportSettings::Rdma(rdma) => rdma.labels(),
+        }
+    }
+}

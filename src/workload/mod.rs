@@ -1,0 +1,240 @@
+//! Workloads: what a run does with its data streams. Each is one file implementing
+//! [`Behaviour`]: bulk data from the client ([`bulk`]), request/response answered by a
+//! 1-byte ACK or by the request's echo ([`rr`]), a connection per request ([`crr`]),
+//! bulk data from the server ([`reverse`]) and bulk both ways at once ([`bidir`]).
+//!
+//! Which one a run does is part of its settings ([`Workload`]). The engine and the
+//! STREAMs carry it out: a workload says which end sends on each stream, what each
+//! packet waits for ([`Reply`], which every STREAM answers in its own way, as the
+//! original design defines MPRTT), which transports can run it, and what reports say of
+//! it. A new workload is a new file and a variant here.
+
+pub mod bidir;
+pub mod bulk;
+pub mod crr;
+pub mod reverse;
+pub mod rr;
+
+use crate::settings::shape::RunShape;
+use crate::settings::transport::TransportSettings;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// What each packet of a request/response workload waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// A 1-byte ACK (`-r`, the original MPRTT).
+    Ack,
+    /// The packet itself, as many bytes (`--echo`, sockperf's and qperf's ping-pong).
+    Echo,
+}
+
+/// What a run does with its data streams.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "WorkloadFlags", into = "WorkloadFlags")]
+pub enum Workload {
+    /// The client sends, the server receives.
+    #[default]
+    Bulk,
+    /// Each packet waits for its reply before the next is sent (MPRTT).
+    RoundTrip(Reply),
+    /// Each packet is a connection of its own (`--crr`).
+    Crr,
+    /// The server sends, the client receives (`--reverse`).
+    Reverse,
+    /// Both send at once, on streams of their own (`--bidir`).
+    Bidir,
+}
+
+/// One workload's rules.
+pub trait Behaviour: Sync {
+    /// How the command line asks for it (`-r`, `--echo`, ...); empty for bulk.
+    fn flag(&self) -> &'static str;
+
+    /// What each packet waits for, if anything.
+    fn reply(&self) -> Option<Reply> {
+        None
+    }
+
+    /// The first of `nstreams` streams the server sends on, when it sends on some only.
+    fn first_server_stream(&self, _nstreams: u32) -> Option<u32> {
+        None
+    }
+
+    /// Whether the server sends on stream `stream` of `nstreams`.
+    fn server_sends_on(&self, stream: u32, nstreams: u32) -> bool {
+        self.first_server_stream(nstreams)
+            .is_some_and(|first| stream >= first)
+    }
+
+    /// Copies of a packet's buffer each socket holds (an echo keeps a second).
+    fn buffer_copies(&self) -> u64 {
+        1
+    }
+
+    /// Refuses a transport or a run this workload cannot have.
+    fn check(&self, _run: &RunShape, _transport: &TransportSettings) -> Result<(), WorkloadError> {
+        Ok(())
+    }
+
+    /// What a report header adds, starting with a space (or empty), for `nstreams`
+    /// streams.
+    fn label(&self, _nstreams: u32) -> String {
+        String::new()
+    }
+}
+
+impl Workload {
+    /// This workload's rules.
+    pub fn behaviour(self) -> &'static dyn Behaviour {
+        match self {
+            Workload::Bulk => &bulk::Bulk,
+            Workload::RoundTrip(Reply::Ack) => &rr::RoundTrip(Reply::Ack),
+            Workload::RoundTrip(Reply::Echo) => &rr::RoundTrip(Reply::Echo),
+            Workload::Crr => &crr::Crr,
+            Workload::Reverse => &reverse::Reverse,
+            Workload::Bidir => &bidir::Bidir,
+        }
+    }
+
+    /// Whether each packet waits for a reply: MPRTT (`-r`, `--echo`, `--crr`).
+    pub fn mprtt(self) -> bool {
+        self.behaviour().reply().is_some()
+    }
+
+    /// Whether each reply is the packet's echo.
+    pub fn echo(self) -> bool {
+        self.behaviour().reply() == Some(Reply::Echo)
+    }
+}
+
+/// Why a workload cannot run as asked.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum WorkloadError {
+    #[error("--echo is implemented for TCP only in this build; it cannot be used with {0}")]
+    EchoTcpOnly(&'static str),
+    #[error(
+        "--reverse is implemented for TCP and UDP only in this build; it cannot be used with {0}"
+    )]
+    ReverseUnsupported(&'static str),
+    #[error("--reverse turns bulk sending around; -r, --echo and --crr time each packet from the client")]
+    ReverseMprtt,
+    #[error("--bidir is implemented for TCP only in this build; it cannot be used with {0}")]
+    BidirTcpOnly(&'static str),
+    #[error("--bidir runs bulk both ways; it cannot be used with {0}")]
+    BidirConflict(&'static str),
+    #[error("--bidir needs an even number of streams, half each way, not {0}")]
+    BidirOddStreams(u32),
+    #[error("--crr is a TCP workload; it cannot be used with {0}")]
+    CrrTcpOnly(&'static str),
+    #[error("--crr opens one connection per packet, answered by 1 byte, from the stream's own thread with the kernel's socket defaults: it cannot be used {0}")]
+    CrrConflict(&'static str),
+    #[error("the settings name no single workload (mprtt {mprtt}, echo {echo}, crr {crr}, reverse {reverse}, bidir {bidir})")]
+    Ambiguous {
+        mprtt: bool,
+        echo: bool,
+        crr: bool,
+        reverse: bool,
+        bidir: bool,
+    },
+}
+
+/// How a workload travels and appears in `--json`: one flag per workload, as the
+/// command line has them (`mprtt` is set by every request/response workload).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct WorkloadFlags {
+    mprtt: bool,
+    #[serde(default)]
+    echo: bool,
+    #[serde(default)]
+    crr: bool,
+    #[serde(default)]
+    reverse: bool,
+    #[serde(default)]
+    bidir: bool,
+}
+
+impl From<Workload> for WorkloadFlags {
+    fn from(workload: Workload) -> Self {
+        WorkloadFlags {
+            mprtt: workload.mprtt(),
+            echo: workload.echo(),
+            crr: workload == Workload::Crr,
+            reverse: workload == Workload::Reverse,
+            bidir: workload == Workload::Bidir,
+        }
+    }
+}
+
+impl TryFrom<WorkloadFlags> for Workload {
+    type Error = WorkloadError;
+
+    fn try_from(f: WorkloadFlags) -> Result<Self, WorkloadError> {
+        let set = (f.mprtt, f.echo, f.crr, f.reverse, f.bidir);
+        match set {
+            (false, false, false, false, false) => Ok(Workload::Bulk),
+            (true, false, false, false, false) => Ok(Workload::RoundTrip(Reply::Ack)),
+            (true, true, false, false, false) => Ok(Workload::RoundTrip(Reply::Echo)),
+            (true, false, true, false, false) => Ok(Workload::Crr),
+            (false, false, false, true, false) => Ok(Workload::Reverse),
+            (false, false, false, false, true) => Ok(Workload::Bidir),
+            _ => Err(WorkloadError::Ambiguous {
+                mprtt: f.mprtt,
+                echo: f.echo,
+                crr: f.crr,
+                reverse: f.reverse,
+                bidir: f.bidir,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [Workload; 6] = [
+        Workload::Bulk,
+        Workload::RoundTrip(Reply::Ack),
+        Workload::RoundTrip(Reply::Echo),
+        Workload::Crr,
+        Workload::Reverse,
+        Workload::Bidir,
+    ];
+
+    #[test]
+    fn every_workload_travels_as_its_flags_and_back() {
+        for workload in ALL {
+            let json = serde_json::to_value(workload).expect("encodes");
+            let back: Workload = serde_json::from_value(json.clone()).expect("decodes");
+            assert_eq!(back, workload, "{json}");
+        }
+        let flags = |w| serde_json::to_value(w).expect("encodes");
+        assert_eq!(
+            flags(Workload::Crr),
+            serde_json::json!({"mprtt": true, "echo": false, "crr": true, "reverse": false, "bidir": false})
+        );
+    }
+
+    #[test]
+    fn flags_that_name_no_single_workload_are_refused() {
+        for hostile in [
+            serde_json::json!({"mprtt": false, "echo": true}),
+            serde_json::json!({"mprtt": false, "crr": true}),
+            serde_json::json!({"mprtt": true, "reverse": true}),
+            serde_json::json!({"mprtt": false, "reverse": true, "bidir": true}),
+            serde_json::json!({"mprtt": true, "echo": true, "crr": true}),
+        ] {
+            let decoded = serde_json::from_value::<Workload>(hostile.clone());
+            assert!(decoded.is_err(), "{hostile} decoded as {decoded:?}");
+        }
+    }
+
+    #[test]
+    fn only_request_response_workloads_wait_for_replies() {
+        let waits: Vec<bool> = ALL.iter().map(|w| w.mprtt()).collect();
+        assert_eq!(waits, [false, true, true, true, false, false]);
+        let echoes: Vec<bool> = ALL.iter().map(|w| w.echo()).collect();
+        assert_eq!(echoes, [false, false, true, false, false, false]);
+    }
+}

@@ -1,0 +1,46 @@
+//! Request/response: each packet waits for its reply before the next is sent, and its
+//! round trip is timed as mprtt. The reply is the original design's 1-byte ACK (`-r`), or
+//! the packet's own bytes (`--echo`, as sockperf's and qperf's ping-pong).
+
+use super::{Behaviour, Reply, WorkloadError};
+use crate::settings::shape::RunShape;
+use crate::settings::transport::{Protocol, TransportSettings};
+
+/// The request/response workload, with its reply.
+pub struct RoundTrip(pub Reply);
+
+impl Behaviour for RoundTrip {
+    fn flag(&self) -> &'static str {
+        match self.0 {
+            Reply::Ack => "-r",
+            Reply::Echo => "--echo",
+        }
+    }
+
+    fn reply(&self) -> Option<Reply> {
+        Some(self.0)
+    }
+
+    fn buffer_copies(&self) -> u64 {
+        // An echo also holds the packet being echoed (server) or read back (client).
+        match self.0 {
+            Reply::Ack => 1,
+            Reply::Echo => 2,
+        }
+    }
+
+    fn check(&self, _run: &RunShape, transport: &TransportSettings) -> Result<(), WorkloadError> {
+        let protocol = transport.protocol();
+        if self.0 == Reply::Echo && protocol != Protocol::Tcp {
+            return Err(WorkloadError::EchoTcpOnly(protocol.name()));
+        }
+        Ok(())
+    }
+
+    fn label(&self, _nstreams: u32) -> String {
+        match self.0 {
+            Reply::Ack => String::new(),
+            Reply::Echo => " reply=echo (mprtt = request + echo of pkt_size bytes)".to_string(),
+        }
+    }
+}
