@@ -86,36 +86,6 @@ pub struct Cli {
     #[arg(short = 'm', long, value_name = "N", default_value_t = DEFAULT_MB)]
     mb: u64,
 
-    /// "Most-practical round-trip time": wait for a 1-byte ACK after each packet and
-    /// report its round trip as mprtt.
-    #[arg(short = 'r', long)]
-    mprtt: bool,
-
-    /// TCP only: MPRTT (implies -r) where the server answers each packet with the packet
-    /// itself (as many bytes, like sockperf/qperf ping-pong) instead of a 1-byte ACK;
-    /// mprtt is then the round trip of a request and its full-size echo.
-    #[arg(long)]
-    echo: bool,
-
-    /// TCP only: connect-request-response (implies -r), as netperf's TCP_CRR and neper's
-    /// tcp_crr: every packet is a new connection (connect, the -l-byte request, a 1-byte
-    /// reply, the server closes, the client closes), and mprtt is that whole life of a
-    /// connection. Stream i uses the server's port PORT+1+i
-    #[arg(long)]
-    crr: bool,
-
-    /// TCP or UDP bulk in reverse, as iperf3's -R (here -R is RDMA): the server sends
-    /// and the client receives, with the same flags and figures; the client's report is
-    /// then the receiving end's (with UDP its loss, reordering and jitter)
-    #[arg(long)]
-    reverse: bool,
-
-    /// TCP bulk both ways at once, as iperf3's --bidir: -t N streams carry the client's
-    /// data and N more the server's (streams N..2N-1). Each end reports what it sent
-    /// and what it received, each direction over its own time
-    #[arg(long, conflicts_with = "sweep")]
-    bidir: bool,
-
     /// Bytes per send (K, M, G suffixes are binary: 128K = 131072).
     #[arg(short = 'l', long, value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
           value_parser = fperf::units::parse_bytes_u32)]
@@ -200,6 +170,9 @@ pub struct Cli {
     bitrate: Option<u64>,
 
     #[command(flatten)]
+    workload_opts: WorkloadArgs,
+
+    #[command(flatten)]
     tcp_opts: TcpArgs,
 
     #[command(flatten)]
@@ -213,6 +186,41 @@ pub struct Cli {
 
     #[command(flatten)]
     guard: Guard,
+}
+
+/// What the run does with its streams; without these, bulk data from client to server.
+#[derive(clap::Args, Debug)]
+#[command(next_help_heading = "Workloads (default: bulk data from client to server)")]
+struct WorkloadArgs {
+    /// "Most-practical round-trip time": wait for a 1-byte ACK after each packet and
+    /// report its round trip as mprtt.
+    #[arg(short = 'r', long)]
+    mprtt: bool,
+
+    /// TCP only: MPRTT (implies -r) where the server answers each packet with the packet
+    /// itself (as many bytes, like sockperf/qperf ping-pong) instead of a 1-byte ACK;
+    /// mprtt is then the round trip of a request and its full-size echo.
+    #[arg(long)]
+    echo: bool,
+
+    /// TCP only: connect-request-response (implies -r), as netperf's TCP_CRR and neper's
+    /// tcp_crr: every packet is a new connection (connect, the -l-byte request, a 1-byte
+    /// reply, the server closes, the client closes), and mprtt is that whole life of a
+    /// connection. Stream i uses the server's port PORT+1+i
+    #[arg(long)]
+    crr: bool,
+
+    /// TCP or UDP bulk in reverse, as iperf3's -R (here -R is RDMA): the server sends
+    /// and the client receives, with the same flags and figures; the client's report is
+    /// then the receiving end's (with UDP its loss, reordering and jitter)
+    #[arg(long)]
+    reverse: bool,
+
+    /// TCP bulk both ways at once, as iperf3's --bidir: -t N streams carry the client's
+    /// data and N more the server's (streams N..2N-1). Each end reports what it sent
+    /// and what it received, each direction over its own time
+    #[arg(long, conflicts_with = "sweep")]
+    bidir: bool,
 }
 
 /// Options of TCP runs.
@@ -363,6 +371,39 @@ fn refuse_foreign(given: &[&str], owner: &str, protocol: Protocol) -> Result<()>
             "{} and {last} are {owner} options; they cannot be used with {with}",
             first.join(", ")
         ),
+    }
+}
+
+impl WorkloadArgs {
+    /// The workload the flags ask for, refusing flags that ask for two.
+    fn workload(&self) -> Result<Workload, WorkloadError> {
+        if self.bidir {
+            let other = [
+                (self.reverse, "--reverse"),
+                (self.crr, "--crr"),
+                (self.echo, "--echo"),
+                (self.mprtt, "-r"),
+            ]
+            .into_iter()
+            .find_map(|(given, flag)| given.then_some(flag));
+            return match other {
+                Some(flag) => Err(WorkloadError::BidirConflict(flag)),
+                None => Ok(Workload::Bidir),
+            };
+        }
+        if self.reverse {
+            return match self.mprtt || self.echo || self.crr {
+                true => Err(WorkloadError::ReverseMprtt),
+                false => Ok(Workload::Reverse),
+            };
+        }
+        match (self.crr, self.echo, self.mprtt) {
+            (true, true, _) => Err(WorkloadError::CrrConflict("with --echo")),
+            (true, false, _) => Ok(Workload::Crr),
+            (false, true, _) => Ok(Workload::RoundTrip(Reply::Echo)),
+            (false, false, true) => Ok(Workload::RoundTrip(Reply::Ack)),
+            (false, false, false) => Ok(Workload::Bulk),
+        }
     }
 }
 
@@ -565,18 +606,19 @@ impl Cli {
         } else {
             self.nsockets
         };
-        if self.bidir && self.nstreams > MAX_NSTREAMS / 2 {
+        let workload = self.workload_opts.workload()?;
+        if workload == Workload::Bidir && self.nstreams > MAX_NSTREAMS / 2 {
             bail!(
                 "--bidir opens -t streams each way: -t must be at most {}",
                 MAX_NSTREAMS / 2
             );
         }
-        if self.udp_opts.ack_timeout.is_some() && !(self.udp && self.mprtt) {
+        if self.udp_opts.ack_timeout.is_some() && !(self.udp && self.workload_opts.mprtt) {
             bail!("--ack-timeout applies to UDP with MPRTT only: use it with -u -r");
         }
         let s = Settings {
             // With --bidir, -t counts the streams each way.
-            nstreams: if self.bidir {
+            nstreams: if workload == Workload::Bidir {
                 self.nstreams.saturating_mul(2)
             } else {
                 self.nstreams
@@ -584,7 +626,7 @@ impl Cli {
             nsockets,
             mb: self.mb,
             pktsize: self.pktsize,
-            workload: self.workload()?,
+            workload,
             queue,
             time_ms: secs_to_ms("time", self.time)?,
             interval_ms: secs_to_ms("interval", self.interval)?,
@@ -596,37 +638,6 @@ impl Cli {
         };
         s.validate()?;
         Ok(s)
-    }
-
-    /// The workload the flags ask for, refusing flags that ask for two.
-    fn workload(&self) -> Result<Workload, WorkloadError> {
-        if self.bidir {
-            let other = [
-                (self.reverse, "--reverse"),
-                (self.crr, "--crr"),
-                (self.echo, "--echo"),
-                (self.mprtt, "-r"),
-            ]
-            .into_iter()
-            .find_map(|(given, flag)| given.then_some(flag));
-            return match other {
-                Some(flag) => Err(WorkloadError::BidirConflict(flag)),
-                None => Ok(Workload::Bidir),
-            };
-        }
-        if self.reverse {
-            return match self.mprtt || self.echo || self.crr {
-                true => Err(WorkloadError::ReverseMprtt),
-                false => Ok(Workload::Reverse),
-            };
-        }
-        match (self.crr, self.echo, self.mprtt) {
-            (true, true, _) => Err(WorkloadError::CrrConflict("with --echo")),
-            (true, false, _) => Ok(Workload::Crr),
-            (false, true, _) => Ok(Workload::RoundTrip(Reply::Echo)),
-            (false, false, true) => Ok(Workload::RoundTrip(Reply::Ack)),
-            (false, false, false) => Ok(Workload::Bulk),
-        }
     }
 
     /// `protocol`'s own settings, refusing the options of other transports.
