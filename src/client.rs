@@ -88,6 +88,9 @@ pub struct ClientOutcome {
 const CONTROL_READ_LIMIT: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How often the client looks for the server's interval messages while its streams run.
 const CONTROL_POLL: Duration = Duration::from_millis(50);
+/// Most server messages waiting for the client to take them: at the shortest interval
+/// (10 ms) a poll finds five.
+const CONTROL_QUEUE: usize = 64;
 
 /// What a run tells its caller while it goes on.
 pub trait RunObserver {
@@ -164,7 +167,10 @@ pub fn run_observed(
     // figures at any time and must never block on a client busy sending.
     let control_sock = ShutdownOnDrop(chan.into_socket());
     let mut reader = Channel::new(control_sock.0.try_clone()?, cfg.control_timeout)?;
-    let (ctrl_tx, ctrl_rx) = mpsc::channel::<(Instant, Result<Message, ControlError>)>();
+    // Bounded: a server that sends faster than this end takes its messages waits, held
+    // back by TCP, instead of filling this end's memory.
+    let (ctrl_tx, ctrl_rx) =
+        mpsc::sync_channel::<(Instant, Result<Message, ControlError>)>(CONTROL_QUEUE);
     std::thread::Builder::new()
         .name("fperf-control".into())
         .spawn(move || loop {
@@ -218,6 +224,7 @@ pub fn run_observed(
     let mut client_intervals = Vec::new();
     let mut inbox = Inbox {
         session: control,
+        started: start,
         server_intervals: Vec::new(),
         client_data_received: None,
         last_word: None,
@@ -361,6 +368,8 @@ impl Drop for ShutdownOnDrop {
 /// by the session.
 struct Inbox {
     session: ClientSession,
+    /// When the run started, which the server's intervals keep pace with.
+    started: Instant,
     server_intervals: Vec<IntervalResult>,
     /// With `--bidir`, when the server said it had read the client's data.
     client_data_received: Option<Instant>,
@@ -376,7 +385,12 @@ impl Inbox {
     ) {
         let step = msg
             .map_err(SessionError::from)
-            .and_then(|m| self.session.on_message(m));
+            .and_then(|m| self.session.on_message(m))
+            .and_then(|step| {
+                self.session
+                    .check_pace(at.saturating_duration_since(self.started))?;
+                Ok(step)
+            });
         match step {
             Ok(ClientStep::ServerInterval(result)) => {
                 observer.interval(Role::Server, &result);
@@ -388,7 +402,10 @@ impl Inbox {
             Ok(ClientStep::Results(result)) => self.last_word = Some((at, Ok(result))),
             // The session takes no other step once the test runs.
             Ok(ClientStep::Continue | ClientStep::Connect { .. }) => {}
-            Err(e) => self.last_word = Some((at, Err(e))),
+            // The first word that ended the session stands.
+            Err(e) => {
+                self.last_word.get_or_insert((at, Err(e)));
+            }
         }
     }
 }

@@ -167,14 +167,9 @@ pub(crate) struct Ceiling {
 
 impl Ceiling {
     pub(crate) fn new(settings: &Settings, announced: u64) -> Ceiling {
-        let copies = if settings.workload.mprtt() {
-            1 + u64::from(crate::stream::udp::MAX_RETRIES)
-        } else {
-            1
-        };
         Ceiling {
             announced,
-            most: announced.saturating_mul(copies),
+            most: announced.saturating_mul(settings.packet_copies()),
         }
     }
 }

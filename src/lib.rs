@@ -97,6 +97,7 @@ pub mod interval;
 pub mod json;
 pub mod limits;
 pub mod output;
+pub mod pending;
 pub mod plot;
 pub mod report;
 pub mod results;

@@ -84,6 +84,39 @@ impl Figures {
         }
     }
 
+    /// What makes these figures, as a peer sent them, impossible in a run with
+    /// `settings`, if anything: more bytes than the run can move, or more datagrams
+    /// lost, duplicated or reordered than there were.
+    pub fn impossible(&self, settings: &Settings) -> Option<String> {
+        let most = settings.most_bytes();
+        let bytes = self.bytes_sent.max(self.bytes_received);
+        if bytes > most {
+            return Some(format!(
+                "{bytes} bytes in a run that can move at most {most}"
+            ));
+        }
+        if let Some(d) = &self.datagrams {
+            if d.lost > d.peer_sent || d.duplicates > d.received || d.out_of_order > d.received {
+                return Some(format!(
+                    "{} datagrams lost of {} sent, {} duplicated and {} out of order of {} received",
+                    d.lost, d.peer_sent, d.duplicates, d.out_of_order, d.received
+                ));
+            }
+        }
+        let latencies = [&self.send_latency, &self.recv_latency, &self.submit_latency];
+        if let Some(l) = latencies
+            .into_iter()
+            .flatten()
+            .find(|l| l.min_ns > l.max_ns)
+        {
+            return Some(format!(
+                "a latency whose least, {} ns, is above its most, {} ns",
+                l.min_ns, l.max_ns
+            ));
+        }
+        None
+    }
+
     /// Duration in seconds.
     pub fn secs(&self) -> f64 {
         self.duration_ns as f64 / 1e9

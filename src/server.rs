@@ -8,11 +8,12 @@
 //! accept loop hands to the caller, so the library itself prints nothing.
 
 use crate::auth::{self, AuthKey};
-use crate::control::session::{ServerSession, ServerStep, SessionError};
+use crate::control::session::{ServerSession, ServerStep};
 use crate::control::{self, Channel, ControlError, Message};
 use crate::engine::{receive, Ceiling, Received};
 use crate::interval::MeterMsg;
 use crate::limits::{Limits, TestWatch, Watchdog};
+use crate::pending::{PendingCaps, PendingSlot};
 use crate::results::{Figures, IntervalResult, Role, SideResult, SideTotals, StreamResult};
 use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::Settings;
@@ -23,10 +24,10 @@ use socket2::{Domain, Socket, Type};
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How the server listens and how patient it is.
 #[derive(Clone, Debug)]
@@ -48,19 +49,13 @@ pub struct ServerConfig {
     pub parallel: usize,
 }
 
-/// Most connections at a time that have not yet said what they are: a flood of silent
-/// connections costs at most this many threads and descriptors, each for at most
-/// [`transport::tcp::HELLO_TIMEOUT`].
-pub const MAX_PENDING_GREETERS: usize = 64;
-
-/// Counts a connection as pending identification until dropped.
-struct PendingGreeter(Arc<AtomicUsize>);
-
-impl Drop for PendingGreeter {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
+/// Most connections from one address at a time that have not yet said what they are:
+/// strangers cannot crowd out a client's own connections.
+pub const MAX_PENDING_PER_SOURCE: usize = 32;
+/// Most connections in all at a time that have not yet said what they are: a flood of
+/// silent connections costs at most this many threads and descriptors, each for at most
+/// [`crate::control::session::IDENTIFY_WITHIN`].
+pub const MAX_PENDING_GREETERS: usize = 128;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -150,7 +145,7 @@ impl Server {
     /// Serves clients until `stop` is set, calling `on_event` from this thread.
     pub fn run(&self, stop: &AtomicBool, on_event: &mut dyn FnMut(ServerEvent)) -> Result<()> {
         let active: ActiveSession = Sessions::new(self.config.parallel);
-        let pending = Arc::new(AtomicUsize::new(0));
+        let pending = PendingCaps::new(MAX_PENDING_PER_SOURCE, MAX_PENDING_GREETERS);
         let (events_tx, events_rx) = mpsc::channel::<ServerEvent>();
         on_event(ServerEvent::Listening);
         while !stop.load(Ordering::Relaxed) {
@@ -169,19 +164,17 @@ impl Server {
             }
             match self.listener.accept() {
                 Ok((sock, peer)) => {
-                    if pending.fetch_add(1, Ordering::Relaxed) >= MAX_PENDING_GREETERS {
-                        pending.fetch_sub(1, Ordering::Relaxed);
-                        refuse_flood(sock);
-                        on_event(ServerEvent::ClientError {
-                            peer: crate::stream::canonical(peer).to_string(),
-                            error: format!(
-                                "refused: {MAX_PENDING_GREETERS} connections are already \
-                                 waiting to say what they are"
-                            ),
-                        });
-                        continue;
-                    }
-                    let slot = PendingGreeter(pending.clone());
+                    let slot = match pending.claim(peer.ip()) {
+                        Ok(slot) => slot,
+                        Err(crowded) => {
+                            refuse_flood(sock);
+                            on_event(ServerEvent::ClientError {
+                                peer: crate::stream::canonical(peer).to_string(),
+                                error: format!("refused: {crowded}"),
+                            });
+                            continue;
+                        }
+                    };
                     let (active, events, config) =
                         (active.clone(), events_tx.clone(), self.config.clone());
                     let _ = std::thread::Builder::new()
@@ -212,8 +205,8 @@ fn listen(addr: SocketAddr, dual_stack: bool) -> io::Result<TcpListener> {
     Ok(sock.into())
 }
 
-/// Tells a connection beyond [`MAX_PENDING_GREETERS`] why it is dropped, without ever
-/// blocking the accept loop.
+/// Tells a connection beyond the pending caps why it is dropped, without ever blocking
+/// the accept loop.
 fn refuse_flood(sock: std::net::TcpStream) {
     if sock.set_nonblocking(true).is_ok() {
         let mut sock = sock;
@@ -231,7 +224,7 @@ fn refuse_flood(sock: std::net::TcpStream) {
 fn greet(
     sock: std::net::TcpStream,
     peer: SocketAddr,
-    pending: PendingGreeter,
+    pending: PendingSlot,
     active: &ActiveSession,
     events: &Sender<ServerEvent>,
     config: &ServerConfig,
@@ -256,16 +249,20 @@ fn greet(
         chan,
         session: ServerSession::new(config.limits.clone(), auth),
     };
-    // The first frame must come soon; each later step of the key exchange gets the
-    // control time-out.
-    let mut wait = transport::tcp::HELLO_TIMEOUT;
+    // Until it is identified the connection has one deadline for all its steps.
+    let arrived = Instant::now();
     loop {
         let step = control
-            .chan
-            .recv_message(wait)
-            .map_err(SessionError::from)
+            .session
+            .wait_limit(arrived.elapsed())
+            .and_then(|limit| {
+                let wait = limit.unwrap_or(config.control_timeout);
+                match control.chan.recv_message(wait) {
+                    Err(ControlError::Timeout) => Err(control.session.timed_out()),
+                    other => Ok(other?),
+                }
+            })
             .and_then(|msg| control.session.on_message(msg));
-        wait = config.control_timeout;
         match step {
             Ok(ServerStep::Continue) => {
                 if let Err(e) = control.flush() {
@@ -278,16 +275,19 @@ fn greet(
                 stream,
                 socket,
             }) => {
-                match active.route(session) {
-                    Some(tx) if stream == 0 => {
+                let route = match active.route(session) {
+                    Ok(_) if stream != 0 => Err("data connection for another stream's port"),
+                    other => other,
+                };
+                match route {
+                    Ok(tx) => {
                         let _ = tx.send(DataConn {
                             stream,
                             socket,
                             sock: control.chan.into_socket(),
                         });
                     }
-                    _ => {
-                        let e = "data connection for no running test";
+                    Err(e) => {
                         control.chan.send_error(e);
                         client_error(e.into());
                     }
@@ -420,6 +420,7 @@ fn run_session(
     control.session.ready();
     control.flush()?;
     let streams = acceptor.accept(&ctx)?;
+    registered.streams_connected();
     let from = streams.first().map_or_else(String::new, |s| s.peer_addr());
     let facts = streams.first().map(|s| s.facts()).unwrap_or_default();
     let (congestion, rcvlowat, rx_nap) = (facts.congestion, facts.rcvlowat, facts.rx_nap);

@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 struct Running {
     /// The id its data connections present.
     id: u64,
-    /// Where data connections for it that arrive on the base port go.
-    route: Sender<DataConn>,
+    /// Where data connections for it that arrive on the base port go, until its data
+    /// streams are all connected; later ones are refused.
+    route: Option<Sender<DataConn>>,
     /// It listens on ports after the base port and needs the server alone.
     alone: bool,
 }
@@ -89,7 +90,7 @@ impl Sessions {
         }
         running.push(Running {
             id,
-            route,
+            route: Some(route),
             alone: false,
         });
         Ok(SessionGuard {
@@ -98,10 +99,18 @@ impl Sessions {
         })
     }
 
-    /// Where data connections for session `id` go, if it is running.
-    pub fn route(&self, id: u64) -> Option<Sender<DataConn>> {
-        let running = self.lock().ok()?;
-        running.iter().find(|r| r.id == id).map(|r| r.route.clone())
+    /// Where data connections for session `id` go, or why there is no place for one.
+    pub fn route(&self, id: u64) -> Result<Sender<DataConn>, &'static str> {
+        let running = self
+            .lock()
+            .map_err(|_| "server state poisoned by a panic")?;
+        let test = running
+            .iter()
+            .find(|r| r.id == id)
+            .ok_or("data connection for no running test")?;
+        test.route
+            .clone()
+            .ok_or("data connection for a test whose data streams are all connected")
     }
 
     /// Holds back other tests' reports while one test sends its report events.
@@ -128,6 +137,16 @@ impl SessionGuard {
             r.alone = true;
         }
         Ok(())
+    }
+
+    /// The test's data streams are all connected: refuses every later data connection
+    /// that names it, so none is held until the test ends.
+    pub fn streams_connected(&self) {
+        if let Ok(mut running) = self.sessions.lock() {
+            for r in running.iter_mut().filter(|r| r.id == self.id) {
+                r.route = None;
+            }
+        }
     }
 
     /// The id data connections of this session present.
@@ -168,10 +187,22 @@ mod tests {
         let (tx, _rx) = mpsc::channel();
         let a = s.open(1, tx.clone()).expect("first");
         assert!(s.open(2, tx.clone()).expect_err("busy").contains("busy"));
-        assert!(s.route(1).is_some() && s.route(2).is_none());
+        assert!(s.route(1).is_ok() && s.route(2).is_err());
         drop(a);
-        assert!(s.route(1).is_none(), "no state left behind");
+        assert!(s.route(1).is_err(), "no state left behind");
         let _b = s.open(2, tx).expect("free again");
+    }
+
+    #[test]
+    fn data_connections_are_routed_only_until_the_streams_are_connected() {
+        let s = Sessions::new(1);
+        let (tx, _rx) = mpsc::channel();
+        let a = s.open(7, tx).expect("open");
+        assert!(s.route(7).is_ok());
+        a.streams_connected();
+        let late = s.route(7).expect_err("a late connection is refused");
+        assert!(late.contains("all connected"), "{late}");
+        assert!(s.route(8).expect_err("unknown").contains("no running test"));
     }
 
     #[test]

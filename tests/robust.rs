@@ -362,6 +362,15 @@ fn junk_on_the_control_port_gets_an_error_and_the_server_keeps_serving() {
             mb: u64::MAX,
             ..Settings::default()
         },
+        // A short frame with a long list, which every stream would copy.
+        Settings {
+            nstreams: 256,
+            nsockets: 1,
+            mb: 1,
+            pktsize: 1,
+            server_cpus: vec![0; 100_000],
+            ..Settings::default()
+        },
     ] {
         let mut s = connect(port);
         control::write_frame(&mut s, &hello()).unwrap();
@@ -372,7 +381,9 @@ fn junk_on_the_control_port_gets_an_error_and_the_server_keeps_serving() {
             "{got:?}"
         );
         assert!(
-            is_error(&got, "must be between") || is_error(&got, "packet buffers"),
+            is_error(&got, "must be between")
+                || is_error(&got, "packet buffers")
+                || is_error(&got, "at most 256 CPUs"),
             "{got:?}"
         );
     }
@@ -383,10 +394,29 @@ fn junk_on_the_control_port_gets_an_error_and_the_server_keeps_serving() {
         err.lines()
             .filter(|l| l.starts_with("fperf: client"))
             .count(),
-        cases.len() + 5,
+        cases.len() + 6,
         "{err}"
     );
     assert!(!err.contains("panick"), "{err}");
+}
+
+#[test]
+fn a_data_connection_after_the_streams_are_connected_is_refused_at_once() {
+    let server = Server::start(&[]);
+    let port = server.port;
+    let (mut control, _, session) = open_session(port, &settings(1, 4), None);
+    let mut d0 = data_conn(port, session, 0);
+    // Once the server has the stream, more connections naming the session are refused
+    // at once, not held until the test ends.
+    std::thread::sleep(Duration::from_millis(300));
+    let late: Vec<TcpStream> = (0..20).map(|_| data_conn(port, session, 0)).collect();
+    for s in late {
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let got = replies(s);
+        assert!(is_error(&got, "all connected"), "{got:?}");
+    }
+    send_bytes(&mut d0, 4 * MB);
+    assert_eq!(results(&mut control), vec![4 * MB]);
 }
 
 #[test]
@@ -460,25 +490,85 @@ fn silent_and_trickling_connections_cost_bounded_time() {
         std::thread::sleep(Duration::from_millis(700));
     }
     let got = replies(slow);
-    assert!(is_error(&got, "timed out"), "{got:?}");
+    assert!(
+        is_error(&got, "did not say what it is within 5 s"),
+        "{got:?}"
+    );
     assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
-    // A flood of silent connections: those beyond the bound are refused at once, and the
-    // server serves again once the silent ones time out.
+    // A flood of silent connections from one address: those beyond its bound are
+    // refused at once, and the server serves again once the silent ones time out. (The
+    // earlier connections' places are free first: the server lingers a moment on a
+    // connection it closed with an error.)
+    drop(silent);
+    std::thread::sleep(Duration::from_millis(600));
     let flood: Vec<TcpStream> = (0..80).map(|_| connect(port)).collect();
     std::thread::sleep(Duration::from_millis(300));
     let refused = flood
         .into_iter()
-        .skip(64)
+        .skip(32)
         .filter(|s| {
             let s = s.try_clone().unwrap();
             s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
             is_error(&replies(s), "too many connections")
         })
         .count();
-    assert_eq!(refused, 16);
+    assert_eq!(refused, 48);
     std::thread::sleep(Duration::from_secs(6));
-    drop(silent);
     served_normally(&server, 2, &[]);
+}
+
+/// A silent connection from `source` to the server's port.
+fn connect_from(source: [u8; 4], port: u16) -> TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&std::net::SocketAddr::from((source, 0)).into())
+        .unwrap();
+    sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
+        .unwrap();
+    sock.into()
+}
+
+#[test]
+fn strangers_cannot_crowd_out_a_client_from_another_address() {
+    let server = Server::start(&[]);
+    // More silent connections from one stranger than the server would ever let wait:
+    // they fill that address's places only.
+    let strangers: Vec<TcpStream> = (0..150)
+        .map(|_| connect_from([127, 0, 0, 2], server.port))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // A client from another address runs its test, its data connection through the
+    // same port, while the strangers still wait.
+    served_normally(&server, 1, &[]);
+    let t0 = Instant::now();
+    served_normally(&server, 2, &["-t", "2"]);
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    drop(strangers);
+}
+
+#[test]
+fn an_unauthenticated_connection_has_one_deadline_for_all_its_steps() {
+    let dir = temp_dir("deadline");
+    let key = key_file(&dir, "key", "one deadline for every step\n");
+    let server = Server::start(&["--auth-key", &key]);
+    // Hello at once, then never the response: the whole exchange shares one 5 s
+    // deadline from arrival, not 5 s for the hello and more for each later step.
+    let s = connect(server.port);
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let t0 = Instant::now();
+    let mut chan = control::Channel::new(s.try_clone().unwrap(), Duration::from_secs(20)).unwrap();
+    chan.send(&hello()).unwrap();
+    let got = replies(s);
+    let took = t0.elapsed();
+    assert!(
+        matches!(got.first(), Some(Message::AuthChallenge { .. })),
+        "{got:?}"
+    );
+    assert!(
+        is_error(&got, "did not say what it is within 5 s"),
+        "{got:?}"
+    );
+    assert!(took < Duration::from_secs(7), "{took:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -1053,6 +1143,109 @@ fn a_client_with_a_key_refuses_a_server_that_cannot_prove_it() {
     let told = fake.join().unwrap();
     assert!(told.contains("the server's proof does not match"), "{told}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A fake server that runs a 1 MB test as far as reading its data, sends `during`
+/// while the data flows, then `last`; returns the port and whether the client stayed
+/// connected to the end of what was sent.
+fn hostile_server(
+    during: impl FnOnce(&mut control::Channel) + Send + 'static,
+    last: Message,
+) -> (u16, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let fake = std::thread::spawn(move || {
+        let t = Duration::from_secs(10);
+        let (s, _) = listener.accept().unwrap();
+        let mut chan = control::Channel::new(s, t).unwrap();
+        assert!(matches!(chan.recv(t).unwrap(), Message::Hello { .. }));
+        chan.send(&Message::Welcome {
+            version: PROTOCOL_VERSION,
+            software: "fake".into(),
+            session: 9,
+        })
+        .unwrap();
+        assert!(matches!(chan.recv(t).unwrap(), Message::Settings { .. }));
+        chan.send(&Message::Ready).unwrap();
+        let (mut data, _) = listener.accept().unwrap();
+        let _hello = control::read_frame(&mut data).unwrap();
+        during(&mut chan);
+        let mut sink = Vec::new();
+        let _ = data.read_to_end(&mut sink);
+        let _ = chan.send(&last);
+    });
+    (port, fake)
+}
+
+#[test]
+fn a_client_ends_the_run_when_the_server_sends_impossible_figures() {
+    let side = |bytes_received| {
+        let doc = serde_json::json!({
+            "role": "server",
+            "total": {"bytes_sent": 0, "bytes_received": bytes_received, "duration_ns": 1_000_000,
+                      "send_latency": null, "recv_latency": null, "submit_latency": null,
+                      "retries": 0, "tcp": null},
+            "reverse_total": null, "streams": [], "system": null, "cpu": null, "intervals": []
+        });
+        serde_json::from_value(doc).unwrap()
+    };
+    let (port, fake) = hostile_server(
+        |_| {},
+        Message::Results {
+            result: Box::new(side(u64::MAX)),
+        },
+    );
+    let out = run(
+        &["-c", "127.0.0.1", "-p", &port.to_string(), "-m", "1"],
+        Duration::from_secs(20),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("the server sent impossible figures"), "{err}");
+    fake.join().unwrap();
+
+    // Intervals faster than they can happen (a flood, each a new index) end the run too,
+    // and cost the client bounded memory meanwhile.
+    let (port, fake) = hostile_server(
+        |chan| {
+            for index in 0..200_000u32 {
+                let interval = serde_json::json!({
+                    "index": index, "start_ns": 0, "end_ns": 1, "omitted": false,
+                    "total": {"bytes_sent": 0, "bytes_received": 0, "duration_ns": 1,
+                              "send_latency": null, "recv_latency": null, "submit_latency": null,
+                              "retries": 0, "tcp": null},
+                    "reverse_total": null, "streams": [], "cpu": null
+                });
+                let result = Box::new(serde_json::from_value(interval).unwrap());
+                if chan.send(&Message::Interval { result }).is_err() {
+                    return;
+                }
+            }
+        },
+        Message::Results {
+            result: Box::new(side(1 << 20)),
+        },
+    );
+    let out = run(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-m",
+            "1",
+            "-i",
+            "1",
+        ],
+        Duration::from_secs(30),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("the server sent impossible figures: interval"),
+        "{err}"
+    );
+    fake.join().unwrap();
 }
 
 #[test]

@@ -22,7 +22,12 @@ use crate::auth::{self, AuthError, AuthKey, Exchange, NONCE_LEN};
 use crate::limits::{LimitError, Limits};
 use crate::results::{IntervalResult, SideResult};
 use crate::settings::{Settings, SettingsError};
+use std::time::Duration;
 use thiserror::Error;
+
+/// How long a new connection has, all its steps together, to say what it is and (with a
+/// key) prove it: the one deadline of every connection the server does not know yet.
+pub const IDENTIFY_WITHIN: Duration = Duration::from_secs(5);
 
 /// Why a control session failed.
 #[derive(Debug, Error)]
@@ -48,6 +53,10 @@ pub enum SessionError {
     Settings(#[from] SettingsError),
     #[error(transparent)]
     Limit(#[from] LimitError),
+    #[error("the connection did not say what it is within {} s", IDENTIFY_WITHIN.as_secs())]
+    TooSlowToIdentify,
+    #[error("the server sent impossible figures: {0}")]
+    ImpossibleFigures(String),
 }
 
 impl SessionError {
@@ -148,6 +157,39 @@ impl ServerSession {
     /// The messages to send now, in order.
     pub fn take_outbox(&mut self) -> Vec<Message> {
         std::mem::take(&mut self.outbox)
+    }
+
+    /// How long the driver may wait for the client's next message, `elapsed` after the
+    /// connection arrived. Until the client is identified, every wait shares one
+    /// deadline, [`IDENTIFY_WITHIN`] after arrival, and its passing fails the session;
+    /// after that, `Ok(None)`: each wait gets the driver's control time-out.
+    pub fn wait_limit(&mut self, elapsed: Duration) -> Result<Option<Duration>, SessionError> {
+        match self.state {
+            ServerState::First | ServerState::Challenged { .. } => {
+                let left = IDENTIFY_WITHIN.saturating_sub(elapsed);
+                if left.is_zero() {
+                    self.state = ServerState::Ended;
+                    return Err(SessionError::TooSlowToIdentify);
+                }
+                Ok(Some(left))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The driver's wait for the client's next message ran out: the error that ends the
+    /// session ([`SessionError::TooSlowToIdentify`] while the client is unidentified).
+    pub fn timed_out(&mut self) -> SessionError {
+        let identifying = matches!(
+            self.state,
+            ServerState::First | ServerState::Challenged { .. }
+        );
+        self.state = ServerState::Ended;
+        if identifying {
+            SessionError::TooSlowToIdentify
+        } else {
+            ControlError::Timeout.into()
+        }
     }
 
     /// Feeds the client's next message.
@@ -326,6 +368,8 @@ pub struct ClientSession {
     auth: Option<(AuthKey, [u8; NONCE_LEN])>,
     /// The id announced in `Welcome`, bound to the key exchange if there was one.
     session: Option<u64>,
+    /// The index of the server's last interval.
+    last_interval: Option<u32>,
     outbox: Vec<Message>,
 }
 
@@ -338,6 +382,7 @@ impl ClientSession {
             settings,
             auth,
             session: None,
+            last_interval: None,
             outbox: vec![Message::Hello {
                 version: PROTOCOL_VERSION,
                 software: software(),
@@ -348,6 +393,67 @@ impl ClientSession {
     /// The messages to send now, in order.
     pub fn take_outbox(&mut self) -> Vec<Message> {
         std::mem::take(&mut self.outbox)
+    }
+
+    /// Checks the pace of the server's intervals `since_ready` after it said `Ready`:
+    /// interval `k` cannot end before `k + 1` intervals have passed, so a server cannot
+    /// send them faster than they happen (two intervals of slack for clocks and
+    /// queues).
+    pub fn check_pace(&mut self, since_ready: Duration) -> Result<(), SessionError> {
+        let (Some(k), Some(ms)) = (self.last_interval, self.settings.interval_ms) else {
+            return Ok(());
+        };
+        let passed = since_ready.as_millis() / u128::from(ms.max(1));
+        if u128::from(k) > passed + 2 {
+            self.state = ClientState::Ended;
+            return Err(SessionError::ImpossibleFigures(format!(
+                "interval {k} after {} ms of {ms} ms intervals",
+                since_ready.as_millis()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses an interval of the server's whose figures cannot be true.
+    fn check_interval(&self, r: &IntervalResult) -> Result<(), SessionError> {
+        let streams = r.streams.iter().map(|s| &s.figures);
+        self.check_figures(
+            r.streams.len(),
+            streams.chain([&r.total]).chain(&r.reverse_total),
+        )
+    }
+
+    /// Refuses the server's results if its figures cannot be true.
+    fn check_side(&self, r: &SideResult) -> Result<(), SessionError> {
+        let streams = r.streams.iter().map(|s| &s.figures);
+        let intervals = r
+            .intervals
+            .iter()
+            .flat_map(|i| [&i.total].into_iter().chain(&i.reverse_total));
+        self.check_figures(
+            r.streams.len(),
+            streams
+                .chain([&r.total])
+                .chain(&r.reverse_total)
+                .chain(intervals),
+        )
+    }
+
+    fn check_figures<'a>(
+        &self,
+        streams: usize,
+        mut figures: impl Iterator<Item = &'a crate::results::Figures>,
+    ) -> Result<(), SessionError> {
+        if streams > self.settings.nstreams as usize {
+            return Err(SessionError::ImpossibleFigures(format!(
+                "{streams} streams in a run of {}",
+                self.settings.nstreams
+            )));
+        }
+        match figures.find_map(|f| f.impossible(&self.settings)) {
+            Some(why) => Err(SessionError::ImpossibleFigures(why)),
+            None => Ok(()),
+        }
     }
 
     /// Feeds the server's next message.
@@ -421,7 +527,17 @@ impl ClientSession {
             (ClientState::AwaitReady, other) => {
                 Err(ControlError::unexpected("ready", &other).into())
             }
-            (ClientState::Running, Message::Interval { result }) => {
+            (ClientState::Running, Message::Interval { result })
+                if self.settings.interval_ms.is_some() =>
+            {
+                if let Some(last) = self.last_interval.filter(|&k| result.index <= k) {
+                    return Err(SessionError::ImpossibleFigures(format!(
+                        "interval {} after interval {last}",
+                        result.index
+                    )));
+                }
+                self.check_interval(&result)?;
+                self.last_interval = Some(result.index);
                 Ok(ClientStep::ServerInterval(result))
             }
             (ClientState::Running, Message::ClientDataReceived)
@@ -430,6 +546,7 @@ impl ClientSession {
                 Ok(ClientStep::ClientDataReceived)
             }
             (ClientState::Running, Message::Results { result }) => {
+                self.check_side(&result)?;
                 self.state = ClientState::Ended;
                 Ok(ClientStep::Results(result))
             }
@@ -447,7 +564,6 @@ mod tests {
     use crate::results::{Figures, Role};
     use crate::stats::StreamStats;
     use crate::workload::Workload;
-    use std::time::Duration;
 
     fn key(text: &str) -> AuthKey {
         AuthKey::new(text.as_bytes(), "test").expect("key")
@@ -533,6 +649,7 @@ mod tests {
         let settings = Settings {
             workload: Workload::Bidir,
             nstreams: 2,
+            interval_ms: Some(1000),
             ..Settings::default()
         };
         let mut client = ClientSession::new(settings, None);
@@ -882,5 +999,136 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_unidentified_connection_has_one_deadline_for_every_step() {
+        let mut server = ServerSession::new(Limits::default(), Some((key("k"), [1; NONCE_LEN])));
+        let wait = |s: &mut ServerSession, secs| s.wait_limit(Duration::from_secs(secs));
+        assert_eq!(wait(&mut server, 0).expect("first"), Some(IDENTIFY_WITHIN));
+        assert_eq!(
+            server.on_message(hello(PROTOCOL_VERSION)).expect("hello"),
+            ServerStep::Continue
+        );
+        // Challenged 4 s after arrival: 1 s left for the response, not a new time-out.
+        assert_eq!(
+            wait(&mut server, 4).expect("challenged"),
+            Some(Duration::from_secs(1))
+        );
+        assert!(matches!(
+            wait(&mut server, 5),
+            Err(SessionError::TooSlowToIdentify)
+        ));
+        let mut silent = ServerSession::new(Limits::default(), None);
+        assert!(matches!(
+            silent.timed_out(),
+            SessionError::TooSlowToIdentify
+        ));
+        // Once identified, each wait is the driver's control time-out.
+        let mut known = ServerSession::new(Limits::default(), None);
+        known.on_message(hello(PROTOCOL_VERSION)).expect("hello");
+        assert_eq!(wait(&mut known, 60).expect("identified"), None);
+        assert!(matches!(
+            known.timed_out(),
+            SessionError::Control(ControlError::Timeout)
+        ));
+    }
+
+    #[test]
+    fn a_client_refuses_intervals_and_figures_no_real_server_could_send() {
+        let running = |interval_ms| {
+            let settings = Settings {
+                interval_ms,
+                mb: 1,
+                ..Settings::default()
+            };
+            let mut client = ClientSession::new(settings, None);
+            let mut server = ServerSession::new(Limits::default(), None);
+            open(&mut client, &mut server);
+            client
+        };
+        let send = |client: &mut ClientSession, msg| client.on_message(msg);
+        let impossible = |r: Result<ClientStep, SessionError>| {
+            matches!(r, Err(SessionError::ImpossibleFigures(_)))
+        };
+        // Intervals nobody asked for.
+        let mut quiet = running(None);
+        let e = send(
+            &mut quiet,
+            Message::Interval {
+                result: interval(0),
+            },
+        );
+        assert!(e.is_err(), "{e:?}");
+        // An interval twice, or going back.
+        let mut client = running(Some(10));
+        assert!(send(
+            &mut client,
+            Message::Interval {
+                result: interval(3)
+            }
+        )
+        .is_ok());
+        assert!(impossible(send(
+            &mut client,
+            Message::Interval {
+                result: interval(3)
+            }
+        )));
+        // Faster than they happen: interval 10 within 50 ms of 10 ms intervals.
+        let mut client = running(Some(10));
+        assert!(send(
+            &mut client,
+            Message::Interval {
+                result: interval(7)
+            }
+        )
+        .is_ok());
+        assert!(client.check_pace(Duration::from_millis(50)).is_ok());
+        assert!(send(
+            &mut client,
+            Message::Interval {
+                result: interval(10)
+            }
+        )
+        .is_ok());
+        assert!(matches!(
+            client.check_pace(Duration::from_millis(50)),
+            Err(SessionError::ImpossibleFigures(_))
+        ));
+        // More bytes than a 1 MB run moves, more lost than sent.
+        let mut huge = side();
+        huge.total.bytes_received = u64::MAX;
+        assert!(impossible(send(
+            &mut running(None),
+            Message::Results { result: huge }
+        )));
+        let mut lossy = side();
+        lossy.total.datagrams = Some(crate::stream::udp_wire::DatagramCounts {
+            peer_sent: 10,
+            lost: 11,
+            ..Default::default()
+        });
+        assert!(impossible(send(
+            &mut running(None),
+            Message::Results { result: lossy }
+        )));
+        let mut crowded = side();
+        crowded.streams = (0..2)
+            .map(|index| crate::results::StreamResult {
+                index,
+                local: String::new(),
+                peer: String::new(),
+                congestion: None,
+                rcvlowat: None,
+                rx_nap_us: None,
+                figures: figures(),
+            })
+            .collect();
+        assert!(impossible(send(
+            &mut running(None),
+            Message::Results { result: crowded }
+        )));
+        assert!(send(&mut running(None), Message::Results { result: side() }).is_ok());
     }
 }

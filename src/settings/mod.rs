@@ -12,7 +12,7 @@ pub mod transport;
 
 use crate::transport::rdma::settings::RdmaSettingsError;
 use crate::transport::tcp::settings::{TcpSettings, TcpSettingsError};
-use crate::transport::udp::settings::UdpSettingsError;
+use crate::transport::udp::settings::{UdpSettingsError, MAX_RETRIES};
 use crate::workload::{Workload, WorkloadError};
 use serde::{Deserialize, Serialize};
 pub use shape::{RunShape, MAX_FOOTPRINT};
@@ -147,6 +147,8 @@ pub enum SettingsError {
     Footprint(u64),
     #[error("CPU numbers must be below {max}, not {0}", max = crate::stream::affinity::MAX_CPUS)]
     Cpu(u32),
+    #[error("--cpu and --server-cpu name at most {MAX_NSTREAMS} CPUs (one per stream), not {0}")]
+    CpuList(usize),
     #[error(transparent)]
     Workload(#[from] WorkloadError),
     #[error(transparent)]
@@ -206,6 +208,13 @@ impl Settings {
             u64::from(self.nstreams) * u64::from(self.nsockets) * u64::from(self.pktsize) * copies;
         if footprint > MAX_FOOTPRINT {
             return Err(SettingsError::Footprint(footprint));
+        }
+        // Every stream's thread holds a copy of the settings: their lists stay short.
+        if let Some(list) = [&self.client_cpus, &self.server_cpus]
+            .into_iter()
+            .find(|l| l.len() > MAX_NSTREAMS as usize)
+        {
+            return Err(SettingsError::CpuList(list.len()));
         }
         if let Some(&cpu) = self
             .client_cpus
@@ -300,6 +309,30 @@ impl Settings {
         match self.time_ms {
             Some(_) => None,
             None => Some(self.bytes_per_stream()),
+        }
+    }
+
+    /// The most payload bytes one end of this run can count, all streams together: the
+    /// announced bytes (time-bounded: what 10 Tbit/s moves in the time), each perhaps
+    /// sent again by MPRTT's retries. Figures beyond it cannot be true.
+    pub fn most_bytes(&self) -> u64 {
+        const BYTES_PER_MS_AT_10_TBIT: u64 = 1_250_000_000;
+        let per_stream = match self.time_ms {
+            Some(ms) => ms.saturating_mul(BYTES_PER_MS_AT_10_TBIT),
+            None => self.bytes_per_stream(),
+        };
+        per_stream
+            .saturating_mul(self.packet_copies())
+            .saturating_mul(u64::from(self.nstreams))
+    }
+
+    /// How many times one packet may arrive: with MPRTT, once more per retry (UDP sends a
+    /// datagram again when its ACK is late).
+    pub fn packet_copies(&self) -> u64 {
+        if self.workload.mprtt() {
+            1 + u64::from(MAX_RETRIES)
+        } else {
+            1
         }
     }
 
@@ -412,6 +445,10 @@ mod tests {
             },
             Settings {
                 client_cpus: vec![u32::MAX],
+                ..base.clone()
+            },
+            Settings {
+                server_cpus: vec![0; MAX_NSTREAMS as usize + 1],
                 ..base.clone()
             },
         ];

@@ -63,8 +63,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const MAX_DATAGRAM_V4: u32 = 65_507;
 /// Largest UDP payload over IPv6 without jumbograms: 65535 - 8 (UDP header).
 pub const MAX_DATAGRAM_V6: u32 = 65_527;
-/// MPRTT: how many times a datagram is sent again before the run fails.
-pub const MAX_RETRIES: u32 = 10;
+use crate::transport::udp::settings::MAX_RETRIES;
 /// Socket buffer asked for, each way, unless `--window` says: enough that a loopback
 /// run at full speed is not limited by it (the kernel's default of ~200 KB holds a
 /// handful of 32 KB datagrams).

@@ -10,6 +10,7 @@ use super::{
     port_offset, stream_options, Acceptor, ClientCtx, DataConn, Refusal, ServerCtx, Transport,
 };
 use crate::control::{self, Message, PROTOCOL_VERSION};
+use crate::pending::PendingCaps;
 use crate::settings::Settings;
 use crate::stream::affinity::cpu_for;
 use crate::stream::{Stream, StreamOptions, TcpOptions, TcpStream};
@@ -26,9 +27,11 @@ use std::time::{Duration, Instant};
 
 /// How long a new data connection may take to send its `DataHello`.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
-/// Most connections at a time on a data port (stream > 0) that have not yet said what
-/// they are; more are dropped at once.
-const MAX_PENDING_PER_PORT: usize = 32;
+/// Most connections from one address at a time on a data port (stream > 0) that have
+/// not yet said what they are; more are dropped at once.
+const MAX_PENDING_PER_SOURCE: usize = 32;
+/// Most such connections on a data port in all.
+const MAX_PENDING_PER_PORT: usize = 128;
 
 /// The TCP transport, with the run's TCP options.
 pub struct TcpTransport(pub TcpSettings);
@@ -185,7 +188,7 @@ pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<
             // Each connection says what it is in its own short-lived thread, so a
             // silent or junk connection on this port never holds up the client's;
             // only connections that prove they belong to this stream count.
-            let pending = Arc::new(AtomicUsize::new(0));
+            let pending = PendingCaps::new(MAX_PENDING_PER_SOURCE, MAX_PENDING_PER_PORT);
             let routed = Arc::new(AtomicUsize::new(0));
             while routed.load(Ordering::Relaxed) < per_stream as usize
                 && Instant::now() < deadline
@@ -200,12 +203,14 @@ pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<
                                 error: format!("data port {}: {error}", addr.port()),
                             });
                         };
-                        if pending.load(Ordering::Relaxed) >= MAX_PENDING_PER_PORT {
-                            refused("refused: too many unidentified connections".into());
-                            continue;
-                        }
-                        pending.fetch_add(1, Ordering::Relaxed);
-                        let (tx, pending, routed) = (tx.clone(), pending.clone(), routed.clone());
+                        let slot = match pending.claim(peer.ip()) {
+                            Ok(slot) => slot,
+                            Err(crowded) => {
+                                refused(format!("refused: {crowded}"));
+                                continue;
+                            }
+                        };
+                        let (tx, routed) = (tx.clone(), routed.clone());
                         let identify = move || {
                             let left = deadline.saturating_duration_since(Instant::now());
                             match read_data_hello(sock, session, i, left) {
@@ -216,7 +221,7 @@ pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<
                                 }
                                 Err(e) => refused(format!("{e:#}")),
                             }
-                            pending.fetch_sub(1, Ordering::Relaxed);
+                            drop(slot);
                         };
                         if std::thread::Builder::new()
                             .name(format!("fperf-data-hello-{i}"))

@@ -19,6 +19,8 @@ pub const MAX_UDP_PKTSIZE: u32 = 65_527;
 pub const DEFAULT_UDP_BATCH: u32 = 64;
 /// Most datagrams per `sendmmsg()`/`recvmmsg()` (the kernel's `UIO_MAXIOV`).
 pub const MAX_UDP_BATCH: u32 = 1024;
+/// MPRTT: how many times a datagram is sent again before the run fails.
+pub const MAX_RETRIES: u32 = 10;
 
 /// The options of a UDP run, both ends' alike.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
