@@ -41,6 +41,15 @@ case "$vm_rc" in
   3) not_run+=("the Soft-RoCE VM: ${vm_why#softroce: }") ;;
   *) echo "$vm_why" >&2; exit "$vm_rc" ;;
 esac
+# The session fuzzer for a bounded time where a nightly toolchain is (cargo-fuzz needs
+# one); tests/props.rs drives the same generator on every host.
+if cargo +nightly --version >/dev/null 2>&1; then
+  command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
+  (cd fuzz && cargo +nightly fuzz run session -- \
+    -max_total_time="${FPERF_FUZZ_SECS:-60}" -rss_limit_mb=2048)
+else
+  not_run+=("the session fuzzer: no nightly toolchain (tests/props.rs drives its generator)")
+fi
 for why in "${not_run[@]}"; do
   echo "ignored here (listed as ignored above): $why"
 done

@@ -206,6 +206,14 @@ proptest! {
         }
     }
 
+    /// Both ends' sessions keep their rules whatever script of messages they are sent:
+    /// the generator the cargo-fuzz target `session` explores, run here without nightly.
+    #[test]
+    fn sessions_keep_their_rules_under_any_script(bytes in proptest::collection::vec(any::<u8>(), 0..4096), keyed in any::<bool>()) {
+        let script = control::script::messages(&bytes, 256);
+        prop_assert_eq!(control::script::check_sessions(&script, keyed), Ok(()));
+    }
+
     /// Hex used by the authentication messages round-trips and refuses wrong lengths.
     #[test]
     fn hex_roundtrips(b in any::<[u8; 32]>(), junk in ".{0,70}") {

@@ -11,6 +11,7 @@
 //! ([`session`]) do no I/O and are tested in memory; [`Channel`] carries frames over a
 //! socket with time-outs.
 
+pub mod script;
 pub mod session;
 
 use crate::results::{IntervalResult, SideResult};
