@@ -572,6 +572,50 @@ fn an_unauthenticated_connection_has_one_deadline_for_all_its_steps() {
 }
 
 #[test]
+fn a_strangers_datagrams_on_a_udp_port_never_count_as_the_clients() {
+    let server = Server::start(&[]);
+    let port = server.port;
+    // A stranger floods the UDP port of stream 0 from before the tests until after them,
+    // with datagrams that read as stream 0's first ones.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let junk = [0u8; 1400];
+            let mut sent = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = sock.send_to(&junk, ("127.0.0.1", port));
+                sent += 1;
+                if sent % 64 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            sent
+        })
+    };
+    for _ in 0..3 {
+        let out = client_ok(
+            &server,
+            "127.0.0.1",
+            &["-u", "-m", "8", "-l", "1400", "-b", "400M", "--json"],
+        );
+        let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let d = &doc["server"]["total"]["datagrams"];
+        let n = |k: &str| d[k].as_u64().unwrap_or(u64::MAX);
+        assert_eq!(n("received") - n("duplicates"), n("peer_sent"), "{d}");
+        assert_eq!((n("duplicates"), n("out_of_order")), (0, 0), "{d}");
+        assert_eq!(
+            doc["server"]["total"]["bytes_received"].as_u64(),
+            Some(8 << 20),
+            "{d}"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(flood.join().unwrap() > 1000);
+}
+
+#[test]
 fn a_client_killed_mid_transfer_costs_the_server_nothing() {
     let server = Server::start(&["--max-rate", "400M"]);
     let port = server.port.to_string();

@@ -50,6 +50,7 @@ use super::udp_wire::{Arrival, BufferGrant, Header, SeqTracker, HEADER_LEN};
 use super::{check_abort, Deadline, Stream, StreamOptions, Timeout};
 use crate::control::{self, ControlError, Message};
 use crate::stats::{span_ns, StreamStats};
+use crate::transport::udp::settings::MAX_RETRIES;
 use bytes::Bytes;
 use socket2::SockRef;
 use std::io::{self, IoSlice};
@@ -63,7 +64,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const MAX_DATAGRAM_V4: u32 = 65_507;
 /// Largest UDP payload over IPv6 without jumbograms: 65535 - 8 (UDP header).
 pub const MAX_DATAGRAM_V6: u32 = 65_527;
-use crate::transport::udp::settings::MAX_RETRIES;
 /// Socket buffer asked for, each way, unless `--window` says: enough that a loopback
 /// run at full speed is not limited by it (the kernel's default of ~200 KB holds a
 /// handful of 32 KB datagrams).
@@ -120,6 +120,33 @@ impl UdpOptions {
         }
     }
 }
+
+/// Reads and counts the datagrams queued on `sock` when a STREAM is made of it: they
+/// arrived before its peer was told to send (a server's socket is bound before it is
+/// connected to the client), so none is the peer's. Bounded: a connected socket takes
+/// no more from anyone else, and the queue holds at most its receive buffer.
+fn drain_stale(sock: &net::UdpSocket) -> io::Result<u64> {
+    let sock = SockRef::from(sock);
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 64];
+    let mut stale = 0;
+    for _ in 0..MAX_STALE_READS {
+        match sock.recv_with_flags(&mut buf, libc::MSG_DONTWAIT) {
+            Ok(_) => stale += 1,
+            // A stranger's ICMP error, or a signal: the queue may hold more.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(stale)
+}
+
+/// Most datagrams [`drain_stale`] reads from one socket.
+const MAX_STALE_READS: usize = 1 << 20;
 
 /// Nanoseconds since the Unix epoch from the monotonic clock: one clock read gives
 /// both a datagram's send time for its header and the start of its latency sample.
@@ -559,6 +586,11 @@ impl UdpStream {
                 clock,
             });
         }
+        // What is queued already came before any peer of this STREAM could send.
+        let mut tracker = SeqTracker::new(udp.stream);
+        for s in &sockets {
+            tracker.on_foreign(drain_stale(&s.sock)?);
+        }
         let senders = Senders::start(opts.queue, sockets.clone(), opts.abort.clone())?;
         let pollfds = sockets
             .iter()
@@ -576,7 +608,7 @@ impl UdpStream {
             control,
             senders: Some(senders),
             stats: StreamStats::default(),
-            tracker: SeqTracker::new(udp.stream),
+            tracker,
             rcvbuf,
             sndbuf,
             peer: PeerSending::Running,
@@ -1031,6 +1063,42 @@ mod tests {
                 n => total += n as u64,
             }
         }
+    }
+
+    #[test]
+    fn datagrams_queued_before_the_stream_are_foreign_not_data() {
+        let listener = net::TcpListener::bind("127.0.0.1:0").expect("tcp bind");
+        let ctl_a = net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (ctl_b, _) = listener.accept().expect("accept");
+        // A server's socket bound before it knows the client, and a stranger who finds it.
+        let b = net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let stranger = net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        for seq in 0..5u8 {
+            stranger
+                .send_to(&[seq; 100], b.local_addr().expect("addr"))
+                .expect("send");
+        }
+        let a = net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        a.connect(b.local_addr().expect("addr")).expect("connect");
+        b.connect(a.local_addr().expect("addr")).expect("connect");
+        let udp = UdpOptions::new(0, Duration::from_millis(100));
+        let opts = StreamOptions::default();
+        let mut client =
+            UdpStream::from_sockets(vec![a], ctl_a, opts.clone(), udp.clone()).expect("a");
+        let mut server = UdpStream::from_sockets(vec![b], ctl_b, opts, udp).expect("b");
+        let t = thread::spawn(move || {
+            for _ in 0..10 {
+                client.send(&[0x5a; 500], Timeout::Forever).expect("send");
+            }
+            client.finish_sending(Timeout::Forever).expect("finish");
+        });
+        assert_eq!(receive_all(&mut server, 500), 5000);
+        t.join().expect("join");
+        let d = server.stats().datagrams;
+        assert_eq!(
+            (d.received, d.foreign, d.lost, d.out_of_order),
+            (10, 5, 0, 0)
+        );
     }
 
     #[test]

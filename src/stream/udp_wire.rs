@@ -132,7 +132,8 @@ pub struct DatagramCounts {
     pub out_of_order: u64,
     /// `peer_sent - (received - duplicates)`, never negative.
     pub lost: u64,
-    /// Datagrams that were empty or named another stream.
+    /// Datagrams that were empty, named another stream, or were queued before the peer
+    /// was told to send (a stranger's).
     pub foreign: u64,
     /// Interarrival jitter (RFC 3550), ns; the largest of merged streams. `None`
     /// when no datagram carried a send time (datagrams below [`HEADER_LEN`] bytes).
@@ -311,6 +312,11 @@ impl SeqTracker {
             }
         }
         (arrival, seq)
+    }
+
+    /// Accounts for `n` datagrams that were not of this stream, read without decoding.
+    pub fn on_foreign(&mut self, n: u64) {
+        self.counts.foreign += n;
     }
 
     /// Accounts for sequence number `seq`.
