@@ -127,7 +127,7 @@ pub struct Cli {
     time: Option<f64>,
 
     /// Print each side's figures every SECS seconds while the run goes on (and keep
-    /// them in --json and --csv).
+    /// them in --json and --csv). At least 0.01 s, and 0.002 s per stream.
     #[arg(short = 'i', long, value_name = "SECS", conflicts_with = "server")]
     interval: Option<f64>,
 

@@ -188,7 +188,7 @@ pub fn run_observed(
     let start = Instant::now();
     let cpu_start = CpuUsage::now();
     let schedule = Schedule::new(&settings, start);
-    let (meter_tx, meter_rx) = mpsc::channel();
+    let (meter_tx, meter_rx) = crate::interval::meter_channel(infos.len());
     let mut collector = Collector::new(start, infos.len(), cpu_start, &settings);
     // With --reverse (and on --bidir's second half) the client receives as the server
     // otherwise does; the watch is the receiving loop's (no rate cap here).

@@ -22,7 +22,7 @@ use crate::stats::StreamStats;
 use crate::stream::Stream;
 use crate::sysinfo::{CpuUsage, TcpInfo};
 use std::collections::BTreeMap;
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
 /// When one side's boundaries fall.
@@ -114,11 +114,21 @@ pub struct Totals {
     pub tcp: Option<TcpInfo>,
 }
 
+/// Samples each stream may have on their way to the side's collector. A collector
+/// that falls behind (its connection to the peer blocked) holds the streams' threads
+/// back at their next interval boundary instead of queueing without bound.
+const METER_QUEUE_PER_STREAM: usize = 1;
+
+/// The channel from `streams` streams' meters to their side's collector.
+pub fn meter_channel(streams: usize) -> (SyncSender<MeterMsg>, Receiver<MeterMsg>) {
+    std::sync::mpsc::sync_channel(METER_QUEUE_PER_STREAM * streams.max(1))
+}
+
 /// The owning thread's view of the schedule for one stream.
 pub struct Meter {
     stream: u32,
     schedule: Schedule,
-    tx: Option<Sender<MeterMsg>>,
+    tx: Option<SyncSender<MeterMsg>>,
     index: u32,
     interval_start: Instant,
     next_interval: Option<Instant>,
@@ -136,7 +146,7 @@ pub struct Meter {
 
 impl Meter {
     /// A meter for stream `stream`; samples go to `tx` when the run has intervals.
-    pub fn new(stream: u32, schedule: Schedule, tx: Option<Sender<MeterMsg>>) -> Meter {
+    pub fn new(stream: u32, schedule: Schedule, tx: Option<SyncSender<MeterMsg>>) -> Meter {
         let omit_end = schedule.omit.map(|d| schedule.start + d);
         let mut m = Meter {
             stream,
@@ -596,7 +606,7 @@ mod tests {
             omit: None,
             time: Some(Duration::from_secs(3)),
         };
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = std::sync::mpsc::sync_channel(64);
         let mut m = Meter::new(0, schedule, Some(tx));
         assert_eq!(m.deadline(), Some(start + Duration::from_secs(3)));
         let fake = Fake(Cell::new(0));
@@ -637,7 +647,7 @@ mod tests {
             omit: Some(Duration::from_secs(1)),
             time: None,
         };
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = std::sync::mpsc::sync_channel(64);
         let mut m = Meter::new(0, schedule, Some(tx));
         let fake = Fake(Cell::new(0));
         let at = |ms: u64| start + Duration::from_millis(ms);

@@ -37,6 +37,11 @@ pub const MAX_MB: u64 = 1 << 30;
 pub const MB: u64 = 1 << 20;
 /// Shortest reporting interval (`-i`), in ms.
 pub const MIN_INTERVAL_MS: u64 = 10;
+/// Shortest reporting interval per stream, in ms: every stream sends each end's
+/// collector a sample (up to a few latency histograms of 264 KiB) every interval, so a
+/// run's samples come at most 500 a second however many streams it has, which the
+/// collector keeps up with (docs/limits.md has the memory this bounds).
+pub const MIN_INTERVAL_PER_STREAM_MS: u64 = 2;
 /// Longest time-bounded run, reporting interval or warm-up (`--time`, `-i`, `--omit`):
 /// one week, in ms.
 pub const MAX_TIME_MS: u64 = 7 * 24 * 3600 * 1000;
@@ -136,6 +141,12 @@ pub enum SettingsError {
     LockFreeSockets(u32),
     #[error("--{0} must be between {MIN_INTERVAL_MS} ms and one week, not {1} ms")]
     Timing(&'static str, u64),
+    #[error("-i must be at least {least} ms with {streams} streams (every stream reports every interval), not {asked} ms")]
+    IntervalPerStream {
+        asked: u64,
+        least: u64,
+        streams: u32,
+    },
     #[error("--omit ({0} ms) must be shorter than --time ({1} ms)")]
     OmitTooLong(u64, u64),
     #[error("--bitrate must be at least 1 bit/s")]
@@ -236,6 +247,16 @@ impl Settings {
                 if !(min..=MAX_TIME_MS).contains(&v) {
                     return Err(SettingsError::Timing(name, v));
                 }
+            }
+        }
+        if let Some(asked) = self.interval_ms {
+            let least = u64::from(self.nstreams) * MIN_INTERVAL_PER_STREAM_MS;
+            if asked < least {
+                return Err(SettingsError::IntervalPerStream {
+                    asked,
+                    least,
+                    streams: self.nstreams,
+                });
             }
         }
         if self.rate_bps == Some(0) {
@@ -441,6 +462,11 @@ mod tests {
             },
             Settings {
                 rate_bps: Some(0),
+                ..base.clone()
+            },
+            Settings {
+                nstreams: 64,
+                interval_ms: Some(127),
                 ..base.clone()
             },
             Settings {
