@@ -239,7 +239,8 @@ impl Meter {
             start: self.interval_start,
             end: now,
             omitted: matches!(self.omit_end, Some(t) if self.interval_start < t),
-            stats: snap.since(&self.prev, self.interval_start),
+            // Compact: it may wait in the queue and then for the other streams.
+            stats: snap.since(&self.prev, self.interval_start).compacted(),
             tcp: match (tcp, &self.prev_tcp) {
                 (Some(t), Some(p)) => Some(t.since(p)),
                 (t, _) => t,

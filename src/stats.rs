@@ -29,6 +29,10 @@ const STAGED: usize = 32;
 #[derive(Debug)]
 pub struct LatencyStats {
     hist: Option<Histogram<u64>>,
+    /// Samples held as (bucket value, count) pairs instead of in `hist`: an interval's
+    /// samples on their way to the collector take a few KiB this way, not the 264 KiB
+    /// of a histogram (see [`LatencyStats::compacted`]).
+    buckets: Vec<(u64, u64)>,
     /// Samples not yet in `hist`: the first `staged_len`.
     staged: [u64; STAGED],
     staged_len: usize,
@@ -43,6 +47,7 @@ impl Default for LatencyStats {
     fn default() -> Self {
         LatencyStats {
             hist: None,
+            buckets: Vec::new(),
             staged: [0; STAGED],
             staged_len: 0,
             count: 0,
@@ -96,15 +101,33 @@ impl LatencyStats {
         self.staged_len = 0;
     }
 
-    /// The histogram of every sample, staged ones included.
+    /// The histogram of every sample, staged and compacted ones included.
     fn histogram(&self) -> Option<Cow<'_, Histogram<u64>>> {
         let staged = &self.staged[..self.staged_len];
-        if staged.is_empty() {
+        if staged.is_empty() && self.buckets.is_empty() {
             return self.hist.as_ref().map(Cow::Borrowed);
         }
         let mut hist = self.hist.clone().unwrap_or_else(new_histogram);
         record_all(&mut hist, staged);
+        record_buckets(&mut hist, &self.buckets);
         Some(Cow::Owned(hist))
+    }
+
+    /// The same distribution with its histogram held as its recorded buckets only,
+    /// when that is smaller: for figures that are kept or queued rather than recorded
+    /// into (an interval's sample). Percentiles come out the same.
+    pub fn compacted(mut self) -> LatencyStats {
+        if let Some(hist) = &self.hist {
+            let buckets: Vec<(u64, u64)> = hist
+                .iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                .collect();
+            if buckets.len() * std::mem::size_of::<(u64, u64)>() < hist.distinct_values() * 8 {
+                self.buckets.extend(buckets);
+                self.hist = None;
+            }
+        }
+        self
     }
 
     /// Records the time elapsed since `start`; returns the clock it read (the end).
@@ -127,6 +150,7 @@ impl LatencyStats {
         }
         // Straight into this histogram: no copy of `other`'s to fold them into first.
         record_all(hist, &other.staged[..other.staged_len]);
+        record_buckets(hist, &other.buckets);
         self.count += other.count;
         self.sum_ns += other.sum_ns;
         self.sum_sq_ns += other.sum_sq_ns;
@@ -161,6 +185,7 @@ impl LatencyStats {
         };
         LatencyStats {
             hist: Some(hist),
+            buckets: Vec::new(),
             staged: [0; STAGED],
             staged_len: 0,
             count,
@@ -226,9 +251,14 @@ impl Clone for LatencyStats {
     fn clone(&self) -> Self {
         LatencyStats {
             hist: self.histogram().map(Cow::into_owned),
+            buckets: Vec::new(),
             staged: [0; STAGED],
             staged_len: 0,
-            ..*self
+            count: self.count,
+            sum_ns: self.sum_ns,
+            sum_sq_ns: self.sum_sq_ns,
+            min_ns: self.min_ns,
+            max_ns: self.max_ns,
         }
     }
 }
@@ -236,6 +266,13 @@ impl Clone for LatencyStats {
 fn record_all(hist: &mut Histogram<u64>, samples: &[u64]) {
     for &ns in samples {
         hist.saturating_record(ns.clamp(1, HIST_MAX_NS));
+    }
+}
+
+/// Records (bucket value, count) pairs taken from a histogram of the same bounds.
+fn record_buckets(hist: &mut Histogram<u64>, buckets: &[(u64, u64)]) {
+    for &(ns, n) in buckets {
+        hist.saturating_record_n(ns.clamp(1, HIST_MAX_NS), n);
     }
 }
 
@@ -308,6 +345,17 @@ impl StreamStats {
 }
 
 impl StreamStats {
+    /// The same figures with their latency histograms held compactly (see
+    /// [`LatencyStats::compacted`]).
+    pub fn compacted(self) -> StreamStats {
+        StreamStats {
+            send_latency: self.send_latency.compacted(),
+            recv_latency: self.recv_latency.compacted(),
+            submit_latency: self.submit_latency.compacted(),
+            ..self
+        }
+    }
+
     /// What happened after `earlier` (an older snapshot of the same stream) was taken at
     /// `at`: counters and latencies are differences, and the receive span starts no
     /// earlier than `at`.
@@ -505,6 +553,28 @@ mod tests {
         let d = a.since(&snap, later);
         assert_eq!(d.bytes_received, 20);
         assert_eq!(d.first_recv, Some(later));
+    }
+
+    #[test]
+    fn a_compacted_distribution_reports_and_merges_as_the_full_one() {
+        let mut full = LatencyStats::default();
+        for i in 0..10_000u64 {
+            full.record(1_000 + (i * 7919) % 50_000);
+        }
+        let compact = full.clone().compacted();
+        assert!(compact.hist.is_none() && !compact.buckets.is_empty());
+        assert_eq!(compact.summary(), full.summary());
+        assert_eq!(compact.quantile_curve(), full.quantile_curve());
+        let mut into_full = full.clone();
+        into_full.merge(&full);
+        let mut into_compact = full.clone();
+        into_compact.merge(&compact);
+        assert_eq!(into_compact.summary(), into_full.summary());
+        // Recording after compaction counts both.
+        let mut more = full.clone().compacted();
+        more.record(5);
+        assert_eq!(more.count(), 10_001);
+        assert_eq!(more.summary().map(|s| s.min_ns), Some(5));
     }
 
     #[test]

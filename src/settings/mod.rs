@@ -38,9 +38,9 @@ pub const MB: u64 = 1 << 20;
 /// Shortest reporting interval (`-i`), in ms.
 pub const MIN_INTERVAL_MS: u64 = 10;
 /// Shortest reporting interval per stream, in ms: every stream sends each end's
-/// collector a sample (up to a few latency histograms of 264 KiB) every interval, so a
-/// run's samples come at most 500 a second however many streams it has, which the
-/// collector keeps up with (docs/limits.md has the memory this bounds).
+/// collector a sample every interval, so a run's samples come at most 500 a second
+/// however many streams it has, which the collector keeps up with (docs/limits.md has
+/// the memory this bounds).
 pub const MIN_INTERVAL_PER_STREAM_MS: u64 = 2;
 /// Longest time-bounded run, reporting interval or warm-up (`--time`, `-i`, `--omit`):
 /// one week, in ms.
