@@ -43,12 +43,16 @@ case "$vm_rc" in
 esac
 # The session fuzzer for a bounded time where a nightly toolchain is (cargo-fuzz needs
 # one); tests/props.rs drives the same generator on every host.
-if cargo +nightly --version >/dev/null 2>&1; then
-  command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
-  (cd fuzz && cargo +nightly fuzz run session -- \
-    -max_total_time="${FPERF_FUZZ_SECS:-60}" -rss_limit_mb=2048)
-else
+if ! cargo +nightly --version >/dev/null 2>&1; then
   not_run+=("the session fuzzer: no nightly toolchain (tests/props.rs drives its generator)")
+elif ! command -v cargo-fuzz >/dev/null 2>&1 && ! cargo install --locked cargo-fuzz; then
+  not_run+=("the session fuzzer: cargo-fuzz could not be installed (tests/props.rs drives its generator)")
+elif (cd fuzz && cargo +nightly fuzz run session -- -max_total_time="${FPERF_FUZZ_SECS:-60}" \
+    -rss_limit_mb=2048 >../target/fuzz-session.log 2>&1); then
+  echo "session fuzzer: $(tail -n 1 target/fuzz-session.log)"
+else
+  tail -n 60 target/fuzz-session.log
+  exit 1
 fi
 for why in "${not_run[@]}"; do
   echo "ignored here (listed as ignored above): $why"
