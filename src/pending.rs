@@ -35,9 +35,8 @@ impl std::fmt::Display for Crowded {
 pub struct PendingCaps {
     per_source: usize,
     total: usize,
-    /// Pending connections per address (no entry at zero) and their sum: at most
-    /// `total` entries.
-    counts: Mutex<(HashMap<IpAddr, usize>, usize)>,
+    /// Pending connections per address, no entry at zero: at most `total` entries.
+    counts: Mutex<HashMap<IpAddr, usize>>,
 }
 
 /// A pending connection's place; dropping it frees the place.
@@ -53,11 +52,11 @@ impl PendingCaps {
         Arc::new(PendingCaps {
             per_source,
             total,
-            counts: Mutex::new((HashMap::new(), 0)),
+            counts: Mutex::new(HashMap::new()),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, (HashMap<IpAddr, usize>, usize)> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<IpAddr, usize>> {
         // The counts stay consistent whatever a panicking holder did: each change is
         // one insert or one decrement.
         self.counts.lock().unwrap_or_else(|e| e.into_inner())
@@ -66,9 +65,8 @@ impl PendingCaps {
     /// A place for a connection from `source`, or why there is none.
     pub fn claim(self: &Arc<Self>, source: IpAddr) -> Result<PendingSlot, Crowded> {
         let source = source.to_canonical();
-        let mut guard = self.lock();
-        let (by_source, total) = &mut *guard;
-        if *total >= self.total {
+        let mut by_source = self.lock();
+        if by_source.values().sum::<usize>() >= self.total {
             return Err(Crowded::Total(self.total));
         }
         let count = by_source.entry(source).or_insert(0);
@@ -76,7 +74,6 @@ impl PendingCaps {
             return Err(Crowded::Source(self.per_source));
         }
         *count += 1;
-        *total += 1;
         Ok(PendingSlot {
             caps: self.clone(),
             source,
@@ -86,14 +83,12 @@ impl PendingCaps {
 
 impl Drop for PendingSlot {
     fn drop(&mut self) {
-        let mut guard = self.caps.lock();
-        let (by_source, total) = &mut *guard;
+        let mut by_source = self.caps.lock();
         if let Some(count) = by_source.get_mut(&self.source) {
             *count -= 1;
             if *count == 0 {
                 by_source.remove(&self.source);
             }
-            *total -= 1;
         }
     }
 }
@@ -129,7 +124,6 @@ mod tests {
             .map(|i| caps.claim([10, 0, 0, i].into()).expect("claim"))
             .collect();
         drop(slots);
-        let (by_source, total) = &*caps.lock();
-        assert!(by_source.is_empty() && *total == 0);
+        assert!(caps.lock().is_empty());
     }
 }

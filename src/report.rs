@@ -362,11 +362,7 @@ fn direction_line(role: Role, settings: &Settings, r: &IntervalResult, t: &Figur
         bit_rate(rate(bytes, secs)),
     );
     if let Some(l) = lat {
-        let name = if settings.workload.mprtt() {
-            "mprtt"
-        } else {
-            "latency"
-        };
+        let name = latency_label(settings);
         line += &format!(
             "  {name}: p50={:.2}us p99={:.2}us",
             l.p50_ns as f64 / 1000.0,

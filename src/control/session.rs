@@ -164,26 +164,29 @@ impl ServerSession {
     /// deadline, [`IDENTIFY_WITHIN`] after arrival, and its passing fails the session;
     /// after that, `Ok(None)`: each wait gets the driver's control time-out.
     pub fn wait_limit(&mut self, elapsed: Duration) -> Result<Option<Duration>, SessionError> {
-        match self.state {
-            ServerState::First | ServerState::Challenged { .. } => {
-                let left = IDENTIFY_WITHIN.saturating_sub(elapsed);
-                if left.is_zero() {
-                    self.state = ServerState::Ended;
-                    return Err(SessionError::TooSlowToIdentify);
-                }
-                Ok(Some(left))
-            }
-            _ => Ok(None),
+        if !self.identifying() {
+            return Ok(None);
         }
+        let left = IDENTIFY_WITHIN.saturating_sub(elapsed);
+        if left.is_zero() {
+            self.state = ServerState::Ended;
+            return Err(SessionError::TooSlowToIdentify);
+        }
+        Ok(Some(left))
+    }
+
+    /// Whether the client has yet to say what it is (and, with a key, prove it).
+    fn identifying(&self) -> bool {
+        matches!(
+            self.state,
+            ServerState::First | ServerState::Challenged { .. }
+        )
     }
 
     /// The driver's wait for the client's next message ran out: the error that ends the
     /// session ([`SessionError::TooSlowToIdentify`] while the client is unidentified).
     pub fn timed_out(&mut self) -> SessionError {
-        let identifying = matches!(
-            self.state,
-            ServerState::First | ServerState::Challenged { .. }
-        );
+        let identifying = self.identifying();
         self.state = ServerState::Ended;
         if identifying {
             SessionError::TooSlowToIdentify
