@@ -8,7 +8,7 @@
 //! nap, checking the TCP connection the two ends swapped their details over, which
 //! stays open for the run, so a vanished peer ends a wait instead of stalling it.
 
-use super::sender::{PacketSink, Senders};
+use super::sender::{LazySenders, PacketSink, Senders};
 use super::{Deadline, Stream, StreamOptions, Timeout};
 use crate::stats::StreamStats;
 use bytes::Bytes;
@@ -161,7 +161,7 @@ impl<E: RingEndpoint> PacketSink for SharedEndpoint<E> {
 pub struct EndpointStream<E: RingEndpoint> {
     endpoints: Vec<SharedEndpoint<E>>,
     opts: StreamOptions,
-    senders: Option<Senders>,
+    senders: LazySenders,
     stats: StreamStats,
     cursor: usize,
     local: String,
@@ -190,7 +190,7 @@ impl<E: RingEndpoint> EndpointStream<E> {
         Ok(EndpointStream {
             endpoints,
             opts,
-            senders: Some(senders),
+            senders: LazySenders::Running(Box::new(senders)),
             stats: StreamStats::default(),
             cursor: 0,
             local,
@@ -222,11 +222,14 @@ impl<E: RingEndpoint> Stream for EndpointStream<E> {
     }
 
     fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
-        crate::stream::sender::submit_if_running(&mut self.senders, buf, timeout)
+        let (endpoints, opts) = (&self.endpoints, &self.opts);
+        self.senders
+            .get_or_start(|| Senders::start(opts.queue, endpoints.clone(), opts.abort.clone()))?
+            .submit(buf, timeout)
     }
 
     fn sender_drain(&mut self, timeout: Timeout) -> io::Result<()> {
-        crate::stream::sender::drain_if_running(&mut self.senders, timeout)
+        self.senders.drain(timeout)
     }
 
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
@@ -272,10 +275,7 @@ impl<E: RingEndpoint> Stream for EndpointStream<E> {
     }
 
     fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
-        let mut result = match &mut self.senders {
-            Some(s) => s.stop(timeout),
-            None => Ok(()),
-        };
+        let mut result = self.senders.finish(timeout, &mut self.stats);
         let deadline = timeout.deadline();
         for e in &self.endpoints {
             let finished = e
@@ -289,10 +289,6 @@ impl<E: RingEndpoint> Stream for EndpointStream<E> {
     }
 
     fn stats(&self) -> StreamStats {
-        let mut s = self.stats.clone();
-        if let Some(senders) = &self.senders {
-            s.merge(&senders.stats());
-        }
-        s
+        self.senders.with_figures(&self.stats)
     }
 }

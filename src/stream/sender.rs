@@ -410,26 +410,60 @@ impl Senders {
     }
 }
 
-/// `send_submit()` of a STREAM whose senders are gone once sending finished.
-pub fn submit_if_running(
-    senders: &mut Option<Senders>,
-    buf: Bytes,
-    timeout: Timeout,
-) -> io::Result<()> {
-    match senders {
-        Some(s) => s.submit(buf, timeout),
-        None => Err(io::Error::new(
-            io::ErrorKind::BrokenPipe,
-            "sending finished",
-        )),
-    }
+/// A STREAM's sender threads, started by its first `send_submit()`: a STREAM that only
+/// receives (the server's, in most tests) never holds their threads or their queue.
+pub(crate) enum LazySenders {
+    NotStarted,
+    Running(Box<Senders>),
+    Finished,
 }
 
-/// `sender_drain()` of such a STREAM: nothing is pending once sending finished.
-pub fn drain_if_running(senders: &mut Option<Senders>, timeout: Timeout) -> io::Result<()> {
-    match senders {
-        Some(s) => s.drain(timeout),
-        None => Ok(()),
+impl LazySenders {
+    /// The running sender threads, started with `start` if none were.
+    pub fn get_or_start(
+        &mut self,
+        start: impl FnOnce() -> io::Result<Senders>,
+    ) -> io::Result<&mut Senders> {
+        if let LazySenders::NotStarted = self {
+            *self = LazySenders::Running(Box::new(start()?));
+        }
+        match self {
+            LazySenders::Running(s) => Ok(s),
+            _ => Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "sending finished",
+            )),
+        }
+    }
+
+    /// `sender_drain()`: nothing is pending where nothing was submitted or sending
+    /// finished.
+    pub fn drain(&mut self, timeout: Timeout) -> io::Result<()> {
+        match self {
+            LazySenders::Running(s) => s.drain(timeout),
+            LazySenders::NotStarted | LazySenders::Finished => Ok(()),
+        }
+    }
+
+    /// Stops the threads once what is queued is sent, and adds their figures to `stats`.
+    pub fn finish(&mut self, timeout: Timeout, stats: &mut StreamStats) -> io::Result<()> {
+        match std::mem::replace(self, LazySenders::Finished) {
+            LazySenders::Running(mut s) => {
+                let stopped = s.stop(timeout);
+                stats.merge(&s.stats());
+                stopped
+            }
+            LazySenders::NotStarted | LazySenders::Finished => Ok(()),
+        }
+    }
+
+    /// `stats` with the running threads' figures added.
+    pub fn with_figures(&self, stats: &StreamStats) -> StreamStats {
+        let mut s = stats.clone();
+        if let LazySenders::Running(senders) = self {
+            s.merge(&senders.stats());
+        }
+        s
     }
 }
 

@@ -30,7 +30,7 @@
 //! no kernel time-outs, so they always run in non-blocking mode.
 
 use super::epoll::Epoll;
-use super::sender::{PacketSink, Senders};
+use super::sender::{LazySenders, PacketSink, Senders};
 use super::socket_calls::DataSocket;
 use super::sys::{receive_window_short_of, set_window, tcp_info, tcp_quickack};
 use super::uring::{no_wait, Ring};
@@ -402,17 +402,11 @@ impl PacketSink for Socket {
 
 /// The sender threads of a STREAM: started at the first `send_submit()`, so a STREAM
 /// driven with `send()` only (the default) or only receiving runs none.
-enum SenderState {
-    NotStarted,
-    Running(Box<Senders>),
-    Finished,
-}
-
 /// One end of a TCP STREAM.
 pub struct TcpStream {
     sockets: Vec<Socket>,
     opts: StreamOptions,
-    senders: SenderState,
+    senders: LazySenders,
     /// Figures of `send()` and `recv()` (the calling thread's).
     stats: StreamStats,
     /// When the last `send()` returned ([`Stream::last_send_end`]).
@@ -593,7 +587,7 @@ impl TcpStream {
             sockets,
             epoll: opts.epoll.then(Epoll::new),
             opts,
-            senders: SenderState::NotStarted,
+            senders: LazySenders::NotStarted,
             stats: StreamStats::default(),
             last_send_end: None,
             eof: vec![false; n],
@@ -618,27 +612,14 @@ impl TcpStream {
 
     /// The sender threads, started on first use (one per socket).
     fn senders(&mut self) -> io::Result<&mut Senders> {
-        if let SenderState::NotStarted = self.senders {
-            let sinks = self
-                .sockets
+        let (sockets, opts) = (&self.sockets, &self.opts);
+        self.senders.get_or_start(|| {
+            let sinks = sockets
                 .iter()
-                .map(|s| s.for_sender(self.opts.tcp.zerocopy))
+                .map(|s| s.for_sender(opts.tcp.zerocopy))
                 .collect::<io::Result<Vec<_>>>()?;
-            let abort = self.opts.abort.clone();
-            self.senders = SenderState::Running(Box::new(Senders::start_pinned(
-                self.opts.queue,
-                sinks,
-                abort,
-                self.opts.cpu,
-            )?));
-        }
-        match &mut self.senders {
-            SenderState::Running(s) => Ok(s),
-            _ => Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "sending finished",
-            )),
-        }
+            Senders::start_pinned(opts.queue, sinks, opts.abort.clone(), opts.cpu)
+        })
     }
 
     /// Notes that socket `k` reached end of stream.
@@ -865,11 +846,7 @@ impl Stream for TcpStream {
     }
 
     fn sender_drain(&mut self, timeout: Timeout) -> io::Result<()> {
-        match &mut self.senders {
-            SenderState::Running(s) => s.drain(timeout),
-            // Nothing was submitted, or everything was sent when sending finished.
-            SenderState::NotStarted | SenderState::Finished => Ok(()),
-        }
+        self.senders.drain(timeout)
     }
 
     fn recv_len(&self, pktsize: usize) -> usize {
@@ -918,14 +895,7 @@ impl Stream for TcpStream {
     }
 
     fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
-        let result = match std::mem::replace(&mut self.senders, SenderState::Finished) {
-            SenderState::Running(mut s) => {
-                let stopped = s.stop(timeout);
-                self.stats.merge(&s.stats());
-                stopped
-            }
-            SenderState::NotStarted | SenderState::Finished => Ok(()),
-        };
+        let result = self.senders.finish(timeout, &mut self.stats);
         for s in &self.sockets {
             // The peer may already have closed; end of stream is what we want anyway.
             let _ = s.sock.shutdown_write();
@@ -934,11 +904,7 @@ impl Stream for TcpStream {
     }
 
     fn stats(&self) -> StreamStats {
-        let mut s = self.stats.clone();
-        if let SenderState::Running(senders) = &self.senders {
-            s.merge(&senders.stats());
-        }
-        s
+        self.senders.with_figures(&self.stats)
     }
 
     fn facts(&self) -> SocketFacts {
@@ -1776,13 +1742,13 @@ mod tests {
     #[test]
     fn sender_threads_start_only_when_something_is_submitted() {
         let (mut client, mut server) = pair(StreamOptions::default());
-        assert!(matches!(client.senders, SenderState::NotStarted));
+        assert!(matches!(client.senders, LazySenders::NotStarted));
         client.send(b"sync", Timeout::Forever).expect("send");
-        assert!(matches!(client.senders, SenderState::NotStarted));
+        assert!(matches!(client.senders, LazySenders::NotStarted));
         client
             .send_submit(Bytes::from_static(b"queued"), Timeout::Forever)
             .expect("submit");
-        assert!(matches!(client.senders, SenderState::Running(_)));
+        assert!(matches!(client.senders, LazySenders::Running(_)));
         client.sender_drain(Timeout::Forever).expect("drain");
         client.finish_sending(Timeout::Forever).expect("finish");
         assert_eq!(drain_all(&mut server, 64), 10);

@@ -43,7 +43,7 @@
 //! the CPU.
 
 use super::epoll::{poll_many, poll_one, Epoll};
-use super::sender::{PacketSink, Senders};
+use super::sender::{LazySenders, PacketSink, Senders};
 use super::sys::{set_int_opt, set_window, size_buffer, Direction};
 use super::udp_batch::{RecvBatch, SendBatch, Sent};
 use super::udp_wire::{Arrival, BufferGrant, Header, SeqTracker, HEADER_LEN};
@@ -487,7 +487,7 @@ pub struct UdpStream {
     /// The reliable control connection (blocking, with I/O time-outs).
     control: net::TcpStream,
     opts: StreamOptions,
-    senders: Option<Senders>,
+    senders: LazySenders,
     /// Figures of `send()` and `recv()` (the calling thread's).
     stats: StreamStats,
     tracker: SeqTracker,
@@ -606,7 +606,7 @@ impl UdpStream {
             ready: Vec::with_capacity(sockets.len() + 1),
             sockets,
             control,
-            senders: Some(senders),
+            senders: LazySenders::Running(Box::new(senders)),
             stats: StreamStats::default(),
             tracker,
             rcvbuf,
@@ -963,11 +963,14 @@ impl Stream for UdpStream {
     }
 
     fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
-        super::sender::submit_if_running(&mut self.senders, buf, timeout)
+        let (sockets, opts) = (&self.sockets, &self.opts);
+        self.senders
+            .get_or_start(|| Senders::start(opts.queue, sockets.clone(), opts.abort.clone()))?
+            .submit(buf, timeout)
     }
 
     fn sender_drain(&mut self, timeout: Timeout) -> io::Result<()> {
-        super::sender::drain_if_running(&mut self.senders, timeout)
+        self.senders.drain(timeout)
     }
 
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
@@ -989,10 +992,7 @@ impl Stream for UdpStream {
 
     fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
         let flushed = self.flush_batch(timeout.deadline());
-        let stopped = match &mut self.senders {
-            Some(s) => s.stop(timeout),
-            None => Ok(()),
-        };
+        let stopped = self.senders.finish(timeout, &mut self.stats);
         let result = flushed.and(stopped);
         if self.finish_sent {
             return result;
@@ -1012,10 +1012,7 @@ impl Stream for UdpStream {
     }
 
     fn stats(&self) -> StreamStats {
-        let mut s = self.stats.clone();
-        if let Some(senders) = &self.senders {
-            s.merge(&senders.stats());
-        }
+        let mut s = self.senders.with_figures(&self.stats);
         let mut d = self.tracker.counts();
         d.rcvbuf = self.rcvbuf;
         d.sndbuf = self.sndbuf;
