@@ -515,6 +515,13 @@ struct Guard {
           value_parser = clap::value_parser!(u32).range(1..))]
     max_sockets: u32,
 
+    /// Server: most memory one test may make the server set aside for its packet
+    /// buffers and latency histograms, in MiB; larger tests are refused before any data
+    /// flows.
+    #[arg(long, value_name = "MiB", default_value_t = fperf::limits::DEFAULT_MAX_MEMORY_MIB,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    max_memory: u64,
+
     /// Server: cap on how fast the server reads one test's data, in bits/s over all
     /// streams (e.g. 100M, 2.5G; K/M/G/T = 10^3/10^6/10^9/10^12). TCP flow control
     /// then holds the client to it; it is not a reason to refuse a test.
@@ -551,6 +558,7 @@ impl Guard {
             max_streams: self.max_streams,
             max_sockets: self.max_sockets,
             max_rate: self.max_rate,
+            max_memory_mib: self.max_memory,
         }
     }
 
@@ -561,6 +569,14 @@ impl Guard {
             (self.max_time.is_some(), "--max-time"),
             (self.max_streams.is_some(), "--max-streams"),
             (self.max_rate.is_some(), "--max-rate"),
+            (
+                self.max_sockets != fperf::limits::DEFAULT_MAX_SOCKETS,
+                "--max-sockets",
+            ),
+            (
+                self.max_memory != fperf::limits::DEFAULT_MAX_MEMORY_MIB,
+                "--max-memory",
+            ),
             (self.parallel != 1, "--parallel"),
         ];
         if let Some((_, flag)) = server_only.iter().find(|(given, _)| *given) {

@@ -16,6 +16,8 @@
 //! none), so no client can hold the server for longer than that.
 
 use crate::settings::Settings;
+use crate::stats::histogram_bytes;
+use crate::stream::sender::{LOCKFREE_QUEUE_CAPACITY, MUTEX_QUEUE_CAPACITY};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +26,14 @@ use thiserror::Error;
 /// Default for [`Limits::max_sockets`]: every data socket costs the server a descriptor
 /// and a thread.
 pub const DEFAULT_MAX_SOCKETS: u32 = 1024;
+
+/// Default for [`Limits::max_memory_mib`].
+pub const DEFAULT_MAX_MEMORY_MIB: u64 = 256;
+
+/// What a data thread holds besides its figures: the stack it touches and its share of
+/// the allocator's per-thread memory (about 0.1 MiB a stream for 256 streams of 1-byte
+/// packets on Linux, docs/limits.md).
+pub const THREAD_BYTES: u64 = 128 << 10;
 
 /// What one test may ask of this server. `None` means no limit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +49,9 @@ pub struct Limits {
     /// Fastest the server reads one test's data, bits/s over all streams
     /// (`--max-rate`).
     pub max_rate: Option<u64>,
+    /// Most MiB one test may make the server set aside for its packet buffers and
+    /// latency histograms ([`server_memory_bytes`], `--max-memory`).
+    pub max_memory_mib: u64,
 }
 
 impl Default for Limits {
@@ -49,8 +62,40 @@ impl Default for Limits {
             max_streams: None,
             max_sockets: DEFAULT_MAX_SOCKETS,
             max_rate: None,
+            max_memory_mib: DEFAULT_MAX_MEMORY_MIB,
         }
     }
+}
+
+/// What one test makes the server set aside, at most: the packet buffers of its
+/// streams and sockets, and the latency histograms of its streams. A receiving stream
+/// records one distribution; a stream the server sends on through sender threads
+/// records the submit latency and one send distribution per socket (each sender thread
+/// keeps its own), and its queue holds references to up to its capacity of requests.
+/// With `-i` each distribution is held three times (the running figures, the last
+/// interval's and the one being taken), with `--omit` once more. Each thread (one per
+/// stream, and one per socket of a sending stream) adds [`THREAD_BYTES`].
+pub fn server_memory_bytes(s: &Settings) -> u64 {
+    let streams = u64::from(s.nstreams);
+    let (distributions, queues, threads) = if s.asynchronous() {
+        let sending = (0..s.nstreams).filter(|&k| s.server_sends_on(k)).count() as u64;
+        let senders = sending * u64::from(s.nsockets);
+        let queue = (MUTEX_QUEUE_CAPACITY.max(LOCKFREE_QUEUE_CAPACITY)
+            * std::mem::size_of::<bytes::Bytes>()) as u64;
+        (
+            streams + sending + senders,
+            sending * queue,
+            streams + senders,
+        )
+    } else {
+        (streams, 0, streams)
+    };
+    let copies = 1 + 2 * u64::from(s.interval_ms.is_some()) + u64::from(s.omit_ms.is_some());
+    let histograms = distributions * copies * histogram_bytes();
+    s.buffer_bytes()
+        .saturating_add(histograms)
+        .saturating_add(queues)
+        .saturating_add(threads * THREAD_BYTES)
 }
 
 /// A test asked for more than the server allows.
@@ -78,6 +123,12 @@ pub enum LimitError {
     )]
     Time { asked_ms: u64, max_ms: u64 },
     #[error(
+        "the test needs {asked} MiB of the server for its packet buffers, latency histograms \
+         and threads (by its streams, sockets, packet size and -i) but this server allows at \
+         most {max} MiB per test (--max-memory)"
+    )]
+    Memory { asked: u64, max: u64 },
+    #[error(
         "the test asks for {asked} bit/s in total (--bitrate × streams) but this server \
          allows at most {max} bit/s (--max-rate)"
     )]
@@ -101,6 +152,13 @@ impl Limits {
             return Err(LimitError::Sockets {
                 asked: sockets,
                 max: self.max_sockets,
+            });
+        }
+        let memory = server_memory_bytes(s);
+        if memory > self.max_memory_mib.saturating_mul(1 << 20) {
+            return Err(LimitError::Memory {
+                asked: memory.div_ceil(1 << 20),
+                max: self.max_memory_mib,
             });
         }
         if let (Some(max), None) = (self.max_mb, s.time_ms) {
@@ -386,6 +444,77 @@ mod tests {
         assert_eq!(capped.check(&timed(10_000)), Ok(()));
         let e = capped.check(&timed(10_001)).expect_err("over --max-time");
         assert!(e.to_string().contains("--max-time"), "{e}");
+    }
+
+    #[test]
+    fn a_test_beyond_the_memory_limit_is_refused_whatever_sets_its_size() {
+        use crate::settings::TransportSettings;
+        use crate::transport::rdma::settings::RdmaSettings;
+        use crate::transport::udp::settings::UdpSettings;
+        let limits = Limits::default();
+        let run = |nstreams, pktsize, transport| Settings {
+            nstreams,
+            pktsize,
+            transport,
+            ..Settings::default()
+        };
+        let tcp = || TransportSettings::Tcp(Default::default());
+        let udp = || TransportSettings::Udp(UdpSettings::default());
+        let rdma = || TransportSettings::Rdma(RdmaSettings::default());
+        // The defaults, and many streams of small packets, fit.
+        assert_eq!(limits.check(&Settings::default()), Ok(()));
+        assert_eq!(limits.check(&run(256, 32 << 10, tcp())), Ok(()));
+        assert_eq!(limits.check(&run(256, 1400, udp())), Ok(()));
+        // The default UDP batch shrinks to fit; large packets on many sockets do not.
+        assert_eq!(limits.check(&run(64, 65_000, udp())), Ok(()));
+        for (settings, what) in [
+            (
+                run(16, 32 << 20, tcp()),
+                "TCP: 16 streams of 32 MiB packets",
+            ),
+            (run(64, 1 << 20, rdma()), "RDMA: 64 rings of 1 MiB slots"),
+            (
+                run(
+                    64,
+                    8_000,
+                    TransportSettings::Udp(UdpSettings {
+                        batch: Some(512),
+                        ..UdpSettings::default()
+                    }),
+                ),
+                "UDP: batches of 512 datagrams of 8 kB on 64 streams",
+            ),
+        ] {
+            let e = limits.check(&settings).expect_err(what);
+            assert!(matches!(e, LimitError::Memory { .. }), "{what}: {e}");
+            assert!(e.to_string().contains("--max-memory"), "{what}: {e}");
+            let asked = server_memory_bytes(&settings);
+            let raised = Limits {
+                max_memory_mib: asked.div_ceil(1 << 20),
+                ..Limits::default()
+            };
+            assert_eq!(raised.check(&settings), Ok(()), "{what}");
+        }
+        // Intervals hold each histogram three times: 240 streams of them fit, 256 not.
+        let intervals = |nstreams| Settings {
+            interval_ms: Some(512),
+            ..run(nstreams, 32 << 10, tcp())
+        };
+        assert_eq!(limits.check(&intervals(240)), Ok(()));
+        assert!(server_memory_bytes(&intervals(240)) > 3 * 240 * histogram_bytes());
+        let e = limits
+            .check(&intervals(256))
+            .expect_err("256 streams with -i");
+        assert!(matches!(e, LimitError::Memory { .. }), "{e}");
+        // A server that sends through sender threads counts each one's figures.
+        let reverse = |nsockets| Settings {
+            nsockets,
+            workload: Workload::Reverse,
+            ..run(64, 32 << 10, tcp())
+        };
+        let one = server_memory_bytes(&reverse(1));
+        let four = server_memory_bytes(&reverse(4));
+        assert!(four - one > 64 * 4 * histogram_bytes(), "{one} {four}");
     }
 
     #[test]

@@ -65,6 +65,15 @@ fn new_histogram() -> Histogram<u64> {
         .unwrap_or_else(|_| unreachable!("constant histogram bounds are valid"))
 }
 
+/// Bytes one distribution's histogram takes once it records (its counts).
+pub fn histogram_bytes() -> u64 {
+    static BYTES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        let counts = new_histogram().distinct_values() as u64;
+        counts * std::mem::size_of::<u64>() as u64
+    })
+}
+
 impl LatencyStats {
     /// A distribution whose histogram is allocated up front, so that the first sample
     /// recorded on a hot path does not allocate.

@@ -689,11 +689,24 @@ fn requests_over_each_limit_are_refused_with_the_limit_named() {
         "2",
         "--max-sockets",
         "6",
+        "--max-memory",
+        "8",
     ]);
     client_refused(&server, &["-m", "101"], "--max-mb");
+    // 2 streams of 4 MiB packets: more than 8 MiB of buffers.
+    client_refused(&server, &["-m", "8", "-t", "2", "-l", "4M"], "--max-memory");
     client_refused(&server, &["-m", "60", "-t", "2"], "--max-mb");
     client_refused(&server, &["-m", "1", "-t", "3"], "--max-streams");
     client_refused(&server, &["-m", "1", "-t", "2", "-n", "4"], "--max-sockets");
+    for server_only in ["--max-memory", "--max-sockets"] {
+        let out = run(
+            &["-c", "127.0.0.1", "-p", "1", server_only, "8"],
+            Duration::from_secs(10),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{server_only}: {err}");
+        assert!(err.contains("is a server option"), "{server_only}: {err}");
+    }
     // No test ran: nothing was received.
     assert!(!server.stdout().contains("received"), "{}", server.stdout());
     served_normally(&server, 1, &["-t", "2", "-n", "3"]);

@@ -347,6 +347,13 @@ impl Settings {
             .saturating_mul(u64::from(self.nstreams))
     }
 
+    /// Most bytes of packet buffers either end of this run allocates, all streams and
+    /// sockets together.
+    pub fn buffer_bytes(&self) -> u64 {
+        let copies = self.workload.behaviour().buffer_copies();
+        self.transport.buffer_bytes(&self.shape(), copies)
+    }
+
     /// How many times one packet may arrive: with MPRTT, once more per retry (UDP sends a
     /// datagram again when its ACK is late).
     pub fn packet_copies(&self) -> u64 {

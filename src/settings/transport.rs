@@ -1,6 +1,7 @@
 //! Which transport a run uses, with the options only it has.
 
 use crate::settings::labels::HeaderLabels;
+use crate::settings::shape::RunShape;
 use crate::transport::rdma::settings::RdmaSettings;
 use crate::transport::sockets::SocketSettings;
 use crate::transport::tcp::settings::TcpSettings;
@@ -62,6 +63,16 @@ impl TransportSettings {
             TransportSettings::Tcp(tcp) => Some(&tcp.sockets),
             TransportSettings::Udp(udp) => Some(&udp.sockets),
             TransportSettings::Rdma(_) => None,
+        }
+    }
+
+    /// Most bytes of packet buffers either end of the run allocates, with `copies`
+    /// packets per socket (an echo holds two).
+    pub fn buffer_bytes(&self, run: &RunShape, copies: u64) -> u64 {
+        match self {
+            TransportSettings::Tcp(tcp) => tcp.buffer_bytes(run, copies),
+            TransportSettings::Udp(udp) => udp.buffer_bytes(run, copies),
+            TransportSettings::Rdma(rdma) => rdma.buffer_bytes(run),
         }
     }
 

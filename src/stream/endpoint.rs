@@ -186,11 +186,10 @@ impl<E: RingEndpoint> EndpointStream<E> {
             .into_iter()
             .map(|e| SharedEndpoint(Arc::new(Mutex::new(e))))
             .collect();
-        let senders = Senders::start(opts.queue, endpoints.clone(), opts.abort.clone())?;
         Ok(EndpointStream {
             endpoints,
             opts,
-            senders: LazySenders::Running(Box::new(senders)),
+            senders: LazySenders::NotStarted,
             stats: StreamStats::default(),
             cursor: 0,
             local,

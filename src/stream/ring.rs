@@ -21,6 +21,15 @@ pub fn ring_slots(pktsize: usize) -> usize {
     (RING_BYTES / pktsize.max(1)).clamp(RING_SLOTS_MIN, RING_SLOTS_MAX)
 }
 
+/// Most bytes one endpoint of either RDMA STREAM registers for packets of `pktsize`
+/// bytes: both rings, with at least [`CREDIT_RING_MIN`] slots of at least 8 bytes (a
+/// verbs FIN), the control slots, and a credit slot beside each receive.
+pub fn endpoint_bytes_at_most(pktsize: usize) -> u64 {
+    let slots = ring_slots(pktsize).max(CREDIT_RING_MIN);
+    let rings = 2 * slots * pktsize.max(8);
+    (rings + (CONTROL_SLOTS + slots) * CONTROL_SLOT_BYTES) as u64
+}
+
 /// Where each operation of an endpoint belongs: slot `i` of one ring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Slot {

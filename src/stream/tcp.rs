@@ -37,6 +37,7 @@ use super::uring::{no_wait, Ring};
 use super::zerocopy::{ZeroCopy, ZeroCopyWriter};
 use super::{Deadline, SocketFacts, Stream, StreamOptions, Timeout};
 use crate::stats::{span_ns, StreamStats};
+use crate::transport::tcp::settings::RECV_CHUNK;
 use bytes::Bytes;
 use socket2::SockRef;
 use std::cell::RefCell;
@@ -46,12 +47,6 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The smallest read buffer [`Stream::recv_len`] suggests: a bulk receiver that keeps
-/// up with the sender reads what has arrived in one call instead of one per packet
-/// (fewer system calls per byte). 128 KiB, as iperf3 reads: with 128 KiB packets,
-/// 256 KiB reads moved 3% less over loopback under BBR (docs/tuning.md).
-const RECV_CHUNK: usize = 128 * 1024;
 
 /// The TCP STREAM's own options, as one end applies them ([`StreamOptions::tcp`]).
 #[derive(Clone, Debug, Default)]

@@ -591,7 +591,6 @@ impl UdpStream {
         for s in &sockets {
             tracker.on_foreign(drain_stale(&s.sock)?);
         }
-        let senders = Senders::start(opts.queue, sockets.clone(), opts.abort.clone())?;
         let pollfds = sockets
             .iter()
             .map(|s| s.sock.as_raw_fd())
@@ -606,7 +605,7 @@ impl UdpStream {
             ready: Vec::with_capacity(sockets.len() + 1),
             sockets,
             control,
-            senders: LazySenders::Running(Box::new(senders)),
+            senders: LazySenders::NotStarted,
             stats: StreamStats::default(),
             tracker,
             rcvbuf,
@@ -1170,6 +1169,10 @@ mod tests {
         });
         let got = receive_all(&mut server, 8192);
         let cs = t.join().expect("join");
+        assert!(
+            matches!(server.senders, LazySenders::NotStarted),
+            "a receiving STREAM starts no sender threads"
+        );
         assert_eq!(cs.datagrams.sent, 1000);
         let d = server.stats().datagrams;
         assert_eq!(d.peer_sent, 1000);

@@ -1390,6 +1390,22 @@ mod tests {
         assert_eq!(total, 40 << 20);
     }
 
+    /// The server's memory limit counts an endpoint's region with
+    /// [`crate::stream::ring::endpoint_bytes_at_most`]: it must never count less.
+    #[test]
+    fn a_region_is_within_the_bound_the_memory_limit_counts() {
+        for pktsize in [1, 7, 8, 100, 4096, 32 << 10, 1 << 20, 6 << 20, 64 << 20] {
+            let opts = StreamOptions {
+                pktsize,
+                ..StreamOptions::default()
+            };
+            let region = QpEndpoint::region_bytes(&opts) as u64;
+            let bound = crate::stream::ring::endpoint_bytes_at_most(pktsize);
+            assert!(region <= bound, "{pktsize}: {region} > {bound}");
+            assert!(bound <= region + 64, "{pktsize}: the bound is loose");
+        }
+    }
+
     /// Packets so large that the ring has its fewest slots: credits still flow (both
     /// ways, with credit-only messages) while the receiver lags.
     #[test]

@@ -2,6 +2,8 @@
 //! and how the data moves (SEND/RECV or RDMA WRITE).
 
 use crate::settings::labels::HeaderLabels;
+use crate::settings::shape::RunShape;
+use crate::stream::ring::endpoint_bytes_at_most;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use thiserror::Error;
@@ -66,6 +68,13 @@ pub enum RdmaSettingsError {
 }
 
 impl RdmaSettings {
+    /// Most bytes of registered packet buffers either end of the run holds: an
+    /// endpoint's rings per socket.
+    pub fn buffer_bytes(&self, run: &RunShape) -> u64 {
+        let endpoints = u64::from(run.nstreams) * u64::from(run.nsockets);
+        endpoints * endpoint_bytes_at_most(run.pktsize as usize)
+    }
+
     /// Checks the names a client may send.
     pub fn validate(&self) -> Result<(), RdmaSettingsError> {
         if self.ofi_provider.is_some() && self.api != RdmaApi::Ofi {

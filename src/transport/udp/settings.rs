@@ -17,6 +17,9 @@ pub const MAX_ACK_TIMEOUT_MS: u32 = 60_000;
 pub const MAX_UDP_PKTSIZE: u32 = 65_527;
 /// Datagrams per `sendmmsg()`/`recvmmsg()` when `--udp-batch` is not given.
 pub const DEFAULT_UDP_BATCH: u32 = 64;
+/// Bytes of batch buffers a run's default batch size keeps within, over all its
+/// streams: a quarter of what a server lets one test hold by default.
+pub const DEFAULT_BATCH_BYTES: u64 = 64 << 20;
 /// Most datagrams per `sendmmsg()`/`recvmmsg()` (the kernel's `UIO_MAXIOV`).
 pub const MAX_UDP_BATCH: u32 = 1024;
 /// MPRTT: how many times a datagram is sent again before the run fails.
@@ -115,16 +118,23 @@ impl UdpSettings {
     /// Datagrams per `sendmmsg()`/`recvmmsg()`. `--udp-batch` if given; else 1 with `-r`
     /// (one datagram per round trip) or `-b` (paced datagram by datagram), else
     /// [`DEFAULT_UDP_BATCH`], lowered so the batch buffers stay within
-    /// [`MAX_FOOTPRINT`].
+    /// [`DEFAULT_BATCH_BYTES`].
     pub fn batch_size(&self, run: &RunShape) -> u32 {
         match self.batch {
             Some(n) => n,
             None if run.mprtt || run.paced => 1,
             None => {
-                let fits = MAX_FOOTPRINT / self.batch_bytes(run, 1).max(1);
+                let fits = DEFAULT_BATCH_BYTES / self.batch_bytes(run, 1).max(1);
                 u32::try_from(fits.clamp(1, u64::from(DEFAULT_UDP_BATCH))).unwrap_or(1)
             }
         }
+    }
+
+    /// Most bytes of packet buffers either end of the run allocates: each stream's
+    /// batch, and `copies` packets per socket to send from.
+    pub fn buffer_bytes(&self, run: &RunShape, copies: u64) -> u64 {
+        let packets = u64::from(run.nstreams) * u64::from(run.nsockets) * u64::from(run.pktsize);
+        self.batch_bytes(run, self.batch_size(run)) + packets * copies
     }
 
     /// Bytes of batch buffers a batch of `batch` datagrams takes, over all streams
@@ -201,14 +211,16 @@ mod tests {
         ] {
             assert_eq!((udp.batch_size(&run), udp.validate(&run)), (1, Ok(())));
         }
-        // 256 streams of the largest datagrams still batch 64 within the 2 GiB limit;
-        // an explicit batch beyond it is refused.
+        // 256 streams of the largest datagrams batch 4, within the default's 64 MiB; an
+        // explicit batch beyond the 2 GiB limit is refused.
         let big = RunShape {
             nstreams: 256,
             pktsize: 65_527,
             ..BULK
         };
-        assert_eq!((udp.batch_size(&big), udp.validate(&big)), (64, Ok(())));
+        assert_eq!((udp.batch_size(&big), udp.validate(&big)), (4, Ok(())));
+        assert!(udp.batch_bytes(&big, 4) <= DEFAULT_BATCH_BYTES);
+        assert!(udp.batch_bytes(&big, 5) > DEFAULT_BATCH_BYTES);
         let too_big = UdpSettings {
             batch: Some(1024),
             ..UdpSettings::default()
