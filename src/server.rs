@@ -7,19 +7,25 @@
 //! The session thread runs the test and reports through [`ServerEvent`]s, which the
 //! accept loop hands to the caller, so the library itself prints nothing.
 
-use crate::auth::{self, AuthKey};
+mod config;
+mod figures;
+
+pub use config::{ServerConfig, ServerEvent, MAX_PENDING_GREETERS, MAX_PENDING_PER_SOURCE};
+
+use crate::auth;
 use crate::control::session::{ServerSession, ServerStep};
 use crate::control::{self, Channel, ControlError, Message};
 use crate::engine::{receive, Ceiling, Received};
 use crate::interval::MeterMsg;
-use crate::limits::{Limits, TestWatch, Watchdog};
+use crate::limits::{TestWatch, Watchdog};
 use crate::pending::{PendingCaps, PendingSlot};
-use crate::results::{Figures, IntervalResult, Role, SideResult, SideTotals, StreamResult};
+use crate::results::{Role, SideResult};
 use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::Settings;
 use crate::stream::{Stream, Timeout};
 use crate::transport::{self, DataConn, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
+use figures::{return_freed_memory, server_result};
 use socket2::{Domain, Socket, Type};
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
@@ -28,78 +34,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// How the server listens and how patient it is.
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    /// Address to listen on; `None` listens on every IPv6 and IPv4 address.
-    pub bind: Option<IpAddr>,
-    /// Base port: control and stream 0; stream `i` uses `port + i` (TCP with a window:
-    /// see [`transport::tcp::data_port_offset`]).
-    pub port: u16,
-    /// Longest wait for a client's next control message during setup.
-    pub control_timeout: Duration,
-    /// Longest silence on the data streams before the test is abandoned.
-    pub idle_timeout: Duration,
-    /// What one test may ask for.
-    pub limits: Limits,
-    /// The shared key clients must prove they hold, if any.
-    pub auth: Option<AuthKey>,
-    /// Most tests run at once (`--parallel`); see [`crate::sessions`].
-    pub parallel: usize,
-}
-
-/// Most connections from one address at a time that have not yet said what they are:
-/// strangers cannot crowd out a client's own connections.
-pub const MAX_PENDING_PER_SOURCE: usize = 32;
-/// Most connections in all at a time that have not yet said what they are: a flood of
-/// silent connections costs at most this many threads and descriptors, each for at most
-/// [`crate::control::session::IDENTIFY_WITHIN`].
-pub const MAX_PENDING_GREETERS: usize = 128;
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            bind: None,
-            port: crate::settings::DEFAULT_PORT,
-            control_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(10),
-            limits: Limits::default(),
-            auth: None,
-            parallel: 1,
-        }
-    }
-}
-
-/// What the server tells its caller.
-#[derive(Debug)]
-pub enum ServerEvent {
-    /// Waiting for the next client (`Server listening ....`).
-    Listening,
-    /// A test was set up: its settings and the client's data address.
-    Started {
-        settings: Settings,
-        from: String,
-        /// TCP: the congestion control algorithm of the server's sockets.
-        congestion: Option<String>,
-        /// TCP: the receive low-water mark of the server's sockets.
-        rcvlowat: Option<u32>,
-        /// TCP: the nap of the server's reads while data flows.
-        rx_nap: Option<std::time::Duration>,
-    },
-    /// A reporting interval (`-i`) of the running test ended; the server's figures.
-    Interval {
-        settings: Settings,
-        result: Box<IntervalResult>,
-    },
-    /// A test ended; the server's figures.
-    Finished {
-        settings: Settings,
-        result: Box<SideResult>,
-    },
-    /// A client or test failed; the server goes on.
-    ClientError { peer: String, error: String },
-}
 
 /// The tests that are running: their ids and where their data connections go.
 type ActiveSession = Arc<Sessions>;
@@ -354,16 +288,6 @@ fn greet(
             }
         }
         Err(e) => control.chan.send_error(&format!("server: {e:#}")),
-    }
-}
-
-/// Gives the memory a finished test freed back to the system: its threads' allocator
-/// arenas would otherwise keep it (tens of MiB after a test of many streams).
-fn return_freed_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 
@@ -662,43 +586,6 @@ fn send_back(
         span: Some((driven.start, confirmed)),
         interrupted: driven.interrupted,
     })
-}
-
-/// The server's figures: each stream over its span (its first byte received to its
-/// last; with `--reverse` its first sent to the client's confirmation), and the total
-/// from the earliest start to the latest end.
-fn server_result(settings: &Settings, per_stream: &[(u32, Received)]) -> SideResult {
-    let mut totals = SideTotals::new(settings.first_server_stream());
-    let streams = per_stream
-        .iter()
-        .map(|(index, r)| {
-            totals.add(*index, &r.stats, r.tcp.as_ref(), r.span);
-            let time = r
-                .span
-                .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
-            let mut figures = Figures::new(&r.stats, time);
-            figures.tcp = r.tcp;
-            StreamResult {
-                index: *index,
-                local: r.local.clone(),
-                peer: r.peer.clone(),
-                congestion: r.congestion.clone(),
-                rcvlowat: r.rcvlowat,
-                rx_nap_us: r.rx_nap_us,
-                figures,
-            }
-        })
-        .collect();
-    let (total, reverse_total) = totals.figures();
-    SideResult {
-        role: Role::Server,
-        total,
-        reverse_total,
-        streams,
-        system: None,
-        cpu: None,
-        intervals: Vec::new(),
-    }
 }
 
 /// A session id no other client can guess.

@@ -1,0 +1,80 @@
+//! What a server is configured with, and what it tells its caller.
+
+use crate::auth::AuthKey;
+use crate::limits::Limits;
+use crate::results::{IntervalResult, SideResult};
+use crate::settings::Settings;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// How the server listens and how patient it is.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Address to listen on; `None` listens on every IPv6 and IPv4 address.
+    pub bind: Option<IpAddr>,
+    /// Base port: control and stream 0; stream `i` uses `port + i` (TCP with a window:
+    /// see [`transport::tcp::data_port_offset`]).
+    pub port: u16,
+    /// Longest wait for a client's next control message during setup.
+    pub control_timeout: Duration,
+    /// Longest silence on the data streams before the test is abandoned.
+    pub idle_timeout: Duration,
+    /// What one test may ask for.
+    pub limits: Limits,
+    /// The shared key clients must prove they hold, if any.
+    pub auth: Option<AuthKey>,
+    /// Most tests run at once (`--parallel`); see [`crate::sessions`].
+    pub parallel: usize,
+}
+
+/// Most connections from one address at a time that have not yet said what they are:
+/// strangers cannot crowd out a client's own connections.
+pub const MAX_PENDING_PER_SOURCE: usize = 32;
+/// Most connections in all at a time that have not yet said what they are: a flood of
+/// silent connections costs at most this many threads and descriptors, each for at most
+/// [`crate::control::session::IDENTIFY_WITHIN`].
+pub const MAX_PENDING_GREETERS: usize = 128;
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            bind: None,
+            port: crate::settings::DEFAULT_PORT,
+            control_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(10),
+            limits: Limits::default(),
+            auth: None,
+            parallel: 1,
+        }
+    }
+}
+
+/// What the server tells its caller.
+#[derive(Debug)]
+pub enum ServerEvent {
+    /// Waiting for the next client (`Server listening ....`).
+    Listening,
+    /// A test was set up: its settings and the client's data address.
+    Started {
+        settings: Settings,
+        from: String,
+        /// TCP: the congestion control algorithm of the server's sockets.
+        congestion: Option<String>,
+        /// TCP: the receive low-water mark of the server's sockets.
+        rcvlowat: Option<u32>,
+        /// TCP: the nap of the server's reads while data flows.
+        rx_nap: Option<std::time::Duration>,
+    },
+    /// A reporting interval (`-i`) of the running test ended; the server's figures.
+    Interval {
+        settings: Settings,
+        result: Box<IntervalResult>,
+    },
+    /// A test ended; the server's figures.
+    Finished {
+        settings: Settings,
+        result: Box<SideResult>,
+    },
+    /// A client or test failed; the server goes on.
+    ClientError { peer: String, error: String },
+}

@@ -1,0 +1,53 @@
+//! What a server keeps of a test once its streams ended.
+
+use crate::engine::Received;
+use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};
+use crate::settings::Settings;
+use std::time::Duration;
+
+/// The server's figures: each stream over its span (its first byte received to its
+/// last; with `--reverse` its first sent to the client's confirmation), and the total
+/// from the earliest start to the latest end.
+pub(crate) fn server_result(settings: &Settings, per_stream: &[(u32, Received)]) -> SideResult {
+    let mut totals = SideTotals::new(settings.first_server_stream());
+    let streams = per_stream
+        .iter()
+        .map(|(index, r)| {
+            totals.add(*index, &r.stats, r.tcp.as_ref(), r.span);
+            let time = r
+                .span
+                .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
+            let mut figures = Figures::new(&r.stats, time);
+            figures.tcp = r.tcp;
+            StreamResult {
+                index: *index,
+                local: r.local.clone(),
+                peer: r.peer.clone(),
+                congestion: r.congestion.clone(),
+                rcvlowat: r.rcvlowat,
+                rx_nap_us: r.rx_nap_us,
+                figures,
+            }
+        })
+        .collect();
+    let (total, reverse_total) = totals.figures();
+    SideResult {
+        role: Role::Server,
+        total,
+        reverse_total,
+        streams,
+        system: None,
+        cpu: None,
+        intervals: Vec::new(),
+    }
+}
+
+/// Gives the memory a finished test freed back to the system: its threads' allocator
+/// arenas would otherwise keep it (tens of MiB after a test of many streams).
+pub(crate) fn return_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
