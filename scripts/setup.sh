@@ -21,6 +21,7 @@ packages=(
   rdmacm-utils
   cmake         # sideway's rdma-mummy-sys (libibverbs/librdmacm loaded at run time)
   python3       # bench/compare and its tests
+  iperf3        # tests/iperf3.rs: unmodified iperf3 clients against an fperf server
 )
 
 missing=()

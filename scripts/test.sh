@@ -8,6 +8,7 @@
 #   needs_rdma_device::                an RDMA device (/sys/class/infiniband)
 #   needs_no_rdma_device::             no RDMA device (the errors saying how to add one)
 #   tests/softroce_vm.rs               QEMU and a kernel package for the Soft-RoCE VM
+#   tests/iperf3.rs                    the iperf3 program
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -33,6 +34,11 @@ else
   not_run+=("needs an RDMA device: none here")
   gated rdma_verbs needs_no_rdma_device::
   gated rdma_ofi needs_no_rdma_device::
+fi
+if command -v iperf3 >/dev/null 2>&1; then
+  gated iperf3
+else
+  not_run+=("needs iperf3: not installed")
 fi
 vm_rc=0
 vm_why="$(scripts/softroce/run.sh --prepare 2>&1 >/dev/null)" || vm_rc=$?

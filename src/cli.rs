@@ -122,6 +122,11 @@ pub struct Cli {
     #[arg(short = 'B', long, value_name = "ADDR")]
     bind: Option<IpAddr>,
 
+    /// Server: also serve unmodified iperf3 clients (TCP), on this port (iperf3's own
+    /// is 5201), beside fperf clients on -p.
+    #[arg(long, value_name = "PORT")]
+    iperf3_port: Option<u16>,
+
     /// Bound the run by time: each stream sends for SECS seconds instead of --mb MB.
     #[arg(long, value_name = "SECS", conflicts_with_all = ["mb", "server"])]
     time: Option<f64>,
@@ -692,8 +697,12 @@ impl Cli {
                 limits: self.guard.limits(),
                 auth,
                 parallel: self.guard.parallel as usize,
+                iperf3_port: self.iperf3_port,
                 ..ServerConfig::default()
             }));
+        }
+        if self.iperf3_port.is_some() {
+            bail!("--iperf3-port is a server option (use it with -s)");
         }
         self.guard.check_client()?;
         let output = self.output()?;

@@ -14,7 +14,8 @@
 //! - [`output`]: every output of a client's run, one sink each (human text, JSON,
 //!   JSON lines, CSV, plot), fed the same events; [`json`], [`csv`] and [`plot`]
 //!   render the documents, rows and pictures; [`sweep`]: `--sweep` specs;
-//! - [`server`] and [`client`]: the two roles that drive a run;
+//! - [`server`] and [`client`]: the two roles that drive a run; [`iperf3`]: iperf3's
+//!   protocol, so that an fperf server serves unmodified iperf3 clients;
 //! - [`limits`], [`auth`] and [`sessions`]: what a server allows, its shared-key check,
 //!   and which tests it runs at once.
 //!
@@ -94,6 +95,7 @@ pub mod control;
 pub mod csv;
 pub mod engine;
 pub mod interval;
+pub mod iperf3;
 pub mod json;
 pub mod limits;
 pub mod output;

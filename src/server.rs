@@ -7,10 +7,11 @@
 //! The session thread runs the test and reports through [`ServerEvent`]s, which the
 //! accept loop hands to the caller, so the library itself prints nothing.
 
-mod config;
-mod figures;
+pub(crate) mod config;
+pub(crate) mod figures;
 
 pub use config::{ServerConfig, ServerEvent, MAX_PENDING_GREETERS, MAX_PENDING_PER_SOURCE};
+use figures::{return_freed_memory, server_result};
 
 use crate::auth;
 use crate::control::session::{ServerSession, ServerStep};
@@ -25,7 +26,6 @@ use crate::settings::Settings;
 use crate::stream::{Stream, Timeout};
 use crate::transport::{self, DataConn, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
-use figures::{return_freed_memory, server_result};
 use socket2::{Domain, Socket, Type};
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
@@ -41,32 +41,30 @@ type ActiveSession = Arc<Sessions>;
 /// A bound fperf server.
 pub struct Server {
     listener: TcpListener,
+    /// The iperf3 port's listener (`--iperf3-port`).
+    iperf3: Option<TcpListener>,
     config: ServerConfig,
 }
 
 impl Server {
     /// Binds the base port.
     pub fn bind(config: ServerConfig) -> Result<Server> {
-        let listener = match config.bind {
-            Some(ip) => listen(SocketAddr::new(ip, config.port), false),
-            // One dual-stack socket serves IPv6 and IPv4 clients.
-            None => listen(
-                SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), config.port),
-                true,
-            )
-            .or_else(|_| {
-                listen(
-                    SocketAddr::new(IpAddr::from([0, 0, 0, 0]), config.port),
-                    false,
-                )
-            }),
+        if config.iperf3_port.is_some() && config.auth.is_some() {
+            bail!(
+                "--iperf3-port cannot be used with --auth-key: iperf3 clients cannot prove \
+                 they hold the key"
+            );
         }
-        .with_context(|| format!("cannot listen on port {}", config.port))?;
-        listener.set_nonblocking(true)?;
+        let listener = listen_on(config.bind, config.port)?;
         // Port 0 asks the kernel for one; data ports count from the one it gave.
         let port = listener.local_addr()?.port();
+        let iperf3 = config
+            .iperf3_port
+            .map(|p| listen_on(config.bind, p).context("the iperf3 port (--iperf3-port)"))
+            .transpose()?;
         Ok(Server {
             listener,
+            iperf3,
             config: ServerConfig { port, ..config },
         })
     }
@@ -74,6 +72,11 @@ impl Server {
     /// The address actually bound.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// The address the iperf3 port is bound to, if the server has one.
+    pub fn iperf3_addr(&self) -> Option<io::Result<SocketAddr>> {
+        self.iperf3.as_ref().map(TcpListener::local_addr)
     }
 
     /// Serves clients until `stop` is set, calling `on_event` from this thread.
@@ -86,39 +89,27 @@ impl Server {
             while let Ok(ev) = events_rx.try_recv() {
                 on_event(ev);
             }
-            let mut pfd = libc::pollfd {
-                fd: self.listener.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd on the stack, length 1.
-            let rc = unsafe { libc::poll(&mut pfd, 1, 50) };
+            let listeners: Vec<(&TcpListener, Front)> = [(&self.listener, Front::Fperf)]
+                .into_iter()
+                .chain(self.iperf3.iter().map(|l| (l, Front::Iperf3)))
+                .collect();
+            let mut pfds: Vec<libc::pollfd> = listeners
+                .iter()
+                .map(|(l, _)| libc::pollfd {
+                    fd: l.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            // SAFETY: `pfds` is a valid array of pollfds of the length given.
+            let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 50) };
             if rc <= 0 {
                 continue;
             }
-            match self.listener.accept() {
-                Ok((sock, peer)) => {
-                    let slot = match pending.claim(peer.ip()) {
-                        Ok(slot) => slot,
-                        Err(crowded) => {
-                            refuse_flood(sock);
-                            on_event(ServerEvent::ClientError {
-                                peer: crate::stream::canonical(peer).to_string(),
-                                error: format!("refused: {crowded}"),
-                            });
-                            continue;
-                        }
-                    };
-                    let (active, events, config) =
-                        (active.clone(), events_tx.clone(), self.config.clone());
-                    let _ = std::thread::Builder::new()
-                        .name("fperf-greeter".into())
-                        .spawn(move || greet(sock, peer, slot, &active, &events, &config));
+            for ((listener, front), pfd) in listeners.iter().zip(&pfds) {
+                if pfd.revents != 0 {
+                    self.accept_one(listener, *front, &active, &pending, &events_tx, on_event);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // Running out of descriptors must not end the server: wait and retry.
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
         while let Ok(ev) = events_rx.try_recv() {
@@ -126,6 +117,72 @@ impl Server {
         }
         Ok(())
     }
+
+    /// Accepts one connection from `listener` and hands it to a greeter thread of its
+    /// front end.
+    fn accept_one(
+        &self,
+        listener: &TcpListener,
+        front: Front,
+        active: &ActiveSession,
+        pending: &Arc<PendingCaps>,
+        events_tx: &Sender<ServerEvent>,
+        on_event: &mut dyn FnMut(ServerEvent),
+    ) {
+        match listener.accept() {
+            Ok((sock, peer)) => {
+                let slot = match pending.claim(peer.ip()) {
+                    Ok(slot) => slot,
+                    Err(crowded) => {
+                        match front {
+                            Front::Fperf => refuse_flood(sock),
+                            Front::Iperf3 => crate::iperf3::server::refuse_flood(sock),
+                        }
+                        on_event(ServerEvent::ClientError {
+                            peer: crate::stream::canonical(peer).to_string(),
+                            error: format!("refused: {crowded}"),
+                        });
+                        return;
+                    }
+                };
+                let accepted = Instant::now();
+                let (active, events, config) =
+                    (active.clone(), events_tx.clone(), self.config.clone());
+                let _ = std::thread::Builder::new()
+                    .name("fperf-greeter".into())
+                    .spawn(move || match front {
+                        Front::Fperf => greet(sock, peer, slot, &active, &events, &config),
+                        Front::Iperf3 => crate::iperf3::server::greet(
+                            sock, peer, accepted, slot, &active, &events, &config,
+                        ),
+                    });
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // Running out of descriptors must not end the server: wait and retry.
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Which protocol a listener speaks.
+#[derive(Clone, Copy)]
+enum Front {
+    Fperf,
+    Iperf3,
+}
+
+/// A listener on `port` of `bind`, or of every IPv6 and IPv4 address.
+fn listen_on(bind: Option<IpAddr>, port: u16) -> Result<TcpListener> {
+    let listener = match bind {
+        Some(ip) => listen(SocketAddr::new(ip, port), false),
+        // One dual-stack socket serves IPv6 and IPv4 clients.
+        None => listen(SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), port), true)
+            .or_else(|_| listen(SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port), false)),
+    }
+    .with_context(|| format!("cannot listen on port {port}"))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
 }
 
 fn listen(addr: SocketAddr, dual_stack: bool) -> io::Result<TcpListener> {
@@ -219,6 +276,7 @@ fn greet(
                             stream,
                             socket,
                             sock: control.chan.into_socket(),
+                            accepted: arrived,
                         });
                     }
                     Err(e) => {

@@ -99,6 +99,13 @@ impl Sessions {
         })
     }
 
+    /// Whether session `id` is running.
+    pub fn knows(&self, id: u64) -> bool {
+        self.lock()
+            .map(|running| running.iter().any(|r| r.id == id))
+            .unwrap_or(false)
+    }
+
     /// Where data connections for session `id` go, or why there is no place for one.
     pub fn route(&self, id: u64) -> Result<Sender<DataConn>, &'static str> {
         let running = self

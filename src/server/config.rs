@@ -1,4 +1,5 @@
-//! What a server is configured with, and what it tells its caller.
+//! What a server is configured with, and what it tells its caller: shared by its front
+//! ends (fperf's own protocol and iperf3's).
 
 use crate::auth::AuthKey;
 use crate::limits::Limits;
@@ -25,6 +26,9 @@ pub struct ServerConfig {
     pub auth: Option<AuthKey>,
     /// Most tests run at once (`--parallel`); see [`crate::sessions`].
     pub parallel: usize,
+    /// Port for unmodified iperf3 clients (`--iperf3-port`), if any; see
+    /// [`crate::iperf3`].
+    pub iperf3_port: Option<u16>,
 }
 
 /// Most connections from one address at a time that have not yet said what they are:
@@ -45,6 +49,7 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             auth: None,
             parallel: 1,
+            iperf3_port: None,
         }
     }
 }

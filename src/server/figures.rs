@@ -1,4 +1,4 @@
-//! What a server keeps of a test once its streams ended.
+//! What a server keeps of a test once its streams ended, whichever front end ran it.
 
 use crate::engine::Received;
 use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};

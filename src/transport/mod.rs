@@ -21,12 +21,15 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A data connection that arrived on a TCP port of the server and named itself with a
-/// `DataHello` frame.
+/// A data connection that arrived on a TCP port of the server and named itself (with a
+/// `DataHello` frame, or an iperf3 cookie).
 pub struct DataConn {
     pub stream: u32,
     pub socket: u32,
     pub sock: std::net::TcpStream,
+    /// When the server accepted it: connections that name no stream (an iperf3
+    /// client's) take their stream from the order they were accepted in.
+    pub accepted: std::time::Instant,
 }
 
 /// A connection a transport's own listener refused: who, and why (one line).

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::control::{self, Message, PROTOCOL_VERSION};
 use crate::pending::PendingCaps;
-use crate::settings::Settings;
+use crate::settings::{Settings, TransportSettings};
 use crate::stream::affinity::cpu_for;
 use crate::stream::{Stream, StreamOptions, TcpOptions, TcpStream};
 use anyhow::{anyhow, bail, Context, Result};
@@ -93,6 +93,34 @@ impl Acceptor for TcpAcceptor {
         }
         Ok(streams)
     }
+}
+
+/// The server's STREAMs of a run over connections accepted by another front end (an
+/// iperf3 port): one connection per stream, in stream order, with the run's TCP options
+/// and each receiving stream's tuning.
+pub fn streams_from_accepted(
+    s: &Settings,
+    conns: Vec<net::TcpStream>,
+    abort: Arc<AtomicBool>,
+) -> Result<Vec<Box<dyn Stream>>> {
+    let TransportSettings::Tcp(tcp) = &s.transport else {
+        bail!(
+            "{} runs are not carried over TCP connections",
+            s.protocol().name()
+        );
+    };
+    (0u32..)
+        .zip(conns)
+        .map(|(i, sock)| {
+            let mut opts = tcp_stream_options(s, tcp, abort.clone());
+            opts.cpu = cpu_for(&s.server_cpus, i);
+            if !s.server_sends_on(i) {
+                opts = receiving_end(s, tcp, opts);
+            }
+            let stream: Box<dyn Stream> = Box::new(TcpStream::from_sockets(vec![sock], opts)?);
+            Ok(stream)
+        })
+        .collect()
 }
 
 /// The STREAM options of a TCP stream: the run's, with the TCP options both ends set.
@@ -310,6 +338,7 @@ pub fn read_data_hello(
     stream: u32,
     timeout: Duration,
 ) -> Result<DataConn> {
+    let arrived = Instant::now();
     sock.set_nonblocking(false)?;
     sock.set_write_timeout(Some(HELLO_TIMEOUT))?;
     let checked = match control::read_frame_within(&sock, timeout.min(HELLO_TIMEOUT)) {
@@ -339,6 +368,7 @@ pub fn read_data_hello(
                 stream,
                 socket,
                 sock,
+                accepted: arrived,
             })
         }
         Err(e) => {

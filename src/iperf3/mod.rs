@@ -1,0 +1,8 @@
+//! iperf3's protocol, spoken by fperf: an fperf server serves unmodified iperf3 clients
+//! on a port of their own ([`server`]), over the same STREAMs, data loops, limits and
+//! reports as fperf's own clients. [`wire`] holds the protocol's facts (cookie, states,
+//! messages, error codes) and [`params`] what an iperf3 client may ask for.
+
+pub mod params;
+pub(crate) mod server;
+pub mod wire;

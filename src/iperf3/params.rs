@@ -1,0 +1,313 @@
+//! What an iperf3 client asks for (its parameter message), checked and turned into the
+//! fperf settings the server runs it with.
+//!
+//! iperf3 sends flags by presence (`"reverse": true`, never `false`) and numbers as
+//! integers. Keys this server does not know are ignored, as iperf3's own server does;
+//! options it knows but does not carry out are refused by name.
+
+use super::wire::ErrorCode;
+use crate::settings::{Settings, TransportSettings, MB};
+use crate::transport::tcp::settings::TcpSettings;
+use crate::workload::Workload;
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+/// iperf3's default TCP block size.
+const DEFAULT_TCP_LEN: u64 = 128 << 10;
+/// Most streams an iperf3 client opens (its own `-P` limit).
+const MAX_PARALLEL: u64 = 128;
+/// How long past its announced end a timed test may run before the server's limits
+/// treat it as overdue: iperf3's own server allows 40 s.
+const GRACE_SECS: u64 = 40;
+/// How long a test bounded by bytes or blocks may run at most, unless `--max-time` says
+/// less: the client ends it, and the idle time-out catches one that stops.
+const UNTIMED_SECS: u64 = 24 * 3600;
+
+/// One iperf3 test as the server runs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Iperf3Test {
+    /// The settings the server checks against its limits: the announced duration, or
+    /// for a test bounded by bytes its volume.
+    pub announced: Settings,
+    /// The settings the server runs with: the client ends the test, so the server
+    /// sends (with `-R`) until it does.
+    pub run: Settings,
+    /// Streams per direction (`-P`).
+    pub parallel: u32,
+    /// The client's version, as it says (`client_version`).
+    pub client_version: Option<String>,
+}
+
+/// Why a parameter message cannot be served.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ParamsError {
+    #[error("iperf3's {0} is not supported by this server")]
+    Unsupported(&'static str),
+    #[error("SCTP is not supported")]
+    Sctp,
+    #[error("no protocol named (tcp or udp)")]
+    NoProtocol,
+    #[error("UDP from iperf3 clients is not supported by this server yet")]
+    Udp,
+    #[error("parameter {key} must be {what}, not {value}")]
+    Invalid {
+        key: &'static str,
+        what: &'static str,
+        value: String,
+    },
+    #[error("{0}")]
+    Settings(String),
+}
+
+impl ParamsError {
+    /// The iperf3 error code that tells an iperf3 client the most.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ParamsError::Sctp => ErrorCode::NoSctp,
+            ParamsError::Unsupported(_) | ParamsError::Udp => ErrorCode::Unimplemented,
+            ParamsError::NoProtocol | ParamsError::Invalid { .. } | ParamsError::Settings(_) => {
+                ErrorCode::RecvParams
+            }
+        }
+    }
+}
+
+/// Options iperf3 sends that this server does not carry out, with the flag a user
+/// typed for each.
+const UNSUPPORTED: [(&str, &str); 10] = [
+    ("MSS", "-M/--set-mss"),
+    ("fqrate", "--fq-rate"),
+    ("burst", "-b RATE/BURST"),
+    ("TOS", "-S/--tos"),
+    ("flowlabel", "-L/--flowlabel"),
+    ("authtoken", "--username (RSA authentication)"),
+    ("server_affinity", "-A (server affinity)"),
+    ("dont_fragment", "--dont-fragment"),
+    ("mptcp", "--mptcp"),
+    ("skip_rx_copy", "--skip-rx-copy"),
+];
+
+/// Turns an iperf3 client's parameters into the test the server runs.
+pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
+    if params.contains_key("sctp") {
+        return Err(ParamsError::Sctp);
+    }
+    if let Some((_, flag)) = UNSUPPORTED
+        .iter()
+        .find(|(key, _)| params.contains_key(*key))
+    {
+        return Err(ParamsError::Unsupported(flag));
+    }
+    match (params.contains_key("tcp"), params.contains_key("udp")) {
+        (true, false) => {}
+        (false, true) => return Err(ParamsError::Udp),
+        _ => return Err(ParamsError::NoProtocol),
+    }
+    let time = number(params, "time", 0, 7 * 24 * 3600)?;
+    let omit = number(params, "omit", 0, 3600)?;
+    let num = number(params, "num", 0, u64::MAX)?;
+    let blockcount = number(params, "blockcount", 0, u64::MAX)?;
+    let parallel = number(params, "parallel", 1, MAX_PARALLEL)?.max(1);
+    let len = match params.get("len") {
+        Some(_) => number(params, "len", 1, u64::from(crate::settings::MAX_PKTSIZE))?,
+        None => DEFAULT_TCP_LEN,
+    };
+    let window = params
+        .get("window")
+        .map(|_| number(params, "window", 1, u64::from(u32::MAX)))
+        .transpose()?;
+    let rate = params
+        .get("bandwidth")
+        .map(|_| number(params, "bandwidth", 0, u64::MAX))
+        .transpose()?
+        .filter(|&r| r > 0);
+    let congestion = match params.get("congestion") {
+        None => None,
+        Some(Value::String(name)) => Some(name.clone()),
+        Some(other) => return Err(invalid("congestion", "a name", other)),
+    };
+    let client_version = match params.get("client_version") {
+        Some(Value::String(v)) => Some(v.chars().take(32).collect()),
+        _ => None,
+    };
+    let bidir = params.contains_key("bidirectional");
+    let reverse = params.contains_key("reverse");
+    let workload = match (bidir, reverse) {
+        (true, _) => Workload::Bidir,
+        (false, true) => Workload::Reverse,
+        (false, false) => Workload::Bulk,
+    };
+    let parallel = u32::try_from(parallel).unwrap_or(1);
+    let nstreams = if bidir { 2 * parallel } else { parallel };
+    let tcp = TcpSettings {
+        nodelay: params.contains_key("nodelay"),
+        congestion,
+        sockets: crate::transport::sockets::SocketSettings {
+            window: window.map(|w| u32::try_from(w).unwrap_or(u32::MAX)),
+            ..Default::default()
+        },
+        ..TcpSettings::default()
+    };
+    // A test bounded by bytes (`-n`) or blocks (`-k`) moves that much over all its
+    // streams (each direction with `--bidir`).
+    let volume = if num > 0 {
+        Some(num)
+    } else if blockcount > 0 {
+        Some(blockcount.saturating_mul(len))
+    } else {
+        None
+    };
+    let base = Settings {
+        nstreams,
+        pktsize: u32::try_from(len).unwrap_or(u32::MAX),
+        workload,
+        omit_ms: (omit > 0).then_some(omit * 1000),
+        rate_bps: rate,
+        transport: TransportSettings::Tcp(tcp),
+        ..Settings::default()
+    };
+    let announced = match volume {
+        Some(bytes) => Settings {
+            mb: bytes
+                .div_ceil(MB)
+                .div_ceil(u64::from(parallel))
+                .clamp(1, crate::settings::MAX_MB),
+            time_ms: None,
+            ..base.clone()
+        },
+        None => Settings {
+            time_ms: Some((time + omit).max(1) * 1000),
+            ..base.clone()
+        },
+    };
+    let run_secs = match volume {
+        Some(_) => UNTIMED_SECS,
+        None => time + omit + GRACE_SECS,
+    };
+    let run = Settings {
+        time_ms: Some(run_secs * 1000),
+        ..base
+    };
+    for settings in [&announced, &run] {
+        settings
+            .validate()
+            .map_err(|e| ParamsError::Settings(e.to_string()))?;
+    }
+    Ok(Iperf3Test {
+        announced,
+        run,
+        parallel,
+        client_version,
+    })
+}
+
+/// The non-negative integer under `key` (absent: `least`), within `least..=most`.
+fn number(
+    params: &Map<String, Value>,
+    key: &'static str,
+    least: u64,
+    most: u64,
+) -> Result<u64, ParamsError> {
+    match params.get(key) {
+        None => Ok(least),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(v) if (least..=most).contains(&v) => Ok(v),
+            _ => Err(invalid(
+                key,
+                "a whole number in range",
+                &Value::Number(n.clone()),
+            )),
+        },
+        Some(other) => Err(invalid(key, "a whole number", other)),
+    }
+}
+
+fn invalid(key: &'static str, what: &'static str, value: &Value) -> ParamsError {
+    let mut value = value.to_string();
+    value.truncate(64);
+    ParamsError::Invalid { key, what, value }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn params(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().expect("object")
+    }
+
+    #[test]
+    fn a_default_iperf3_client_runs_one_tcp_stream_for_its_time() {
+        // What iperf3 3.12 sends for `iperf3 -c HOST -t 1`.
+        let test = parse(&params(
+            json!({"tcp":true,"omit":0,"time":1,"num":0,"blockcount":0,
+            "parallel":1,"len":131072,"pacing_timer":1000,"client_version":"3.12"}),
+        ))
+        .expect("served");
+        assert_eq!(test.announced.nstreams, 1);
+        assert_eq!(test.announced.pktsize, 131_072);
+        assert_eq!(test.announced.time_ms, Some(1000));
+        assert_eq!(test.run.time_ms, Some(41_000), "the client ends the test");
+        assert_eq!(test.announced.workload, Workload::Bulk);
+        assert_eq!(test.client_version.as_deref(), Some("3.12"));
+    }
+
+    #[test]
+    fn directions_streams_and_volumes_map_to_fperf_settings() {
+        let bidir = parse(&params(json!({"tcp":true,"time":2,"parallel":3,
+            "bidirectional":true,"window":262144,"congestion":"cubic","nodelay":true})))
+        .expect("bidir");
+        assert_eq!(bidir.run.nstreams, 6, "three each way");
+        assert_eq!(bidir.run.workload, Workload::Bidir);
+        let TransportSettings::Tcp(tcp) = &bidir.run.transport else {
+            panic!("tcp")
+        };
+        assert_eq!(tcp.sockets.window, Some(262_144));
+        assert_eq!(tcp.congestion.as_deref(), Some("cubic"));
+        assert!(tcp.nodelay);
+        let reverse = parse(&params(json!({"tcp":true,"reverse":true,"num":10485760,
+            "time":0,"parallel":2,"omit":1,"bandwidth":1000000})))
+        .expect("reverse");
+        assert_eq!(reverse.run.workload, Workload::Reverse);
+        assert_eq!(reverse.announced.time_ms, None);
+        assert_eq!(reverse.announced.mb, 5, "10 MiB over 2 streams");
+        assert_eq!(reverse.run.omit_ms, Some(1000));
+        assert_eq!(reverse.run.rate_bps, Some(1_000_000));
+        let blocks =
+            parse(&params(json!({"tcp":true,"blockcount":100,"len":1000}))).expect("blocks");
+        assert_eq!(blocks.announced.mb, 1);
+    }
+
+    #[test]
+    fn unsupported_or_malformed_parameters_are_refused_by_name() {
+        for (p, want) in [
+            (json!({"sctp":true}), "SCTP"),
+            (json!({"tcp":true,"MSS":1000}), "-M/--set-mss"),
+            (json!({"tcp":true,"authtoken":"x"}), "RSA"),
+            (json!({"tcp":true,"TOS":16}), "--tos"),
+            (json!({"udp":true}), "UDP"),
+            (json!({"omit":0}), "no protocol"),
+            (json!({"tcp":true,"udp":true}), "no protocol"),
+            (json!({"tcp":true,"parallel":129}), "parallel"),
+            (json!({"tcp":true,"parallel":-1}), "parallel"),
+            (json!({"tcp":true,"time":"10"}), "time"),
+            (json!({"tcp":true,"len":0}), "len"),
+            (json!({"tcp":true,"len":1e20}), "len"),
+            (json!({"tcp":true,"congestion":7}), "congestion"),
+            (json!({"tcp":true,"window":0}), "window"),
+        ] {
+            let e = parse(&params(p.clone())).expect_err(&p.to_string());
+            assert!(e.to_string().contains(want), "{p}: {e}");
+        }
+    }
+
+    #[test]
+    fn keys_this_server_does_not_know_are_ignored_as_iperf3_does() {
+        let test = parse(&params(
+            json!({"tcp":true,"time":1,"title":"x","extra_data":"y",
+            "get_server_output":1,"repeating_payload":1,"some_future_key":[1,2]}),
+        ));
+        assert!(test.is_ok(), "{test:?}");
+    }
+}

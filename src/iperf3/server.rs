@@ -1,0 +1,510 @@
+//! An fperf server's iperf3 port: unmodified iperf3 clients run their TCP tests against
+//! fperf's STREAMs, data loops, limits and reports.
+//!
+//! A connection on the iperf3 port opens with a cookie. A cookie of a test that is
+//! setting up its streams makes it one of that test's data connections, routed through
+//! the same registry as fperf's own; any other cookie opens a test, or is told "busy"
+//! (iperf3's `ACCESS_DENIED`) while the server runs as many as it allows. A test then
+//! goes as iperf3's protocol has it: parameters, streams, start, the client's
+//! `TEST_END`, the results exchange (the client's figures, then the server's), done.
+
+use super::params::{self, Iperf3Test};
+use super::wire::{self, Cookie, ErrorCode, State, COOKIE_LEN};
+use crate::control::session::IDENTIFY_WITHIN;
+use crate::engine::{drive, receive, Received};
+use crate::interval::Meter;
+use crate::limits::{LimitError, StopReason, TestWatch, Watchdog};
+use crate::pending::PendingSlot;
+use crate::results::{Role, SideResult};
+use crate::server::config::{ServerConfig, ServerEvent};
+use crate::server::figures::{return_freed_memory, server_result};
+use crate::sessions::{SessionGuard, Sessions};
+use crate::settings::Settings;
+use crate::stream::Stream;
+use crate::transport::DataConn;
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+use std::io::{self, Read};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the session looks at the control connection and the watchdog while data
+/// flows.
+const TICK: Duration = Duration::from_millis(20);
+
+/// Reads the cookie of a new connection on the iperf3 port and acts on it. `pending`
+/// counts the connection as unidentified until its cookie is read.
+pub(crate) fn greet(
+    mut sock: TcpStream,
+    peer: SocketAddr,
+    accepted: Instant,
+    pending: PendingSlot,
+    active: &Arc<Sessions>,
+    events: &Sender<ServerEvent>,
+    config: &ServerConfig,
+) {
+    let client_error = |error: String| {
+        let _ = events.send(ServerEvent::ClientError {
+            peer: crate::stream::canonical(peer).to_string(),
+            error: format!("iperf3 client: {error}"),
+        });
+    };
+    let mut bytes = [0u8; COOKIE_LEN];
+    let deadline = Instant::now() + IDENTIFY_WITHIN;
+    if let Err(e) = wire::read_exact_by(&mut sock, &mut bytes, deadline) {
+        return client_error(format!("no cookie within {IDENTIFY_WITHIN:?}: {e}"));
+    }
+    let Some(cookie) = Cookie::parse(bytes) else {
+        return client_error("the connection did not open with an iperf3 cookie".into());
+    };
+    let id = cookie.session_id();
+    if active.knows(id) {
+        match active.route(id) {
+            Ok(tx) => {
+                let _ = tx.send(DataConn {
+                    stream: 0,
+                    socket: 0,
+                    sock,
+                    accepted,
+                });
+            }
+            Err(why) => {
+                // As iperf3 answers a data connection it does not expect.
+                let _ = wire::write_state(&mut sock, State::AccessDenied);
+                client_error(why.into());
+            }
+        }
+        return;
+    }
+    drop(pending);
+    let (tx, rx) = mpsc::channel();
+    let registered = match active.open(id, tx) {
+        Ok(guard) => guard,
+        Err(busy) => {
+            let _ = wire::write_state(&mut sock, State::AccessDenied);
+            return client_error(format!("refused: {busy}"));
+        }
+    };
+    let outcome = run_test(&mut sock, peer, &registered, rx, config, events);
+    if let Err(e) = &outcome {
+        client_error(format!("{e:#}"));
+    }
+    {
+        let _in_order = registered.sessions().report_lock();
+        let _ = events.send(ServerEvent::Listening);
+    }
+    drop(registered);
+    return_freed_memory();
+    if outcome.is_ok() {
+        // The client says it is done, or closes; either way the test is over.
+        let mut done = [0u8; 1];
+        let _ = wire::read_exact_by(
+            &mut sock,
+            &mut done,
+            Instant::now() + config.control_timeout,
+        );
+    }
+}
+
+/// Tells a connection beyond the pending caps that the server is busy, as iperf3 does,
+/// without ever blocking the accept loop.
+pub(crate) fn refuse_flood(mut sock: TcpStream) {
+    if sock.set_nonblocking(true).is_ok() {
+        let _ = wire::write_state(&mut sock, State::AccessDenied);
+    }
+}
+
+/// The iperf3 error code and errno that tell an iperf3 client why a limit refused its
+/// test.
+fn limit_code(e: &LimitError) -> (ErrorCode, i32) {
+    match e {
+        LimitError::Streams { .. } | LimitError::Sockets { .. } => (ErrorCode::NumStreams, 0),
+        LimitError::Time { .. } => (ErrorCode::Duration, 0),
+        LimitError::Rate { .. } => (ErrorCode::TotalRate, 0),
+        LimitError::Mb { .. } => (ErrorCode::RecvParams, libc::EFBIG),
+        LimitError::Memory { .. } => (ErrorCode::RecvParams, libc::ENOMEM),
+    }
+}
+
+/// Tells the client why its test failed (as far as iperf3's codes can), and returns
+/// the server's own reason.
+fn refuse(sock: &mut TcpStream, code: ErrorCode, errno: i32, why: anyhow::Error) -> anyhow::Error {
+    let _ = wire::write_error(sock, code, errno);
+    why
+}
+
+/// Runs one iperf3 test on its control connection, up to and including
+/// `DISPLAY_RESULTS`.
+fn run_test(
+    sock: &mut TcpStream,
+    peer: SocketAddr,
+    registered: &SessionGuard,
+    routed: Receiver<DataConn>,
+    config: &ServerConfig,
+    events: &Sender<ServerEvent>,
+) -> Result<()> {
+    sock.set_nodelay(true)?;
+    wire::write_state(sock, State::ParamExchange)?;
+    let deadline = Instant::now() + config.control_timeout;
+    let params = match wire::read_json(sock, wire::MAX_PARAMS_BYTES, deadline) {
+        Ok(p) => p,
+        Err(wire::MessageError::Io(e)) => return Err(anyhow!("reading its parameters: {e}")),
+        Err(e) => {
+            let why = anyhow!("its parameters: {e}");
+            return Err(refuse(sock, ErrorCode::RecvParams, libc::EINVAL, why));
+        }
+    };
+    let test =
+        params::parse(&params).map_err(|e| refuse(sock, e.code(), libc::EINVAL, anyhow!("{e}")))?;
+    if let Err(e) = config.limits.check(&test.announced) {
+        let (code, errno) = limit_code(&e);
+        return Err(refuse(sock, code, errno, anyhow!("{e}")));
+    }
+    wire::write_state(sock, State::CreateStreams)?;
+    let conns = collect_streams(&routed, test.run.nstreams, config.control_timeout)
+        .map_err(|e| refuse(sock, ErrorCode::StreamAccept, libc::ETIMEDOUT, e))?;
+    registered.streams_connected();
+    let abort = Arc::new(AtomicBool::new(false));
+    let streams = crate::transport::tcp::streams_from_accepted(&test.run, conns, abort.clone())
+        .map_err(|e| refuse(sock, ErrorCode::SetCongestion, 0, e))?;
+    let from = format!(
+        "{} (iperf3 {} client)",
+        streams
+            .first()
+            .map_or_else(|| peer.to_string(), |s| s.peer_addr()),
+        test.client_version.as_deref().unwrap_or("?")
+    );
+    let parallel = registered.sessions().parallel() > 1;
+    let facts = streams.first().map(|s| s.facts()).unwrap_or_default();
+    let started = ServerEvent::Started {
+        settings: test.announced.clone(),
+        from,
+        congestion: facts.congestion,
+        rcvlowat: facts.rcvlowat,
+        rx_nap: facts.rx_nap,
+    };
+    // With tests in parallel, each report is sent in one piece at the end.
+    let started = if parallel {
+        Some(started)
+    } else {
+        let _ = events.send(started);
+        None
+    };
+    let cpu_start = crate::sysinfo::CpuUsage::now();
+    let start = Instant::now();
+    let watch = Arc::new(TestWatch::new(
+        streams.len(),
+        config.limits.max_rate,
+        abort.clone(),
+    ));
+    let workers = start_workers(&test.run, streams, &watch, &abort, config.idle_timeout)?;
+    wire::write_state(sock, State::TestStart)?;
+    wire::write_state(sock, State::TestRunning)?;
+    let ended = wait_for_end(sock, &watch, &workers, config);
+    abort.store(true, Ordering::Relaxed);
+    let per_stream = join(workers);
+    let wall = start.elapsed();
+    let (ended, per_stream) = match (ended, per_stream) {
+        (Ok(ended), Ok(per_stream)) => (ended, per_stream),
+        (Err(stop), _) => {
+            let code = match stop {
+                Stop::Watchdog(StopReason::MaxTime(_)) => ErrorCode::Duration,
+                _ => ErrorCode::StreamAccept,
+            };
+            return Err(refuse(sock, code, 0, anyhow!("{stop}")));
+        }
+        (Ok(_), Err(e)) => return Err(refuse(sock, ErrorCode::StreamAccept, libc::EIO, e)),
+    };
+    let mut result = server_result(&test.run, &per_stream);
+    result.system = Some(crate::sysinfo::SystemFacts::collect());
+    result.cpu = crate::sysinfo::CpuUsage::now()
+        .zip(cpu_start)
+        .map(|(now, then)| now.since(then));
+    report(events, registered, started, &test, &result);
+    if ended == Ended::ClientTerminated {
+        bail!("the client stopped the test (Ctrl-C); the figures above cover what it moved");
+    }
+    wire::write_state(sock, State::ExchangeResults)?;
+    let deadline = Instant::now() + config.control_timeout;
+    wire::read_json(sock, wire::MAX_RESULTS_BYTES, deadline)
+        .map_err(|e| anyhow!("reading its results: {e}"))?;
+    wire::write_json(sock, &results_json(&test.run, &per_stream, &result, wall))?;
+    wire::write_state(sock, State::DisplayResults)?;
+    Ok(())
+}
+
+/// Waits for the test's `nstreams` data connections and puts them in the order they
+/// were accepted (iperf3 opens them one after another, a `--bidir` test's sending
+/// streams first, as fperf numbers them); their cookies may be read in another order.
+fn collect_streams(
+    routed: &Receiver<DataConn>,
+    nstreams: u32,
+    within: Duration,
+) -> Result<Vec<TcpStream>> {
+    let deadline = Instant::now() + within;
+    let mut conns = Vec::with_capacity(nstreams as usize);
+    while conns.len() < nstreams as usize {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match routed.recv_timeout(left) {
+            Ok(conn) => conns.push(conn),
+            Err(_) => bail!(
+                "{} of its {nstreams} data connections arrived within {within:?}",
+                conns.len()
+            ),
+        }
+    }
+    conns.sort_by_key(|c| c.accepted);
+    Ok(conns.into_iter().map(|c| c.sock).collect())
+}
+
+type Worker = JoinHandle<io::Result<Received>>;
+
+/// One thread per stream: receiving, or with `-R` and on `--bidir`'s second half
+/// sending until the client ends the test.
+fn start_workers(
+    settings: &Settings,
+    streams: Vec<Box<dyn Stream>>,
+    watch: &Arc<TestWatch>,
+    abort: &Arc<AtomicBool>,
+    idle: Duration,
+) -> Result<Vec<Worker>> {
+    let schedule = crate::interval::Schedule::new(settings, Instant::now());
+    streams
+        .into_iter()
+        .enumerate()
+        .map(|(i, stream)| {
+            let sending = Role::Server.sends_on(settings, i as u32);
+            let meter = Meter::new(i as u32, schedule, None);
+            let (watch, abort, settings) = (watch.clone(), abort.clone(), settings.clone());
+            std::thread::Builder::new()
+                .name(format!("fperf-iperf3-{i}"))
+                .spawn(move || {
+                    crate::stream::affinity::place_current_thread(None, settings.batch_threads())?;
+                    if sending {
+                        send_until_end(stream, &settings, meter, &abort, (&watch, i))
+                    } else {
+                        let pkt = settings.pktsize as usize;
+                        receive(stream, pkt, None, idle, meter, (&watch, i))
+                    }
+                })
+                .context("cannot start a stream's thread")
+        })
+        .collect()
+}
+
+/// Sends on a stream until the client ends the test (the abort flag), as an iperf3
+/// server does with `-R`: the client, not the server, knows when the test is over.
+fn send_until_end(
+    mut stream: Box<dyn Stream>,
+    settings: &Settings,
+    meter: Meter,
+    abort: &AtomicBool,
+    watch: (&TestWatch, usize),
+) -> io::Result<Received> {
+    let (local, peer, congestion) = (
+        stream.local_addr(),
+        stream.peer_addr(),
+        stream.facts().congestion,
+    );
+    let driven = drive(&mut *stream, settings, meter, abort, Some(watch))?;
+    Ok(Received {
+        stats: driven.stats,
+        tcp: driven.tcp,
+        local,
+        peer,
+        congestion,
+        rcvlowat: None,
+        rx_nap_us: None,
+        span: Some((driven.start, Instant::now())),
+        interrupted: driven.interrupted,
+    })
+}
+
+/// How a running test ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// `TEST_END`: the client's time, bytes or blocks are done.
+    TestEnd,
+    /// `CLIENT_TERMINATE`: the client was interrupted.
+    ClientTerminated,
+}
+
+/// Why the server ended a running test.
+#[derive(Debug)]
+enum Stop {
+    Watchdog(StopReason),
+    ControlClosed,
+    Unexpected(u8),
+    StreamsEnded,
+    Io(io::Error),
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::Watchdog(reason) => write!(f, "{reason}"),
+            Stop::ControlClosed => write!(f, "the client closed its control connection"),
+            Stop::Unexpected(b) => write!(f, "unexpected control message {b} during the test"),
+            Stop::StreamsEnded => write!(f, "its data streams ended before the test did"),
+            Stop::Io(e) => write!(f, "control connection: {e}"),
+        }
+    }
+}
+
+/// Watches the control connection for the client's end of the test, and the test for
+/// the server's limits, until one of them ends it.
+fn wait_for_end(
+    sock: &mut TcpStream,
+    watch: &TestWatch,
+    workers: &[Worker],
+    config: &ServerConfig,
+) -> Result<Ended, Stop> {
+    let limits = &config.limits;
+    let mut watchdog = Watchdog::new(watch, config.idle_timeout, limits.max_time, limits.max_mb);
+    sock.set_read_timeout(Some(TICK)).map_err(Stop::Io)?;
+    loop {
+        let mut byte = [0u8; 1];
+        match sock.read(&mut byte) {
+            Ok(0) => return Err(Stop::ControlClosed),
+            Ok(_) => {
+                return match State::from_byte(byte[0]) {
+                    Some(State::TestEnd) => Ok(Ended::TestEnd),
+                    Some(State::ClientTerminate) => Ok(Ended::ClientTerminated),
+                    _ => Err(Stop::Unexpected(byte[0])),
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Stop::Io(e)),
+        }
+        if let Some(reason) = watchdog.check() {
+            return Err(Stop::Watchdog(reason));
+        }
+        if workers.iter().all(|w| w.is_finished()) {
+            return Err(Stop::StreamsEnded);
+        }
+    }
+}
+
+/// Joins the stream threads: their figures in stream order, or the first failure.
+fn join(workers: Vec<Worker>) -> Result<Vec<(u32, Received)>> {
+    let mut per_stream = Vec::with_capacity(workers.len());
+    let mut failure = None;
+    for (i, w) in workers.into_iter().enumerate() {
+        match w.join() {
+            Ok(Ok(r)) => per_stream.push((i as u32, r)),
+            Ok(Err(e)) => {
+                failure.get_or_insert(anyhow!("stream {i}: {e}"));
+            }
+            Err(_) => {
+                failure.get_or_insert(anyhow!("stream {i}: its thread panicked"));
+            }
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(per_stream),
+    }
+}
+
+/// Sends the test's report events, in one piece.
+fn report(
+    events: &Sender<ServerEvent>,
+    registered: &SessionGuard,
+    started: Option<ServerEvent>,
+    test: &Iperf3Test,
+    result: &SideResult,
+) {
+    let _in_order = registered.sessions().report_lock();
+    if let Some(started) = started {
+        let _ = events.send(started);
+    }
+    let _ = events.send(ServerEvent::Finished {
+        settings: test.announced.clone(),
+        result: Box::new(result.clone()),
+    });
+}
+
+/// iperf3's id of the `index`-th stream: 1, 3, 4, 5, ... (iperf3 skips 2).
+fn stream_id(index: u32) -> u32 {
+    if index == 0 {
+        1
+    } else {
+        index + 2
+    }
+}
+
+/// The server's half of the results exchange, in iperf3's layout: what the client's
+/// receiver lines (and with `-R` its sender lines' retransmits) come from.
+fn results_json(
+    settings: &Settings,
+    per_stream: &[(u32, Received)],
+    result: &SideResult,
+    wall: Duration,
+) -> Value {
+    let percent = |us: u64| {
+        let wall_us = wall.as_micros().max(1) as f64;
+        100.0 * us as f64 / wall_us
+    };
+    let (user, system) = result
+        .cpu
+        .map_or((0.0, 0.0), |c| (percent(c.user_us), percent(c.system_us)));
+    let sends = (0..settings.nstreams).any(|i| settings.server_sends_on(i));
+    let streams: Vec<Value> = per_stream
+        .iter()
+        .map(|(i, r)| {
+            let sending = settings.server_sends_on(*i);
+            let seconds = r
+                .span
+                .map_or(0.0, |(a, b)| b.saturating_duration_since(a).as_secs_f64());
+            let (bytes, retransmits) = if sending {
+                let retransmits = r
+                    .tcp
+                    .map_or(-1, |t| i64::try_from(t.retransmits).unwrap_or(-1));
+                (r.stats.bytes_sent, retransmits)
+            } else {
+                (r.stats.bytes_received, -1)
+            };
+            json!({
+                "id": stream_id(*i),
+                "bytes": bytes,
+                "retransmits": retransmits,
+                "jitter": 0,
+                "errors": 0,
+                "packets": 0,
+                "start_time": 0,
+                "end_time": seconds,
+            })
+        })
+        .collect();
+    let mut doc = json!({
+        "cpu_util_total": user + system,
+        "cpu_util_user": user,
+        "cpu_util_system": system,
+        "sender_has_retransmits": if sends { 1 } else { -1 },
+        "streams": streams,
+    });
+    if let Some(cc) = per_stream.first().and_then(|(_, r)| r.congestion.clone()) {
+        doc["congestion_used"] = Value::String(cc);
+    }
+    doc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_ids_skip_two_as_iperf3s_do() {
+        let ids: Vec<u32> = (0..5).map(stream_id).collect();
+        assert_eq!(ids, [1, 3, 4, 5, 6]);
+    }
+}

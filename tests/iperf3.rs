@@ -1,0 +1,302 @@
+//! Unmodified iperf3 clients (Debian's `iperf3`) against `fperf -s --iperf3-port`, on
+//! loopback: both tools' byte counts agree, the server's limits and busy answer hold,
+//! and bad input on the iperf3 port ends within the usual deadlines.
+//!
+//! These tests need the `iperf3` program: they are ignored by default, and the test
+//! script runs them where `iperf3` is installed (its set-up installs it).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MB: u64 = 1 << 20;
+
+/// An fperf server with an iperf3 port beside its own.
+struct Both {
+    server: Server,
+    iperf3_port: u16,
+}
+
+fn start(args: &[&str]) -> Both {
+    let iperf3_port = port_block(1);
+    let port = iperf3_port.to_string();
+    let mut all = vec!["--iperf3-port", &port];
+    all.extend_from_slice(args);
+    Both {
+        server: Server::start(&all),
+        iperf3_port,
+    }
+}
+
+/// Runs `iperf3 -c 127.0.0.1 -p PORT ARGS -J` (bounded in time): whether the test ran
+/// (exited 0 and reported no error: iperf3 3.12 exits 0 after some errors) and its
+/// JSON document.
+fn iperf3(port: u16, args: &[&str]) -> (bool, Value) {
+    let mut child = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("iperf3 is installed (scripts/setup.sh)");
+    let out = collect(child.stdout.take().expect("stdout"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("iperf3 {args:?} did not finish in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Its pipe ends with the process: wait for the reader to see the end.
+    let text = loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let text = out.lock().expect("output").clone();
+        if serde_json::from_str::<Value>(&text).is_ok() || Instant::now() > deadline {
+            break text;
+        }
+    };
+    let doc: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (status.success() && doc.get("error").is_none(), doc)
+}
+
+/// Waits up to 5 s for the server to log `needle` (it logs once the client was told).
+fn logged(server: &Server, needle: &str) {
+    let t0 = Instant::now();
+    while !server.stderr().contains(needle) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn bytes(doc: &Value, path: &[&str]) -> u64 {
+    let mut v = doc;
+    for key in path {
+        v = &v[*key];
+    }
+    v.as_u64()
+        .unwrap_or_else(|| panic!("no number at {path:?} in {doc}"))
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn an_iperf3_client_sends_and_both_tools_count_the_same_bytes() {
+    let both = start(&[]);
+    let (ok, doc) = iperf3(both.iperf3_port, &["-t", "2", "-P", "2"]);
+    assert!(ok, "{doc}");
+    let report = both.server.report(1);
+    assert!(
+        report.contains("(iperf3 3."),
+        "marked as an iperf3 client: {report}"
+    );
+    let received = volume(&report, "received").bytes;
+    assert!(received > 10 * MB, "{report}");
+    assert_eq!(bytes(&doc, &["end", "sum_received", "bytes"]), received);
+    // What the client sent is what fperf received, less what was in flight when the
+    // client ended the test (iperf3 itself closes its streams at that moment).
+    let sent = bytes(&doc, &["end", "sum_sent", "bytes"]);
+    assert!(received <= sent, "{received} > {sent}");
+    assert_eq!(doc["end"]["streams"].as_array().map(Vec::len), Some(2));
+    // fperf's own figures in its report: latency percentiles and CPU time.
+    assert!(report.contains("latency"), "{report}");
+    assert_eq!(both.server.stderr(), "", "the server logged a client error");
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn reverse_by_bytes_and_blocks_and_the_receiver_lines_come_from_fperf() {
+    let both = start(&[]);
+    let (ok, doc) = iperf3(both.iperf3_port, &["-R", "-n", "40M", "-P", "3"]);
+    assert!(ok, "{doc}");
+    let report = both.server.report(1);
+    let sent = volume(&report, "sent").bytes;
+    assert_eq!(bytes(&doc, &["end", "sum_sent", "bytes"]), sent, "{report}");
+    let received = bytes(&doc, &["end", "sum_received", "bytes"]);
+    assert!(
+        received >= 40 * MB && received <= sent,
+        "{received} of {sent}"
+    );
+    let (ok, doc) = iperf3(both.iperf3_port, &["-k", "200", "-l", "64K"]);
+    assert!(ok, "{doc}");
+    assert_eq!(bytes(&doc, &["end", "sum_sent", "bytes"]), 200 * 65_536);
+    let report = both.server.report(2);
+    assert!(report.contains("pkt_size(64KB)"), "{report}");
+    assert_eq!(
+        bytes(&doc, &["end", "sum_received", "bytes"]),
+        volume(&report, "received").bytes
+    );
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn bidir_omit_window_congestion_and_intervals_are_served() {
+    let both = start(&[]);
+    let (ok, doc) = iperf3(
+        both.iperf3_port,
+        &[
+            "--bidir", "-P", "2", "-t", "2", "-O", "1", "-w", "512K", "-C", "cubic", "-i", "0.5",
+        ],
+    );
+    assert!(ok, "{doc}");
+    let report = both.server.report(1);
+    // Client to server: fperf's count; server to client: fperf's count of what it sent.
+    assert_eq!(
+        bytes(&doc, &["end", "sum_received", "bytes"]),
+        volume(&report, "received").bytes,
+        "{report}"
+    );
+    assert_eq!(
+        bytes(&doc, &["end", "sum_sent_bidir_reverse", "bytes"]),
+        volume(&report, "sent").bytes,
+        "{report}"
+    );
+    assert_eq!(doc["end"]["streams"].as_array().map(Vec::len), Some(4));
+    assert!(doc["intervals"].as_array().is_some_and(|i| i.len() >= 4));
+    assert!(report.contains("cc=cubic"), "{report}");
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn limits_unsupported_options_and_busy_answers_reach_the_iperf3_client() {
+    let both = start(&["--max-streams", "2"]);
+    let (ok, doc) = iperf3(both.iperf3_port, &["-t", "1", "-P", "3"]);
+    assert!(!ok);
+    let error = doc["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("number of parallel streams too large"),
+        "{doc}"
+    );
+    logged(&both.server, "--max-streams");
+    let (ok, doc) = iperf3(both.iperf3_port, &["-t", "1", "-M", "1000"]);
+    assert!(!ok);
+    let error = doc["error"].as_str().unwrap_or_default();
+    assert!(error.contains("not implemented"), "{doc}");
+    logged(&both.server, "--set-mss");
+    // One test at a time: a second iperf3 client, and an fperf client, hear "busy".
+    let port = both.iperf3_port;
+    let first = std::thread::spawn(move || iperf3(port, &["-t", "3"]));
+    std::thread::sleep(Duration::from_millis(1000));
+    let (ok, doc) = iperf3(both.iperf3_port, &["-t", "1"]);
+    assert!(!ok);
+    assert!(
+        doc["error"].as_str().unwrap_or_default().contains("busy"),
+        "{doc}"
+    );
+    let out = client_run(&both.server, "127.0.0.1", &["-m", "1"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("server busy"));
+    let (ok, doc) = first.join().expect("first client");
+    assert!(ok, "{doc}");
+    // And the server goes on.
+    let (ok, doc) = iperf3(both.iperf3_port, &["-t", "1"]);
+    assert!(ok, "{doc}");
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn bad_input_on_the_iperf3_port_ends_in_time_and_the_server_goes_on() {
+    let both = start(&[]);
+    let port = both.iperf3_port;
+    let connect = || {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        s
+    };
+    let cookie = {
+        let mut c = [b'a'; 37];
+        c[36] = 0;
+        c
+    };
+    let closed_within = |mut s: TcpStream, secs: u64| {
+        let t0 = Instant::now();
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "{:?}",
+            t0.elapsed()
+        );
+        sink
+    };
+    // Not a cookie: closed at once.
+    let mut junk = connect();
+    junk.write_all(&[0x55; 37]).expect("write");
+    assert!(closed_within(junk, 3).is_empty());
+    // Silent: closed after the 5 s deadline for unknown connections.
+    closed_within(connect(), 8);
+    // A parameter message larger than allowed: an iperf3 error, then closed.
+    let mut big = connect();
+    big.write_all(&cookie).expect("cookie");
+    big.write_all(&(1u32 << 20).to_be_bytes()).expect("length");
+    let answer = closed_within(big, 3);
+    assert_eq!(answer.first(), Some(&9), "PARAM_EXCHANGE first");
+    assert_eq!(answer.get(1), Some(&0xfe), "then SERVER_ERROR: {answer:?}");
+    // A truncated one: closed within the control time-out.
+    let mut short = connect();
+    short.write_all(&cookie).expect("cookie");
+    short.write_all(&100u32.to_be_bytes()).expect("length");
+    short.write_all(b"{\"tcp\":").expect("part");
+    closed_within(short, 15);
+    // Not JSON.
+    let mut garbage = connect();
+    garbage.write_all(&cookie).expect("cookie");
+    garbage.write_all(&4u32.to_be_bytes()).expect("length");
+    garbage.write_all(b"\xff\xfe\x00[").expect("body");
+    assert_eq!(closed_within(garbage, 3).get(1), Some(&0xfe));
+    // An unknown state byte in the middle of a test ends it.
+    let mut odd = connect();
+    odd.write_all(&cookie).expect("cookie");
+    let params = br#"{"tcp":true,"time":5,"parallel":1,"len":1000}"#;
+    odd.write_all(&(params.len() as u32).to_be_bytes())
+        .expect("length");
+    odd.write_all(params).expect("params");
+    let mut state = [0u8; 2];
+    odd.read_exact(&mut state)
+        .expect("PARAM_EXCHANGE, CREATE_STREAMS");
+    assert_eq!(state, [9, 10]);
+    let mut data = connect();
+    data.write_all(&cookie).expect("data cookie");
+    let mut go = [0u8; 2];
+    odd.read_exact(&mut go).expect("TEST_START, TEST_RUNNING");
+    assert_eq!(go, [1, 2]);
+    odd.write_all(&[77]).expect("unknown state");
+    let answer = closed_within(odd, 3);
+    assert_eq!(answer.first(), Some(&0xfe), "{answer:?}");
+    drop(data);
+    logged(&both.server, "unexpected control message 77");
+    // The server goes on.
+    let (ok, doc) = iperf3(port, &["-t", "1"]);
+    assert!(ok, "{doc}");
+}
+
+#[test]
+fn a_server_with_a_key_refuses_to_open_an_iperf3_port() {
+    let dir = std::env::temp_dir().join(format!("fperf-iperf3-key-{}", std::process::id()));
+    std::fs::write(&dir, "a shared secret of some length").expect("key file");
+    let port = port_block(2);
+    let out = run(
+        &[
+            "-s",
+            "-p",
+            &port.to_string(),
+            "--iperf3-port",
+            &(port + 1).to_string(),
+            "--auth-key",
+            dir.to_str().expect("path"),
+        ],
+        Duration::from_secs(10),
+    );
+    let _ = std::fs::remove_file(&dir);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("iperf3 clients cannot prove"), "{err}");
+}
