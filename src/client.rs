@@ -308,16 +308,42 @@ pub fn run_observed(
     };
     server_result.intervals = inbox.server_intervals;
 
+    let (client, send_latency) = client_result(
+        &settings,
+        &sent,
+        &infos,
+        (end, inbox.client_data_received),
+        cpu,
+        client_intervals,
+    );
+    Ok(ClientOutcome {
+        client,
+        server: server_result,
+        interrupted,
+        send_latency,
+    })
+}
+
+/// The client's figures: each stream over its span (a sending stream's ends when the
+/// server confirmed its data, `confirmed.1`, or else at `confirmed.0`, the server's
+/// last word), and with them the send latency over all streams (for `--plot`).
+pub(crate) fn client_result(
+    settings: &Settings,
+    moved: &[Moved],
+    infos: &[StreamInfo],
+    confirmed: (Instant, Option<Instant>),
+    cpu: Option<CpuUsage>,
+    intervals: Vec<IntervalResult>,
+) -> (SideResult, LatencyStats) {
+    let (end, data_received) = confirmed;
     let mut totals = SideTotals::new(settings.first_server_stream());
-    let streams = sent
+    let streams = moved
         .iter()
-        .zip(&infos)
+        .zip(infos)
         .map(|(m, info)| {
             let (from, to) = m.span.unwrap_or((end, end));
-            // A sending stream's time runs until the server confirmed its last byte: with
-            // --bidir when it said so, its own streams perhaps sending on.
-            let to = if Role::Client.sends_on(&settings, info.index) {
-                inbox.client_data_received.unwrap_or(end)
+            let to = if Role::Client.sends_on(settings, info.index) {
+                data_received.unwrap_or(end)
             } else {
                 to
             };
@@ -329,7 +355,6 @@ pub fn run_observed(
                 local: info.local.clone(),
                 peer: info.peer.clone(),
                 congestion: info.congestion.clone(),
-                // Sending sockets keep the kernel's mark; the receiving end's has it.
                 rcvlowat: m.rcvlowat,
                 rx_nap_us: m.rx_nap_us,
                 figures,
@@ -344,18 +369,11 @@ pub fn run_observed(
         streams,
         system: Some(SystemFacts::collect()),
         cpu,
-        intervals: client_intervals,
+        intervals,
     };
-    Ok(ClientOutcome {
-        client,
-        server: server_result,
-        interrupted,
-        send_latency: totals.client_data_send_latency().clone(),
-    })
+    (client, totals.client_data_send_latency().clone())
 }
 
-/// The control socket, shut down when the run ends however it ends, so that the
-/// control reader thread (which holds a clone) stops waiting.
 struct ShutdownOnDrop(std::net::TcpStream);
 
 impl Drop for ShutdownOnDrop {
@@ -463,17 +481,17 @@ fn lost_server(reason: Option<String>, i: usize, e: &io::Error, stall: Duration)
 }
 
 /// What one stream's thread moved, sending or (`--reverse`) receiving.
-struct Moved {
+pub(crate) struct Moved {
     /// When its counted figures begin and end: a sending stream's end is the server's
     /// confirmation, known only once every stream is done.
-    span: Option<(Instant, Instant)>,
-    stats: StreamStats,
-    tcp: Option<TcpInfo>,
+    pub(crate) span: Option<(Instant, Instant)>,
+    pub(crate) stats: StreamStats,
+    pub(crate) tcp: Option<TcpInfo>,
     /// A receiving stream's low-water mark, as the kernel reports it.
     rcvlowat: Option<u32>,
     /// A receiving stream's nap while data flows, in us.
     rx_nap_us: Option<u32>,
-    interrupted: bool,
+    pub(crate) interrupted: bool,
 }
 
 impl From<Driven> for Moved {
@@ -517,7 +535,7 @@ pub fn conf(cfg: &ClientConfig) -> Result<SystemFacts> {
     }
 }
 
-fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
+pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
     // A bare IPv6 literal ("::1") needs no brackets on the command line.
     let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],

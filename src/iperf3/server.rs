@@ -169,8 +169,9 @@ fn run_test(
         .map_err(|e| refuse(sock, ErrorCode::StreamAccept, libc::ETIMEDOUT, e))?;
     registered.streams_connected();
     let abort = Arc::new(AtomicBool::new(false));
-    let streams = crate::transport::tcp::streams_from_accepted(&test.run, conns, abort.clone())
-        .map_err(|e| refuse(sock, ErrorCode::SetCongestion, 0, e))?;
+    let streams =
+        crate::transport::tcp::streams_over(&test.run, Role::Server, conns, abort.clone())
+            .map_err(|e| refuse(sock, ErrorCode::SetCongestion, 0, e))?;
     let from = format!(
         "{} (iperf3 {} client)",
         streams

@@ -11,6 +11,7 @@ use super::{
 };
 use crate::control::{self, Message, PROTOCOL_VERSION};
 use crate::pending::PendingCaps;
+use crate::results::Role;
 use crate::settings::{Settings, TransportSettings};
 use crate::stream::affinity::cpu_for;
 use crate::stream::{Stream, StreamOptions, TcpOptions, TcpStream};
@@ -95,11 +96,12 @@ impl Acceptor for TcpAcceptor {
     }
 }
 
-/// The server's STREAMs of a run over connections accepted by another front end (an
-/// iperf3 port): one connection per stream, in stream order, with the run's TCP options
-/// and each receiving stream's tuning.
-pub fn streams_from_accepted(
+/// One end's STREAMs of a run over connections another front end made (an iperf3
+/// port, or an iperf3 server): one connection per stream, in stream order, with the
+/// run's TCP options, the end's CPUs and each receiving stream's tuning.
+pub fn streams_over(
     s: &Settings,
+    end: Role,
     conns: Vec<net::TcpStream>,
     abort: Arc<AtomicBool>,
 ) -> Result<Vec<Box<dyn Stream>>> {
@@ -109,12 +111,16 @@ pub fn streams_from_accepted(
             s.protocol().name()
         );
     };
+    let cpus = match end {
+        Role::Client => &s.client_cpus,
+        Role::Server => &s.server_cpus,
+    };
     (0u32..)
         .zip(conns)
         .map(|(i, sock)| {
             let mut opts = tcp_stream_options(s, tcp, abort.clone());
-            opts.cpu = cpu_for(&s.server_cpus, i);
-            if !s.server_sends_on(i) {
+            opts.cpu = cpu_for(cpus, i);
+            if !end.sends_on(s, i) {
                 opts = receiving_end(s, tcp, opts);
             }
             let stream: Box<dyn Stream> = Box::new(TcpStream::from_sockets(vec![sock], opts)?);
