@@ -34,6 +34,11 @@ pub enum Config {
         client: Box<ClientConfig>,
         output: Output,
     },
+    /// `-c HOST --iperf3`: one test against an iperf3 server.
+    Iperf3 {
+        client: Box<ClientConfig>,
+        output: Output,
+    },
     /// `--loopback`: a server in this process, and the client against it.
     Loopback {
         server: ServerConfig,
@@ -63,6 +68,11 @@ pub struct Cli {
     /// reports.
     #[arg(long)]
     loopback: bool,
+
+    /// Client: the server is an unmodified iperf3 server (`iperf3 -s`): run a TCP test
+    /// against it in iperf3's protocol (-p defaults to 5201).
+    #[arg(long, requires = "client")]
+    iperf3: bool,
 
     /// Number of data STREAMs, each driven by its own thread; stream i uses port
     /// PORT+i.
@@ -114,9 +124,9 @@ pub struct Cli {
     server_cpu: Vec<u32>,
 
     /// Base port: control and stream 0; stream i uses PORT+i (TCP with -w: stream 0
-    /// uses PORT+N).
-    #[arg(short = 'p', long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
-    port: u16,
+    /// uses PORT+N). Default 28444; with --iperf3, iperf3's 5201.
+    #[arg(short = 'p', long, value_name = "PORT")]
+    port: Option<u16>,
 
     /// Local address to bind: the server listens only there; the client sends from it.
     #[arg(short = 'B', long, value_name = "ADDR")]
@@ -692,7 +702,7 @@ impl Cli {
         if self.server {
             return Ok(Config::Server(ServerConfig {
                 bind: self.bind,
-                port: self.port,
+                port: self.port(),
                 idle_timeout: idle,
                 limits: self.guard.limits(),
                 auth,
@@ -711,25 +721,50 @@ impl Cli {
             return Ok(Config::Loopback {
                 server: ServerConfig {
                     bind: Some(ip),
-                    port: self.port,
+                    port: self.port(),
                     ..ServerConfig::default()
                 },
-                client: Box::new(ClientConfig::new(ip.to_string(), self.port, settings)),
+                client: Box::new(ClientConfig::new(ip.to_string(), self.port(), settings)),
                 output,
             });
         }
         let host = self.client.clone().unwrap_or_default();
-        let mut client = ClientConfig::new(host, self.port, settings);
+        let mut client = ClientConfig::new(host, self.port(), settings);
         client.bind = self.bind;
         client.stall_timeout = idle;
         client.auth = auth;
         if self.conf {
             return Ok(Config::Conf(Box::new(client)));
         }
+        if self.iperf3 {
+            if let Err(why) = fperf::iperf3::client::check(&client.settings) {
+                bail!("--iperf3: {why}");
+            }
+            let unsupported = [
+                (client.auth.is_some(), "--auth-key"),
+                (output.sweep.is_some(), "--sweep"),
+            ];
+            if let Some((_, flag)) = unsupported.iter().find(|(given, _)| *given) {
+                bail!("--iperf3: {flag} cannot be used against an iperf3 server");
+            }
+            return Ok(Config::Iperf3 {
+                client: Box::new(client),
+                output,
+            });
+        }
         Ok(Config::Client {
             client: Box::new(client),
             output,
         })
+    }
+
+    /// The base port: `-p`, or the default of the server's kind.
+    fn port(&self) -> u16 {
+        match (self.port, self.iperf3) {
+            (Some(port), _) => port,
+            (None, true) => fperf::iperf3::client::DEFAULT_PORT,
+            (None, false) => DEFAULT_PORT,
+        }
     }
 
     /// The outputs asked for.

@@ -314,6 +314,13 @@ impl TestWatch {
         }
     }
 
+    /// What stream `index`'s receiver has counted so far.
+    pub fn stream_total(&self, index: usize) -> u64 {
+        self.progress
+            .get(index)
+            .map_or(0, |p| p.0.load(Ordering::Relaxed))
+    }
+
     /// Called by stream `index`'s receiver after `n` more bytes, `total` in all.
     pub fn received(&self, index: usize, total: u64, n: usize) {
         if let Some(p) = self.progress.get(index) {

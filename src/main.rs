@@ -98,6 +98,13 @@ fn run(cli: &Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Config::Client { client, output } => run_client(&client, interrupted, &output),
+        Config::Iperf3 { client, output } => {
+            let start = fperf::json::StartTime::now();
+            let mut sinks = output.sinks(&client.settings, start, false)?;
+            let outcome = fperf::iperf3::client::run_observed(&client, interrupted, &mut sinks)?;
+            sinks.end(&outcome)?;
+            Ok(ExitCode::from(if outcome.interrupted { 130 } else { 0 }))
+        }
         Config::Loopback {
             server,
             client,

@@ -300,3 +300,161 @@ fn a_server_with_a_key_refuses_to_open_an_iperf3_port() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("iperf3 clients cannot prove"), "{err}");
 }
+
+/// A running `iperf3 -s -1 -J` on a fresh port: it serves one test, prints its JSON
+/// document and exits.
+struct Iperf3Server {
+    child: std::process::Child,
+    port: u16,
+    out: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Iperf3Server {
+    fn start() -> Iperf3Server {
+        let port = port_block(1);
+        let mut child = Command::new("iperf3")
+            .args(["-s", "-1", "-J", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("iperf3 is installed (scripts/setup.sh)");
+        let out = collect(child.stdout.take().expect("stdout"));
+        // A connection to see whether it listens would be its one test: the kernel's
+        // table of listening sockets says so instead.
+        let t0 = Instant::now();
+        while !listening(port) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "iperf3 -s did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Iperf3Server { child, port, out }
+    }
+
+    /// Its JSON document, once it has served its test and exited.
+    fn document(mut self) -> Value {
+        let t0 = Instant::now();
+        while self.child.try_wait().expect("wait").is_none() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "iperf3 -s did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let t0 = Instant::now();
+        loop {
+            let text = self.out.lock().expect("output").clone();
+            if let Ok(doc) = serde_json::from_str(&text) {
+                return doc;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Whether a TCP socket listens on `port` (IPv4 or IPv6), per /proc/net.
+fn listening(port: u16) -> bool {
+    let local = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        std::fs::read_to_string(table).is_ok_and(|text| {
+            text.lines().any(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                fields.len() > 3 && format!("{} ", fields[1]).ends_with(&local) && fields[3] == "0A"
+            })
+        })
+    })
+}
+
+impl Drop for Iperf3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `fperf -c 127.0.0.1 --iperf3 -p PORT ARGS --json`: its JSON document.
+fn fperf_against(port: u16, args: &[&str]) -> Value {
+    let port = port.to_string();
+    let mut all = vec!["-c", "127.0.0.1", "--iperf3", "-p", &port, "--json"];
+    all.extend_from_slice(args);
+    let out = run(&all, Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn an_fperf_client_sends_to_an_iperf3_server_and_both_count_the_same_bytes() {
+    let server = Iperf3Server::start();
+    let doc = fperf_against(server.port, &["--time", "2", "-t", "2"]);
+    let theirs = server.document();
+    let received = bytes(&theirs, &["end", "sum_received", "bytes"]);
+    assert!(received > 10 * MB, "{theirs}");
+    assert_eq!(
+        bytes(&doc, &["server", "total", "bytes_received"]),
+        received
+    );
+    let sent = bytes(&doc, &["client", "total", "bytes_sent"]);
+    assert!(received <= sent, "{received} > {sent}");
+    assert_eq!(doc["client"]["streams"].as_array().map(Vec::len), Some(2));
+    assert!(
+        doc["client"]["total"]["send_latency"]["p50_ns"].is_u64(),
+        "{doc}"
+    );
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn an_fperf_client_receives_from_an_iperf3_server_both_ways_and_in_reverse() {
+    let server = Iperf3Server::start();
+    let doc = fperf_against(server.port, &["--reverse", "-m", "16", "-t", "2"]);
+    let theirs = server.document();
+    let sent = bytes(&theirs, &["end", "sum_sent", "bytes"]);
+    assert_eq!(bytes(&doc, &["server", "total", "bytes_sent"]), sent);
+    let received = bytes(&doc, &["client", "total", "bytes_received"]);
+    assert!(
+        received >= 32 * MB && received <= sent,
+        "{received} of {sent}"
+    );
+    let server = Iperf3Server::start();
+    let doc = fperf_against(server.port, &["--bidir", "-t", "4", "--time", "2"]);
+    let theirs = server.document();
+    assert_eq!(
+        bytes(&doc, &["server", "total", "bytes_received"]),
+        bytes(&theirs, &["end", "sum_received", "bytes"])
+    );
+    assert_eq!(
+        bytes(&doc, &["server", "reverse_total", "bytes_sent"]),
+        bytes(&theirs, &["end", "sum_sent_bidir_reverse", "bytes"])
+    );
+}
+
+#[test]
+fn what_an_iperf3_server_cannot_run_is_refused_before_connecting() {
+    // Nothing listens on the port: a refusal must come before any connection.
+    let port = port_block(1).to_string();
+    for (args, want) in [
+        (vec!["-r"], "-r and --echo"),
+        (vec!["--crr"], "--crr"),
+        (vec!["-u"], "-u"),
+        (vec!["-n", "2"], "-n above 1"),
+    ] {
+        let mut all = vec!["-c", "127.0.0.1", "--iperf3", "-p", &port];
+        all.extend_from_slice(&args);
+        let out = run(&all, Duration::from_secs(10));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            err.contains(want) && !err.contains("cannot connect"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -434,15 +434,6 @@ fn report(
     });
 }
 
-/// iperf3's id of the `index`-th stream: 1, 3, 4, 5, ... (iperf3 skips 2).
-fn stream_id(index: u32) -> u32 {
-    if index == 0 {
-        1
-    } else {
-        index + 2
-    }
-}
-
 /// The server's half of the results exchange, in iperf3's layout: what the client's
 /// receiver lines (and with `-R` its sender lines' retransmits) come from.
 fn results_json(
@@ -475,7 +466,7 @@ fn results_json(
                 (r.stats.bytes_received, -1)
             };
             json!({
-                "id": stream_id(*i),
+                "id": wire::stream_id(*i),
                 "bytes": bytes,
                 "retransmits": retransmits,
                 "jitter": 0,
@@ -497,15 +488,4 @@ fn results_json(
         doc["congestion_used"] = Value::String(cc);
     }
     doc
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stream_ids_skip_two_as_iperf3s_do() {
-        let ids: Vec<u32> = (0..5).map(stream_id).collect();
-        assert_eq!(ids, [1, 3, 4, 5, 6]);
-    }
 }

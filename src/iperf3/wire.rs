@@ -142,6 +142,34 @@ pub enum ErrorCode {
     StreamAccept = 204,
 }
 
+/// What an iperf3 client prints for error `code` (the ones a server sends).
+pub fn error_text(code: i32) -> &'static str {
+    match code {
+        5 => "test duration too long",
+        6 => "number of parallel streams too large",
+        7 => "block size too large",
+        13 => "an option you are trying to set is not implemented yet",
+        18 => "no SCTP support available",
+        27 => "total required bandwidth is larger than server limit",
+        114 => "unable to receive parameters from client",
+        134 => "unable to set TCP_CONGESTION",
+        142 => "test authorization failed",
+        200 => "unable to create a new stream",
+        202 => "unable to start stream listener",
+        204 => "unable to accept stream connection",
+        _ => "an iperf3 error",
+    }
+}
+
+/// iperf3's id of the `index`-th stream of a test: 1, 3, 4, 5, ... (iperf3 skips 2).
+pub fn stream_id(index: u32) -> u32 {
+    if index == 0 {
+        1
+    } else {
+        index + 2
+    }
+}
+
 /// Reads exactly `buf.len()` bytes before `deadline`.
 pub fn read_exact_by(sock: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
     let mut at = 0;
@@ -243,6 +271,12 @@ mod tests {
         let mut frame = [0u8; COOKIE_LEN];
         frame[..4].copy_from_slice(&100u32.to_be_bytes());
         assert!(Cookie::parse(frame).is_none());
+    }
+
+    #[test]
+    fn stream_ids_skip_two_as_iperf3s_do() {
+        let ids: Vec<u32> = (0..5).map(stream_id).collect();
+        assert_eq!(ids, [1, 3, 4, 5, 6]);
     }
 
     #[test]

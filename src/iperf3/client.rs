@@ -1,0 +1,626 @@
+//! fperf as an iperf3 client: `fperf -c HOST --iperf3` runs a TCP test against an
+//! unmodified `iperf3 -s`, over fperf's own STREAMs and data loops, and reports fperf's
+//! figures for its side beside the iperf3 server's from the results exchange.
+//!
+//! The test goes as iperf3's protocol has it: the cookie, the parameters, one
+//! connection per stream (each opening with the cookie), the server's start, the
+//! client's `TEST_END` once its time or bytes are done, the results exchange (the
+//! client's figures first), done. An iperf3 server stops counting at `TEST_END`, so
+//! the client ends a test whose data comes from the server (`--reverse`, `--bidir`)
+//! once its own time is up or its bytes have arrived.
+
+use super::wire::{self, Cookie, State};
+use crate::client::StreamInfo;
+use crate::client::{client_result, resolve, ClientConfig, ClientOutcome, Moved, RunObserver};
+use crate::engine::{drive, receive};
+use crate::interval::{Collector, Meter, Schedule};
+use crate::limits::TestWatch;
+use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};
+use crate::settings::{Settings, TransportSettings, MB};
+use crate::stats::StreamStats;
+use crate::stream::affinity::{cpu_for, place_current_thread};
+use crate::sysinfo::{CpuUsage, TcpInfo};
+use crate::transport::tcp::connect;
+use crate::workload::Workload;
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Map, Value};
+use std::io::{self, Write};
+use std::net::TcpStream;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// iperf3's own port, the default with `--iperf3`.
+pub const DEFAULT_PORT: u16 = 5201;
+/// How often the client looks at the control connection and its streams while the
+/// test runs.
+const TICK: Duration = Duration::from_millis(20);
+
+/// Why a run cannot go to an iperf3 server, if it cannot: checked before connecting.
+pub fn check(settings: &Settings) -> Result<(), String> {
+    let workload = match settings.workload {
+        Workload::Bulk | Workload::Reverse | Workload::Bidir => None,
+        Workload::RoundTrip(_) => Some("-r and --echo"),
+        Workload::Crr => Some("--crr"),
+    };
+    if let Some(flags) = workload {
+        return Err(format!("{flags}: an iperf3 server runs bulk tests only"));
+    }
+    match &settings.transport {
+        TransportSettings::Tcp(_) => {}
+        TransportSettings::Udp(_) => {
+            return Err("-u: fperf runs TCP tests against iperf3 servers only, so far".into())
+        }
+        TransportSettings::Rdma(_) => return Err("-R: iperf3 servers have no RDMA".into()),
+    }
+    if settings.nsockets > 1 {
+        return Err("-n above 1: an iperf3 stream is one connection".into());
+    }
+    let per_direction = match settings.workload {
+        Workload::Bidir => settings.nstreams / 2,
+        _ => settings.nstreams,
+    };
+    if per_direction > 128 {
+        return Err(format!(
+            "-t {per_direction}: an iperf3 server takes at most 128 streams each way"
+        ));
+    }
+    Ok(())
+}
+
+/// The parameter message for `settings`, as iperf3's client writes it.
+fn params(settings: &Settings) -> Value {
+    let per_direction = match settings.workload {
+        Workload::Bidir => settings.nstreams / 2,
+        _ => settings.nstreams,
+    };
+    let omit_ms = settings.omit_ms.unwrap_or(0);
+    let secs = |ms: u64| ms.div_ceil(1000);
+    let (time, num) = match settings.time_ms {
+        Some(ms) => (secs(ms.saturating_sub(omit_ms)).max(1), 0),
+        None => (0, settings.mb * MB * u64::from(per_direction)),
+    };
+    let mut p = json!({
+        "tcp": true,
+        "omit": secs(omit_ms),
+        "time": time,
+        "num": num,
+        "blockcount": 0,
+        "parallel": per_direction,
+        "len": settings.pktsize,
+        "client_version": concat!("fperf ", env!("CARGO_PKG_VERSION")),
+    });
+    match settings.workload {
+        Workload::Reverse => p["reverse"] = json!(true),
+        Workload::Bidir => p["bidirectional"] = json!(true),
+        _ => {}
+    }
+    if let Some(rate) = settings.rate_bps {
+        p["bandwidth"] = json!(rate);
+    }
+    if let TransportSettings::Tcp(tcp) = &settings.transport {
+        if let Some(window) = tcp.sockets.window {
+            p["window"] = json!(window);
+        }
+        if let Some(cc) = &tcp.congestion {
+            p["congestion"] = json!(cc);
+        }
+        if tcp.nodelay {
+            p["nodelay"] = json!(true);
+        }
+    }
+    p
+}
+
+/// Reads the next state byte, failing with what the server said if it is an error.
+fn read_state(sock: &mut TcpStream, deadline: Instant) -> Result<State> {
+    let mut byte = [0u8; 1];
+    wire::read_exact_by(sock, &mut byte, deadline).map_err(|e| match e.kind() {
+        io::ErrorKind::TimedOut => anyhow!("the iperf3 server did not answer in time"),
+        io::ErrorKind::UnexpectedEof => anyhow!("the iperf3 server closed the connection"),
+        _ => anyhow!("the iperf3 server's connection failed: {e}"),
+    })?;
+    match State::from_byte(byte[0]) {
+        Some(State::AccessDenied) => {
+            bail!("the iperf3 server is busy running a test, try again later")
+        }
+        Some(State::ServerError) => {
+            let mut codes = [0u8; 8];
+            let said = wire::read_exact_by(sock, &mut codes, deadline);
+            let code = i32::from_be_bytes([codes[0], codes[1], codes[2], codes[3]]);
+            let errno = i32::from_be_bytes([codes[4], codes[5], codes[6], codes[7]]);
+            match said {
+                Ok(()) => bail!(
+                    "the iperf3 server refused the test: {} (iperf3 error {code}{})",
+                    wire::error_text(code),
+                    if errno != 0 {
+                        format!(", {}", io::Error::from_raw_os_error(errno))
+                    } else {
+                        String::new()
+                    }
+                ),
+                Err(_) => bail!("the iperf3 server refused the test"),
+            }
+        }
+        Some(State::ServerTerminate) => bail!("the iperf3 server stopped (it was interrupted)"),
+        Some(state) => Ok(state),
+        None => bail!(
+            "the iperf3 server sent an unknown control message ({})",
+            byte[0]
+        ),
+    }
+}
+
+/// Reads the next state, which must be `want`.
+fn expect(sock: &mut TcpStream, want: State, deadline: Instant) -> Result<()> {
+    match read_state(sock, deadline)? {
+        got if got == want => Ok(()),
+        got => bail!("the iperf3 server sent {got:?} where {want:?} belongs"),
+    }
+}
+
+type Worker = JoinHandle<io::Result<Moved>>;
+
+/// Runs one test against an iperf3 server, telling `observer` about connected streams
+/// and the client's intervals.
+pub fn run_observed(
+    cfg: &ClientConfig,
+    abort: Arc<AtomicBool>,
+    observer: &mut dyn RunObserver,
+) -> Result<ClientOutcome> {
+    let settings = &cfg.settings;
+    settings.validate()?;
+    check(settings).map_err(|e| anyhow!("{e}"))?;
+    let server = resolve(&cfg.host, cfg.port)?;
+    let setup = cfg.control_timeout;
+    let mut control = connect(server, cfg.bind, None, setup)
+        .with_context(|| format!("cannot connect to the iperf3 server at {server}"))?;
+    control.set_nodelay(true)?;
+    let cookie = Cookie::random()?;
+    control.write_all(cookie.bytes())?;
+    expect(&mut control, State::ParamExchange, Instant::now() + setup)?;
+    wire::write_json(&mut control, &params(settings))?;
+    expect(&mut control, State::CreateStreams, Instant::now() + setup)?;
+    let conns = (0..settings.nstreams)
+        .map(|i| {
+            let mut sock = connect(server, cfg.bind, Some(settings), setup)
+                .with_context(|| format!("stream {i}: cannot connect to {server}"))?;
+            sock.write_all(cookie.bytes())?;
+            Ok(sock)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let streams =
+        crate::transport::tcp::streams_over(settings, Role::Client, conns, abort.clone())?;
+    let infos: Vec<StreamInfo> = streams
+        .iter()
+        .enumerate()
+        .map(|(i, s)| StreamInfo {
+            index: i as u32,
+            local: s.local_addr(),
+            peer: s.peer_addr(),
+            congestion: s.facts().congestion,
+        })
+        .collect();
+    expect(&mut control, State::TestStart, Instant::now() + setup)?;
+    expect(&mut control, State::TestRunning, Instant::now() + setup)?;
+    observer.connected(&infos);
+
+    let start = Instant::now();
+    let cpu_start = CpuUsage::now();
+    let schedule = Schedule::new(settings, start);
+    let (meter_tx, meter_rx) = crate::interval::meter_channel(infos.len());
+    let mut collector = Collector::new(start, infos.len(), cpu_start, settings);
+    let watch = Arc::new(TestWatch::new(infos.len(), None, abort.clone()));
+    let workers: Vec<Worker> = streams
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut stream)| {
+            let settings = settings.clone();
+            let meter = Meter::new(i as u32, schedule, Some(meter_tx.clone()));
+            let cpu = cpu_for(&settings.client_cpus, i as u32);
+            let (abort, watch) = (abort.clone(), watch.clone());
+            let stall = cfg.stall_timeout;
+            std::thread::Builder::new()
+                .name(format!("fperf-iperf3-{i}"))
+                .spawn(move || {
+                    place_current_thread(cpu, settings.batch_threads())?;
+                    if Role::Client.sends_on(&settings, i as u32) {
+                        drive(&mut *stream, &settings, meter, &abort, None).map(Moved::from)
+                    } else {
+                        let pkt = settings.pktsize as usize;
+                        receive(stream, pkt, None, stall, meter, (&watch, i)).map(Moved::from)
+                    }
+                })
+                .context("cannot start a stream's thread")
+        })
+        .collect::<Result<_>>()?;
+    drop(meter_tx);
+    let mut intervals = Vec::new();
+    let mut take_intervals = |collector: &mut Collector, observer: &mut dyn RunObserver| {
+        while let Ok(msg) = meter_rx.try_recv() {
+            for r in collector.push(msg) {
+                observer.interval(Role::Client, &r);
+                intervals.push(r);
+            }
+        }
+    };
+    control.set_read_timeout(Some(TICK))?;
+    // The client ends the test: once its own streams are done and the server's data
+    // has run its time or its bytes.
+    loop {
+        take_intervals(&mut collector, observer);
+        if peek_state(&mut control)? {
+            // An error or a stop (which read_state reports), or a state out of turn.
+            let state = read_state(&mut control, Instant::now() + setup)?;
+            bail!("the iperf3 server sent {state:?} in the middle of the test");
+        }
+        if test_done(settings, &schedule, &watch, &workers) || abort_set(&abort) {
+            break;
+        }
+    }
+    wire::write_state(&mut control, State::TestEnd)?;
+    // The server closes its streams now: the receiving ones end.
+    let give_up = Instant::now() + setup;
+    while !workers.iter().all(|w| w.is_finished()) {
+        take_intervals(&mut collector, observer);
+        if Instant::now() > give_up {
+            abort.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        std::thread::sleep(TICK);
+    }
+    let mut moved = Vec::with_capacity(workers.len());
+    let mut interrupted = false;
+    for (i, w) in workers.into_iter().enumerate() {
+        match w.join() {
+            Ok(Ok(m)) => {
+                interrupted |= m.interrupted;
+                moved.push(m);
+            }
+            Ok(Err(e)) => bail!("stream {i}: {e}"),
+            Err(_) => bail!("stream {i}: its thread panicked"),
+        }
+    }
+    take_intervals(&mut collector, observer);
+    for r in collector.flush() {
+        observer.interval(Role::Client, &r);
+        intervals.push(r);
+    }
+    let wall = start.elapsed();
+    let cpu = CpuUsage::now().zip(cpu_start).map(|(n, s)| n.since(s));
+    control.set_read_timeout(None)?;
+    expect(&mut control, State::ExchangeResults, Instant::now() + setup)?;
+    let end = Instant::now();
+    wire::write_json(&mut control, &own_results(settings, &moved, cpu, wall))?;
+    let theirs = wire::read_json(
+        &mut control,
+        wire::MAX_RESULTS_BYTES,
+        Instant::now() + setup,
+    )
+    .map_err(|e| anyhow!("the iperf3 server's results: {e}"))?;
+    expect(&mut control, State::DisplayResults, Instant::now() + setup)?;
+    let _ = wire::write_state(&mut control, State::IperfDone);
+    let server = server_result(settings, &theirs)?;
+    let (client, send_latency) =
+        client_result(settings, &moved, &infos, (end, None), cpu, intervals);
+    Ok(ClientOutcome {
+        client,
+        server,
+        interrupted,
+        send_latency,
+    })
+}
+
+fn abort_set(abort: &AtomicBool) -> bool {
+    abort.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether the server sent something while the test runs (it should send nothing);
+/// waits up to the control connection's read time-out.
+fn peek_state(control: &mut TcpStream) -> Result<bool> {
+    let mut byte = [0u8; 1];
+    match control.peek(&mut byte) {
+        Ok(0) => bail!("the iperf3 server closed the connection mid-test"),
+        Ok(_) => Ok(true),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(anyhow!("the iperf3 server's connection failed: {e}")),
+    }
+}
+
+/// Whether the client's part of the test is done: its sending streams finished, and
+/// the streams the server sends on ran their time or brought their bytes.
+fn test_done(
+    settings: &Settings,
+    schedule: &Schedule,
+    watch: &TestWatch,
+    workers: &[Worker],
+) -> bool {
+    let sent = workers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Role::Client.sends_on(settings, *i as u32))
+        .all(|(_, w)| w.is_finished());
+    let receiving: Vec<usize> = (0..workers.len())
+        .filter(|&i| !Role::Client.sends_on(settings, i as u32))
+        .collect();
+    let received = receiving.is_empty()
+        || match (schedule.deadline(), settings.byte_limit()) {
+            (Some(deadline), _) => Instant::now() >= deadline,
+            // An iperf3 server counts its bytes over all its streams, not each one's.
+            (None, Some(bytes)) => {
+                let total: u64 = receiving.iter().map(|&i| watch.stream_total(i)).sum();
+                total >= bytes.saturating_mul(receiving.len() as u64)
+            }
+            (None, None) => true,
+        }
+        || receiving.iter().all(|&i| workers[i].is_finished());
+    sent && received
+}
+
+/// The client's half of the results exchange, in iperf3's layout.
+fn own_results(
+    settings: &Settings,
+    moved: &[Moved],
+    cpu: Option<CpuUsage>,
+    wall: Duration,
+) -> Value {
+    let percent = |us: u64| 100.0 * us as f64 / wall.as_micros().max(1) as f64;
+    let (user, system) = cpu.map_or((0.0, 0.0), |c| (percent(c.user_us), percent(c.system_us)));
+    let sends = (0..settings.nstreams).any(|i| Role::Client.sends_on(settings, i));
+    let streams: Vec<Value> = moved
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let sending = Role::Client.sends_on(settings, i as u32);
+            let seconds = m
+                .span
+                .map_or(0.0, |(a, b)| b.saturating_duration_since(a).as_secs_f64());
+            let (bytes, retransmits) = if sending {
+                let r = m
+                    .tcp
+                    .map_or(-1, |t| i64::try_from(t.retransmits).unwrap_or(-1));
+                (m.stats.bytes_sent, r)
+            } else {
+                (m.stats.bytes_received, -1)
+            };
+            json!({
+                "id": wire::stream_id(i as u32),
+                "bytes": bytes,
+                "retransmits": retransmits,
+                "jitter": 0,
+                "errors": 0,
+                "packets": 0,
+                "start_time": 0,
+                "end_time": seconds,
+            })
+        })
+        .collect();
+    json!({
+        "cpu_util_total": user + system,
+        "cpu_util_user": user,
+        "cpu_util_system": system,
+        "sender_has_retransmits": if sends { 1 } else { -1 },
+        "streams": streams,
+    })
+}
+
+/// The iperf3 server's figures, as fperf reports a server's, from its results message:
+/// checked as any peer's figures are.
+fn server_result(settings: &Settings, theirs: &Map<String, Value>) -> Result<SideResult> {
+    let impossible = |why: String| anyhow!("the iperf3 server sent impossible figures: {why}");
+    let streams = theirs
+        .get("streams")
+        .and_then(Value::as_array)
+        .ok_or_else(|| impossible("no streams".into()))?;
+    if streams.len() > settings.nstreams as usize {
+        return Err(impossible(format!(
+            "{} streams in a test of {}",
+            streams.len(),
+            settings.nstreams
+        )));
+    }
+    let base = Instant::now();
+    let mut totals = SideTotals::new(settings.first_server_stream());
+    let mut results = Vec::with_capacity(streams.len());
+    let mut seen = vec![false; settings.nstreams as usize];
+    for stream in streams {
+        let id = stream.get("id").and_then(Value::as_u64).unwrap_or(0);
+        let index = (0..settings.nstreams)
+            .find(|&i| u64::from(wire::stream_id(i)) == id)
+            .ok_or_else(|| impossible(format!("a stream with id {id}")))?;
+        if std::mem::replace(&mut seen[index as usize], true) {
+            return Err(impossible(format!("stream id {id} twice")));
+        }
+        let bytes = stream.get("bytes").and_then(Value::as_u64).unwrap_or(0);
+        let seconds = stream
+            .get("end_time")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0)
+            - stream
+                .get("start_time")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0);
+        if !(0.0..=1e7).contains(&seconds) {
+            return Err(impossible(format!("a stream that ran {seconds} s")));
+        }
+        let duration = Duration::from_secs_f64(seconds);
+        let sending = settings.server_sends_on(index);
+        let mut stats = StreamStats::default();
+        if sending {
+            stats.bytes_sent = bytes;
+        } else {
+            stats.bytes_received = bytes;
+        }
+        let mut figures = Figures::new(&stats, duration);
+        if let Some(why) = figures.impossible(settings) {
+            return Err(impossible(why));
+        }
+        // iperf3 3.12 writes -1 as 2^64 - 1: only a count below 2^63 is one.
+        let retransmits = stream
+            .get("retransmits")
+            .and_then(Value::as_u64)
+            .filter(|&r| sending && r < 1 << 63);
+        figures.tcp = retransmits.map(|r| TcpInfo {
+            sockets: 1,
+            retransmits: r,
+            ..TcpInfo::default()
+        });
+        totals.add(
+            index,
+            &stats,
+            figures.tcp.as_ref(),
+            Some((base, base + duration)),
+        );
+        results.push(StreamResult {
+            index,
+            local: String::new(),
+            peer: String::new(),
+            congestion: theirs
+                .get("congestion_used")
+                .and_then(Value::as_str)
+                .map(|s| s.chars().take(16).collect()),
+            rcvlowat: None,
+            rx_nap_us: None,
+            figures,
+        });
+    }
+    results.sort_by_key(|r| r.index);
+    let (total, reverse_total) = totals.figures();
+    let percent = |key: &str| {
+        theirs
+            .get(key)
+            .and_then(Value::as_f64)
+            .filter(|p| (0.0..=1e5).contains(p))
+            .unwrap_or(0.0)
+    };
+    let wall = total.duration_ns;
+    let cpu_us = |p: f64| (p / 100.0 * wall as f64 / 1000.0) as u64;
+    Ok(SideResult {
+        role: Role::Server,
+        total,
+        reverse_total,
+        streams: results,
+        system: None,
+        cpu: Some(CpuUsage {
+            user_us: cpu_us(percent("cpu_util_user")),
+            system_us: cpu_us(percent("cpu_util_system")),
+        }),
+        intervals: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_say_what_iperf3_clients_say() {
+        let timed = Settings {
+            nstreams: 4,
+            time_ms: Some(3000),
+            omit_ms: Some(1000),
+            workload: Workload::Bidir,
+            ..Settings::default()
+        };
+        let p = params(&timed);
+        assert_eq!(p["parallel"], 2, "--bidir: -t counts both ways");
+        assert_eq!(p["time"], 2, "iperf3's time leaves the omitted second out");
+        assert_eq!(p["omit"], 1);
+        assert_eq!(p["bidirectional"], true);
+        assert!(p.get("reverse").is_none(), "flags are sent only when set");
+        let sized = Settings {
+            nstreams: 2,
+            mb: 3,
+            ..Settings::default()
+        };
+        let p = params(&sized);
+        assert_eq!(p["num"], 6 * MB, "iperf3's -n counts all streams");
+        assert_eq!(p["time"], 0);
+    }
+
+    #[test]
+    fn workloads_iperf3_cannot_serve_are_refused_before_connecting() {
+        for (settings, want) in [
+            (
+                Settings {
+                    workload: Workload::Crr,
+                    ..Settings::default()
+                },
+                "--crr",
+            ),
+            (
+                Settings {
+                    workload: Workload::RoundTrip(crate::workload::Reply::Echo),
+                    ..Settings::default()
+                },
+                "-r and --echo",
+            ),
+            (
+                Settings {
+                    nsockets: 2,
+                    ..Settings::default()
+                },
+                "-n above 1",
+            ),
+            (
+                Settings {
+                    transport: TransportSettings::Udp(Default::default()),
+                    ..Settings::default()
+                },
+                "-u",
+            ),
+            (
+                Settings {
+                    nstreams: 129,
+                    ..Settings::default()
+                },
+                "128",
+            ),
+        ] {
+            let e = check(&settings).expect_err(want);
+            assert!(e.contains(want), "{e}");
+        }
+        assert_eq!(check(&Settings::default()), Ok(()));
+    }
+
+    #[test]
+    fn a_servers_impossible_or_unknown_streams_are_refused() {
+        let s = Settings {
+            nstreams: 2,
+            mb: 1,
+            ..Settings::default()
+        };
+        let doc = |streams: Value| {
+            json!({"cpu_util_total": 1.0, "streams": streams})
+                .as_object()
+                .cloned()
+                .expect("object")
+        };
+        let ok = doc(json!([{"id":1,"bytes":1048576,"end_time":1.0},
+                            {"id":3,"bytes":1000,"retransmits":18446744073709551615u64,"end_time":1.0}]));
+        let r = server_result(&s, &ok).expect("valid");
+        assert_eq!(r.total.bytes_received, 1_048_576 + 1000);
+        assert!(
+            r.streams.iter().all(|s| s.figures.tcp.is_none()),
+            "-1 is no count"
+        );
+        for bad in [
+            json!([{"id":2,"bytes":1}]),
+            json!([{"id":1,"bytes":1},{"id":1,"bytes":1}]),
+            json!([{"id":1,"bytes":1},{"id":3,"bytes":1},{"id":4,"bytes":1}]),
+            json!([{"id":1,"bytes":1u64 << 40}]),
+            json!([{"id":1,"bytes":1,"end_time":-5.0}]),
+            json!("streams"),
+        ] {
+            assert!(server_result(&s, &doc(bad.clone())).is_err(), "{bad}");
+        }
+    }
+}
