@@ -149,6 +149,46 @@ pub fn client_body(settings: &Settings, r: &SideResult) -> String {
     out + &direction_lines(settings, r, W)
 }
 
+/// What the other end saw, in one line for the client's report: the server's volume
+/// and rate each way it moved data, and for UDP its datagram counts.
+pub fn peer_line(settings: &Settings, server: &SideResult) -> String {
+    const W: usize = 10;
+    let part = |verb: &str, bytes: u64, secs: f64| {
+        format!(
+            "{verb} {} in {secs:.2}s ({})",
+            size_triplet(bytes),
+            bit_rate(rate(bytes, secs))
+        )
+    };
+    let t = &server.total;
+    let mut parts = Vec::new();
+    match &server.reverse_total {
+        // --bidir: the client's data, then the server's own.
+        Some(back) => {
+            parts.push(part("received", t.bytes_received, t.secs()));
+            parts.push(part("sent", back.bytes_sent, back.secs()));
+        }
+        None if server.role.sends(settings) => parts.push(part("sent", t.bytes_sent, t.secs())),
+        None => parts.push(part("received", t.bytes_received, t.secs())),
+    }
+    if let Some(d) = &t.datagrams {
+        let lost = if d.peer_sent > 0 {
+            100.0 * d.lost as f64 / d.peer_sent as f64
+        } else {
+            0.0
+        };
+        let mut udp = format!(
+            "lost {} of {} ({lost:.2}%), {} duplicated, {} out of order",
+            d.lost, d.peer_sent, d.duplicates, d.out_of_order
+        );
+        if let Some(j) = d.jitter_ns {
+            let _ = write!(udp, ", jitter {:.2}us", j / 1000.0);
+        }
+        parts.push(udp);
+    }
+    format!("{:<W$}: {}\n", "server", parts.join("; "))
+}
+
 /// The figures of whichever end `r` is, sending or receiving, labelled `width` wide.
 fn end_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
     if r.role.sends(settings) {

@@ -37,6 +37,9 @@ fn each_end_reports_what_it_sent_and_what_it_received() {
         assert_eq!(volume(text, "sent").bytes, 8 * MB, "{text}");
         assert_eq!(volume(text, "received").bytes, 8 * MB, "{text}");
     }
+    // What the server saw, both ways, on the client's terminal too.
+    assert_eq!(peer_bytes(&client, "received"), 8 * MB);
+    assert_eq!(peer_bytes(&client, "sent"), 8 * MB);
     assert_eq!(server.stderr(), "", "the server logged a client error");
 }
 

@@ -345,6 +345,11 @@ fn plain_udp_reports_the_injected_loss() {
         "nft dropped {dropped} of {sent}"
     );
     assert_eq!(lost, dropped, "fperf's loss vs nftables' drops\n{s}");
+    // The client's report says what the server saw.
+    assert!(
+        c.contains(&format!("lost {lost} of {sent} (")),
+        "the server's loss on the client's terminal\n{c}"
+    );
     let pct: f64 = Regex::new(r"lost=\d+ \(([\d.]+)%\)")
         .unwrap()
         .captures(&s)

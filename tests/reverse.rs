@@ -23,6 +23,7 @@ fn the_server_sends_and_each_end_reports_its_own_side() {
     // Swapped roles: the client's report is the receiving end's.
     assert_eq!(volume(&client, "received").bytes, 8 * MB);
     assert_eq!(volume(&report, "sent").bytes, 8 * MB);
+    assert_eq!(peer_bytes(&client, "sent"), 8 * MB, "what the server saw");
     assert!(!has_line(&client, "sent"), "{client}");
     latency(&client, "latency");
     latency(&report, "latency");

@@ -1,8 +1,9 @@
 //! The human report of a client's run: the header once the streams are connected, a
-//! line per client interval (`-i`), and both ends' figures at the end.
+//! line per client interval (`-i`), and at the end the client's figures and a line of
+//! what the server saw.
 
 use super::{RunEnd, RunStart, Sink};
-use crate::report::{client_body, client_header, interval_line};
+use crate::report::{client_body, client_header, interval_line, peer_line};
 use crate::results::{IntervalResult, Role};
 use crate::settings::Settings;
 use anyhow::Result;
@@ -50,6 +51,7 @@ impl<W: Write> Sink for Text<W> {
             "{}",
             client_body(run.settings, &run.outcome.client)
         )?;
+        write!(self.out, "{}", peer_line(run.settings, &run.outcome.server))?;
         if run.outcome.interrupted {
             let moved = Role::Client.moved(run.settings);
             writeln!(

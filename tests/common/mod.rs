@@ -340,7 +340,8 @@ pub fn read_until(r: impl Read, pred: impl Fn(&str) -> bool) -> Option<String> {
         .find(|l| pred(l))
 }
 
-/// The client sent `bytes` and the server received them, by both reports.
+/// The client sent `bytes` and the server received them, by both reports (and by the
+/// line of the client's report that says what the server saw).
 pub fn assert_bytes(client: &str, server: &str, bytes: u64) {
     assert_eq!(volume(client, "sent").bytes, bytes, "client sent\n{client}");
     assert_eq!(
@@ -348,6 +349,20 @@ pub fn assert_bytes(client: &str, server: &str, bytes: u64) {
         bytes,
         "server received\n{server}"
     );
+    assert_eq!(peer_bytes(client, "received"), bytes, "{client}");
+}
+
+/// The bytes the `server :` line of a client's report says the server `verb` (`sent`,
+/// `received`).
+pub fn peer_bytes(client: &str, verb: &str) -> u64 {
+    let re = Regex::new(&format!(
+        r"(?m)^server\s*: .*\b{verb} \d+MB\(\d+\.\d\dGB (\d+)B\) in \d+\.\d\ds \("
+    ))
+    .unwrap();
+    let c = re
+        .captures(client)
+        .unwrap_or_else(|| panic!("no 'server : {verb}' line in:\n{client}"));
+    c[1].parse().unwrap()
 }
 
 /// With `-r`, the server answered each of `acks` packets with one byte (a small run:
