@@ -691,6 +691,71 @@ impl Cli {
     }
 }
 
+/// An iperf3 habit among the arguments, with fperf's spelling: `-P N`, `-J`, `-f`,
+/// and `-t` with a duration. Checked before the flags are parsed, since some of these
+/// parse as something else in fperf (`-t` is its stream count).
+pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
+    let args: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    // An option's value and the option, `-P 4` or `-P4`.
+    let value = |i: usize, flag: &str| -> Option<String> {
+        let arg = &args[i];
+        if arg == flag {
+            return Some(args.get(i + 1).cloned().unwrap_or_default());
+        }
+        arg.strip_prefix(flag)
+            .filter(|rest| !rest.is_empty())
+            .map(|rest| rest.trim_start_matches('=').to_string())
+    };
+    for (i, arg) in args.iter().enumerate() {
+        if arg == "--" {
+            break;
+        }
+        if arg == "-J" {
+            return Some("-J is iperf3's; fperf's JSON is --json".into());
+        }
+        if let Some(n) = value(i, "-P") {
+            return Some(format!("-P is iperf3's; fperf's streams are -t {n}"));
+        }
+        if value(i, "-f").is_some() {
+            return Some(
+                "-f is iperf3's; fperf prints sizes in MB and GB and rates in bytes and bits \
+                 per second together"
+                    .into(),
+            );
+        }
+        if let Some(t) = value(i, "-t") {
+            let secs = ["sec", "s", "m", "h"]
+                .iter()
+                .find_map(|unit| t.strip_suffix(unit))
+                .filter(|n| !n.is_empty() && n.parse::<f64>().is_ok());
+            if let Some(n) = secs {
+                let unit = t.trim_start_matches(n);
+                let secs = match unit {
+                    "m" => n
+                        .parse::<f64>()
+                        .map(|v| v * 60.0)
+                        .unwrap_or(0.0)
+                        .to_string(),
+                    "h" => n
+                        .parse::<f64>()
+                        .map(|v| v * 3600.0)
+                        .unwrap_or(0.0)
+                        .to_string(),
+                    _ => n.to_string(),
+                };
+                return Some(format!(
+                    "-t is the number of streams, not a time: did you mean --time {secs}?"
+                ));
+            }
+        }
+    }
+    None
+}
+
 impl Cli {
     /// Every flag checked, and turned into what to run.
     pub fn config(&self) -> Result<Config> {

@@ -37,7 +37,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(hint) = cli::iperf3_habit(&args) {
+        eprintln!("fperf: {hint} (see fperf --help)");
+        return ExitCode::from(2);
+    }
+    let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) if !e.use_stderr() => {
             // --help and --version.
@@ -60,7 +65,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&cli) {
+    // A flag error exits 2, as one that does not parse; a failed run exits 1.
+    let config = match cli.config() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("fperf: error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(config) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("fperf: error: {e:#}");
@@ -69,8 +82,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: &Cli) -> Result<ExitCode> {
-    let config = cli.config()?;
+fn run(config: Config) -> Result<ExitCode> {
     let interrupted = Arc::new(AtomicBool::new(false));
     // A second Ctrl-C ends the process at once.
     signal_hook::flag::register_conditional_shutdown(

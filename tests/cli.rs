@@ -19,6 +19,35 @@ fn refused(args: &[&str], needle: &str) {
 }
 
 #[test]
+fn iperf3_habits_get_fperfs_spelling_and_flag_errors_exit_2() {
+    for (args, want) in [
+        (vec!["-P", "4"], "fperf's streams are -t 4"),
+        (vec!["-P8"], "-t 8"),
+        (vec!["-J"], "--json"),
+        (vec!["-f", "m"], "MB and GB"),
+        (vec!["-t", "10s"], "did you mean --time 10?"),
+        (vec!["-t", "2m"], "did you mean --time 120?"),
+        (vec!["-t", "0"], "nstreams"),
+        (vec!["-u", "-d"], "TCP option"),
+        (vec!["--max-mb", "5"], "server option"),
+    ] {
+        let mut all = vec!["-c", "127.0.0.1", "-p", "1"];
+        all.extend_from_slice(&args);
+        let out = run(&all, Duration::from_secs(10));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: '{want}' not in {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+    // A failed run (nothing listens on port 1) exits 1.
+    let out = run(
+        &["-c", "127.0.0.1", "-p", "1", "-t", "10"],
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
 fn invalid_combinations_are_refused() {
     refused(&["-s", "-c", "127.0.0.1"], "cannot be used with");
     refused(&[], "required");

@@ -74,7 +74,7 @@ fn verbs_missing(api: RdmaApi, device: Option<&str>) -> Option<anyhow::Error> {
         .unwrap_or_default();
     if devices.is_empty() {
         return Some(anyhow!(
-            "no RDMA device found (/sys/class/infiniband is empty or missing); add Soft-RoCE with `modprobe rdma_rxe; rdma link add rxe0 type rxe netdev eth0`, or run over libfabric with `--rdma-api ofi --ofi-provider tcp`"
+            "no RDMA device found (/sys/class/infiniband is empty or missing); add Soft-RoCE with `modprobe rdma_rxe; rdma link add rxe0 type rxe netdev eth0`, or run over libfabric with `--rdma-api ofi --ofi-provider tcp`; for data from the server to the client, use --reverse (-R is RDMA)"
         ));
     }
     if let Some(d) = device {
