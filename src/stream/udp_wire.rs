@@ -305,13 +305,27 @@ impl SeqTracker {
             return (Arrival::Foreign, d.seq);
         }
         let seq = extend_seq(d.seq, d.seq_bits, self.highest.unwrap_or(0));
+        let transit = d
+            .sent_ns
+            .map(|sent| i128::from(arrival_ns) - i128::from(sent));
+        (self.on_numbered(seq, transit), seq)
+    }
+
+    /// Accounts for a datagram numbered `seq` whose transit time (arrival less send time,
+    /// on any clocks that tick alike) is `transit_ns`, if it carried a send time.
+    pub fn on_numbered(&mut self, seq: u64, transit_ns: Option<i128>) -> Arrival {
         let arrival = self.on_seq(seq);
         if matches!(arrival, Arrival::InOrder | Arrival::OutOfOrder) {
-            if let Some(sent) = d.sent_ns {
-                self.on_transit(i128::from(arrival_ns) - i128::from(sent));
+            if let Some(transit) = transit_ns {
+                self.on_transit(transit);
             }
         }
-        (arrival, seq)
+        arrival
+    }
+
+    /// The highest sequence number seen, if any.
+    pub fn highest(&self) -> Option<u64> {
+        self.highest
     }
 
     /// Accounts for `n` datagrams that were not of this stream, read without decoding.
