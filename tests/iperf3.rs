@@ -164,6 +164,93 @@ fn bidir_omit_window_congestion_and_intervals_are_served() {
     assert!(report.contains("cc=cubic"), "{report}");
 }
 
+/// A number in the `datagrams` line of a UDP report: `field` is `sent=`, `received=`...
+fn datagrams(report: &str, field: &str) -> u64 {
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("datagrams"))
+        .unwrap_or_else(|| panic!("no datagrams line in {report}"));
+    let at = line
+        .find(field)
+        .unwrap_or_else(|| panic!("no {field} in {line}"))
+        + field.len();
+    line[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {field} in {line}"))
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn an_iperf3_client_sends_udp_and_both_tools_count_the_same_datagrams() {
+    let both = start(&[]);
+    let (ok, doc) = iperf3(
+        both.iperf3_port,
+        &["-u", "-b", "50M", "-t", "2", "-l", "1200"],
+    );
+    assert!(ok, "{doc}");
+    let report = both.server.report(1);
+    assert!(report.contains("new UDP connection"), "{report}");
+    let sum = &doc["end"]["sum"];
+    let sent = bytes(sum, &["packets"]);
+    // The client's own count, the server's from fperf's results, and fperf's report.
+    assert_eq!(bytes(&doc, &["end", "sum_sent", "packets"]), sent);
+    assert_eq!(datagrams(&report, "sent="), sent, "{report}");
+    let lost = bytes(sum, &["lost_packets"]);
+    assert_eq!(datagrams(&report, "lost="), lost, "{report}");
+    assert_eq!(datagrams(&report, "received=") + lost, sent, "{report}");
+    assert_eq!(
+        bytes(&doc, &["end", "sum_received", "bytes"]),
+        volume(&report, "received").bytes
+    );
+    // Paced by the client at 50 Mbit/s: about 10400 datagrams of 1200 bytes in 2 s.
+    assert!((8_000..=12_000).contains(&sent), "{sent}");
+    assert!(sum["jitter_ms"].as_f64().is_some_and(|j| j > 0.0), "{sum}");
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn fperf_sends_udp_to_an_iperf3_client_at_its_rate_with_its_counters() {
+    let both = start(&[]);
+    let (ok, doc) = iperf3(
+        both.iperf3_port,
+        &[
+            "-u",
+            "-R",
+            "-P",
+            "2",
+            "-b",
+            "20M",
+            "-t",
+            "2",
+            "--udp-counters-64bit",
+        ],
+    );
+    assert!(ok, "{doc}");
+    let report = both.server.report(1);
+    let sent = datagrams(&report, "sent=");
+    assert_eq!(
+        bytes(&doc, &["end", "sum_sent", "packets"]),
+        sent,
+        "{report}"
+    );
+    let got = &doc["end"]["sum_received"];
+    assert_eq!(
+        bytes(got, &["packets"]),
+        sent,
+        "the client's count of what was sent"
+    );
+    // 2 streams at 20 Mbit/s each for 2 s, in the client's default datagrams.
+    let bits = volume(&report, "sent").bytes * 8;
+    assert!(
+        (60_000_000..=100_000_000).contains(&bits),
+        "{bits} bits\n{report}"
+    );
+    // The test ended when the client said so, not 40 s later.
+    assert!(volume(&report, "sent").secs < 4.0, "{report}");
+}
+
 #[test]
 #[ignore = "needs iperf3"]
 fn limits_unsupported_options_and_busy_answers_reach_the_iperf3_client() {

@@ -7,4 +7,5 @@
 pub mod client;
 pub mod params;
 pub(crate) mod server;
+pub mod udp;
 pub mod wire;

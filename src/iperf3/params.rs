@@ -8,12 +8,15 @@
 use super::wire::ErrorCode;
 use crate::settings::{Settings, TransportSettings, MB};
 use crate::transport::tcp::settings::TcpSettings;
+use crate::transport::udp::settings::UdpSettings;
 use crate::workload::Workload;
 use serde_json::{Map, Value};
 use thiserror::Error;
 
 /// iperf3's default TCP block size.
 const DEFAULT_TCP_LEN: u64 = 128 << 10;
+/// iperf3's UDP block size when it cannot learn the path's MSS.
+const DEFAULT_UDP_LEN: u64 = 1460;
 /// Most streams an iperf3 client opens (its own `-P` limit).
 const MAX_PARALLEL: u64 = 128;
 /// How long past its announced end a timed test may run before the server's limits
@@ -36,6 +39,8 @@ pub struct Iperf3Test {
     pub parallel: u32,
     /// The client's version, as it says (`client_version`).
     pub client_version: Option<String>,
+    /// UDP packet numbers are 64-bit (`--udp-counters-64bit`).
+    pub wide_counters: bool,
 }
 
 /// Why a parameter message cannot be served.
@@ -47,8 +52,6 @@ pub enum ParamsError {
     Sctp,
     #[error("no protocol named (tcp or udp)")]
     NoProtocol,
-    #[error("UDP from iperf3 clients is not supported by this server yet")]
-    Udp,
     #[error("parameter {key} must be {what}, not {value}")]
     Invalid {
         key: &'static str,
@@ -64,7 +67,7 @@ impl ParamsError {
     pub fn code(&self) -> ErrorCode {
         match self {
             ParamsError::Sctp => ErrorCode::NoSctp,
-            ParamsError::Unsupported(_) | ParamsError::Udp => ErrorCode::Unimplemented,
+            ParamsError::Unsupported(_) => ErrorCode::Unimplemented,
             ParamsError::NoProtocol | ParamsError::Invalid { .. } | ParamsError::Settings(_) => {
                 ErrorCode::RecvParams
             }
@@ -98,11 +101,11 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
     {
         return Err(ParamsError::Unsupported(flag));
     }
-    match (params.contains_key("tcp"), params.contains_key("udp")) {
-        (true, false) => {}
-        (false, true) => return Err(ParamsError::Udp),
+    let udp = match (params.contains_key("tcp"), params.contains_key("udp")) {
+        (true, false) => false,
+        (false, true) => true,
         _ => return Err(ParamsError::NoProtocol),
-    }
+    };
     let time = number(params, "time", 0, 7 * 24 * 3600)?;
     let omit = number(params, "omit", 0, 3600)?;
     let num = number(params, "num", 0, u64::MAX)?;
@@ -110,6 +113,7 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
     let parallel = number(params, "parallel", 1, MAX_PARALLEL)?.max(1);
     let len = match params.get("len") {
         Some(_) => number(params, "len", 1, u64::from(crate::settings::MAX_PKTSIZE))?,
+        None if udp => DEFAULT_UDP_LEN,
         None => DEFAULT_TCP_LEN,
     };
     let window = params
@@ -139,14 +143,25 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
     };
     let parallel = u32::try_from(parallel).unwrap_or(1);
     let nstreams = if bidir { 2 * parallel } else { parallel };
-    let tcp = TcpSettings {
-        nodelay: params.contains_key("nodelay"),
-        congestion,
-        sockets: crate::transport::sockets::SocketSettings {
-            window: window.map(|w| u32::try_from(w).unwrap_or(u32::MAX)),
-            ..Default::default()
-        },
-        ..TcpSettings::default()
+    let sockets = crate::transport::sockets::SocketSettings {
+        window: window.map(|w| u32::try_from(w).unwrap_or(u32::MAX)),
+        ..Default::default()
+    };
+    let transport = if udp {
+        if congestion.is_some() {
+            return Err(ParamsError::Settings("-C is a TCP option".into()));
+        }
+        TransportSettings::Udp(UdpSettings {
+            sockets,
+            ..UdpSettings::default()
+        })
+    } else {
+        TransportSettings::Tcp(TcpSettings {
+            nodelay: params.contains_key("nodelay"),
+            congestion,
+            sockets,
+            ..TcpSettings::default()
+        })
     };
     // A test bounded by bytes (`-n`) or blocks (`-k`) moves that much over all its
     // streams (each direction with `--bidir`).
@@ -163,7 +178,7 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         workload,
         omit_ms: (omit > 0).then_some(omit * 1000),
         rate_bps: rate,
-        transport: TransportSettings::Tcp(tcp),
+        transport,
         ..Settings::default()
     };
     let announced = match volume {
@@ -198,6 +213,7 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         run,
         parallel,
         client_version,
+        wide_counters: params.contains_key("udp_counters_64bit"),
     })
 }
 
@@ -286,7 +302,8 @@ mod tests {
             (json!({"tcp":true,"MSS":1000}), "-M/--set-mss"),
             (json!({"tcp":true,"authtoken":"x"}), "RSA"),
             (json!({"tcp":true,"TOS":16}), "--tos"),
-            (json!({"udp":true}), "UDP"),
+            (json!({"udp":true,"len":70000}), "UDP datagram"),
+            (json!({"udp":true,"congestion":"cubic"}), "-C"),
             (json!({"omit":0}), "no protocol"),
             (json!({"tcp":true,"udp":true}), "no protocol"),
             (json!({"tcp":true,"parallel":129}), "parallel"),
@@ -300,6 +317,17 @@ mod tests {
             let e = parse(&params(p.clone())).expect_err(&p.to_string());
             assert!(e.to_string().contains(want), "{p}: {e}");
         }
+    }
+
+    #[test]
+    fn udp_tests_run_at_the_clients_rate_with_its_counters() {
+        let test = parse(&params(json!({"udp":true,"time":1,"len":1400,
+            "bandwidth":1048576,"udp_counters_64bit":1,"reverse":true})))
+        .expect("udp");
+        assert_eq!(test.run.protocol(), crate::settings::Protocol::Udp);
+        assert_eq!(test.run.rate_bps, Some(1_048_576));
+        assert_eq!(test.run.pktsize, 1400);
+        assert!(test.wide_counters);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! `TEST_END`, the results exchange (the client's figures, then the server's), done.
 
 use super::params::{self, Iperf3Test};
+use super::udp;
 use super::wire::{self, Cookie, ErrorCode, State, COOKIE_LEN};
 use crate::control::session::IDENTIFY_WITHIN;
 use crate::engine::{drive, receive, Received};
@@ -19,7 +20,7 @@ use crate::results::{Role, SideResult};
 use crate::server::config::{ServerConfig, ServerEvent};
 use crate::server::figures::{return_freed_memory, server_result};
 use crate::sessions::{SessionGuard, Sessions};
-use crate::settings::Settings;
+use crate::settings::{Protocol, Settings};
 use crate::stream::Stream;
 use crate::transport::DataConn;
 use anyhow::{anyhow, bail, Context, Result};
@@ -164,14 +165,18 @@ fn run_test(
         let (code, errno) = limit_code(&e);
         return Err(refuse(sock, code, errno, anyhow!("{e}")));
     }
-    wire::write_state(sock, State::CreateStreams)?;
-    let conns = collect_streams(&routed, test.run.nstreams, config.control_timeout)
-        .map_err(|e| refuse(sock, ErrorCode::StreamAccept, libc::ETIMEDOUT, e))?;
-    registered.streams_connected();
     let abort = Arc::new(AtomicBool::new(false));
-    let streams =
-        crate::transport::tcp::streams_over(&test.run, Role::Server, conns, abort.clone())
-            .map_err(|e| refuse(sock, ErrorCode::SetCongestion, 0, e))?;
+    let streams = match test.run.protocol() {
+        Protocol::Udp => udp_streams(sock, peer, &test, registered, &abort, config)?,
+        _ => {
+            wire::write_state(sock, State::CreateStreams)?;
+            let conns = collect_streams(&routed, test.run.nstreams, config.control_timeout)
+                .map_err(|e| refuse(sock, ErrorCode::StreamAccept, libc::ETIMEDOUT, e))?;
+            registered.streams_connected();
+            crate::transport::tcp::streams_over(&test.run, Role::Server, conns, abort.clone())
+                .map_err(|e| refuse(sock, ErrorCode::SetCongestion, 0, e))?
+        }
+    };
     let from = format!(
         "{} (iperf3 {} client)",
         streams
@@ -220,22 +225,123 @@ fn run_test(
         }
         (Ok(_), Err(e)) => return Err(refuse(sock, ErrorCode::StreamAccept, libc::EIO, e)),
     };
-    let mut result = server_result(&test.run, &per_stream);
-    result.system = Some(crate::sysinfo::SystemFacts::collect());
-    result.cpu = crate::sysinfo::CpuUsage::now()
-        .zip(cpu_start)
-        .map(|(now, then)| now.since(then));
-    report(events, registered, started, &test, &result);
     if ended == Ended::ClientTerminated {
+        report(
+            events,
+            registered,
+            started,
+            &test,
+            &side_result(&test.run, &per_stream, cpu_start),
+        );
         bail!("the client stopped the test (Ctrl-C); the figures above cover what it moved");
     }
     wire::write_state(sock, State::ExchangeResults)?;
     let deadline = Instant::now() + config.control_timeout;
-    wire::read_json(sock, wire::MAX_RESULTS_BYTES, deadline)
+    let theirs = wire::read_json(sock, wire::MAX_RESULTS_BYTES, deadline)
         .map_err(|e| anyhow!("reading its results: {e}"))?;
+    let mut per_stream = per_stream;
+    if test.run.protocol() == Protocol::Udp {
+        count_losses(&test.run, &mut per_stream, &theirs);
+    }
+    let result = side_result(&test.run, &per_stream, cpu_start);
+    report(events, registered, started, &test, &result);
     wire::write_json(sock, &results_json(&test.run, &per_stream, &result, wall))?;
     wire::write_state(sock, State::DisplayResults)?;
     Ok(())
+}
+
+/// The server's figures of a test, with this host's facts and CPU time since
+/// `cpu_start`.
+fn side_result(
+    settings: &Settings,
+    per_stream: &[(u32, Received)],
+    cpu_start: Option<crate::sysinfo::CpuUsage>,
+) -> SideResult {
+    let mut result = server_result(settings, per_stream);
+    result.system = Some(crate::sysinfo::SystemFacts::collect());
+    result.cpu = crate::sysinfo::CpuUsage::now()
+        .zip(cpu_start)
+        .map(|(now, then)| now.since(then));
+    result
+}
+
+/// UDP: binds the iperf3 port for datagrams before the client is told to make its
+/// streams, then takes one connect datagram per stream from the client's address. The
+/// port is the server's alone while it does, so with `--parallel` the test needs the
+/// server to itself.
+fn udp_streams(
+    sock: &mut TcpStream,
+    peer: SocketAddr,
+    test: &Iperf3Test,
+    registered: &SessionGuard,
+    abort: &Arc<AtomicBool>,
+    config: &ServerConfig,
+) -> Result<Vec<Box<dyn Stream>>> {
+    if registered.sessions().parallel() > 1 {
+        registered
+            .claim_alone()
+            .map_err(|e| refuse(sock, ErrorCode::StreamAccept, libc::EBUSY, anyhow!(e)))?;
+    }
+    let addr = sock.local_addr()?;
+    let listener = udp::bind_shared(addr).map_err(|e| {
+        refuse(
+            sock,
+            ErrorCode::StreamListen,
+            e.raw_os_error().unwrap_or(0),
+            e.into(),
+        )
+    })?;
+    wire::write_state(sock, State::CreateStreams)?;
+    let (n, wide, within) = (
+        test.run.nstreams,
+        test.wide_counters,
+        config.control_timeout,
+    );
+    let streams =
+        udp::accept_streams(listener, addr, peer.ip(), n, wide, within, abort).map_err(|e| {
+            refuse(
+                sock,
+                ErrorCode::StreamAccept,
+                e.raw_os_error().unwrap_or(0),
+                e.into(),
+            )
+        })?;
+    registered.streams_connected();
+    Ok(streams
+        .into_iter()
+        .map(|s| Box::new(s) as Box<dyn Stream>)
+        .collect())
+}
+
+/// UDP: the datagrams the client says it sent on each stream the server received,
+/// from its results, make the loss exact (sent less received once); a count no run
+/// can have is left out.
+fn count_losses(
+    settings: &Settings,
+    per_stream: &mut [(u32, Received)],
+    theirs: &serde_json::Map<String, Value>,
+) {
+    let most = settings.most_bytes() / u64::from(settings.pktsize.max(1));
+    let Some(streams) = theirs.get("streams").and_then(Value::as_array) else {
+        return;
+    };
+    for (index, received) in per_stream.iter_mut() {
+        if settings.server_sends_on(*index) {
+            continue;
+        }
+        let id = u64::from(wire::stream_id(*index));
+        let sent = streams
+            .iter()
+            .filter(|s| s.get("id").and_then(Value::as_u64) == Some(id))
+            .find_map(|s| s.get("packets").and_then(Value::as_u64))
+            .filter(|&p| p <= most);
+        if let Some(sent) = sent {
+            let d = &mut received.stats.datagrams;
+            let unique = d.received.saturating_sub(d.duplicates);
+            d.peer_sent = sent;
+            d.lost = sent.saturating_sub(unique);
+        }
+    }
 }
 
 /// Waits for the test's `nstreams` data connections and puts them in the order they
@@ -457,21 +563,23 @@ fn results_json(
             let seconds = r
                 .span
                 .map_or(0.0, |(a, b)| b.saturating_duration_since(a).as_secs_f64());
-            let (bytes, retransmits) = if sending {
+            let d = &r.stats.datagrams;
+            let (bytes, retransmits, packets, errors, jitter) = if sending {
                 let retransmits = r
                     .tcp
                     .map_or(-1, |t| i64::try_from(t.retransmits).unwrap_or(-1));
-                (r.stats.bytes_sent, retransmits)
+                (r.stats.bytes_sent, retransmits, d.sent, 0, 0.0)
             } else {
-                (r.stats.bytes_received, -1)
+                let jitter = d.jitter_ns.map_or(0.0, |ns| ns / 1e9);
+                (r.stats.bytes_received, -1, d.peer_sent, d.lost, jitter)
             };
             json!({
                 "id": wire::stream_id(*i),
                 "bytes": bytes,
                 "retransmits": retransmits,
-                "jitter": 0,
-                "errors": 0,
-                "packets": 0,
+                "jitter": jitter,
+                "errors": errors,
+                "packets": packets,
                 "start_time": 0,
                 "end_time": seconds,
             })
@@ -481,7 +589,12 @@ fn results_json(
         "cpu_util_total": user + system,
         "cpu_util_user": user,
         "cpu_util_system": system,
-        "sender_has_retransmits": if sends { 1 } else { -1 },
+        // Known for a TCP sender; UDP has none; a receiver says -1.
+        "sender_has_retransmits": match (sends, settings.protocol()) {
+            (false, _) => -1,
+            (true, Protocol::Tcp) => 1,
+            (true, _) => 0,
+        },
         "streams": streams,
     });
     if let Some(cc) = per_stream.first().and_then(|(_, r)| r.congestion.clone()) {

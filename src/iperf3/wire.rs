@@ -138,6 +138,8 @@ pub enum ErrorCode {
     RecvParams = 114,
     /// "unable to set TCP_CONGESTION".
     SetCongestion = 134,
+    /// "unable to start stream listener", with the errno's text.
+    StreamListen = 202,
     /// "unable to accept stream connection", with the errno's text.
     StreamAccept = 204,
 }
