@@ -171,7 +171,12 @@ pub fn peer_line(settings: &Settings, server: &SideResult) -> String {
         None if server.role.sends(settings) => parts.push(part("sent", t.bytes_sent, t.secs())),
         None => parts.push(part("received", t.bytes_received, t.secs())),
     }
-    if let Some(d) = &t.datagrams {
+    // The datagrams it received: a server that only sent has none to count.
+    if let Some(d) = t
+        .datagrams
+        .as_ref()
+        .filter(|d| d.received > 0 || d.peer_sent > 0)
+    {
         let lost = if d.peer_sent > 0 {
             100.0 * d.lost as f64 / d.peer_sent as f64
         } else {

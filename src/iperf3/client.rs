@@ -9,6 +9,7 @@
 //! the client ends a test whose data comes from the server (`--reverse`, `--bidir`)
 //! once its own time is up or its bytes have arrived.
 
+use super::udp;
 use super::wire::{self, Cookie, State};
 use crate::client::StreamInfo;
 use crate::client::{client_result, resolve, ClientConfig, ClientOutcome, Moved, RunObserver};
@@ -16,9 +17,10 @@ use crate::engine::{drive, receive};
 use crate::interval::{Collector, Meter, Schedule};
 use crate::limits::TestWatch;
 use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};
-use crate::settings::{Settings, TransportSettings, MB};
+use crate::settings::{Protocol, Settings, TransportSettings, MB};
 use crate::stats::StreamStats;
 use crate::stream::affinity::{cpu_for, place_current_thread};
+use crate::stream::Stream;
 use crate::sysinfo::{CpuUsage, TcpInfo};
 use crate::transport::tcp::connect;
 use crate::workload::Workload;
@@ -36,6 +38,9 @@ pub const DEFAULT_PORT: u16 = 5201;
 /// How often the client looks at the control connection and its streams while the
 /// test runs.
 const TICK: Duration = Duration::from_millis(20);
+/// How long a UDP stream's receiver goes on once the client ended the test: datagrams
+/// still on their way arrive, and the server sends no more.
+const UDP_DRAIN: Duration = Duration::from_millis(250);
 
 /// Why a run cannot go to an iperf3 server, if it cannot: checked before connecting.
 pub fn check(settings: &Settings) -> Result<(), String> {
@@ -49,8 +54,18 @@ pub fn check(settings: &Settings) -> Result<(), String> {
     }
     match &settings.transport {
         TransportSettings::Tcp(_) => {}
-        TransportSettings::Udp(_) => {
-            return Err("-u: fperf runs TCP tests against iperf3 servers only, so far".into())
+        TransportSettings::Udp(udp) => {
+            if udp.gso || udp.gro || udp.batch.is_some() {
+                return Err(
+                    "--gso, --gro and --udp-batch: iperf3's UDP goes one datagram per call".into(),
+                );
+            }
+            if settings.workload == Workload::Bidir {
+                return Err(
+                    "-u with --bidir: fperf runs UDP one way at a time against iperf3 servers"
+                        .into(),
+                );
+            }
         }
         TransportSettings::Rdma(_) => return Err("-R: iperf3 servers have no RDMA".into()),
     }
@@ -82,7 +97,6 @@ fn params(settings: &Settings) -> Value {
         None => (0, settings.mb * MB * u64::from(per_direction)),
     };
     let mut p = json!({
-        "tcp": true,
         "omit": secs(omit_ms),
         "time": time,
         "num": num,
@@ -91,6 +105,13 @@ fn params(settings: &Settings) -> Value {
         "len": settings.pktsize,
         "client_version": concat!("fperf ", env!("CARGO_PKG_VERSION")),
     });
+    match settings.protocol() {
+        Protocol::Udp => {
+            p["udp"] = json!(true);
+            p["udp_counters_64bit"] = json!(1);
+        }
+        _ => p["tcp"] = json!(true),
+    }
     match settings.workload {
         Workload::Reverse => p["reverse"] = json!(true),
         Workload::Bidir => p["bidirectional"] = json!(true),
@@ -99,10 +120,10 @@ fn params(settings: &Settings) -> Value {
     if let Some(rate) = settings.rate_bps {
         p["bandwidth"] = json!(rate);
     }
+    if let Some(window) = settings.transport.sockets().and_then(|s| s.window) {
+        p["window"] = json!(window);
+    }
     if let TransportSettings::Tcp(tcp) = &settings.transport {
-        if let Some(window) = tcp.sockets.window {
-            p["window"] = json!(window);
-        }
         if let Some(cc) = &tcp.congestion {
             p["congestion"] = json!(cc);
         }
@@ -182,16 +203,23 @@ pub fn run_observed(
     expect(&mut control, State::ParamExchange, Instant::now() + setup)?;
     wire::write_json(&mut control, &params(settings))?;
     expect(&mut control, State::CreateStreams, Instant::now() + setup)?;
-    let conns = (0..settings.nstreams)
-        .map(|i| {
-            let mut sock = connect(server, cfg.bind, Some(settings), setup)
-                .with_context(|| format!("stream {i}: cannot connect to {server}"))?;
-            sock.write_all(cookie.bytes())?;
-            Ok(sock)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let streams =
-        crate::transport::tcp::streams_over(settings, Role::Client, conns, abort.clone())?;
+    let udp = settings.protocol() == Protocol::Udp;
+    let streams: Vec<Box<dyn Stream>> = if udp {
+        udp::connect_streams(server, cfg.bind, settings.nstreams, true, setup, &abort)?
+            .into_iter()
+            .map(|s| Box::new(s) as Box<dyn Stream>)
+            .collect()
+    } else {
+        let conns = (0..settings.nstreams)
+            .map(|i| {
+                let mut sock = connect(server, cfg.bind, Some(settings), setup)
+                    .with_context(|| format!("stream {i}: cannot connect to {server}"))?;
+                sock.write_all(cookie.bytes())?;
+                Ok(sock)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        crate::transport::tcp::streams_over(settings, Role::Client, conns, abort.clone())?
+    };
     let infos: Vec<StreamInfo> = streams
         .iter()
         .enumerate()
@@ -259,9 +287,11 @@ pub fn run_observed(
             break;
         }
     }
+    let user_stopped = abort_set(&abort);
     wire::write_state(&mut control, State::TestEnd)?;
-    // The server closes its streams now: the receiving ones end.
-    let give_up = Instant::now() + setup;
+    // The server closes its TCP streams now, which ends the receiving ones; UDP has no
+    // end to read, so the datagrams already on their way get a moment to arrive.
+    let give_up = Instant::now() + if udp { UDP_DRAIN } else { setup };
     while !workers.iter().all(|w| w.is_finished()) {
         take_intervals(&mut collector, observer);
         if Instant::now() > give_up {
@@ -270,13 +300,9 @@ pub fn run_observed(
         std::thread::sleep(TICK);
     }
     let mut moved = Vec::with_capacity(workers.len());
-    let mut interrupted = false;
     for (i, w) in workers.into_iter().enumerate() {
         match w.join() {
-            Ok(Ok(m)) => {
-                interrupted |= m.interrupted;
-                moved.push(m);
-            }
+            Ok(Ok(m)) => moved.push(m),
             Ok(Err(e)) => bail!("stream {i}: {e}"),
             Err(_) => bail!("stream {i}: its thread panicked"),
         }
@@ -306,7 +332,7 @@ pub fn run_observed(
     Ok(ClientOutcome {
         client,
         server,
-        interrupted,
+        interrupted: user_stopped,
         send_latency,
     })
 }
@@ -407,7 +433,12 @@ fn own_results(
         "cpu_util_total": user + system,
         "cpu_util_user": user,
         "cpu_util_system": system,
-        "sender_has_retransmits": if sends { 1 } else { -1 },
+        // Known for a TCP sender; UDP has none; a receiver says -1.
+        "sender_has_retransmits": match (sends, settings.protocol()) {
+            (false, _) => -1,
+            (true, Protocol::Tcp) => 1,
+            (true, _) => 0,
+        },
         "streams": streams,
     })
 }
@@ -458,6 +489,24 @@ fn server_result(settings: &Settings, theirs: &Map<String, Value>) -> Result<Sid
             stats.bytes_sent = bytes;
         } else {
             stats.bytes_received = bytes;
+        }
+        if settings.protocol() == Protocol::Udp {
+            let count = |key: &str| stream.get(key).and_then(Value::as_u64).unwrap_or(0);
+            let (packets, errors) = (count("packets"), count("errors"));
+            let d = &mut stats.datagrams;
+            if sending {
+                d.sent = packets;
+            } else {
+                // iperf3's receiver: the highest number seen, and those missing below.
+                d.peer_sent = packets;
+                d.lost = errors;
+                d.received = packets.saturating_sub(errors);
+                d.jitter_ns = stream
+                    .get("jitter")
+                    .and_then(Value::as_f64)
+                    .filter(|j| (0.0..1e3).contains(j))
+                    .map(|j| j * 1e9);
+            }
         }
         let mut figures = Figures::new(&stats, duration);
         if let Some(why) = figures.impossible(settings) {
@@ -572,10 +621,15 @@ mod tests {
             ),
             (
                 Settings {
-                    transport: TransportSettings::Udp(Default::default()),
+                    transport: TransportSettings::Udp(
+                        crate::transport::udp::settings::UdpSettings {
+                            gso: true,
+                            ..Default::default()
+                        },
+                    ),
                     ..Settings::default()
                 },
-                "-u",
+                "--gso",
             ),
             (
                 Settings {
@@ -589,6 +643,18 @@ mod tests {
             assert!(e.contains(want), "{e}");
         }
         assert_eq!(check(&Settings::default()), Ok(()));
+        let udp = Settings {
+            transport: TransportSettings::Udp(Default::default()),
+            rate_bps: Some(1_000_000),
+            ..Settings::default()
+        };
+        assert_eq!(check(&udp), Ok(()));
+        let p = params(&udp);
+        assert_eq!(
+            (p["udp"].clone(), p["udp_counters_64bit"].clone()),
+            (json!(true), json!(1))
+        );
+        assert!(p.get("tcp").is_none());
     }
 
     #[test]

@@ -273,11 +273,13 @@ pub fn accept_streams(
         if from.ip().to_canonical() != client.to_canonical() {
             continue;
         }
+        // The next stream's socket is bound before this one answers: the client opens
+        // its next stream on the answer, and a datagram finding no socket on the port
+        // would be refused.
+        let next = bind_shared(addr)?;
         listener.connect(from)?;
         listener.set_read_timeout(None)?;
         listener.send(&CONNECT_REPLY)?;
-        // The next stream's socket, bound before this one is handed over.
-        let next = bind_shared(addr)?;
         let connected = std::mem::replace(&mut listener, next);
         streams.push(Iperf3UdpStream::new(connected, wide, abort.clone())?);
     }
