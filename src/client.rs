@@ -151,16 +151,7 @@ pub fn run_observed(
         abort: abort.clone(),
     };
     let streams = transport.connect(&ctx)?;
-    let infos: Vec<StreamInfo> = streams
-        .iter()
-        .enumerate()
-        .map(|(i, s)| StreamInfo {
-            index: i as u32,
-            local: s.local_addr(),
-            peer: s.peer_addr(),
-            congestion: s.facts().congestion,
-        })
-        .collect();
+    let infos = stream_infos(&streams);
     observer.connected(&infos);
 
     // From here on a reader thread owns the control stream: the server may send interval
@@ -322,6 +313,20 @@ pub fn run_observed(
         interrupted,
         send_latency,
     })
+}
+
+/// What the report header says of each connected stream.
+pub(crate) fn stream_infos(streams: &[Box<dyn crate::stream::Stream>]) -> Vec<StreamInfo> {
+    streams
+        .iter()
+        .enumerate()
+        .map(|(i, s)| StreamInfo {
+            index: i as u32,
+            local: s.local_addr(),
+            peer: s.peer_addr(),
+            congestion: s.facts().congestion,
+        })
+        .collect()
 }
 
 /// The client's figures: each stream over its span (a sending stream's ends when the

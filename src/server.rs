@@ -11,7 +11,7 @@ pub(crate) mod config;
 pub(crate) mod figures;
 
 pub use config::{ServerConfig, ServerEvent, MAX_PENDING_GREETERS, MAX_PENDING_PER_SOURCE};
-use figures::{return_freed_memory, server_result};
+use figures::{close_session, server_result};
 
 use crate::auth;
 use crate::control::session::{ServerSession, ServerStep};
@@ -327,17 +327,7 @@ fn greet(
     if let Err(e) = &outcome {
         client_error(format!("{e:#}"));
     }
-    // The test is over (its sockets closed) and its slot freed before the client
-    // hears back: a client that starts its next test on reading the answer is
-    // never told "server busy". `Listening` goes under the report lock, so another
-    // test's report stays in one piece, and before the slot is freed, so it ends
-    // this test's report before the next test's begins.
-    {
-        let _in_order = registered.sessions().report_lock();
-        let _ = events.send(ServerEvent::Listening);
-    }
-    drop(registered);
-    return_freed_memory();
+    close_session(registered, events);
     match outcome {
         Ok(result) => {
             control.session.results(result);

@@ -9,10 +9,12 @@
 //! the client ends a test whose data comes from the server (`--reverse`, `--bidir`)
 //! once its own time is up or its bytes have arrived.
 
+use super::results::{self, StreamFigures};
 use super::udp;
 use super::wire::{self, Cookie, State};
-use crate::client::StreamInfo;
-use crate::client::{client_result, resolve, ClientConfig, ClientOutcome, Moved, RunObserver};
+use crate::client::{
+    client_result, resolve, stream_infos, ClientConfig, ClientOutcome, Moved, RunObserver,
+};
 use crate::engine::{drive, receive};
 use crate::interval::{Collector, Meter, Schedule};
 use crate::limits::TestWatch;
@@ -220,16 +222,7 @@ pub fn run_observed(
             .collect::<Result<Vec<_>>>()?;
         crate::transport::tcp::streams_over(settings, Role::Client, conns, abort.clone())?
     };
-    let infos: Vec<StreamInfo> = streams
-        .iter()
-        .enumerate()
-        .map(|(i, s)| StreamInfo {
-            index: i as u32,
-            local: s.local_addr(),
-            peer: s.peer_addr(),
-            congestion: s.facts().congestion,
-        })
-        .collect();
+    let infos = stream_infos(&streams);
     expect(&mut control, State::TestStart, Instant::now() + setup)?;
     expect(&mut control, State::TestRunning, Instant::now() + setup)?;
     observer.connected(&infos);
@@ -398,49 +391,16 @@ fn own_results(
     cpu: Option<CpuUsage>,
     wall: Duration,
 ) -> Value {
-    let percent = |us: u64| 100.0 * us as f64 / wall.as_micros().max(1) as f64;
-    let (user, system) = cpu.map_or((0.0, 0.0), |c| (percent(c.user_us), percent(c.system_us)));
-    let sends = (0..settings.nstreams).any(|i| Role::Client.sends_on(settings, i));
-    let streams: Vec<Value> = moved
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let sending = Role::Client.sends_on(settings, i as u32);
-            let seconds = m
-                .span
-                .map_or(0.0, |(a, b)| b.saturating_duration_since(a).as_secs_f64());
-            let (bytes, retransmits) = if sending {
-                let r = m
-                    .tcp
-                    .map_or(-1, |t| i64::try_from(t.retransmits).unwrap_or(-1));
-                (m.stats.bytes_sent, r)
-            } else {
-                (m.stats.bytes_received, -1)
-            };
-            json!({
-                "id": wire::stream_id(i as u32),
-                "bytes": bytes,
-                "retransmits": retransmits,
-                "jitter": 0,
-                "errors": 0,
-                "packets": 0,
-                "start_time": 0,
-                "end_time": seconds,
-            })
-        })
-        .collect();
-    json!({
-        "cpu_util_total": user + system,
-        "cpu_util_user": user,
-        "cpu_util_system": system,
-        // Known for a TCP sender; UDP has none; a receiver says -1.
-        "sender_has_retransmits": match (sends, settings.protocol()) {
-            (false, _) => -1,
-            (true, Protocol::Tcp) => 1,
-            (true, _) => 0,
-        },
-        "streams": streams,
-    })
+    let streams = moved.iter().enumerate().map(|(i, m)| StreamFigures {
+        index: i as u32,
+        sending: Role::Client.sends_on(settings, i as u32),
+        stats: &m.stats,
+        tcp: m.tcp,
+        seconds: m
+            .span
+            .map_or(0.0, |(a, b)| b.saturating_duration_since(a).as_secs_f64()),
+    });
+    results::message(settings.protocol(), streams, cpu, wall, None)
 }
 
 /// The iperf3 server's figures, as fperf reports a server's, from its results message:

@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod params;
+pub mod results;
 pub(crate) mod server;
 pub mod udp;
 pub mod wire;

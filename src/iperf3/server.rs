@@ -9,6 +9,7 @@
 //! `TEST_END`, the results exchange (the client's figures, then the server's), done.
 
 use super::params::{self, Iperf3Test};
+use super::results::{self, StreamFigures};
 use super::udp;
 use super::wire::{self, Cookie, ErrorCode, State, COOKIE_LEN};
 use crate::control::session::IDENTIFY_WITHIN;
@@ -18,13 +19,13 @@ use crate::limits::{LimitError, StopReason, TestWatch, Watchdog};
 use crate::pending::PendingSlot;
 use crate::results::{Role, SideResult};
 use crate::server::config::{ServerConfig, ServerEvent};
-use crate::server::figures::{return_freed_memory, server_result};
+use crate::server::figures::{close_session, server_result};
 use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::{Protocol, Settings};
 use crate::stream::Stream;
 use crate::transport::DataConn;
 use anyhow::{anyhow, bail, Context, Result};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -94,12 +95,7 @@ pub(crate) fn greet(
     if let Err(e) = &outcome {
         client_error(format!("{e:#}"));
     }
-    {
-        let _in_order = registered.sessions().report_lock();
-        let _ = events.send(ServerEvent::Listening);
-    }
-    drop(registered);
-    return_freed_memory();
+    close_session(registered, events);
     if outcome.is_ok() {
         // The client says it is done, or closes; either way the test is over.
         let mut done = [0u8; 1];
@@ -548,57 +544,15 @@ fn results_json(
     result: &SideResult,
     wall: Duration,
 ) -> Value {
-    let percent = |us: u64| {
-        let wall_us = wall.as_micros().max(1) as f64;
-        100.0 * us as f64 / wall_us
-    };
-    let (user, system) = result
-        .cpu
-        .map_or((0.0, 0.0), |c| (percent(c.user_us), percent(c.system_us)));
-    let sends = (0..settings.nstreams).any(|i| settings.server_sends_on(i));
-    let streams: Vec<Value> = per_stream
-        .iter()
-        .map(|(i, r)| {
-            let sending = settings.server_sends_on(*i);
-            let seconds = r
-                .span
-                .map_or(0.0, |(a, b)| b.saturating_duration_since(a).as_secs_f64());
-            let d = &r.stats.datagrams;
-            let (bytes, retransmits, packets, errors, jitter) = if sending {
-                let retransmits = r
-                    .tcp
-                    .map_or(-1, |t| i64::try_from(t.retransmits).unwrap_or(-1));
-                (r.stats.bytes_sent, retransmits, d.sent, 0, 0.0)
-            } else {
-                let jitter = d.jitter_ns.map_or(0.0, |ns| ns / 1e9);
-                (r.stats.bytes_received, -1, d.peer_sent, d.lost, jitter)
-            };
-            json!({
-                "id": wire::stream_id(*i),
-                "bytes": bytes,
-                "retransmits": retransmits,
-                "jitter": jitter,
-                "errors": errors,
-                "packets": packets,
-                "start_time": 0,
-                "end_time": seconds,
-            })
-        })
-        .collect();
-    let mut doc = json!({
-        "cpu_util_total": user + system,
-        "cpu_util_user": user,
-        "cpu_util_system": system,
-        // Known for a TCP sender; UDP has none; a receiver says -1.
-        "sender_has_retransmits": match (sends, settings.protocol()) {
-            (false, _) => -1,
-            (true, Protocol::Tcp) => 1,
-            (true, _) => 0,
-        },
-        "streams": streams,
+    let streams = per_stream.iter().map(|(i, r)| StreamFigures {
+        index: *i,
+        sending: settings.server_sends_on(*i),
+        stats: &r.stats,
+        tcp: r.tcp,
+        seconds: r
+            .span
+            .map_or(0.0, |(a, b)| b.saturating_duration_since(a).as_secs_f64()),
     });
-    if let Some(cc) = per_stream.first().and_then(|(_, r)| r.congestion.clone()) {
-        doc["congestion_used"] = Value::String(cc);
-    }
-    doc
+    let congestion = per_stream.first().and_then(|(_, r)| r.congestion.clone());
+    results::message(settings.protocol(), streams, result.cpu, wall, congestion)
 }

@@ -1,8 +1,12 @@
-//! What a server keeps of a test once its streams ended, whichever front end ran it.
+//! What a server keeps of a test once its streams ended, and how it closes the test,
+//! whichever front end ran it.
 
+use super::config::ServerEvent;
 use crate::engine::Received;
 use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};
+use crate::sessions::SessionGuard;
 use crate::settings::Settings;
+use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 /// The server's figures: each stream over its span (its first byte received to its
@@ -50,4 +54,17 @@ pub(crate) fn return_freed_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// Ends a test's session: `Listening` goes out under the report lock (so it ends this
+/// test's report before another's begins), then the test's slot is freed and its
+/// memory given back, before its client hears the last word: a client that starts its
+/// next test on reading it is never told "server busy".
+pub(crate) fn close_session(registered: SessionGuard, events: &Sender<ServerEvent>) {
+    {
+        let _in_order = registered.sessions().report_lock();
+        let _ = events.send(ServerEvent::Listening);
+    }
+    drop(registered);
+    return_freed_memory();
 }
