@@ -184,33 +184,14 @@ pub fn run_observed(
     // With --reverse (and on --bidir's second half) the client receives as the server
     // otherwise does; the watch is the receiving loop's (no rate cap here).
     let watch = Arc::new(TestWatch::new(infos.len(), None, abort.clone()));
-    let workers: Vec<_> = streams
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut stream)| {
-            let settings = settings.clone();
-            let meter = Meter::new(i as u32, schedule, Some(meter_tx.clone()));
-            let cpu = cpu_for(&settings.client_cpus, i as u32);
-            let (abort, watch) = (abort.clone(), watch.clone());
-            let stall = cfg.stall_timeout;
-            let sending = Role::Client.sends_on(&settings, i as u32);
-            std::thread::Builder::new()
-                .name(format!(
-                    "fperf-{}-{i}",
-                    if sending { "send" } else { "recv" }
-                ))
-                .spawn(move || {
-                    place_current_thread(cpu, settings.batch_threads())?;
-                    if sending {
-                        drive(&mut *stream, &settings, meter, &abort, None).map(Moved::from)
-                    } else {
-                        let pkt = settings.pktsize as usize;
-                        let ceiling = settings.byte_limit().map(|b| Ceiling::new(&settings, b));
-                        receive(stream, pkt, ceiling, stall, meter, (&watch, i)).map(Moved::from)
-                    }
-                })
-        })
-        .collect::<io::Result<_>>()?;
+    let workers = start_streams(
+        &settings,
+        streams,
+        (schedule, &meter_tx),
+        (&abort, &watch),
+        cfg.stall_timeout,
+        true,
+    )?;
     drop(meter_tx);
     let mut client_intervals = Vec::new();
     let mut inbox = Inbox {
@@ -313,6 +294,53 @@ pub fn run_observed(
         interrupted,
         send_latency,
     })
+}
+
+/// The thread that drives one stream of the client's.
+pub(crate) type StreamThread = std::thread::JoinHandle<io::Result<Moved>>;
+
+/// One thread per stream, sending or receiving as the client does on it, each
+/// reporting its intervals to `meters` and receiving with `watch`; a receiver gives up
+/// after `stall` without data, and with `held_to_announced` a size-bounded one fails
+/// on more bytes than the settings announce.
+pub(crate) fn start_streams(
+    settings: &Settings,
+    streams: Vec<Box<dyn crate::stream::Stream>>,
+    meters: (Schedule, &mpsc::SyncSender<crate::interval::MeterMsg>),
+    (abort, watch): (&Arc<AtomicBool>, &Arc<TestWatch>),
+    stall: Duration,
+    held_to_announced: bool,
+) -> io::Result<Vec<StreamThread>> {
+    let (schedule, meter_tx) = meters;
+    streams
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut stream)| {
+            let settings = settings.clone();
+            let meter = Meter::new(i as u32, schedule, Some(meter_tx.clone()));
+            let cpu = cpu_for(&settings.client_cpus, i as u32);
+            let (abort, watch) = (abort.clone(), watch.clone());
+            let sending = Role::Client.sends_on(&settings, i as u32);
+            std::thread::Builder::new()
+                .name(format!(
+                    "fperf-{}-{i}",
+                    if sending { "send" } else { "recv" }
+                ))
+                .spawn(move || {
+                    place_current_thread(cpu, settings.batch_threads())?;
+                    if sending {
+                        drive(&mut *stream, &settings, meter, &abort, None).map(Moved::from)
+                    } else {
+                        let pkt = settings.pktsize as usize;
+                        let ceiling = settings
+                            .byte_limit()
+                            .filter(|_| held_to_announced)
+                            .map(|b| Ceiling::new(&settings, b));
+                        receive(stream, pkt, ceiling, stall, meter, (&watch, i)).map(Moved::from)
+                    }
+                })
+        })
+        .collect()
 }
 
 /// What the report header says of each connected stream.

@@ -13,15 +13,14 @@ use super::results::{self, StreamFigures};
 use super::udp;
 use super::wire::{self, Cookie, State};
 use crate::client::{
-    client_result, resolve, stream_infos, ClientConfig, ClientOutcome, Moved, RunObserver,
+    client_result, resolve, start_streams, stream_infos, ClientConfig, ClientOutcome, Moved,
+    RunObserver, StreamThread,
 };
-use crate::engine::{drive, receive};
-use crate::interval::{Collector, Meter, Schedule};
+use crate::interval::{Collector, Schedule};
 use crate::limits::TestWatch;
 use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};
 use crate::settings::{Protocol, Settings, TransportSettings, MB};
 use crate::stats::StreamStats;
-use crate::stream::affinity::{cpu_for, place_current_thread};
 use crate::stream::Stream;
 use crate::sysinfo::{CpuUsage, TcpInfo};
 use crate::transport::tcp::connect;
@@ -32,7 +31,6 @@ use std::io::{self, Write};
 use std::net::TcpStream;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// iperf3's own port, the default with `--iperf3`.
@@ -183,8 +181,6 @@ fn expect(sock: &mut TcpStream, want: State, deadline: Instant) -> Result<()> {
     }
 }
 
-type Worker = JoinHandle<io::Result<Moved>>;
-
 /// Runs one test against an iperf3 server, telling `observer` about connected streams
 /// and the client's intervals.
 pub fn run_observed(
@@ -233,29 +229,15 @@ pub fn run_observed(
     let (meter_tx, meter_rx) = crate::interval::meter_channel(infos.len());
     let mut collector = Collector::new(start, infos.len(), cpu_start, settings);
     let watch = Arc::new(TestWatch::new(infos.len(), None, abort.clone()));
-    let workers: Vec<Worker> = streams
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut stream)| {
-            let settings = settings.clone();
-            let meter = Meter::new(i as u32, schedule, Some(meter_tx.clone()));
-            let cpu = cpu_for(&settings.client_cpus, i as u32);
-            let (abort, watch) = (abort.clone(), watch.clone());
-            let stall = cfg.stall_timeout;
-            std::thread::Builder::new()
-                .name(format!("fperf-iperf3-{i}"))
-                .spawn(move || {
-                    place_current_thread(cpu, settings.batch_threads())?;
-                    if Role::Client.sends_on(&settings, i as u32) {
-                        drive(&mut *stream, &settings, meter, &abort, None).map(Moved::from)
-                    } else {
-                        let pkt = settings.pktsize as usize;
-                        receive(stream, pkt, None, stall, meter, (&watch, i)).map(Moved::from)
-                    }
-                })
-                .context("cannot start a stream's thread")
-        })
-        .collect::<Result<_>>()?;
+    // An iperf3 server counts a test's bytes over all its streams, not each one's.
+    let workers = start_streams(
+        settings,
+        streams,
+        (schedule, &meter_tx),
+        (&abort, &watch),
+        cfg.stall_timeout,
+        false,
+    )?;
     drop(meter_tx);
     let mut intervals = Vec::new();
     let mut take_intervals = |collector: &mut Collector, observer: &mut dyn RunObserver| {
@@ -360,7 +342,7 @@ fn test_done(
     settings: &Settings,
     schedule: &Schedule,
     watch: &TestWatch,
-    workers: &[Worker],
+    workers: &[StreamThread],
 ) -> bool {
     let sent = workers
         .iter()
