@@ -155,6 +155,42 @@ pub(crate) struct Received {
     pub(crate) interrupted: bool,
 }
 
+/// Who a stream's figures belong to: its local and peer addresses and its congestion
+/// control, named before the stream is driven (once the peer closed, the socket no
+/// longer knows its peer).
+pub(crate) struct StreamNames {
+    local: String,
+    peer: String,
+    congestion: Option<String>,
+}
+
+impl StreamNames {
+    pub(crate) fn of(stream: &dyn Stream) -> StreamNames {
+        StreamNames {
+            local: stream.local_addr(),
+            peer: stream.peer_addr(),
+            congestion: stream.facts().congestion,
+        }
+    }
+}
+
+impl Received {
+    /// A sending stream's figures: what `driven` sent, from its start to `end`.
+    pub(crate) fn sent(driven: Driven, names: StreamNames, end: Instant) -> Received {
+        Received {
+            stats: driven.stats,
+            tcp: driven.tcp,
+            local: names.local,
+            peer: names.peer,
+            congestion: names.congestion,
+            rcvlowat: None,
+            rx_nap_us: None,
+            span: Some((driven.start, end)),
+            interrupted: driven.interrupted,
+        }
+    }
+}
+
 /// The most bytes a size-bounded stream may deliver before the server calls it a
 /// protocol violation.
 #[derive(Clone, Copy)]

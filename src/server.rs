@@ -16,7 +16,7 @@ use figures::{close_session, server_result};
 use crate::auth;
 use crate::control::session::{ServerSession, ServerStep};
 use crate::control::{self, Channel, ControlError, Message};
-use crate::engine::{receive, Ceiling, Received};
+use crate::engine::{receive, Ceiling, Received, StreamNames};
 use crate::interval::MeterMsg;
 use crate::limits::{TestWatch, Watchdog};
 use crate::pending::{PendingCaps, PendingSlot};
@@ -593,12 +593,7 @@ fn send_back(
     abort: &AtomicBool,
     watch: (&TestWatch, usize),
 ) -> io::Result<Received> {
-    // Named now: once the client has closed, the socket no longer knows its peer.
-    let (local, peer, congestion) = (
-        stream.local_addr(),
-        stream.peer_addr(),
-        stream.facts().congestion,
-    );
+    let names = StreamNames::of(&*stream);
     let driven = crate::engine::drive(&mut *stream, settings, meter, abort, Some(watch))?;
     let idle_ms = u32::try_from(idle.as_millis()).unwrap_or(u32::MAX).max(1);
     let mut scratch = [0u8; 64];
@@ -623,17 +618,7 @@ fn send_back(
             Err(e) => return Err(e),
         }
     };
-    Ok(Received {
-        stats: driven.stats,
-        tcp: driven.tcp,
-        local,
-        peer,
-        congestion,
-        rcvlowat: None,
-        rx_nap_us: None,
-        span: Some((driven.start, confirmed)),
-        interrupted: driven.interrupted,
-    })
+    Ok(Received::sent(driven, names, confirmed))
 }
 
 /// A session id no other client can guess.

@@ -13,7 +13,7 @@ use super::results::{self, StreamFigures};
 use super::udp;
 use super::wire::{self, Cookie, ErrorCode, State, COOKIE_LEN};
 use crate::control::session::IDENTIFY_WITHIN;
-use crate::engine::{drive, receive, Received};
+use crate::engine::{drive, receive, Received, StreamNames};
 use crate::interval::Meter;
 use crate::limits::{LimitError, StopReason, TestWatch, Watchdog};
 use crate::pending::PendingSlot;
@@ -408,23 +408,9 @@ fn send_until_end(
     abort: &AtomicBool,
     watch: (&TestWatch, usize),
 ) -> io::Result<Received> {
-    let (local, peer, congestion) = (
-        stream.local_addr(),
-        stream.peer_addr(),
-        stream.facts().congestion,
-    );
+    let names = StreamNames::of(&*stream);
     let driven = drive(&mut *stream, settings, meter, abort, Some(watch))?;
-    Ok(Received {
-        stats: driven.stats,
-        tcp: driven.tcp,
-        local,
-        peer,
-        congestion,
-        rcvlowat: None,
-        rx_nap_us: None,
-        span: Some((driven.start, Instant::now())),
-        interrupted: driven.interrupted,
-    })
+    Ok(Received::sent(driven, names, Instant::now()))
 }
 
 /// How a running test ended.
