@@ -159,7 +159,8 @@ pub struct Cli {
     #[arg(long, conflicts_with_all = ["server", "json", "sweep"])]
     json_stream: bool,
 
-    /// Write per-interval samples (one row per stream per interval) to FILE as CSV.
+    /// Write per-interval samples (one row per stream per interval; without -i, one
+    /// row per stream for the whole run) to FILE as CSV.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["server", "sweep"])]
     csv: Option<std::path::PathBuf>,
 

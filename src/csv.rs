@@ -1,5 +1,5 @@
 //! `--csv FILE`: per-interval samples, one row per stream per interval, with neper's
-//! columns.
+//! columns; without `-i`, one row per stream for the whole run.
 //!
 //! Columns: `time` (seconds from the start of the run to the end of the interval),
 //! `stream`, `bytes` (sent by the client, received by the server; the other way round

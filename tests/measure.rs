@@ -357,6 +357,38 @@ fn csv_has_neper_columns_and_one_row_per_stream_per_interval() {
     );
 }
 
+#[test]
+fn csv_without_intervals_has_one_row_per_stream_for_the_whole_run() {
+    let server = Server::start(&[]);
+    let path = std::env::temp_dir()
+        .join(format!(
+            "fperf-csv-run-{}-{}",
+            std::process::id(),
+            server.port
+        ))
+        .with_extension("csv");
+    let path_s = path.to_str().unwrap().to_string();
+    let doc = json_run(&server, &["-t", "2", "-m", "4", "--csv", &path_s]);
+    let text = std::fs::read_to_string(&path).expect("csv written");
+    let _ = std::fs::remove_file(&path);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "a row per stream:\n{text}");
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r[1], i.to_string());
+        assert_eq!(r[2], (4u64 << 20).to_string(), "the stream's bytes: {r:?}");
+        assert!(r.iter().all(|cell| cell.parse::<f64>().is_ok()), "{r:?}");
+    }
+    let transactions: u64 = rows.iter().map(|r| r[3].parse::<u64>().unwrap()).sum();
+    assert_eq!(
+        transactions,
+        u(&doc["client"]["total"]["send_latency"]["count"])
+    );
+}
+
 /// The number of points of each data line (and legend stroke, both drawn 2 wide; the
 /// axes are 1 wide) in an SVG file.
 fn svg_line_points(svg: &str) -> Vec<usize> {
