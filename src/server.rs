@@ -85,22 +85,26 @@ impl Server {
         let pending = PendingCaps::new(MAX_PENDING_PER_SOURCE, MAX_PENDING_GREETERS);
         let (events_tx, events_rx) = mpsc::channel::<ServerEvent>();
         on_event(ServerEvent::Listening);
+        // The listeners, fperf's own and iperf3's, each with its poll entry.
+        let listeners: Vec<(&TcpListener, Front)> = [(&self.listener, Front::Fperf)]
+            .into_iter()
+            .chain(self.iperf3.iter().map(|l| (l, Front::Iperf3)))
+            .collect();
+        let mut pfds: Vec<libc::pollfd> = listeners
+            .iter()
+            .map(|(l, _)| libc::pollfd {
+                fd: l.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
         while !stop.load(Ordering::Relaxed) {
             while let Ok(ev) = events_rx.try_recv() {
                 on_event(ev);
             }
-            let listeners: Vec<(&TcpListener, Front)> = [(&self.listener, Front::Fperf)]
-                .into_iter()
-                .chain(self.iperf3.iter().map(|l| (l, Front::Iperf3)))
-                .collect();
-            let mut pfds: Vec<libc::pollfd> = listeners
-                .iter()
-                .map(|(l, _)| libc::pollfd {
-                    fd: l.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                })
-                .collect();
+            for pfd in &mut pfds {
+                pfd.revents = 0;
+            }
             // SAFETY: `pfds` is a valid array of pollfds of the length given.
             let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 50) };
             if rc <= 0 {

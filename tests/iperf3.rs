@@ -46,26 +46,7 @@ fn iperf3(port: u16, args: &[&str]) -> (bool, Value) {
         .spawn()
         .expect("iperf3 is installed (scripts/setup.sh)");
     let out = collect(child.stdout.take().expect("stdout"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("iperf3 {args:?} did not finish in 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    // Its pipe ends with the process: wait for the reader to see the end.
-    let text = loop {
-        std::thread::sleep(Duration::from_millis(50));
-        let text = out.lock().expect("output").clone();
-        if serde_json::from_str::<Value>(&text).is_ok() || Instant::now() > deadline {
-            break text;
-        }
-    };
-    let doc: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let (status, doc) = finished_document(&mut child, &out, Duration::from_secs(60));
     (status.success() && doc.get("error").is_none(), doc)
 }
 
@@ -422,23 +403,36 @@ impl Iperf3Server {
 
     /// Its JSON document, once it has served its test and exited.
     fn document(mut self) -> Value {
-        let t0 = Instant::now();
-        while self.child.try_wait().expect("wait").is_none() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "iperf3 -s did not exit"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        finished_document(&mut self.child, &self.out, Duration::from_secs(30)).1
+    }
+}
+
+/// Waits up to `within` for an iperf3 run with `-J` to exit, then for its whole JSON
+/// document on `out` (the pipe's reader sees the end a little after the process).
+fn finished_document(
+    child: &mut std::process::Child,
+    out: &std::sync::Arc<std::sync::Mutex<String>>,
+    within: Duration,
+) -> (std::process::ExitStatus, Value) {
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
         }
-        let t0 = Instant::now();
-        loop {
-            let text = self.out.lock().expect("output").clone();
-            if let Ok(doc) = serde_json::from_str(&text) {
-                return doc;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(5), "{text}");
-            std::thread::sleep(Duration::from_millis(20));
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("iperf3 did not finish in {within:?}");
         }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = out.lock().expect("output").clone();
+        if let Ok(doc) = serde_json::from_str(&text) {
+            return (status, doc);
+        }
+        assert!(Instant::now() < deadline, "no whole JSON document: {text}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

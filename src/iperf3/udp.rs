@@ -39,7 +39,7 @@ pub struct Iperf3UdpStream {
     epoch: Instant,
     /// The next packet number to send.
     next: u64,
-    /// A packet being sent: header then payload.
+    /// The datagram being sent: header then filler, kept from one send to the next.
     scratch: Vec<u8>,
     tracker: SeqTracker,
     stats: StreamStats,
@@ -112,11 +112,14 @@ impl Stream for Iperf3UdpStream {
         check_abort(&self.abort)?;
         let start = Instant::now();
         let deadline = timeout.deadline_from(|| start);
-        // The datagram is the packet, its first bytes replaced by the header.
+        // The datagram is the header and filler to the packet's length (iperf3 reads
+        // nothing after the header), so only the header is written per datagram.
         let len = buf.len().max(self.header_len());
-        self.scratch.clear();
-        self.scratch.extend_from_slice(buf);
-        self.scratch.resize(len, 0);
+        if self.scratch.len() != len {
+            self.scratch.clear();
+            self.scratch.extend_from_slice(buf);
+            self.scratch.resize(len, 0);
+        }
         let now = self.epoch.elapsed();
         let secs = u32::try_from(now.as_secs()).unwrap_or(u32::MAX);
         self.scratch[..4].copy_from_slice(&secs.to_be_bytes());
