@@ -279,8 +279,11 @@ fn bad_input_on_the_iperf3_port_ends_in_time_and_the_server_goes_on() {
             .expect("timeout");
         s
     };
-    let cookie = {
+    // Each connection is a client of its own: one that is still being timed out must
+    // not take the next one's connection for its data.
+    let cookie = |client: u8| {
         let mut c = [b'a'; 37];
+        c[0] = b'a' + client;
         c[36] = 0;
         c
     };
@@ -303,26 +306,26 @@ fn bad_input_on_the_iperf3_port_ends_in_time_and_the_server_goes_on() {
     closed_within(connect(), 8);
     // A parameter message larger than allowed: an iperf3 error, then closed.
     let mut big = connect();
-    big.write_all(&cookie).expect("cookie");
+    big.write_all(&cookie(1)).expect("cookie");
     big.write_all(&(1u32 << 20).to_be_bytes()).expect("length");
     let answer = closed_within(big, 3);
     assert_eq!(answer.first(), Some(&9), "PARAM_EXCHANGE first");
     assert_eq!(answer.get(1), Some(&0xfe), "then SERVER_ERROR: {answer:?}");
     // A truncated one: closed within the control time-out.
     let mut short = connect();
-    short.write_all(&cookie).expect("cookie");
+    short.write_all(&cookie(2)).expect("cookie");
     short.write_all(&100u32.to_be_bytes()).expect("length");
     short.write_all(b"{\"tcp\":").expect("part");
     closed_within(short, 15);
     // Not JSON.
     let mut garbage = connect();
-    garbage.write_all(&cookie).expect("cookie");
+    garbage.write_all(&cookie(3)).expect("cookie");
     garbage.write_all(&4u32.to_be_bytes()).expect("length");
     garbage.write_all(b"\xff\xfe\x00[").expect("body");
     assert_eq!(closed_within(garbage, 3).get(1), Some(&0xfe));
     // An unknown state byte in the middle of a test ends it.
     let mut odd = connect();
-    odd.write_all(&cookie).expect("cookie");
+    odd.write_all(&cookie(4)).expect("cookie");
     let params = br#"{"tcp":true,"time":5,"parallel":1,"len":1000}"#;
     odd.write_all(&(params.len() as u32).to_be_bytes())
         .expect("length");
@@ -332,7 +335,7 @@ fn bad_input_on_the_iperf3_port_ends_in_time_and_the_server_goes_on() {
         .expect("PARAM_EXCHANGE, CREATE_STREAMS");
     assert_eq!(state, [9, 10]);
     let mut data = connect();
-    data.write_all(&cookie).expect("data cookie");
+    data.write_all(&cookie(4)).expect("data cookie");
     let mut go = [0u8; 2];
     odd.read_exact(&mut go).expect("TEST_START, TEST_RUNNING");
     assert_eq!(go, [1, 2]);
