@@ -8,7 +8,8 @@
 #   needs_rdma_device::                an RDMA device (/sys/class/infiniband)
 #   needs_no_rdma_device::             no RDMA device (the errors saying how to add one)
 #   tests/softroce_vm.rs               QEMU and a kernel package for the Soft-RoCE VM
-#   tests/iperf3.rs                    the iperf3 program
+#   tests/iperf3.rs                    the iperf3 program (Debian's, then a current
+#                                      release that scripts/iperf3-current.sh fetches)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -40,6 +41,14 @@ if command -v iperf3 >/dev/null 2>&1; then
 else
   not_run+=("needs iperf3: not installed")
 fi
+# The same against a current iperf3 release (Debian 13's, unpacked under target/).
+current_rc=0
+current_iperf3="$(scripts/iperf3-current.sh 2>target/iperf3-current.log)" || current_rc=$?
+case "$current_rc" in
+  0) FPERF_IPERF3="$current_iperf3" gated iperf3 ;;
+  3) not_run+=("the iperf3 tests against a current release: $(tail -n 1 target/iperf3-current.log)") ;;
+  *) cat target/iperf3-current.log >&2; exit "$current_rc" ;;
+esac
 vm_rc=0
 vm_why="$(scripts/softroce/run.sh --prepare 2>&1 >/dev/null)" || vm_rc=$?
 case "$vm_rc" in

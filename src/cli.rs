@@ -151,9 +151,17 @@ pub struct Cli {
     omit: Option<f64>,
 
     /// Print one JSON document for the run (both ends' figures) and nothing else on
-    /// stdout. Layout: docs/json.md.
-    #[arg(long, conflicts_with = "server")]
-    json: bool,
+    /// stdout. Layout: docs/json.md. --json=iperf3 writes it in the layout of iperf3's
+    /// -J, with a line per second unless -i says otherwise.
+    #[arg(
+        long,
+        value_name = "LAYOUT",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "fperf",
+        conflicts_with = "server"
+    )]
+    json: Option<JsonLayout>,
 
     /// Print one JSON object per line per event (start, interval, end).
     #[arg(long, conflicts_with_all = ["server", "json", "sweep"])]
@@ -716,7 +724,9 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
             break;
         }
         if arg == "-J" {
-            return Some("-J is iperf3's; fperf's JSON is --json".into());
+            return Some(
+                "-J is iperf3's; fperf's JSON is --json (--json=iperf3 in iperf3's layout)".into(),
+            );
         }
         if let Some(n) = value(i, "-P") {
             return Some(format!("-P is iperf3's; fperf's streams are -t {n}"));
@@ -757,12 +767,26 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
     None
 }
 
+/// The layout of `--json`'s document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum JsonLayout {
+    /// fperf's own (docs/json.md).
+    Fperf,
+    /// iperf3's `-J`, with fperf's own document under the key `fperf`.
+    Iperf3,
+}
+
 impl Cli {
     /// Every flag checked, and turned into what to run.
     pub fn config(&self) -> Result<Config> {
         // Server mode takes its settings from each client; checking the flags given
         // still catches a mistyped combination before anything starts.
-        let settings = self.settings()?;
+        let mut settings = self.settings()?;
+        if self.json == Some(JsonLayout::Iperf3) {
+            fperf::output::iperf3_json::check(&settings)?;
+            // iperf3's layout always has intervals: iperf3's default is one a second.
+            settings.interval_ms.get_or_insert(1000);
+        }
         let auth = AuthKey::from_cli(self.guard.auth_key.as_deref())?;
         let idle = Duration::from_secs(self.guard.idle_timeout);
         if self.server {
@@ -836,21 +860,33 @@ impl Cli {
     /// The outputs asked for.
     fn output(&self) -> Result<Output> {
         let mode = match (self.json, self.json_stream) {
-            (true, _) => Mode::Json,
-            (_, true) => Mode::JsonStream,
-            _ => Mode::Human,
+            (Some(JsonLayout::Fperf), _) => Mode::Json,
+            (Some(JsonLayout::Iperf3), _) => Mode::Iperf3Json,
+            (None, true) => Mode::JsonStream,
+            (None, false) => Mode::Human,
         };
         let sweep = self.sweep.as_deref().map(fperf::sweep::parse).transpose()?;
+        if mode == Mode::Iperf3Json && sweep.is_some() {
+            bail!("--json=iperf3 describes one run; a --sweep's document is --json");
+        }
         // Made now, so a path that cannot be written fails before the test, not after.
         if let Some(path) = &self.plot {
             File::create(path)
                 .with_context(|| format!("cannot create --plot file {}", path.display()))?;
         }
+        let host = match (self.loopback, &self.client) {
+            (false, Some(host)) => host.clone(),
+            _ => self
+                .bind
+                .unwrap_or(IpAddr::from([127, 0, 0, 1]))
+                .to_string(),
+        };
         Ok(Output {
             mode,
             csv: self.csv.clone(),
             plot: self.plot.clone(),
             sweep,
+            server: (host, self.port()),
         })
     }
 }
@@ -870,6 +906,25 @@ mod tests {
             Ok(_) => panic!("{args:?} was accepted"),
             Err(e) => format!("{e:#}"),
         }
+    }
+
+    #[test]
+    fn json_takes_iperf3s_layout_for_bulk_tcp_and_udp_runs_with_intervals() {
+        let Ok(Config::Client { client, output }) = config(&["-c", "h", "--json=iperf3", "-u"])
+        else {
+            panic!("client")
+        };
+        assert_eq!(output.mode, Mode::Iperf3Json);
+        assert_eq!(output.server, ("h".to_owned(), DEFAULT_PORT));
+        assert_eq!(client.settings.interval_ms, Some(1000));
+        let Ok(Config::Client { client, .. }) = config(&["-c", "h", "--json=iperf3", "-i", "0.5"])
+        else {
+            panic!("client")
+        };
+        assert_eq!(client.settings.interval_ms, Some(500));
+        assert!(error(&["-c", "h", "--json=iperf3", "-r"]).contains("bulk runs only"));
+        assert!(error(&["-c", "h", "--json=iperf3", "--sweep", "mb=1,2"]).contains("one run"));
+        assert!(error(&["-c", "h", "--json=yaml"]).contains("invalid value"));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::results::{Figures, IntervalResult, Role, SideResult, SideTotals, Stre
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, place_current_thread};
+use crate::stream::SocketBuffers;
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
 use crate::transport::{self, tcp::connect, ClientCtx};
 use anyhow::{anyhow, bail, Context, Result};
@@ -69,11 +70,16 @@ pub struct StreamInfo {
     pub peer: String,
     /// TCP: the congestion control algorithm of the stream's sockets.
     pub congestion: Option<String>,
+    /// The first socket's buffers (TCP and UDP).
+    pub buffers: Option<SocketBuffers>,
 }
 
 /// The outcome of a client run.
 #[derive(Clone, Debug)]
 pub struct ClientOutcome {
+    /// What the server knows the test by: fperf's session number, or the cookie of
+    /// iperf3's protocol.
+    pub test_id: String,
     pub client: SideResult,
     pub server: SideResult,
     /// The run was cut short by the abort flag (Ctrl-C).
@@ -289,6 +295,7 @@ pub fn run_observed(
         client_intervals,
     );
     Ok(ClientOutcome {
+        test_id: format!("{session:016x}"),
         client,
         server: server_result,
         interrupted,
@@ -348,11 +355,15 @@ pub(crate) fn stream_infos(streams: &[Box<dyn crate::stream::Stream>]) -> Vec<St
     streams
         .iter()
         .enumerate()
-        .map(|(i, s)| StreamInfo {
-            index: i as u32,
-            local: s.local_addr(),
-            peer: s.peer_addr(),
-            congestion: s.facts().congestion,
+        .map(|(i, s)| {
+            let facts = s.facts();
+            StreamInfo {
+                index: i as u32,
+                local: s.local_addr(),
+                peer: s.peer_addr(),
+                congestion: facts.congestion,
+                buffers: facts.buffers,
+            }
         })
         .collect()
 }

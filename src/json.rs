@@ -53,8 +53,39 @@ impl StartTime {
 
 /// `secs` since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (proleptic Gregorian calendar).
 fn rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
+    let (year, month, day) = civil_date(secs);
     let rem = secs % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `secs` since the epoch as HTTP writes dates (`Thu, 26 Nov 2026 08:00:35 GMT`), the
+/// form of iperf3's `timestamp.time`.
+pub fn http_date(secs: u64) -> String {
+    const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let (year, month, day) = civil_date(secs);
+    let rem = secs % 86_400;
+    // The epoch was a Thursday.
+    let weekday = WEEKDAYS[(secs / 86_400 % 7) as usize];
+    let month = MONTHS[(month - 1) as usize];
+    format!(
+        "{weekday}, {day:02} {month} {year:04} {:02}:{:02}:{:02} GMT",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The (year, month 1-12, day 1-31) of `secs` since the epoch, in UTC.
+fn civil_date(secs: u64) -> (i64, i64, i64) {
+    let days = (secs / 86_400) as i64;
     // Howard Hinnant's days-to-civil algorithm.
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -65,12 +96,7 @@ fn rfc3339(secs: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    (year, month, day)
 }
 
 /// Figures with their derived rates.
@@ -404,6 +430,9 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(http_date(951_782_400), "Tue, 29 Feb 2000 00:00:00 GMT");
+        assert_eq!(http_date(1_700_000_000), "Tue, 14 Nov 2023 22:13:20 GMT");
     }
 
     #[test]

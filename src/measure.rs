@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use fperf::client::{self, ClientConfig};
 use fperf::json::{self, RunDoc, StartTime, SweepDoc, SweepRecord};
 use fperf::output::csv::Csv;
+use fperf::output::iperf3_json::Iperf3Json;
 use fperf::output::json::Json;
 use fperf::output::json_stream::JsonStream;
 use fperf::output::plot::{run_label, Plot};
@@ -27,6 +28,8 @@ pub enum Mode {
     Human,
     /// One JSON document at the end.
     Json,
+    /// One JSON document at the end, in iperf3's layout.
+    Iperf3Json,
     /// One JSON object per line per event.
     JsonStream,
 }
@@ -38,6 +41,8 @@ pub struct Output {
     /// `--plot`: the SVG file to draw the run's latency distribution (or the sweep) in.
     pub plot: Option<std::path::PathBuf>,
     pub sweep: Option<Sweep>,
+    /// The server as given on the command line, and its port.
+    pub server: (String, u16),
 }
 
 impl Output {
@@ -49,6 +54,10 @@ impl Output {
         match self.mode {
             Mode::Human if !sweep_run => sinks.push(Box::new(Text::new(Stdout))),
             Mode::Json if !sweep_run => sinks.push(Box::new(Json::new(Stdout))),
+            Mode::Iperf3Json => {
+                let (host, port) = self.server.clone();
+                sinks.push(Box::new(Iperf3Json::new(Stdout, host, port)));
+            }
             Mode::JsonStream => sinks.push(Box::new(JsonStream::new(Stdout))),
             _ => {}
         }

@@ -162,6 +162,12 @@ pub struct TcpInfo {
     pub srtt_us: u32,
     /// Round-trip time variation, mean over the sockets, in microseconds.
     pub rttvar_us: u32,
+    /// Send windows the peers advertised, added up, in bytes.
+    pub snd_wnd_bytes: u64,
+    /// Maximum segment size for sending, the smallest over the sockets, in bytes.
+    pub mss: u32,
+    /// Path MTU, the smallest over the sockets, in bytes.
+    pub pmtu: u32,
 }
 
 impl TcpInfo {
@@ -179,6 +185,14 @@ impl TcpInfo {
         self.sockets += other.sockets;
         self.retransmits += other.retransmits;
         self.cwnd_bytes += other.cwnd_bytes;
+        self.snd_wnd_bytes += other.snd_wnd_bytes;
+        // 0 is "not known" (a kernel too old to say): the other's figure stands.
+        let least = |a: u32, b: u32| match (a, b) {
+            (0, x) | (x, 0) => x,
+            (a, b) => a.min(b),
+        };
+        self.mss = least(self.mss, other.mss);
+        self.pmtu = least(self.pmtu, other.pmtu);
     }
 
     /// The figures of an interval: retransmits since `earlier`, the rest as now.
@@ -264,6 +278,9 @@ mod tests {
             cwnd_bytes: 100,
             srtt_us: 10,
             rttvar_us: 2,
+            snd_wnd_bytes: 1000,
+            mss: 1448,
+            pmtu: 0,
         };
         a.merge(&TcpInfo {
             sockets: 3,
@@ -271,6 +288,9 @@ mod tests {
             cwnd_bytes: 300,
             srtt_us: 30,
             rttvar_us: 6,
+            snd_wnd_bytes: 3000,
+            mss: 1400,
+            pmtu: 1500,
         });
         assert_eq!(
             a,
@@ -279,7 +299,10 @@ mod tests {
                 retransmits: 3,
                 cwnd_bytes: 400,
                 srtt_us: 25,
-                rttvar_us: 5
+                rttvar_us: 5,
+                snd_wnd_bytes: 4000,
+                mss: 1400,
+                pmtu: 1500,
             }
         );
         let later = TcpInfo {

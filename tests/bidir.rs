@@ -92,6 +92,35 @@ fn json_counts_each_direction_and_each_stream() {
 }
 
 #[test]
+fn udp_runs_both_ways_and_each_receiver_accounts_for_every_datagram() {
+    let server = Server::start(&[]);
+    let out = client_ok(
+        &server,
+        "127.0.0.1",
+        &[
+            "-u", "--bidir", "-t", "2", "-m", "4", "-l", "8K", "-b", "200M", "--json",
+        ],
+    );
+    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+    let (c, s) = (&doc["client"], &doc["server"]);
+    let datagrams = 2 * 4 * MB / (8 << 10);
+    // Each direction: every datagram its sender sent is received or counted lost.
+    for (sender, receiver, total) in [(c, s, "total"), (s, c, "reverse_total")] {
+        let sent = &sender[total]["datagrams"];
+        let got = &receiver[total]["datagrams"];
+        assert_eq!(u(&sent["sent"]), datagrams, "{doc}");
+        assert_eq!(u(&sender[total]["bytes_sent"]), 8 * MB, "{doc}");
+        assert_eq!(u(&got["peer_sent"]), datagrams, "{doc}");
+        assert_eq!(
+            u(&got["received"]) - u(&got["duplicates"]) + u(&got["lost"]),
+            datagrams,
+            "{doc}"
+        );
+        assert!(u(&got["received"]) > datagrams / 2, "{doc}");
+    }
+}
+
+#[test]
 fn a_timed_run_has_interval_lines_for_both_directions() {
     let server = Server::start(&[]);
     let client = client_ok(

@@ -94,8 +94,8 @@ fn invalid_combinations_are_refused() {
         "--reverse turns bulk sending around",
     );
     refused(
-        &["-c", "127.0.0.1", "-u", "--bidir"],
-        "--bidir is implemented for TCP only",
+        &["-c", "127.0.0.1", "-R", "--bidir"],
+        "--bidir is implemented for TCP and UDP only",
     );
     for flag in ["--reverse", "-r", "--crr", "--echo"] {
         refused(

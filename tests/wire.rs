@@ -75,6 +75,9 @@ fn figures() -> Figures {
             cwnd_bytes: 65536,
             srtt_us: 20,
             rttvar_us: 3,
+            snd_wnd_bytes: 131072,
+            mss: 1448,
+            pmtu: 1500,
         }),
     }
 }

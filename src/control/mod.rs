@@ -28,8 +28,8 @@ use thiserror::Error;
 /// with a new version. 2: the settings `reverse`, `crr` and `bidir` and the
 /// `ClientDataReceived` message, which a version-1 server would have ignored (and then
 /// waited out its idle time-out). 3: the settings carry only their own transport's
-/// options.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// options. 4: TCP figures carry the send window, MSS and path MTU.
+pub const PROTOCOL_VERSION: u32 = 4;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.

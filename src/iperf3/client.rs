@@ -60,12 +60,6 @@ pub fn check(settings: &Settings) -> Result<(), String> {
                     "--gso, --gro and --udp-batch: iperf3's UDP goes one datagram per call".into(),
                 );
             }
-            if settings.workload == Workload::Bidir {
-                return Err(
-                    "-u with --bidir: fperf runs UDP one way at a time against iperf3 servers"
-                        .into(),
-                );
-            }
         }
         TransportSettings::Rdma(_) => return Err("-R: iperf3 servers have no RDMA".into()),
     }
@@ -305,6 +299,7 @@ pub fn run_observed(
     let (client, send_latency) =
         client_result(settings, &moved, &infos, (end, None), cpu, intervals);
     Ok(ClientOutcome {
+        test_id: cookie.text().to_owned(),
         client,
         server,
         interrupted: user_stopped,

@@ -7,7 +7,7 @@
 
 use crate::stats::{span_ns, StreamStats};
 use crate::stream::udp_wire::{Arrival, SeqTracker};
-use crate::stream::{check_abort, Deadline, SocketFacts, Stream, Timeout};
+use crate::stream::{check_abort, Deadline, SocketBuffers, SocketFacts, Stream, Timeout};
 use bytes::Bytes;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
@@ -220,7 +220,10 @@ impl Stream for Iperf3UdpStream {
     }
 
     fn facts(&self) -> SocketFacts {
-        SocketFacts::default()
+        SocketFacts {
+            buffers: SocketBuffers::of(&self.sock),
+            ..SocketFacts::default()
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //!
 //! - [`text::Text`]: the human report, with interval lines;
 //! - [`json::Json`]: one JSON document at the end (`--json`);
+//! - [`iperf3_json::Iperf3Json`]: the same in iperf3's `-J` layout (`--json=iperf3`);
 //! - [`json_stream::JsonStream`]: one JSON object per event and line (`--json-stream`);
 //! - [`csv::Csv`]: a row per stream and interval (`--csv`);
 //! - [`plot::Plot`]: the latency distribution as an SVG picture (`--plot`).
@@ -11,6 +12,7 @@
 //! or file they are given: the library never prints on its own.
 
 pub mod csv;
+pub mod iperf3_json;
 pub mod json;
 pub mod json_stream;
 pub mod plot;

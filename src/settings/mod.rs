@@ -727,7 +727,7 @@ mod tests {
     }
 
     #[test]
-    fn bidir_refuses_other_transports_and_odd_stream_counts() {
+    fn bidir_refuses_rdma_and_odd_stream_counts() {
         let bidir = Settings {
             workload: Workload::Bidir,
             nstreams: 2,
@@ -746,9 +746,14 @@ mod tests {
             nstreams: 2,
             ..udp()
         };
+        assert_eq!(over_udp.validate(), Ok(()));
+        let over_rdma = Settings {
+            transport: TransportSettings::Rdma(RdmaSettings::default()),
+            ..over_udp
+        };
         assert_eq!(
-            over_udp.validate(),
-            Err(WorkloadError::BidirTcpOnly("UDP").into())
+            over_rdma.validate(),
+            Err(WorkloadError::BidirUnsupported("RDMA").into())
         );
     }
 }

@@ -334,6 +334,27 @@ pub struct SocketFacts {
     pub rcvlowat: Option<u32>,
     /// How long a read naps while data flows (see [`StreamOptions::rx_nap`]).
     pub rx_nap: Option<Duration>,
+    /// The first socket's buffers.
+    pub buffers: Option<SocketBuffers>,
+}
+
+/// A socket's buffer sizes as `getsockopt` reports them: Linux reports twice what was
+/// set, the extra half for its own bookkeeping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SocketBuffers {
+    pub send: u64,
+    pub receive: u64,
+}
+
+impl SocketBuffers {
+    /// The buffers of `sock`; `None` when the kernel cannot say.
+    pub fn of(sock: &impl std::os::fd::AsFd) -> Option<SocketBuffers> {
+        let s = socket2::SockRef::from(sock);
+        Some(SocketBuffers {
+            send: s.send_buffer_size().ok()? as u64,
+            receive: s.recv_buffer_size().ok()? as u64,
+        })
+    }
 }
 
 #[cfg(test)]

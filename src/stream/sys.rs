@@ -138,16 +138,19 @@ pub(crate) fn tcp_quickack(fd: &impl AsRawFd) -> io::Result<()> {
     set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
 }
 
-/// Reads `TCP_INFO`: (retransmitted segments in total, congestion window in bytes,
-/// smoothed RTT in µs, RTT variation in µs).
-pub(crate) fn tcp_info(fd: &impl AsRawFd) -> io::Result<(u64, u64, u32, u32)> {
+/// Reads `TCP_INFO` of one socket. A kernel older than a field leaves it 0.
+pub(crate) fn tcp_info(fd: &impl AsRawFd) -> io::Result<crate::sysinfo::TcpInfo> {
     let info = read_tcp_info(fd)?;
-    Ok((
-        u64::from(info.tcpi_total_retrans),
-        u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
-        info.tcpi_rtt,
-        info.tcpi_rttvar,
-    ))
+    Ok(crate::sysinfo::TcpInfo {
+        sockets: 1,
+        retransmits: u64::from(info.tcpi_total_retrans),
+        cwnd_bytes: u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
+        srtt_us: info.tcpi_rtt,
+        rttvar_us: info.tcpi_rttvar,
+        snd_wnd_bytes: u64::from(info.tcpi_snd_wnd),
+        mss: info.tcpi_snd_mss,
+        pmtu: info.tcpi_pmtu,
+    })
 }
 
 /// `tcpi_options` bit: both ends agreed to scale windows (`linux/tcp.h`).

@@ -35,7 +35,7 @@ use super::socket_calls::DataSocket;
 use super::sys::{receive_window_short_of, set_window, tcp_info, tcp_quickack};
 use super::uring::{no_wait, Ring};
 use super::zerocopy::{ZeroCopy, ZeroCopyWriter};
-use super::{Deadline, SocketFacts, Stream, StreamOptions, Timeout};
+use super::{Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
 use crate::stats::{span_ns, StreamStats};
 use crate::transport::tcp::settings::RECV_CHUNK;
 use bytes::Bytes;
@@ -908,6 +908,12 @@ impl Stream for TcpStream {
             congestion: self.in_force.congestion.clone(),
             rcvlowat: self.in_force.rcvlowat,
             rx_nap: self.rx_nap(),
+            // rsockets are not kernel sockets.
+            buffers: self
+                .sockets
+                .iter()
+                .find(|s| s.sock.calls().kernel)
+                .and_then(|s| SocketBuffers::of(&*s.sock)),
         }
     }
 }
@@ -919,14 +925,7 @@ impl TcpStream {
         // rsockets have no TCP_INFO: no figures rather than made-up ones.
         for s in self.sockets.iter().filter(|s| s.sock.calls().kernel) {
             // A socket the kernel cannot describe (already torn down) adds nothing.
-            if let Ok((retransmits, cwnd_bytes, srtt_us, rttvar_us)) = tcp_info(&*s.sock) {
-                let one = crate::sysinfo::TcpInfo {
-                    sockets: 1,
-                    retransmits,
-                    cwnd_bytes,
-                    srtt_us,
-                    rttvar_us,
-                };
+            if let Ok(one) = tcp_info(&*s.sock) {
                 crate::sysinfo::TcpInfo::merge_opt(&mut total, Some(&one));
             }
         }

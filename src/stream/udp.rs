@@ -47,7 +47,7 @@ use super::sender::{LazySenders, PacketSink, Senders};
 use super::sys::{set_int_opt, set_window, size_buffer, Direction};
 use super::udp_batch::{RecvBatch, SendBatch, Sent};
 use super::udp_wire::{Arrival, BufferGrant, Header, SeqTracker, HEADER_LEN};
-use super::{check_abort, Deadline, Stream, StreamOptions, Timeout};
+use super::{check_abort, Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
 use crate::control::{self, ControlError, Message};
 use crate::stats::{span_ns, StreamStats};
 use crate::transport::udp::settings::MAX_RETRIES;
@@ -943,6 +943,13 @@ impl Stream for UdpStream {
 
     fn local_addr(&self) -> String {
         super::addr_text(self.sockets[0].sock.local_addr())
+    }
+
+    fn facts(&self) -> SocketFacts {
+        SocketFacts {
+            buffers: SocketBuffers::of(&*self.sockets[0].sock),
+            ..SocketFacts::default()
+        }
     }
 
     fn peer_addr(&self) -> String {

@@ -20,8 +20,8 @@ impl Behaviour for Bidir {
 
     fn check(&self, run: &RunShape, transport: &TransportSettings) -> Result<(), WorkloadError> {
         let protocol = transport.protocol();
-        if protocol != Protocol::Tcp {
-            return Err(WorkloadError::BidirTcpOnly(protocol.name()));
+        if !matches!(protocol, Protocol::Tcp | Protocol::Udp) {
+            return Err(WorkloadError::BidirUnsupported(protocol.name()));
         }
         if run.nstreams % 2 != 0 {
             return Err(WorkloadError::BidirOddStreams(run.nstreams));

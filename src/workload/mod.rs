@@ -119,8 +119,10 @@ pub enum WorkloadError {
     ReverseUnsupported(&'static str),
     #[error("--reverse turns bulk sending around; -r, --echo and --crr time each packet from the client")]
     ReverseMprtt,
-    #[error("--bidir is implemented for TCP only in this build; it cannot be used with {0}")]
-    BidirTcpOnly(&'static str),
+    #[error(
+        "--bidir is implemented for TCP and UDP only in this build; it cannot be used with {0}"
+    )]
+    BidirUnsupported(&'static str),
     #[error("--bidir runs bulk both ways; it cannot be used with {0}")]
     BidirConflict(&'static str),
     #[error("--bidir needs an even number of streams, half each way, not {0}")]
