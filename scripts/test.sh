@@ -11,7 +11,7 @@
 #   tests/iperf3.rs                    the iperf3 program
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --tests
 threads="${FPERF_TEST_THREADS:-4}"
 cargo build --release --all-targets
 cargo test --release --all-targets -- --test-threads="$threads"
