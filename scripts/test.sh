@@ -9,6 +9,8 @@
 #   needs_no_rdma_device::             no RDMA device (the errors saying how to add one)
 #   tests/softroce_vm.rs               QEMU and a kernel package for the Soft-RoCE VM
 #   tests/iperf3.rs                    the iperf3 program
+#   scripts/package-check.sh           root (it installs the Debian package into a
+#                                      scratch directory), and systemd-analyze for the unit
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
@@ -40,6 +42,11 @@ if command -v iperf3 >/dev/null 2>&1; then
 else
   not_run+=("needs iperf3: not installed")
 fi
+# The Debian package, installed into a scratch directory and checked there.
+scripts/package-check.sh | tee target/package-check.log
+while IFS= read -r why; do
+  not_run+=("the package check: ${why#package check: skipped: }")
+done < <(grep '^package check: skipped: ' target/package-check.log || true)
 vm_rc=0
 vm_why="$(scripts/softroce/run.sh --prepare 2>&1 >/dev/null)" || vm_rc=$?
 case "$vm_rc" in
@@ -61,7 +68,7 @@ else
   exit 1
 fi
 for why in "${not_run[@]}"; do
-  echo "ignored here (listed as ignored above): $why"
+  echo "not run here (listed above as ignored or skipped): $why"
 done
 # bench/compare's target verdicts and pooling (made-up samples; nothing is run).
 python3 -m unittest discover -s bench -p 'test_*.py'
