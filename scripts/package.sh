@@ -20,4 +20,8 @@ mkdir -p "$generated"
 "$fperf" --generate complete-bash >"$generated/fperf.bash"
 "$fperf" --generate complete-zsh >"$generated/_fperf"
 "$fperf" --generate complete-fish >"$generated/fperf.fish"
-cargo deb --no-build --strip --quiet
+# One package in target/debian, whatever the target directory: deploy/Containerfile
+# installs the one it finds there.
+mkdir -p target/debian
+rm -f target/debian/fperf_*.deb
+cargo deb --no-build --strip --quiet --output target/debian/

@@ -27,12 +27,14 @@ tests=(
   python3        # bench/compare and its tests
   iperf3         # tests/iperf3.rs: unmodified iperf3 clients against an fperf server
   # The package check (scripts/package-check.sh): the installed copy's man page,
-  # completions and service unit.
+  # completions and service unit, and the container image, made without a registry.
   dpkg-dev       # dpkg-shlibdeps, which the package's library dependencies come from
   man-db
   systemd
   zsh
   fish
+  buildah
+  mmdebstrap
 )
 
 case "${1:-}" in

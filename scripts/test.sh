@@ -10,7 +10,8 @@
 #   tests/softroce_vm.rs               QEMU and a kernel package for the Soft-RoCE VM
 #   tests/iperf3.rs                    the iperf3 program
 #   scripts/package-check.sh           root (it installs the Debian package into a
-#                                      scratch directory), and systemd-analyze for the unit
+#                                      scratch directory); systemd-analyze for the unit;
+#                                      buildah and Debian's archive for the image
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
@@ -42,7 +43,8 @@ if command -v iperf3 >/dev/null 2>&1; then
 else
   not_run+=("needs iperf3: not installed")
 fi
-# The Debian package, installed into a scratch directory and checked there.
+# The Debian package, installed into a scratch directory and checked there, and the
+# container image made from it.
 scripts/package-check.sh | tee target/package-check.log
 while IFS= read -r why; do
   not_run+=("the package check: ${why#package check: skipped: }")
