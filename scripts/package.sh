@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 if ! cargo deb --version >/dev/null 2>&1; then
   echo "package: installing cargo-deb (once)" >&2
-  cargo install --locked cargo-deb >&2
+  cargo install --locked --version '^3' cargo-deb >&2
 fi
 cargo build --release >&2
 fperf="${CARGO_TARGET_DIR:-target}/release/fperf"
