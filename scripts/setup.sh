@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Installs what fperf's build and tests need on a fresh Debian machine (run as root).
-# Idempotent: packages already present are left alone.
+# Installs what fperf needs on a Debian machine (as root; packages already present are
+# left alone):
+#   scripts/setup.sh           what building fperf needs, beside a Rust toolchain
+#   scripts/setup.sh --tests   that, and what the test suite needs (scripts/test.sh)
 set -euo pipefail
 
-packages=(
-  iproute2      # ip netns / veth for the network-namespace tests
-  nftables      # packet-loss injection in the network-namespace tests
-  libclang-dev  # bindgen, for the libfabric bindings
-  clang
-  libfabric-dev # libfabric headers (fperf loads the library at run time)
-  libfabric-bin # fi_info, and the library itself for the ofi tests
-  pkg-config
+build=(
+  gcc libc6-dev  # Rust's linker, and the C compiler the two items below use
+  libclang-dev   # bindgen reads the libfabric headers with libclang
+  libfabric-dev  # the libfabric headers (fperf loads the library at run time)
+  cmake make     # sideway (RDMA verbs) builds its shims; libibverbs and librdmacm are
+                 # loaded at run time
+)
+tests=(
+  iproute2       # ip netns / veth for the network-namespace tests
+  nftables       # packet-loss injection in the network-namespace tests
+  libfabric-bin  # fi_info, and the library itself for the libfabric tests
   # The Soft-RoCE VM (scripts/softroce/run.sh, tests/softroce_vm.rs); it fetches the
   # kernel package itself.
   qemu-system-x86
@@ -19,10 +24,25 @@ packages=(
   cpio
   ibverbs-utils
   rdmacm-utils
-  cmake         # sideway's rdma-mummy-sys (libibverbs/librdmacm loaded at run time)
-  python3       # bench/compare and its tests
-  iperf3        # tests/iperf3.rs: unmodified iperf3 clients against an fperf server
+  python3        # bench/compare and its tests
+  iperf3         # tests/iperf3.rs: unmodified iperf3 clients against an fperf server
+  curl xz-utils  # scripts/iperf3-current.sh fetches a current iperf3 from Debian 13
+  # The package check (scripts/package-check.sh): the installed copy's man page,
+  # completions and service unit, and the container image, made without a registry.
+  dpkg-dev       # dpkg-shlibdeps, which the package's library dependencies come from
+  man-db
+  systemd
+  zsh
+  fish
+  buildah
+  mmdebstrap
 )
+
+case "${1:-}" in
+  "") packages=("${build[@]}") ;;
+  --tests) packages=("${build[@]}" "${tests[@]}") ;;
+  *) echo "usage: scripts/setup.sh [--tests]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -10,9 +10,12 @@
 #   tests/softroce_vm.rs               QEMU and a kernel package for the Soft-RoCE VM
 #   tests/iperf3.rs                    the iperf3 program (Debian's, then a current
 #                                      release that scripts/iperf3-current.sh fetches)
+#   scripts/package-check.sh           root (it installs the Debian package into a
+#                                      scratch directory); systemd-analyze for the unit;
+#                                      buildah and Debian's archive for the image
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --tests
 threads="${FPERF_TEST_THREADS:-4}"
 cargo build --release --all-targets
 cargo test --release --all-targets -- --test-threads="$threads"
@@ -49,6 +52,12 @@ case "$current_rc" in
   3) not_run+=("the iperf3 tests against a current release: $(tail -n 1 target/iperf3-current.log)") ;;
   *) cat target/iperf3-current.log >&2; exit "$current_rc" ;;
 esac
+# The Debian package, installed into a scratch directory and checked there, and the
+# container image made from it.
+scripts/package-check.sh | tee target/package-check.log
+while IFS= read -r why; do
+  not_run+=("the package check: ${why#package check: skipped: }")
+done < <(grep '^package check: skipped: ' target/package-check.log || true)
 vm_rc=0
 vm_why="$(scripts/softroce/run.sh --prepare 2>&1 >/dev/null)" || vm_rc=$?
 case "$vm_rc" in
@@ -70,7 +79,7 @@ else
   exit 1
 fi
 for why in "${not_run[@]}"; do
-  echo "ignored here (listed as ignored above): $why"
+  echo "not run here (listed above as ignored or skipped): $why"
 done
 # bench/compare's target verdicts and pooling (made-up samples; nothing is run).
 python3 -m unittest discover -s bench -p 'test_*.py'

@@ -29,6 +29,7 @@ macro_rules! outln {
 }
 
 mod cli;
+mod generate;
 mod measure;
 use fperf::server::{Server, ServerConfig, ServerEvent};
 use std::io::Write;
@@ -38,6 +39,9 @@ use std::sync::{Arc, Mutex};
 
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(code) = generate::run_if_asked(&args) {
+        return code;
+    }
     if let Some(hint) = cli::iperf3_habit(&args) {
         eprintln!("fperf: {hint} (see fperf --help)");
         return ExitCode::from(2);

@@ -50,7 +50,7 @@ fn iperf3(port: u16, args: &[&str]) -> (bool, Value) {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("iperf3 is installed (scripts/setup.sh)");
+        .expect("iperf3 is installed (scripts/setup.sh --tests)");
     let out = collect(child.stdout.take().expect("stdout"));
     let (status, doc) = finished_document(&mut child, &out, Duration::from_secs(60));
     (status.success() && doc.get("error").is_none(), doc)
@@ -411,7 +411,7 @@ impl Iperf3Server {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .expect("iperf3 is installed (scripts/setup.sh)");
+            .expect("iperf3 is installed (scripts/setup.sh --tests)");
         let out = collect(child.stdout.take().expect("stdout"));
         // A connection to see whether it listens would be its one test: the kernel's
         // table of listening sockets says so instead.
