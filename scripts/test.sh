@@ -4,7 +4,7 @@
 # Tests that need something of the host are marked #[ignore], so the first run lists
 # them as ignored. The runs after it take each group whose need this host meets; what
 # this host cannot run stays reported as ignored, never as passed:
-#   tests/netns_udp.rs, needs_root::   root (network and mount namespaces, nftables)
+#   tests/netns_*.rs, needs_root::     root (network and mount namespaces, nftables)
 #   needs_rdma_device::                an RDMA device (/sys/class/infiniband)
 #   needs_no_rdma_device::             no RDMA device (the errors saying how to add one)
 #   tests/softroce_vm.rs               QEMU and a kernel package for the Soft-RoCE VM
@@ -27,6 +27,7 @@ gated() { # gated TEST-TARGET [FILTER]: the target's ignored tests (matching FIL
 not_run=()
 if [ "$(id -u)" -eq 0 ]; then
   gated netns_udp
+  gated netns_tos
   gated rdma_ofi needs_root::
 else
   not_run+=("needs root: not root")

@@ -25,8 +25,8 @@ use std::time::Duration;
 
 /// What the command line asks for, validated.
 pub enum Config {
-    /// `-s`: serve tests until interrupted.
-    Server(ServerConfig),
+    /// `-s`: serve tests until interrupted; with `json`, a JSON document per test.
+    Server { server: ServerConfig, json: bool },
     /// `-c HOST --conf`: both hosts' facts side by side.
     Conf(Box<ClientConfig>),
     /// `-c HOST`: one test (or a sweep of tests) against a server.
@@ -53,57 +53,90 @@ pub enum Config {
 /// --mb MB per stream and both ends print what they measured. `fperf --loopback` runs
 /// both ends in one process on 127.0.0.1.
 #[derive(Parser, Debug)]
-#[command(name = "fperf", version, about, long_about = None)]
+#[command(
+    name = "fperf",
+    version,
+    about,
+    long_about = None,
+    after_help = "The options above are fperf's original ones. Every option, grouped by \
+                  topic: fperf --help (or man fperf). iperf3 users: fperf's -t is the \
+                  number of streams (--time SECS for a time), and -R is RDMA (--reverse \
+                  for data from the server).",
+    after_long_help = "fperf -h lists the original options only. What each figure of the \
+                       reports means: the README's \"What the figures mean\"."
+)]
 #[command(group(ArgGroup::new("role").required(true).args(["server", "client", "loopback"])))]
 pub struct Cli {
     /// Run as server: wait for clients, report each test, serve the next one.
-    #[arg(short = 's', long)]
+    #[arg(help_heading = "Roles", short = 's', long)]
     server: bool,
 
     /// Run as client against HOST (name, IPv4 or IPv6 address).
-    #[arg(short = 'c', long, value_name = "HOST")]
+    #[arg(help_heading = "Roles", short = 'c', long, value_name = "HOST")]
     client: Option<String>,
 
     /// Run server and client in this process over loopback (127.0.0.1), printing both
     /// reports.
-    #[arg(long)]
+    #[arg(hide_short_help = true, help_heading = "Roles", long)]
     loopback: bool,
 
-    /// Client: the server is an unmodified iperf3 server (`iperf3 -s`): run a TCP test
-    /// against it in iperf3's protocol (-p defaults to 5201).
-    #[arg(long, requires = "client")]
+    /// Client: the server is an unmodified iperf3 server (`iperf3 -s`): run a TCP or UDP
+    /// test against it in iperf3's protocol (-p defaults to 5201).
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Roles",
+        long,
+        requires = "client"
+    )]
     iperf3: bool,
 
-    /// Number of data STREAMs, each driven by its own thread; stream i uses port
-    /// PORT+i.
-    #[arg(short = 't', long, value_name = "N", default_value_t = 1)]
+    /// Number of data STREAMs, each driven by its own thread.
+    ///
+    /// Stream i uses port PORT+i.
+    #[arg(
+        help_heading = "Test",
+        short = 't',
+        long,
+        value_name = "N",
+        default_value_t = 1
+    )]
     nstreams: u32,
 
-    /// Sockets inside each STREAM (1..=100), each with its own sender thread. With
-    /// more than one the client sends through the queue (send_submit).
-    #[arg(short = 'n', long, value_name = "N", default_value_t = 1)]
+    /// Sockets inside each STREAM (1..=100).
+    ///
+    /// Each has its own sender thread. With more than one the client sends through
+    /// the queue (send_submit).
+    #[arg(
+        help_heading = "Test",
+        short = 'n',
+        long,
+        value_name = "N",
+        default_value_t = 1
+    )]
     nsockets: u32,
 
     /// Use UDP (default TCP).
-    #[arg(short = 'u', long, conflicts_with = "rdma")]
+    #[arg(help_heading = "Test", short = 'u', long, conflicts_with = "rdma")]
     udp: bool,
 
     /// Use RDMA (default TCP).
-    #[arg(short = 'R', long)]
+    #[arg(help_heading = "Test", short = 'R', long)]
     rdma: bool,
 
     /// MB (2^20 bytes) to send per stream.
-    #[arg(short = 'm', long, value_name = "N", default_value_t = DEFAULT_MB)]
+    #[arg(help_heading = "Test", short = 'm', long, value_name = "N", default_value_t = DEFAULT_MB)]
     mb: u64,
 
-    /// Bytes per send (K, M, G suffixes are binary: 128K = 131072).
-    #[arg(short = 'l', long, value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
+    /// Bytes per send (K, M, G are binary: 128K = 131072).
+    #[arg(help_heading = "Test", short = 'l', long, value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
           value_parser = fperf::units::parse_bytes_u32)]
     pktsize: u32,
 
-    /// Queue inside a STREAM: 1 = mutex queue (default), 0 = lock-free SPSC queue
-    /// (one socket, always asynchronous sending).
-    #[arg(short = 'q', long, value_name = "0|1", default_value_t = 1,
+    /// Queue inside a STREAM: 1 = mutex, 0 = lock-free.
+    ///
+    /// The lock-free queue is single-producer single-consumer: one socket, always
+    /// asynchronous sending.
+    #[arg(help_heading = "Test", short = 'q', long, value_name = "0|1", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(0..=1))]
     qtype: u8,
 
@@ -112,6 +145,8 @@ pub struct Cli {
     /// under SCHED_BATCH on both ends (header: sched=batch), so a reader woken by data
     /// waits for the writer on its core to block instead of preempting it mid-send.
     #[arg(
+        hide_short_help = true,
+        help_heading = "Tuning",
         long,
         visible_alias = "affinity",
         value_name = "CPUS",
@@ -120,76 +155,146 @@ pub struct Cli {
     cpu: Vec<u32>,
 
     /// Ask the server to pin its data threads to these CPUs (comma-separated), as --cpu.
-    #[arg(long, value_name = "CPUS", value_delimiter = ',')]
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Tuning",
+        long,
+        value_name = "CPUS",
+        value_delimiter = ','
+    )]
     server_cpu: Vec<u32>,
 
     /// Base port: control and stream 0; stream i uses PORT+i (TCP with -w: stream 0
     /// uses PORT+N). Default 28444; with --iperf3, iperf3's 5201.
-    #[arg(short = 'p', long, value_name = "PORT")]
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Roles",
+        short = 'p',
+        long,
+        value_name = "PORT"
+    )]
     port: Option<u16>,
 
     /// Local address to bind: the server listens only there; the client sends from it.
-    #[arg(short = 'B', long, value_name = "ADDR")]
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Roles",
+        short = 'B',
+        long,
+        value_name = "ADDR"
+    )]
     bind: Option<IpAddr>,
 
-    /// Server: also serve unmodified iperf3 clients (TCP), on this port (iperf3's own
+    /// Server: also serve unmodified iperf3 clients (TCP and UDP), on this port (iperf3's own
     /// is 5201), beside fperf clients on -p.
-    #[arg(long, value_name = "PORT")]
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Roles",
+        long,
+        value_name = "PORT"
+    )]
     iperf3_port: Option<u16>,
 
     /// Bound the run by time: each stream sends for SECS seconds instead of --mb MB.
-    #[arg(long, value_name = "SECS", conflicts_with_all = ["mb", "server"])]
+    #[arg(hide_short_help = true, help_heading = "Test", long, value_name = "SECS", conflicts_with_all = ["mb", "server"])]
     time: Option<f64>,
 
     /// Print each side's figures every SECS seconds while the run goes on (and keep
     /// them in --json and --csv). At least 0.01 s, and 0.002 s per stream.
-    #[arg(short = 'i', long, value_name = "SECS", conflicts_with = "server")]
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Test",
+        short = 'i',
+        long,
+        value_name = "SECS",
+        conflicts_with = "server"
+    )]
     interval: Option<f64>,
 
     /// Leave the first SECS seconds (warm-up) out of the totals.
-    #[arg(long, value_name = "SECS", conflicts_with = "server")]
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Test",
+        long,
+        value_name = "SECS",
+        conflicts_with = "server"
+    )]
     omit: Option<f64>,
 
     /// Print one JSON document for the run (both ends' figures) and nothing else on
     /// stdout. Layout: docs/json.md. --json=iperf3 writes it in the layout of iperf3's
-    /// -J, with a line per second unless -i says otherwise.
-    #[arg(
+    /// -J, with a line per second unless -i says otherwise. A server prints one
+    /// document per test, each on one line (JSON Lines).
+    #[arg(hide_short_help = true, help_heading = "Output", 
         long,
         value_name = "LAYOUT",
         num_args = 0..=1,
         require_equals = true,
-        default_missing_value = "fperf",
-        conflicts_with = "server"
+        default_missing_value = "fperf"
     )]
     json: Option<JsonLayout>,
 
+    /// Append everything fperf prints, reports and errors, to FILE instead of the
+    /// terminal, as iperf3's --logfile.
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Output",
+        long,
+        value_name = "FILE"
+    )]
+    logfile: Option<std::path::PathBuf>,
+
+    /// Begin each line of the report with the wall-clock time, as iperf3's
+    /// --timestamps: FORMAT is strftime's, "%c " unless given (--timestamps='%T ').
+    #[arg(hide_short_help = true, help_heading = "Output", long, value_name = "FORMAT",
+          num_args = 0..=1, require_equals = true, default_missing_value = "%c ",
+          conflicts_with_all = ["json", "json_stream"])]
+    timestamps: Option<String>,
+
     /// Print one JSON object per line per event (start, interval, end).
-    #[arg(long, conflicts_with_all = ["server", "json", "sweep"])]
+    #[arg(hide_short_help = true, help_heading = "Output", long, conflicts_with_all = ["server", "json", "sweep"])]
     json_stream: bool,
 
     /// Write per-interval samples (one row per stream per interval; without -i, one
     /// row per stream for the whole run) to FILE as CSV.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["server", "sweep"])]
+    #[arg(hide_short_help = true, help_heading = "Output", long, value_name = "FILE", conflicts_with_all = ["server", "sweep"])]
     csv: Option<std::path::PathBuf>,
 
     /// Draw an SVG picture in FILE: the client's send latency (mprtt with -r) by
     /// percentile, or with --sweep each figure against the swept value.
-    #[arg(long, value_name = "FILE", conflicts_with = "server")]
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Output",
+        long,
+        value_name = "FILE",
+        conflicts_with = "server"
+    )]
     plot: Option<std::path::PathBuf>,
 
     /// Print this host's and the server's system facts side by side, then exit.
-    #[arg(long, requires = "client")]
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Roles",
+        long,
+        requires = "client"
+    )]
     conf: bool,
 
     /// Run one measurement per value of an option and print one row per value:
     /// NAME=LO..HI[:*K|:+K] or NAME=V1,V2,... for pktsize, nsockets, nstreams or mb
     /// (e.g. pktsize=1..64K:*2).
-    #[arg(long, value_name = "SPEC", conflicts_with = "server")]
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Test",
+        long,
+        value_name = "SPEC",
+        conflicts_with = "server"
+    )]
     sweep: Option<String>,
 
     /// Target rate of each stream in bits/s (e.g. 100M, 2.5G; K/M/G/T = 10^3..10^12):
     /// the client paces its sends to it. Default: as fast as possible.
-    #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_rate,
+    #[arg(hide_short_help = true, help_heading = "Test", short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_rate,
           conflicts_with = "server")]
     bitrate: Option<u64>,
 
@@ -216,34 +321,36 @@ pub struct Cli {
 #[derive(clap::Args, Debug)]
 #[command(next_help_heading = "Workloads (default: bulk data from client to server)")]
 struct WorkloadArgs {
-    /// "Most-practical round-trip time": wait for a 1-byte ACK after each packet and
-    /// report its round trip as mprtt.
+    /// Wait for a 1-byte ACK after each packet and report its round trip (mprtt).
+    ///
+    /// "Most-practical round-trip time": each packet waits for the peer's answer
+    /// before the next is sent.
     #[arg(short = 'r', long)]
     mprtt: bool,
 
     /// TCP only: MPRTT (implies -r) where the server answers each packet with the packet
     /// itself (as many bytes, like sockperf/qperf ping-pong) instead of a 1-byte ACK;
     /// mprtt is then the round trip of a request and its full-size echo.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     echo: bool,
 
     /// TCP only: connect-request-response (implies -r), as netperf's TCP_CRR and neper's
     /// tcp_crr: every packet is a new connection (connect, the -l-byte request, a 1-byte
     /// reply, the server closes, the client closes), and mprtt is that whole life of a
     /// connection. Stream i uses the server's port PORT+1+i
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     crr: bool,
 
     /// TCP or UDP bulk in reverse, as iperf3's -R (here -R is RDMA): the server sends
     /// and the client receives, with the same flags and figures; the client's report is
     /// then the receiving end's (with UDP its loss, reordering and jitter)
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     reverse: bool,
 
     /// TCP bulk both ways at once, as iperf3's --bidir: -t N streams carry the client's
     /// data and N more the server's (streams N..2N-1). Each end reports what it sent
     /// and what it received, each direction over its own time
-    #[arg(long, conflicts_with = "sweep")]
+    #[arg(hide_short_help = true, long, conflicts_with = "sweep")]
     bidir: bool,
 }
 
@@ -255,15 +362,16 @@ struct TcpArgs {
     #[arg(short = 'd', long)]
     nodelay: bool,
 
-    /// Set TCP_QUICKACK (disable delayed ACKs) on both ends, re-armed after
-    /// every receive.
+    /// Set TCP_QUICKACK (disable delayed ACKs) on both ends.
+    ///
+    /// It is re-armed after every receive, since Linux clears it.
     #[arg(short = 'a', long)]
     quickack: bool,
 
     /// Congestion control algorithm for both ends' data sockets (TCP_CONGESTION),
     /// e.g. cubic, bbr, reno; the kernel's list is net.ipv4.tcp_available_congestion_control.
     /// Default: the kernel's default on each end. Reports name the algorithm in use.
-    #[arg(short = 'C', long, value_name = "ALGO")]
+    #[arg(hide_short_help = true, short = 'C', long, value_name = "ALGO")]
     congestion: Option<String>,
 
     /// Bytes that must have arrived before the server's read wakes
@@ -274,20 +382,20 @@ struct TcpArgs {
     /// reads also nap 20 us while data flows (header: rx_nap=20us) instead of waiting to
     /// be woken; giving --rcvlowat turns that off. 1 is the kernel's default (iperf3's
     /// reads). Not with -r, where the server answers each packet as it arrives.
-    #[arg(long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
+    #[arg(hide_short_help = true, long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
     rcvlowat: Option<u32>,
 
     /// The server's reads discard the received bytes in the kernel (recv with
     /// MSG_TRUNC) instead of copying them to its buffer, as neper's --skip-rx-copy:
     /// measures the network and TCP stack without the receiver's copy, so it is not
     /// like-for-like with iperf3's figures. Not with -r.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     skip_rx_copy: bool,
 
     /// Zero-copy sending. `splice` (the default) moves the buffer with
     /// vmsplice()+splice(); `msg` uses send(MSG_ZEROCOPY) (on loopback the kernel copies
     /// anyway). docs/tuning.md has what each buys.
-    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "splice",
+    #[arg(hide_short_help = true, long, value_name = "MODE", num_args = 0..=1, default_missing_value = "splice",
           value_parser = ["splice", "msg"])]
     zerocopy: Option<String>,
 
@@ -295,7 +403,7 @@ struct TcpArgs {
     /// calls: one ring per thread, one submission and completion per call (a wait is
     /// bounded by a linked time-out). Measures io_uring's socket path against the system
     /// calls (docs/tuning.md). Not with --zerocopy, --crr or rsockets.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     io_uring: bool,
 }
 
@@ -308,12 +416,23 @@ struct SocketArgs {
     /// kernel's autotuning and bounds the window; the client sets it before connecting.
     /// fperf asks past net.core.{r,w}mem_max when root; if the kernel grants less, the
     /// run stops with an error. Default: TCP autotuning; UDP 16 MiB each way.
-    #[arg(short = 'w', long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
+    #[arg(hide_short_help = true, short = 'w', long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
     window: Option<u32>,
+
+    /// Mark every data packet of both ends with this IP TOS byte (IPv6 traffic class),
+    /// as iperf3's -S: decimal, 0x hex or 0 octal, e.g. 0x10.
+    #[arg(hide_short_help = true, long, value_name = "TOS", value_parser = fperf::transport::sockets::parse_tos)]
+    tos: Option<u8>,
+
+    /// Mark every data packet of both ends with this DSCP: 0 to 63, or a name such as
+    /// EF, AF41 or CS1 (the TOS byte's upper six bits), as iperf3's --dscp.
+    #[arg(hide_short_help = true, long, value_name = "DSCP", conflicts_with = "tos",
+          value_parser = fperf::transport::sockets::parse_dscp)]
+    dscp: Option<u8>,
 
     /// Spin on non-blocking reads and writes instead of sleeping in
     /// poll(): lower latency, one busy core per waiting thread.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     busy_poll: bool,
 
     /// Both ends' data sockets never block; each thread waits for them in
@@ -321,7 +440,7 @@ struct SocketArgs {
     /// event-driven servers and sockperf's default -F epoll do, instead of sleeping in
     /// recv()/send() or poll(). A ping-pong turn then costs one more system call. Not
     /// with --busy-poll, --io-uring, --crr or rsockets.
-    #[arg(long, conflicts_with_all = ["busy_poll", "io_uring"])]
+    #[arg(hide_short_help = true, long, conflicts_with_all = ["busy_poll", "io_uring"])]
     epoll: bool,
 }
 
@@ -333,22 +452,22 @@ struct UdpArgs {
     /// reordering stay counted per datagram; the sender threads of -n > 1 or -q 0 send
     /// one per call) [default: 64; 1 with -r or -b, where a larger N sends paced bursts
     /// of N].
-    #[arg(long, value_name = "N")]
+    #[arg(hide_short_help = true, long, value_name = "N")]
     udp_batch: Option<u32>,
 
     /// Send each batch as UDP GSO messages (UDP_SEGMENT): the kernel cuts them
     /// into -l-byte datagrams, so one pass through the stack carries up to 64.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     gso: bool,
 
     /// The server reads with UDP GRO (UDP_GRO), taking datagrams that arrived
     /// back to back in one buffer (each still counted on its own).
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     gro: bool,
 
     /// With -r: ms to wait for a datagram's ACK before sending it again (up to 10
     /// times) [default: 100].
-    #[arg(long, value_name = "MS")]
+    #[arg(hide_short_help = true, long, value_name = "MS")]
     ack_timeout: Option<u32>,
 }
 
@@ -363,17 +482,17 @@ struct RdmaArgs {
     /// RDMA programming interface: ibverbs (raw verbs, the default), cm (verbs
     /// with rdma_cm connection set-up), rsocket (librdmacm's socket calls) or ofi
     /// (libfabric).
-    #[arg(long, value_name = "API", requires = "rdma", value_parser = ["ibverbs", "cm", "rsocket", "ofi"])]
+    #[arg(hide_short_help = true, long, value_name = "API", requires = "rdma", value_parser = ["ibverbs", "cm", "rsocket", "ofi"])]
     rdma_api: Option<String>,
 
     /// libfabric provider for --rdma-api ofi (verbs, efa, tcp, shm, "tcp;ofi_rxm", ...;
     /// default: the first of verbs, efa, tcp that works).
-    #[arg(long, value_name = "NAME", requires = "rdma")]
+    #[arg(hide_short_help = true, long, value_name = "NAME", requires = "rdma")]
     ofi_provider: Option<String>,
 
     /// Move the data with RDMA WRITEs into the receiver's buffer ring (with
     /// immediate data) instead of SEND/RECV.
-    #[arg(long, requires = "rdma")]
+    #[arg(hide_short_help = true, long, requires = "rdma")]
     rdma_write: bool,
 }
 
@@ -466,6 +585,8 @@ impl SocketArgs {
     fn given(&self) -> Vec<&'static str> {
         flags_given(&[
             (self.window.is_some(), "--window"),
+            (self.tos.is_some(), "--tos"),
+            (self.dscp.is_some(), "--dscp"),
             (self.busy_poll, "--busy-poll"),
             (self.epoll, "--epoll"),
         ])
@@ -476,6 +597,7 @@ impl SocketArgs {
             busy_poll: self.busy_poll,
             epoll: self.epoll,
             window: self.window,
+            tos: self.tos.or(self.dscp),
         }
     }
 }
@@ -523,45 +645,45 @@ impl RdmaArgs {
 struct Guard {
     /// Server: most MB one test may send, all streams together; larger tests are
     /// refused before any data flows.
-    #[arg(long, value_name = "MB", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(hide_short_help = true, long, value_name = "MB", value_parser = clap::value_parser!(u64).range(1..))]
     max_mb: Option<u64>,
 
     /// Server: longest one test may run once data flows; the server aborts it after.
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(hide_short_help = true, long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     max_time: Option<u64>,
 
     /// Server: most data streams (-t) one test may open.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(hide_short_help = true, long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_streams: Option<u32>,
 
     /// Server: most data sockets (-t × -n) one test may open.
-    #[arg(long, value_name = "N", default_value_t = fperf::limits::DEFAULT_MAX_SOCKETS,
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = fperf::limits::DEFAULT_MAX_SOCKETS,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_sockets: u32,
 
     /// Server: most memory one test may make the server set aside for its packet
     /// buffers and latency histograms, in MiB; larger tests are refused before any data
     /// flows.
-    #[arg(long, value_name = "MiB", default_value_t = fperf::limits::DEFAULT_MAX_MEMORY_MIB,
+    #[arg(hide_short_help = true, long, value_name = "MiB", default_value_t = fperf::limits::DEFAULT_MAX_MEMORY_MIB,
           value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     max_memory: u64,
 
     /// Server: cap on how fast the server reads one test's data, in bits/s over all
-    /// streams (e.g. 100M, 2.5G; K/M/G/T = 10^3/10^6/10^9/10^12). TCP flow control
-    /// then holds the client to it; it is not a reason to refuse a test.
-    #[arg(long, value_name = "RATE", value_parser = fperf::limits::parse_rate)]
+    /// streams (e.g. 100M, 2.5G; K/M/G/T = 10^3/10^6/10^9/10^12). A test asking for
+    /// more with -b is refused; TCP flow control holds an unpaced client to it.
+    #[arg(hide_short_help = true, long, value_name = "RATE", value_parser = fperf::limits::parse_rate)]
     max_rate: Option<u64>,
 
     /// Server: a test whose data stops moving this long is abandoned. Client: sent data
     /// unacknowledged this long means the server is gone (TCP_USER_TIMEOUT).
-    #[arg(long, value_name = "SECS", default_value_t = 10,
+    #[arg(hide_short_help = true, long, value_name = "SECS", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     idle_timeout: u64,
 
     /// Server: run up to N tests at once (default 1: one at a time, others are told
     /// "server busy"). Tests with several streams (-t > 1) or a TCP window (-w) still need
     /// the server alone.
-    #[arg(long, value_name = "N", default_value_t = 1,
+    #[arg(hide_short_help = true, long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     parallel: u32,
 
@@ -569,7 +691,7 @@ struct Guard {
     /// only clients that prove they hold it (HMAC-SHA256 challenge-response); the
     /// client only servers that do. Without this flag the secret itself may be given in
     /// $FPERF_AUTH_KEY.
-    #[arg(long, value_name = "FILE")]
+    #[arg(hide_short_help = true, long, value_name = "FILE")]
     auth_key: Option<std::path::PathBuf>,
 }
 
@@ -701,7 +823,7 @@ impl Cli {
 }
 
 /// An iperf3 habit among the arguments, with fperf's spelling: `-P N`, `-J`, `-f`,
-/// and `-t` with a duration. Checked before the flags are parsed, since some of these
+/// `-S`, and `-t` with a duration. Checked before the flags are parsed, since some of these
 /// parse as something else in fperf (`-t` is its stream count).
 pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
     let args: Vec<String> = args
@@ -730,6 +852,9 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
         }
         if let Some(n) = value(i, "-P") {
             return Some(format!("-P is iperf3's; fperf's streams are -t {n}"));
+        }
+        if let Some(tos) = value(i, "-S") {
+            return Some(format!("-S is iperf3's; fperf's is --tos {tos}"));
         }
         if value(i, "-f").is_some() {
             return Some(
@@ -777,6 +902,11 @@ pub enum JsonLayout {
 }
 
 impl Cli {
+    /// Where output goes: `--logfile`, and the `--timestamps` format.
+    pub fn output_redirect(&self) -> (Option<&std::path::Path>, Option<&str>) {
+        (self.logfile.as_deref(), self.timestamps.as_deref())
+    }
+
     /// Every flag checked, and turned into what to run.
     pub fn config(&self) -> Result<Config> {
         // Server mode takes its settings from each client; checking the flags given
@@ -790,16 +920,22 @@ impl Cli {
         let auth = AuthKey::from_cli(self.guard.auth_key.as_deref())?;
         let idle = Duration::from_secs(self.guard.idle_timeout);
         if self.server {
-            return Ok(Config::Server(ServerConfig {
-                bind: self.bind,
-                port: self.port(),
-                idle_timeout: idle,
-                limits: self.guard.limits(),
-                auth,
-                parallel: self.guard.parallel as usize,
-                iperf3_port: self.iperf3_port,
-                ..ServerConfig::default()
-            }));
+            if self.json == Some(JsonLayout::Iperf3) {
+                bail!("--json=iperf3 is the layout of a client's document; a server's is --json");
+            }
+            return Ok(Config::Server {
+                server: ServerConfig {
+                    bind: self.bind,
+                    port: self.port(),
+                    idle_timeout: idle,
+                    limits: self.guard.limits(),
+                    auth,
+                    parallel: self.guard.parallel as usize,
+                    iperf3_port: self.iperf3_port,
+                    ..ServerConfig::default()
+                },
+                json: self.json.is_some(),
+            });
         }
         if self.iperf3_port.is_some() {
             bail!("--iperf3-port is a server option (use it with -s)");
@@ -929,9 +1065,12 @@ mod tests {
 
     #[test]
     fn each_role_becomes_its_own_configuration() {
-        let Ok(Config::Server(server)) = config(&["-s", "-p", "5001", "--max-streams", "4"]) else {
+        let Ok(Config::Server { server, json }) =
+            config(&["-s", "-p", "5001", "--max-streams", "4", "--json"])
+        else {
             panic!("server")
         };
+        assert!(json, "a JSON document per test");
         assert_eq!((server.port, server.limits.max_streams), (5001, Some(4)));
         let Ok(Config::Client { client, output }) =
             config(&["-c", "::1", "-t", "2", "--json", "--idle-timeout", "3"])

@@ -530,8 +530,8 @@ mod tests {
         let text = interval_line(Role::Client, &bidir, r);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
-        assert!(lines[0].contains("] sent: 0MB(0.00GB 100B)"), "{text}");
-        assert!(lines[1].contains("] received: 0MB(0.00GB 4096B)"), "{text}");
+        assert!(lines[0].contains("] sent: 100B"), "{text}");
+        assert!(lines[1].contains("] received: 4.0KB(4096B)"), "{text}");
         assert!(lines[1].contains("latency: p50=2.00us"), "{text}");
         // Without --bidir one total covers both streams, on one line.
         let mut one = Collector::new(start, 1, None, &Settings::default());

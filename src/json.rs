@@ -330,6 +330,34 @@ impl RunDoc {
     }
 }
 
+/// One line of `fperf -s --json`: a test the server ran, as the server saw it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerTestDoc {
+    pub schema_version: u32,
+    pub fperf_version: &'static str,
+    /// When the test ended.
+    pub end: StartTime,
+    /// The client's address.
+    pub client: String,
+    /// The settings both ends ran with.
+    pub settings: Settings,
+    pub server: SideDoc,
+}
+
+impl ServerTestDoc {
+    /// The document of a test from `client` that ended now.
+    pub fn new(settings: &Settings, client: String, result: &SideResult) -> ServerTestDoc {
+        ServerTestDoc {
+            schema_version: SCHEMA_VERSION,
+            fperf_version: crate::VERSION,
+            end: StartTime::now(),
+            client,
+            settings: settings.clone(),
+            server: SideDoc::new(result, settings),
+        }
+    }
+}
+
 /// One value of a sweep.
 #[derive(Clone, Debug, Serialize)]
 pub struct SweepRecord {

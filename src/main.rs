@@ -31,6 +31,7 @@ macro_rules! outln {
 mod cli;
 mod generate;
 mod measure;
+mod redirect;
 use fperf::server::{Server, ServerConfig, ServerEvent};
 use std::io::Write;
 use std::process::ExitCode;
@@ -77,13 +78,31 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(config) {
+    let (logfile, timestamps) = cli.output_redirect();
+    if let Some(path) = logfile {
+        if let Err(e) = redirect::log_to(path) {
+            eprintln!("fperf: error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let stamper = match timestamps.map(redirect::Stamper::install).transpose() {
+        Ok(stamper) => stamper,
+        Err(e) => {
+            eprintln!("fperf: error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = match run(config) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("fperf: error: {e:#}");
             ExitCode::FAILURE
         }
+    };
+    if let Some(stamper) = stamper {
+        stamper.finish();
     }
+    code
 }
 
 fn run(config: Config) -> Result<ExitCode> {
@@ -97,12 +116,17 @@ fn run(config: Config) -> Result<ExitCode> {
     signal_hook::flag::register(signal_hook::consts::SIGINT, interrupted.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, interrupted.clone())?;
     match config {
-        Config::Server(server) => {
+        Config::Server { server, json } => {
             let server = Server::bind(server)?;
-            let mut printer = ServerPrinter::default();
             let mut out = std::io::stdout();
-            server.run(&interrupted, &mut |ev| printer.print(&mut out, ev))?;
-            let _ = writeln!(out);
+            if json {
+                let mut printer = ServerJsonPrinter::default();
+                server.run(&interrupted, &mut |ev| printer.print(&mut out, ev))?;
+            } else {
+                let mut printer = ServerPrinter::default();
+                server.run(&interrupted, &mut |ev| printer.print(&mut out, ev))?;
+                let _ = writeln!(out);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Config::Conf(client) => {
@@ -254,6 +278,35 @@ impl ServerPrinter {
             }
         }
         let _ = out.flush();
+    }
+}
+
+/// Prints each test a server ran as one JSON document on one line (`fperf -s --json`);
+/// errors go to stderr as in the text layout.
+#[derive(Default)]
+struct ServerJsonPrinter {
+    /// The client of the test being reported.
+    client: String,
+}
+
+impl ServerJsonPrinter {
+    fn print(&mut self, out: &mut dyn Write, ev: ServerEvent) {
+        match ev {
+            ServerEvent::Started { from, .. } => self.client = from,
+            ServerEvent::Finished { settings, result } => {
+                let doc = fperf::json::ServerTestDoc::new(
+                    &settings,
+                    std::mem::take(&mut self.client),
+                    &result,
+                );
+                match serde_json::to_string(&doc) {
+                    Ok(line) => exit_if_closed(writeln!(out, "{line}").and_then(|()| out.flush())),
+                    Err(e) => eprintln!("fperf: a test's JSON document: {e}"),
+                }
+            }
+            ServerEvent::ClientError { peer, error } => eprintln!("fperf: client {peer}: {error}"),
+            ServerEvent::Listening | ServerEvent::Interval { .. } => {}
+        }
     }
 }
 

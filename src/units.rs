@@ -25,8 +25,16 @@ pub fn parse_bytes_u32(text: &str) -> Result<u32, String> {
     u32::try_from(bytes).map_err(|_| format!("'{text}' is more than {} bytes", u32::MAX))
 }
 
-/// `10240MB(10.00GB 10737418240B)`: rounded MB, GB with two decimals, exact bytes.
+/// `10240MB(10.00GB 10737418240B)`: rounded MB, GB with two decimals, exact bytes, as
+/// the original design prints sizes. Under 1 MB that would read `0MB(0.00GB 32B)`, so
+/// smaller sizes are `640.0KB(655360B)`, or `32B` under 1 KB.
 pub fn size_triplet(bytes: u64) -> String {
+    if bytes < 1 << 10 {
+        return format!("{bytes}B");
+    }
+    if bytes < 1 << 20 {
+        return format!("{:.1}KB({bytes}B)", bytes as f64 / 1024.0);
+    }
     let mb = (bytes as f64 / (1u64 << 20) as f64).round() as u64;
     let gb = bytes as f64 / (1u64 << 30) as f64;
     format!("{mb}MB({gb:.2}GB {bytes}B)")
@@ -112,8 +120,10 @@ mod tests {
             size_triplet(10_737_418_240),
             "10240MB(10.00GB 10737418240B)"
         );
-        assert_eq!(size_triplet(327_680), "0MB(0.00GB 327680B)");
-        assert_eq!(size_triplet(655_360), "1MB(0.00GB 655360B)");
+        assert_eq!(size_triplet(1_048_576), "1MB(0.00GB 1048576B)");
+        assert_eq!(size_triplet(327_680), "320.0KB(327680B)");
+        assert_eq!(size_triplet(1023), "1023B");
+        assert_eq!(size_triplet(0), "0B");
         // 10 GiB in 2.83 s: 3.53 GiB/s, and 30.4 Gbit/s decimal (not the original design's 28).
         let r = rate(10_737_418_240, 2.83);
         assert_eq!(byte_rate(r), "3.53GB/s");

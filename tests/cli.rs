@@ -22,6 +22,7 @@ fn refused(args: &[&str], needle: &str) {
 fn iperf3_habits_get_fperfs_spelling_and_flag_errors_exit_2() {
     for (args, want) in [
         (vec!["-P", "4"], "fperf's streams are -t 4"),
+        (vec!["-S", "0x10"], "fperf's is --tos 0x10"),
         (vec!["-P8"], "-t 8"),
         (vec!["-J"], "--json"),
         (vec!["-f", "m"], "MB and GB"),
@@ -252,4 +253,107 @@ fn a_closed_stdout_ends_the_run_quietly() {
     let _ = std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err);
     assert!(status.success(), "{status:?}: {err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// The long flags of the option lines in `help` (`  -x, --flag ...`, `      --flag`),
+/// and their aliases (`[aliases: --other]`).
+fn help_flags(help: &str) -> std::collections::BTreeSet<String> {
+    let options = regex::Regex::new(r"(?m)^\s+(?:-\w, )?(--[a-z0-9][a-z0-9-]*)").unwrap();
+    let aliases = regex::Regex::new(r"\[alias(?:es)?: (--[a-z0-9][a-z0-9-]*)").unwrap();
+    options
+        .captures_iter(help)
+        .chain(aliases.captures_iter(help))
+        .map(|c| c[1].to_string())
+        .collect()
+}
+
+fn stdout_of(args: &[&str]) -> String {
+    let out = run(args, Duration::from_secs(10));
+    assert!(out.status.success(), "{args:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn help_and_the_readme_reference_name_the_same_flags() {
+    let help = help_flags(&stdout_of(&["--help"]));
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let start = readme.find("\n## Reference").expect("a Reference section");
+    let reference = &readme[start + 1..];
+    let end = reference[3..]
+        .find("\n## ")
+        .map_or(reference.len(), |i| i + 3);
+    // The first cell of each table row, `|` escaped as `\|` inside it.
+    let first_cell = regex::Regex::new(r"(?m)^\|((?:[^|\\]|\\.)*)\|").unwrap();
+    let flag = regex::Regex::new(r"--[a-z0-9][a-z0-9-]*").unwrap();
+    let documented: std::collections::BTreeSet<String> = first_cell
+        .captures_iter(&reference[..end])
+        .flat_map(|c| {
+            flag.find_iter(c.get(1).map_or("", |m| m.as_str()))
+                .map(|m| m.as_str().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let undocumented: Vec<_> = help.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&help).collect();
+    assert!(
+        undocumented.is_empty() && unknown.is_empty(),
+        "in --help, not in the README's reference: {undocumented:?}; \
+         in the reference, not in --help: {unknown:?}"
+    );
+}
+
+#[test]
+fn short_help_lists_the_original_flags_a_line_each_and_long_help_groups_every_flag() {
+    let short = stdout_of(&["-h"]);
+    let original = [
+        "--server",
+        "--client",
+        "--nstreams",
+        "--nsockets",
+        "--udp",
+        "--rdma",
+        "--mb",
+        "--pktsize",
+        "--qtype",
+        "--mprtt",
+        "--nodelay",
+        "--quickack",
+        "--rdmadev",
+        "--help",
+        "--version",
+    ];
+    let want: std::collections::BTreeSet<String> = original.iter().map(|f| f.to_string()).collect();
+    assert_eq!(help_flags(&short), want, "{short}");
+    assert!(
+        short.contains("fperf --help"),
+        "a pointer to the rest: {short}"
+    );
+    // One line per option: its flags and what it does side by side, never wrapped onto
+    // a second, indented line.
+    let option_lines = short
+        .lines()
+        .filter(|l| l.trim_start().starts_with('-'))
+        .count();
+    assert_eq!(option_lines, original.len(), "{short}");
+    assert!(
+        short.lines().all(|l| !l.starts_with("          ")),
+        "more than a line for an option: {short}"
+    );
+    let long = stdout_of(&["--help"]);
+    for heading in [
+        "Roles:",
+        "Test:",
+        "Workloads",
+        "TCP options:",
+        "TCP and UDP options:",
+        "UDP options:",
+        "RDMA options:",
+        "Output:",
+        "Tuning:",
+        "Limits and authentication:",
+    ] {
+        assert!(long.contains(heading), "no {heading} heading:\n{long}");
+    }
+    assert!(help_flags(&long).len() > 2 * original.len());
 }

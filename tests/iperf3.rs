@@ -461,19 +461,6 @@ fn finished_document(
     }
 }
 
-/// Whether a TCP socket listens on `port` (IPv4 or IPv6), per /proc/net.
-fn listening(port: u16) -> bool {
-    let local = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
-        std::fs::read_to_string(table).is_ok_and(|text| {
-            text.lines().any(|line| {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                fields.len() > 3 && format!("{} ", fields[1]).ends_with(&local) && fields[3] == "0A"
-            })
-        })
-    })
-}
-
 impl Drop for Iperf3Server {
     fn drop(&mut self) {
         let _ = self.child.kill();

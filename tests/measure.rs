@@ -892,3 +892,52 @@ fn bulk_data_threads_run_under_sched_batch_and_round_trips_do_not() {
         }
     }
 }
+
+#[test]
+fn a_json_server_prints_one_document_per_test_on_one_line_each() {
+    let server = Server::start(&["--json"]);
+    client_ok(&server, "127.0.0.1", &["-m", "3"]);
+    client_ok(&server, "127.0.0.1", &["-u", "-m", "2", "-b", "500M"]);
+    let text = server.wait_for(|o| o.lines().count() >= 2, Duration::from_secs(10));
+    let docs: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(docs.len(), 2, "{text}");
+    assert_eq!(u(&docs[0]["server"]["total"]["bytes_received"]), 3 * MB);
+    assert_eq!(docs[0]["settings"]["protocol"], "tcp");
+    assert_eq!(docs[1]["settings"]["protocol"], "udp");
+    assert!(docs[1]["server"]["total"]["datagrams"]["received"].as_u64() > Some(0));
+    assert!(docs[0]["client"]
+        .as_str()
+        .is_some_and(|c| c.starts_with("127.0.0.1:")));
+    assert!(!text.contains("Server listening"), "{text}");
+}
+
+#[test]
+fn logfile_takes_the_report_and_timestamps_begin_each_line_with_the_time() {
+    let server = Server::start(&[]);
+    let dir = std::env::temp_dir().join(format!("fperf-logfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let log = dir.join("client.log");
+    let log_arg = log.to_string_lossy().into_owned();
+    let stdout = client_ok(
+        &server,
+        "127.0.0.1",
+        &["-m", "2", "--logfile", &log_arg, "--timestamps=%H:%M:%S| "],
+    );
+    assert_eq!(stdout, "", "the report went to the log file");
+    let text = std::fs::read_to_string(&log).expect("log file");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stamp = regex::Regex::new(r"^\d\d:\d\d:\d\d\| ").unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+    assert!(lines.len() >= 4, "{text}");
+    for line in &lines {
+        assert!(stamp.is_match(line), "no time at the start of: {line}");
+    }
+    let unstamped: String = text
+        .lines()
+        .map(|l| stamp.replace(l, "").into_owned() + "\n")
+        .collect();
+    assert_eq!(volume(&unstamped, "sent").bytes, 2 * MB, "{text}");
+}

@@ -78,7 +78,7 @@ fn rdma_write_moves_every_byte_with_and_without_mprtt() {
     assert!(s.contains(" api=ofi op=write provider=tcp;ofi_rxm"), "{s}");
     let (c, s) = run_ofi(&["--rdma-write", "-r", "-m", "1", "-l", "4096", "-n", "2"]);
     assert_bytes(&c, &s, MB);
-    assert!(c.contains("received  : 0MB(0.00GB 256B)"), "{c}");
+    assert!(c.contains("received  : 256B"), "{c}");
 }
 
 #[test]

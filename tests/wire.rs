@@ -149,6 +149,7 @@ fn sockets() -> SocketSettings {
         busy_poll: true,
         epoll: true,
         window: Some(1 << 20),
+        tos: Some(0xb8),
     }
 }
 

@@ -28,8 +28,9 @@ use thiserror::Error;
 /// with a new version. 2: the settings `reverse`, `crr` and `bidir` and the
 /// `ClientDataReceived` message, which a version-1 server would have ignored (and then
 /// waited out its idle time-out). 3: the settings carry only their own transport's
-/// options. 4: TCP figures carry the send window, MSS and path MTU.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// options. 4: TCP figures carry the send window, MSS and path MTU. 5: TCP and UDP
+/// settings carry the TOS byte.
+pub const PROTOCOL_VERSION: u32 = 5;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.

@@ -117,6 +117,9 @@ fn params(settings: &Settings) -> Value {
     if let Some(window) = settings.transport.sockets().and_then(|s| s.window) {
         p["window"] = json!(window);
     }
+    if let Some(tos) = settings.transport.sockets().and_then(|s| s.tos) {
+        p["TOS"] = json!(tos);
+    }
     if let TransportSettings::Tcp(tcp) = &settings.transport {
         if let Some(cc) = &tcp.congestion {
             p["congestion"] = json!(cc);
@@ -197,7 +200,13 @@ pub fn run_observed(
     expect(&mut control, State::CreateStreams, Instant::now() + setup)?;
     let udp = settings.protocol() == Protocol::Udp;
     let streams: Vec<Box<dyn Stream>> = if udp {
-        udp::connect_streams(server, cfg.bind, settings.nstreams, true, setup, &abort)?
+        let tos = settings.transport.sockets().and_then(|s| s.tos);
+        let streams =
+            udp::connect_streams(server, cfg.bind, settings.nstreams, true, setup, &abort)?;
+        for s in &streams {
+            s.mark(tos)?;
+        }
+        streams
             .into_iter()
             .map(|s| Box::new(s) as Box<dyn Stream>)
             .collect()

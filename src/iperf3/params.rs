@@ -77,11 +77,10 @@ impl ParamsError {
 
 /// Options iperf3 sends that this server does not carry out, with the flag a user
 /// typed for each.
-const UNSUPPORTED: [(&str, &str); 10] = [
+const UNSUPPORTED: [(&str, &str); 9] = [
     ("MSS", "-M/--set-mss"),
     ("fqrate", "--fq-rate"),
     ("burst", "-b RATE/BURST"),
-    ("TOS", "-S/--tos"),
     ("flowlabel", "-L/--flowlabel"),
     ("authtoken", "--username (RSA authentication)"),
     ("server_affinity", "-A (server affinity)"),
@@ -143,8 +142,14 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
     };
     let parallel = u32::try_from(parallel).unwrap_or(1);
     let nstreams = if bidir { 2 * parallel } else { parallel };
+    let tos = params
+        .get("TOS")
+        .map(|_| number(params, "TOS", 0, 255))
+        .transpose()?
+        .map(|t| t as u8);
     let sockets = crate::transport::sockets::SocketSettings {
         window: window.map(|w| u32::try_from(w).unwrap_or(u32::MAX)),
+        tos,
         ..Default::default()
     };
     let transport = if udp {
@@ -301,7 +306,7 @@ mod tests {
             (json!({"sctp":true}), "SCTP"),
             (json!({"tcp":true,"MSS":1000}), "-M/--set-mss"),
             (json!({"tcp":true,"authtoken":"x"}), "RSA"),
-            (json!({"tcp":true,"TOS":16}), "--tos"),
+            (json!({"tcp":true,"TOS":256}), "TOS"),
             (json!({"udp":true,"len":70000}), "UDP datagram"),
             (json!({"udp":true,"congestion":"cubic"}), "-C"),
             (json!({"omit":0}), "no protocol"),

@@ -302,6 +302,10 @@ fn udp_streams(
                 e.into(),
             )
         })?;
+    let tos = test.run.transport.sockets().and_then(|s| s.tos);
+    for s in &streams {
+        s.mark(tos)?;
+    }
     registered.streams_connected();
     Ok(streams
         .into_iter()

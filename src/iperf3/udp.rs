@@ -65,6 +65,14 @@ impl Iperf3UdpStream {
         })
     }
 
+    /// Marks the stream's datagrams with the TOS byte `tos` (`--tos`, iperf3's `-S`).
+    pub fn mark(&self, tos: Option<u8>) -> io::Result<()> {
+        match tos {
+            Some(tos) => crate::stream::sys::set_tos(&self.sock, tos),
+            None => Ok(()),
+        }
+    }
+
     fn header_len(&self) -> usize {
         TIME_LEN + if self.wide { 8 } else { 4 }
     }

@@ -136,7 +136,7 @@ impl<W: Write> Iperf3Json<W> {
                 "blocks": 0,
                 "reverse": u8::from(settings.workload == crate::workload::Workload::Reverse),
                 "bidir": u8::from(settings.first_server_stream().is_some()),
-                "tos": 0,
+                "tos": settings.transport.sockets().and_then(|s| s.tos).unwrap_or(0),
                 "target_bitrate": settings.rate_bps.unwrap_or(0),
                 "fqrate": 0,
                 "interval": settings.interval_ms.unwrap_or(0) as f64 / 1000.0,

@@ -75,6 +75,7 @@ impl CrrClient {
             bind: self.bind,
             congestion: self.opts.tcp.congestion.as_deref(),
             window: None,
+            tos: self.opts.tos,
         };
         let sock = handshake.connect(self.server, Some(self.stall))?;
         if self.opts.tcp.nodelay {
@@ -476,6 +477,7 @@ mod tests {
                 bind: Some(IpAddr::from(from)),
                 congestion: None,
                 window: None,
+                tos: None,
             };
             let mut s = handshake.connect(addr, None).expect("connect");
             // One write: the server may close as soon as it has read the header.

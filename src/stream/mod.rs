@@ -196,6 +196,8 @@ pub struct StreamOptions {
     /// TCP and UDP: both socket buffers of every data socket, in bytes (`--window`);
     /// `None`: the kernel's autotuning (TCP) or the STREAM's own size (UDP).
     pub window: Option<usize>,
+    /// TCP and UDP: the IP TOS byte (IPv6 traffic class) of every data socket.
+    pub tos: Option<u8>,
     /// TCP and UDP: sockets never block; each thread waits for them in an epoll
     /// instance of its own (see [`epoll`]) instead of in the call or in `poll()`.
     pub epoll: bool,
@@ -215,6 +217,7 @@ impl Default for StreamOptions {
             busy_poll: false,
             cpu: None,
             window: None,
+            tos: None,
             epoll: false,
             tcp: TcpOptions::default(),
         }

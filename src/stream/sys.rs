@@ -132,6 +132,20 @@ pub(crate) fn set_window<S: AsFd + AsRawFd>(
     Ok((grants[0], grants[1]))
 }
 
+/// Marks the packets of `sock` with the TOS byte `tos`: `IP_TOS` on an IPv4 socket,
+/// `IPV6_TCLASS` on an IPv6 one (and `IP_TOS` too, for IPv4 peers it reaches mapped).
+pub(crate) fn set_tos<S: AsFd>(sock: &S, tos: u8) -> io::Result<()> {
+    let s = SockRef::from(sock);
+    if s.domain()? == socket2::Domain::IPV6 {
+        s.set_tclass_v6(u32::from(tos))?;
+        // Fails on a socket that is IPv6 only; those reach no IPv4 peer.
+        let _ = s.set_tos(u32::from(tos));
+        Ok(())
+    } else {
+        s.set_tos(u32::from(tos))
+    }
+}
+
 /// Re-arms TCP_QUICKACK, which Linux clears after it sends an ACK.
 #[inline]
 pub(crate) fn tcp_quickack(fd: &impl AsRawFd) -> io::Result<()> {

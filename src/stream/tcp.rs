@@ -32,7 +32,7 @@
 use super::epoll::Epoll;
 use super::sender::{LazySenders, PacketSink, Senders};
 use super::socket_calls::DataSocket;
-use super::sys::{receive_window_short_of, set_window, tcp_info, tcp_quickack};
+use super::sys::{receive_window_short_of, set_tos, set_window, tcp_info, tcp_quickack};
 use super::uring::{no_wait, Ring};
 use super::zerocopy::{ZeroCopy, ZeroCopyWriter};
 use super::{Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
@@ -468,6 +468,7 @@ impl TcpStream {
             bind: None,
             congestion: opts.tcp.congestion.as_deref(),
             window: opts.window,
+            tos: opts.tos,
         };
         let socks = (0..opts.nsockets)
             .map(|_| handshake.connect(addr, None))
@@ -541,6 +542,9 @@ impl TcpStream {
             // handshake runs with them); the server's get them here.
             if let Some(name) = &opts.tcp.congestion {
                 set_congestion(SockRef::from(&s), name)?;
+            }
+            if let Some(tos) = opts.tos {
+                set_tos(&s, tos)?;
             }
             if let Some(bytes) = opts.window {
                 set_window(&s, bytes)?;
@@ -950,6 +954,8 @@ pub struct HandshakeOptions<'a> {
     /// `--window`: the window scale offered in the SYN follows the receive buffer, and
     /// is fixed for the connection's life.
     pub window: Option<usize>,
+    /// `--tos`: the handshake is marked too.
+    pub tos: Option<u8>,
 }
 
 impl HandshakeOptions<'_> {
@@ -972,6 +978,9 @@ impl HandshakeOptions<'_> {
         }
         if let Some(bytes) = self.window {
             set_window(&sock, bytes)?;
+        }
+        if let Some(tos) = self.tos {
+            set_tos(&sock, tos)?;
         }
         match timeout {
             Some(t) => sock.connect_timeout(&addr.into(), t)?,

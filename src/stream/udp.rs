@@ -44,7 +44,7 @@
 
 use super::epoll::{poll_many, poll_one, Epoll};
 use super::sender::{LazySenders, PacketSink, Senders};
-use super::sys::{set_int_opt, set_window, size_buffer, Direction};
+use super::sys::{set_int_opt, set_tos, set_window, size_buffer, Direction};
 use super::udp_batch::{RecvBatch, SendBatch, Sent};
 use super::udp_wire::{Arrival, BufferGrant, Header, SeqTracker, HEADER_LEN};
 use super::{check_abort, Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
@@ -554,6 +554,9 @@ impl UdpStream {
             if blocking {
                 s.set_read_timeout(Some(slice))?;
                 s.set_write_timeout(Some(slice))?;
+            }
+            if let Some(tos) = opts.tos {
+                set_tos(&s, tos)?;
             }
             let (r, w) = match opts.window {
                 Some(size) => set_window(&s, size)?,

@@ -130,6 +130,7 @@ pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOpti
         busy_poll: sockets.busy_poll,
         cpu: None,
         window: sockets.window.map(|w| w as usize),
+        tos: sockets.tos,
         epoll: sockets.epoll,
         ..StreamOptions::default()
     }

@@ -25,6 +25,46 @@ pub struct SocketSettings {
     /// own size.
     #[serde(default)]
     pub window: Option<u32>,
+    /// The IP TOS byte (IPv6 traffic class) every data socket of both ends marks its
+    /// packets with (`--tos`, `--dscp`); `None`: the kernel's, 0.
+    #[serde(default)]
+    pub tos: Option<u8>,
+}
+
+/// A TOS byte as iperf3's `-S` reads it: decimal, `0x` hex or `0` octal, 0 to 255.
+pub fn parse_tos(text: &str) -> Result<u8, String> {
+    let t = text.trim();
+    let parsed = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u8::from_str_radix(hex, 16)
+    } else if t.len() > 1 && t.starts_with('0') {
+        u8::from_str_radix(&t[1..], 8)
+    } else {
+        t.parse()
+    };
+    parsed.map_err(|_| format!("'{text}' is not a TOS byte (0 to 255; 0x10 and 020 work too)"))
+}
+
+/// A DSCP as a number (0 to 63) or a name (`EF`, `AF11`...`AF43`, `CS0`...`CS7`,
+/// `VA`, `LE`), as the TOS byte that carries it (the DSCP shifted left by 2).
+pub fn parse_dscp(text: &str) -> Result<u8, String> {
+    let name = text.trim().to_ascii_uppercase();
+    let dscp = match name.as_str() {
+        "EF" => Some(46),
+        "VA" => Some(44),
+        "LE" => Some(1),
+        _ => {
+            let digits = |prefix: &str| name.strip_prefix(prefix).map(str::as_bytes);
+            match (digits("CS"), digits("AF")) {
+                (Some([c @ b'0'..=b'7']), _) => Some(8 * (c - b'0')),
+                (_, Some([x @ b'1'..=b'4', y @ b'1'..=b'3'])) => {
+                    Some(8 * (x - b'0') + 2 * (y - b'0'))
+                }
+                _ => name.parse::<u8>().ok().filter(|d| *d < 64),
+            }
+        }
+    };
+    dscp.map(|d| d << 2)
+        .ok_or_else(|| format!("'{text}' is not a DSCP (0 to 63, or a name such as EF, AF41, CS1)"))
 }
 
 /// Why [`SocketSettings`] were refused.
@@ -56,7 +96,13 @@ impl SocketSettings {
     pub fn labels(&self) -> HeaderLabels {
         HeaderLabels {
             engine: if self.epoll { " engine=epoll" } else { "" },
-            setup: (self.window).map_or_else(String::new, |w| format!(" window={}", pkt_size(w))),
+            setup: [
+                (self.window).map(|w| format!(" window={}", pkt_size(w))),
+                (self.tos).map(|t| format!(" tos=0x{t:02x}")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
             caveat: "",
         }
     }
@@ -65,6 +111,27 @@ impl SocketSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tos_and_dscp_read_as_iperf3_reads_them() {
+        assert_eq!(parse_tos("16"), Ok(16));
+        assert_eq!(parse_tos("0x10"), Ok(16));
+        assert_eq!(parse_tos("020"), Ok(16));
+        assert_eq!(parse_tos("0"), Ok(0));
+        assert!(parse_tos("256").is_err() && parse_tos("0x").is_err());
+        assert_eq!(parse_dscp("ef"), Ok(46 << 2));
+        assert_eq!(parse_dscp("AF41"), Ok(34 << 2));
+        assert_eq!(parse_dscp("cs1"), Ok(8 << 2));
+        assert_eq!(parse_dscp("63"), Ok(63 << 2));
+        for bad in ["64", "AF44", "CS8", "fast"] {
+            assert!(parse_dscp(bad).is_err(), "{bad}");
+        }
+        let marked = SocketSettings {
+            tos: Some(0xb8),
+            ..SocketSettings::default()
+        };
+        assert_eq!(marked.labels().setup, " tos=0xb8");
+    }
 
     #[test]
     fn the_window_is_bounded_and_epoll_is_one_way_of_waiting() {
@@ -88,6 +155,7 @@ mod tests {
             epoll: true,
             busy_poll: true,
             window: None,
+            tos: None,
         };
         assert_eq!(
             both.validate(),

@@ -108,8 +108,10 @@ impl Server {
             stderr,
         };
         let port_taken = || s.stderr().contains("Address already in use");
+        // A server with --json prints nothing until its first test: its socket says.
+        let quiet = args.contains(&"--json");
         s.wait_for(
-            |o| o.contains("Server listening") || port_taken(),
+            |o| o.contains("Server listening") || port_taken() || (quiet && listening(port)),
             Duration::from_secs(10),
         );
         if port_taken() {
@@ -278,29 +280,47 @@ pub struct Volume {
 
 /// Finds the volume line with `label` (e.g. "sent", "received") in `text`.
 pub fn volume(text: &str, label: &str) -> Volume {
+    // From 1 MB `10MB(0.01GB 10485760B)`; below, `4.0KB(4096B)` or `32B`.
     let re = Regex::new(&format!(
-        r"(?m)^{label}\s*: (\d+)MB\((\d+\.\d\d)GB (\d+)B\)(?: in (\d+\.\d\d)s\. \(bw: [\d.]+[KMG]?B/s [\d.]+[KMGT]?bit/s\))?$"
+        r"(?m)^{label}\s*: (?:(\d+)MB\((\d+\.\d\d)GB (\d+)B\)|(\d+\.\d)KB\((\d+)B\)|(\d+)B)(?: in (\d+\.\d\d)s\. \(bw: [\d.]+[KMG]?B/s [\d.]+[KMGT]?bit/s\))?$"
     ))
     .unwrap();
     let c = re
         .captures(text)
         .unwrap_or_else(|| panic!("no '{label}' line in:\n{text}"));
-    let bytes: u64 = c[3].parse().unwrap();
-    let mb: u64 = c[1].parse().unwrap();
-    assert_eq!(
-        mb,
-        (bytes as f64 / 1048576.0).round() as u64,
-        "MB figure of {bytes}B"
-    );
-    let gb: f64 = c[2].parse().unwrap();
-    assert!(
-        (gb - bytes as f64 / 1073741824.0).abs() < 0.006,
-        "GB figure of {bytes}B"
-    );
+    let number = |i: usize| c.get(i).map(|m| m.as_str());
+    let bytes: u64 = number(3)
+        .or(number(5))
+        .or(number(6))
+        .and_then(|b| b.parse().ok())
+        .unwrap();
+    if let (Some(mb), Some(gb)) = (number(1), number(2)) {
+        assert!(bytes >= 1 << 20, "{bytes}B in MB");
+        let mb: u64 = mb.parse().unwrap();
+        assert_eq!(
+            mb,
+            (bytes as f64 / 1048576.0).round() as u64,
+            "MB figure of {bytes}B"
+        );
+        let gb: f64 = gb.parse().unwrap();
+        assert!(
+            (gb - bytes as f64 / 1073741824.0).abs() < 0.006,
+            "GB figure of {bytes}B"
+        );
+    } else if let Some(kb) = number(4) {
+        assert!((1 << 10..1 << 20).contains(&bytes), "{bytes}B in KB");
+        let kb: f64 = kb.parse().unwrap();
+        assert!(
+            (kb - bytes as f64 / 1024.0).abs() < 0.06,
+            "KB figure of {bytes}B"
+        );
+    } else {
+        assert!(bytes < 1 << 10, "{bytes}B without a unit");
+    }
     Volume {
-        mb,
+        mb: (bytes as f64 / 1048576.0).round() as u64,
         bytes,
-        secs: c.get(4).map_or(0.0, |m| m.as_str().parse().unwrap()),
+        secs: c.get(7).map_or(0.0, |m| m.as_str().parse().unwrap()),
     }
 }
 
@@ -356,7 +376,7 @@ pub fn assert_bytes(client: &str, server: &str, bytes: u64) {
 /// `received`).
 pub fn peer_bytes(client: &str, verb: &str) -> u64 {
     let re = Regex::new(&format!(
-        r"(?m)^server\s*: .*\b{verb} \d+MB\(\d+\.\d\dGB (\d+)B\) in \d+\.\d\ds \("
+        r"(?m)^server\s*: .*\b{verb} (?:\d+MB\(\d+\.\d\dGB |\d+\.\dKB\()?(\d+)B\)? in \d+\.\d\ds \("
     ))
     .unwrap();
     let c = re
@@ -369,11 +389,11 @@ pub fn peer_bytes(client: &str, verb: &str) -> u64 {
 /// under 1 MB of ACKs).
 pub fn assert_one_ack_byte_per_packet(client: &str, server: &str, acks: u64) {
     assert!(
-        client.contains(&format!("received  : 0MB(0.00GB {acks}B)")),
+        client.contains(&format!("received  : {}", fperf::units::size_triplet(acks))),
         "one ACK byte per packet:\n{client}"
     );
     assert!(
-        server.contains(&format!("sent     : 0MB(0.00GB {acks}B)")),
+        server.contains(&format!("sent     : {}", fperf::units::size_triplet(acks))),
         "{server}"
     );
 }
@@ -398,6 +418,19 @@ pub fn interrupted_client(
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(130), "{out:?}");
     text
+}
+
+/// Whether a TCP socket listens on `port` (IPv4 or IPv6), per /proc/net.
+pub fn listening(port: u16) -> bool {
+    let local = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        std::fs::read_to_string(table).is_ok_and(|text| {
+            text.lines().any(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                fields.len() > 3 && format!("{} ", fields[1]).ends_with(&local) && fields[3] == "0A"
+            })
+        })
+    })
 }
 
 /// Runs a `--json` client with `args` against a fresh server; returns the document.

@@ -194,6 +194,10 @@ fn bind_data_listener(addr: SocketAddr, settings: &Settings) -> io::Result<TcpLi
     if let Some(bytes) = settings.tcp_window() {
         crate::stream::sys::set_window(&sock, bytes as usize)?;
     }
+    // Accepted connections inherit it, their handshake's answer included.
+    if let Some(tos) = settings.transport.sockets().and_then(|s| s.tos) {
+        crate::stream::sys::set_tos(&sock, tos)?;
+    }
     sock.bind(&addr.into())?;
     sock.listen(128)?;
     Ok(sock.into())
@@ -401,6 +405,9 @@ pub fn connect(
         bind,
         congestion: (settings.and_then(Settings::tcp)).and_then(|t| t.congestion.as_deref()),
         window: settings.and_then(Settings::tcp_window).map(|w| w as usize),
+        tos: settings
+            .and_then(|s| s.transport.sockets())
+            .and_then(|s| s.tos),
     };
     handshake.connect(addr, Some(timeout))
 }
