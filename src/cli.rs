@@ -1017,7 +1017,11 @@ impl Cli {
                 .unwrap_or(IpAddr::from([127, 0, 0, 1]))
                 .to_string(),
         };
+        use std::io::IsTerminal;
         Ok(Output {
+            progress: mode == Mode::Human
+                && self.interval.is_none()
+                && std::io::stderr().is_terminal(),
             mode,
             csv: self.csv.clone(),
             plot: self.plot.clone(),

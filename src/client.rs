@@ -104,6 +104,9 @@ pub trait RunObserver {
     fn connected(&mut self, streams: &[StreamInfo]);
     /// A reporting interval of one side ended (`-i`).
     fn interval(&mut self, _role: Role, _result: &IntervalResult) {}
+    /// The data streams started: `watch` counts the bytes each one moved so far (for a
+    /// progress indicator).
+    fn started(&mut self, _watch: &Arc<TestWatch>) {}
 }
 
 impl<F: FnMut(&[StreamInfo])> RunObserver for F {
@@ -187,8 +190,7 @@ pub fn run_observed(
     let schedule = Schedule::new(&settings, start);
     let (meter_tx, meter_rx) = crate::interval::meter_channel(infos.len());
     let mut collector = Collector::new(start, infos.len(), cpu_start, &settings);
-    // With --reverse (and on --bidir's second half) the client receives as the server
-    // otherwise does; the watch is the receiving loop's (no rate cap here).
+    // Each stream's bytes so far, sent or received (no rate cap here).
     let watch = Arc::new(TestWatch::new(infos.len(), None, abort.clone()));
     let workers = start_streams(
         &settings,
@@ -198,6 +200,7 @@ pub fn run_observed(
         cfg.stall_timeout,
         true,
     )?;
+    observer.started(&watch);
     drop(meter_tx);
     let mut client_intervals = Vec::new();
     let mut inbox = Inbox {
@@ -336,7 +339,8 @@ pub(crate) fn start_streams(
                 .spawn(move || {
                     place_current_thread(cpu, settings.batch_threads())?;
                     if sending {
-                        drive(&mut *stream, &settings, meter, &abort, None).map(Moved::from)
+                        drive(&mut *stream, &settings, meter, &abort, Some((&watch, i)))
+                            .map(Moved::from)
                     } else {
                         let pkt = settings.pktsize as usize;
                         let ceiling = settings

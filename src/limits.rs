@@ -314,6 +314,14 @@ impl TestWatch {
         }
     }
 
+    /// What every stream has counted so far, together.
+    pub fn total(&self) -> u64 {
+        self.progress
+            .iter()
+            .map(|p| p.0.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// What stream `index`'s receiver has counted so far.
     pub fn stream_total(&self, index: usize) -> u64 {
         self.progress

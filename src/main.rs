@@ -188,7 +188,10 @@ fn loopback(
     let handle = {
         let (stop, text) = (stop.clone(), server_text.clone());
         std::thread::spawn(move || {
-            let mut printer = ServerPrinter::default();
+            let mut printer = ServerPrinter {
+                loopback: true,
+                ..ServerPrinter::default()
+            };
             let mut buf = Vec::new();
             let r = server.run(&stop, &mut |ev| {
                 printer.print(&mut buf, ev);
@@ -224,6 +227,9 @@ struct ServerPrinter {
     /// `Server listening ....` was printed and its line is still open.
     line_open: bool,
     in_test: bool,
+    /// The server of `--loopback`: its report follows the client's, without the wait
+    /// for clients.
+    loopback: bool,
 }
 
 impl ServerPrinter {
@@ -231,7 +237,7 @@ impl ServerPrinter {
         match ev {
             ServerEvent::Listening => {
                 self.in_test = false;
-                if !self.line_open {
+                if !self.line_open && !self.loopback {
                     let _ = write!(out, "Server listening ....");
                     self.line_open = true;
                 }
@@ -251,7 +257,10 @@ impl ServerPrinter {
                     rcvlowat,
                     rx_nap,
                 );
-                let _ = write!(out, "{header}");
+                // The header goes on `Server listening ....`'s line; under --loopback
+                // there is none.
+                let opening = if self.loopback { "Server:" } else { "" };
+                let _ = write!(out, "{opening}{header}");
                 self.line_open = false;
             }
             ServerEvent::Interval { settings, result } => {
@@ -271,7 +280,7 @@ impl ServerPrinter {
                 }
                 let _ = out.flush();
                 eprintln!("fperf: client {peer}: {error}");
-                if !self.in_test {
+                if !self.in_test && !self.loopback {
                     let _ = write!(out, "Server listening ....");
                     self.line_open = true;
                 }

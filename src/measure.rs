@@ -10,6 +10,7 @@ use fperf::output::iperf3_json::Iperf3Json;
 use fperf::output::json::Json;
 use fperf::output::json_stream::JsonStream;
 use fperf::output::plot::{run_label, Plot};
+use fperf::output::progress::{Progress, ERASE_LINE};
 use fperf::output::text::Text;
 use fperf::output::{Sink, Sinks};
 use fperf::results::Role;
@@ -43,6 +44,9 @@ pub struct Output {
     pub sweep: Option<Sweep>,
     /// The server as given on the command line, and its port.
     pub server: (String, u16),
+    /// Stderr is a terminal and stdout the report without interval lines: a progress
+    /// line (or a sweep's step) shows on stderr while a run goes on.
+    pub progress: bool,
 }
 
 impl Output {
@@ -51,6 +55,13 @@ impl Output {
     /// rows, so stdout has only their `--json-stream` events.
     pub fn sinks(&self, settings: &Settings, start: StartTime, sweep_run: bool) -> Result<Sinks> {
         let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+        // First, so its line is erased before any other sink writes the report.
+        if self.progress && !sweep_run {
+            sinks.push(Box::new(Progress::new(
+                settings,
+                Box::new(std::io::stderr()),
+            )));
+        }
         match self.mode {
             Mode::Human if !sweep_run => sinks.push(Box::new(Text::new(Stdout))),
             Mode::Json if !sweep_run => sinks.push(Box::new(Json::new(Stdout))),
@@ -103,7 +114,15 @@ pub fn run_sweep(
     }
     let mut records = Vec::new();
     let mut rows = Vec::new();
-    for &value in &sweep.values {
+    for (step, &value) in sweep.values.iter().enumerate() {
+        if output.progress {
+            eprint!(
+                "{ERASE_LINE}running {}={value} ({} of {})",
+                sweep.param.name(),
+                step + 1,
+                sweep.values.len()
+            );
+        }
         let settings = sweep.param.apply(&cfg.settings, value);
         settings
             .validate()
@@ -119,6 +138,9 @@ pub fn run_sweep(
         let outcome = client::run_observed(&run_cfg, abort.clone(), &mut sinks)
             .with_context(|| format!("{}={value}", sweep.param.name()))?;
         sinks.close()?;
+        if output.progress {
+            eprint!("{ERASE_LINE}");
+        }
         let total = &outcome.client.total;
         let secs = total.duration_ns as f64 / 1e9;
         // The client's own end: the receiving one with --reverse.

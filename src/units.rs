@@ -51,16 +51,21 @@ fn three_digits(v: f64) -> String {
     }
 }
 
-/// A byte rate in binary units: `3.54GB/s`, `812MB/s`.
-pub fn byte_rate(bytes_per_sec: f64) -> String {
-    const UNITS: [&str; 4] = ["B/s", "KB/s", "MB/s", "GB/s"];
-    let mut v = bytes_per_sec.max(0.0);
+/// A byte count in binary units, three significant digits: `3.54GB`, `812MB`.
+pub fn size(bytes: f64) -> String {
+    const UNITS: [&str; 4] = ["B", "KB", "MB", "GB"];
+    let mut v = bytes.max(0.0);
     let mut unit = 0;
     while v >= 1024.0 && unit + 1 < UNITS.len() {
         v /= 1024.0;
         unit += 1;
     }
     format!("{}{}", three_digits(v), UNITS[unit])
+}
+
+/// A byte rate in binary units: `3.54GB/s`, `812MB/s`.
+pub fn byte_rate(bytes_per_sec: f64) -> String {
+    format!("{}/s", size(bytes_per_sec))
 }
 
 /// A bit rate in decimal units: `30.4Gbit/s`, `812Mbit/s`.

@@ -639,6 +639,16 @@ fn udp_both_ways_between_fperf_and_iperf3_counts_every_datagram_at_both_ends() {
 }
 
 #[test]
+#[ignore = "needs iperf3"]
+fn an_iperf3_clients_tos_marks_the_servers_data_sockets_too() {
+    let both = start(&[]);
+    let (ok, doc) = iperf3(both.iperf3_port, &["-S", "0x10", "-t", "1"]);
+    assert!(ok, "{doc}");
+    let report = both.server.report(1);
+    assert!(report.contains(" tos=0x10"), "{report}");
+}
+
+#[test]
 fn what_an_iperf3_server_cannot_run_is_refused_before_connecting() {
     // Nothing listens on the port: a refusal must come before any connection.
     let port = port_block(1).to_string();

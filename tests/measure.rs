@@ -224,7 +224,7 @@ fn json_of_udp_runs_counts_datagrams_on_both_sides() {
 
 fn interval_lines(text: &str, label: &str) -> Vec<String> {
     let re = regex::Regex::new(&format!(
-        r"^\[\s*[\d.]+-\s*[\d.]+s\] {label}: \d+MB\([\d.]+GB (\d+)B\)  bw: [\d.]+[KMGT]?bit/s  latency: p50=[\d.]+us p99=[\d.]+us  retransmits: \d+$"
+        r"^\[\s*[\d.]+-\s*[\d.]+s\] {label}: (?:\d+MB\([\d.]+GB |[\d.]+KB\()?(\d+)B\)?  bw: [\d.]+[KMGT]?bit/s  latency: p50=[\d.]+us p99=[\d.]+us  retransmits: \d+$"
     ))
     .unwrap();
     text.lines()
@@ -249,7 +249,7 @@ fn time_3_interval_1_prints_three_intervals_per_side() {
     let sum: u64 = interval_lines(&c, "sent")
         .iter()
         .map(|l| {
-            let re = regex::Regex::new(r"GB (\d+)B\)").unwrap();
+            let re = regex::Regex::new(r"[ (](\d+)B\)?  bw:").unwrap();
             re.captures(l).unwrap()[1].parse::<u64>().unwrap()
         })
         .sum();
@@ -940,4 +940,70 @@ fn logfile_takes_the_report_and_timestamps_begin_each_line_with_the_time() {
         .map(|l| stamp.replace(l, "").into_owned() + "\n")
         .collect();
     assert_eq!(volume(&unstamped, "sent").bytes, 2 * MB, "{text}");
+}
+
+/// Runs `fperf ARGS` under a pseudo-terminal (`script`), as a user at a terminal would;
+/// returns what the terminal showed.
+fn on_a_terminal(args: &[&str]) -> String {
+    let command = std::iter::once(fperf_bin())
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = std::process::Command::new("timeout")
+        .args(["60", "script", "-q", "-e", "-c", &command, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script (util-linux) runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{command}: {text}");
+    text
+}
+
+#[test]
+fn a_terminal_shows_a_progress_line_erased_before_the_report_and_a_pipe_shows_none() {
+    const ERASE: &str = "\r\x1b[K";
+    let server = Server::start(&[]);
+    let port = server.port.to_string();
+    let shown = on_a_terminal(&[
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--time",
+        "2.6",
+        "-b",
+        "200M",
+    ]);
+    let updates = shown.matches(" so far, ").count();
+    assert!(updates >= 2, "about one update a second: {shown:?}");
+    assert!(shown.contains("s left"), "{shown:?}");
+    // The last thing before the report is the erased line.
+    let report = shown.find("sent      :").expect("the report");
+    assert!(shown[..report].ends_with(ERASE), "{shown:?}");
+    assert!(!shown[report..].contains(" so far, "), "{shown:?}");
+    // A sweep says which of its steps runs.
+    let swept = on_a_terminal(&[
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-m",
+        "1",
+        "--sweep",
+        "pktsize=1K,2K",
+    ]);
+    assert!(swept.contains("running pktsize=2048 (2 of 2)"), "{swept:?}");
+    // Piped, neither stream carries any of it.
+    let out = client_run(&server, "127.0.0.1", &["--time", "1.5", "-b", "200M"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success());
+    for text in [&stdout, &stderr] {
+        assert!(
+            !text.contains("so far") && !text.contains('\x1b'),
+            "{text:?}"
+        );
+    }
 }

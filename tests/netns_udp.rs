@@ -306,13 +306,9 @@ fn field(text: &str, label: &str, key: &str) -> u64 {
         .unwrap()
 }
 
-/// The exact byte count of a `label : NMB(N.NNGB NB)` line.
+/// The exact byte count of a `label : NMB(N.NNGB NB)` line (or a smaller size's).
 fn bytes(text: &str, label: &str) -> u64 {
-    let re = Regex::new(&format!(r"(?m)^{label}\s*: \d+MB\([\d.]+GB (\d+)B\)")).unwrap();
-    re.captures(text)
-        .unwrap_or_else(|| panic!("no '{label}' volume in:\n{text}"))[1]
-        .parse()
-        .unwrap()
+    common::volume(text, label).bytes
 }
 
 #[test]

@@ -241,6 +241,7 @@ pub fn run_observed(
         cfg.stall_timeout,
         false,
     )?;
+    observer.started(&watch);
     drop(meter_tx);
     let mut intervals = Vec::new();
     let mut take_intervals = |collector: &mut Collector, observer: &mut dyn RunObserver| {

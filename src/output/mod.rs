@@ -6,7 +6,8 @@
 //! - [`iperf3_json::Iperf3Json`]: the same in iperf3's `-J` layout (`--json=iperf3`);
 //! - [`json_stream::JsonStream`]: one JSON object per event and line (`--json-stream`);
 //! - [`csv::Csv`]: a row per stream and interval (`--csv`);
-//! - [`plot::Plot`]: the latency distribution as an SVG picture (`--plot`).
+//! - [`plot::Plot`]: the latency distribution as an SVG picture (`--plot`);
+//! - [`progress::Progress`]: a one-line indicator on a terminal while the run goes on.
 //!
 //! A new output is one new file implementing [`Sink`]. Sinks write only to the writer
 //! or file they are given: the library never prints on its own.
@@ -16,6 +17,7 @@ pub mod iperf3_json;
 pub mod json;
 pub mod json_stream;
 pub mod plot;
+pub mod progress;
 pub mod text;
 
 use crate::client::{ClientOutcome, RunObserver, StreamInfo};
@@ -44,6 +46,9 @@ pub trait Sink {
     fn start(&mut self, _run: &RunStart) -> Result<()> {
         Ok(())
     }
+
+    /// The data streams started; `watch` counts each one's bytes so far.
+    fn started(&mut self, _watch: &std::sync::Arc<crate::limits::TestWatch>) {}
 
     /// A reporting interval (`-i`) of one side ended.
     fn interval(&mut self, _settings: &Settings, _role: Role, _r: &IntervalResult) -> Result<()> {
@@ -146,6 +151,18 @@ impl RunObserver for Sinks {
             &mut self.failed,
             &mut self.first_error,
             |s| s.start(&run),
+        );
+    }
+
+    fn started(&mut self, watch: &std::sync::Arc<crate::limits::TestWatch>) {
+        feed(
+            &mut self.sinks,
+            &mut self.failed,
+            &mut self.first_error,
+            |s| {
+                s.started(watch);
+                Ok(())
+            },
         );
     }
 
