@@ -339,8 +339,16 @@ pub(crate) fn start_streams(
                 .spawn(move || {
                     place_current_thread(cpu, settings.batch_threads())?;
                     if sending {
-                        drive(&mut *stream, &settings, meter, &abort, Some((&watch, i)))
-                            .map(Moved::from)
+                        let progress = (&*watch, i);
+                        drive(
+                            &mut *stream,
+                            &settings,
+                            meter,
+                            &abort,
+                            progress,
+                            Role::Client,
+                        )
+                        .map(Moved::from)
                     } else {
                         let pkt = settings.pktsize as usize;
                         let ceiling = settings

@@ -4,6 +4,7 @@
 
 use crate::interval::Meter;
 use crate::limits::{RatePacer, TestWatch};
+use crate::results::Role;
 use crate::settings::Settings;
 use crate::stats::StreamStats;
 use crate::stream::buffer::DataBuffer;
@@ -31,14 +32,16 @@ pub(crate) struct Driven {
 /// clock is read once per send and a queued send waits no longer than the next boundary
 /// (a synchronous `send()` cannot be cut short without tearing a packet).
 ///
-/// `progress`, the server's watch over a `--reverse` test and this stream's index, hears
-/// of every packet sent (and may pace to the server's rate cap).
+/// `progress`, the test's watch and this stream's index, hears of every packet sent (and
+/// on a server may pace to its rate cap). On the server (`role`), a peer that resets
+/// the stream ended the test early; on the client it is a failure.
 pub(crate) fn drive(
     stream: &mut dyn Stream,
     settings: &Settings,
     mut meter: Meter,
     abort: &AtomicBool,
-    progress: Option<(&TestWatch, usize)>,
+    progress: (&TestWatch, usize),
+    role: Role,
 ) -> io::Result<Driven> {
     let pkt = settings.pktsize as usize;
     // Time-bounded runs have no byte limit; u64::MAX bytes is never reached.
@@ -88,10 +91,8 @@ pub(crate) fn drive(
         };
         if sent {
             left -= n as u64;
-            if let Some((watch, index)) = progress {
-                sent_bytes += n as u64;
-                watch.received(index, sent_bytes, n);
-            }
+            sent_bytes += n as u64;
+            progress.0.received(progress.1, sent_bytes, n);
             if let Some(p) = &pacer {
                 p.pace(n, abort);
             }
@@ -114,7 +115,7 @@ pub(crate) fn drive(
     // A `--reverse` client that stops reading (Ctrl-C) resets the connection (UDP: its
     // closed port answers with ICMP port unreachable): the test ended early, and the
     // server still reports what it sent.
-    let peer_closed = progress.is_some()
+    let peer_closed = role == Role::Server
         && matches!(&result, Err(e) if matches!(
             e.kind(),
             io::ErrorKind::ConnectionReset

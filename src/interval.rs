@@ -528,6 +528,7 @@ mod tests {
         assert_eq!((back.bytes_sent, back.bytes_received), (0, 4096));
         assert_eq!(back.duration_ns, 500_000_000);
         let text = interval_line(Role::Client, &bidir, r);
+        // One stream each way: its direction's line is its own.
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
         assert!(lines[0].contains("] sent: 100B"), "{text}");

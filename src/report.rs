@@ -1,10 +1,10 @@
 //! The human-readable report: headers, end-of-run figures and interval lines, rendered
 //! from the typed results of [`crate::results`].
 
-use crate::results::{Figures, IntervalResult, Role, SideResult};
+use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
 use crate::settings::Settings;
 use crate::stats::{LatencySummary, StreamStats};
-use crate::units::{bit_rate, byte_rate, pkt_size, rate, size_triplet};
+use crate::units::{bit_rate, byte_rate, pkt_size, rate, size, size_triplet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -380,14 +380,66 @@ fn receiver_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
 /// The human line of one interval: bytes, bandwidth, latency p50/p99 and, for TCP,
 /// retransmits. With `--bidir`, a line for each direction.
 pub fn interval_line(role: Role, settings: &Settings, r: &IntervalResult) -> String {
+    // With several streams a way, a line for each first (as iperf3's), then their sum.
+    let per_direction = settings.first_server_stream().unwrap_or(settings.nstreams);
+    let mut lines: Vec<String> = if per_direction > 1 && r.streams.len() > 1 {
+        r.streams
+            .iter()
+            .map(|s| stream_line(role, settings, s))
+            .collect()
+    } else {
+        Vec::new()
+    };
     match (&r.reverse_total, settings.first_server_stream().is_some()) {
-        (Some(server_data), true) => format!(
-            "{}\n{}",
-            direction_line(role, &settings.one_way(false), r, &r.total),
-            direction_line(role, &settings.one_way(true), r, server_data)
-        ),
-        _ => direction_line(role, settings, r, &r.total),
+        (Some(server_data), true) => {
+            lines.push(direction_line(role, &settings.one_way(false), r, &r.total));
+            lines.push(direction_line(
+                role,
+                &settings.one_way(true),
+                r,
+                server_data,
+            ));
+        }
+        _ => lines.push(direction_line(role, settings, r, &r.total)),
     }
+    lines.join("\n")
+}
+
+/// One stream's line of an interval: what it moved, and for a TCP sender its
+/// retransmits and congestion window, as iperf3's columns have them.
+fn stream_line(role: Role, settings: &Settings, s: &StreamInterval) -> String {
+    let f = &s.figures;
+    let sends = role.sends_on(settings, s.index);
+    let (label, bytes, lat) = if sends {
+        ("sent", f.bytes_sent, f.send_latency.as_ref())
+    } else {
+        ("received", f.bytes_received, f.recv_latency.as_ref())
+    };
+    let secs = s.end_ns.saturating_sub(s.start_ns) as f64 / 1e9;
+    let mut line = format!(
+        "[{:>7.2}-{:>7.2}s] stream {} {label}: {}  bw: {}",
+        s.start_ns as f64 / 1e9,
+        s.end_ns as f64 / 1e9,
+        s.index,
+        size_triplet(bytes),
+        bit_rate(rate(bytes, secs)),
+    );
+    if let Some(l) = lat {
+        line += &format!(
+            "  {}: p50={:.2}us p99={:.2}us",
+            latency_label(settings),
+            l.p50_ns as f64 / 1000.0,
+            l.p99_ns as f64 / 1000.0
+        );
+    }
+    if let Some(tcp) = f.tcp.filter(|_| sends) {
+        line += &format!(
+            "  retransmits: {}  cwnd: {}",
+            tcp.retransmits,
+            size(tcp.cwnd_bytes as f64)
+        );
+    }
+    line
 }
 
 /// The interval line of one direction, whose streams together moved `t`.
@@ -419,6 +471,9 @@ fn direction_line(role: Role, settings: &Settings, r: &IntervalResult, t: &Figur
     }
     if let Some(tcp) = &t.tcp {
         line += &format!("  retransmits: {}", tcp.retransmits);
+        if role.sends(settings) {
+            line += &format!("  cwnd: {}", size(tcp.cwnd_bytes as f64));
+        }
     }
     if r.omitted {
         line += "  (omitted)";

@@ -222,13 +222,14 @@ fn json_of_udp_runs_counts_datagrams_on_both_sides() {
     assert!(u(&doc["server"]["total"]["bytes_received"]) >= MB);
 }
 
+/// The interval lines of all streams together (not the lines of each stream).
 fn interval_lines(text: &str, label: &str) -> Vec<String> {
     let re = regex::Regex::new(&format!(
-        r"^\[\s*[\d.]+-\s*[\d.]+s\] {label}: (?:\d+MB\([\d.]+GB |[\d.]+KB\()?(\d+)B\)?  bw: [\d.]+[KMGT]?bit/s  latency: p50=[\d.]+us p99=[\d.]+us  retransmits: \d+$"
+        r"^\[\s*[\d.]+-\s*[\d.]+s\] {label}: (?:\d+MB\([\d.]+GB |[\d.]+KB\()?(\d+)B\)?  bw: [\d.]+[KMGT]?bit/s  latency: p50=[\d.]+us p99=[\d.]+us  retransmits: \d+(?:  cwnd: [\d.]+[KMG]?B)?$"
     ))
     .unwrap();
     text.lines()
-        .filter(|l| l.starts_with('['))
+        .filter(|l| l.starts_with('[') && !l.contains("] stream "))
         .inspect(|l| assert!(re.is_match(l), "bad interval line: {l}"))
         .map(str::to_string)
         .collect()
@@ -1005,5 +1006,37 @@ fn a_terminal_shows_a_progress_line_erased_before_the_report_and_a_pipe_shows_no
             !text.contains("so far") && !text.contains('\x1b'),
             "{text:?}"
         );
+    }
+}
+
+#[test]
+fn intervals_of_several_streams_have_a_line_per_stream_on_both_ends_then_the_sum() {
+    let server = Server::start(&[]);
+    let c = client_ok(
+        &server,
+        "127.0.0.1",
+        &["-t", "2", "--time", "2", "-i", "1", "-b", "100M"],
+    );
+    let s = server.report(1);
+    for (text, verb) in [(&c, "sent"), (&s, "received")] {
+        for stream in 0..2 {
+            let lines: Vec<&str> = text
+                .lines()
+                .filter(|l| l.contains(&format!("] stream {stream} {verb}: ")))
+                .collect();
+            assert_eq!(lines.len(), 2, "an interval line per second:\n{text}");
+            if verb == "sent" {
+                // A TCP sender's columns, as iperf3's: retransmits and cwnd.
+                assert!(lines.iter().all(|l| l.contains("  cwnd: ")), "{text}");
+            }
+        }
+        // Each interval's sum follows its streams' lines.
+        assert_eq!(interval_lines(text, verb).len(), 2, "{text}");
+        let mut it = text
+            .lines()
+            .filter(|l| l.starts_with('[') && l.contains(&format!(" {verb}: ")));
+        let first: Vec<&str> = it.by_ref().take(3).collect();
+        assert!(first[0].contains("] stream 0 ") && first[1].contains("] stream 1 "));
+        assert!(first[2].contains(&format!("] {verb}: ")), "{text}");
     }
 }

@@ -413,7 +413,7 @@ fn send_until_end(
     watch: (&TestWatch, usize),
 ) -> io::Result<Received> {
     let names = StreamNames::of(&*stream);
-    let driven = drive(&mut *stream, settings, meter, abort, Some(watch))?;
+    let driven = drive(&mut *stream, settings, meter, abort, watch, Role::Server)?;
     Ok(Received::sent(driven, names, Instant::now()))
 }
 
