@@ -270,10 +270,9 @@ pub fn run_observed(
             Err(_) => break,
         }
     }
-    // Ends the reader thread if it is still waiting.
-    drop(control_sock);
     let (end, last_word) = inbox
         .last_word
+        .take()
         .unwrap_or((Instant::now(), Err(ControlError::Timeout.into())));
     let mut server_result = match last_word {
         Ok(result) => *result,
@@ -297,6 +296,22 @@ pub fn run_observed(
         cpu,
         client_intervals,
     );
+    // The client's figures answer the server's, for its report (without the intervals,
+    // which it does not print). A server gone by now misses nothing else.
+    inbox.session.client_results(Box::new(SideResult {
+        intervals: Vec::new(),
+        ..client.clone()
+    }));
+    if let Ok(mut chan) = control_sock
+        .0
+        .try_clone()
+        .and_then(|s| Channel::new(s, cfg.control_timeout))
+    {
+        for msg in inbox.session.take_outbox() {
+            let _ = chan.send(&msg);
+        }
+    }
+    drop(control_sock);
     Ok(ClientOutcome {
         test_id: format!("{session:016x}"),
         client,

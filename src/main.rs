@@ -236,7 +236,11 @@ impl ServerPrinter {
     fn print(&mut self, out: &mut dyn Write, ev: ServerEvent) {
         match ev {
             ServerEvent::Listening => {
-                self.in_test = false;
+                // A blank line ends the test's report (the client's line may follow
+                // its body).
+                if std::mem::take(&mut self.in_test) {
+                    let _ = writeln!(out);
+                }
                 if !self.line_open && !self.loopback {
                     let _ = write!(out, "Server listening ....");
                     self.line_open = true;
@@ -271,7 +275,10 @@ impl ServerPrinter {
                 );
             }
             ServerEvent::Finished { settings, result } => {
-                let _ = writeln!(out, "{}", report::server_body(&settings, &result));
+                let _ = write!(out, "{}", report::server_body(&settings, &result));
+            }
+            ServerEvent::ClientFigures { settings, result } => {
+                let _ = write!(out, "{}", report::peer_line(&settings, &result, 9));
             }
             ServerEvent::ClientError { peer, error } => {
                 if self.line_open {
@@ -314,7 +321,9 @@ impl ServerJsonPrinter {
                 }
             }
             ServerEvent::ClientError { peer, error } => eprintln!("fperf: client {peer}: {error}"),
-            ServerEvent::Listening | ServerEvent::Interval { .. } => {}
+            ServerEvent::Listening
+            | ServerEvent::Interval { .. }
+            | ServerEvent::ClientFigures { .. } => {}
         }
     }
 }

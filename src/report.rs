@@ -149,10 +149,9 @@ pub fn client_body(settings: &Settings, r: &SideResult) -> String {
     out + &direction_lines(settings, r, W)
 }
 
-/// What the other end saw, in one line for the client's report: the server's volume
-/// and rate each way it moved data, and for UDP its datagram counts.
-pub fn peer_line(settings: &Settings, server: &SideResult) -> String {
-    const W: usize = 10;
+/// What the other end saw, in one line for this end's report (labelled `width` wide):
+/// the peer's volume and rate each way it moved data, and for UDP its datagram counts.
+pub fn peer_line(settings: &Settings, peer: &SideResult, width: usize) -> String {
     let part = |verb: &str, bytes: u64, secs: f64| {
         format!(
             "{verb} {} in {secs:.2}s ({})",
@@ -160,16 +159,20 @@ pub fn peer_line(settings: &Settings, server: &SideResult) -> String {
             bit_rate(rate(bytes, secs))
         )
     };
-    let t = &server.total;
+    let t = &peer.total;
     let mut parts = Vec::new();
-    match &server.reverse_total {
+    match (&peer.reverse_total, peer.role) {
         // --bidir: the client's data, then the server's own.
-        Some(back) => {
+        (Some(back), Role::Server) => {
             parts.push(part("received", t.bytes_received, t.secs()));
             parts.push(part("sent", back.bytes_sent, back.secs()));
         }
-        None if server.role.sends(settings) => parts.push(part("sent", t.bytes_sent, t.secs())),
-        None => parts.push(part("received", t.bytes_received, t.secs())),
+        (Some(back), Role::Client) => {
+            parts.push(part("sent", t.bytes_sent, t.secs()));
+            parts.push(part("received", back.bytes_received, back.secs()));
+        }
+        (None, _) if peer.role.sends(settings) => parts.push(part("sent", t.bytes_sent, t.secs())),
+        (None, _) => parts.push(part("received", t.bytes_received, t.secs())),
     }
     // The datagrams it received: a server that only sent has none to count.
     if let Some(d) = t
@@ -191,7 +194,11 @@ pub fn peer_line(settings: &Settings, server: &SideResult) -> String {
         }
         parts.push(udp);
     }
-    format!("{:<W$}: {}\n", "server", parts.join("; "))
+    let label = match peer.role {
+        Role::Server => "server",
+        Role::Client => "client",
+    };
+    format!("{label:<width$}: {}\n", parts.join("; "))
 }
 
 /// The figures of whichever end `r` is, sending or receiving, labelled `width` wide.
@@ -408,19 +415,39 @@ pub fn interval_line(role: Role, settings: &Settings, r: &IntervalResult) -> Str
 /// One stream's line of an interval: what it moved, and for a TCP sender its
 /// retransmits and congestion window, as iperf3's columns have them.
 fn stream_line(role: Role, settings: &Settings, s: &StreamInterval) -> String {
-    let f = &s.figures;
     let sends = role.sends_on(settings, s.index);
+    let who = format!("stream {} ", s.index);
+    let mut line = moved_columns(settings, sends, &s.figures, (s.start_ns, s.end_ns), &who);
+    if let Some(tcp) = s.figures.tcp.filter(|_| sends) {
+        line += &format!(
+            "  retransmits: {}  cwnd: {}",
+            tcp.retransmits,
+            size(tcp.cwnd_bytes as f64)
+        );
+    }
+    line
+}
+
+/// The columns every interval line begins with: `[ START- ENDs] WHO`, what `f` sent (or
+/// received), its rate over the span, and its latency's p50 and p99.
+fn moved_columns(
+    settings: &Settings,
+    sends: bool,
+    f: &Figures,
+    (start_ns, end_ns): (u64, u64),
+    who: &str,
+) -> String {
     let (label, bytes, lat) = if sends {
         ("sent", f.bytes_sent, f.send_latency.as_ref())
     } else {
         ("received", f.bytes_received, f.recv_latency.as_ref())
     };
-    let secs = s.end_ns.saturating_sub(s.start_ns) as f64 / 1e9;
+    // The server's intervals arrive from the network: never trust their order.
+    let secs = end_ns.saturating_sub(start_ns) as f64 / 1e9;
     let mut line = format!(
-        "[{:>7.2}-{:>7.2}s] stream {} {label}: {}  bw: {}",
-        s.start_ns as f64 / 1e9,
-        s.end_ns as f64 / 1e9,
-        s.index,
+        "[{:>7.2}-{:>7.2}s] {who}{label}: {}  bw: {}",
+        start_ns as f64 / 1e9,
+        end_ns as f64 / 1e9,
         size_triplet(bytes),
         bit_rate(rate(bytes, secs)),
     );
@@ -432,40 +459,13 @@ fn stream_line(role: Role, settings: &Settings, s: &StreamInterval) -> String {
             l.p99_ns as f64 / 1000.0
         );
     }
-    if let Some(tcp) = f.tcp.filter(|_| sends) {
-        line += &format!(
-            "  retransmits: {}  cwnd: {}",
-            tcp.retransmits,
-            size(tcp.cwnd_bytes as f64)
-        );
-    }
     line
 }
 
 /// The interval line of one direction, whose streams together moved `t`.
 fn direction_line(role: Role, settings: &Settings, r: &IntervalResult, t: &Figures) -> String {
-    let (label, bytes, lat) = if role.sends(settings) {
-        ("sent", t.bytes_sent, t.send_latency.as_ref())
-    } else {
-        ("received", t.bytes_received, t.recv_latency.as_ref())
-    };
-    // The server's intervals arrive from the network: never trust their order.
-    let secs = r.end_ns.saturating_sub(r.start_ns) as f64 / 1e9;
-    let mut line = format!(
-        "[{:>7.2}-{:>7.2}s] {label}: {}  bw: {}",
-        r.start_ns as f64 / 1e9,
-        r.end_ns as f64 / 1e9,
-        size_triplet(bytes),
-        bit_rate(rate(bytes, secs)),
-    );
-    if let Some(l) = lat {
-        let name = latency_label(settings);
-        line += &format!(
-            "  {name}: p50={:.2}us p99={:.2}us",
-            l.p50_ns as f64 / 1000.0,
-            l.p99_ns as f64 / 1000.0
-        );
-    }
+    let span = (r.start_ns, r.end_ns);
+    let mut line = moved_columns(settings, role.sends(settings), t, span, "");
     if let Some(tps) = t.transactions_per_second(settings, role) {
         line += &format!("  tps: {tps:.0}/s");
     }

@@ -11,10 +11,10 @@ pub(crate) mod config;
 pub(crate) mod figures;
 
 pub use config::{ServerConfig, ServerEvent, MAX_PENDING_GREETERS, MAX_PENDING_PER_SOURCE};
-use figures::{close_session, server_result};
+use figures::{close_session, free_session, server_result};
 
 use crate::auth;
-use crate::control::session::{ServerSession, ServerStep};
+use crate::control::session::{ServerSession, ServerStep, SessionError};
 use crate::control::{self, Channel, ControlError, Message};
 use crate::engine::{receive, Ceiling, Received, StreamNames};
 use crate::interval::MeterMsg;
@@ -297,8 +297,11 @@ fn greet(
                 let _ = control.flush();
                 return;
             }
-            // Settings come only after `Welcome`.
+            // Settings come only after `Welcome`, and figures only after a test.
             Ok(ServerStep::Test(_)) => return client_error("settings before welcome".into()),
+            Ok(ServerStep::ClientResults(_)) => {
+                return client_error("figures before a test".into())
+            }
             Err(e) => {
                 if let Some(why) = e.to_peer() {
                     control.chan.send_error(&why);
@@ -328,20 +331,46 @@ fn greet(
         }
     };
     let outcome = run_session(&mut control, &registered, rx, tx, config, events);
-    if let Err(e) = &outcome {
-        client_error(format!("{e:#}"));
-    }
-    close_session(registered, events);
     match outcome {
         Ok(result) => {
+            // The client's figures come after its results: `Listening` waits for them.
+            free_session(registered);
             control.session.results(result);
             if let Err(e) = control.flush() {
                 client_error(format!("cannot send the results: {e}"));
+                let _ = events.send(ServerEvent::Listening);
+                return;
             }
+            // The client answers with its own figures at once; the test's slot is
+            // free already, so a client that does not only holds this thread a while.
+            let answer = control
+                .chan
+                .recv_message(CLIENT_RESULTS_WITHIN)
+                .map_err(SessionError::from)
+                .and_then(|m| control.session.on_message(m));
+            match (answer, control.session.test()) {
+                (Ok(ServerStep::ClientResults(result)), Some(settings)) => {
+                    let _ = events.send(ServerEvent::ClientFigures {
+                        settings: settings.clone(),
+                        result,
+                    });
+                }
+                // A client that closed, or said something else, leaves no figures.
+                (Err(SessionError::Control(ControlError::Closed)), _) | (Ok(_), _) => {}
+                (Err(e), _) => client_error(format!("its figures: {e}")),
+            }
+            let _ = events.send(ServerEvent::Listening);
         }
-        Err(e) => control.chan.send_error(&format!("server: {e:#}")),
+        Err(e) => {
+            client_error(format!("{e:#}"));
+            close_session(registered, events);
+            control.chan.send_error(&format!("server: {e:#}"));
+        }
     }
 }
+
+/// How long a server waits for the client's figures after sending its own.
+const CLIENT_RESULTS_WITHIN: Duration = Duration::from_secs(5);
 
 /// A control connection driven by its session: what the session queues is sent.
 struct Control {

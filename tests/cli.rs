@@ -357,27 +357,3 @@ fn short_help_lists_the_original_flags_a_line_each_and_long_help_groups_every_fl
     }
     assert!(help_flags(&long).len() > 2 * original.len());
 }
-
-#[test]
-fn loopback_prints_the_clients_report_then_the_servers_and_ends() {
-    let port = port_block(12).to_string();
-    let out = run(
-        &["--loopback", "-m", "16", "-p", &port],
-        Duration::from_secs(30),
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
-    assert!(text.starts_with("TCP CLIENT => 127.0.0.1:"), "{text}");
-    assert!(!text.contains("Server listening"), "{text}");
-    let client_end = text.find("sent      :").expect("the client's report");
-    let server_start = text
-        .find("\nServer: new TCP connection from 127.0.0.1:")
-        .expect("the server's report on a line of its own");
-    assert!(client_end < server_start, "{text}");
-    assert_eq!(volume(&text[server_start..], "received").bytes, 16 << 20);
-    assert!(text
-        .trim_end()
-        .lines()
-        .last()
-        .is_some_and(|l| l.starts_with("tcp_info")));
-}

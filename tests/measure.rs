@@ -172,7 +172,10 @@ fn round_trip_reports_print_transactions_per_second() {
         n / (secs + 0.005) - 1.0 <= field(1) && field(1) <= n / (secs - 0.005) + 1.0,
         "{out}"
     );
-    let intervals: Vec<&str> = out.lines().filter(|l| l.starts_with('[')).collect();
+    let intervals: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with('[') && !l.contains("] stream "))
+        .collect();
     assert!(!intervals.is_empty(), "{out}");
     let interval_tps = regex::Regex::new(r"  tps: \d+/s").expect("regex");
     for line in intervals {
@@ -1039,4 +1042,37 @@ fn intervals_of_several_streams_have_a_line_per_stream_on_both_ends_then_the_sum
         assert!(first[0].contains("] stream 0 ") && first[1].contains("] stream 1 "));
         assert!(first[2].contains(&format!("] {verb}: ")), "{text}");
     }
+}
+
+#[test]
+fn the_servers_report_ends_with_what_the_client_saw() {
+    let server = Server::start(&[]);
+    let c = client_ok(&server, "127.0.0.1", &["-m", "4"]);
+    assert_eq!(peer_bytes(&c, "received"), 4 * MB, "{c}");
+    let s = server.wait_for(|o| o.contains("\nclient   :"), Duration::from_secs(10));
+    let line =
+        regex::Regex::new(r"(?m)^client   : sent 4MB\(0\.00GB 4194304B\) in [\d.]+s \(").unwrap();
+    assert!(line.is_match(&s), "{s}");
+    // With UDP from the server: what the client received, and its datagram counts.
+    client_ok(
+        &server,
+        "127.0.0.1",
+        &["-u", "--reverse", "-m", "2", "-b", "200M"],
+    );
+    let s = server.wait_for(
+        |o| o.matches("\nclient   :").count() >= 2,
+        Duration::from_secs(10),
+    );
+    let last = s
+        .lines()
+        .rfind(|l| l.starts_with("client   :"))
+        .expect("a client line");
+    assert!(
+        last.contains(": received ") && last.contains(" lost "),
+        "{last}"
+    );
+    assert!(
+        last.contains("duplicated") && last.contains("jitter"),
+        "{last}"
+    );
 }

@@ -5,28 +5,13 @@
 //! and `nft`: marked ignored, and run by scripts/test.sh as root.
 
 mod common;
-use common::{collect, fperf_bin};
+use common::{collect, fperf_bin, nft_in, sh};
 use regex::Regex;
-use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The server's base port (control, and TCP stream 0); TCP stream 1 has the next one.
 const PORT: u16 = 28444;
-
-/// Runs a command to completion; panics with its output if it fails.
-fn sh(args: &[&str]) -> String {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
 
 /// A namespace with only its loopback up; deleted on drop.
 struct Namespace(String);
@@ -74,24 +59,7 @@ impl Namespace {
     }
 
     fn nft(&self, rules: &str) {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.0, "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run nft");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(rules.as_bytes())
-            .expect("write rules");
-        let out = child.wait_with_output().expect("nft");
-        assert!(
-            out.status.success(),
-            "nft: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        nft_in(&self.0, rules);
     }
 
     /// The packet counters of the chain's rules, in order.

@@ -7,9 +7,8 @@
 //! not. Needs root, `ip` and `nft`: marked ignored, and run by scripts/test.sh as root.
 
 mod common;
-use common::{collect, collect_joinable, fperf_bin};
+use common::{collect, collect_joinable, fperf_bin, nft_in, sh};
 use regex::Regex;
-use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,20 +33,6 @@ fn require_root() {
         is_root(),
         "network-namespace tests need root (ip netns, nft)"
     );
-}
-
-/// Runs a command to completion; panics with its output if it fails.
-fn sh(args: &[&str]) -> String {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -96,24 +81,7 @@ impl Netns {
 
     /// Loads an nftables rule set into the server's namespace.
     fn nft(&self, rules: &str) {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.server, "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run nft");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(rules.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "nft: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        nft_in(&self.server, rules);
     }
 
     /// Drops `percent`% of the datagrams to the server's stream-0 port at random, and

@@ -68,8 +68,14 @@ fn a_timed_reverse_run_reports_intervals_on_both_ends() {
         &["--reverse", "--time", "1", "-i", "0.5", "-b", "200M"],
     );
     let report = server.report(1);
-    let client_intervals: Vec<&str> = client.lines().filter(|l| l.starts_with('[')).collect();
-    let server_intervals: Vec<&str> = report.lines().filter(|l| l.starts_with('[')).collect();
+    let client_intervals: Vec<&str> = client
+        .lines()
+        .filter(|l| l.starts_with('[') && !l.contains("] stream "))
+        .collect();
+    let server_intervals: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with('[') && !l.contains("] stream "))
+        .collect();
     assert_eq!(client_intervals.len(), 2, "{client}");
     assert_eq!(server_intervals.len(), 2, "{report}");
     assert!(client_intervals.iter().all(|l| l.contains("] received: ")));

@@ -287,10 +287,18 @@ fn loopback_mode_prints_both_reports() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(volume(&text, "sent").bytes, 16 * MB, "{text}");
     assert_eq!(volume(&text, "received").bytes, 16 * MB, "{text}");
-    assert!(
-        text.contains("Server listening .... new TCP connection from 127.0.0.1:"),
-        "{text}"
-    );
+    // The client's report, then the server's on a line of its own, then the end.
+    assert!(text.starts_with("TCP CLIENT => 127.0.0.1:"), "{text}");
+    assert!(!text.contains("Server listening"), "{text}");
+    let client_end = text.find("sent      :").expect("the client's report");
+    let server_start = text
+        .find("\nServer: new TCP connection from 127.0.0.1:")
+        .expect("the server's report");
+    assert!(client_end < server_start, "{text}");
+    // The server's report ends with what the client saw.
+    let last: Vec<&str> = text.trim_end().lines().rev().take(2).collect();
+    assert!(last[0].starts_with("client   : sent 16MB"), "{text}");
+    assert!(last[1].starts_with("tcp_info"), "{text}");
 }
 
 #[test]

@@ -240,7 +240,13 @@ fn messages() -> Vec<Message> {
         },
         Message::Ready,
         Message::Results {
-            result: Box::new(side),
+            result: Box::new(side.clone()),
+        },
+        Message::ClientResults {
+            result: Box::new(SideResult {
+                role: Role::Client,
+                ..side
+            }),
         },
         Message::Error {
             message: "why".into(),

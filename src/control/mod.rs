@@ -29,8 +29,9 @@ use thiserror::Error;
 /// `ClientDataReceived` message, which a version-1 server would have ignored (and then
 /// waited out its idle time-out). 3: the settings carry only their own transport's
 /// options. 4: TCP figures carry the send window, MSS and path MTU. 5: TCP and UDP
-/// settings carry the TOS byte.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// settings carry the TOS byte. 6: the client answers `Results` with its own figures
+/// (`ClientResults`), for the server's report.
+pub const PROTOCOL_VERSION: u32 = 6;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.
@@ -61,6 +62,9 @@ pub enum Message {
     Ready,
     /// Server → client: the server's figures, sent once every data stream ended.
     Results { result: Box<SideResult> },
+    /// Client → server, after `Results`: the client's own figures, for the server's
+    /// report (what the other end saw).
+    ClientResults { result: Box<SideResult> },
     /// Either way: why the other end is giving up.
     Error { message: String },
     /// UDP client → server, on a UDP stream's control connection: the addresses of the
@@ -179,6 +183,7 @@ pub fn kind(msg: &Message) -> String {
         Message::Settings { .. } => "settings",
         Message::Ready => "ready",
         Message::Results { .. } => "results",
+        Message::ClientResults { .. } => "client_results",
         Message::Error { .. } => "error",
         Message::UdpSockets { .. } => "udp_sockets",
         Message::UdpFinished { .. } => "udp_finished",

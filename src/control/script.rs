@@ -142,7 +142,7 @@ impl Cursor<'_> {
     }
 
     fn message(&mut self) -> Message {
-        match self.u8() % 16 {
+        match self.u8() % 17 {
             0 => Message::Hello {
                 version: self.version(),
                 software: self.text(),
@@ -193,6 +193,17 @@ impl Cursor<'_> {
                 mac: self.hex(),
             },
             13 => Message::AuthConfirm { mac: self.hex() },
+            14 => Message::ClientResults {
+                result: Box::new(SideResult {
+                    role: Role::Client,
+                    total: self.figures(),
+                    reverse_total: None,
+                    streams: Vec::new(),
+                    system: None,
+                    cpu: None,
+                    intervals: Vec::new(),
+                }),
+            },
             // The rest as raw bytes a peer could send, decoded as the reader would.
             _ => {
                 let len = usize::from(self.u8());

@@ -57,6 +57,8 @@ pub enum SessionError {
     TooSlowToIdentify,
     #[error("the server sent impossible figures: {0}")]
     ImpossibleFigures(String),
+    #[error("the client sent impossible figures: {0}")]
+    ImpossibleClientFigures(String),
 }
 
 impl SessionError {
@@ -106,6 +108,8 @@ enum ServerState {
     SettingUp,
     /// `Ready` sent: the test runs.
     Running,
+    /// `Results` sent: the client's own figures may follow.
+    ResultsSent,
     /// Over: results, facts or an error sent, or the connection handed on as data.
     Ended,
 }
@@ -129,6 +133,8 @@ pub enum ServerStep {
     /// The client's test, valid and within the server's limits: set up its data
     /// streams, then call [`ServerSession::ready`].
     Test(Box<Settings>),
+    /// After the results: the client's own figures, checked against its test.
+    ClientResults(Box<SideResult>),
 }
 
 /// The server's end of one control connection.
@@ -139,6 +145,8 @@ pub struct ServerSession {
     auth: Option<(AuthKey, [u8; NONCE_LEN])>,
     limits: Limits,
     outbox: Vec<Message>,
+    /// The settings of the test accepted, which the client's figures must fit.
+    test: Option<Settings>,
 }
 
 impl ServerSession {
@@ -151,6 +159,7 @@ impl ServerSession {
             auth,
             limits,
             outbox: Vec::new(),
+            test: None,
         }
     }
 
@@ -266,14 +275,35 @@ impl ServerSession {
                 settings.validate()?;
                 self.limits.check(&settings)?;
                 self.state = ServerState::SettingUp;
+                self.test = Some(settings.clone());
                 Ok(ServerStep::Test(Box::new(settings)))
             }
             (ServerState::AwaitSettings, other) => {
                 Err(ControlError::unexpected("settings", &other).into())
             }
-            // The client says nothing once its settings are sent.
+            (ServerState::ResultsSent, Message::ClientResults { result }) => {
+                let settings =
+                    self.test
+                        .as_ref()
+                        .ok_or(SessionError::Control(ControlError::unexpected(
+                            "nothing",
+                            &Message::Ready,
+                        )))?;
+                check_side(settings, &result).map_err(SessionError::ImpossibleClientFigures)?;
+                self.state = ServerState::Ended;
+                Ok(ServerStep::ClientResults(result))
+            }
+            (ServerState::ResultsSent, other) => {
+                Err(ControlError::unexpected("client_results", &other).into())
+            }
+            // The client says nothing else once its settings are sent.
             (_, other) => Err(ControlError::unexpected("nothing", &other).into()),
         }
+    }
+
+    /// The settings of the test this session accepted.
+    pub fn test(&self) -> Option<&Settings> {
+        self.test.as_ref()
     }
 
     /// Answers a `Conf` connection with this host's `facts`.
@@ -327,7 +357,7 @@ impl ServerSession {
     pub fn results(&mut self, result: Box<SideResult>) {
         if matches!(self.state, ServerState::Running) {
             self.outbox.push(Message::Results { result });
-            self.state = ServerState::Ended;
+            self.state = ServerState::ResultsSent;
         }
     }
 }
@@ -343,7 +373,9 @@ enum ClientState {
     AwaitReady,
     /// The test runs.
     Running,
-    /// Results received, or failed.
+    /// The server's results arrived: the client's own answer them.
+    GotResults,
+    /// Done, or failed.
     Ended,
 }
 
@@ -420,43 +452,25 @@ impl ClientSession {
     /// Refuses an interval of the server's whose figures cannot be true.
     fn check_interval(&self, r: &IntervalResult) -> Result<(), SessionError> {
         let streams = r.streams.iter().map(|s| &s.figures);
-        self.check_figures(
+        check_figures(
+            &self.settings,
             r.streams.len(),
             streams.chain([&r.total]).chain(&r.reverse_total),
         )
+        .map_err(SessionError::ImpossibleFigures)
+    }
+
+    /// Answers the server's results with the client's own figures, for its report.
+    pub fn client_results(&mut self, result: Box<SideResult>) {
+        if matches!(self.state, ClientState::GotResults) {
+            self.outbox.push(Message::ClientResults { result });
+            self.state = ClientState::Ended;
+        }
     }
 
     /// Refuses the server's results if its figures cannot be true.
     fn check_side(&self, r: &SideResult) -> Result<(), SessionError> {
-        let streams = r.streams.iter().map(|s| &s.figures);
-        let intervals = r
-            .intervals
-            .iter()
-            .flat_map(|i| [&i.total].into_iter().chain(&i.reverse_total));
-        self.check_figures(
-            r.streams.len(),
-            streams
-                .chain([&r.total])
-                .chain(&r.reverse_total)
-                .chain(intervals),
-        )
-    }
-
-    fn check_figures<'a>(
-        &self,
-        streams: usize,
-        mut figures: impl Iterator<Item = &'a crate::results::Figures>,
-    ) -> Result<(), SessionError> {
-        if streams > self.settings.nstreams as usize {
-            return Err(SessionError::ImpossibleFigures(format!(
-                "{streams} streams in a run of {}",
-                self.settings.nstreams
-            )));
-        }
-        match figures.find_map(|f| f.impossible(&self.settings)) {
-            Some(why) => Err(SessionError::ImpossibleFigures(why)),
-            None => Ok(()),
-        }
+        check_side(&self.settings, r).map_err(SessionError::ImpossibleFigures)
     }
 
     /// Feeds the server's next message.
@@ -550,14 +564,53 @@ impl ClientSession {
             }
             (ClientState::Running, Message::Results { result }) => {
                 self.check_side(&result)?;
-                self.state = ClientState::Ended;
+                self.state = ClientState::GotResults;
                 Ok(ClientStep::Results(result))
             }
             (ClientState::Running, other) => {
                 Err(ControlError::unexpected("results", &other).into())
             }
-            (ClientState::Ended, other) => Err(ControlError::unexpected("nothing", &other).into()),
+            (ClientState::GotResults | ClientState::Ended, other) => {
+                Err(ControlError::unexpected("nothing", &other).into())
+            }
         }
+    }
+}
+
+/// Why an end's figures for a run of `settings` cannot be true, if they cannot.
+fn check_side(settings: &Settings, r: &SideResult) -> Result<(), String> {
+    let intervals = r
+        .intervals
+        .iter()
+        .flat_map(|i| [&i.total].into_iter().chain(&i.reverse_total));
+    check_figures(
+        settings,
+        r.streams.len(),
+        r.streams
+            .iter()
+            .map(|s| &s.figures)
+            .chain([&r.total])
+            .chain(&r.reverse_total)
+            .chain(intervals),
+    )
+}
+
+/// Why `figures` of `streams` streams cannot be true in a run of `settings`, if they
+/// cannot: more streams than the run has, or figures no stream of it could have.
+fn check_figures<'a>(
+    settings: &Settings,
+    streams: usize,
+    mut figures: impl Iterator<Item = &'a crate::results::Figures>,
+) -> Result<(), String> {
+    if streams > settings.nstreams as usize {
+        return Err(format!(
+            "{streams} streams in a run of {}",
+            settings.nstreams
+        ));
+    }
+    match figures.find_map(|f| f.impossible(settings)) {
+        Some(why) => Err(why),
+        None => Ok(()),
     }
 }
 

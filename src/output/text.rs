@@ -51,7 +51,11 @@ impl<W: Write> Sink for Text<W> {
             "{}",
             client_body(run.settings, &run.outcome.client)
         )?;
-        write!(self.out, "{}", peer_line(run.settings, &run.outcome.server))?;
+        write!(
+            self.out,
+            "{}",
+            peer_line(run.settings, &run.outcome.server, 10)
+        )?;
         if run.outcome.interrupted {
             let moved = Role::Client.moved(run.settings);
             writeln!(

@@ -80,6 +80,11 @@ pub enum ServerEvent {
         settings: Settings,
         result: Box<SideResult>,
     },
+    /// After a test: the client's own figures (what the other end saw).
+    ClientFigures {
+        settings: Settings,
+        result: Box<SideResult>,
+    },
     /// A client or test failed; the server goes on.
     ClientError { peer: String, error: String },
 }

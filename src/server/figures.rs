@@ -65,6 +65,12 @@ pub(crate) fn close_session(registered: SessionGuard, events: &Sender<ServerEven
         let _in_order = registered.sessions().report_lock();
         let _ = events.send(ServerEvent::Listening);
     }
+    free_session(registered);
+}
+
+/// Frees a test's slot and gives its memory back, leaving `Listening` to the caller
+/// (which has more of the test to report first).
+pub(crate) fn free_session(registered: SessionGuard) {
     drop(registered);
     return_freed_memory();
 }

@@ -451,3 +451,40 @@ pub fn json_u64(v: &serde_json::Value, path: &[&str]) -> u64 {
     at.as_u64()
         .unwrap_or_else(|| panic!("{path:?} is not a number in {v}"))
 }
+
+/// Runs a command to completion; panics with its output if it fails.
+pub fn sh(args: &[&str]) -> String {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// Loads an nftables rule set into network namespace `namespace`.
+pub fn nft_in(namespace: &str, rules: &str) {
+    use std::io::Write;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", namespace, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run nft");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(rules.as_bytes())
+        .expect("write the rules");
+    let out = child.wait_with_output().expect("nft");
+    assert!(
+        out.status.success(),
+        "nft: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
