@@ -470,14 +470,21 @@ impl Drop for Iperf3Server {
 
 /// `fperf -c 127.0.0.1 --iperf3 -p PORT ARGS --json`: its JSON document.
 fn fperf_against(port: u16, args: &[&str]) -> Value {
+    fperf_document(port, &["--iperf3", "--json"], args)
+}
+
+/// `fperf -c 127.0.0.1 -p PORT OUTPUT ARGS`, bounded in time: the JSON document it
+/// printed.
+fn fperf_document(port: u16, output: &[&str], args: &[&str]) -> Value {
     let port = port.to_string();
-    let mut all = vec!["-c", "127.0.0.1", "--iperf3", "-p", &port, "--json"];
+    let mut all = vec!["-c", "127.0.0.1", "-p", &port];
+    all.extend_from_slice(output);
     all.extend_from_slice(args);
     let out = run(&all, Duration::from_secs(60));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{text}\n{}",
+        "{all:?}: {text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
@@ -699,19 +706,9 @@ fn key_paths(doc: &Value) -> std::collections::BTreeSet<(String, &'static str)> 
     out
 }
 
-/// `fperf -c 127.0.0.1 -p PORT ARGS --json=iperf3`: its document.
+/// `fperf -c 127.0.0.1 -p PORT --json=iperf3 ARGS`: its document.
 fn iperf3_layout(port: u16, args: &[&str]) -> Value {
-    let port = port.to_string();
-    let mut all = vec!["-c", "127.0.0.1", "-p", &port, "--json=iperf3"];
-    all.extend_from_slice(args);
-    let out = run(&all, Duration::from_secs(60));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{all:?}: {text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    fperf_document(port, &["--json=iperf3"], args)
 }
 
 #[test]

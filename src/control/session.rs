@@ -726,10 +726,60 @@ mod tests {
                 ClientStep::Results(side()),
             ]
         );
-        // Nothing may follow the results, from either end.
+        // The client answers with its own figures, which the server takes once.
+        let mine = Box::new(SideResult {
+            role: Role::Client,
+            ..*side()
+        });
+        client.client_results(mine.clone());
+        let answer = client.take_outbox();
+        assert_eq!(
+            answer,
+            [Message::ClientResults {
+                result: mine.clone()
+            }]
+        );
+        assert_eq!(
+            server.on_message(answer[0].clone()).expect("taken"),
+            ServerStep::ClientResults(mine.clone())
+        );
+        // Nothing may follow, from either end.
+        assert!(server
+            .on_message(Message::ClientResults { result: mine })
+            .is_err());
         server.interval(interval(2));
         assert!(server.take_outbox().is_empty());
         assert!(client.on_message(Message::Ready).is_err());
+    }
+
+    #[test]
+    fn a_clients_figures_out_of_turn_or_impossible_are_refused() {
+        let mut lie = SideResult {
+            role: Role::Client,
+            ..*side()
+        };
+        lie.total.bytes_sent = u64::MAX;
+        let mut client = ClientSession::new(Settings::default(), None);
+        let mut server = ServerSession::new(Limits::default(), None);
+        open(&mut client, &mut server);
+        let early = Message::ClientResults {
+            result: Box::new(lie.clone()),
+        };
+        assert!(server.on_message(early).is_err(), "before the results");
+        let mut client = ClientSession::new(Settings::default(), None);
+        let mut server = ServerSession::new(Limits::default(), None);
+        open(&mut client, &mut server);
+        server.results(side());
+        to_client(&mut server, &mut client);
+        let e = server
+            .on_message(Message::ClientResults {
+                result: Box::new(lie),
+            })
+            .expect_err("impossible");
+        assert!(
+            e.to_string().contains("the client sent impossible figures"),
+            "{e}"
+        );
     }
 
     #[test]
