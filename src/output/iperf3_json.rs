@@ -311,17 +311,14 @@ impl View<'_> {
     fn tcp_stream_end(&self, index: u32) -> Value {
         let (sending, receiving) = self.ends(index);
         let client_sends = self.client_sends(index);
-        let figures = |side: &SideResult| Self::stream(side, index).map(|s| s.figures.clone());
-        let sent = figures(sending);
-        let received = figures(receiving);
-        let mut sender = socket_first(index, whole_run(sent.as_ref(), true));
-        let rtt = RttSpan::over(sending, index, sent.as_ref().and_then(|f| f.tcp));
+        let sent = Self::stream(sending, index).map(|s| &s.figures);
+        let received = Self::stream(receiving, index).map(|s| &s.figures);
+        let mut sender = socket_first(index, whole_run(sent, true));
+        let tcp = sent.and_then(|f| f.tcp);
+        let rtt = RttSpan::over(sending, index, tcp);
         sender.insert(
             "retransmits".into(),
-            json!(sent
-                .as_ref()
-                .and_then(|f| f.tcp)
-                .map_or(0, |t| t.retransmits)),
+            json!(tcp.map_or(0, |t| t.retransmits)),
         );
         sender.insert("max_snd_cwnd".into(), json!(rtt.max_cwnd));
         sender.insert("max_snd_wnd".into(), json!(rtt.max_wnd));
@@ -329,24 +326,36 @@ impl View<'_> {
         sender.insert("min_rtt".into(), json!(rtt.min));
         sender.insert("mean_rtt".into(), json!(rtt.mean));
         sender.insert("sender".into(), json!(client_sends));
-        let mut receiver = socket_first(index, whole_run(received.as_ref(), false));
+        let mut receiver = socket_first(index, whole_run(received, false));
         receiver.insert("sender".into(), json!(client_sends));
         json!({"sender": sender, "receiver": receiver})
     }
 
-    /// Sums over `streams` as their senders (`sent`) or receivers counted them.
-    fn tcp_sum(&self, streams: &[u32], sent: bool, sender_flag: bool) -> Value {
-        let mut sum = Sum::default();
+    /// `streams` summed as their senders counted them, and as their receivers did.
+    fn sums(&self, streams: &[u32]) -> (Sum, Sum) {
+        let (mut sent, mut received) = (Sum::default(), Sum::default());
         for &i in streams {
             let (sending, receiving) = self.ends(i);
-            let side = if sent { sending } else { receiving };
-            if let Some(s) = Self::stream(side, i) {
-                sum.add(&s.figures, sent);
+            if let Some(s) = Self::stream(sending, i) {
+                sent.add(&s.figures, true);
+            }
+            if let Some(s) = Self::stream(receiving, i) {
+                received.add(&s.figures, false);
             }
         }
-        let mut line = sum.period();
-        if sent {
-            line.insert("retransmits".into(), json!(sum.retransmits));
+        (sent, received)
+    }
+
+    /// Sums over `streams` as their senders (`as_sent`) or receivers counted them.
+    fn tcp_sum(&self, streams: &[u32], as_sent: bool, sender_flag: bool) -> Value {
+        let (sent, received) = self.sums(streams);
+        let mut line = if as_sent {
+            sent.period()
+        } else {
+            received.period()
+        };
+        if as_sent {
+            line.insert("retransmits".into(), json!(sent.retransmits));
         }
         line.insert("sender".into(), json!(sender_flag));
         Value::Object(line)
@@ -367,24 +376,13 @@ impl View<'_> {
     /// UDP sums over `streams`: bytes as sent or as received, with the receivers' loss
     /// and jitter.
     fn udp_sum(&self, streams: &[u32], as_sent: bool, sender_flag: bool) -> Value {
-        let mut sum = Sum::default();
-        let mut received = DatagramCounts::default();
-        let mut sent_packets = 0;
-        for &i in streams {
-            let (sending, receiving) = self.ends(i);
-            let side = if as_sent { sending } else { receiving };
-            if let Some(s) = Self::stream(side, i) {
-                sum.add(&s.figures, as_sent);
-            }
-            if let Some(d) = Self::stream(sending, i).and_then(|s| s.figures.datagrams) {
-                sent_packets += d.sent;
-            }
-            if let Some(d) = Self::stream(receiving, i).and_then(|s| s.figures.datagrams) {
-                received.merge(&d);
-            }
-        }
-        let mut line = sum.period();
-        udp_end_fields(&mut line, Some(&received), sent_packets);
+        let (sent, received) = self.sums(streams);
+        let mut line = if as_sent {
+            sent.period()
+        } else {
+            received.period()
+        };
+        udp_end_fields(&mut line, Some(&received.received), sent.sent_packets);
         line.remove("out_of_order");
         line.insert("sender".into(), json!(sender_flag));
         Value::Object(line)
