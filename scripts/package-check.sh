@@ -10,10 +10,13 @@
 #   - /etc/default/fperf is a conffile readable by root only (it may hold the key);
 #   - the server, with the options in /etc/default/fperf, run as an unprivileged user
 #     with no capabilities, serves a test on loopback and exits 0 on SIGTERM;
-#   - the man page formats without warnings (man -l);
+#   - the exporter, with its options in /etc/default/fperf, run likewise, answers a
+#     probe that tests an fperf server;
+#   - the man pages (fperf, fperf-exporter) format without warnings (man -l);
 #   - the bash, zsh and fish completions load and complete a flag;
-#   - the service unit passes `systemd-analyze verify`, and its sandbox rates an
-#     exposure of at most 2.0 in `systemd-analyze security`.
+#   - the service units (the server's and the exporter's) pass `systemd-analyze
+#     verify`, and each one's sandbox rates an exposure of at most 2.0 in
+#     `systemd-analyze security`.
 # The image (deploy/Containerfile), with no container registry: in place of
 # debian:bookworm-slim its base is a minimal Debian made from Debian's archive with
 # mmdebstrap (kept in target/container/ for a week), and buildah builds and runs it
@@ -150,11 +153,36 @@ unprivileged_server() {
   serves_a_test "setpriv --reuid=nobody --regid=nogroup --clear-groups --no-new-privs
     --inh-caps=-all --bounding-set=-all $fperf" "$fperf" 1 $opts
 }
+unprivileged_exporter() {
+  local opts port web server exporter answer=""
+  # shellcheck disable=SC1091 # the installed copy
+  opts="$(. "$root/etc/default/fperf" && echo "$FPERF_EXPORTER_OPTS")"
+  port=$((20000 + RANDOM % 10000)) web=$((30000 + RANDOM % 2000))
+  opts="$(sed -E "s/--listen [^ ]+/--listen 127.0.0.1:$web/" <<<"$opts")"
+  "$fperf" -s -p "$port" -B 127.0.0.1 >"$root/server.out" 2>&1 &
+  server=$!
+  # shellcheck disable=SC2086 # FPERF_EXPORTER_OPTS holds several options, as in the unit.
+  setpriv --reuid=nobody --regid=nogroup --clear-groups --no-new-privs --inh-caps=-all \
+    --bounding-set=-all "$fperf" exporter $opts >"$root/exporter.out" 2>&1 &
+  exporter=$!
+  for _ in $(seq 20); do
+    sleep 0.3
+    answer="$(curl -sS --max-time 10 "http://127.0.0.1:$web/probe?target=127.0.0.1:$port" 2>&1)" &&
+      break
+  done
+  kill -TERM "$server" "$exporter" 2>/dev/null || true
+  wait "$server" "$exporter" 2>/dev/null || true
+  grep -qx 'fperf_probe_success 1' <<<"$answer" ||
+    { echo "$answer"; cat "$root/server.out" "$root/exporter.out"; return 1; }
+}
 man_page() {
-  local err
-  err="$(MANWIDTH=80 MANPAGER=cat man --warnings -E UTF-8 -l "$root/usr/share/man/man1/fperf.1.gz" 2>&1 >"$root/man.out")"
-  [ -z "$err" ] || { echo "$err"; return 1; }
-  grep -q -- '--max-memory' "$root/man.out" || { echo "no --max-memory in the man page"; return 1; }
+  local err page flag
+  for page in fperf:--max-memory fperf-exporter:--max-probes; do
+    flag="${page#*:}" page="${page%%:*}"
+    err="$(MANWIDTH=80 MANPAGER=cat man --warnings -E UTF-8 -l "$root/usr/share/man/man1/$page.1.gz" 2>&1 >"$root/man.out")"
+    [ -z "$err" ] || { echo "$page.1: $err"; return 1; }
+    grep -q -- "$flag" "$root/man.out" || { echo "no $flag in $page.1"; return 1; }
+  done
 }
 bash_completion() {
   # shellcheck disable=SC2016 # expanded by the inner bash
@@ -175,25 +203,30 @@ fish_completion() {
     fish --no-config -c 'source $argv[1]; and complete -C"fperf --loop"' \
     "$root/usr/share/fish/vendor_completions.d/fperf.fish" | grep -q -- '^--loopback'
 }
+export units_list="fperf.service fperf-exporter.service"
 unit_verifies() {
-  systemd-analyze verify --man=no --recursive-errors=no --root="$root" fperf.service
+  # shellcheck disable=SC2086 # the unit names
+  systemd-analyze verify --man=no --recursive-errors=no --root="$root" $units_list
 }
 unit_sandbox() {
-  local report status=0
-  report="$(systemd-analyze security --offline=true --root="$root" --threshold=20 \
-    --no-pager fperf.service)" || status=$?
-  tail -n 1 <<<"$report"
+  local report unit status=0
+  for unit in $units_list; do
+    report="$(systemd-analyze security --offline=true --root="$root" --threshold=20 \
+      --no-pager "$unit")" || status=$?
+    echo "$unit: $(tail -n 1 <<<"$report")"
+  done
   return "$status"
 }
 export -f serves_a_test installed_version no_rdma_dependency options_file \
-  unprivileged_server man_page bash_completion zsh_completion fish_completion \
+  unprivileged_server unprivileged_exporter man_page bash_completion zsh_completion fish_completion \
   unit_verifies unit_sandbox
 
 check "the installed fperf --version says $version" installed_version
 check "no dependency on the RDMA libraries (loaded at run time)" no_rdma_dependency
 check "/etc/default/fperf is a conffile readable by root only" options_file
 check "the server with /etc/default/fperf's options, unprivileged, serves a test" unprivileged_server
-check "the man page formats without warnings (man -l)" man_page
+check "the exporter with /etc/default/fperf's options, unprivileged, answers a probe" unprivileged_exporter
+check "the man pages (fperf, fperf-exporter) format without warnings (man -l)" man_page
 check "the bash completion loads and completes --loopback" bash_completion
 check "the zsh completion loads (compinit)" zsh_completion
 check "the fish completion loads and completes --loopback" fish_completion
@@ -209,8 +242,8 @@ if ! command -v systemd-analyze >/dev/null; then
 elif ! why="$(timeout 60 systemd-analyze verify --man=no --recursive-errors=no --root="$canary" canary.service 2>&1)"; then
   skip "the service unit (systemd-analyze verify and security)" "systemd-analyze cannot check units here: ${why%%$'\n'*}"
 else
-  check "the service unit passes systemd-analyze verify" unit_verifies
-  check "the service unit's sandbox: exposure at most 2.0 (systemd-analyze security)" unit_sandbox
+  check "the service units (fperf, fperf-exporter) pass systemd-analyze verify" unit_verifies
+  check "the service units' sandboxes: exposure at most 2.0 each (systemd-analyze security)" unit_sandbox
 fi
 
 # The image. buildah keeps everything under the scratch directory.

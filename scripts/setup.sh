@@ -36,6 +36,7 @@ tests=(
   fish
   buildah
   mmdebstrap
+  prometheus     # tests/exporter.rs: promtool, and a Prometheus server the test starts
 )
 
 case "${1:-}" in
@@ -54,6 +55,15 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
+  # Packages with a service (prometheus) would start it: the tests start their own, on
+  # loopback, for as long as they need it. policy-rc.d tells the packages not to.
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

@@ -10,6 +10,7 @@
 #   tests/softroce_vm.rs               QEMU and a kernel package for the Soft-RoCE VM
 #   tests/iperf3.rs                    the iperf3 program (Debian's, then a current
 #                                      release that scripts/iperf3-current.sh fetches)
+#   tests/exporter.rs                  promtool and prometheus (Debian's prometheus)
 #   scripts/package-check.sh           root (it installs the Debian package into a
 #                                      scratch directory); systemd-analyze for the unit;
 #                                      buildah and Debian's archive for the image
@@ -44,6 +45,11 @@ if command -v iperf3 >/dev/null 2>&1; then
   gated iperf3
 else
   not_run+=("needs iperf3: not installed")
+fi
+if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then
+  gated exporter
+else
+  not_run+=("needs Prometheus (promtool, prometheus): not installed")
 fi
 # The same against a current iperf3 release (Debian 13's, unpacked under target/).
 current_rc=0

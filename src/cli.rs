@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Parser};
 use fperf::auth::AuthKey;
 use fperf::client::ClientConfig;
+use fperf::exporter::{Allow, ExporterConfig};
 use fperf::limits::Limits;
 use fperf::server::ServerConfig;
 use fperf::settings::{
@@ -45,6 +46,8 @@ pub enum Config {
         client: Box<ClientConfig>,
         output: Output,
     },
+    /// `fperf exporter`: fperf tests for Prometheus's scrapes.
+    Exporter(ExporterConfig),
 }
 
 /// 'fperf' measures UDP/TCP/RDMA bandwidth and latency.
@@ -66,6 +69,11 @@ pub enum Config {
                        reports means: the README's \"What the figures mean\"."
 )]
 #[command(group(ArgGroup::new("role").required(true).args(["server", "client", "loopback"])))]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    disable_help_subcommand = true
+)]
 pub struct Cli {
     /// Run as server: wait for clients, report each test, serve the next one.
     #[arg(help_heading = "Roles", short = 's', long)]
@@ -315,6 +323,86 @@ pub struct Cli {
 
     #[command(flatten)]
     guard: Guard,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// Commands beside the server's and client's roles.
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Serve fperf tests to Prometheus: each scrape of /probe runs one
+    ///
+    /// Each scrape of /probe?target=HOST[:PORT] runs a test against that fperf server
+    /// and answers with both ends' figures, as Prometheus's blackbox exporter answers
+    /// with its probes'.
+    Exporter(ExporterArgs),
+}
+
+/// `fperf exporter`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "A probe's query: target=HOST[:PORT] (an fperf server), and \
+                  optionally protocol=tcp|udp, duration=SECS (default 1), size=BYTES, \
+                  workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1. A probe \
+                  over the limits, or whose test fails, answers fperf_probe_success 0 and \
+                  the reason is logged; more probes than --max-probes are answered 429."
+)]
+struct ExporterArgs {
+    /// Address and port to answer HTTP on.
+    #[arg(long, value_name = "ADDR", default_value_t = fperf::exporter::DEFAULT_LISTEN)]
+    listen: std::net::SocketAddr,
+
+    /// Longest test a probe may ask for (duration=), in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    max_duration: u64,
+
+    /// Most probes running at once; more are refused (HTTP 429), not queued.
+    #[arg(long, value_name = "N", default_value_t = fperf::exporter::DEFAULT_MAX_PROBES as u32,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    max_probes: u32,
+
+    /// A target probes may test: HOST (any port) or HOST:PORT, as the probe names it;
+    /// repeat for more, or '*' for any. Without it, any target, but only when listening
+    /// on loopback.
+    #[arg(long, value_name = "TARGET")]
+    allow: Vec<String>,
+
+    /// Shared secret file the fperf servers ask for (as the client's --auth-key; or
+    /// the secret in $FPERF_AUTH_KEY).
+    #[arg(long, value_name = "FILE")]
+    auth_key: Option<std::path::PathBuf>,
+}
+
+impl ExporterArgs {
+    fn config(&self) -> Result<ExporterConfig> {
+        let allow = if self.allow.iter().any(|a| a == "*") {
+            Allow::Any
+        } else if self.allow.is_empty() {
+            if !self.listen.ip().is_loopback() {
+                bail!(
+                    "--listen {} answers other hosts: name the targets their probes may test \
+                     with --allow (--allow '*' for any)",
+                    self.listen
+                );
+            }
+            Allow::Any
+        } else {
+            let targets = self.allow.iter().map(|a| {
+                fperf::exporter::probe::split_host_port(a)
+                    .map_err(|e| anyhow::anyhow!("--allow: {e}"))
+            });
+            Allow::Only(targets.collect::<Result<_>>()?)
+        };
+        Ok(ExporterConfig {
+            listen: self.listen,
+            max_duration: Duration::from_secs(self.max_duration),
+            max_probes: self.max_probes as usize,
+            allow,
+            auth: AuthKey::from_cli(self.auth_key.as_deref())?,
+        })
+    }
 }
 
 /// What the run does with its streams; without these, bulk data from client to server.
@@ -909,6 +997,9 @@ impl Cli {
 
     /// Every flag checked, and turned into what to run.
     pub fn config(&self) -> Result<Config> {
+        if let Some(Command::Exporter(args)) = &self.command {
+            return Ok(Config::Exporter(args.config()?));
+        }
         // Server mode takes its settings from each client; checking the flags given
         // still catches a mistyped combination before anything starts.
         let mut settings = self.settings()?;

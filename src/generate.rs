@@ -16,6 +16,8 @@ use std::process::ExitCode;
 pub enum Generate {
     /// The man page, in roff (`man -l -` reads it).
     Man,
+    /// The man page of `fperf exporter` (fperf-exporter(1)).
+    ManExporter,
     CompleteBash,
     CompleteZsh,
     CompleteFish,
@@ -58,6 +60,15 @@ pub fn run_if_asked(args: &[OsString]) -> Option<ExitCode> {
 fn write(what: Generate, mut cmd: clap::Command, out: &mut dyn Write) -> io::Result<()> {
     let shell = match what {
         Generate::Man => return clap_mangen::Man::new(cmd).render(out),
+        Generate::ManExporter => {
+            // Building the command names its subcommands as `fperf-exporter`.
+            cmd.build();
+            let exporter = cmd
+                .find_subcommand("exporter")
+                .cloned()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no exporter command"))?;
+            return clap_mangen::Man::new(exporter).render(out);
+        }
         Generate::CompleteBash => Shell::Bash,
         Generate::CompleteZsh => Shell::Zsh,
         Generate::CompleteFish => Shell::Fish,
@@ -91,6 +102,19 @@ mod tests {
             }
         }
         assert!(!man.contains("--generate"));
+        assert!(man.contains("fperf-exporter(1)"));
+        let exporter = generated(Generate::ManExporter).replace("\\-", "-");
+        assert!(exporter.starts_with(".ie"), "{exporter}");
+        assert!(exporter.contains("fperf-exporter"));
+        for flag in [
+            "--listen",
+            "--max-duration",
+            "--max-probes",
+            "--allow",
+            "--auth-key",
+        ] {
+            assert!(exporter.contains(flag), "{flag} missing");
+        }
     }
 
     #[test]

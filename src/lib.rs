@@ -17,7 +17,8 @@
 //! - [`server`] and [`client`]: the two roles that drive a run; [`iperf3`]: iperf3's
 //!   protocol, so that an fperf server serves unmodified iperf3 clients;
 //! - [`limits`], [`auth`] and [`sessions`]: what a server allows, its shared-key check,
-//!   and which tests it runs at once.
+//!   and which tests it runs at once;
+//! - [`exporter`]: a Prometheus exporter that runs a client's test for each scrape.
 //!
 //! The library never prints to stdout on its own, never exits the process and never
 //! panics on input from a peer: every byte from the network is untrusted.
@@ -94,6 +95,7 @@ pub mod client;
 pub mod control;
 pub mod csv;
 pub mod engine;
+pub mod exporter;
 pub mod interval;
 pub mod iperf3;
 pub mod json;

@@ -5,6 +5,7 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use cli::{Cli, Config};
 use fperf::client::{self, ClientConfig, ClientOutcome};
+use fperf::exporter::{Exporter, ExporterEvent};
 use fperf::report;
 use fperf::sysinfo;
 use measure::Output;
@@ -150,6 +151,26 @@ fn run(config: Config) -> Result<ExitCode> {
             client,
             output,
         } => loopback(server, &client, interrupted, &output),
+        Config::Exporter(config) => {
+            let exporter = Exporter::bind(config)?;
+            if let Some(addr) = exporter.local_addr() {
+                outln!("Exporter listening on http://{addr}/ (probes: /probe?target=HOST[:PORT])");
+            }
+            exporter.run(&interrupted, Arc::new(log_exporter_event))?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The exporter's log: why a probe failed or was refused, one line each on stderr.
+fn log_exporter_event(event: ExporterEvent) {
+    match event {
+        ExporterEvent::ProbeFailed { target, reason } => {
+            eprintln!("fperf exporter: probe of {target:?} failed: {reason}")
+        }
+        ExporterEvent::ProbeRefused { max } => {
+            eprintln!("fperf exporter: probe refused: {max} probes are running (--max-probes)")
+        }
     }
 }
 

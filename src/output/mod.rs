@@ -7,7 +7,8 @@
 //! - [`json_stream::JsonStream`]: one JSON object per event and line (`--json-stream`);
 //! - [`csv::Csv`]: a row per stream and interval (`--csv`);
 //! - [`plot::Plot`]: the latency distribution as an SVG picture (`--plot`);
-//! - [`progress::Progress`]: a one-line indicator on a terminal while the run goes on.
+//! - [`progress::Progress`]: a one-line indicator on a terminal while the run goes on;
+//! - [`openmetrics::OpenMetrics`]: the figures as Prometheus metrics (`fperf exporter`).
 //!
 //! A new output is one new file implementing [`Sink`]. Sinks write only to the writer
 //! or file they are given: the library never prints on its own.
@@ -16,6 +17,7 @@ pub mod csv;
 pub mod iperf3_json;
 pub mod json;
 pub mod json_stream;
+pub mod openmetrics;
 pub mod plot;
 pub mod progress;
 pub mod text;

@@ -1,0 +1,410 @@
+//! One probe: the query that asks for it, checked against the exporter's limits, and the
+//! fperf test it runs, cut off at its time-out.
+
+use super::{Allow, ExporterConfig, Place};
+use crate::client::{self, ClientConfig};
+use crate::json::StartTime;
+use crate::output::openmetrics::OpenMetrics;
+use crate::output::{Sink, Sinks};
+use crate::settings::{
+    Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_NSTREAMS, MAX_PKTSIZE,
+};
+use crate::transport::udp::settings::UdpSettings;
+use crate::workload::{Reply, Workload};
+use prometheus::Registry;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+use thiserror::Error;
+
+/// How long a probe's test runs when the query does not say.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(1);
+/// Time a probe needs beyond its test: connecting, setting up, and the server's results.
+const SETUP_ALLOWANCE: Duration = Duration::from_secs(5);
+/// The least set-up time a probe is given within a scrape's time-out.
+const LEAST_SETUP: Duration = Duration::from_millis(500);
+/// Taken off Prometheus's scrape time-out, so that the answer arrives before it gives up.
+const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
+/// The query parameters a probe takes.
+const PARAMETERS: &str = "target, protocol, duration, size, workload, streams, bitrate, reverse";
+
+/// Why a probe did not measure.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum ProbeError {
+    #[error("{0}")]
+    Parameter(String),
+    #[error("target {0} is not on the exporter's allow-list")]
+    NotAllowed(String),
+    #[error("duration {asked:?} does not fit in the scrape's time-out of {timeout:?}")]
+    TooLongForScrape { asked: Duration, timeout: Duration },
+    #[error("the test did not end within the probe's time-out of {0:?}")]
+    TimedOut(Duration),
+    #[error("{0}")]
+    Test(String),
+}
+
+/// What a probe's query asks for, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeRequest {
+    /// The target as the query gave it, for messages.
+    pub target: String,
+    pub host: String,
+    pub port: u16,
+    pub settings: Settings,
+    pub duration: Duration,
+}
+
+impl ProbeRequest {
+    /// Parses `query` (the URL's text after `?`), bounded by `config`'s limits.
+    pub fn parse(query: &str, config: &ExporterConfig) -> Result<ProbeRequest, ProbeError> {
+        let bad = |text: String| ProbeError::Parameter(text);
+        let mut params: Vec<(String, String)> = Vec::new();
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            if params.iter().any(|(n, _)| *n == name) {
+                return Err(bad(format!("parameter {name} is given twice")));
+            }
+            if !PARAMETERS.split(", ").any(|known| known == name) {
+                return Err(bad(format!(
+                    "unknown parameter {name} (the parameters are {PARAMETERS})"
+                )));
+            }
+            params.push((name.into_owned(), value.into_owned()));
+        }
+        let get = |name: &str| {
+            params
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let target = get("target")
+            .ok_or_else(|| bad("the target parameter is missing (target=HOST[:PORT])".into()))?;
+        let (host, port) = split_target(target).map_err(bad)?;
+        if !config.allow.allows(&host, port) {
+            return Err(ProbeError::NotAllowed(target.to_owned()));
+        }
+        let protocol = match get("protocol").unwrap_or("tcp") {
+            "tcp" => Protocol::Tcp,
+            "udp" => Protocol::Udp,
+            other => return Err(bad(format!("protocol must be tcp or udp, not {other:?}"))),
+        };
+        let duration = match get("duration") {
+            None => DEFAULT_DURATION.min(config.max_duration),
+            Some(text) => parse_seconds(text).ok_or_else(|| {
+                bad(format!(
+                    "duration must be a number of seconds, not {text:?}"
+                ))
+            })?,
+        };
+        if duration.is_zero() || duration > config.max_duration {
+            return Err(bad(format!(
+                "duration must be above 0 and at most the exporter's {:?}, not {duration:?}",
+                config.max_duration
+            )));
+        }
+        let pktsize = match get("size") {
+            None => crate::settings::DEFAULT_PKTSIZE,
+            Some(text) => crate::units::parse_bytes(text)
+                .and_then(|b| u32::try_from(b).ok())
+                .filter(|b| (1..=MAX_PKTSIZE).contains(b))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "size must be 1 to {MAX_PKTSIZE} bytes (K, M and G are 2^10, 2^20, \
+                         2^30), not {text:?}"
+                    ))
+                })?,
+        };
+        let reverse = match get("reverse") {
+            None | Some("0" | "false") => false,
+            Some("1" | "true") => true,
+            Some(other) => return Err(bad(format!("reverse must be 0 or 1, not {other:?}"))),
+        };
+        let workload = match (get("workload").unwrap_or("bulk"), reverse) {
+            ("bulk", false) => Workload::Bulk,
+            ("bulk", true) => Workload::Reverse,
+            ("rr", false) => Workload::RoundTrip(Reply::Ack),
+            ("echo", false) => Workload::RoundTrip(Reply::Echo),
+            ("crr", false) => Workload::Crr,
+            ("rr" | "echo" | "crr", true) => {
+                return Err(bad(
+                    "reverse turns bulk sending around; rr, echo and crr time each request \
+                     from the exporter"
+                        .into(),
+                ))
+            }
+            (other, _) => {
+                return Err(bad(format!(
+                    "workload must be bulk, rr, echo or crr, not {other:?}"
+                )))
+            }
+        };
+        let nstreams = match get("streams") {
+            None => 1,
+            Some(text) => text
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=MAX_NSTREAMS).contains(n))
+                .ok_or_else(|| bad(format!("streams must be 1 to {MAX_NSTREAMS}, not {text:?}")))?,
+        };
+        let rate_bps = get("bitrate")
+            .map(|text| crate::limits::parse_rate(text).map_err(|e| bad(format!("bitrate: {e}"))))
+            .transpose()?;
+        let transport = match protocol {
+            Protocol::Udp => TransportSettings::Udp(UdpSettings::default()),
+            _ => TransportSettings::Tcp(Default::default()),
+        };
+        let settings = Settings {
+            nstreams,
+            pktsize,
+            workload,
+            time_ms: Some(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
+            rate_bps,
+            transport,
+            ..Settings::default()
+        };
+        settings
+            .validate()
+            .map_err(|e| bad(format!("the test asked for cannot run: {e}")))?;
+        Ok(ProbeRequest {
+            target: target.to_owned(),
+            host,
+            port,
+            settings,
+            duration,
+        })
+    }
+
+    /// How long the probe may take in all: its test and set-up, within the scrape's
+    /// time-out (`X-Prometheus-Scrape-Timeout-Seconds`) when Prometheus gave one.
+    pub fn timeout(&self, scrape_timeout: Option<Duration>) -> Result<Duration, ProbeError> {
+        let own = self.duration + SETUP_ALLOWANCE;
+        let Some(scrape) = scrape_timeout else {
+            return Ok(own);
+        };
+        let timeout = scrape.saturating_sub(SCRAPE_MARGIN);
+        if self.duration + LEAST_SETUP > timeout {
+            return Err(ProbeError::TooLongForScrape {
+                asked: self.duration,
+                timeout: scrape,
+            });
+        }
+        Ok(own.min(timeout))
+    }
+}
+
+/// Runs `request`'s test, giving up after `timeout`: its figures as metrics in
+/// `registry`. A test that runs past the time-out is told to stop, and keeps `place`
+/// (the probe's place among those running at once) until it has.
+pub fn run(
+    request: &ProbeRequest,
+    config: &ExporterConfig,
+    timeout: Duration,
+    registry: &Registry,
+    place: Place,
+) -> Result<(), ProbeError> {
+    // Every wait of the test fits in what the probe has left after its test.
+    let setup = timeout.saturating_sub(request.duration).max(LEAST_SETUP);
+    let client = ClientConfig {
+        control_timeout: setup,
+        results_timeout: setup,
+        stall_timeout: setup.max(Duration::from_secs(1)),
+        auth: config.auth.clone(),
+        ..ClientConfig::new(request.host.clone(), request.port, request.settings.clone())
+    };
+    let abort = Arc::new(AtomicBool::new(false));
+    let (done, outcome) = mpsc::sync_channel(1);
+    let test = {
+        let (abort, registry) = (abort.clone(), registry.clone());
+        move || {
+            let result = measure(&client, abort, registry);
+            let _ = done.send(result);
+            drop(place);
+        }
+    };
+    std::thread::Builder::new()
+        .name("fperf-probe".into())
+        .spawn(test)
+        .map_err(|e| ProbeError::Test(format!("cannot start the test: {e}")))?;
+    match outcome.recv_timeout(timeout) {
+        Ok(result) => result,
+        Err(_) => {
+            abort.store(true, Ordering::Relaxed);
+            Err(ProbeError::TimedOut(timeout))
+        }
+    }
+}
+
+/// One test against the target, its end recorded into `registry`.
+fn measure(
+    client: &ClientConfig,
+    abort: Arc<AtomicBool>,
+    registry: Registry,
+) -> Result<(), ProbeError> {
+    let failed = |e: anyhow::Error| ProbeError::Test(format!("{e:#}"));
+    let sink: Box<dyn Sink> = Box::new(OpenMetrics::new(registry));
+    let mut sinks = Sinks::new(&client.settings, StartTime::now(), vec![sink]);
+    let outcome = client::run_observed(client, abort, &mut sinks).map_err(failed)?;
+    if outcome.interrupted {
+        return Err(ProbeError::Test("the test was cut short".into()));
+    }
+    sinks.end(&outcome).map_err(failed)
+}
+
+/// `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address, as host and port (fperf's
+/// default port when none is given).
+pub fn split_target(target: &str) -> Result<(String, u16), String> {
+    let (host, port) = split_host_port(target)?;
+    Ok((host, port.unwrap_or(DEFAULT_PORT)))
+}
+
+/// `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address, as host and port if given.
+pub fn split_host_port(target: &str) -> Result<(String, Option<u16>), String> {
+    let bad = || format!("target must be HOST, HOST:PORT or [IPv6]:PORT, not {target:?}");
+    let (host, port) = if let Some(rest) = target.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or_else(bad)?;
+        match after {
+            "" => (host, None),
+            _ => (host, Some(after.strip_prefix(':').ok_or_else(bad)?)),
+        }
+    } else {
+        match target.split_once(':') {
+            Some((host, port)) if !port.contains(':') => (host, Some(port)),
+            _ => (target, None),
+        }
+    };
+    let port = match port {
+        None => None,
+        Some(text) => Some(
+            text.parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(bad)?,
+        ),
+    };
+    let plausible = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '_' | '%');
+    if host.is_empty() || host.len() > 253 || !host.chars().all(plausible) {
+        return Err(bad());
+    }
+    Ok((host.to_owned(), port))
+}
+
+/// Seconds as a decimal number, with an optional `s` (`2`, `0.5`, `2s`).
+fn parse_seconds(text: &str) -> Option<Duration> {
+    let secs: f64 = text.strip_suffix('s').unwrap_or(text).parse().ok()?;
+    Duration::try_from_secs_f64(secs).ok()
+}
+
+impl Allow {
+    /// Whether a probe may test `host` on `port`.
+    pub fn allows(&self, host: &str, port: u16) -> bool {
+        match self {
+            Allow::Any => true,
+            Allow::Only(targets) => targets
+                .iter()
+                .any(|(h, p)| h.eq_ignore_ascii_case(host) && p.map_or(true, |p| p == port)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ExporterConfig {
+        ExporterConfig {
+            max_duration: Duration::from_secs(10),
+            allow: Allow::Only(vec![("127.0.0.1".into(), None), ("::1".into(), Some(5000))]),
+            ..ExporterConfig::default()
+        }
+    }
+
+    fn parse(query: &str) -> Result<ProbeRequest, ProbeError> {
+        ProbeRequest::parse(query, &config())
+    }
+
+    fn refusal(query: &str) -> String {
+        match parse(query) {
+            Ok(r) => panic!("{query} was accepted as {r:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_query_becomes_the_test_it_names() {
+        let r = parse(
+            "target=127.0.0.1%3A4000&protocol=udp&duration=2.5&size=1K&streams=2&bitrate=100M",
+        )
+        .expect("accepted");
+        assert_eq!((r.host.as_str(), r.port), ("127.0.0.1", 4000));
+        assert_eq!(r.duration, Duration::from_millis(2500));
+        assert_eq!(r.settings.protocol(), Protocol::Udp);
+        assert_eq!(r.settings.time_ms, Some(2500));
+        assert_eq!(r.settings.pktsize, 1024);
+        assert_eq!(r.settings.nstreams, 2);
+        assert_eq!(r.settings.rate_bps, Some(100_000_000));
+        let r = parse("target=127.0.0.1&workload=echo").expect("accepted");
+        assert_eq!(r.port, DEFAULT_PORT);
+        assert_eq!(r.duration, DEFAULT_DURATION);
+        assert_eq!(r.settings.workload, Workload::RoundTrip(Reply::Echo));
+        let r = parse("target=%5B::1%5D:5000&reverse=1").expect("accepted");
+        assert_eq!((r.host.as_str(), r.port), ("::1", 5000));
+        assert_eq!(r.settings.workload, Workload::Reverse);
+    }
+
+    #[test]
+    fn a_query_outside_the_limits_or_the_allow_list_is_refused_with_its_reason() {
+        assert!(refusal("protocol=tcp").contains("target parameter is missing"));
+        assert!(refusal("target=127.0.0.1&module=x").contains("unknown parameter module"));
+        assert!(refusal("target=127.0.0.1&target=::1").contains("given twice"));
+        assert!(refusal("target=10.0.0.1").contains("allow-list"));
+        assert!(refusal("target=[::1]:5001").contains("allow-list"));
+        assert!(refusal("target=127.0.0.1&duration=11").contains("at most the exporter's 10s"));
+        assert!(refusal("target=127.0.0.1&duration=0").contains("above 0"));
+        assert!(refusal("target=127.0.0.1&duration=-1").contains("number of seconds"));
+        assert!(refusal("target=127.0.0.1&duration=NaN").contains("number of seconds"));
+        assert!(refusal("target=127.0.0.1&size=0").contains("size must be"));
+        assert!(refusal("target=127.0.0.1&size=9G").contains("size must be"));
+        assert!(refusal("target=127.0.0.1&streams=100000").contains("streams must be"));
+        assert!(refusal("target=127.0.0.1&protocol=sctp").contains("tcp or udp"));
+        assert!(refusal("target=127.0.0.1&workload=rr&reverse=1").contains("reverse"));
+        assert!(refusal("target=127.0.0.1&bitrate=fast").contains("bitrate"));
+        assert!(
+            refusal("target=127.0.0.1&protocol=udp&size=60000&workload=crr").contains("cannot run")
+        );
+        assert!(refusal("target=127.0.0.1:0").contains("target must be"));
+        assert!(refusal("target=a%20b").contains("target must be"));
+        assert!(refusal("target=[::1").contains("target must be"));
+    }
+
+    #[test]
+    fn a_probe_fits_in_the_scrape_timeout_or_is_refused() {
+        let r = parse("target=127.0.0.1&duration=2").expect("accepted");
+        assert_eq!(r.timeout(None), Ok(Duration::from_secs(7)));
+        assert_eq!(
+            r.timeout(Some(Duration::from_secs(4))),
+            Ok(Duration::from_millis(3500))
+        );
+        assert_eq!(
+            r.timeout(Some(Duration::from_secs(2))),
+            Err(ProbeError::TooLongForScrape {
+                asked: Duration::from_secs(2),
+                timeout: Duration::from_secs(2)
+            })
+        );
+    }
+
+    #[test]
+    fn targets_split_into_host_and_port() {
+        assert_eq!(split_target("h:1"), Ok(("h".into(), 1)));
+        assert_eq!(
+            split_target("fe80::1"),
+            Ok(("fe80::1".into(), DEFAULT_PORT))
+        );
+        assert_eq!(
+            split_target("[fe80::1]"),
+            Ok(("fe80::1".into(), DEFAULT_PORT))
+        );
+        assert!(split_target("h:").is_err());
+        assert!(split_target("[::1]x").is_err());
+        assert!(split_target("").is_err());
+    }
+}

@@ -1,0 +1,217 @@
+//! A run's figures as Prometheus metrics, in the text exposition format that Prometheus
+//! scrapes (what `fperf exporter` answers a probe with).
+//!
+//! Each figure is a gauge: a probe is one run, so every value describes that run, as the
+//! blackbox exporter's do. Names carry their unit in Prometheus's base units (bytes,
+//! seconds); `end` says which end measured a figure.
+
+use super::{RunEnd, Sink};
+use crate::results::{Figures, SideResult};
+use crate::settings::Protocol;
+use crate::units;
+use anyhow::{Context, Result};
+use prometheus::{Encoder, Gauge, GaugeVec, Opts, Registry, TextEncoder};
+
+/// The media type of what [`encode`] writes.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Records the run's figures into a registry when it ends; [`encode`] writes them out.
+pub struct OpenMetrics {
+    registry: Registry,
+}
+
+impl OpenMetrics {
+    /// A sink that records into `registry` (a handle: clones share the metrics).
+    pub fn new(registry: Registry) -> OpenMetrics {
+        OpenMetrics { registry }
+    }
+}
+
+impl Sink for OpenMetrics {
+    fn end(&mut self, run: &RunEnd) -> Result<()> {
+        let outcome = run.outcome;
+        let metrics = RunMetrics::register(&self.registry, run.settings.protocol())?;
+        for side in [&outcome.client, &outcome.server] {
+            metrics.record_side(side);
+        }
+        if run.settings.workload.mprtt() {
+            // The client times each round trip: its send latency under MPRTT.
+            if let Some(rtt) = outcome.client.total.send_latency {
+                let round_trip = gauge_vec(
+                    &self.registry,
+                    "fperf_round_trip_seconds",
+                    "Round-trip time of one request and its response, at the percentile given.",
+                    &["percentile"],
+                )?;
+                let percentiles = [
+                    ("50", rtt.p50_ns),
+                    ("90", rtt.p90_ns),
+                    ("99", rtt.p99_ns),
+                    ("99.9", rtt.p999_ns),
+                    ("100", rtt.max_ns),
+                ];
+                for (percentile, ns) in percentiles {
+                    round_trip
+                        .with_label_values(&[percentile])
+                        .set(ns as f64 / 1e9);
+                }
+                gauge(
+                    &self.registry,
+                    "fperf_round_trip_mean_seconds",
+                    "Mean round-trip time of one request and its response.",
+                )?
+                .set(rtt.mean_ns / 1e9);
+                let per_second = units::rate(rtt.count, outcome.client.total.secs());
+                gauge(
+                    &self.registry,
+                    "fperf_transactions_per_second",
+                    "Requests answered per second.",
+                )?
+                .set(per_second);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The per-end gauges of one run.
+struct RunMetrics {
+    test_seconds: GaugeVec,
+    sent_bytes: GaugeVec,
+    received_bytes: GaugeVec,
+    sent_rate: GaugeVec,
+    received_rate: GaugeVec,
+    cpu_seconds: GaugeVec,
+    /// UDP: datagrams lost on their way to this end, and their share of those sent.
+    loss: Option<(GaugeVec, GaugeVec)>,
+    /// TCP: segments this end retransmitted.
+    retransmits: Option<GaugeVec>,
+}
+
+impl RunMetrics {
+    fn register(registry: &Registry, protocol: Protocol) -> Result<RunMetrics> {
+        let end = |name: &str, help: &str| gauge_vec(registry, name, help, &["end"]);
+        Ok(RunMetrics {
+            test_seconds: end(
+                "fperf_test_duration_seconds",
+                "Time the end's figures cover, from its first byte to its last.",
+            )?,
+            sent_bytes: end("fperf_sent_bytes", "Payload bytes the end sent.")?,
+            received_bytes: end("fperf_received_bytes", "Payload bytes the end received.")?,
+            sent_rate: end(
+                "fperf_sent_bytes_per_second",
+                "Payload bytes the end sent per second of the test.",
+            )?,
+            received_rate: end(
+                "fperf_received_bytes_per_second",
+                "Payload bytes the end received per second of the test.",
+            )?,
+            cpu_seconds: gauge_vec(
+                registry,
+                "fperf_cpu_seconds",
+                "CPU time the end's process spent during the test, in user or system mode.",
+                &["end", "mode"],
+            )?,
+            loss: match protocol {
+                Protocol::Udp => Some((
+                    end(
+                        "fperf_lost_datagrams",
+                        "Datagrams sent to the end that never arrived.",
+                    )?,
+                    end(
+                        "fperf_loss_ratio",
+                        "Share of the datagrams sent to the end that never arrived (0 to 1).",
+                    )?,
+                )),
+                _ => None,
+            },
+            retransmits: match protocol {
+                Protocol::Tcp => Some(end(
+                    "fperf_retransmitted_segments",
+                    "TCP segments the end retransmitted.",
+                )?),
+                _ => None,
+            },
+        })
+    }
+
+    fn record_side(&self, side: &SideResult) {
+        let end = match side.role {
+            crate::results::Role::Client => "client",
+            crate::results::Role::Server => "server",
+        };
+        // With both directions at once, an end's figures come in two parts.
+        let parts: Vec<&Figures> = std::iter::once(&side.total)
+            .chain(side.reverse_total.as_ref())
+            .collect();
+        let sent: u64 = parts.iter().map(|f| f.bytes_sent).sum();
+        let received: u64 = parts.iter().map(|f| f.bytes_received).sum();
+        let secs = parts.iter().map(|f| f.secs()).fold(0.0, f64::max);
+        self.test_seconds.with_label_values(&[end]).set(secs);
+        self.sent_bytes.with_label_values(&[end]).set(sent as f64);
+        self.received_bytes
+            .with_label_values(&[end])
+            .set(received as f64);
+        self.sent_rate
+            .with_label_values(&[end])
+            .set(units::rate(sent, secs));
+        self.received_rate
+            .with_label_values(&[end])
+            .set(units::rate(received, secs));
+        if let Some(cpu) = &side.cpu {
+            for (mode, us) in [("user", cpu.user_us), ("system", cpu.system_us)] {
+                self.cpu_seconds
+                    .with_label_values(&[end, mode])
+                    .set(us as f64 / 1e6);
+            }
+        }
+        if let Some((lost, ratio)) = &self.loss {
+            let (mut lost_count, mut peer_sent) = (0, 0);
+            for d in parts.iter().filter_map(|f| f.datagrams.as_ref()) {
+                lost_count += d.lost;
+                peer_sent += d.peer_sent;
+            }
+            if peer_sent > 0 {
+                lost.with_label_values(&[end]).set(lost_count as f64);
+                ratio
+                    .with_label_values(&[end])
+                    .set(lost_count as f64 / peer_sent as f64);
+            }
+        }
+        if let Some(retransmits) = &self.retransmits {
+            let tcp: Vec<_> = parts.iter().filter_map(|f| f.tcp.as_ref()).collect();
+            if !tcp.is_empty() {
+                let count: u64 = tcp.iter().map(|t| t.retransmits).sum();
+                retransmits.with_label_values(&[end]).set(count as f64);
+            }
+        }
+    }
+}
+
+/// A gauge registered in `registry`.
+pub fn gauge(registry: &Registry, name: &str, help: &str) -> Result<Gauge> {
+    let gauge = Gauge::new(name, help).with_context(|| format!("metric {name}"))?;
+    registry
+        .register(Box::new(gauge.clone()))
+        .with_context(|| format!("metric {name}"))?;
+    Ok(gauge)
+}
+
+/// A gauge with `labels`, registered in `registry`.
+pub fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<GaugeVec> {
+    let gauges =
+        GaugeVec::new(Opts::new(name, help), labels).with_context(|| format!("metric {name}"))?;
+    registry
+        .register(Box::new(gauges.clone()))
+        .with_context(|| format!("metric {name}"))?;
+    Ok(gauges)
+}
+
+/// The registry's metrics in the text exposition format ([`CONTENT_TYPE`]).
+pub fn encode(registry: &Registry) -> Result<Vec<u8>> {
+    let mut text = Vec::new();
+    TextEncoder::new()
+        .encode(&registry.gather(), &mut text)
+        .context("encoding metrics")?;
+    Ok(text)
+}

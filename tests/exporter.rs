@@ -1,0 +1,491 @@
+//! `fperf exporter`: probes that run real tests against a real fperf server on loopback,
+//! scraped over HTTP as Prometheus scrapes them, and the limits that bound them.
+//!
+//! The tests that need Prometheus's own programs (promtool, prometheus) are ignored
+//! unless asked for; scripts/test.sh runs them where Debian's prometheus is installed.
+
+mod common;
+
+use common::{collect, fperf_bin, port_block, Server};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A running `fperf exporter` on a port the kernel chose, killed when dropped.
+struct Exporter {
+    child: Child,
+    addr: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Exporter {
+    fn start(args: &[&str]) -> Exporter {
+        let mut child = Command::new(fperf_bin())
+            .args(["exporter", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start fperf exporter");
+        let stdout = collect(child.stdout.take().expect("stdout"));
+        let stderr = collect(child.stderr.take().expect("stderr"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let addr = loop {
+            let text = stdout.lock().unwrap().clone();
+            if let Some(rest) = text.split("listening on http://").nth(1) {
+                let addr = rest.split('/').next().expect("address");
+                break addr.parse().expect("a socket address");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the exporter did not start: {text} {}",
+                stderr.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Exporter {
+            child,
+            addr,
+            stderr,
+        }
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        http_get(self.addr, path, &[])
+    }
+
+    /// A probe's answer as its samples, after checking it succeeded as `success` says.
+    fn probe(&self, query: &str, success: bool) -> Metrics {
+        let (status, body) = self.get(&format!("/probe?{query}"));
+        assert_eq!(status, 200, "{body}");
+        let metrics = Metrics::parse(&body);
+        assert_eq!(
+            metrics.get("fperf_probe_success"),
+            if success { 1.0 } else { 0.0 },
+            "{body}\n{}",
+            self.stderr()
+        );
+        metrics
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A GET with `headers`, over HTTP/1.0 so that the answer ends with the connection.
+fn http_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read time-out");
+    let mut request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    conn.write_all(request.as_bytes()).expect("send request");
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).expect("read answer");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("headers end");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status code");
+    (status, body.to_owned())
+}
+
+/// Samples of a page in Prometheus's text format, by name with labels as written.
+struct Metrics(HashMap<String, f64>);
+
+impl Metrics {
+    fn parse(text: &str) -> Metrics {
+        let samples = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| {
+                let (name, value) = l.rsplit_once(' ').expect("a sample");
+                (name.to_owned(), value.parse().expect("a number"))
+            });
+        Metrics(samples.collect())
+    }
+
+    fn get(&self, sample: &str) -> f64 {
+        *self
+            .0
+            .get(sample)
+            .unwrap_or_else(|| panic!("no {sample} among {:?}", self.0.keys()))
+    }
+
+    fn has(&self, sample: &str) -> bool {
+        self.0.contains_key(sample)
+    }
+}
+
+fn assert_near(what: &str, got: f64, want: f64, share: f64) {
+    assert!(
+        (got - want).abs() <= want * share,
+        "{what}: {got}, expected {want} within {share}"
+    );
+}
+
+#[test]
+fn a_probe_runs_a_tcp_test_and_answers_with_both_ends_figures() {
+    let server = Server::start(&[]);
+    let exporter = Exporter::start(&[]);
+    let m = exporter.probe(
+        &format!("target=127.0.0.1:{}&duration=1", server.port),
+        true,
+    );
+    let sent = m.get(r#"fperf_sent_bytes{end="client"}"#);
+    assert!(sent > 0.0);
+    assert_eq!(m.get(r#"fperf_received_bytes{end="server"}"#), sent);
+    let client_secs = m.get(r#"fperf_test_duration_seconds{end="client"}"#);
+    assert_near("client's test time", client_secs, 1.0, 0.2);
+    assert_near(
+        "client's rate",
+        m.get(r#"fperf_sent_bytes_per_second{end="client"}"#),
+        sent / client_secs,
+        1e-6,
+    );
+    let server_secs = m.get(r#"fperf_test_duration_seconds{end="server"}"#);
+    assert_near(
+        "server's rate",
+        m.get(r#"fperf_received_bytes_per_second{end="server"}"#),
+        sent / server_secs,
+        1e-6,
+    );
+    assert!(m.has(r#"fperf_retransmitted_segments{end="client"}"#));
+    assert!(m.get(r#"fperf_cpu_seconds{end="server",mode="system"}"#) > 0.0);
+    assert!(m.has(r#"fperf_cpu_seconds{end="client",mode="user"}"#));
+    let took = m.get("fperf_probe_duration_seconds");
+    assert!((1.0..5.0).contains(&took), "probe took {took} s");
+    assert!(!m.has(r#"fperf_round_trip_seconds{percentile="50"}"#));
+    // The server saw one test: the exporter is an ordinary client.
+    server.wait_for(|o| o.contains("new TCP connection"), Duration::from_secs(5));
+}
+
+#[test]
+fn a_request_response_probe_gives_round_trip_percentiles_and_a_udp_one_its_loss() {
+    let server = Server::start(&[]);
+    let exporter = Exporter::start(&[]);
+    let m = exporter.probe(
+        &format!(
+            "target=127.0.0.1:{}&workload=echo&size=64&duration=0.5",
+            server.port
+        ),
+        true,
+    );
+    let p50 = m.get(r#"fperf_round_trip_seconds{percentile="50"}"#);
+    let p99 = m.get(r#"fperf_round_trip_seconds{percentile="99"}"#);
+    assert!(0.0 < p50 && p50 <= p99 && p99 < 0.1, "p50 {p50} p99 {p99}");
+    // An echo answers each request with as many bytes.
+    assert_eq!(
+        m.get(r#"fperf_received_bytes{end="client"}"#),
+        m.get(r#"fperf_sent_bytes{end="client"}"#)
+    );
+    let transactions = m.get(r#"fperf_sent_bytes{end="client"}"#) / 64.0;
+    assert_near(
+        "transactions per second",
+        m.get("fperf_transactions_per_second"),
+        transactions / m.get(r#"fperf_test_duration_seconds{end="client"}"#),
+        1e-6,
+    );
+
+    // UDP at a set rate: the server's loss and what it received at that rate.
+    let m = exporter.probe(
+        &format!(
+            "target=127.0.0.1:{}&protocol=udp&bitrate=80M&size=1K&duration=1",
+            server.port
+        ),
+        true,
+    );
+    let lost = m.get(r#"fperf_lost_datagrams{end="server"}"#);
+    let ratio = m.get(r#"fperf_loss_ratio{end="server"}"#);
+    assert!((0.0..=1.0).contains(&ratio));
+    assert_eq!(lost == 0.0, ratio == 0.0);
+    assert!(!m.has(r#"fperf_retransmitted_segments{end="client"}"#));
+    assert_near(
+        "UDP rate sent",
+        m.get(r#"fperf_sent_bytes{end="client"}"#) * 8.0
+            / m.get(r#"fperf_test_duration_seconds{end="client"}"#),
+        80e6,
+        0.1,
+    );
+}
+
+#[test]
+fn a_probe_that_cannot_run_answers_success_0_and_logs_why() {
+    let server = Server::start(&[]);
+    let nothing = port_block(1);
+    let exporter = Exporter::start(&[
+        "--max-duration",
+        "2",
+        "--allow",
+        &format!("127.0.0.1:{}", server.port),
+        "--allow",
+        &format!("localhost:{nothing}"),
+    ]);
+    let cases = [
+        (format!("target=localhost:{nothing}"), "cannot connect"),
+        (
+            format!("target=127.0.0.1:{}&duration=3", server.port),
+            "at most the exporter's 2s",
+        ),
+        (
+            format!("target=127.0.0.1:{}", server.port + 1),
+            "allow-list",
+        ),
+        (
+            format!("target=127.0.0.1:{}&size=huge", server.port),
+            "size",
+        ),
+        (
+            format!("target=127.0.0.1:{}&mode=x", server.port),
+            "unknown parameter mode",
+        ),
+        ("duration=1".to_owned(), "target parameter is missing"),
+    ];
+    for (query, reason) in cases {
+        let started = Instant::now();
+        let (status, body) = exporter.get(&format!("/probe?{query}"));
+        assert_eq!(status, 200);
+        let m = Metrics::parse(&body);
+        assert_eq!(m.get("fperf_probe_success"), 0.0, "{query}: {body}");
+        assert!(body.contains(reason), "{query}: {body}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{query}");
+        let logged = exporter.stderr();
+        assert!(
+            logged
+                .lines()
+                .any(|l| l.contains("failed") && l.contains(reason)),
+            "{query}: {logged}"
+        );
+    }
+    let (_, text) = exporter.get("/metrics");
+    let own = Metrics::parse(&text);
+    assert_eq!(
+        own.get(r#"fperf_exporter_probes_total{result="failure"}"#),
+        6.0
+    );
+    assert_eq!(
+        own.get(r#"fperf_exporter_probes_total{result="success"}"#),
+        0.0
+    );
+    assert_eq!(exporter.get("/nowhere").0, 404);
+}
+
+#[test]
+fn a_probe_answers_within_prometheus_scrape_timeout() {
+    // Takes connections and never answers: the test's set-up would wait its full time.
+    let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let target = silent.local_addr().expect("address");
+    let exporter = Exporter::start(&[]);
+    let started = Instant::now();
+    let (status, body) = http_get(
+        exporter.addr,
+        &format!("/probe?target={target}&duration=1"),
+        &[("X-Prometheus-Scrape-Timeout-Seconds", "2.5")],
+    );
+    let took = started.elapsed();
+    assert_eq!(status, 200);
+    assert_eq!(Metrics::parse(&body).get("fperf_probe_success"), 0.0);
+    assert!(
+        took < Duration::from_millis(2500),
+        "answered after {took:?}: {body}"
+    );
+
+    // A test longer than the scrape allows is refused at once.
+    let started = Instant::now();
+    let (_, body) = http_get(
+        exporter.addr,
+        &format!("/probe?target={target}&duration=2"),
+        &[("X-Prometheus-Scrape-Timeout-Seconds", "2")],
+    );
+    assert!(
+        body.contains("does not fit in the scrape's time-out"),
+        "{body}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn probes_beyond_the_most_at_once_are_refused_with_429() {
+    let server = Server::start(&["--parallel", "2"]);
+    let exporter = Exporter::start(&["--max-probes", "1"]);
+    let long = {
+        let addr = exporter.addr;
+        let query = format!("/probe?target=127.0.0.1:{}&duration=2", server.port);
+        std::thread::spawn(move || http_get(addr, &query, &[]))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Metrics::parse(&exporter.get("/metrics").1).get("fperf_exporter_probes_running") < 1.0 {
+        assert!(Instant::now() < deadline, "the first probe never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, body) = exporter.get(&format!("/probe?target=127.0.0.1:{}", server.port));
+    assert_eq!(status, 429, "{body}");
+    let (status, body) = long.join().expect("first probe");
+    assert_eq!(status, 200);
+    assert_eq!(
+        Metrics::parse(&body).get("fperf_probe_success"),
+        1.0,
+        "{body}"
+    );
+    let own = Metrics::parse(&exporter.get("/metrics").1);
+    assert_eq!(own.get("fperf_exporter_probes_refused_total"), 1.0);
+    assert_eq!(
+        own.get(r#"fperf_exporter_probes_total{result="success"}"#),
+        1.0
+    );
+    assert_eq!(own.get("fperf_exporter_probes_running"), 0.0);
+    assert!(exporter.stderr().contains("probe refused"));
+}
+
+#[test]
+fn the_exporter_refuses_to_answer_other_hosts_without_an_allow_list() {
+    let out = Command::new(fperf_bin())
+        .args(["exporter", "--listen", "0.0.0.0:0"])
+        .output()
+        .expect("run fperf exporter");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--allow"), "{err}");
+}
+
+/// promtool, Prometheus's own checker, reads the exporter's pages without a complaint.
+#[test]
+#[ignore = "needs promtool (Debian's prometheus package)"]
+fn promtool_accepts_the_probe_and_metrics_pages() {
+    let server = Server::start(&[]);
+    let exporter = Exporter::start(&[]);
+    let probes = [
+        format!("target=127.0.0.1:{}&duration=0.5", server.port),
+        format!(
+            "target=127.0.0.1:{}&duration=0.5&protocol=udp&workload=rr",
+            server.port
+        ),
+        "target=127.0.0.1:1".to_owned(),
+    ];
+    let pages = probes
+        .iter()
+        .map(|q| exporter.get(&format!("/probe?{q}")).1)
+        .chain([exporter.get("/metrics").1]);
+    for page in pages {
+        let mut check = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run promtool");
+        check
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(page.as_bytes())
+            .expect("write page");
+        let out = check.wait_with_output().expect("promtool's verdict");
+        assert!(
+            out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+            "promtool: {}{}\n{page}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A real Prometheus server scrapes a probe, and its query API returns the bandwidth.
+#[test]
+#[ignore = "needs prometheus (Debian's prometheus package)"]
+fn prometheus_scrapes_a_probe_and_serves_the_bandwidth_series() {
+    let server = Server::start(&[]);
+    let exporter = Exporter::start(&[]);
+    let dir = std::env::temp_dir().join(format!("fperf-prometheus-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        // As the README's example: the probe's target from the scrape's, the exporter
+        // as the address scraped.
+        format!(
+            "global:\n  scrape_interval: 2s\n  scrape_timeout: 1800ms\n\
+             scrape_configs:\n  - job_name: fperf\n    metrics_path: /probe\n\
+             \x20   params: {{duration: ['0.5']}}\n\
+             \x20   static_configs:\n      - targets: ['127.0.0.1:{}']\n\
+             \x20   relabel_configs:\n\
+             \x20     - {{source_labels: [__address__], target_label: __param_target}}\n\
+             \x20     - {{source_labels: [__param_target], target_label: instance}}\n\
+             \x20     - {{target_label: __address__, replacement: '{}'}}\n",
+            server.port, exporter.addr
+        ),
+    )
+    .expect("write config");
+    let web = port_block(1);
+    let mut prometheus = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{web}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start prometheus");
+    let log = collect(prometheus.stderr.take().expect("stderr"));
+    let web: SocketAddr = ([127, 0, 0, 1], web).into();
+    let query = "/api/v1/query?query=fperf_received_bytes_per_second%7Bend%3D%22server%22%7D";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let answer = loop {
+        let answer = TcpStream::connect_timeout(&web, Duration::from_secs(1))
+            .ok()
+            .map(|_| http_get(web, query, &[]));
+        if let Some((200, body)) = &answer {
+            let doc: serde_json::Value = serde_json::from_str(body).expect("JSON");
+            if doc["data"]["result"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
+            {
+                break doc;
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = prometheus.kill();
+            let _ = prometheus.wait();
+            let _ = std::fs::remove_dir_all(&dir);
+            panic!("no series after 60 s: {answer:?}\n{}", log.lock().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let (_, up) = http_get(web, "/api/v1/query?query=up", &[]);
+    let _ = prometheus.kill();
+    let _ = prometheus.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let sample = &answer["data"]["result"][0];
+    assert_eq!(sample["metric"]["job"], "fperf");
+    assert_eq!(
+        sample["metric"]["instance"],
+        format!("127.0.0.1:{}", server.port)
+    );
+    let value: f64 = sample["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("a value");
+    assert!(value > 0.0, "{answer}");
+    let up: serde_json::Value = serde_json::from_str(&up).expect("JSON");
+    assert_eq!(up["data"]["result"][0]["value"][1], "1", "{up}");
+}
