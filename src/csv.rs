@@ -110,6 +110,7 @@ mod tests {
             cpu: Some(CpuUsage {
                 user_us: 1_500_000,
                 system_us: 250_000,
+                counts: None,
             }),
         };
         let text = rows(Role::Client, &Settings::default(), &r);

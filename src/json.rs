@@ -158,22 +158,35 @@ impl FiguresDoc {
     }
 }
 
-/// CPU time with seconds next to the exact microseconds.
+/// CPU time with seconds next to the exact microseconds, and the process's other
+/// counts (`null` where the end did not say: an iperf3 peer).
 #[derive(Clone, Debug, Serialize)]
 pub struct CpuDoc {
     pub user_us: u64,
     pub system_us: u64,
     pub user_seconds: f64,
     pub system_seconds: f64,
+    pub voluntary_context_switches: Option<u64>,
+    pub involuntary_context_switches: Option<u64>,
+    /// Peak resident memory of the process since it started.
+    pub max_rss_bytes: Option<u64>,
+    pub minor_page_faults: Option<u64>,
+    pub major_page_faults: Option<u64>,
 }
 
 impl CpuDoc {
     fn new(c: &CpuUsage) -> CpuDoc {
+        let n = c.counts;
         CpuDoc {
             user_us: c.user_us,
             system_us: c.system_us,
             user_seconds: c.user_secs(),
             system_seconds: c.system_secs(),
+            voluntary_context_switches: n.map(|n| n.voluntary_switches),
+            involuntary_context_switches: n.map(|n| n.involuntary_switches),
+            max_rss_bytes: n.map(|n| n.max_rss_kib.saturating_mul(1024)),
+            minor_page_faults: n.map(|n| n.minor_faults),
+            major_page_faults: n.map(|n| n.major_faults),
         }
     }
 }

@@ -254,17 +254,30 @@ fn sender_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
     out
 }
 
-/// The CPU time and TCP_INFO lines, for what was measured.
+/// The CPU time and TCP_INFO lines, for what was measured: `ctxsw=` voluntary/involuntary
+/// context switches, `faults=` minor/major page faults.
 fn facts_lines(width: usize, r: &SideResult) -> String {
     let mut out = String::new();
     if let Some(c) = &r.cpu {
-        let _ = writeln!(
+        let _ = write!(
             out,
             "{:<width$}: user={:.2}s  sys={:.2}s",
             "cpu",
             c.user_secs(),
             c.system_secs()
         );
+        if let Some(n) = &c.counts {
+            let _ = write!(
+                out,
+                "  ctxsw={}/{}  maxrss={}  faults={}/{}",
+                n.voluntary_switches,
+                n.involuntary_switches,
+                size(n.max_rss_kib as f64 * 1024.0),
+                n.minor_faults,
+                n.major_faults
+            );
+        }
+        out.push('\n');
     }
     if let Some(t) = &r.total.tcp {
         let _ = writeln!(

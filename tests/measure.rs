@@ -117,6 +117,55 @@ fn json_of_a_tcp_run_agrees_with_both_human_reports() {
     assert!(all.iter().all(|x| x.is_finite()), "non-finite number");
 }
 
+/// The cpu line of a text report: `cpu : user=… sys=… ctxsw=V/I maxrss=… faults=m/M`,
+/// as (voluntary, involuntary, minor, major).
+fn usage_counts(text: &str) -> (u64, u64, u64, u64) {
+    let re = regex::Regex::new(
+        r"(?m)^cpu +: user=[\d.]+s  sys=[\d.]+s  ctxsw=(\d+)/(\d+)  maxrss=[\d.]+[KMG]?B  faults=(\d+)/(\d+)$",
+    )
+    .unwrap();
+    let c = re
+        .captures(text)
+        .unwrap_or_else(|| panic!("no cpu line with counts:\n{text}"));
+    let n = |i: usize| c[i].parse::<u64>().unwrap();
+    (n(1), n(2), n(3), n(4))
+}
+
+#[test]
+fn each_end_reports_its_context_switches_memory_and_page_faults() {
+    let server = Server::start(&[]);
+    let doc = json_run(&server, &["-m", "64"]);
+    for side in [&doc["client"], &doc["server"]] {
+        let cpu = &side["cpu"];
+        // The process holds at least its 32 KiB buffers and its own code: a peak under
+        // 1 MB, or over 4 GB, would not be the resident memory.
+        let rss = u(&cpu["max_rss_bytes"]);
+        assert!((1 << 20..4 << 30).contains(&rss), "{cpu:#}");
+        // 64 MB moved in 32 KiB sends: the receiving end waits for data, so it switches
+        // voluntarily; no more than once per packet and then some.
+        let voluntary = u(&cpu["voluntary_context_switches"]);
+        assert!(voluntary < 64 * MB / 1024, "{cpu:#}");
+        u(&cpu["involuntary_context_switches"]);
+        // Starting threads and buffers touches fresh pages.
+        assert!(u(&cpu["minor_page_faults"]) > 0, "{cpu:#}");
+        assert!(
+            u(&cpu["major_page_faults"]) <= u(&cpu["minor_page_faults"]),
+            "{cpu:#}"
+        );
+    }
+    assert!(
+        u(&doc["server"]["cpu"]["voluntary_context_switches"]) > 0,
+        "the receiving server never waited: {:#}",
+        doc["server"]["cpu"]
+    );
+    // Both text reports carry the same counts on their cpu line.
+    let client = client_ok(&server, "127.0.0.1", &["-m", "64"]);
+    let (_, _, minor, _) = usage_counts(&client);
+    assert!(minor > 0, "{client}");
+    let (voluntary, _, minor, _) = usage_counts(&server.report(2));
+    assert!(voluntary > 0 && minor > 0, "{}", server.report(2));
+}
+
 #[test]
 fn json_of_an_mprtt_run_counts_packets_and_acks() {
     let server = Server::start(&[]);
