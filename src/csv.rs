@@ -85,6 +85,7 @@ mod tests {
             retries: 0,
             tcp: None,
             datagrams: None,
+            drain_ns: None,
         };
         let r = IntervalResult {
             index: 1,

@@ -118,6 +118,9 @@ pub struct FiguresDoc {
     pub tcp: Option<TcpInfo>,
     /// UDP datagram accounting; `None` for stream transports.
     pub datagrams: Option<DatagramCounts>,
+    /// A UDP sender: the wait from its last send to the peer's confirmation, not in
+    /// `duration_ns`; `None` elsewhere.
+    pub drain_ns: Option<u64>,
 }
 
 impl FiguresDoc {
@@ -154,6 +157,7 @@ impl FiguresDoc {
                 jitter_ns: d.jitter_ns.map(finite),
                 ..d
             }),
+            drain_ns: f.drain_ns,
         }
     }
 }
@@ -488,6 +492,7 @@ mod tests {
             retries: 0,
             tcp: None,
             datagrams: None,
+            drain_ns: None,
         };
         let rr = Settings {
             workload: Workload::RoundTrip(Reply::Ack),

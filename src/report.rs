@@ -214,6 +214,18 @@ fn end_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
 fn sender_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
     let t = &r.total;
     let mut out = volume_line("sent", width, t.bytes_sent, t.secs());
+    if let Some(ns) = t.drain_ns {
+        let peer = match r.role {
+            Role::Client => "server",
+            Role::Server => "client",
+        };
+        let _ = writeln!(
+            out,
+            "{:<width$}: {:.2}s from the last send to the {peer}'s confirmation (not in the sent time)",
+            "drain",
+            ns as f64 / 1e9
+        );
+    }
     if settings.workload.mprtt() {
         let _ = writeln!(
             out,
@@ -520,6 +532,7 @@ mod tests {
             retries: 0,
             datagrams: None,
             tcp: None,
+            drain_ns: None,
         };
         SideResult {
             role: Role::Client,

@@ -289,3 +289,54 @@ fn oversized_datagrams_are_refused_before_the_run() {
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(server.stdout().matches("Server listening").count(), 1);
 }
+
+#[test]
+fn the_senders_rate_covers_its_sending_time_and_the_drain_is_reported_apart() {
+    let server = Server::start(&[]);
+    // Batches of 32 datagrams into an 8 KB receive buffer: most are dropped, so the
+    // server waits out its quiet time (300 ms) before confirming, a wait that must not
+    // count as sending time.
+    let args = [
+        "-u",
+        "-b",
+        "200M",
+        "-m",
+        "8",
+        "-w",
+        "8K",
+        "--udp-batch",
+        "32",
+    ];
+    let mut json = args.to_vec();
+    json.push("--json");
+    let out = client_ok(&server, "127.0.0.1", &json);
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+    let (c, s) = (&doc["client"]["total"], &doc["server"]["total"]);
+    let lost = s["datagrams"]["lost"].as_u64().expect("lost");
+    assert!(lost > 0, "nothing lost, nothing to wait for: {s:#}");
+    let rate = c["sent_bits_per_second"].as_f64().expect("rate");
+    assert!(
+        (rate / 200e6 - 1.0).abs() < 0.02,
+        "sent at {rate} bit/s, asked for 200 Mbit/s: {c:#}"
+    );
+    let drain = c["drain_ns"].as_u64().expect("drain_ns");
+    assert!(
+        (200_000_000..3_500_000_000).contains(&drain),
+        "drain {drain} ns after a loss: {c:#}"
+    );
+    assert!(s["drain_ns"].is_null(), "a receiver has no drain: {s:#}");
+    // The text report says it on its own line.
+    let text = client_ok(&server, "127.0.0.1", &args);
+    let line = Regex::new(
+        r"(?m)^drain     : (\d+\.\d\d)s from the last send to the server's confirmation \(not in the sent time\)$",
+    )
+    .unwrap();
+    let secs: f64 = line
+        .captures(&text)
+        .unwrap_or_else(|| panic!("no drain line:\n{text}"))[1]
+        .parse()
+        .unwrap();
+    assert!(secs >= 0.2, "{text}");
+    let sent = volume(&text, "sent");
+    assert!(sent.secs < 0.4, "8 MB at 200 Mbit/s takes 0.34 s:\n{text}");
+}

@@ -79,6 +79,7 @@ fn figures() -> Figures {
             mss: 1448,
             pmtu: 1500,
         }),
+        drain_ns: Some(300_000_001),
     }
 }
 

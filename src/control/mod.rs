@@ -31,7 +31,8 @@ use thiserror::Error;
 /// options. 4: TCP figures carry the send window, MSS and path MTU. 5: TCP and UDP
 /// settings carry the TOS byte. 6: the client answers `Results` with its own figures
 /// (`ClientResults`), for the server's report. 7: CPU figures carry the context switches,
-/// page faults and peak memory (`counts`).
+/// page faults and peak memory (`counts`); a UDP sender's figures, its wait for the
+/// peer's confirmation (`drain_ns`).
 pub const PROTOCOL_VERSION: u32 = 7;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;

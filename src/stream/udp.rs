@@ -999,6 +999,10 @@ impl Stream for UdpStream {
         Ok(())
     }
 
+    fn sent_on_handover(&self) -> bool {
+        true
+    }
+
     fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
         let flushed = self.flush_batch(timeout.deadline());
         let stopped = self.senders.finish(timeout, &mut self.stats);
