@@ -541,6 +541,11 @@ fn lost_server(reason: Option<String>, i: usize, e: &io::Error, stall: Duration)
             "no acknowledgement from the server for {}s: the server or the network is gone",
             stall.as_secs_f64()
         ),
+        // A time-out the stream measured itself names its own wait (UDP's ACKs); a bare
+        // one is the kernel's, the stall time (TCP_USER_TIMEOUT).
+        io::ErrorKind::TimedOut if e.get_ref().is_some() => {
+            "the server stopped answering: the server or the network is gone".to_string()
+        }
         io::ErrorKind::TimedOut => format!(
             "no acknowledgement from the server for {}s: the server or the network is gone",
             stall.as_secs_f64()

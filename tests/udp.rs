@@ -340,3 +340,47 @@ fn the_senders_rate_covers_its_sending_time_and_the_drain_is_reported_apart() {
     let sent = volume(&text, "sent");
     assert!(sent.secs < 0.4, "8 MB at 200 Mbit/s takes 0.34 s:\n{text}");
 }
+
+#[test]
+fn a_server_that_stops_acknowledging_fails_the_run_naming_the_time_waited() {
+    let server = Server::start(&[]);
+    let port = server.port.to_string();
+    let pid = server.pid() as libc::pid_t;
+    let args = [
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-u",
+        "-r",
+        "--ack-timeout",
+        "50",
+        "--time",
+        "20",
+    ];
+    let out = run_with(&args, Duration::from_secs(30), |_| {
+        server.wait_for(
+            |o| o.contains("new UDP connection"),
+            Duration::from_secs(10),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill() on the server child's pid, which lives until `server` drops.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+    });
+    // SAFETY: as above; it must run again to be stopped for good when `server` drops.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // Eleven sends of the packet, 50 ms apart: about 0.55 s, never the 10 s stall time
+    // the client gives a silent TCP connection.
+    let re = Regex::new(
+        r"the server stopped answering: the server or the network is gone \(stream 0: UDP stream 0: packet seq=\d+ \(32768 bytes\) was not acknowledged in (\d+\.\d\d)s \(sent 11 times, waiting 50 ms for its ACK each time: --ack-timeout\)\)",
+    )
+    .unwrap();
+    let waited: f64 = re.captures(&err).unwrap_or_else(|| panic!("{err}"))[1]
+        .parse()
+        .unwrap();
+    assert!((0.55..2.0).contains(&waited), "{err}");
+    assert!(!err.contains("10s"), "{err}");
+}

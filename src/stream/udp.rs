@@ -444,12 +444,16 @@ impl PacketSink for Socket {
             let mut retries = 0;
             while !self.await_ack(seq, Instant::now() + self.ack_timeout, deadline, stats)? {
                 if retries == MAX_RETRIES {
+                    // The time waited as the clock read it, not retries × time-out: the
+                    // first send is waited for too, and each wait may overrun.
                     return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         format!(
-                            "UDP stream {}: packet seq={seq} ({} bytes) was not acknowledged after {MAX_RETRIES} retries ({} ms ACK time-out each)",
+                            "UDP stream {}: packet seq={seq} ({} bytes) was not acknowledged in {:.2}s (sent {} times, waiting {} ms for its ACK each time: --ack-timeout)",
                             self.stream,
                             buf.len(),
+                            start.elapsed().as_secs_f64(),
+                            MAX_RETRIES + 1,
                             self.ack_timeout.as_millis()
                         ),
                     ));
@@ -1207,6 +1211,13 @@ mod tests {
         [mprtt, epoll]
     }
 
+    /// The seconds written as `N.NNs` right after `before` in `text`.
+    fn secs_after(text: &str, before: &str) -> f64 {
+        let (_, rest) = text.split_once(before).expect("the time");
+        let (secs, _) = rest.split_once('s').expect("seconds");
+        secs.parse().expect("a number")
+    }
+
     #[test]
     fn mprtt_resends_until_acknowledged_then_gives_up_naming_the_packet() {
         for opts in mprtt_modes() {
@@ -1218,7 +1229,15 @@ mod tests {
                 .expect_err("no ACK");
             assert_eq!(e.kind(), io::ErrorKind::TimedOut, "epoll {epoll}");
             assert!(e.to_string().contains("seq=0"), "{e}");
-            assert!(e.to_string().contains("after 10 retries"), "{e}");
+            // 11 sends, 20 ms each: the time waited is at least 0.22 s.
+            let waited = secs_after(&e.to_string(), "was not acknowledged in ");
+            assert!((0.22..2.0).contains(&waited), "{e}");
+            assert!(
+                e.to_string().contains(
+                    "(sent 11 times, waiting 20 ms for its ACK each time: --ack-timeout)"
+                ),
+                "{e}"
+            );
             assert_eq!(client.stats().retries, 10, "epoll {epoll}");
             // The receiver reads all 11 copies: one new, ten duplicates, each ACKed.
             let mut buf = [0u8; 64];
