@@ -10,6 +10,7 @@
 
 use crate::client::{ClientOutcome, StreamInfo};
 use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
+use crate::settings::labels::Sample;
 use crate::settings::Settings;
 use crate::stats::LatencySummary;
 use crate::stream::udp_wire::DatagramCounts;
@@ -112,7 +113,11 @@ pub struct FiguresDoc {
     /// The client's round trips per second with `-r`; `None` otherwise.
     pub transactions_per_second: Option<f64>,
     pub send_latency: Option<LatencySummary>,
+    /// What one sample of `send_latency` covers: a packet, a batch or a read.
+    pub send_latency_per: Option<Sample>,
     pub recv_latency: Option<LatencySummary>,
+    /// What one sample of `recv_latency` covers.
+    pub recv_latency_per: Option<Sample>,
     pub submit_latency: Option<LatencySummary>,
     pub retries: u64,
     pub tcp: Option<TcpInfo>,
@@ -126,6 +131,7 @@ pub struct FiguresDoc {
 impl FiguresDoc {
     fn new(f: &Figures, settings: &Settings, role: Role) -> FiguresDoc {
         let secs = f.duration_ns as f64 / 1e9;
+        let samples = settings.transport.samples(&settings.shape());
         let bps = |bytes: u64| {
             if f.duration_ns == 0 {
                 0.0
@@ -149,7 +155,9 @@ impl FiguresDoc {
             received_bits_per_second: bps(f.bytes_received),
             transactions_per_second: f.transactions_per_second(settings, role).map(finite),
             send_latency: lat(&f.send_latency),
+            send_latency_per: f.send_latency.map(|_| samples.send),
             recv_latency: lat(&f.recv_latency),
+            recv_latency_per: f.recv_latency.map(|_| samples.recv),
             submit_latency: lat(&f.submit_latency),
             retries: f.retries,
             tcp: f.tcp,

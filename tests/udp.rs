@@ -93,7 +93,7 @@ fn default_size_counts_match_and_the_server_serves_again() {
         let s = server.report(n);
         let first = c.lines().next().unwrap();
         let want = format!(
-            "UDP CLIENT => 127.0.0.1:{} pkt_size=32768B sync(no-queue) nsockets=1 sched=batch",
+            "UDP CLIENT => 127.0.0.1:{} pkt_size=32768B sync(no-queue) nsockets=1 sched=batch latency=per-batch(64)",
             server.port
         );
         assert_eq!(first, want);
@@ -108,7 +108,10 @@ fn default_size_counts_match_and_the_server_serves_again() {
             s.starts_with(" .... new UDP connection from 127.0.0.1:"),
             "{s}"
         );
-        assert!(s.contains(". pkt_size(32KB) sched=batch\n"), "{s}");
+        assert!(
+            s.contains(". pkt_size(32KB) sched=batch latency=per-batch(64)\n"),
+            "{s}"
+        );
         latency(&c, "latency");
         latency(&s, "latency");
         assert!(!c.contains("retries"), "no retries line without -r:\n{c}");
