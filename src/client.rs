@@ -8,10 +8,10 @@
 use crate::auth::{self, AuthKey};
 use crate::control::session::{ClientSession, ClientStep, SessionError};
 use crate::control::{Channel, ControlError, Message, PROTOCOL_VERSION};
-use crate::engine::{drive, receive, Ceiling, Driven, Received};
+use crate::engine::{drive, receive, sending_end, Ceiling, Driven, Received};
 use crate::interval::{Collector, Meter, Schedule};
 use crate::limits::TestWatch;
-use crate::results::{Figures, IntervalResult, Role, SideResult, SideTotals, StreamResult};
+use crate::results::{nanos, Figures, IntervalResult, Role, SideResult, SideTotals, StreamResult};
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, place_current_thread};
@@ -397,7 +397,8 @@ pub(crate) fn stream_infos(streams: &[Box<dyn crate::stream::Stream>]) -> Vec<St
 
 /// The client's figures: each stream over its span (a sending stream's ends when the
 /// server confirmed its data, `confirmed.1`, or else at `confirmed.0`, the server's
-/// last word), and with them the send latency over all streams (for `--plot`).
+/// last word; or at its last send, where that ends its time: see [`sending_end`]), and
+/// with them the send latency over all streams (for `--plot`).
 pub(crate) fn client_result(
     settings: &Settings,
     moved: &[Moved],
@@ -413,14 +414,18 @@ pub(crate) fn client_result(
         .zip(infos)
         .map(|(m, info)| {
             let (from, to) = m.span.unwrap_or((end, end));
-            let to = if Role::Client.sends_on(settings, info.index) {
-                data_received.unwrap_or(end)
+            let (to, drain) = if Role::Client.sends_on(settings, info.index) {
+                sending_end(m.handed_over, data_received.unwrap_or(end))
             } else {
-                to
+                (to, None)
             };
             totals.add(info.index, &m.stats, m.tcp.as_ref(), Some((from, to)));
+            if let Some(d) = drain {
+                totals.add_drain(info.index, d);
+            }
             let mut figures = Figures::new(&m.stats, to.saturating_duration_since(from));
             figures.tcp = m.tcp;
+            figures.drain_ns = drain.map(nanos);
             StreamResult {
                 index: info.index,
                 local: info.local.clone(),
@@ -538,6 +543,11 @@ fn lost_server(reason: Option<String>, i: usize, e: &io::Error, stall: Duration)
             "no acknowledgement from the server for {}s: the server or the network is gone",
             stall.as_secs_f64()
         ),
+        // A time-out the stream measured itself names its own wait (UDP's ACKs); a bare
+        // one is the kernel's, the stall time (TCP_USER_TIMEOUT).
+        io::ErrorKind::TimedOut if e.get_ref().is_some() => {
+            "the server stopped answering: the server or the network is gone".to_string()
+        }
         io::ErrorKind::TimedOut => format!(
             "no acknowledgement from the server for {}s: the server or the network is gone",
             stall.as_secs_f64()
@@ -565,6 +575,8 @@ pub(crate) struct Moved {
     /// A receiving stream's nap while data flows, in us.
     rx_nap_us: Option<u32>,
     pub(crate) interrupted: bool,
+    /// A sending stream's hand-over (see [`Driven::handed_over`]).
+    pub(crate) handed_over: Option<Instant>,
 }
 
 impl From<Driven> for Moved {
@@ -576,6 +588,7 @@ impl From<Driven> for Moved {
             rcvlowat: None,
             rx_nap_us: None,
             interrupted: d.interrupted,
+            handed_over: d.handed_over,
         }
     }
 }
@@ -589,6 +602,7 @@ impl From<Received> for Moved {
             rcvlowat: r.rcvlowat,
             rx_nap_us: r.rx_nap_us,
             interrupted: r.interrupted,
+            handed_over: None,
         }
     }
 }

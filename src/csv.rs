@@ -85,6 +85,7 @@ mod tests {
             retries: 0,
             tcp: None,
             datagrams: None,
+            drain_ns: None,
         };
         let r = IntervalResult {
             index: 1,
@@ -110,6 +111,7 @@ mod tests {
             cpu: Some(CpuUsage {
                 user_us: 1_500_000,
                 system_us: 250_000,
+                counts: None,
             }),
         };
         let text = rows(Role::Client, &Settings::default(), &r);

@@ -23,6 +23,21 @@ pub(crate) struct Driven {
     pub(crate) interrupted: bool,
     /// The receiving peer closed the connection before every byte was sent.
     pub(crate) peer_closed: bool,
+    /// When the last send was handed over, where the sending time ends there (see
+    /// [`Stream::sent_on_handover`]); `None` where it ends at the peer's confirmation.
+    pub(crate) handed_over: Option<Instant>,
+}
+
+/// Where a sending stream's time ends, given the peer's confirmation: at its hand-over
+/// when it has one, with the wait for the confirmation after it.
+pub(crate) fn sending_end(
+    handed_over: Option<Instant>,
+    confirmed: Instant,
+) -> (Instant, Option<Duration>) {
+    match handed_over {
+        Some(t) => (t, Some(confirmed.saturating_duration_since(t))),
+        None => (confirmed, None),
+    }
 }
 
 /// Sends the stream's bytes: with `send()` for one socket and the mutex queue, with
@@ -123,6 +138,7 @@ pub(crate) fn drive(
                 | io::ErrorKind::ConnectionRefused
         ));
     let finished = stream.finish_sending(Timeout::Forever);
+    let handed_over = stream.sent_on_handover().then(Instant::now);
     let interrupted = matches!(&result, Err(e) if e.kind() == io::ErrorKind::Interrupted)
         || matches!(&finished, Err(e) if e.kind() == io::ErrorKind::Interrupted);
     if !interrupted && !peer_closed {
@@ -136,6 +152,7 @@ pub(crate) fn drive(
         tcp: totals.tcp,
         interrupted,
         peer_closed,
+        handed_over,
     })
 }
 
@@ -154,6 +171,9 @@ pub(crate) struct Received {
     pub(crate) span: Option<(Instant, Instant)>,
     /// Cut short by the abort flag: the figures cover what was done until then.
     pub(crate) interrupted: bool,
+    /// A sending stream whose time ends at its last send: the wait for the peer's
+    /// confirmation after it (see [`sending_end`]).
+    pub(crate) drain: Option<Duration>,
 }
 
 /// Who a stream's figures belong to: its local and peer addresses and its congestion
@@ -176,8 +196,10 @@ impl StreamNames {
 }
 
 impl Received {
-    /// A sending stream's figures: what `driven` sent, from its start to `end`.
-    pub(crate) fn sent(driven: Driven, names: StreamNames, end: Instant) -> Received {
+    /// A sending stream's figures: what `driven` sent, from its start to the peer's
+    /// confirmation `confirmed` (or to its hand-over, see [`sending_end`]).
+    pub(crate) fn sent(driven: Driven, names: StreamNames, confirmed: Instant) -> Received {
+        let (end, drain) = sending_end(driven.handed_over, confirmed);
         Received {
             stats: driven.stats,
             tcp: driven.tcp,
@@ -188,6 +210,7 @@ impl Received {
             rx_nap_us: None,
             span: Some((driven.start, end)),
             interrupted: driven.interrupted,
+            drain,
         }
     }
 }
@@ -301,5 +324,6 @@ pub(crate) fn receive(
             .and_then(|nap| u32::try_from(nap.as_micros()).ok()),
         span,
         interrupted,
+        drain: None,
     })
 }

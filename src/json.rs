@@ -10,6 +10,7 @@
 
 use crate::client::{ClientOutcome, StreamInfo};
 use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
+use crate::settings::labels::Sample;
 use crate::settings::Settings;
 use crate::stats::LatencySummary;
 use crate::stream::udp_wire::DatagramCounts;
@@ -112,17 +113,25 @@ pub struct FiguresDoc {
     /// The client's round trips per second with `-r`; `None` otherwise.
     pub transactions_per_second: Option<f64>,
     pub send_latency: Option<LatencySummary>,
+    /// What one sample of `send_latency` covers: a packet, a batch or a read.
+    pub send_latency_per: Option<Sample>,
     pub recv_latency: Option<LatencySummary>,
+    /// What one sample of `recv_latency` covers.
+    pub recv_latency_per: Option<Sample>,
     pub submit_latency: Option<LatencySummary>,
     pub retries: u64,
     pub tcp: Option<TcpInfo>,
     /// UDP datagram accounting; `None` for stream transports.
     pub datagrams: Option<DatagramCounts>,
+    /// A UDP sender: the wait from its last send to the peer's confirmation, not in
+    /// `duration_ns`; `None` elsewhere.
+    pub drain_ns: Option<u64>,
 }
 
 impl FiguresDoc {
     fn new(f: &Figures, settings: &Settings, role: Role) -> FiguresDoc {
         let secs = f.duration_ns as f64 / 1e9;
+        let samples = settings.transport.samples(&settings.shape());
         let bps = |bytes: u64| {
             if f.duration_ns == 0 {
                 0.0
@@ -146,7 +155,9 @@ impl FiguresDoc {
             received_bits_per_second: bps(f.bytes_received),
             transactions_per_second: f.transactions_per_second(settings, role).map(finite),
             send_latency: lat(&f.send_latency),
+            send_latency_per: f.send_latency.map(|_| samples.send),
             recv_latency: lat(&f.recv_latency),
+            recv_latency_per: f.recv_latency.map(|_| samples.recv),
             submit_latency: lat(&f.submit_latency),
             retries: f.retries,
             tcp: f.tcp,
@@ -154,26 +165,40 @@ impl FiguresDoc {
                 jitter_ns: d.jitter_ns.map(finite),
                 ..d
             }),
+            drain_ns: f.drain_ns,
         }
     }
 }
 
-/// CPU time with seconds next to the exact microseconds.
+/// CPU time with seconds next to the exact microseconds, and the process's other
+/// counts (`null` where the end did not say: an iperf3 peer).
 #[derive(Clone, Debug, Serialize)]
 pub struct CpuDoc {
     pub user_us: u64,
     pub system_us: u64,
     pub user_seconds: f64,
     pub system_seconds: f64,
+    pub voluntary_context_switches: Option<u64>,
+    pub involuntary_context_switches: Option<u64>,
+    /// Peak resident memory of the process since it started.
+    pub max_rss_bytes: Option<u64>,
+    pub minor_page_faults: Option<u64>,
+    pub major_page_faults: Option<u64>,
 }
 
 impl CpuDoc {
     fn new(c: &CpuUsage) -> CpuDoc {
+        let n = c.counts;
         CpuDoc {
             user_us: c.user_us,
             system_us: c.system_us,
             user_seconds: c.user_secs(),
             system_seconds: c.system_secs(),
+            voluntary_context_switches: n.map(|n| n.voluntary_switches),
+            involuntary_context_switches: n.map(|n| n.involuntary_switches),
+            max_rss_bytes: n.map(|n| n.max_rss_kib.saturating_mul(1024)),
+            minor_page_faults: n.map(|n| n.minor_faults),
+            major_page_faults: n.map(|n| n.major_faults),
         }
     }
 }
@@ -475,6 +500,7 @@ mod tests {
             retries: 0,
             tcp: None,
             datagrams: None,
+            drain_ns: None,
         };
         let rr = Settings {
             workload: Workload::RoundTrip(Reply::Ack),

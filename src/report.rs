@@ -2,6 +2,7 @@
 //! from the typed results of [`crate::results`].
 
 use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
+use crate::settings::labels::Sample;
 use crate::settings::Settings;
 use crate::stats::{LatencySummary, StreamStats};
 use crate::units::{bit_rate, byte_rate, pkt_size, rate, size, size_triplet};
@@ -64,6 +65,36 @@ fn congestion_label(congestion: Option<&str>) -> String {
     congestion.map_or_else(String::new, |c| format!(" cc={c}"))
 }
 
+/// What the header says of a latency figure whose samples are not one per packet:
+/// ` latency=per-batch(64)`, ` latency=per-read(128KB)`, for the directions `role`'s
+/// end reports (with `--bidir` both, each once).
+fn sample_label(settings: &Settings, role: Role) -> String {
+    let samples = settings.transport.samples(&settings.shape());
+    let mine = if settings.first_server_stream().is_some() {
+        vec![samples.send, samples.recv]
+    } else if role.sends(settings) {
+        vec![samples.send]
+    } else {
+        vec![samples.recv]
+    };
+    let mut out = String::new();
+    for (i, s) in mine.iter().enumerate() {
+        if mine[..i].contains(s) {
+            continue;
+        }
+        match s {
+            Sample::Packet => {}
+            Sample::Batch { datagrams } => {
+                let _ = write!(out, " latency=per-batch({datagrams})");
+            }
+            Sample::Read { bytes } => {
+                let _ = write!(out, " latency=per-read({})", pkt_size(*bytes));
+            }
+        }
+    }
+    out
+}
+
 /// The client's header line(s): one line for a single stream, one per stream else.
 /// `congestion`: the algorithm the client's sockets use (TCP).
 pub fn client_header(
@@ -74,7 +105,7 @@ pub fn client_header(
     let proto = settings.protocol().name();
     let own = settings.transport.labels();
     let tail = format!(
-        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}",
+        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}{}",
         settings.pktsize,
         settings.mode_label(),
         settings.nsockets,
@@ -83,6 +114,7 @@ pub fn client_header(
         own.setup,
         settings.workload.behaviour().label(settings.nstreams),
         sched_label(settings),
+        sample_label(settings, Role::Client),
         own.caveat,
     );
     let mut out = String::new();
@@ -214,6 +246,18 @@ fn end_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
 fn sender_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
     let t = &r.total;
     let mut out = volume_line("sent", width, t.bytes_sent, t.secs());
+    if let Some(ns) = t.drain_ns {
+        let peer = match r.role {
+            Role::Client => "server",
+            Role::Server => "client",
+        };
+        let _ = writeln!(
+            out,
+            "{:<width$}: {:.2}s from the last send to the {peer}'s confirmation (not in the sent time)",
+            "drain",
+            ns as f64 / 1e9
+        );
+    }
     if settings.workload.mprtt() {
         let _ = writeln!(
             out,
@@ -254,17 +298,30 @@ fn sender_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
     out
 }
 
-/// The CPU time and TCP_INFO lines, for what was measured.
+/// The CPU time and TCP_INFO lines, for what was measured: `ctxsw=` voluntary/involuntary
+/// context switches, `faults=` minor/major page faults.
 fn facts_lines(width: usize, r: &SideResult) -> String {
     let mut out = String::new();
     if let Some(c) = &r.cpu {
-        let _ = writeln!(
+        let _ = write!(
             out,
             "{:<width$}: user={:.2}s  sys={:.2}s",
             "cpu",
             c.user_secs(),
             c.system_secs()
         );
+        if let Some(n) = &c.counts {
+            let _ = write!(
+                out,
+                "  ctxsw={}/{}  maxrss={}  faults={}/{}",
+                n.voluntary_switches,
+                n.involuntary_switches,
+                size(n.max_rss_kib as f64 * 1024.0),
+                n.minor_faults,
+                n.major_faults
+            );
+        }
+        out.push('\n');
     }
     if let Some(t) = &r.total.tcp {
         let _ = writeln!(
@@ -328,7 +385,7 @@ pub fn server_header(
 ) -> String {
     let own = settings.transport.labels();
     format!(
-        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}\n",
+        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}{}\n",
         settings.protocol().name(),
         pkt_size(settings.pktsize),
         own.engine,
@@ -337,6 +394,7 @@ pub fn server_header(
         own.setup,
         settings.workload.behaviour().label(settings.nstreams),
         sched_label(settings),
+        sample_label(settings, Role::Server),
         own.caveat,
     )
 }
@@ -507,6 +565,7 @@ mod tests {
             retries: 0,
             datagrams: None,
             tcp: None,
+            drain_ns: None,
         };
         SideResult {
             role: Role::Client,
@@ -558,22 +617,22 @@ mod tests {
         let s = Settings::default();
         assert_eq!(
             server_header(&s, "127.0.0.1:50384", None, None, None),
-            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) sched=batch\n"
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) sched=batch latency=per-read(128KB)\n"
         );
         assert_eq!(
             server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(1), None),
-            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr sched=batch\n"
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr sched=batch latency=per-read(128KB)\n"
         );
         assert_eq!(
             server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(128 << 10), None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr rcvlowat=128KB \
-             sched=batch\n"
+             sched=batch latency=per-read(128KB)\n"
         );
         let nap = Some(Duration::from_micros(20));
         assert_eq!(
             server_header(&s, "127.0.0.1:50384", Some("cubic"), Some(128 << 10), nap),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic rcvlowat=128KB \
-             rx_nap=20us sched=batch\n"
+             rx_nap=20us sched=batch latency=per-read(128KB)\n"
         );
         let tcp = |options| Settings {
             transport: TransportSettings::Tcp(options),
@@ -585,7 +644,7 @@ mod tests {
         });
         assert_eq!(
             server_header(&skip, "127.0.0.1:50384", Some("bbr"), None, None),
-            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr sched=batch rx_copy=skipped \
+            " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr sched=batch latency=per-read(128KB) rx_copy=skipped \
              (the receiving end's reads discard the bytes in the kernel)\n"
         );
         let window = tcp(TcpSettings {
@@ -598,8 +657,14 @@ mod tests {
         assert_eq!(
             server_header(&window, "127.0.0.1:50384", Some("cubic"), None, None),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic window=256KB \
-             sched=batch\n"
+             sched=batch latency=per-read(128KB)\n"
         );
+        // Reads of a packet or more are one packet each: no label.
+        let big = Settings {
+            pktsize: 128 << 10,
+            ..Settings::default()
+        };
+        assert!(!server_header(&big, "x", None, None, None).contains("latency="));
         let round_trips = Settings {
             workload: Workload::RoundTrip(Reply::Ack),
             ..Settings::default()

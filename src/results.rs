@@ -66,6 +66,17 @@ pub struct Figures {
     /// TCP's own figures for the sockets (`TCP_INFO`); `None` for other transports.
     #[serde(default)]
     pub tcp: Option<TcpInfo>,
+    /// A sender whose time ends at its last send (UDP, see
+    /// [`crate::stream::Stream::sent_on_handover`]): how long the peer then took to
+    /// confirm it had everything (waiting out datagrams lost on the way), in ns; not
+    /// part of `duration_ns`. The longest of merged streams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_ns: Option<u64>,
+}
+
+/// `d` in whole nanoseconds (saturating: 584 years).
+pub fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Figures {
@@ -74,13 +85,14 @@ impl Figures {
         Figures {
             bytes_sent: stats.bytes_sent,
             bytes_received: stats.bytes_received,
-            duration_ns: u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX),
+            duration_ns: nanos(duration),
             send_latency: stats.send_latency.summary(),
             recv_latency: stats.recv_latency.summary(),
             submit_latency: stats.submit_latency.summary(),
             retries: stats.retries,
             datagrams: (!stats.datagrams.is_empty()).then_some(stats.datagrams),
             tcp: None,
+            drain_ns: None,
         }
     }
 
@@ -198,6 +210,7 @@ struct TotalPart {
     stats: StreamStats,
     tcp: Option<TcpInfo>,
     span: Option<(Instant, Instant)>,
+    drain: Option<Duration>,
 }
 
 impl SideTotals {
@@ -217,10 +230,7 @@ impl SideTotals {
         tcp: Option<&TcpInfo>,
         span: Option<(Instant, Instant)>,
     ) {
-        let server_data = self
-            .first_server_stream
-            .is_some_and(|first| stream >= first);
-        let part = &mut self.parts[usize::from(server_data)];
+        let part = &mut self.parts[usize::from(self.server_data(stream))];
         part.stats.merge(stats);
         TcpInfo::merge_opt(&mut part.tcp, tcp);
         if let Some((from, to)) = span {
@@ -229,6 +239,18 @@ impl SideTotals {
                     .map_or((from, to), |(a, b)| (a.min(from), b.max(to))),
             );
         }
+    }
+
+    /// Stream `stream`'s wait for its peer's confirmation after its last send (see
+    /// [`Figures::drain_ns`]); the part's is the longest.
+    pub fn add_drain(&mut self, stream: u32, drain: Duration) {
+        let part = &mut self.parts[usize::from(self.server_data(stream))];
+        part.drain = Some(part.drain.map_or(drain, |d| d.max(drain)));
+    }
+
+    fn server_data(&self, stream: u32) -> bool {
+        self.first_server_stream
+            .is_some_and(|first| stream >= first)
     }
 
     /// Send latency over the client's data streams, every sample (for `--plot`).
@@ -253,6 +275,7 @@ impl SideTotals {
                 .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
             Figures {
                 tcp: p.tcp,
+                drain_ns: p.drain.map(nanos),
                 ..Figures::new(&p.stats, time)
             }
         };

@@ -104,15 +104,35 @@ fn parse_cpu_model(cpuinfo: &str) -> Option<String> {
         })
 }
 
-/// CPU time used by this process, in microseconds (as `getrusage` counts it).
+/// CPU time used by this process, in microseconds (as `getrusage` counts it), and what
+/// else the kernel counts for it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuUsage {
     pub user_us: u64,
     pub system_us: u64,
+    /// Context switches, page faults and peak memory; `None` where the end did not say
+    /// (an iperf3 peer reports CPU time only).
+    pub counts: Option<UsageCounts>,
+}
+
+/// What `getrusage` counts besides CPU time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageCounts {
+    /// Context switches while waiting (for data, a lock, the socket buffer).
+    pub voluntary_switches: u64,
+    /// Context switches the scheduler forced (time slice used up, a task preferred).
+    pub involuntary_switches: u64,
+    /// Peak resident memory of the process since it started, in KiB: a high-water
+    /// mark, so never a difference.
+    pub max_rss_kib: u64,
+    /// Page faults served without I/O.
+    pub minor_faults: u64,
+    /// Page faults that read from disk.
+    pub major_faults: u64,
 }
 
 impl CpuUsage {
-    /// CPU time this process used so far (every thread).
+    /// CPU time this process used so far (every thread), with its counts.
     pub fn now() -> Option<CpuUsage> {
         // SAFETY: rusage is plain old data; zeroed is a valid value for it.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -124,17 +144,41 @@ impl CpuUsage {
             u64::try_from(tv.tv_sec).unwrap_or(0) * 1_000_000
                 + u64::try_from(tv.tv_usec).unwrap_or(0)
         };
+        let count = |n: libc::c_long| u64::try_from(n).unwrap_or(0);
         Some(CpuUsage {
             user_us: us(ru.ru_utime),
             system_us: us(ru.ru_stime),
+            counts: Some(UsageCounts {
+                voluntary_switches: count(ru.ru_nvcsw),
+                involuntary_switches: count(ru.ru_nivcsw),
+                // Linux counts it in KiB.
+                max_rss_kib: count(ru.ru_maxrss),
+                minor_faults: count(ru.ru_minflt),
+                major_faults: count(ru.ru_majflt),
+            }),
         })
     }
 
-    /// The CPU time used between `earlier` and `self`.
+    /// The CPU time and counts between `earlier` and `self`; the peak memory as of `self`.
     pub fn since(self, earlier: CpuUsage) -> CpuUsage {
+        let counts = match (self.counts, earlier.counts) {
+            (Some(now), Some(then)) => Some(UsageCounts {
+                voluntary_switches: now
+                    .voluntary_switches
+                    .saturating_sub(then.voluntary_switches),
+                involuntary_switches: now
+                    .involuntary_switches
+                    .saturating_sub(then.involuntary_switches),
+                max_rss_kib: now.max_rss_kib,
+                minor_faults: now.minor_faults.saturating_sub(then.minor_faults),
+                major_faults: now.major_faults.saturating_sub(then.major_faults),
+            }),
+            _ => None,
+        };
         CpuUsage {
             user_us: self.user_us.saturating_sub(earlier.user_us),
             system_us: self.system_us.saturating_sub(earlier.system_us),
+            counts,
         }
     }
 
@@ -268,6 +312,27 @@ mod tests {
                 "2 s of work booked no user time"
             );
         }
+    }
+
+    #[test]
+    fn usage_counts_grow_with_work_and_keep_the_peak_memory() {
+        let a = CpuUsage::now().expect("getrusage");
+        // Touching fresh pages faults them in (a fresh mapping: the heap may hand back
+        // pages other tests already touched); sleeping is a voluntary switch.
+        let mut pages = memmap2::MmapMut::map_anon(8 << 20).expect("mmap");
+        pages.fill(1);
+        std::hint::black_box(&pages);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = CpuUsage::now().expect("getrusage");
+        let (then, now) = (a.counts.expect("counts"), b.counts.expect("counts"));
+        let d = b.since(a).counts.expect("counts");
+        assert!(d.minor_faults > 0, "{then:?} -> {now:?}");
+        assert!(d.voluntary_switches > 0, "{then:?} -> {now:?}");
+        assert!(now.max_rss_kib >= 8 << 10, "{now:?}");
+        assert_eq!(d.max_rss_kib, now.max_rss_kib);
+        // A side without counts (an iperf3 peer) gives none, not zeros.
+        let bare = CpuUsage { counts: None, ..b };
+        assert_eq!(bare.since(a).counts, None);
     }
 
     #[test]

@@ -117,6 +117,55 @@ fn json_of_a_tcp_run_agrees_with_both_human_reports() {
     assert!(all.iter().all(|x| x.is_finite()), "non-finite number");
 }
 
+/// The cpu line of a text report: `cpu : user=… sys=… ctxsw=V/I maxrss=… faults=m/M`,
+/// as (voluntary, involuntary, minor, major).
+fn usage_counts(text: &str) -> (u64, u64, u64, u64) {
+    let re = regex::Regex::new(
+        r"(?m)^cpu +: user=[\d.]+s  sys=[\d.]+s  ctxsw=(\d+)/(\d+)  maxrss=[\d.]+[KMG]?B  faults=(\d+)/(\d+)$",
+    )
+    .unwrap();
+    let c = re
+        .captures(text)
+        .unwrap_or_else(|| panic!("no cpu line with counts:\n{text}"));
+    let n = |i: usize| c[i].parse::<u64>().unwrap();
+    (n(1), n(2), n(3), n(4))
+}
+
+#[test]
+fn each_end_reports_its_context_switches_memory_and_page_faults() {
+    let server = Server::start(&[]);
+    let doc = json_run(&server, &["-m", "64"]);
+    for side in [&doc["client"], &doc["server"]] {
+        let cpu = &side["cpu"];
+        // The process holds at least its 32 KiB buffers and its own code: a peak under
+        // 1 MB, or over 4 GB, would not be the resident memory.
+        let rss = u(&cpu["max_rss_bytes"]);
+        assert!((1 << 20..4 << 30).contains(&rss), "{cpu:#}");
+        // 64 MB moved in 32 KiB sends: the receiving end waits for data, so it switches
+        // voluntarily; no more than once per packet and then some.
+        let voluntary = u(&cpu["voluntary_context_switches"]);
+        assert!(voluntary < 64 * MB / 1024, "{cpu:#}");
+        u(&cpu["involuntary_context_switches"]);
+        // Starting threads and buffers touches fresh pages.
+        assert!(u(&cpu["minor_page_faults"]) > 0, "{cpu:#}");
+        assert!(
+            u(&cpu["major_page_faults"]) <= u(&cpu["minor_page_faults"]),
+            "{cpu:#}"
+        );
+    }
+    assert!(
+        u(&doc["server"]["cpu"]["voluntary_context_switches"]) > 0,
+        "the receiving server never waited: {:#}",
+        doc["server"]["cpu"]
+    );
+    // Both text reports carry the same counts on their cpu line.
+    let client = client_ok(&server, "127.0.0.1", &["-m", "64"]);
+    let (_, _, minor, _) = usage_counts(&client);
+    assert!(minor > 0, "{client}");
+    let (voluntary, _, minor, _) = usage_counts(&server.report(2));
+    assert!(voluntary > 0 && minor > 0, "{}", server.report(2));
+}
+
 #[test]
 fn json_of_an_mprtt_run_counts_packets_and_acks() {
     let server = Server::start(&[]);
@@ -1075,4 +1124,62 @@ fn the_servers_report_ends_with_what_the_client_saw() {
         last.contains("duplicated") && last.contains("jitter"),
         "{last}"
     );
+}
+
+#[test]
+fn each_latency_says_whether_a_sample_is_a_packet_a_batch_or_a_read() {
+    let server = Server::start(&[]);
+    let per = |side: &Value, which: &str| side["total"][format!("{which}_latency_per")].clone();
+    let lat = |side: &Value, which: &str| side["total"][format!("{which}_latency")].clone();
+    // UDP in batches of 64: 16 MB is 512 datagrams, so 8 sendmmsg() batches, one
+    // sample each; the receiver's samples are its recvmmsg() reads, none of 0 ns.
+    let doc = json_run(&server, &["-u", "-m", "16", "--udp-batch", "64"]);
+    let (c, s) = (&doc["client"], &doc["server"]);
+    let batch = serde_json::json!({"per": "batch", "datagrams": 64});
+    assert_eq!(per(c, "send"), batch, "{c:#}");
+    assert_eq!(u(&lat(c, "send")["count"]), 8, "{c:#}");
+    assert_eq!(per(s, "recv"), batch, "{s:#}");
+    let recv = lat(s, "recv");
+    assert!((1..=512).contains(&u(&recv["count"])), "{recv:#}");
+    assert!(u(&recv["min_ns"]) > 0 && u(&recv["p50_ns"]) > 0, "{recv:#}");
+    let client_text = client_ok(
+        &server,
+        "127.0.0.1",
+        &["-u", "-m", "16", "--udp-batch", "64"],
+    );
+    let server_text = server.report(2);
+    for text in [&client_text, &server_text] {
+        assert!(text.contains(" latency=per-batch(64)"), "{text}");
+    }
+    let (_, min, _) = latency(&server_text, "latency");
+    assert!(min > 0.0, "{server_text}");
+    // One datagram per call: a sample per datagram, and no label.
+    let doc = json_run(&server, &["-u", "-m", "4", "--udp-batch", "1"]);
+    let packet = serde_json::json!({"per": "packet"});
+    assert_eq!(per(&doc["client"], "send"), packet);
+    assert_eq!(u(&lat(&doc["client"], "send")["count"]), 128);
+    assert_eq!(per(&doc["server"], "recv"), packet);
+    assert_eq!(u(&lat(&doc["server"], "recv")["count"]), 128);
+    let text = client_ok(&server, "127.0.0.1", &["-u", "-m", "4", "--udp-batch", "1"]);
+    assert!(!text.contains("latency=per-"), "{text}");
+    // TCP: the server reads up to 128 KiB at once, so a sample is a read of several
+    // 32 KiB packets; the client's are its sends, one packet each.
+    let doc = json_run(&server, &["-m", "16"]);
+    let read = serde_json::json!({"per": "read", "bytes": 131072});
+    assert_eq!(per(&doc["server"], "recv"), read);
+    assert_eq!(per(&doc["client"], "send"), packet);
+    let text = client_ok(&server, "127.0.0.1", &["-m", "16"]);
+    assert!(!text.contains("latency=per-"), "{text}");
+    // The sixth test of this server: the TCP run just made.
+    let header = server.report(6);
+    assert!(
+        header
+            .lines()
+            .next()
+            .is_some_and(|l| l.ends_with(" latency=per-read(128KB)")),
+        "{header}"
+    );
+    // Packets of 128 KiB are read one at a time at most: no label.
+    let doc = json_run(&server, &["-m", "16", "-l", "128K"]);
+    assert_eq!(per(&doc["server"], "recv"), packet);
 }

@@ -186,7 +186,11 @@ fn window_is_named_in_both_reports_and_counts_every_byte() {
         // The bulk run's header ends with the data threads' policy.
         let tail = format!("{named} sched=batch");
         assert!(c.lines().take(2).all(|l| l.ends_with(&tail)), "{c}");
-        assert!(s.contains(&format!("{tail}\n")), "{s}");
+        // The server's reads take up to 128 KiB: its latency is per read.
+        assert!(
+            s.contains(&format!("{tail} latency=per-read(128KB)\n")),
+            "{s}"
+        );
         let stream_0 = format!("=> 127.0.0.1:{} ", server.port + 2);
         assert!(
             c.lines().next().is_some_and(|l| l.contains(&stream_0)),

@@ -93,7 +93,7 @@ fn default_size_counts_match_and_the_server_serves_again() {
         let s = server.report(n);
         let first = c.lines().next().unwrap();
         let want = format!(
-            "UDP CLIENT => 127.0.0.1:{} pkt_size=32768B sync(no-queue) nsockets=1 sched=batch",
+            "UDP CLIENT => 127.0.0.1:{} pkt_size=32768B sync(no-queue) nsockets=1 sched=batch latency=per-batch(64)",
             server.port
         );
         assert_eq!(first, want);
@@ -108,7 +108,10 @@ fn default_size_counts_match_and_the_server_serves_again() {
             s.starts_with(" .... new UDP connection from 127.0.0.1:"),
             "{s}"
         );
-        assert!(s.contains(". pkt_size(32KB) sched=batch\n"), "{s}");
+        assert!(
+            s.contains(". pkt_size(32KB) sched=batch latency=per-batch(64)\n"),
+            "{s}"
+        );
         latency(&c, "latency");
         latency(&s, "latency");
         assert!(!c.contains("retries"), "no retries line without -r:\n{c}");
@@ -288,4 +291,99 @@ fn oversized_datagrams_are_refused_before_the_run() {
     // Nothing reached the server.
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(server.stdout().matches("Server listening").count(), 1);
+}
+
+#[test]
+fn the_senders_rate_covers_its_sending_time_and_the_drain_is_reported_apart() {
+    let server = Server::start(&[]);
+    // Batches of 32 datagrams into an 8 KB receive buffer: most are dropped, so the
+    // server waits out its quiet time (300 ms) before confirming, a wait that must not
+    // count as sending time.
+    let args = [
+        "-u",
+        "-b",
+        "200M",
+        "-m",
+        "8",
+        "-w",
+        "8K",
+        "--udp-batch",
+        "32",
+    ];
+    let mut json = args.to_vec();
+    json.push("--json");
+    let out = client_ok(&server, "127.0.0.1", &json);
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+    let (c, s) = (&doc["client"]["total"], &doc["server"]["total"]);
+    let lost = s["datagrams"]["lost"].as_u64().expect("lost");
+    assert!(lost > 0, "nothing lost, nothing to wait for: {s:#}");
+    let rate = c["sent_bits_per_second"].as_f64().expect("rate");
+    assert!(
+        (rate / 200e6 - 1.0).abs() < 0.02,
+        "sent at {rate} bit/s, asked for 200 Mbit/s: {c:#}"
+    );
+    let drain = c["drain_ns"].as_u64().expect("drain_ns");
+    assert!(
+        (200_000_000..3_500_000_000).contains(&drain),
+        "drain {drain} ns after a loss: {c:#}"
+    );
+    assert!(s["drain_ns"].is_null(), "a receiver has no drain: {s:#}");
+    // The text report says it on its own line.
+    let text = client_ok(&server, "127.0.0.1", &args);
+    let line = Regex::new(
+        r"(?m)^drain     : (\d+\.\d\d)s from the last send to the server's confirmation \(not in the sent time\)$",
+    )
+    .unwrap();
+    let secs: f64 = line
+        .captures(&text)
+        .unwrap_or_else(|| panic!("no drain line:\n{text}"))[1]
+        .parse()
+        .unwrap();
+    assert!(secs >= 0.2, "{text}");
+    let sent = volume(&text, "sent");
+    assert!(sent.secs < 0.4, "8 MB at 200 Mbit/s takes 0.34 s:\n{text}");
+}
+
+#[test]
+fn a_server_that_stops_acknowledging_fails_the_run_naming_the_time_waited() {
+    let server = Server::start(&[]);
+    let port = server.port.to_string();
+    let pid = server.pid() as libc::pid_t;
+    let args = [
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-u",
+        "-r",
+        "--ack-timeout",
+        "50",
+        "--time",
+        "20",
+    ];
+    let out = run_with(&args, Duration::from_secs(30), |_| {
+        server.wait_for(
+            |o| o.contains("new UDP connection"),
+            Duration::from_secs(10),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill() on the server child's pid, which lives until `server` drops.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+    });
+    // SAFETY: as above; it must run again to be stopped for good when `server` drops.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // Eleven sends of the packet, 50 ms apart: about 0.55 s, never the 10 s stall time
+    // the client gives a silent TCP connection.
+    let re = Regex::new(
+        r"the server stopped answering: the server or the network is gone \(stream 0: UDP stream 0: packet seq=\d+ \(32768 bytes\) was not acknowledged in (\d+\.\d\d)s \(sent 11 times, waiting 50 ms for its ACK each time: --ack-timeout\)\)",
+    )
+    .unwrap();
+    let waited: f64 = re.captures(&err).unwrap_or_else(|| panic!("{err}"))[1]
+        .parse()
+        .unwrap();
+    assert!((0.55..2.0).contains(&waited), "{err}");
+    assert!(!err.contains("10s"), "{err}");
 }

@@ -15,7 +15,7 @@ use fperf::settings::{QueueKind, Settings, TransportSettings};
 use fperf::stats::LatencySummary;
 use fperf::stream::udp_wire::{BufferGrant, DatagramCounts};
 use fperf::stream::zerocopy::ZeroCopy;
-use fperf::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use fperf::sysinfo::{CpuUsage, SystemFacts, TcpInfo, UsageCounts};
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
 use fperf::transport::sockets::SocketSettings;
 use fperf::transport::tcp::settings::TcpSettings;
@@ -79,6 +79,7 @@ fn figures() -> Figures {
             mss: 1448,
             pmtu: 1500,
         }),
+        drain_ns: Some(300_000_001),
     }
 }
 
@@ -86,6 +87,13 @@ fn cpu() -> CpuUsage {
     CpuUsage {
         user_us: 7,
         system_us: 8,
+        counts: Some(UsageCounts {
+            voluntary_switches: 9,
+            involuntary_switches: 10,
+            max_rss_kib: 11,
+            minor_faults: 12,
+            major_faults: 13,
+        }),
     }
 }
 

@@ -30,9 +30,11 @@ use thiserror::Error;
 /// waited out its idle time-out). 3: the settings carry only their own transport's
 /// options. 4: TCP figures carry the send window, MSS and path MTU. 5: TCP and UDP
 /// settings carry the TOS byte. 6: the client answers `Results` with its own figures
-/// (`ClientResults`), for the server's report. 7: a mesh coordinator asks a server for a
-/// test towards another server (`MeshTest`, answered by `MeshResult`).
-pub const PROTOCOL_VERSION: u32 = 7;
+/// (`ClientResults`), for the server's report. 7: CPU figures carry the context switches,
+/// page faults and peak memory (`counts`); a UDP sender's figures, its wait for the
+/// peer's confirmation (`drain_ns`). 8: a mesh coordinator asks a server for a test
+/// towards another server (`MeshTest`, answered by `MeshResult`).
+pub const PROTOCOL_VERSION: u32 = 8;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.

@@ -508,6 +508,7 @@ fn server_result(settings: &Settings, theirs: &Map<String, Value>) -> Result<Sid
         cpu: Some(CpuUsage {
             user_us: cpu_us(percent("cpu_util_user")),
             system_us: cpu_us(percent("cpu_util_system")),
+            counts: None,
         }),
         intervals: Vec::new(),
     })

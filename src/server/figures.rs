@@ -3,14 +3,15 @@
 
 use super::config::ServerEvent;
 use crate::engine::Received;
-use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};
+use crate::results::{nanos, Figures, Role, SideResult, SideTotals, StreamResult};
 use crate::sessions::SessionGuard;
 use crate::settings::Settings;
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 /// The server's figures: each stream over its span (its first byte received to its
-/// last; with `--reverse` its first sent to the client's confirmation), and the total
+/// last; with `--reverse` its first sent to the client's confirmation, or to its last
+/// send where that ends its time), and the total
 /// from the earliest start to the latest end.
 pub(crate) fn server_result(settings: &Settings, per_stream: &[(u32, Received)]) -> SideResult {
     let mut totals = SideTotals::new(settings.first_server_stream());
@@ -18,11 +19,15 @@ pub(crate) fn server_result(settings: &Settings, per_stream: &[(u32, Received)])
         .iter()
         .map(|(index, r)| {
             totals.add(*index, &r.stats, r.tcp.as_ref(), r.span);
+            if let Some(d) = r.drain {
+                totals.add_drain(*index, d);
+            }
             let time = r
                 .span
                 .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
             let mut figures = Figures::new(&r.stats, time);
             figures.tcp = r.tcp;
+            figures.drain_ns = r.drain.map(nanos);
             StreamResult {
                 index: *index,
                 local: r.local.clone(),

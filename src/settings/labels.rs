@@ -12,3 +12,26 @@ pub struct HeaderLabels {
     /// What makes the figures unlike another tool's, last (`rx_copy=skipped`).
     pub caveat: &'static str,
 }
+
+/// What one latency sample covers, where a transport's calls move more than one packet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "per", rename_all = "snake_case")]
+pub enum Sample {
+    /// One packet: one send of it, or one receive that returns it.
+    #[default]
+    Packet,
+    /// One system call over a batch of up to `datagrams` datagrams (`sendmmsg()`,
+    /// `recvmmsg()`): the datagrams of a batch share its one sample.
+    Batch { datagrams: u32 },
+    /// One read of up to `bytes` bytes, which may hold several packets or parts of them.
+    Read { bytes: u32 },
+}
+
+/// What a sample of each latency figure covers in a run (see [`Sample`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Samples {
+    /// The sending end's `latency`.
+    pub send: Sample,
+    /// The receiving end's `latency`.
+    pub recv: Sample,
+}

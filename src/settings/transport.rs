@@ -1,6 +1,6 @@
 //! Which transport a run uses, with the options only it has.
 
-use crate::settings::labels::HeaderLabels;
+use crate::settings::labels::{HeaderLabels, Samples};
 use crate::settings::shape::RunShape;
 use crate::transport::rdma::settings::RdmaSettings;
 use crate::transport::sockets::SocketSettings;
@@ -73,6 +73,15 @@ impl TransportSettings {
             TransportSettings::Tcp(tcp) => tcp.buffer_bytes(run, copies),
             TransportSettings::Udp(udp) => udp.buffer_bytes(run, copies),
             TransportSettings::Rdma(rdma) => rdma.buffer_bytes(run),
+        }
+    }
+
+    /// What one sample of each latency figure covers in a run shaped `run`.
+    pub fn samples(&self, run: &RunShape) -> Samples {
+        match self {
+            TransportSettings::Tcp(tcp) => tcp.samples(run),
+            TransportSettings::Udp(udp) => udp.samples(run),
+            TransportSettings::Rdma(rdma) => rdma.samples(run),
         }
     }
 

@@ -312,6 +312,15 @@ pub trait Stream: Send {
     /// Drains the senders, stops them and signals end of stream to the peer.
     fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()>;
 
+    /// Whether what the sends handed to the kernel is sent for good, so the sending
+    /// time ends when [`Stream::finish_sending`] returns: nothing is resent, and the
+    /// peer's confirmation may wait out datagrams lost on the way (UDP). Otherwise the
+    /// time runs to the peer's confirmation, since bytes still in a socket buffer are
+    /// not yet sent (TCP).
+    fn sent_on_handover(&self) -> bool {
+        false
+    }
+
     /// What this end measured so far (running sender threads' figures as of their last
     /// snapshot, which this call asks for and briefly waits on).
     fn stats(&self) -> StreamStats;

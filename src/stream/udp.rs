@@ -29,12 +29,13 @@
 //! Batching (see [`super::udp_batch`]), without MPRTT: `send()` queues the datagram
 //! (header written, payload copied into the batch buffer) and every `batch` datagrams
 //! one `sendmmsg()` hands them to the kernel (with GSO, as few messages); a datagram is
-//! counted as sent, and its send latency taken (from its `send()` call to the return of
-//! the `sendmmsg()` that took it), only then. `finish_sending()` sends what is queued
-//! before it reports the count. `recv()` reads with `recvmmsg()` (with GRO, splitting
-//! coalesced buffers) and returns queued datagrams one per call: the read that returned
-//! them came before that call, so their receive latency is 0 and their arrival time is
-//! the batch's (jitter then includes the batching). While datagrams flow and the
+//! counted as sent only then, and the batch takes one send-latency sample (the
+//! `sendmmsg()` calls). `finish_sending()` sends what is queued before it reports the
+//! count. `recv()` reads with `recvmmsg()` (with GRO, splitting coalesced buffers) and
+//! returns queued datagrams one per call: the batch takes one receive-latency sample
+//! (from the call that read it to the read), its other datagrams none, since they
+//! waited for no read of their own; their arrival time is the batch's (jitter then
+//! includes the batching). Reports say a sample is per batch. While datagrams flow and the
 //! sockets run dry, the receiver naps [`BATCH_NAP`] instead of sleeping in `poll()`, so
 //! the sender is not charged a wake-up per datagram.
 //!
@@ -45,7 +46,7 @@
 use super::epoll::{poll_many, poll_one, Epoll};
 use super::sender::{LazySenders, PacketSink, Senders};
 use super::sys::{set_int_opt, set_tos, set_window, size_buffer, Direction};
-use super::udp_batch::{RecvBatch, SendBatch, Sent};
+use super::udp_batch::{gro_slots, RecvBatch, SendBatch, Sent};
 use super::udp_wire::{Arrival, BufferGrant, Header, SeqTracker, HEADER_LEN};
 use super::{check_abort, Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
 use crate::control::{self, ControlError, Message};
@@ -444,12 +445,16 @@ impl PacketSink for Socket {
             let mut retries = 0;
             while !self.await_ack(seq, Instant::now() + self.ack_timeout, deadline, stats)? {
                 if retries == MAX_RETRIES {
+                    // The time waited as the clock read it, not retries × time-out: the
+                    // first send is waited for too, and each wait may overrun.
                     return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         format!(
-                            "UDP stream {}: packet seq={seq} ({} bytes) was not acknowledged after {MAX_RETRIES} retries ({} ms ACK time-out each)",
+                            "UDP stream {}: packet seq={seq} ({} bytes) was not acknowledged in {:.2}s (sent {} times, waiting {} ms for its ACK each time: --ack-timeout)",
                             self.stream,
                             buf.len(),
+                            start.elapsed().as_secs_f64(),
+                            MAX_RETRIES + 1,
                             self.ack_timeout.as_millis()
                         ),
                     ));
@@ -623,9 +628,8 @@ impl UdpStream {
                 .transpose()?,
             recv_batch: (batched || udp.gro)
                 .then(|| {
-                    // A GRO buffer holds up to 64 datagrams: a few keep the batch in cache.
                     let slots = if udp.gro {
-                        udp.batch.div_ceil(32).clamp(1, 4)
+                        gro_slots(udp.batch)
                     } else {
                         udp.batch
                     };
@@ -656,7 +660,7 @@ impl UdpStream {
         }
         .encode(slot);
         slot[n..].copy_from_slice(&buf[n..]);
-        batch.push(buf.len(), start);
+        batch.push(buf.len());
         if batch.is_full() {
             self.flush_batch(deadline)?;
         }
@@ -664,21 +668,27 @@ impl UdpStream {
     }
 
     /// Hands every datagram of the send batch to the kernel, counting each as sent
-    /// (and timing it from its `send()` call) once the kernel took it.
+    /// once the kernel took it; the batch takes one latency sample, from the first
+    /// `sendmmsg()` to the return of the last (a wait for buffer space counts).
     fn flush_batch(&mut self, deadline: Deadline) -> io::Result<()> {
         let Some(batch) = &mut self.send_batch else {
             return Ok(());
         };
+        if batch.is_empty() {
+            return Ok(());
+        }
         let sock = &self.sockets[0];
         let stats = &mut self.stats;
+        let start = Instant::now();
         batch.flush(
             |hdrs| sock.send_messages(hdrs, deadline),
-            |len, start, taken| {
-                stats.send_latency.record(span_ns(start, taken));
+            |len| {
                 stats.bytes_sent += len as u64;
                 stats.datagrams.sent += 1;
             },
-        )
+        )?;
+        stats.send_latency.record_since(start);
+        Ok(())
     }
 
     /// Reads a batch from socket `k`; `Ok(false)` is EAGAIN.
@@ -696,9 +706,15 @@ impl UdpStream {
     }
 
     /// Hands out the next datagram of the receive batch (copied into `buf` if `copy`),
-    /// accounting for it with `latency_ns` as its receive latency; `None` once the
-    /// batch is used up. Empty datagrams are accounted (as foreign) and skipped.
-    fn take_buffered(&mut self, buf: &mut [u8], copy: bool, latency_ns: u64) -> Option<usize> {
+    /// accounting for it, with `latency_ns` as the batch's receive latency when it was
+    /// just read; `None` once the batch is used up. Empty datagrams are accounted (as
+    /// foreign) and skipped.
+    fn take_buffered(
+        &mut self,
+        buf: &mut [u8],
+        copy: bool,
+        latency_ns: Option<u64>,
+    ) -> Option<usize> {
         let batch = self.recv_batch.as_mut()?;
         let at = self.batch_read_at;
         loop {
@@ -714,7 +730,9 @@ impl UdpStream {
             if let PeerSending::Draining { last_arrival, .. } = &mut self.peer {
                 *last_arrival = at;
             }
-            self.stats.recv_latency.record(latency_ns);
+            if let Some(ns) = latency_ns {
+                self.stats.recv_latency.record(ns);
+            }
             self.stats.bytes_received += n as u64;
             self.stats.mark_recv(at);
             return Some(n);
@@ -724,11 +742,11 @@ impl UdpStream {
     /// `recv()`; with `copy` false, a datagram already read by `recvmmsg()` is not
     /// copied into `buf`.
     ///
-    /// A datagram already read is returned without I/O or clock read: the read that
-    /// returned it came before this call, so by the latency definition it waited for
-    /// nothing (latency 0), and it arrived when its batch was read.
+    /// A datagram already read is returned without I/O or clock read, and without a
+    /// latency sample of its own: its batch's read took the one sample of the batch,
+    /// and it arrived when its batch was read.
     fn receive(&mut self, buf: &mut [u8], timeout: Timeout, copy: bool) -> io::Result<usize> {
-        if let Some(n) = self.take_buffered(buf, copy, 0) {
+        if let Some(n) = self.take_buffered(buf, copy, None) {
             return Ok(n);
         }
         let start = Instant::now();
@@ -755,7 +773,7 @@ impl UdpStream {
                 if self.read_batch(k)? {
                     self.cursor = k;
                     let latency = span_ns(start, self.batch_read_at);
-                    if let Some(n) = self.take_buffered(buf, copy, latency) {
+                    if let Some(n) = self.take_buffered(buf, copy, Some(latency)) {
                         return Ok(n);
                     }
                     continue;
@@ -999,6 +1017,10 @@ impl Stream for UdpStream {
         Ok(())
     }
 
+    fn sent_on_handover(&self) -> bool {
+        true
+    }
+
     fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
         let flushed = self.flush_batch(timeout.deadline());
         let stopped = self.senders.finish(timeout, &mut self.stats);
@@ -1203,6 +1225,13 @@ mod tests {
         [mprtt, epoll]
     }
 
+    /// The seconds written as `N.NNs` right after `before` in `text`.
+    fn secs_after(text: &str, before: &str) -> f64 {
+        let (_, rest) = text.split_once(before).expect("the time");
+        let (secs, _) = rest.split_once('s').expect("seconds");
+        secs.parse().expect("a number")
+    }
+
     #[test]
     fn mprtt_resends_until_acknowledged_then_gives_up_naming_the_packet() {
         for opts in mprtt_modes() {
@@ -1214,7 +1243,15 @@ mod tests {
                 .expect_err("no ACK");
             assert_eq!(e.kind(), io::ErrorKind::TimedOut, "epoll {epoll}");
             assert!(e.to_string().contains("seq=0"), "{e}");
-            assert!(e.to_string().contains("after 10 retries"), "{e}");
+            // 11 sends, 20 ms each: the time waited is at least 0.22 s.
+            let waited = secs_after(&e.to_string(), "was not acknowledged in ");
+            assert!((0.22..2.0).contains(&waited), "{e}");
+            assert!(
+                e.to_string().contains(
+                    "(sent 11 times, waiting 20 ms for its ACK each time: --ack-timeout)"
+                ),
+                "{e}"
+            );
             assert_eq!(client.stats().retries, 10, "epoll {epoll}");
             // The receiver reads all 11 copies: one new, ten duplicates, each ACKed.
             let mut buf = [0u8; 64];
@@ -1340,11 +1377,18 @@ mod tests {
             ),
             (n, n, 0, 0, 0)
         );
+        // One sample per sendmmsg() batch: every `batch` sends, and the rest at the end.
         assert_eq!(
-            server.stats().recv_latency.count(),
-            n,
-            "one sample per datagram"
+            cs.send_latency.count(),
+            n.div_ceil(batch as u64),
+            "one send sample per batch"
         );
+        // One sample per recvmmsg() batch, each a read that took time: no datagram is
+        // recorded as having waited for nothing.
+        let recv = server.stats().recv_latency;
+        assert!((1..=n).contains(&recv.count()), "{}", recv.count());
+        let min = recv.summary().map_or(0, |l| l.min_ns);
+        assert!(min > 0, "a receive sample of 0 ns");
         server
     }
 

@@ -20,7 +20,6 @@
 use super::buffer::DataBuffer;
 use std::io;
 use std::ops::Range;
-use std::time::Instant;
 
 /// Most segments the kernel accepts in one GSO message (`UDP_MAX_SEGMENTS`).
 pub const MAX_GSO_SEGMENTS: usize = 64;
@@ -28,6 +27,12 @@ pub const MAX_GSO_SEGMENTS: usize = 64;
 pub const MAX_GSO_BYTES: usize = 65_507;
 /// Bytes of a receive buffer with GRO: the largest datagram the kernel coalesces.
 pub const GRO_SLOT_BYTES: usize = 65_535;
+/// Receive buffers of a batch of `batch` datagrams with GRO: a buffer holds up to 64
+/// datagrams, and a few keep the batch in cache.
+pub fn gro_slots(batch: usize) -> usize {
+    batch.div_ceil(32).clamp(1, 4)
+}
+
 /// Most messages passed to one `sendmmsg()`/`recvmmsg()` (the kernel's `UIO_MAXIOV`).
 pub const MAX_MESSAGES: usize = 1024;
 
@@ -120,9 +125,8 @@ pub struct SendBatch {
     stride: usize,
     capacity: usize,
     gso: bool,
-    /// Length and time handed to the batch of each queued datagram.
+    /// Length of each queued datagram.
     lens: Vec<usize>,
-    starts: Vec<Instant>,
     plan: Vec<Message>,
     cmsgs: Vec<SegmentCmsg>,
     scratch: Scratch,
@@ -141,7 +145,6 @@ impl SendBatch {
             capacity,
             gso,
             lens: Vec::with_capacity(capacity),
-            starts: Vec::with_capacity(capacity),
             plan: Vec::with_capacity(capacity),
             cmsgs: vec![
                 SegmentCmsg {
@@ -175,20 +178,19 @@ impl SendBatch {
     }
 
     /// Queues the datagram just written into [`SendBatch::next_slot`].
-    pub fn push(&mut self, len: usize, start: Instant) {
+    pub fn push(&mut self, len: usize) {
         debug_assert!(!self.is_full());
         self.lens.push(len.min(self.stride));
-        self.starts.push(start);
     }
 
     /// Sends every queued datagram: `send` performs one `sendmmsg()` on the messages
     /// still to go (waiting for room itself) and says what the kernel took; `sent` is
-    /// told each datagram's length and start time and the time the kernel took it, in
-    /// order. On error the datagrams not yet sent stay queued.
+    /// told each datagram's length once the kernel took it, in order. On error the
+    /// datagrams not yet sent stay queued.
     pub fn flush(
         &mut self,
         mut send: impl FnMut(&mut [libc::mmsghdr]) -> io::Result<Sent>,
-        mut sent: impl FnMut(usize, Instant, Instant),
+        mut sent: impl FnMut(usize),
     ) -> io::Result<()> {
         if self.lens.is_empty() {
             return Ok(());
@@ -223,10 +225,9 @@ impl SendBatch {
                 Ok(Sent::FirstDropped) => 1,
                 Err(e) => break Err(e),
             };
-            let now = Instant::now();
             for m in &self.plan[next..next + took] {
                 for d in m.first..m.first + m.count {
-                    sent(self.lens[d], self.starts[d], now);
+                    sent(self.lens[d]);
                 }
             }
             next += took;
@@ -235,7 +236,6 @@ impl SendBatch {
         let done = self.plan.get(next).map_or(self.lens.len(), |m| m.first);
         if done > 0 {
             self.lens.drain(..done);
-            self.starts.drain(..done);
             self.arena.copy_within(
                 done * self.stride..(done + self.lens.len()) * self.stride,
                 0,
@@ -500,10 +500,9 @@ mod tests {
     /// Fills a batch with datagrams whose first byte is their index.
     fn filled(n: usize, stride: usize, gso: bool) -> SendBatch {
         let mut b = SendBatch::new(n, stride, gso).unwrap();
-        let t = Instant::now();
         for i in 0..n {
             b.next_slot(stride)[0] = i as u8;
-            b.push(stride, t);
+            b.push(stride);
         }
         b
     }
@@ -541,7 +540,7 @@ mod tests {
                 calls += 1;
                 Ok(s)
             },
-            |len, _, _| sent.push(len),
+            |len| sent.push(len),
         )
         .expect("flush");
         assert_eq!(
@@ -570,7 +569,7 @@ mod tests {
                         Err(io::Error::from_raw_os_error(libc::EIO))
                     }
                 },
-                |_, _, _| {},
+                |_| {},
             )
             .expect_err("second call fails");
         assert_eq!(err.raw_os_error(), Some(libc::EIO));
@@ -584,7 +583,7 @@ mod tests {
                 }
                 Ok(Sent::Messages(hdrs.len()))
             },
-            |_, _, _| {},
+            |_| {},
         )
         .expect("retry");
         assert_eq!(left, vec![2, 3, 4, 5]);
@@ -613,7 +612,7 @@ mod tests {
                 hdrs[0].msg_len = 500;
                 Ok(Sent::Messages(1))
             },
-            |_, _, _| {},
+            |_| {},
         )
         .expect("flush");
     }

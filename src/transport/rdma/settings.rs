@@ -1,7 +1,7 @@
 //! RDMA's own options: the programming interface, the device or libfabric provider,
 //! and how the data moves (SEND/RECV or RDMA WRITE).
 
-use crate::settings::labels::HeaderLabels;
+use crate::settings::labels::{HeaderLabels, Sample, Samples};
 use crate::settings::shape::RunShape;
 use crate::stream::ring::endpoint_bytes_at_most;
 use serde::{Deserialize, Serialize};
@@ -73,6 +73,18 @@ impl RdmaSettings {
     pub fn buffer_bytes(&self, run: &RunShape) -> u64 {
         let endpoints = u64::from(run.nstreams) * u64::from(run.nsockets);
         endpoints * endpoint_bytes_at_most(run.pktsize as usize)
+    }
+
+    /// A sample per packet, but rsocket's, which are read as TCP's are.
+    pub fn samples(&self, run: &RunShape) -> Samples {
+        Samples {
+            send: Sample::Packet,
+            recv: if self.api == RdmaApi::Rsocket {
+                crate::transport::tcp::settings::read_sample(run)
+            } else {
+                Sample::Packet
+            },
+        }
     }
 
     /// Checks the names a client may send.

@@ -2,7 +2,7 @@
 //! of them, and the tuning each end derives from them (the receive low-water mark and
 //! the reads' nap while data flows).
 
-use crate::settings::labels::HeaderLabels;
+use crate::settings::labels::{HeaderLabels, Sample, Samples};
 use crate::settings::shape::RunShape;
 use crate::stream::zerocopy::ZeroCopy;
 use crate::transport::sockets::{SocketSettings, SocketSettingsError};
@@ -82,6 +82,18 @@ pub enum TcpSettingsError {
     SkipRxCopyMprtt,
 }
 
+/// What a sample of a TCP byte stream's receive latency covers (see
+/// [`TcpSettings::samples`]); rsocket's streams read the same way.
+pub fn read_sample(run: &RunShape) -> Sample {
+    if !run.mprtt && run.pktsize < RECV_CHUNK as u32 {
+        Sample::Read {
+            bytes: RECV_CHUNK as u32,
+        }
+    } else {
+        Sample::Packet
+    }
+}
+
 impl TcpSettings {
     /// Most bytes of packet buffers either end of the run allocates: each stream's
     /// read buffer, and `copies` packets per socket to send from (or to echo).
@@ -89,6 +101,16 @@ impl TcpSettings {
         let read = u64::from(run.pktsize).max(RECV_CHUNK as u64);
         let per_stream = read + u64::from(run.nsockets) * u64::from(run.pktsize) * copies;
         u64::from(run.nstreams) * per_stream
+    }
+
+    /// A bulk receiver reads up to [`RECV_CHUNK`] at once, so a sample of its latency
+    /// covers a read of several packets when they are smaller; with MPRTT one packet is
+    /// on its way at a time.
+    pub fn samples(&self, run: &RunShape) -> Samples {
+        Samples {
+            send: Sample::Packet,
+            recv: read_sample(run),
+        }
     }
 
     /// Checks every option, against each other and against the run.

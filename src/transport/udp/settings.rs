@@ -1,9 +1,9 @@
 //! UDP's own options: datagrams per system call (and GSO/GRO), the ACK time-out of
 //! MPRTT, their checks, and the batch size each end derives from them.
 
-use crate::settings::labels::HeaderLabels;
+use crate::settings::labels::{HeaderLabels, Sample, Samples};
 use crate::settings::shape::{RunShape, MAX_FOOTPRINT};
-use crate::stream::udp_batch::GRO_SLOT_BYTES;
+use crate::stream::udp_batch::{gro_slots, GRO_SLOT_BYTES};
 use crate::transport::sockets::{SocketSettings, SocketSettingsError};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -128,6 +128,30 @@ impl UdpSettings {
                 u32::try_from(fits.clamp(1, u64::from(DEFAULT_UDP_BATCH))).unwrap_or(1)
             }
         }
+    }
+
+    /// A batch shares one sample: the synchronous sender's `sendmmsg()` (sender
+    /// threads send one datagram per call), and the receiver's `recvmmsg()` (with GRO,
+    /// of buffers that each hold up to 64 KiB of datagrams).
+    pub fn samples(&self, run: &RunShape) -> Samples {
+        let batch = self.batch_size(run);
+        let batched = batch > 1 && !run.mprtt;
+        let send = if batched && !run.asynchronous() {
+            Sample::Batch { datagrams: batch }
+        } else {
+            Sample::Packet
+        };
+        let recv = if self.gro {
+            let per_slot = (GRO_SLOT_BYTES as u32 / run.pktsize.max(1)).clamp(1, 64);
+            Sample::Batch {
+                datagrams: gro_slots(batch as usize) as u32 * per_slot,
+            }
+        } else if batched {
+            Sample::Batch { datagrams: batch }
+        } else {
+            Sample::Packet
+        };
+        Samples { send, recv }
     }
 
     /// Most bytes of packet buffers either end of the run allocates: each stream's
