@@ -150,23 +150,23 @@ run_job() {
   local opts=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
   [ $# -eq 0 ] || shift
-  id="$(sbatch --parsable --chdir="$scratch/jobs" --output="$scratch/jobs/$name.out" \
+  id="$(timeout 30 sbatch --parsable --chdir="$scratch/jobs" --output="$scratch/jobs/$name.out" \
     --time=5 "${opts[@]}" "$repo/deploy/slurm/fperf-mesh.sbatch" "$@")" || return 1
   id="${id%%;*}"
   for _ in $(seq $((limit * 2))); do
-    state="$(squeue -h -j "$id" -o %T 2>/dev/null || true)"
+    state="$(timeout 10 squeue -h -j "$id" -o %T 2>/dev/null || echo unknown)"
     [ -z "$state" ] && break
     sleep 0.5
   done
   if [ -n "$state" ]; then
-    scancel "$id" 2>/dev/null || true
+    timeout 10 scancel "$id" 2>/dev/null || true
     echo "the job was still $state after ${limit}s; cancelled" >>"$scratch/jobs/$name.out"
   fi
   echo "$id"
 }
 # The job's exit code from slurmctld ("0:0" when it exited 0).
 job_exit() {
-  scontrol show job "$1" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p'
+  timeout 10 scontrol show job "$1" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p'
 }
 
 # The plumbing, with a stand-in for fperf.
@@ -178,23 +178,28 @@ cat >"$stand_in/fperf" <<'EOF'
 # mesh, prints a document naming its hosts and writes the --plot file.
 log="${FPERF_STAND_IN_LOG:?}"
 if [ "${1:-}" = -s ]; then
-  echo "server $(printf '%q ' "$@")key=$(stat -c %a "${*: -1}" 2>/dev/null) localid=$SLURM_LOCALID" >>"$log"
+  key="$(printf '%s\n' "$@" | sed -n '/^--auth-key$/{n;p}')"
+  echo "server $(printf '%q ' "$@")key=$(stat -c %a "$key" 2>/dev/null) localid=$SLURM_LOCALID" >>"$log"
   trap 'echo "server stopped $SLURM_LOCALID" >>"$log"; exit 0' TERM
   echo "Server listening ...."
   while :; do sleep 0.2; done
 fi
 [ "${1:-}" = mesh ] || exit 2
 echo "mesh $(printf '%q ' "$@")" >>"$log"
-hosts=() plot=""
+hosts=() plot="" csv=""
 shift
 while [ $# -gt 0 ]; do
   case "$1" in
-    --auth-key|--plot|--csv|--time) [ "$1" = --plot ] && plot=$2; shift 2 ;;
+    --auth-key|--plot|--csv|--time)
+      [ "$1" = --plot ] && plot=$2
+      [ "$1" = --csv ] && csv=$2
+      shift 2 ;;
     -*) shift ;;
     *) hosts+=("\"$1\""); shift ;;
   esac
 done
 echo "<svg/>" >"$plot"
+echo "csv" >"$csv"
 (IFS=,; echo "{\"hosts\": [${hosts[*]}]}")
 EOF
 chmod 755 "$stand_in/fperf"
@@ -204,6 +209,7 @@ chmod 666 "$log"
 base=$((30000 + RANDOM % 20000))
 id="$(FPERF="$stand_in/fperf" FPERF_STAND_IN_LOG="$log" FPERF_PORT=$base FPERF_PORT_STRIDE=7 \
   FPERF_MESH_DIR="$scratch/jobs" FPERF_MESH_PLOT="$scratch/jobs/plumbing.svg" \
+  FPERF_MESH_CSV="$scratch/jobs/plumbing.csv" FPERF_SERVER_ARGS="--max-time 60" \
   run_job plumbing 60 -N 1 --ntasks-per-node=4 -- --time 3)" || id=""
 problems=()
 json="$scratch/jobs/fperf-mesh-$id.json"
@@ -212,16 +218,17 @@ for l in 0 1 2 3; do expect+=("localhost:$((base + l * 7))"); done
 [ -n "$id" ] || problems+=("sbatch refused the script")
 [ "$(job_exit "$id")" = 0:0 ] || problems+=("the job's exit code is '$(job_exit "$id")', not 0:0")
 for l in 0 1 2 3; do
-  grep -q "^server -s -p $((base + l * 7)) --allow-mesh --auth-key [^ ]*/key key=600 localid=$l\$" "$log" ||
-    problems+=("no server $l on port $((base + l * 7)) with --allow-mesh and a key only its user reads")
+  grep -q "^server -s -p $((base + l * 7)) --allow-mesh --auth-key [^ ]*/key --max-time 60 key=600 localid=$l\$" "$log" ||
+    problems+=("no server $l on port $((base + l * 7)) with --allow-mesh, a key only its user reads and FPERF_SERVER_ARGS")
   grep -q "^server stopped $l\$" "$log" || problems+=("server $l was not stopped with SIGTERM")
 done
 [ "$(grep -c '^server -s' "$log")" = 4 ] || problems+=("$(grep -c '^server -s' "$log") servers started, not 4")
-grep -q "^mesh mesh --auth-key [^ ]*/key --json --plot $scratch/jobs/plumbing.svg --time 3 ${expect[*]} \$" "$log" ||
-  problems+=("the mesh was not run with the key, --json, the plot, the job's arguments, then the host list: ${expect[*]}")
+grep -q "^mesh mesh --auth-key [^ ]*/key --json --plot $scratch/jobs/plumbing.svg --csv $scratch/jobs/plumbing.csv --time 3 ${expect[*]} \$" "$log" ||
+  problems+=("the mesh was not run with the key, --json, the plot, the CSV, the job's arguments, then the host list: ${expect[*]}")
 grep -qF "$(printf '"%s",' "${expect[@]}" | sed 's/,$//')" "$json" 2>/dev/null ||
   problems+=("the mesh's document is not in $json")
 [ -s "$scratch/jobs/plumbing.svg" ] || problems+=("no heatmap at FPERF_MESH_PLOT")
+[ -s "$scratch/jobs/plumbing.csv" ] || problems+=("no CSV at FPERF_MESH_CSV")
 leftover="$(find "$scratch/jobs" -name '.fperf-mesh-*')"
 [ -z "$leftover" ] || problems+=("the job left its scratch files: $leftover")
 if [ ${#problems[@]} -eq 0 ]; then

@@ -72,7 +72,7 @@ done < <(grep '^package check: skipped: ' target/package-check.log || true)
 # The Slurm batch script under a real single-node Slurm, and the Kubernetes manifests,
 # validated offline, with the Job's script run on loopback.
 for check in slurm k8s; do
-  "scripts/$check-check.sh" | tee "target/$check-check.log"
+  timeout 1200 "scripts/$check-check.sh" | tee "target/$check-check.log"
   while IFS= read -r why; do
     not_run+=("the $check check: ${why#"$check check: skipped: "}")
   done < <(grep "^$check check: skipped: " "target/$check-check.log" || true)
