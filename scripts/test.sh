@@ -33,6 +33,7 @@ not_run=()
 if [ "$(id -u)" -eq 0 ]; then
   gated netns_udp
   gated netns_tos
+  gated netns_mesh
   gated rdma_ofi needs_root::
 else
   not_run+=("needs root: not root")

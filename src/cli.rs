@@ -9,6 +9,7 @@ use fperf::auth::AuthKey;
 use fperf::client::ClientConfig;
 use fperf::exporter::{Allow, ExporterConfig};
 use fperf::limits::Limits;
+use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
 use fperf::server::ServerConfig;
 use fperf::settings::{
     Protocol, QueueKind, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PKTSIZE, DEFAULT_PORT,
@@ -48,6 +49,8 @@ pub enum Config {
     },
     /// `fperf exporter`: fperf tests for Prometheus's scrapes.
     Exporter(ExporterConfig),
+    /// `fperf mesh`: tests between many servers, at their servers' hands.
+    Mesh(Box<MeshRun>),
 }
 
 /// 'fperf' measures UDP/TCP/RDMA bandwidth and latency.
@@ -337,6 +340,180 @@ enum Command {
     /// and answers with both ends' figures, as Prometheus's blackbox exporter answers
     /// with its probes'.
     Exporter(ExporterArgs),
+    /// Measure between many fperf servers: a matrix of every pair
+    ///
+    /// Each pair's test is run by the sending host's server towards the receiving
+    /// host's, at this coordinator's request; the servers run with --allow-mesh and the
+    /// same --auth-key. The coordinator carries no data.
+    Mesh(MeshArgs),
+}
+
+/// `fperf mesh`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Patterns: all-pairs (every ordered pair, in rounds where no host is \
+                  in two tests), ring (each host towards the next), incast:K (K senders \
+                  at once into each host in turn; the servers need --parallel K), one-to-all:HOST (HOST towards each \
+                  other host). Exit status 1 with --fail-on-outliers when a pair failed \
+                  or stands out."
+)]
+struct MeshArgs {
+    /// The fperf servers, as HOST or HOST:PORT ([IPv6]:PORT).
+    #[arg(value_name = "HOST[:PORT]")]
+    hosts: Vec<String>,
+
+    /// Read the servers from FILE, one HOST[:PORT] per line (# starts a comment).
+    #[arg(long, value_name = "FILE")]
+    hostfile: Option<std::path::PathBuf>,
+
+    /// Which pairs to measure: all-pairs, ring, incast:K or one-to-all:HOST.
+    #[arg(long, value_name = "PATTERN", default_value = "all-pairs")]
+    pattern: String,
+
+    /// Port of the servers given without one.
+    #[arg(short = 'p', long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
+    port: u16,
+
+    /// Each pair's test length in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    time: f64,
+
+    /// Data streams per test.
+    #[arg(short = 't', long, value_name = "N", default_value_t = 1)]
+    nstreams: u32,
+
+    /// UDP instead of TCP.
+    #[arg(short = 'u', long)]
+    udp: bool,
+
+    /// Bytes per send (K, M, G = 2^10, 2^20, 2^30).
+    #[arg(short = 'l', long, value_name = "SIZE", default_value_t = DEFAULT_PKTSIZE,
+          value_parser = fperf::units::parse_bytes_u32)]
+    pktsize: u32,
+
+    /// A latency matrix: each packet answered by 1 byte (median round trip per pair).
+    #[arg(short = 'r', long, conflicts_with = "echo")]
+    mprtt: bool,
+
+    /// A latency matrix: each packet echoed whole.
+    #[arg(long)]
+    echo: bool,
+
+    /// Target rate of each stream in bits/s (e.g. 100M, 2.5G).
+    #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_rate)]
+    bitrate: Option<u64>,
+
+    /// Shared secret file the servers hold (or the secret in $FPERF_AUTH_KEY).
+    #[arg(long, value_name = "FILE")]
+    auth_key: Option<std::path::PathBuf>,
+
+    /// Print the JSON document (hosts, matrix, pairs, outliers) instead of the text.
+    #[arg(long)]
+    json: bool,
+
+    /// Also write a row per pair to FILE.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<std::path::PathBuf>,
+
+    /// Also draw the matrix as a heatmap into FILE (SVG).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<std::path::PathBuf>,
+
+    /// Pairs below this share of the median are outliers (latency: above the median
+    /// divided by it).
+    #[arg(long, value_name = "SHARE", default_value_t = 0.8)]
+    outlier_below: f64,
+
+    /// Exit with status 1 when a pair failed or is an outlier.
+    #[arg(long)]
+    fail_on_outliers: bool,
+}
+
+/// What `fperf mesh` runs and writes.
+pub struct MeshRun {
+    pub config: MeshConfig,
+    pub json: bool,
+    pub csv: Option<std::path::PathBuf>,
+    pub plot: Option<std::path::PathBuf>,
+    pub fail_on_outliers: bool,
+}
+
+impl MeshArgs {
+    fn run(&self) -> Result<MeshRun> {
+        let mut names = self.hosts.clone();
+        if let Some(path) = &self.hostfile {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --hostfile {}", path.display()))?;
+            names.extend(
+                text.lines()
+                    .map(|l| l.split('#').next().unwrap_or("").trim())
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned),
+            );
+        }
+        if names.len() < 2 {
+            bail!("fperf mesh needs at least two servers (HOST[:PORT]... or --hostfile FILE)");
+        }
+        let hosts = names
+            .iter()
+            .map(|n| MeshHost::parse(n, self.port).map_err(|e| anyhow::anyhow!(e)))
+            .collect::<Result<Vec<_>>>()?;
+        for (i, h) in hosts.iter().enumerate() {
+            if hosts[..i]
+                .iter()
+                .any(|o| o.host == h.host && o.port == h.port)
+            {
+                bail!("{} is given twice", h.name);
+            }
+        }
+        let pattern = Pattern::parse(&self.pattern, &names).map_err(|e| anyhow::anyhow!(e))?;
+        let auth = AuthKey::from_cli(self.auth_key.as_deref())?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "fperf mesh needs the servers' key: --auth-key FILE (or ${})",
+                fperf::auth::KEY_ENV
+            )
+        })?;
+        if !(self.outlier_below > 0.0 && self.outlier_below <= 1.0) {
+            bail!(
+                "--outlier-below must be above 0 and at most 1, not {}",
+                self.outlier_below
+            );
+        }
+        let workload = match (self.mprtt, self.echo) {
+            (true, _) => Workload::RoundTrip(Reply::Ack),
+            (_, true) => Workload::RoundTrip(Reply::Echo),
+            _ => Workload::Bulk,
+        };
+        let transport = if self.udp {
+            TransportSettings::Udp(UdpSettings::default())
+        } else {
+            TransportSettings::Tcp(TcpSettings::default())
+        };
+        let settings = Settings {
+            nstreams: self.nstreams,
+            pktsize: self.pktsize,
+            workload,
+            time_ms: secs_to_ms("time", Some(self.time))?,
+            rate_bps: self.bitrate,
+            transport,
+            ..Settings::default()
+        };
+        settings.validate()?;
+        Ok(MeshRun {
+            config: MeshConfig {
+                hosts,
+                pattern,
+                settings,
+                auth: Some(auth),
+                control_timeout: Duration::from_secs(10),
+                outlier_below: self.outlier_below,
+            },
+            json: self.json,
+            csv: self.csv.clone(),
+            plot: self.plot.clone(),
+            fail_on_outliers: self.fail_on_outliers,
+        })
+    }
 }
 
 /// `fperf exporter`.
@@ -390,8 +567,7 @@ impl ExporterArgs {
             Allow::Any
         } else {
             let targets = self.allow.iter().map(|a| {
-                fperf::exporter::probe::split_host_port(a)
-                    .map_err(|e| anyhow::anyhow!("--allow: {e}"))
+                fperf::client::split_host_port(a).map_err(|e| anyhow::anyhow!("--allow: {e}"))
             });
             Allow::Only(targets.collect::<Result<_>>()?)
         };
@@ -781,6 +957,11 @@ struct Guard {
     /// $FPERF_AUTH_KEY.
     #[arg(hide_short_help = true, long, value_name = "FILE")]
     auth_key: Option<std::path::PathBuf>,
+
+    /// Server: let a mesh coordinator (fperf mesh) that proves the key ask this server
+    /// for tests towards other fperf servers that hold the same key. Needs --auth-key.
+    #[arg(hide_short_help = true, long)]
+    allow_mesh: bool,
 }
 
 impl Guard {
@@ -812,6 +993,7 @@ impl Guard {
                 "--max-memory",
             ),
             (self.parallel != 1, "--parallel"),
+            (self.allow_mesh, "--allow-mesh"),
         ];
         if let Some((_, flag)) = server_only.iter().find(|(given, _)| *given) {
             bail!("{flag} is a server option (use it with -s)");
@@ -997,8 +1179,10 @@ impl Cli {
 
     /// Every flag checked, and turned into what to run.
     pub fn config(&self) -> Result<Config> {
-        if let Some(Command::Exporter(args)) = &self.command {
-            return Ok(Config::Exporter(args.config()?));
+        match &self.command {
+            Some(Command::Exporter(args)) => return Ok(Config::Exporter(args.config()?)),
+            Some(Command::Mesh(args)) => return Ok(Config::Mesh(Box::new(args.run()?))),
+            None => {}
         }
         // Server mode takes its settings from each client; checking the flags given
         // still catches a mistyped combination before anything starts.
@@ -1014,6 +1198,13 @@ impl Cli {
             if self.json == Some(JsonLayout::Iperf3) {
                 bail!("--json=iperf3 is the layout of a client's document; a server's is --json");
             }
+            if self.guard.allow_mesh && auth.is_none() {
+                bail!(
+                    "--allow-mesh needs --auth-key (or ${}): only a coordinator that proves \
+                     the key may ask for tests",
+                    fperf::auth::KEY_ENV
+                );
+            }
             return Ok(Config::Server {
                 server: ServerConfig {
                     bind: self.bind,
@@ -1023,6 +1214,7 @@ impl Cli {
                     auth,
                     parallel: self.guard.parallel as usize,
                     iperf3_port: self.iperf3_port,
+                    allow_mesh: self.guard.allow_mesh,
                     ..ServerConfig::default()
                 },
                 json: self.json.is_some(),

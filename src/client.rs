@@ -490,7 +490,9 @@ impl Inbox {
             }
             Ok(ClientStep::Results(result)) => self.last_word = Some((at, Ok(result))),
             // The session takes no other step once the test runs.
-            Ok(ClientStep::Continue | ClientStep::Connect { .. }) => {}
+            Ok(
+                ClientStep::Continue | ClientStep::Connect { .. } | ClientStep::MeshResult { .. },
+            ) => {}
             // The first word that ended the session stands.
             Err(e) => {
                 self.last_word.get_or_insert((at, Err(e)));
@@ -604,6 +606,77 @@ pub fn conf(cfg: &ClientConfig) -> Result<SystemFacts> {
         Message::Facts { facts } => Ok(facts),
         other => Err(ControlError::unexpected("facts", &other).into()),
     }
+}
+
+/// As a mesh coordinator: asks the server of `cfg` to run `cfg.settings` as a client
+/// towards the fperf server at `peer` (`HOST:PORT`), and returns both ends' figures
+/// (the asked server's, then its peer's). `wait` bounds the wait for them.
+pub fn mesh_test(
+    cfg: &ClientConfig,
+    peer: &str,
+    wait: Duration,
+) -> Result<(SideResult, SideResult)> {
+    let server = resolve(&cfg.host, cfg.port)?;
+    let sock = connect(server, cfg.bind, None, cfg.control_timeout)
+        .with_context(|| format!("cannot connect to the fperf server at {server}"))?;
+    let mut chan = Channel::new(sock, cfg.control_timeout)?;
+    let auth = match &cfg.auth {
+        Some(key) => Some((key.clone(), auth::nonce()?)),
+        None => None,
+    };
+    let mut session = ClientSession::mesh(peer.to_owned(), cfg.settings.clone(), auth);
+    let mut timeout = cfg.control_timeout;
+    loop {
+        for msg in session.take_outbox() {
+            chan.send(&msg)?;
+            if matches!(msg, Message::MeshTest { .. }) {
+                timeout = wait;
+            }
+        }
+        let msg = chan.recv_message(timeout)?;
+        match session.on_message(msg) {
+            Ok(ClientStep::MeshResult { client, server }) => return Ok((*client, *server)),
+            Ok(_) => {}
+            Err(e) => {
+                if let Some(why) = e.to_peer() {
+                    chan.send_error(&why);
+                }
+                return Err(e.into());
+            }
+        }
+    }
+}
+
+/// `HOST`, `HOST:PORT`, `[IPv6]:PORT` or a bare IPv6 address, as host and port if
+/// given (the targets of `fperf exporter` and the hosts of `fperf mesh`).
+pub fn split_host_port(target: &str) -> Result<(String, Option<u16>), String> {
+    let bad = || format!("target must be HOST, HOST:PORT or [IPv6]:PORT, not {target:?}");
+    let (host, port) = if let Some(rest) = target.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or_else(bad)?;
+        match after {
+            "" => (host, None),
+            _ => (host, Some(after.strip_prefix(':').ok_or_else(bad)?)),
+        }
+    } else {
+        match target.split_once(':') {
+            Some((host, port)) if !port.contains(':') => (host, Some(port)),
+            _ => (target, None),
+        }
+    };
+    let port = match port {
+        None => None,
+        Some(text) => Some(
+            text.parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(bad)?,
+        ),
+    };
+    let plausible = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '_' | '%');
+    if host.is_empty() || host.len() > 253 || !host.chars().all(plausible) {
+        return Err(bad());
+    }
+    Ok((host.to_owned(), port))
 }
 
 pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr> {

@@ -18,7 +18,9 @@
 //!   protocol, so that an fperf server serves unmodified iperf3 clients;
 //! - [`limits`], [`auth`] and [`sessions`]: what a server allows, its shared-key check,
 //!   and which tests it runs at once;
-//! - [`exporter`]: a Prometheus exporter that runs a client's test for each scrape.
+//! - [`exporter`]: a Prometheus exporter that runs a client's test for each scrape;
+//! - [`mesh`]: measuring between many servers, each pair's test run by the sending
+//!   host's server at a coordinator's request.
 //!
 //! The library never prints to stdout on its own, never exits the process and never
 //! panics on input from a peer: every byte from the network is untrusted.
@@ -100,6 +102,7 @@ pub mod interval;
 pub mod iperf3;
 pub mod json;
 pub mod limits;
+pub mod mesh;
 pub mod output;
 pub mod pending;
 pub mod plot;

@@ -1,11 +1,12 @@
 //! The `fperf` command: flags in, one validated configuration out, then the library's
 //! server or client, with reports printed here.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
 use cli::{Cli, Config};
 use fperf::client::{self, ClientConfig, ClientOutcome};
 use fperf::exporter::{Exporter, ExporterEvent};
+use fperf::mesh::MeshEvent;
 use fperf::report;
 use fperf::sysinfo;
 use measure::Output;
@@ -151,6 +152,7 @@ fn run(config: Config) -> Result<ExitCode> {
             client,
             output,
         } => loopback(server, &client, interrupted, &output),
+        Config::Mesh(mesh) => run_mesh(&mesh, &interrupted),
         Config::Exporter(config) => {
             let exporter = Exporter::bind(config)?;
             if let Some(addr) = exporter.local_addr() {
@@ -160,6 +162,60 @@ fn run(config: Config) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Runs a mesh, with its progress on stderr, then writes what it measured.
+fn run_mesh(run: &cli::MeshRun, abort: &AtomicBool) -> Result<ExitCode> {
+    let hosts = &run.config.hosts;
+    let report = fperf::mesh::run(&run.config, abort, &mut |event| match event {
+        MeshEvent::Round {
+            index,
+            rounds,
+            pairs,
+        } => eprintln!(
+            "fperf mesh: round {index} of {rounds}: {pairs} {} at once",
+            if pairs == 1 { "test" } else { "tests" }
+        ),
+        MeshEvent::Pair {
+            result,
+            done,
+            total,
+        } => {
+            if let Err(why) = &result.outcome {
+                eprintln!(
+                    "fperf mesh: {} -> {} failed: {why}",
+                    hosts[result.from].name, hosts[result.to].name
+                );
+            }
+            if done == total {
+                eprintln!("fperf mesh: {done} of {total} pairs done");
+            }
+        }
+    });
+    if let Some(path) = &run.csv {
+        std::fs::write(path, report.csv())
+            .with_context(|| format!("cannot write --csv {}", path.display()))?;
+    }
+    if let Some(path) = &run.plot {
+        fperf::mesh::heatmap::draw(path, &report)?;
+    }
+    if run.json {
+        outln!("{:#}", report.json());
+    } else {
+        out!("{}", report.text());
+    }
+    if abort.load(Ordering::Relaxed) {
+        return Ok(ExitCode::from(130));
+    }
+    if report.pairs.iter().all(|p| p.outcome.is_err()) {
+        bail!("no pair could be measured");
+    }
+    let flagged = run.fail_on_outliers && !report.outliers.is_empty();
+    Ok(if flagged {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// The exporter's log: why a probe failed or was refused, one line each on stderr.
@@ -301,6 +357,19 @@ impl ServerPrinter {
             ServerEvent::ClientFigures { settings, result } => {
                 let _ = write!(out, "{}", report::peer_line(&settings, &result, 9));
             }
+            ServerEvent::MeshTest {
+                coordinator,
+                peer,
+                settings,
+                result,
+            } => {
+                if std::mem::take(&mut self.line_open) {
+                    let _ = writeln!(out);
+                }
+                self.in_test = true;
+                let _ = writeln!(out, "mesh test for {coordinator} towards {peer}:");
+                let _ = write!(out, "{}", report::peer_line(&settings, &result, 9));
+            }
             ServerEvent::ClientError { peer, error } => {
                 if self.line_open {
                     let _ = writeln!(out);
@@ -344,7 +413,8 @@ impl ServerJsonPrinter {
             ServerEvent::ClientError { peer, error } => eprintln!("fperf: client {peer}: {error}"),
             ServerEvent::Listening
             | ServerEvent::Interval { .. }
-            | ServerEvent::ClientFigures { .. } => {}
+            | ServerEvent::ClientFigures { .. }
+            | ServerEvent::MeshTest { .. } => {}
         }
     }
 }

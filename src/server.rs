@@ -5,10 +5,13 @@
 //! that reads its first frame with a time-out. A `Hello` starts a session (or gets a
 //! "server busy" error while one runs); a `DataHello` is routed to the running session.
 //! The session thread runs the test and reports through [`ServerEvent`]s, which the
-//! accept loop hands to the caller, so the library itself prints nothing.
+//! accept loop hands to the caller, so the library itself prints nothing. With
+//! `--allow-mesh`, a session may instead be a mesh coordinator's test, which this server
+//! runs as a client towards another server (`mesh.rs`).
 
 pub(crate) mod config;
 pub(crate) mod figures;
+mod mesh;
 
 pub use config::{ServerConfig, ServerEvent, MAX_PENDING_GREETERS, MAX_PENDING_PER_SOURCE};
 use figures::{close_session, free_session, server_result};
@@ -242,7 +245,11 @@ fn greet(
     };
     let mut control = Control {
         chan,
-        session: ServerSession::new(config.limits.clone(), auth),
+        session: if config.allow_mesh {
+            ServerSession::new(config.limits.clone(), auth).allowing_mesh()
+        } else {
+            ServerSession::new(config.limits.clone(), auth)
+        },
     };
     // Until it is identified the connection has one deadline for all its steps.
     let arrived = Instant::now();
@@ -298,7 +305,9 @@ fn greet(
                 return;
             }
             // Settings come only after `Welcome`, and figures only after a test.
-            Ok(ServerStep::Test(_)) => return client_error("settings before welcome".into()),
+            Ok(ServerStep::Test(_) | ServerStep::MeshTest { .. }) => {
+                return client_error("settings before welcome".into())
+            }
             Ok(ServerStep::ClientResults(_)) => {
                 return client_error("figures before a test".into())
             }
@@ -332,7 +341,15 @@ fn greet(
     };
     let outcome = run_session(&mut control, &registered, rx, tx, config, events);
     match outcome {
-        Ok(result) => {
+        Ok(Served::Mesh { client, server }) => {
+            // Free before the coordinator hears: its next round may come at once.
+            close_session(registered, events);
+            control.session.mesh_results(client, server);
+            if let Err(e) = control.flush() {
+                client_error(format!("cannot send the mesh test's results: {e}"));
+            }
+        }
+        Ok(Served::Test(result)) => {
             // The client's figures come after its results: `Listening` waits for them.
             free_session(registered);
             control.session.results(result);
@@ -388,6 +405,18 @@ impl Control {
     }
 }
 
+/// What a welcomed control connection was for.
+enum Served {
+    /// The client's own test: the server's figures, for the caller to send.
+    Test(Box<SideResult>),
+    /// A mesh coordinator's test towards another server: both ends' figures, for the
+    /// caller to send.
+    Mesh {
+        client: Box<SideResult>,
+        server: Box<SideResult>,
+    },
+}
+
 /// Runs one test on a welcomed control connection (`Welcome` queued) and returns the
 /// server's figures for the caller to send, once every socket of the test is closed.
 /// Data connections must present the registered session id.
@@ -398,11 +427,23 @@ fn run_session(
     routed_tx: Sender<DataConn>,
     config: &ServerConfig,
     events: &Sender<ServerEvent>,
-) -> Result<Box<SideResult>> {
+) -> Result<Served> {
     control.flush()?;
     let msg = control.chan.recv_message(config.control_timeout)?;
     let settings = match control.session.on_message(msg)? {
         ServerStep::Test(settings) => *settings,
+        ServerStep::MeshTest {
+            host,
+            port,
+            settings,
+        } => {
+            let (client, server) =
+                mesh::run_test(control, registered, &host, port, *settings, config, events)?;
+            return Ok(Served::Mesh {
+                client: Box::new(client),
+                server: Box::new(server),
+            });
+        }
         other => bail!("the session took an unexpected step: {other:?}"),
     };
     let parallel = registered.sessions().parallel() > 1;
@@ -612,7 +653,7 @@ fn run_session(
         result: Box::new(result.clone()),
     });
     drop(report_lock);
-    Ok(Box::new(result))
+    Ok(Served::Test(Box::new(result)))
 }
 
 /// `--reverse`: sends the stream's bytes to the client as the client otherwise does,

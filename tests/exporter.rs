@@ -75,6 +75,19 @@ impl Exporter {
     fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
+
+    /// Waits until the exporter's log has a line for which `pred` holds (its stderr is
+    /// read by another thread, a moment after the answer).
+    fn logged(&self, pred: impl Fn(&str) -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if self.stderr().lines().any(&pred) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
 }
 
 impl Drop for Exporter {
@@ -350,7 +363,7 @@ fn probes_beyond_the_most_at_once_are_refused_with_429() {
         1.0
     );
     assert_eq!(own.get("fperf_exporter_probes_running"), 0.0);
-    assert!(exporter.stderr().contains("probe refused"));
+    assert!(exporter.logged(|l| l.contains("probe refused")));
 }
 
 #[test]

@@ -245,7 +245,7 @@ fn messages() -> Vec<Message> {
         Message::ClientResults {
             result: Box::new(SideResult {
                 role: Role::Client,
-                ..side
+                ..side.clone()
             }),
         },
         Message::Error {
@@ -275,6 +275,17 @@ fn messages() -> Vec<Message> {
         },
         Message::AuthConfirm {
             mac: "33".repeat(32),
+        },
+        Message::MeshTest {
+            peer: "[::1]:28444".into(),
+            settings: Settings::default(),
+        },
+        Message::MeshResult {
+            client: Box::new(SideResult {
+                role: Role::Client,
+                ..side.clone()
+            }),
+            server: Box::new(side),
         },
     ]
 }

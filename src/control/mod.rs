@@ -30,8 +30,9 @@ use thiserror::Error;
 /// waited out its idle time-out). 3: the settings carry only their own transport's
 /// options. 4: TCP figures carry the send window, MSS and path MTU. 5: TCP and UDP
 /// settings carry the TOS byte. 6: the client answers `Results` with its own figures
-/// (`ClientResults`), for the server's report.
-pub const PROTOCOL_VERSION: u32 = 6;
+/// (`ClientResults`), for the server's report. 7: a mesh coordinator asks a server for a
+/// test towards another server (`MeshTest`, answered by `MeshResult`).
+pub const PROTOCOL_VERSION: u32 = 7;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.
@@ -91,6 +92,15 @@ pub enum Message {
     /// Server → client: the server's HMAC over both nonces, proving it holds the key
     /// too; `Welcome` follows.
     AuthConfirm { mac: String },
+    /// Mesh coordinator → server, after `Welcome` and instead of `Settings`: run this
+    /// test as a client towards the fperf server at `peer` (`HOST:PORT`).
+    MeshTest { peer: String, settings: Settings },
+    /// Server → mesh coordinator: both ends' figures of the test asked for, this
+    /// server's (the client's) first.
+    MeshResult {
+        client: Box<SideResult>,
+        server: Box<SideResult>,
+    },
 }
 
 /// Why a control exchange failed.
@@ -194,6 +204,8 @@ pub fn kind(msg: &Message) -> String {
         Message::AuthChallenge { .. } => "auth_challenge",
         Message::AuthResponse { .. } => "auth_response",
         Message::AuthConfirm { .. } => "auth_confirm",
+        Message::MeshTest { .. } => "mesh_test",
+        Message::MeshResult { .. } => "mesh_result",
     }
     .to_string()
 }

@@ -142,7 +142,7 @@ impl Cursor<'_> {
     }
 
     fn message(&mut self) -> Message {
-        match self.u8() % 17 {
+        match self.u8() % 19 {
             0 => Message::Hello {
                 version: self.version(),
                 software: self.text(),
@@ -196,6 +196,30 @@ impl Cursor<'_> {
             14 => Message::ClientResults {
                 result: Box::new(SideResult {
                     role: Role::Client,
+                    total: self.figures(),
+                    reverse_total: None,
+                    streams: Vec::new(),
+                    system: None,
+                    cpu: None,
+                    intervals: Vec::new(),
+                }),
+            },
+            15 => Message::MeshTest {
+                peer: self.text(),
+                settings: self.settings(),
+            },
+            16 => Message::MeshResult {
+                client: Box::new(SideResult {
+                    role: Role::Client,
+                    total: self.figures(),
+                    reverse_total: None,
+                    streams: Vec::new(),
+                    system: None,
+                    cpu: None,
+                    intervals: Vec::new(),
+                }),
+                server: Box::new(SideResult {
+                    role: Role::Server,
                     total: self.figures(),
                     reverse_total: None,
                     streams: Vec::new(),

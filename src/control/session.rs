@@ -59,6 +59,15 @@ pub enum SessionError {
     ImpossibleFigures(String),
     #[error("the client sent impossible figures: {0}")]
     ImpossibleClientFigures(String),
+    #[error(
+        "this server does not run tests for a mesh coordinator (start it with --allow-mesh \
+         and --auth-key)"
+    )]
+    MeshNotAllowed,
+    #[error("the mesh coordinator named an impossible peer: {0}")]
+    MeshPeer(String),
+    #[error("the server sent impossible figures for the mesh test: {0}")]
+    ImpossibleMeshFigures(String),
 }
 
 impl SessionError {
@@ -108,6 +117,9 @@ enum ServerState {
     SettingUp,
     /// `Ready` sent: the test runs.
     Running,
+    /// A mesh coordinator's test towards another server runs; its figures end the
+    /// session ([`ServerSession::mesh_results`]).
+    MeshRunning,
     /// `Results` sent: the client's own figures may follow.
     ResultsSent,
     /// Over: results, facts or an error sent, or the connection handed on as data.
@@ -135,6 +147,14 @@ pub enum ServerStep {
     Test(Box<Settings>),
     /// After the results: the client's own figures, checked against its test.
     ClientResults(Box<SideResult>),
+    /// A mesh coordinator's test, valid and within the server's limits: run it as a
+    /// client towards the fperf server at `host`:`port`, then call
+    /// [`ServerSession::mesh_results`].
+    MeshTest {
+        host: String,
+        port: u16,
+        settings: Box<Settings>,
+    },
 }
 
 /// The server's end of one control connection.
@@ -147,6 +167,9 @@ pub struct ServerSession {
     outbox: Vec<Message>,
     /// The settings of the test accepted, which the client's figures must fit.
     test: Option<Settings>,
+    /// Whether a mesh coordinator holding the key may ask for tests towards other
+    /// servers.
+    allow_mesh: bool,
 }
 
 impl ServerSession {
@@ -160,7 +183,15 @@ impl ServerSession {
             limits,
             outbox: Vec::new(),
             test: None,
+            allow_mesh: false,
         }
+    }
+
+    /// The same session, also taking a mesh coordinator's `MeshTest` once the
+    /// coordinator proved the key (never on a server without one).
+    pub fn allowing_mesh(mut self) -> Self {
+        self.allow_mesh = self.auth.is_some();
+        self
     }
 
     /// The messages to send now, in order.
@@ -278,6 +309,21 @@ impl ServerSession {
                 self.test = Some(settings.clone());
                 Ok(ServerStep::Test(Box::new(settings)))
             }
+            (ServerState::AwaitSettings, Message::MeshTest { peer, settings }) => {
+                if !self.allow_mesh {
+                    return Err(SessionError::MeshNotAllowed);
+                }
+                let (host, port) = mesh_peer(&peer).map_err(SessionError::MeshPeer)?;
+                settings.validate()?;
+                self.limits.check(&settings)?;
+                self.state = ServerState::MeshRunning;
+                self.test = Some(settings.clone());
+                Ok(ServerStep::MeshTest {
+                    host,
+                    port,
+                    settings: Box::new(settings),
+                })
+            }
             (ServerState::AwaitSettings, other) => {
                 Err(ControlError::unexpected("settings", &other).into())
             }
@@ -353,6 +399,14 @@ impl ServerSession {
         }
     }
 
+    /// The mesh coordinator's test is over: both ends' figures end the session.
+    pub fn mesh_results(&mut self, client: Box<SideResult>, server: Box<SideResult>) {
+        if matches!(self.state, ServerState::MeshRunning) {
+            self.outbox.push(Message::MeshResult { client, server });
+            self.state = ServerState::Ended;
+        }
+    }
+
     /// The test is over: its figures end the session.
     pub fn results(&mut self, result: Box<SideResult>) {
         if matches!(self.state, ServerState::Running) {
@@ -375,6 +429,8 @@ enum ClientState {
     Running,
     /// The server's results arrived: the client's own answer them.
     GotResults,
+    /// A mesh test was asked for; waiting for both ends' figures.
+    AwaitMeshResult,
     /// Done, or failed.
     Ended,
 }
@@ -392,6 +448,11 @@ pub enum ClientStep {
     ClientDataReceived,
     /// The server's figures: the session is over.
     Results(Box<SideResult>),
+    /// Both ends' figures of the mesh test asked for: the session is over.
+    MeshResult {
+        client: Box<SideResult>,
+        server: Box<SideResult>,
+    },
 }
 
 /// The client's end of a control connection.
@@ -406,6 +467,8 @@ pub struct ClientSession {
     /// The index of the server's last interval.
     last_interval: Option<u32>,
     outbox: Vec<Message>,
+    /// As a mesh coordinator: the server (`HOST:PORT`) the test goes towards.
+    mesh_peer: Option<String>,
 }
 
 impl ClientSession {
@@ -422,6 +485,21 @@ impl ClientSession {
                 version: PROTOCOL_VERSION,
                 software: software(),
             }],
+            mesh_peer: None,
+        }
+    }
+
+    /// A mesh coordinator's session: once welcomed, it asks the server for a test of
+    /// `settings` towards the fperf server at `peer` (`HOST:PORT`), and ends with both
+    /// ends' figures.
+    pub fn mesh(
+        peer: String,
+        settings: Settings,
+        auth: Option<(AuthKey, [u8; NONCE_LEN])>,
+    ) -> Self {
+        ClientSession {
+            mesh_peer: Some(peer),
+            ..ClientSession::new(settings, auth)
         }
     }
 
@@ -527,10 +605,20 @@ impl ClientSession {
                 };
                 check_version(version)?;
                 self.session = Some(session);
-                self.outbox.push(Message::Settings {
-                    settings: self.settings.clone(),
-                });
-                self.state = ClientState::AwaitReady;
+                let settings = self.settings.clone();
+                match &self.mesh_peer {
+                    Some(peer) => {
+                        self.outbox.push(Message::MeshTest {
+                            peer: peer.clone(),
+                            settings,
+                        });
+                        self.state = ClientState::AwaitMeshResult;
+                    }
+                    None => {
+                        self.outbox.push(Message::Settings { settings });
+                        self.state = ClientState::AwaitReady;
+                    }
+                }
                 Ok(ClientStep::Continue)
             }
             (ClientState::AwaitWelcome { .. }, other) => {
@@ -570,10 +658,41 @@ impl ClientSession {
             (ClientState::Running, other) => {
                 Err(ControlError::unexpected("results", &other).into())
             }
+            (ClientState::AwaitMeshResult, Message::MeshResult { client, server }) => {
+                for side in [&client, &server] {
+                    check_side(&self.settings, side)
+                        .map_err(SessionError::ImpossibleMeshFigures)?;
+                }
+                self.state = ClientState::Ended;
+                Ok(ClientStep::MeshResult { client, server })
+            }
+            (ClientState::AwaitMeshResult, other) => {
+                Err(ControlError::unexpected("mesh_result", &other).into())
+            }
             (ClientState::GotResults | ClientState::Ended, other) => {
                 Err(ControlError::unexpected("nothing", &other).into())
             }
         }
+    }
+}
+
+/// A mesh test's peer, `HOST:PORT` or `[IPv6]:PORT`, as host and port.
+fn mesh_peer(peer: &str) -> Result<(String, u16), String> {
+    let (host, port) = peer
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{:?} is not HOST:PORT", printable(peer)))?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let plausible = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '_');
+    match port.parse::<u16>() {
+        Ok(port)
+            if port > 0 && !host.is_empty() && host.len() <= 253 && host.chars().all(plausible) =>
+        {
+            Ok((host.to_owned(), port))
+        }
+        _ => Err(format!("{:?} is not HOST:PORT", printable(peer))),
     }
 }
 
@@ -698,6 +817,140 @@ mod tests {
             }
         }
         panic!("no connect")
+    }
+
+    /// Runs a mesh coordinator's session against a server's up to the server's
+    /// `MeshTest` step, or the server's error.
+    fn ask_for_mesh_test(
+        server: &mut ServerSession,
+        peer: &str,
+        settings: Settings,
+    ) -> (ClientSession, Result<ServerStep, SessionError>) {
+        let mut client =
+            ClientSession::mesh(peer.into(), settings, Some((key("k"), [2; NONCE_LEN])));
+        for _ in 0..4 {
+            for msg in client.take_outbox() {
+                match server.on_message(msg) {
+                    Ok(ServerStep::Identified) => {
+                        server.welcome(7);
+                    }
+                    Ok(ServerStep::Continue) => {}
+                    other => return (client, other),
+                }
+            }
+            for msg in server.take_outbox() {
+                client.on_message(msg).expect("client step");
+            }
+        }
+        panic!("no mesh test asked for")
+    }
+
+    #[test]
+    fn a_mesh_test_is_run_for_a_coordinator_that_proved_the_key_and_answered_with_both_ends() {
+        let keyed = || ServerSession::new(Limits::default(), Some((key("k"), [1; NONCE_LEN])));
+        let mut server = keyed().allowing_mesh();
+        let (mut client, step) = ask_for_mesh_test(&mut server, "[::1]:5000", Settings::default());
+        let Ok(ServerStep::MeshTest {
+            host,
+            port,
+            settings,
+        }) = step
+        else {
+            panic!("{step:?}")
+        };
+        assert_eq!((host.as_str(), port), ("::1", 5000));
+        assert_eq!(*settings, Settings::default());
+        let theirs = side();
+        let mine = Box::new(SideResult {
+            role: Role::Client,
+            ..*side()
+        });
+        server.mesh_results(mine.clone(), theirs.clone());
+        assert_eq!(
+            to_client(&mut server, &mut client),
+            [ClientStep::MeshResult {
+                client: mine.clone(),
+                server: theirs.clone()
+            }]
+        );
+        // Once only.
+        assert!(client
+            .on_message(Message::MeshResult {
+                client: mine,
+                server: theirs
+            })
+            .is_err());
+
+        // Refused: by a server without --allow-mesh, by one without a key, a peer that
+        // is no HOST:PORT, and a test over the server's limits.
+        let refused =
+            |mut server: ServerSession, peer: &str, settings: Settings| match ask_for_mesh_test(
+                &mut server,
+                peer,
+                settings,
+            )
+            .1
+            {
+                Err(e) => e.to_string(),
+                Ok(step) => panic!("{step:?}"),
+            };
+        let plain = Settings::default();
+        assert!(refused(keyed(), "h:1", plain.clone()).contains("--allow-mesh"));
+        let keyless = ServerSession::new(Limits::default(), None).allowing_mesh();
+        let mut coordinator = ClientSession::mesh("h:1".into(), plain.clone(), None);
+        let mut keyless = keyless;
+        for msg in coordinator.take_outbox() {
+            assert_eq!(
+                keyless.on_message(msg).expect("hello"),
+                ServerStep::Identified
+            );
+        }
+        keyless.welcome(1);
+        for msg in keyless.take_outbox() {
+            coordinator.on_message(msg).expect("welcome");
+        }
+        for msg in coordinator.take_outbox() {
+            let e = keyless.on_message(msg).expect_err("no key, no mesh");
+            assert!(e.to_string().contains("--allow-mesh"), "{e}");
+        }
+        assert!(refused(keyed().allowing_mesh(), "h", plain.clone()).contains("HOST:PORT"));
+        assert!(refused(keyed().allowing_mesh(), "h:0", plain.clone()).contains("HOST:PORT"));
+        assert!(refused(keyed().allowing_mesh(), "a b:1", plain.clone()).contains("HOST:PORT"));
+        let limited = Limits {
+            max_streams: Some(1),
+            ..Limits::default()
+        };
+        let many = Settings {
+            nstreams: 2,
+            ..Settings::default()
+        };
+        let server = ServerSession::new(limited, Some((key("k"), [1; NONCE_LEN]))).allowing_mesh();
+        assert!(!refused(server, "h:1", many).is_empty());
+    }
+
+    #[test]
+    fn a_mesh_result_with_impossible_figures_is_refused() {
+        let mut server =
+            ServerSession::new(Limits::default(), Some((key("k"), [1; NONCE_LEN]))).allowing_mesh();
+        let settings = Settings {
+            mb: 1,
+            ..Settings::default()
+        };
+        let (mut client, step) = ask_for_mesh_test(&mut server, "h:1", settings);
+        assert!(matches!(step, Ok(ServerStep::MeshTest { .. })));
+        let mut lie = *side();
+        lie.total.bytes_received = u64::MAX;
+        let e = client
+            .on_message(Message::MeshResult {
+                client: side(),
+                server: Box::new(lie),
+            })
+            .expect_err("impossible");
+        assert!(
+            e.to_string()
+                .contains("impossible figures for the mesh test"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -252,39 +252,8 @@ fn measure(
 /// `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address, as host and port (fperf's
 /// default port when none is given).
 pub fn split_target(target: &str) -> Result<(String, u16), String> {
-    let (host, port) = split_host_port(target)?;
+    let (host, port) = client::split_host_port(target)?;
     Ok((host, port.unwrap_or(DEFAULT_PORT)))
-}
-
-/// `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address, as host and port if given.
-pub fn split_host_port(target: &str) -> Result<(String, Option<u16>), String> {
-    let bad = || format!("target must be HOST, HOST:PORT or [IPv6]:PORT, not {target:?}");
-    let (host, port) = if let Some(rest) = target.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or_else(bad)?;
-        match after {
-            "" => (host, None),
-            _ => (host, Some(after.strip_prefix(':').ok_or_else(bad)?)),
-        }
-    } else {
-        match target.split_once(':') {
-            Some((host, port)) if !port.contains(':') => (host, Some(port)),
-            _ => (target, None),
-        }
-    };
-    let port = match port {
-        None => None,
-        Some(text) => Some(
-            text.parse::<u16>()
-                .ok()
-                .filter(|p| *p > 0)
-                .ok_or_else(bad)?,
-        ),
-    };
-    let plausible = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '_' | '%');
-    if host.is_empty() || host.len() > 253 || !host.chars().all(plausible) {
-        return Err(bad());
-    }
-    Ok((host.to_owned(), port))
 }
 
 /// Seconds as a decimal number, with an optional `s` (`2`, `0.5`, `2s`).

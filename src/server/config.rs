@@ -29,6 +29,9 @@ pub struct ServerConfig {
     /// Port for unmodified iperf3 clients (`--iperf3-port`), if any; see
     /// [`crate::iperf3`].
     pub iperf3_port: Option<u16>,
+    /// Whether a mesh coordinator holding the key may ask this server for tests towards
+    /// other fperf servers (`--allow-mesh`); never without a key.
+    pub allow_mesh: bool,
 }
 
 /// Most connections from one address at a time that have not yet said what they are:
@@ -50,6 +53,7 @@ impl Default for ServerConfig {
             auth: None,
             parallel: 1,
             iperf3_port: None,
+            allow_mesh: false,
         }
     }
 }
@@ -87,4 +91,12 @@ pub enum ServerEvent {
     },
     /// A client or test failed; the server goes on.
     ClientError { peer: String, error: String },
+    /// A mesh coordinator's test towards `peer` ended; this server's figures (as the
+    /// test's client).
+    MeshTest {
+        coordinator: String,
+        peer: String,
+        settings: Settings,
+        result: Box<SideResult>,
+    },
 }

@@ -1,0 +1,161 @@
+//! `fperf mesh`: measures between many fperf servers, as a coordinator that never
+//! carries data. For each pair it asks the sending host's server, over the control
+//! protocol, to run the test as a client towards the receiving host's server and to
+//! return both ends' figures (a third-party test; such servers run with
+//! `--allow-mesh` and a key). The pairs run in rounds ([`pattern`]); the figures become
+//! a matrix, its outliers and its outputs ([`report`], [`heatmap`]).
+
+pub mod heatmap;
+pub mod pattern;
+pub mod report;
+
+use crate::auth::AuthKey;
+use crate::client::{self, ClientConfig};
+use crate::results::SideResult;
+use crate::settings::Settings;
+use pattern::{Pair, Pattern};
+use report::MeshReport;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Beyond its own length, how long a pair's test may take: setting up and the results,
+/// at both servers.
+const TEST_ALLOWANCE: Duration = Duration::from_secs(30);
+
+/// One host of the mesh: its fperf server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MeshHost {
+    /// As given (`HOST` or `HOST:PORT`), for the report.
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl MeshHost {
+    /// `HOST`, `HOST:PORT`, `[IPv6]:PORT` or a bare IPv6 address; `port` when none is
+    /// given.
+    pub fn parse(text: &str, port: u16) -> Result<MeshHost, String> {
+        let (host, given) = client::split_host_port(text)
+            .map_err(|_| format!("{text:?} is not HOST, HOST:PORT or [IPv6]:PORT"))?;
+        Ok(MeshHost {
+            name: text.to_owned(),
+            host,
+            port: given.unwrap_or(port),
+        })
+    }
+
+    /// `HOST:PORT` as another server reaches it.
+    fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// What to measure, between which hosts.
+#[derive(Clone, Debug)]
+pub struct MeshConfig {
+    pub hosts: Vec<MeshHost>,
+    pub pattern: Pattern,
+    /// Each pair's test; time-bounded (`time_ms`).
+    pub settings: Settings,
+    /// The key every server holds; the coordinator proves it to each.
+    pub auth: Option<AuthKey>,
+    /// Longest wait for a server during set-up.
+    pub control_timeout: Duration,
+    /// Pairs below this share of the median are outliers (latency: above the median
+    /// over this share).
+    pub outlier_below: f64,
+}
+
+/// Both ends' figures of one pair's test, or why there are none.
+#[derive(Clone, Debug)]
+pub struct PairResult {
+    pub from: usize,
+    pub to: usize,
+    pub outcome: Result<(SideResult, SideResult), String>,
+}
+
+/// What a mesh tells its caller while it runs.
+pub enum MeshEvent<'a> {
+    /// Round `index` (from 1) of `rounds` starts, with `pairs` tests at once.
+    Round {
+        index: usize,
+        rounds: usize,
+        pairs: usize,
+    },
+    /// A pair's test ended; `done` of `total` pairs have.
+    Pair {
+        result: &'a PairResult,
+        done: usize,
+        total: usize,
+    },
+}
+
+/// Runs the mesh round by round until done or `abort` is set, and reports on it. A pair
+/// that fails (a host down, refusing or too slow) is kept with its reason; the rest go
+/// on.
+pub fn run(
+    config: &MeshConfig,
+    abort: &AtomicBool,
+    on_event: &mut dyn FnMut(MeshEvent),
+) -> MeshReport {
+    let rounds = config.pattern.rounds(config.hosts.len());
+    let total: usize = rounds.iter().map(Vec::len).sum();
+    let started = Instant::now();
+    let mut results = Vec::with_capacity(total);
+    for (index, round) in rounds.iter().enumerate() {
+        if abort.load(Ordering::Relaxed) {
+            break;
+        }
+        on_event(MeshEvent::Round {
+            index: index + 1,
+            rounds: rounds.len(),
+            pairs: round.len(),
+        });
+        let ended: Vec<PairResult> = std::thread::scope(|scope| {
+            let tests: Vec<_> = round
+                .iter()
+                .map(|&pair| scope.spawn(move || test_pair(config, pair)))
+                .collect();
+            tests
+                .into_iter()
+                .zip(round)
+                .map(|(test, &(from, to))| {
+                    test.join().unwrap_or_else(|_| PairResult {
+                        from,
+                        to,
+                        outcome: Err("the test's thread failed".into()),
+                    })
+                })
+                .collect()
+        });
+        for result in ended {
+            results.push(result);
+            if let Some(result) = results.last() {
+                on_event(MeshEvent::Pair {
+                    result,
+                    done: results.len(),
+                    total,
+                });
+            }
+        }
+    }
+    MeshReport::new(config, rounds.len(), results, started.elapsed())
+}
+
+/// One pair's third-party test.
+fn test_pair(config: &MeshConfig, (from, to): Pair) -> PairResult {
+    let (sender, receiver) = (&config.hosts[from], &config.hosts[to]);
+    let client = ClientConfig {
+        control_timeout: config.control_timeout,
+        auth: config.auth.clone(),
+        ..ClientConfig::new(sender.host.clone(), sender.port, config.settings.clone())
+    };
+    let length = Duration::from_millis(config.settings.time_ms.unwrap_or(0));
+    let outcome = client::mesh_test(&client, &receiver.address(), length + TEST_ALLOWANCE)
+        .map_err(|e| format!("{e:#}"));
+    PairResult { from, to, outcome }
+}

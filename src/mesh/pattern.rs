@@ -1,0 +1,183 @@
+//! Which ordered pairs of hosts a mesh measures, and in which rounds: the tests of a
+//! round run at once, and in a round no host is in two tests (but incast's receiver,
+//! which takes its senders at once on purpose).
+
+/// The pairs a mesh measures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pattern {
+    /// Every ordered pair.
+    AllPairs,
+    /// Each host towards the next, the last towards the first.
+    Ring,
+    /// `K` senders at once into one receiver, every host in turn the receiver.
+    Incast(usize),
+    /// The host at this index towards every other host, one at a time.
+    OneToAll(usize),
+}
+
+/// One test: the sending host's index, then the receiving host's.
+pub type Pair = (usize, usize);
+
+impl Pattern {
+    /// `all-pairs`, `ring`, `incast:K` or `one-to-all:HOST` (`HOST` as one of `hosts`
+    /// is written).
+    pub fn parse(text: &str, hosts: &[String]) -> Result<Pattern, String> {
+        let n = hosts.len();
+        match text.split_once(':') {
+            None if text == "all-pairs" => Ok(Pattern::AllPairs),
+            None if text == "ring" => Ok(Pattern::Ring),
+            Some(("incast", k)) => match k.parse::<usize>() {
+                Ok(k) if (1..n).contains(&k) => Ok(Pattern::Incast(k)),
+                _ => Err(format!(
+                    "incast:K needs K senders from 1 to {} (one fewer than the hosts), not {k:?}",
+                    n.saturating_sub(1)
+                )),
+            },
+            Some(("one-to-all", host)) => hosts
+                .iter()
+                .position(|h| h == host)
+                .map(Pattern::OneToAll)
+                .ok_or_else(|| format!("one-to-all:{host}: {host} is not one of the hosts")),
+            _ => Err(format!(
+                "--pattern is all-pairs, ring, incast:K or one-to-all:HOST, not {text:?}"
+            )),
+        }
+    }
+
+    /// The pattern's tests among `n` hosts, round by round.
+    pub fn rounds(&self, n: usize) -> Vec<Vec<Pair>> {
+        if n < 2 {
+            return Vec::new();
+        }
+        match *self {
+            Pattern::AllPairs => all_pairs(n),
+            Pattern::Ring => {
+                let edges: Vec<Pair> = (0..n).map(|i| (i, (i + 1) % n)).collect();
+                // Two hosts make one pair each way; a longer ring alternates.
+                let mut rounds: Vec<Vec<Pair>> = Vec::new();
+                for edge in edges {
+                    let free = rounds.iter_mut().find(|round| {
+                        round
+                            .iter()
+                            .all(|&(a, b)| ![a, b].contains(&edge.0) && ![a, b].contains(&edge.1))
+                    });
+                    match free {
+                        Some(round) => round.push(edge),
+                        None => rounds.push(vec![edge]),
+                    }
+                }
+                rounds
+            }
+            Pattern::Incast(k) => (0..n)
+                .map(|to| (1..=k).map(|i| ((to + i) % n, to)).collect())
+                .collect(),
+            Pattern::OneToAll(from) => (0..n)
+                .filter(|&to| to != from)
+                .map(|to| vec![(from, to)])
+                .collect(),
+        }
+    }
+}
+
+/// Every ordered pair of `n` hosts: a round-robin tournament (the circle method) pairs
+/// each host with another in each of about `n` rounds, and each of its rounds is run
+/// one way, then the other.
+fn all_pairs(n: usize) -> Vec<Vec<Pair>> {
+    // An odd count gets a stand-in host; whoever meets it sits the round out.
+    let m = n + n % 2;
+    let mut rounds = Vec::new();
+    for r in 0..m - 1 {
+        let matching: Vec<Pair> = (0..m / 2)
+            .map(|i| {
+                let a = if i == 0 { m - 1 } else { (r + i) % (m - 1) };
+                let b = (r + m - 1 - i) % (m - 1);
+                (a, b)
+            })
+            .filter(|&(a, b)| a < n && b < n)
+            .collect();
+        rounds.push(matching.iter().map(|&(a, b)| (a, b)).collect());
+        rounds.push(matching.iter().map(|&(a, b)| (b, a)).collect());
+    }
+    rounds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn hosts(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("h{i}")).collect()
+    }
+
+    /// Each round has no host twice.
+    fn assert_disjoint(rounds: &[Vec<Pair>]) {
+        for round in rounds {
+            let mut seen = BTreeSet::new();
+            for &(a, b) in round {
+                assert!(seen.insert(a) && seen.insert(b), "{round:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn all_pairs_measures_every_ordered_pair_once_in_about_2n_rounds() {
+        for n in 2..=17 {
+            let rounds = Pattern::AllPairs.rounds(n);
+            assert_disjoint(&rounds);
+            let pairs: Vec<Pair> = rounds.iter().flatten().copied().collect();
+            let unique: BTreeSet<Pair> = pairs.iter().copied().collect();
+            assert_eq!(pairs.len(), n * (n - 1), "n = {n}");
+            assert_eq!(unique.len(), pairs.len());
+            assert!(pairs.iter().all(|&(a, b)| a != b && a < n && b < n));
+            assert_eq!(rounds.len(), 2 * (n + n % 2 - 1), "n = {n}");
+        }
+        assert!(Pattern::AllPairs.rounds(1).is_empty());
+    }
+
+    #[test]
+    fn a_ring_runs_in_two_or_three_rounds_each_host_sending_to_the_next() {
+        for n in 2..=9 {
+            let rounds = Pattern::Ring.rounds(n);
+            assert_disjoint(&rounds);
+            let pairs: BTreeSet<Pair> = rounds.iter().flatten().copied().collect();
+            let want: BTreeSet<Pair> = (0..n).map(|i| (i, (i + 1) % n)).collect();
+            assert_eq!(pairs, want);
+            assert!(rounds.len() <= 3, "{n}: {rounds:?}");
+        }
+    }
+
+    #[test]
+    fn incast_takes_k_senders_into_each_host_in_turn() {
+        let rounds = Pattern::Incast(3).rounds(5);
+        assert_eq!(rounds.len(), 5);
+        for (to, round) in rounds.iter().enumerate() {
+            assert_eq!(round.len(), 3);
+            assert!(round.iter().all(|&(a, b)| b == to && a != to));
+        }
+        let one = Pattern::OneToAll(2).rounds(4);
+        assert_eq!(one, vec![vec![(2, 0)], vec![(2, 1)], vec![(2, 3)]]);
+    }
+
+    #[test]
+    fn patterns_parse_or_say_what_they_take() {
+        let h = hosts(4);
+        assert_eq!(Pattern::parse("all-pairs", &h), Ok(Pattern::AllPairs));
+        assert_eq!(Pattern::parse("ring", &h), Ok(Pattern::Ring));
+        assert_eq!(Pattern::parse("incast:3", &h), Ok(Pattern::Incast(3)));
+        assert_eq!(
+            Pattern::parse("one-to-all:h2", &h),
+            Ok(Pattern::OneToAll(2))
+        );
+        assert!(Pattern::parse("incast:4", &h)
+            .unwrap_err()
+            .contains("1 to 3"));
+        assert!(Pattern::parse("incast:0", &h).is_err());
+        assert!(Pattern::parse("one-to-all:h9", &h)
+            .unwrap_err()
+            .contains("not one of"));
+        assert!(Pattern::parse("star", &h)
+            .unwrap_err()
+            .contains("all-pairs, ring"));
+    }
+}

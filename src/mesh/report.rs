@@ -1,0 +1,386 @@
+//! A mesh's figures: the N×N matrix (senders as rows, receivers as columns), its
+//! outliers, and the matrix as text, JSON and CSV.
+
+use super::{MeshConfig, PairResult};
+use crate::results::SideResult;
+use serde_json::{json, Value};
+use std::fmt::Write;
+use std::time::Duration;
+
+/// Two directions of a pair that differ by more than this share are an outlier.
+pub const ASYMMETRY: f64 = 0.2;
+
+/// A pair that stands out, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outlier {
+    pub from: usize,
+    pub to: usize,
+    pub reason: String,
+}
+
+/// The figures of a whole mesh.
+#[derive(Debug)]
+pub struct MeshReport {
+    pub hosts: Vec<String>,
+    /// The matrix is of round trips (`-r`, `--echo`, `--crr`), not bandwidth.
+    pub latency: bool,
+    pub rounds: usize,
+    /// Each test's length.
+    pub test_time: Duration,
+    /// The whole mesh's wall time.
+    pub elapsed: Duration,
+    pub pairs: Vec<PairResult>,
+    /// Per sender and receiver: received bit/s, or the median round trip in ns.
+    pub matrix: Vec<Vec<Option<f64>>>,
+    pub outliers: Vec<Outlier>,
+}
+
+impl MeshReport {
+    pub(super) fn new(
+        config: &MeshConfig,
+        rounds: usize,
+        pairs: Vec<PairResult>,
+        elapsed: Duration,
+    ) -> MeshReport {
+        let n = config.hosts.len();
+        let latency = config.settings.workload.mprtt();
+        let mut matrix = vec![vec![None; n]; n];
+        for pair in &pairs {
+            if let Ok((client, server)) = &pair.outcome {
+                matrix[pair.from][pair.to] = Some(value(latency, client, server));
+            }
+        }
+        let mut report = MeshReport {
+            hosts: config.hosts.iter().map(|h| h.name.clone()).collect(),
+            latency,
+            rounds,
+            test_time: Duration::from_millis(config.settings.time_ms.unwrap_or(0)),
+            elapsed,
+            pairs,
+            matrix,
+            outliers: Vec::new(),
+        };
+        report.outliers = report.find_outliers(config.outlier_below);
+        report
+    }
+
+    /// Failed pairs, pairs off the median by more than `share`, and the worse
+    /// direction of pairs whose two directions differ by more than [`ASYMMETRY`].
+    fn find_outliers(&self, share: f64) -> Vec<Outlier> {
+        let mut outliers = Vec::new();
+        for pair in &self.pairs {
+            if let Err(why) = &pair.outcome {
+                outliers.push(Outlier {
+                    from: pair.from,
+                    to: pair.to,
+                    reason: format!("failed: {why}"),
+                });
+            }
+        }
+        let mut values: Vec<f64> = self.matrix.iter().flatten().flatten().copied().collect();
+        values.sort_by(f64::total_cmp);
+        let Some(&median) = values.get(values.len() / 2) else {
+            return outliers;
+        };
+        let n = self.hosts.len();
+        let cell = |a: usize, b: usize| self.matrix[a][b];
+        for (from, to) in (0..n).flat_map(|a| (0..n).map(move |b| (a, b))) {
+            let Some(v) = cell(from, to) else { continue };
+            let off_median = if self.latency {
+                (v * share > median).then(|| {
+                    format!(
+                        "{} is above the median {} over {share}",
+                        self.figure(v),
+                        self.figure(median)
+                    )
+                })
+            } else {
+                (v < median * share).then(|| {
+                    format!(
+                        "{} is below {share} of the median {}",
+                        self.figure(v),
+                        self.figure(median)
+                    )
+                })
+            };
+            // The worse of two directions that differ by more than ASYMMETRY.
+            let asymmetric = cell(to, from).and_then(|back| {
+                let (low, high) = (v.min(back), v.max(back));
+                let worse = if self.latency { v > back } else { v < back };
+                (high > 0.0 && (high - low) / high > ASYMMETRY && worse).then(|| {
+                    format!(
+                        "{} is {:.0}% off the other direction's {}",
+                        self.figure(v),
+                        100.0 * (high - low) / high,
+                        self.figure(back)
+                    )
+                })
+            });
+            if let Some(reason) = off_median.or(asymmetric) {
+                outliers.push(Outlier { from, to, reason });
+            }
+        }
+        outliers.sort_by_key(|o| (o.from, o.to));
+        outliers
+    }
+
+    /// The unit of the matrix's cells in text.
+    pub fn unit(&self) -> &'static str {
+        if self.latency {
+            "us"
+        } else {
+            "Gbit/s"
+        }
+    }
+
+    /// A cell's value in the text's unit.
+    fn scaled(&self, v: f64) -> f64 {
+        if self.latency {
+            v / 1e3
+        } else {
+            v / 1e9
+        }
+    }
+
+    /// A value with its unit, for messages.
+    fn figure(&self, v: f64) -> String {
+        format!("{:.2} {}", self.scaled(v), self.unit())
+    }
+
+    /// The human report: the matrix, then the outliers.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let what = if self.latency {
+            "Median round trip (us)"
+        } else {
+            "Received (Gbit/s)"
+        };
+        let _ = writeln!(
+            out,
+            "{what}, senders as rows, receivers as columns; {} pairs in {} rounds of {:.1} s, {:.1} s in all",
+            self.pairs.len(),
+            self.rounds,
+            self.test_time.as_secs_f64(),
+            self.elapsed.as_secs_f64()
+        );
+        let width = self.hosts.iter().map(String::len).max().unwrap_or(0).max(8);
+        let _ = write!(out, "{:width$}", "");
+        for host in &self.hosts {
+            let _ = write!(out, "  {host:>width$}");
+        }
+        let _ = writeln!(out);
+        for (from, row) in self.matrix.iter().enumerate() {
+            let _ = write!(out, "{:width$}", self.hosts[from]);
+            for (to, cell) in row.iter().enumerate() {
+                let text = match cell {
+                    _ if from == to => "-".to_owned(),
+                    Some(v) => format!("{:.2}", self.scaled(*v)),
+                    None if self.failed(from, to) => "failed".to_owned(),
+                    None => String::new(),
+                };
+                let _ = write!(out, "  {text:>width$}");
+            }
+            let _ = writeln!(out);
+        }
+        if !self.outliers.is_empty() {
+            let _ = writeln!(out, "Outliers:");
+            for o in &self.outliers {
+                let _ = writeln!(
+                    out,
+                    "  {} -> {}: {}",
+                    self.hosts[o.from], self.hosts[o.to], o.reason
+                );
+            }
+        }
+        out
+    }
+
+    fn failed(&self, from: usize, to: usize) -> bool {
+        self.pairs
+            .iter()
+            .any(|p| p.from == from && p.to == to && p.outcome.is_err())
+    }
+
+    /// The JSON document: `hosts`, `matrix` (received bit/s, or the median round trip in
+    /// ns; `null` on the diagonal and for pairs not measured), `pairs` (each one's
+    /// figures at both ends, or its error) and `outliers`.
+    pub fn json(&self) -> Value {
+        let pairs: Vec<Value> = self
+            .pairs
+            .iter()
+            .map(|p| {
+                let mut doc = json!({
+                    "from": self.hosts[p.from],
+                    "to": self.hosts[p.to],
+                });
+                match &p.outcome {
+                    Ok((client, server)) => {
+                        doc["client"] = json!(client);
+                        doc["server"] = json!(server);
+                    }
+                    Err(why) => doc["error"] = json!(why),
+                }
+                doc
+            })
+            .collect();
+        let outliers: Vec<Value> = self
+            .outliers
+            .iter()
+            .map(
+                |o| json!({"from": self.hosts[o.from], "to": self.hosts[o.to], "reason": o.reason}),
+            )
+            .collect();
+        json!({
+            "hosts": self.hosts,
+            "unit": if self.latency { "ns (median round trip)" } else { "bit/s (received)" },
+            "rounds": self.rounds,
+            "test_seconds": self.test_time.as_secs_f64(),
+            "elapsed_seconds": self.elapsed.as_secs_f64(),
+            "matrix": self.matrix,
+            "pairs": pairs,
+            "outliers": outliers,
+        })
+    }
+
+    /// A row per pair measured or failed: from, to, the value and its unit, the error.
+    pub fn csv(&self) -> String {
+        let unit = if self.latency { "ns" } else { "bit/s" };
+        let mut out = String::from("from,to,value,unit,error\n");
+        for p in &self.pairs {
+            let value = self.matrix[p.from][p.to].map_or(String::new(), |v| format!("{v:.0}"));
+            let error = p
+                .outcome
+                .as_ref()
+                .err()
+                .map_or(String::new(), |e| format!("\"{}\"", e.replace('"', "\"\"")));
+            let _ = writeln!(
+                out,
+                "{},{},{value},{unit},{error}",
+                csv_field(&self.hosts[p.from]),
+                csv_field(&self.hosts[p.to])
+            );
+        }
+        out
+    }
+}
+
+/// A pair's cell: the receiver's rate in bit/s, or the sender's median round trip in
+/// ns.
+fn value(latency: bool, client: &SideResult, server: &SideResult) -> f64 {
+    if latency {
+        client.total.send_latency.map_or(0.0, |l| l.p50_ns as f64)
+    } else {
+        crate::units::rate(server.total.bytes_received, server.total.secs()) * 8.0
+    }
+}
+
+/// `text` as one CSV field, quoted when it must be.
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mesh::{MeshHost, Pattern};
+    use crate::results::{Figures, Role};
+    use crate::settings::Settings;
+    use crate::stats::StreamStats;
+
+    fn side(role: Role, received: u64) -> SideResult {
+        SideResult {
+            role,
+            total: Figures {
+                bytes_received: received,
+                ..Figures::new(&StreamStats::default(), Duration::from_secs(1))
+            },
+            reverse_total: None,
+            streams: Vec::new(),
+            system: None,
+            cpu: None,
+            intervals: Vec::new(),
+        }
+    }
+
+    /// A report of `n` hosts where pair (a, b) received `rate(a, b)` bytes in 1 s, or
+    /// failed where it gives `None`.
+    fn report(n: usize, rate: impl Fn(usize, usize) -> Option<u64>) -> MeshReport {
+        let config = MeshConfig {
+            hosts: (0..n)
+                .map(|i| MeshHost::parse(&format!("h{i}"), 1).expect("host"))
+                .collect(),
+            pattern: Pattern::AllPairs,
+            settings: Settings {
+                time_ms: Some(1000),
+                ..Settings::default()
+            },
+            auth: None,
+            control_timeout: Duration::from_secs(1),
+            outlier_below: 0.8,
+        };
+        let pairs = (0..n)
+            .flat_map(|a| (0..n).map(move |b| (a, b)))
+            .filter(|(a, b)| a != b)
+            .map(|(from, to)| PairResult {
+                from,
+                to,
+                outcome: rate(from, to)
+                    .map(|r| (side(Role::Client, 0), side(Role::Server, r)))
+                    .ok_or_else(|| "connection refused".to_owned()),
+            })
+            .collect();
+        MeshReport::new(&config, 2, pairs, Duration::from_secs(3))
+    }
+
+    #[test]
+    fn a_slow_host_and_a_failed_pair_are_the_outliers() {
+        // 1.25 GB/s (10 Gbit/s) everywhere but out of h2 (a quarter), and h3 -> h0 fails.
+        let r = report(4, |a, b| match (a, b) {
+            (3, 0) => None,
+            (2, _) => Some(1_250_000_000 / 4),
+            _ => Some(1_250_000_000),
+        });
+        assert_eq!(r.matrix[0][1], Some(10e9));
+        assert_eq!(r.matrix[2][0], Some(2.5e9));
+        assert_eq!(r.matrix[3][0], None);
+        assert_eq!(r.matrix[1][1], None);
+        let flagged: Vec<(usize, usize)> = r.outliers.iter().map(|o| (o.from, o.to)).collect();
+        assert_eq!(flagged, vec![(2, 0), (2, 1), (2, 3), (3, 0)]);
+        assert!(r.outliers[0]
+            .reason
+            .contains("below 0.8 of the median 10.00 Gbit/s"));
+        assert!(r.outliers[3]
+            .reason
+            .starts_with("failed: connection refused"));
+        let text = r.text();
+        assert!(text.contains("failed"), "{text}");
+        assert!(text.contains("h2 -> h0: 2.50 Gbit/s"), "{text}");
+        let doc = r.json();
+        assert_eq!(doc["hosts"][3], "h3");
+        assert!(doc["matrix"][0][0].is_null() && doc["matrix"][3][0].is_null());
+        assert_eq!(doc["matrix"][0][1], 10e9);
+        assert_eq!(doc["pairs"].as_array().map(Vec::len), Some(12));
+        assert_eq!(doc["outliers"][0]["from"], "h2");
+        assert!(r.csv().contains("h3,h0,,bit/s,\"connection refused\""));
+    }
+
+    #[test]
+    fn the_worse_of_two_directions_apart_by_more_than_a_fifth_is_an_outlier() {
+        // h0 -> h1 at 9 Gbit/s, the other way at 12.5: off by 28%, yet above 0.8 of the
+        // median (10).
+        let r = report(3, |a, b| {
+            Some(match (a, b) {
+                (0, 1) => 1_125_000_000,
+                (1, 0) => 1_562_500_000,
+                _ => 1_250_000_000,
+            })
+        });
+        assert_eq!(r.outliers.len(), 1, "{:?}", r.outliers);
+        assert_eq!((r.outliers[0].from, r.outliers[0].to), (0, 1));
+        assert!(r.outliers[0].reason.contains("28% off"), "{:?}", r.outliers);
+    }
+}

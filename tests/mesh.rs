@@ -1,0 +1,309 @@
+//! `fperf mesh` on loopback: real servers with `--allow-mesh` run each pair's test at
+//! the coordinator's request; the matrix, its outputs, the patterns, hosts that are
+//! down, and what is refused (a server without `--allow-mesh`, a wrong key, a target
+//! that is not an fperf server). tests/netns_mesh.rs measures a shaped link across
+//! network namespaces.
+
+mod common;
+
+use common::{port_block, run, Server};
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A key file in the temp directory, removed on drop.
+struct KeyFile(PathBuf);
+
+impl KeyFile {
+    fn new(name: &str, secret: &str) -> KeyFile {
+        let path =
+            std::env::temp_dir().join(format!("fperf-mesh-{}-{name}.key", std::process::id()));
+        std::fs::write(&path, secret).expect("write key");
+        KeyFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("UTF-8 path")
+    }
+}
+
+impl Drop for KeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A mesh server with `key`.
+fn mesh_server(key: &KeyFile) -> Server {
+    Server::start(&["--allow-mesh", "--auth-key", key.path()])
+}
+
+fn address(server: &Server) -> String {
+    format!("127.0.0.1:{}", server.port)
+}
+
+/// `fperf mesh ARGS` with `--json`: its exit status and document.
+fn mesh_json(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let mut all = vec!["mesh", "--json"];
+    all.extend_from_slice(args);
+    let out = run(&all, Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let doc = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{stderr}", String::from_utf8_lossy(&out.stdout)));
+    (out.status.code(), doc, stderr)
+}
+
+/// The error the pair `from` -> `to` failed with.
+fn pair_error(doc: &serde_json::Value, from: &str, to: &str) -> String {
+    doc["pairs"]
+        .as_array()
+        .expect("pairs")
+        .iter()
+        .find(|p| p["from"] == from && p["to"] == to)
+        .and_then(|p| p["error"].as_str())
+        .unwrap_or_else(|| panic!("{from} -> {to} did not fail: {doc:#}"))
+        .to_owned()
+}
+
+#[test]
+fn every_pair_of_three_servers_is_measured_by_its_sender_and_reported_in_a_matrix() {
+    let key = KeyFile::new("all", "the mesh's secret");
+    let servers: Vec<Server> = (0..3).map(|_| mesh_server(&key)).collect();
+    let hosts: Vec<String> = servers.iter().map(address).collect();
+    let csv = std::env::temp_dir().join(format!("fperf-mesh-{}.csv", std::process::id()));
+    let svg = std::env::temp_dir().join(format!("fperf-mesh-{}.svg", std::process::id()));
+    let mut args = vec!["--auth-key", key.path(), "--time", "0.3"];
+    args.extend(hosts.iter().map(String::as_str));
+    args.extend([
+        "--csv",
+        csv.to_str().expect("path"),
+        "--plot",
+        svg.to_str().expect("path"),
+    ]);
+    let (code, doc, stderr) = mesh_json(&args);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(doc["hosts"], serde_json::json!(hosts));
+    // Three hosts: three rounds of one pair each way, every ordered pair once.
+    assert_eq!(doc["rounds"], 6);
+    assert!(stderr.contains("round 6 of 6"), "{stderr}");
+    let pairs = doc["pairs"].as_array().expect("pairs");
+    assert_eq!(pairs.len(), 6);
+    for (from, row) in doc["matrix"].as_array().expect("matrix").iter().enumerate() {
+        for (to, cell) in row.as_array().expect("row").iter().enumerate() {
+            if from == to {
+                assert!(cell.is_null());
+                continue;
+            }
+            let pair = pairs
+                .iter()
+                .find(|p| p["from"] == hosts[from] && p["to"] == hosts[to])
+                .expect("the pair");
+            // The cell is what the receiving server received, over its own time.
+            let received = pair["server"]["total"]["bytes_received"]
+                .as_f64()
+                .expect("bytes");
+            let ns = pair["server"]["total"]["duration_ns"]
+                .as_f64()
+                .expect("time");
+            assert!(received > 0.0);
+            assert_eq!(
+                pair["client"]["total"]["bytes_sent"].as_f64(),
+                Some(received)
+            );
+            let rate = cell.as_f64().expect("a rate");
+            assert!((rate - received * 8.0 / (ns / 1e9)).abs() < 1.0, "{rate}");
+        }
+    }
+    // Each sending server reported the test it ran for the coordinator.
+    servers[0].wait_for(|o| o.contains("mesh test for"), Duration::from_secs(5));
+    let rows = std::fs::read_to_string(&csv).expect("the CSV");
+    assert_eq!(rows.lines().count(), 7, "{rows}");
+    assert!(rows.starts_with("from,to,value,unit,error\n"));
+    let picture = std::fs::read_to_string(&svg).expect("the heatmap");
+    assert!(picture.starts_with("<svg") && picture.matches("<rect").count() > 9);
+    let _ = (std::fs::remove_file(&csv), std::fs::remove_file(&svg));
+
+    // The text report: the matrix with each host as a row and a column.
+    let mut text_args = vec![
+        "mesh",
+        "--auth-key",
+        key.path(),
+        "--time",
+        "0.2",
+        "-r",
+        "-l",
+        "64",
+    ];
+    text_args.extend(hosts.iter().map(String::as_str));
+    let out = run(&text_args, Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.starts_with("Median round trip (us), senders as rows"),
+        "{text}"
+    );
+    for host in &hosts {
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.starts_with(host.as_str()))
+                .count(),
+            1,
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_host_that_is_down_or_refuses_is_marked_and_the_rest_completes() {
+    let key = KeyFile::new("down", "the mesh's secret");
+    let other_key = KeyFile::new("other", "another secret");
+    let (a, b) = (mesh_server(&key), mesh_server(&key));
+    let plain = Server::start(&["--auth-key", key.path()]);
+    let stranger = mesh_server(&other_key);
+    let down = format!("127.0.0.1:{}", port_block(1));
+    // Not an fperf server: it answers with another protocol's greeting.
+    let impostor = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let impostor_addr = impostor.local_addr().expect("address").to_string();
+    std::thread::spawn(move || {
+        for mut conn in impostor.incoming().flatten() {
+            let _ = conn.write_all(b"SSH-2.0-OpenSSH_9.2\r\n");
+        }
+    });
+    let hosts = [
+        address(&a),
+        address(&b),
+        address(&plain),
+        down.clone(),
+        impostor_addr.clone(),
+        address(&stranger),
+    ];
+    let mut args = vec![
+        "--auth-key",
+        key.path(),
+        "--time",
+        "0.2",
+        "--fail-on-outliers",
+    ];
+    args.extend(hosts.iter().map(String::as_str));
+    let (code, doc, stderr) = mesh_json(&args);
+    // Failed pairs are outliers: the exit status says so.
+    assert_eq!(code, Some(1), "{stderr}");
+    let (ha, hb) = (&hosts[0], &hosts[1]);
+    assert!(
+        doc["matrix"][0][1].as_f64().is_some_and(|v| v > 0.0),
+        "{doc:#}"
+    );
+    assert!(
+        doc["matrix"][1][0].as_f64().is_some_and(|v| v > 0.0),
+        "{doc:#}"
+    );
+    // A server without --allow-mesh refuses to test for a coordinator.
+    assert!(pair_error(&doc, &hosts[2], ha).contains("--allow-mesh"));
+    // A host that is down: its own tests and the tests towards it.
+    assert!(pair_error(&doc, &down, ha).contains("cannot connect"));
+    assert!(pair_error(&doc, ha, &down).contains("cannot connect"));
+    // Not an fperf server, as the coordinator's target and as the tested peer.
+    assert!(pair_error(&doc, &impostor_addr, ha).contains("control"));
+    assert!(pair_error(&doc, hb, &impostor_addr).contains("control"));
+    // A wrong key: the coordinator's to the server, and one server's to another.
+    assert!(pair_error(&doc, &hosts[5], ha).contains("authentication"));
+    assert!(pair_error(&doc, ha, &hosts[5]).contains("authentication"));
+    let outliers = doc["outliers"].as_array().expect("outliers");
+    assert!(outliers.iter().any(|o| o["from"] == down.as_str()
+        && o["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("failed"))));
+    assert!(doc["matrix"][3][0].is_null());
+    assert!(stderr.contains("failed"), "{stderr}");
+}
+
+#[test]
+fn ring_incast_and_one_to_all_measure_their_pairs_only() {
+    let key = KeyFile::new("patterns", "the mesh's secret");
+    // An incast's receiver takes its senders' tests at once.
+    let servers: Vec<Server> = (0..4)
+        .map(|_| Server::start(&["--allow-mesh", "--auth-key", key.path(), "--parallel", "2"]))
+        .collect();
+    let hosts: Vec<String> = servers.iter().map(address).collect();
+    let measured = |pattern: &str| -> Vec<(usize, usize)> {
+        let mut args = vec![
+            "--auth-key",
+            key.path(),
+            "--time",
+            "0.2",
+            "--pattern",
+            pattern,
+        ];
+        args.extend(hosts.iter().map(String::as_str));
+        let (code, doc, stderr) = mesh_json(&args);
+        assert_eq!(code, Some(0), "{pattern}: {stderr}");
+        let mut cells = Vec::new();
+        for (from, row) in doc["matrix"].as_array().expect("matrix").iter().enumerate() {
+            for (to, cell) in row.as_array().expect("row").iter().enumerate() {
+                if cell.as_f64().is_some_and(|v| v > 0.0) {
+                    cells.push((from, to));
+                }
+            }
+        }
+        cells
+    };
+    assert_eq!(measured("ring"), vec![(0, 1), (1, 2), (2, 3), (3, 0)]);
+    let incast = measured("incast:2");
+    assert_eq!(incast.len(), 8);
+    assert!(incast.contains(&(1, 0)) && incast.contains(&(2, 0)) && !incast.contains(&(3, 0)));
+    let one = format!("one-to-all:{}", hosts[2]);
+    assert_eq!(measured(&one), vec![(2, 0), (2, 1), (2, 3)]);
+}
+
+#[test]
+fn the_coordinator_and_the_server_refuse_what_cannot_work_before_any_test() {
+    let key = KeyFile::new("flags", "the mesh's secret");
+    let refused = |args: &[&str], why: &str| {
+        let out = run(args, Duration::from_secs(10));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    };
+    refused(
+        &["mesh", "--auth-key", key.path(), "h1"],
+        "at least two servers",
+    );
+    refused(&["mesh", "h1", "h2"], "--auth-key");
+    refused(
+        &["mesh", "--auth-key", key.path(), "h1", "h1"],
+        "given twice",
+    );
+    refused(
+        &[
+            "mesh",
+            "--auth-key",
+            key.path(),
+            "--pattern",
+            "incast:2",
+            "h1",
+            "h2",
+        ],
+        "incast:K",
+    );
+    refused(&["-s", "--allow-mesh"], "--allow-mesh needs --auth-key");
+    refused(&["-c", "h", "--allow-mesh"], "server option");
+    // The host file: one per line, comments and blank lines left out.
+    let file = std::env::temp_dir().join(format!("fperf-mesh-{}.hosts", std::process::id()));
+    std::fs::write(&file, "# the servers\nh1\n\n h2:5000  # the second\n").expect("host file");
+    let out = run(
+        &[
+            "mesh",
+            "--auth-key",
+            key.path(),
+            "--hostfile",
+            file.to_str().expect("path"),
+            "--pattern",
+            "one-to-all:h3",
+        ],
+        Duration::from_secs(10),
+    );
+    let _ = std::fs::remove_file(&file);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("h3 is not one of the hosts"), "{err}");
+}
