@@ -69,7 +69,7 @@ if [ -x "$venv/bin/kubernetes-validate" ] &&
 elif [ -z "$python" ]; then
   why="python3 is not installed"
 elif ! out="$(timeout 60 "$python" -m venv --clear "$venv" 2>&1)"; then
-  why="no virtual environments here (scripts/setup.sh --tests installs python3-venv): ${out##*$'\n'}"
+  why="cannot make a virtual environment in $venv (scripts/setup.sh --tests installs python3-venv): ${out##*$'\n'}"
 elif ! timeout 15 "$venv/bin/python" -c \
   'import urllib.request; urllib.request.urlopen("https://pypi.org/simple/kubernetes-validate/", timeout=10)' \
   >/dev/null 2>&1; then
