@@ -37,6 +37,11 @@ tests=(
   buildah
   mmdebstrap
   prometheus     # tests/exporter.rs: promtool, and a Prometheus server the test starts
+  # scripts/slurm-check.sh: a single-node Slurm, started by the check, for the batch
+  # script in deploy/slurm/.
+  slurm-wlm
+  munge
+  python3-venv   # scripts/k8s-check.sh installs kubernetes-validate into a venv
 )
 
 case "${1:-}" in
@@ -55,8 +60,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
-  # Packages with a service (prometheus) would start it: the tests start their own, on
-  # loopback, for as long as they need it. policy-rc.d tells the packages not to.
+  # Packages with a service (prometheus, slurm-wlm, munge) would start it: the tests
+  # start their own, on loopback, for as long as they need it. policy-rc.d tells the
+  # packages not to.
   policy=""
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     policy=/usr/sbin/policy-rc.d

@@ -14,6 +14,10 @@
 #   scripts/package-check.sh           root (it installs the Debian package into a
 #                                      scratch directory); systemd-analyze for the unit;
 #                                      buildah and Debian's archive for the image
+#   scripts/slurm-check.sh             root, and Slurm and munge (it starts a single-node
+#                                      Slurm on loopback for deploy/slurm/'s batch script)
+#   scripts/k8s-check.sh               PyPI, once (kubernetes-validate, for the manifests
+#                                      in deploy/k8s/); root for the Job's script's run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
@@ -66,6 +70,14 @@ scripts/package-check.sh | tee target/package-check.log
 while IFS= read -r why; do
   not_run+=("the package check: ${why#package check: skipped: }")
 done < <(grep '^package check: skipped: ' target/package-check.log || true)
+# The Slurm batch script under a real single-node Slurm, and the Kubernetes manifests,
+# validated offline, with the Job's script run on loopback.
+for check in slurm k8s; do
+  timeout 1200 "scripts/$check-check.sh" | tee "target/$check-check.log"
+  while IFS= read -r why; do
+    not_run+=("the $check check: ${why#"$check check: skipped: "}")
+  done < <(grep "^$check check: skipped: " "target/$check-check.log" || true)
+done
 vm_rc=0
 vm_why="$(scripts/softroce/run.sh --prepare 2>&1 >/dev/null)" || vm_rc=$?
 case "$vm_rc" in
