@@ -182,6 +182,17 @@ fn a_probe_runs_a_tcp_test_and_answers_with_both_ends_figures() {
     assert!(m.has(r#"fperf_retransmitted_segments{end="client"}"#));
     assert!(m.get(r#"fperf_cpu_seconds{end="server",mode="system"}"#) > 0.0);
     assert!(m.has(r#"fperf_cpu_seconds{end="client",mode="user"}"#));
+    for end in ["client", "server"] {
+        assert!(
+            m.get(&format!(
+                r#"fperf_max_resident_memory_bytes{{end="{end}"}}"#
+            )) > 1e6
+        );
+        assert!(m.get(&format!(r#"fperf_page_faults{{end="{end}",kind="minor"}}"#)) > 0.0);
+        assert!(m.has(&format!(
+            r#"fperf_context_switches{{end="{end}",kind="voluntary"}}"#
+        )));
+    }
     let took = m.get("fperf_probe_duration_seconds");
     assert!((1.0..5.0).contains(&took), "probe took {took} s");
     assert!(!m.has(r#"fperf_round_trip_seconds{percentile="50"}"#));
@@ -278,12 +289,10 @@ fn a_probe_that_cannot_run_answers_success_0_and_logs_why() {
         assert_eq!(m.get("fperf_probe_success"), 0.0, "{query}: {body}");
         assert!(body.contains(reason), "{query}: {body}");
         assert!(started.elapsed() < Duration::from_secs(5), "{query}");
-        let logged = exporter.stderr();
         assert!(
-            logged
-                .lines()
-                .any(|l| l.contains("failed") && l.contains(reason)),
-            "{query}: {logged}"
+            exporter.logged(|l| l.contains("failed") && l.contains(reason)),
+            "{query}: {}",
+            exporter.stderr()
         );
     }
     let (_, text) = exporter.get("/metrics");

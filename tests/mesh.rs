@@ -307,3 +307,31 @@ fn the_coordinator_and_the_server_refuse_what_cannot_work_before_any_test() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("h3 is not one of the hosts"), "{err}");
 }
+
+#[test]
+fn the_sending_servers_limits_bound_the_tests_it_runs_for_a_coordinator() {
+    let key = KeyFile::new("limits", "the mesh's secret");
+    let open = mesh_server(&key);
+    let capped = Server::start(&[
+        "--allow-mesh",
+        "--auth-key",
+        key.path(),
+        "--max-mb",
+        "20",
+        "--max-streams",
+        "2",
+    ]);
+    let (a, b) = (address(&capped), address(&open));
+    // A 2-second test over loopback moves far more than 20 MB: stopped on the way.
+    let (_, doc, stderr) = mesh_json(&["--auth-key", key.path(), "--time", "2", &a, &b]);
+    let why = pair_error(&doc, &a, &b);
+    assert!(
+        why.contains("went past this server's --max-mb (20 MB)"),
+        "{why}\n{stderr}"
+    );
+    // As the receiving server, it applies the limit as to any client.
+    assert!(pair_error(&doc, &b, &a).contains("--max-mb"));
+    // More streams than the server allows: refused before any data.
+    let (_, doc, _) = mesh_json(&["--auth-key", key.path(), "--time", "0.2", "-t", "3", &a, &b]);
+    assert!(pair_error(&doc, &a, &b).contains("streams"));
+}

@@ -82,6 +82,9 @@ struct RunMetrics {
     sent_rate: GaugeVec,
     received_rate: GaugeVec,
     cpu_seconds: GaugeVec,
+    context_switches: GaugeVec,
+    page_faults: GaugeVec,
+    max_rss: GaugeVec,
     /// UDP: datagrams lost on their way to this end, and their share of those sent.
     loss: Option<(GaugeVec, GaugeVec)>,
     /// TCP: segments this end retransmitted.
@@ -111,6 +114,23 @@ impl RunMetrics {
                 "fperf_cpu_seconds",
                 "CPU time the end's process spent during the test, in user or system mode.",
                 &["end", "mode"],
+            )?,
+            context_switches: gauge_vec(
+                registry,
+                "fperf_context_switches",
+                "Context switches of the end's process during the test: voluntary (waiting) \
+                 or involuntary (preempted).",
+                &["end", "kind"],
+            )?,
+            page_faults: gauge_vec(
+                registry,
+                "fperf_page_faults",
+                "Page faults of the end's process during the test: minor (no I/O) or major.",
+                &["end", "kind"],
+            )?,
+            max_rss: end(
+                "fperf_max_resident_memory_bytes",
+                "Peak resident memory of the end's process since it started.",
             )?,
             loss: match protocol {
                 Protocol::Udp => Some((
@@ -163,6 +183,28 @@ impl RunMetrics {
                 self.cpu_seconds
                     .with_label_values(&[end, mode])
                     .set(us as f64 / 1e6);
+            }
+            if let Some(counts) = &cpu.counts {
+                let switches = [
+                    ("voluntary", counts.voluntary_switches),
+                    ("involuntary", counts.involuntary_switches),
+                ];
+                for (kind, n) in switches {
+                    self.context_switches
+                        .with_label_values(&[end, kind])
+                        .set(n as f64);
+                }
+                for (kind, n) in [
+                    ("minor", counts.minor_faults),
+                    ("major", counts.major_faults),
+                ] {
+                    self.page_faults
+                        .with_label_values(&[end, kind])
+                        .set(n as f64);
+                }
+                self.max_rss
+                    .with_label_values(&[end])
+                    .set(counts.max_rss_kib as f64 * 1024.0);
             }
         }
         if let Some((lost, ratio)) = &self.loss {

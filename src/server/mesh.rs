@@ -6,14 +6,33 @@
 //! arbitrary address.
 
 use super::{Control, ServerConfig, ServerEvent};
-use crate::client::{self, ClientConfig};
+use crate::client::{self, ClientConfig, RunObserver, StreamInfo};
+use crate::limits::TestWatch;
 use crate::results::SideResult;
 use crate::sessions::SessionGuard;
-use crate::settings::Settings;
+use crate::settings::{Settings, MB};
 use anyhow::{bail, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often a mesh test is checked against the server's limits.
+const LIMITS_POLL: Duration = Duration::from_millis(50);
+
+/// The bytes a mesh test's streams have sent, once they start.
+#[derive(Clone, Default)]
+struct Watched(Arc<Mutex<Option<Arc<TestWatch>>>>);
+
+impl RunObserver for Watched {
+    fn connected(&mut self, _streams: &[StreamInfo]) {}
+
+    fn started(&mut self, watch: &Arc<TestWatch>) {
+        if let Ok(mut w) = self.0.lock() {
+            *w = Some(watch.clone());
+        }
+    }
+}
 
 /// Runs `settings` towards the fperf server at `host`:`port` for the coordinator on
 /// `control`: both ends' figures, this server's first.
@@ -44,27 +63,54 @@ pub(super) fn run_test(
         ..ClientConfig::new(host, port, settings.clone())
     };
     let abort = Arc::new(AtomicBool::new(false));
-    // --max-time bounds the test as it bounds one this server receives.
+    let watched = Watched::default();
     let (ended, end) = mpsc::channel::<()>();
-    if let Some(most) = limits.max_time {
-        let abort = abort.clone();
+    let stopped = Arc::new(Mutex::new(None::<String>));
+    // --max-time and --max-mb bound the test as they bound one this server receives.
+    if limits.max_time.is_some() || limits.max_mb.is_some() {
+        let (abort, watch, stopped) = (abort.clone(), watched.0.clone(), stopped.clone());
+        let (max_time, max_mb) = (limits.max_time, limits.max_mb);
+        let started = Instant::now();
         std::thread::Builder::new()
-            .name("fperf-mesh-time".into())
+            .name("fperf-mesh-limits".into())
             .spawn(move || {
-                if let Err(mpsc::RecvTimeoutError::Timeout) = end.recv_timeout(most) {
-                    abort.store(true, Ordering::Relaxed);
+                while let Err(mpsc::RecvTimeoutError::Timeout) = end.recv_timeout(LIMITS_POLL) {
+                    let sent = watch
+                        .lock()
+                        .ok()
+                        .and_then(|w| w.as_ref().map(|w| w.total()))
+                        .unwrap_or(0);
+                    let over = match (max_time, max_mb) {
+                        (Some(t), _) if started.elapsed() > t => {
+                            Some(format!("--max-time ({} s)", t.as_secs()))
+                        }
+                        (_, Some(mb)) if sent > mb.saturating_mul(MB) => {
+                            Some(format!("--max-mb ({mb} MB)"))
+                        }
+                        _ => None,
+                    };
+                    if let Some(limit) = over {
+                        if let Ok(mut why) = stopped.lock() {
+                            *why = Some(limit);
+                        }
+                        abort.store(true, Ordering::Relaxed);
+                        return;
+                    }
                 }
             })?;
     }
     registered.streams_connected();
-    let outcome = client::run(&client, abort, &mut |_| {});
+    let mut observer = watched.clone();
+    let outcome = client::run_observed(&client, abort, &mut observer);
     drop(ended);
     let outcome = outcome?;
     if outcome.interrupted {
-        bail!(
-            "the test towards {host}:{port} ran past this server's --max-time ({} s)",
-            limits.max_time.map_or(0, |t| t.as_secs())
-        );
+        let limit = stopped
+            .lock()
+            .ok()
+            .and_then(|w| w.clone())
+            .unwrap_or_default();
+        bail!("the test towards {host}:{port} went past this server's {limit}");
     }
     let _ = events.send(ServerEvent::MeshTest {
         coordinator,
