@@ -210,6 +210,12 @@ pub struct Cli {
     #[arg(hide_short_help = true, help_heading = "Test", long, value_name = "SECS", conflicts_with_all = ["mb", "server"])]
     time: Option<f64>,
 
+    /// With -r, --echo or --crr: each stream ends after N round trips (requests
+    /// answered) instead of --mb MB.
+    #[arg(hide_short_help = true, help_heading = "Test", long, value_name = "N",
+          conflicts_with_all = ["mb", "time", "server"], value_parser = clap::value_parser!(u64).range(1..))]
+    transactions: Option<u64>,
+
     /// Print each side's figures every SECS seconds while the run goes on (and keep
     /// them in --json and --csv). At least 0.01 s, and 0.002 s per stream.
     #[arg(
@@ -1061,6 +1067,7 @@ impl Cli {
             workload,
             queue,
             time_ms: secs_to_ms("time", self.time)?,
+            transactions: self.transactions,
             interval_ms: secs_to_ms("interval", self.interval)?,
             omit_ms: secs_to_ms("omit", self.omit)?,
             rate_bps: self.bitrate,

@@ -162,21 +162,29 @@ fn the_clients_sending_time_ends_when_the_server_has_its_data() {
     // The server's --max-rate paces both directions from one budget; its reads of up
     // to 128 KiB take the budget from its 1 KiB sends, so the client's data is all in
     // well before the server's own has gone out.
+    // On a loaded machine the server's sends can still finish first; the run is then
+    // tried again (at most three times), since it cannot tell the two times apart.
     let server = Server::start(&["--max-rate", "200M"]);
-    let out = client_ok(
-        &server,
-        "127.0.0.1",
-        &["--bidir", "-m", "5", "-l", "1K", "--json"],
-    );
-    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}:\n{out}"));
-    let (c, s) = (&doc["client"], &doc["server"]);
-    let (sending, receiving) = (secs(&c["total"]), secs(&c["reverse_total"]));
-    assert!(
-        sending < 0.75 * receiving,
-        "the client's sending ({sending} s) ran on with its receiving ({receiving} s)"
-    );
-    // It ends when the server said it had read the last byte: just after the server's
-    // own receiving time.
+    let mut tries = 0;
+    let (doc, sending) = loop {
+        tries += 1;
+        let out = client_ok(
+            &server,
+            "127.0.0.1",
+            &["--bidir", "-m", "5", "-l", "1K", "--json"],
+        );
+        let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+        let c = &doc["client"];
+        let (sending, receiving) = (secs(&c["total"]), secs(&c["reverse_total"]));
+        if sending < 0.75 * receiving {
+            break (doc, sending);
+        }
+        assert!(
+            tries < 3,
+            "the client's sending ({sending} s) ran on with its receiving ({receiving} s)"
+        );
+    };
+    let s = &doc["server"];
     let server_receiving = secs(&s["total"]);
     assert!(
         sending >= server_receiving * 0.9 && sending <= server_receiving + 0.15,

@@ -317,3 +317,57 @@ fn client_fails_clearly_without_a_server() {
     assert!(err.contains("cannot connect to the fperf server"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn transactions_end_a_request_response_run_after_that_many_round_trips_per_stream() {
+    for (workload, extra) in [("-r", &[][..]), ("--echo", &[][..]), ("-r", &["-u"][..])] {
+        let mut args = vec![workload, "-l", "100", "-t", "2", "--transactions", "2500"];
+        args.extend_from_slice(extra);
+        let doc = run_json(&args);
+        // Each stream: 2500 requests, each timed as one round trip, each answered.
+        assert_eq!(
+            json_u64(&doc, &["client", "total", "bytes_sent"]),
+            2 * 2500 * 100
+        );
+        assert_eq!(
+            json_u64(&doc, &["client", "total", "send_latency", "count"]),
+            5000
+        );
+        assert_eq!(
+            json_u64(&doc, &["server", "total", "bytes_received"]),
+            2 * 2500 * 100
+        );
+        for stream in doc["client"]["streams"].as_array().expect("streams") {
+            assert_eq!(stream["figures"]["send_latency"]["count"], 2500, "{args:?}");
+        }
+        let reply = if workload == "--echo" { 100 } else { 1 };
+        assert_eq!(
+            json_u64(&doc, &["client", "total", "bytes_received"]),
+            5000 * reply
+        );
+        assert_eq!(doc["settings"]["transactions"], 2500, "{args:?}");
+    }
+    let refused = |args: &[&str], why: &str| {
+        let out = run(args, Duration::from_secs(10));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+    };
+    refused(
+        &["-c", "h", "--transactions", "10"],
+        "use it with -r, --echo or --crr",
+    );
+    refused(
+        &["-c", "h", "-r", "--transactions", "10", "--time", "1"],
+        "cannot be used with",
+    );
+    refused(
+        &["-c", "h", "-r", "--transactions", "10", "-m", "5"],
+        "cannot be used with",
+    );
+    refused(&["-c", "h", "-r", "--transactions", "0"], "--transactions");
+    refused(
+        &["-c", "h", "-r", "-l", "64M", "--transactions", "20000000"],
+        "more than one stream may send",
+    );
+}

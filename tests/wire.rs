@@ -133,6 +133,7 @@ fn settings() -> Settings {
         workload: Workload::RoundTrip(Reply::Echo),
         queue: QueueKind::LockFree,
         time_ms: Some(1000),
+        transactions: Some(77),
         interval_ms: Some(100),
         omit_ms: Some(10),
         rate_bps: Some(1_000_000),

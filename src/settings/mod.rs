@@ -85,6 +85,10 @@ pub struct Settings {
     /// `--time`: each stream sends for this many ms instead of `mb` MB.
     #[serde(default)]
     pub time_ms: Option<u64>,
+    /// `--transactions`: with a request/response workload, each stream ends after this
+    /// many round trips instead of `mb` MB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<u64>,
     /// `-i`: both ends report figures every this many ms while the run goes on.
     #[serde(default)]
     pub interval_ms: Option<u64>,
@@ -116,6 +120,7 @@ impl Default for Settings {
             workload: Workload::Bulk,
             queue: QueueKind::Mutex,
             time_ms: None,
+            transactions: None,
             interval_ms: None,
             omit_ms: None,
             rate_bps: None,
@@ -151,6 +156,12 @@ pub enum SettingsError {
     OmitTooLong(u64, u64),
     #[error("--bitrate must be at least 1 bit/s")]
     RateZero,
+    #[error(
+        "--transactions counts round trips: use it with -r, --echo or --crr, and without --time"
+    )]
+    TransactionsNeedRoundTrips,
+    #[error("--transactions {0} × --pktsize is more than one stream may send (2^50 bytes)")]
+    Transactions(u64),
     #[error(
         "--nstreams × --nsockets × --pktsize (× 2 with --echo) is {0} bytes; at most {MAX_FOOTPRINT} bytes of \
          packet buffers are allowed"
@@ -213,6 +224,17 @@ impl Settings {
         }
         if !(1..=MAX_MB).contains(&self.mb) {
             return Err(SettingsError::Mb(self.mb));
+        }
+        if let Some(n) = self.transactions {
+            if !self.workload.mprtt() || self.time_ms.is_some() {
+                return Err(SettingsError::TransactionsNeedRoundTrips);
+            }
+            let fits = n
+                .checked_mul(u64::from(self.pktsize))
+                .is_some_and(|b| b <= MAX_MB * MB);
+            if n == 0 || !fits {
+                return Err(SettingsError::Transactions(n));
+            }
         }
         let copies = self.workload.behaviour().buffer_copies();
         let footprint =
@@ -364,9 +386,12 @@ impl Settings {
         }
     }
 
-    /// Bytes each stream sends.
+    /// Bytes each stream sends: `--transactions` packets, or `mb` MB.
     pub fn bytes_per_stream(&self) -> u64 {
-        self.mb * MB
+        match self.transactions {
+            Some(n) => n.saturating_mul(u64::from(self.pktsize)),
+            None => self.mb * MB,
+        }
     }
 
     /// Whether the tool drives its streams with `send_submit()` (asynchronous) rather than
