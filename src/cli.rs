@@ -1388,7 +1388,7 @@ mod tests {
         assert!(error(&["-c", "h", "--tests", "bw"]).contains("--sweep"));
         assert!(error(&["-c", "h", "--sweep", "l=1,2", "--tests", "bw,lat"]).contains("'lat'"));
         assert!(error(&["-c", "h", "--sweep", "l=1,2", "--tests", "rr,rr"]).contains("once"));
-        assert!(error(&["-c", "h", "-r", "--sweep", "l=1,2", "--tests", "bw"]).contains("-r"));
+        assert!(error(&["-c", "h", "-r", "--sweep", "l=1,2", "--tests", "bw"]).contains("--mprtt"));
         let Ok(Config::Client { output, .. }) =
             config(&["-c", "h", "--echo", "--sweep", "l=1,2", "--table", "sfnt"])
         else {

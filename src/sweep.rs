@@ -441,6 +441,29 @@ mod tests {
                 line.split_whitespace().count() + 1
             );
         }
+        let tests = parse_tests("bw,rr,echo").expect("valid");
+        assert_eq!(tests, [SweepTest::Bw, SweepTest::Rr, SweepTest::Echo]);
+        let rows = [
+            r.clone(),
+            SweepRow {
+                transactions_per_second: Some(20.0),
+                ..r.clone()
+            },
+            SweepRow {
+                transactions_per_second: Some(20.0),
+                ..r.clone()
+            },
+        ];
+        let h = tests_header(SweepParam::PktSize, &tests);
+        let line = tests_row(1024, &tests, &rows);
+        assert_eq!(h.len(), line.len(), "{h}\n{line}");
+        assert_eq!(
+            h.split_whitespace().count(),
+            line.split_whitespace().count() + 1
+        );
+        assert!(h.contains(" echo_trans/s") && h.ends_with(" echo_max_us     echo_iter"));
+        assert!(matches!(parse_tests("bw,lat"), Err(SweepError::Test(_))));
+        assert!(matches!(parse_tests("rr,rr"), Err(SweepError::Test(_))));
         assert!(header(SweepParam::PktSize, false).starts_with("#       size   bw_Gbit/s"));
         assert!(header(SweepParam::PktSize, true).starts_with("#       size     trans/s"));
     }

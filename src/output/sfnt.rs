@@ -118,7 +118,7 @@ pub fn row(value: u64, latency: Option<&LatencySummary>) -> String {
             cols.push(l.count.to_string());
         }
         None => {
-            cols.extend(std::iter::repeat_n("-".to_string(), 2 * FIGURES.len()));
+            cols.extend(std::iter::repeat("-".to_string()).take(2 * FIGURES.len()));
             cols.push("0".into());
         }
     }
