@@ -167,6 +167,24 @@ pub fn run_sweep(
     } else {
         sweep.tests.iter().copied().map(Some).collect()
     };
+    let settings_of = |value: u64, test: Option<SweepTest>| -> Result<Settings> {
+        let mut settings = sweep.param.apply(&cfg.settings, value);
+        if let Some(test) = test {
+            settings = test.apply(&settings);
+        }
+        let name = test.map_or(String::new(), |t| format!(" {}", t.name()));
+        settings
+            .validate()
+            .with_context(|| format!("--sweep {}={value}{name}", sweep.param.name()))?;
+        Ok(settings)
+    };
+    // Every run is checked before the first starts: a value or test that cannot run
+    // (UDP echo, too many streams) is refused before the table begins.
+    for &value in &sweep.values {
+        for &test in &tests {
+            settings_of(value, test)?;
+        }
+    }
     let table = output.mode == Mode::Human && output.table == Table::Fperf;
     if table && sweep.tests.is_empty() {
         outln!("{}", sweep::header(sweep.param, mprtt));
@@ -194,13 +212,7 @@ pub fn run_sweep(
                     step * tests.len() + i + 1,
                 );
             }
-            let mut settings = sweep.param.apply(&cfg.settings, value);
-            if let Some(test) = test {
-                settings = test.apply(&settings);
-            }
-            settings
-                .validate()
-                .with_context(|| format!("--sweep {}={value}{name}", sweep.param.name()))?;
+            let settings = settings_of(value, *test)?;
             let run_cfg = ClientConfig {
                 settings: settings.clone(),
                 ..cfg.clone()

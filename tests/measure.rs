@@ -876,6 +876,22 @@ fn measurement_flags_are_checked() {
         Duration::from_secs(10),
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("empty"));
+    // A test that cannot run at some value is refused before the table begins.
+    let out = run(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-u",
+            "--sweep",
+            "pktsize=1K",
+            "--tests",
+            "bw,echo",
+        ],
+        Duration::from_secs(10),
+    );
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pktsize=1024 echo"));
     let out = run(&["-s", "-i", "1"], Duration::from_secs(10));
     assert!(!out.status.success());
     let out = run(
