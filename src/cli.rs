@@ -2,7 +2,7 @@
 //! become a validated [`Config`]. Nothing after [`Cli::config`] checks a flag again; the
 //! server runs the library's same validation on the settings a client sends.
 
-use crate::measure::{Mode, Output};
+use crate::measure::{Mode, Output, Table};
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Parser};
 use fperf::auth::AuthKey;
@@ -308,6 +308,21 @@ pub struct Cli {
         conflicts_with = "server"
     )]
     sweep: Option<String>,
+
+    /// With --sweep: run each of these tests at every value and print one row per
+    /// value with a column group per test, as qperf's "tcp_bw tcp_lat": bw (bulk data),
+    /// rr (-r) and echo (--echo), e.g. --tests bw,rr.
+    #[arg(hide_short_help = true, help_heading = "Test", long, value_name = "LIST",
+          requires = "sweep", conflicts_with_all = ["mprtt", "echo", "crr", "reverse", "bidir"])]
+    tests: Option<String>,
+
+    /// With --sweep: the table's layout, fperf (the default) or sfnt: sfnt-pingpong's
+    /// preamble (command line, host, CPU) and columns (size, mean, min, median, max,
+    /// percentiles, stddev, iter) in ns, each figure as half and as whole round trip.
+    /// sfnt needs -r, --echo or --crr.
+    #[arg(hide_short_help = true, help_heading = "Output", long, value_name = "LAYOUT",
+          requires = "sweep", conflicts_with_all = ["json", "tests"])]
+    table: Option<Table>,
 
     /// Target rate of each stream in bits/s (e.g. 100M, 2.5G; K/M/G/T = 10^3..10^12):
     /// the client paces its sends to it. Default: as fast as possible.
@@ -1291,7 +1306,15 @@ impl Cli {
             (None, true) => Mode::JsonStream,
             (None, false) => Mode::Human,
         };
-        let sweep = self.sweep.as_deref().map(fperf::sweep::parse).transpose()?;
+        let mut sweep = self.sweep.as_deref().map(fperf::sweep::parse).transpose()?;
+        if let (Some(sweep), Some(list)) = (sweep.as_mut(), &self.tests) {
+            sweep.tests = fperf::sweep::parse_tests(list)?;
+        }
+        let table = self.table.unwrap_or(Table::Fperf);
+        let w = &self.workload_opts;
+        if table == Table::Sfnt && !(w.mprtt || w.echo || w.crr) {
+            bail!("--table sfnt shows round trips: give -r, --echo or --crr");
+        }
         if mode == Mode::Iperf3Json && sweep.is_some() {
             bail!("--json=iperf3 describes one run; a --sweep's document is --json");
         }
@@ -1316,6 +1339,7 @@ impl Cli {
             csv: self.csv.clone(),
             plot: self.plot.clone(),
             sweep,
+            table,
             server: (host, self.port()),
         })
     }
@@ -1355,6 +1379,35 @@ mod tests {
         assert!(error(&["-c", "h", "--json=iperf3", "-r"]).contains("bulk runs only"));
         assert!(error(&["-c", "h", "--json=iperf3", "--sweep", "mb=1,2"]).contains("one run"));
         assert!(error(&["-c", "h", "--json=yaml"]).contains("invalid value"));
+    }
+
+    #[test]
+    fn tests_and_the_sfnt_table_go_with_a_sweep_only() {
+        use fperf::sweep::SweepTest;
+        let Ok(Config::Client { output, .. }) =
+            config(&["-c", "h", "--sweep", "l=1..4", "--tests", "bw,rr,echo"])
+        else {
+            panic!("client")
+        };
+        let tests = output.sweep.map(|s| s.tests);
+        let all = vec![SweepTest::Bw, SweepTest::Rr, SweepTest::Echo];
+        assert_eq!(tests, Some(all));
+        assert!(error(&["-c", "h", "--tests", "bw"]).contains("--sweep"));
+        assert!(error(&["-c", "h", "--sweep", "l=1,2", "--tests", "bw,lat"]).contains("'lat'"));
+        assert!(error(&["-c", "h", "--sweep", "l=1,2", "--tests", "rr,rr"]).contains("once"));
+        assert!(error(&["-c", "h", "-r", "--sweep", "l=1,2", "--tests", "bw"]).contains("--mprtt"));
+        let Ok(Config::Client { output, .. }) =
+            config(&["-c", "h", "--echo", "--sweep", "l=1,2", "--table", "sfnt"])
+        else {
+            panic!("client")
+        };
+        assert_eq!(output.table, Table::Sfnt);
+        assert!(error(&["-c", "h", "--sweep", "l=1,2", "--table", "sfnt"]).contains("-r"));
+        assert!(error(&["-c", "h", "-r", "--table", "sfnt"]).contains("--sweep"));
+        let json = [
+            "-c", "h", "-r", "--sweep", "l=1", "--table", "sfnt", "--json",
+        ];
+        assert!(error(&json).contains("--json"));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::stats::LatencySummary;
 use crate::stream::udp_wire::DatagramCounts;
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Version of the document layout.
@@ -387,7 +388,12 @@ impl ServerTestDoc {
 #[derive(Clone, Debug, Serialize)]
 pub struct SweepRecord {
     pub value: u64,
-    pub result: RunDoc,
+    /// The run of the value (without `--tests`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<RunDoc>,
+    /// With `--tests`: each test's run of the value, by the test's name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tests: BTreeMap<&'static str, RunDoc>,
 }
 
 /// What a sweep varied.
@@ -395,6 +401,9 @@ pub struct SweepRecord {
 pub struct SweepSpecDoc {
     pub parameter: &'static str,
     pub values: Vec<u64>,
+    /// `--tests`, in the order given.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tests: Vec<&'static str>,
 }
 
 /// The `--json` document of a sweep: one record per value.

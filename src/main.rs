@@ -142,7 +142,7 @@ fn run(config: Config) -> Result<ExitCode> {
         Config::Client { client, output } => run_client(&client, interrupted, &output),
         Config::Iperf3 { client, output } => {
             let start = fperf::json::StartTime::now();
-            let mut sinks = output.sinks(&client.settings, start, false)?;
+            let mut sinks = output.sinks(&client.settings, start, None)?;
             let outcome = fperf::iperf3::client::run_observed(&client, interrupted, &mut sinks)?;
             sinks.end(&outcome)?;
             Ok(ExitCode::from(if outcome.interrupted { 130 } else { 0 }))
@@ -242,7 +242,7 @@ fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>, output: &Output) -> Re
         ..cfg.clone()
     };
     let start = fperf::json::StartTime::now();
-    let mut sinks = output.sinks(&settings, start, false)?;
+    let mut sinks = output.sinks(&settings, start, None)?;
     let outcome: ClientOutcome = client::run_observed(cfg, abort, &mut sinks)?;
     sinks.end(&outcome)?;
     if outcome.interrupted {

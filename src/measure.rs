@@ -11,11 +11,11 @@ use fperf::output::json::Json;
 use fperf::output::json_stream::JsonStream;
 use fperf::output::plot::{run_label, Plot};
 use fperf::output::progress::{Progress, ERASE_LINE};
+use fperf::output::sfnt::{Preamble, Sfnt};
 use fperf::output::text::Text;
 use fperf::output::{Sink, Sinks};
-use fperf::results::Role;
 use fperf::settings::Settings;
-use fperf::sweep::{self, Sweep, SweepRow};
+use fperf::sweep::{self, Sweep, SweepParam, SweepRow, SweepTest};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
@@ -35,6 +35,24 @@ pub enum Mode {
     JsonStream,
 }
 
+/// The layout of a sweep's table (`--table`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Table {
+    /// fperf's: a row per value, columns padded to line up.
+    Fperf,
+    /// sfnt-pingpong's: a preamble, then tab-separated rows in ns, as half and whole
+    /// round trips.
+    Sfnt,
+}
+
+/// Which run of a sweep a run is.
+pub struct SweepStep {
+    pub param: SweepParam,
+    pub value: u64,
+    /// The sweep's first value: the table's preamble goes before its row.
+    pub first: bool,
+}
+
 /// The output options of the command line.
 pub struct Output {
     pub mode: Mode,
@@ -42,6 +60,8 @@ pub struct Output {
     /// `--plot`: the SVG file to draw the run's latency distribution (or the sweep) in.
     pub plot: Option<std::path::PathBuf>,
     pub sweep: Option<Sweep>,
+    /// `--table`: the layout of a sweep's table on stdout.
+    pub table: Table,
     /// The server as given on the command line, and its port.
     pub server: (String, u16),
     /// Stderr is a terminal and stdout the report without interval lines: a progress
@@ -51,9 +71,15 @@ pub struct Output {
 
 impl Output {
     /// The sinks of one run: the human report or JSON on stdout (`stdout`), the CSV
-    /// file, and for a single run the plot. A sweep's runs (`sweep_run`) report in
-    /// rows, so stdout has only their `--json-stream` events.
-    pub fn sinks(&self, settings: &Settings, start: StartTime, sweep_run: bool) -> Result<Sinks> {
+    /// file, and for a single run the plot. A sweep's runs (`sweep`) report in rows,
+    /// so stdout has only their `--json-stream` events, or the row of `--table sfnt`.
+    pub fn sinks(
+        &self,
+        settings: &Settings,
+        start: StartTime,
+        sweep: Option<SweepStep>,
+    ) -> Result<Sinks> {
+        let sweep_run = sweep.is_some();
         let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
         // First, so its line is erased before any other sink writes the report.
         if self.progress && !sweep_run {
@@ -80,8 +106,33 @@ impl Output {
         if let Some(path) = self.plot.as_ref().filter(|_| !sweep_run) {
             sinks.push(Box::new(Plot::new(path.clone())));
         }
+        if let Some(step) = sweep.filter(|_| self.table == Table::Sfnt) {
+            let preamble = step.first.then(|| Preamble {
+                command_line: command_line(),
+                server: format!("{}:{}", self.server.0, self.server.1),
+            });
+            sinks.push(Box::new(Sfnt::new(
+                Stdout, step.param, step.value, preamble,
+            )));
+        }
         Ok(Sinks::new(settings, start, sinks))
     }
+}
+
+/// How fperf was started, as a shell would take it back: arguments with spaces or
+/// quotes are single-quoted.
+fn command_line() -> String {
+    let quote = |a: String| {
+        let plain = a
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_=.,:/*+@%".contains(c));
+        if plain && !a.is_empty() {
+            a
+        } else {
+            format!("'{}'", a.replace('\'', r"'\''"))
+        }
+    };
+    std::env::args().map(quote).collect::<Vec<_>>().join(" ")
 }
 
 /// The process's stdout for the sinks: a closed stdout ends the process (exit 0), as
@@ -100,8 +151,9 @@ impl Write for Stdout {
     }
 }
 
-/// Runs one measurement per sweep value against the same server; prints one row per
-/// value (or, with `--json`, one document with one record per value).
+/// Runs one measurement per sweep value (one per test of `--tests` and value) against
+/// the same server; prints one row per value (or, with `--json`, one document with one
+/// record per value).
 pub fn run_sweep(
     cfg: &ClientConfig,
     abort: Arc<AtomicBool>,
@@ -109,78 +161,123 @@ pub fn run_sweep(
     sweep: &Sweep,
 ) -> Result<ExitCode> {
     let mprtt = cfg.settings.workload.mprtt();
-    if output.mode == Mode::Human {
-        outln!("{}", sweep::header(sweep.param, mprtt));
-    }
-    let mut records = Vec::new();
-    let mut rows = Vec::new();
-    for (step, &value) in sweep.values.iter().enumerate() {
-        if output.progress {
-            eprint!(
-                "{ERASE_LINE}running {}={value} ({} of {})",
-                sweep.param.name(),
-                step + 1,
-                sweep.values.len()
-            );
+    // Without --tests, the run's own workload is the one test.
+    let tests: Vec<Option<SweepTest>> = if sweep.tests.is_empty() {
+        vec![None]
+    } else {
+        sweep.tests.iter().copied().map(Some).collect()
+    };
+    let settings_of = |value: u64, test: Option<SweepTest>| -> Result<Settings> {
+        let mut settings = sweep.param.apply(&cfg.settings, value);
+        if let Some(test) = test {
+            settings = test.apply(&settings);
         }
-        let settings = sweep.param.apply(&cfg.settings, value);
+        let name = test.map_or(String::new(), |t| format!(" {}", t.name()));
         settings
             .validate()
-            .with_context(|| format!("--sweep {}={value}", sweep.param.name()))?;
-        let run_cfg = ClientConfig {
-            settings: settings.clone(),
-            ..cfg.clone()
-        };
-        let start = StartTime::now();
-        let mut sinks = output.sinks(&settings, start.clone(), true)?;
-        // The server frees a test's slot before it sends the figures, so the next value's
-        // test is never refused as "server busy" by the previous one.
-        let outcome = client::run_observed(&run_cfg, abort.clone(), &mut sinks)
-            .with_context(|| format!("{}={value}", sweep.param.name()))?;
-        sinks.close()?;
-        if output.progress {
-            eprint!("{ERASE_LINE}");
+            .with_context(|| format!("--sweep {}={value}{name}", sweep.param.name()))?;
+        Ok(settings)
+    };
+    // Every run is checked before the first starts: a value or test that cannot run
+    // (UDP echo, too many streams) is refused before the table begins.
+    for &value in &sweep.values {
+        for &test in &tests {
+            settings_of(value, test)?;
         }
-        let total = &outcome.client.total;
-        let secs = total.duration_ns as f64 / 1e9;
-        // The client's own end: the receiving one with --reverse.
-        let (bytes, latency) = if Role::Client.sends(&settings) {
-            (total.bytes_sent, total.send_latency)
-        } else {
-            (total.bytes_received, total.recv_latency)
-        };
-        let row = SweepRow {
+    }
+    let table = output.mode == Mode::Human && output.table == Table::Fperf;
+    if table && sweep.tests.is_empty() {
+        outln!("{}", sweep::header(sweep.param, mprtt));
+    } else if table {
+        outln!("{}", sweep::tests_header(sweep.param, &sweep.tests));
+    }
+    let mut records = Vec::new();
+    // Per value, each test's row.
+    let mut rows: Vec<Vec<SweepRow>> = Vec::new();
+    let runs = sweep.values.len() * tests.len();
+    let mut stopped = false;
+    for (step, &value) in sweep.values.iter().enumerate() {
+        let mut record = SweepRecord {
             value,
-            bits_per_second: if secs > 0.0 {
-                bytes as f64 * 8.0 / secs
-            } else {
-                0.0
-            },
-            latency,
-            iterations: latency.map_or(0, |l| l.count),
-            transactions_per_second: total.transactions_per_second(&settings, Role::Client),
+            result: None,
+            tests: Default::default(),
         };
-        if output.mode == Mode::Human {
-            outln!("{}", sweep::row(&row));
-            let _ = std::io::stdout().flush();
+        let mut value_rows = Vec::new();
+        for (i, test) in tests.iter().enumerate() {
+            let name = test.map_or(String::new(), |t| format!(" {}", t.name()));
+            if output.progress {
+                eprint!(
+                    "{ERASE_LINE}running {}={value}{name} ({} of {runs})",
+                    sweep.param.name(),
+                    step * tests.len() + i + 1,
+                );
+            }
+            let settings = settings_of(value, *test)?;
+            let run_cfg = ClientConfig {
+                settings: settings.clone(),
+                ..cfg.clone()
+            };
+            let start = StartTime::now();
+            let mut sinks = output.sinks(
+                &settings,
+                start.clone(),
+                Some(SweepStep {
+                    param: sweep.param,
+                    value,
+                    first: step == 0,
+                }),
+            )?;
+            // The server frees a test's slot before it sends the figures, so the next
+            // run is never refused as "server busy" by the previous one.
+            let outcome = client::run_observed(&run_cfg, abort.clone(), &mut sinks)
+                .with_context(|| format!("{}={value}{name}", sweep.param.name()))?;
+            if output.progress {
+                eprint!("{ERASE_LINE}");
+            }
+            sinks.end(&outcome)?;
+            value_rows.push(SweepRow::new(value, &settings, &outcome.client.total));
+            let doc = RunDoc::new(&settings, start, &outcome);
+            match test {
+                Some(test) => {
+                    record.tests.insert(test.name(), doc);
+                }
+                None => record.result = Some(doc),
+            }
+            if outcome.interrupted || abort.load(Ordering::Relaxed) {
+                stopped = true;
+                break;
+            }
         }
-        records.push(SweepRecord {
-            value,
-            result: RunDoc::new(&settings, start, &outcome),
-        });
-        rows.push(row);
-        if outcome.interrupted || abort.load(Ordering::Relaxed) {
+        // What finished of a value cut short is still its row.
+        finish_row(output, sweep, &value_rows);
+        records.push(record);
+        rows.push(value_rows);
+        if stopped {
             break;
         }
     }
     if let Some(path) = &output.plot {
+        let what: Vec<&str> = match tests.as_slice() {
+            [None] if mprtt => vec!["mprtt"],
+            [None] => vec!["bandwidth"],
+            _ => sweep.tests.iter().map(|t| t.name()).collect(),
+        };
         let title = format!(
             "fperf {}: {} by {}",
             run_label(&cfg.settings, Some(sweep.param)),
-            if mprtt { "mprtt" } else { "bandwidth" },
+            what.join(", "),
             sweep.param.name()
         );
-        fperf::plot::sweep(path, &title, sweep.param, &rows, mprtt)?;
+        let series: Vec<fperf::plot::Series> = tests
+            .iter()
+            .enumerate()
+            .map(|(i, test)| fperf::plot::Series {
+                test: *test,
+                mprtt: test.map_or(mprtt, |t| t.mprtt()),
+                rows: rows.iter().filter_map(|r| r.get(i).cloned()).collect(),
+            })
+            .collect();
+        fperf::plot::sweep(path, &title, sweep.param, &series)?;
     }
     if output.mode == Mode::Json {
         let doc = SweepDoc {
@@ -189,6 +286,7 @@ pub fn run_sweep(
             sweep: json::SweepSpecDoc {
                 parameter: sweep.param.name(),
                 values: sweep.values.clone(),
+                tests: sweep.tests.iter().map(|t| t.name()).collect(),
             },
             records,
         };
@@ -198,4 +296,18 @@ pub fn run_sweep(
         return Ok(ExitCode::from(130));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a value's row of the fperf table, once all its tests ran.
+fn finish_row(output: &Output, sweep: &Sweep, rows: &[SweepRow]) {
+    if output.mode != Mode::Human || output.table != Table::Fperf {
+        return;
+    }
+    let line = match rows {
+        [] => return,
+        [row] if sweep.tests.is_empty() => sweep::row(row),
+        _ => sweep::tests_row(rows[0].value, &sweep.tests, rows),
+    };
+    outln!("{line}");
+    let _ = std::io::stdout().flush();
 }

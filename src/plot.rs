@@ -5,16 +5,19 @@
 //! so the tail is as wide as the body. A sweep draws one line per figure against the
 //! swept value (latency percentiles with `-r`, bandwidth otherwise).
 
-use crate::sweep::{SweepParam, SweepRow};
+use crate::sweep::{SweepParam, SweepRow, SweepTest};
 use anyhow::{anyhow, Context, Result};
 use plotters::prelude::*;
 use std::path::Path;
 
 const SIZE: (u32, u32) = (900, 540);
-const COLORS: [RGBColor; 3] = [
+const COLORS: [RGBColor; 6] = [
     RGBColor(0, 90, 181),
     RGBColor(220, 50, 32),
     RGBColor(60, 60, 60),
+    RGBColor(26, 133, 255),
+    RGBColor(212, 17, 89),
+    RGBColor(153, 153, 153),
 ];
 
 /// One line of a chart: its legend and its (x, y) points, x already on the chart's axis.
@@ -62,60 +65,60 @@ pub fn latency_distribution(
             .collect(),
     };
     let x_end = nines(1.0, count);
-    draw(
-        path,
-        title,
-        (
-            "percentile",
-            &percentile_label,
-            0.0..x_end,
-            x_end.ceil() as usize + 1,
-        ),
-        &format!("{label} (us)"),
-        &[line],
-    )
+    let x: Axis = (
+        "percentile",
+        &percentile_label,
+        0.0..x_end,
+        x_end.ceil() as usize + 1,
+    );
+    let y_desc = format!("{label} (us)");
+    draw(path, title, &x, &[(&y_desc, &[line])])
 }
 
-/// Draws a sweep: with `-r` (`mprtt`) the p50, p99 and mean round trip against the
-/// value, else the bandwidth. A size swept over a wide range goes on a log2 axis.
-pub fn sweep(
-    path: &Path,
-    title: &str,
-    param: SweepParam,
-    rows: &[SweepRow],
-    mprtt: bool,
-) -> Result<()> {
-    if rows.is_empty() {
+/// One test's figures in a sweep's picture: a row per value.
+pub struct Series {
+    /// The `--tests` test, which names its lines; `None` for a sweep of one workload.
+    pub test: Option<SweepTest>,
+    /// It timed round trips (else it moved bulk data).
+    pub mprtt: bool,
+    pub rows: Vec<SweepRow>,
+}
+
+/// Draws a sweep: the p50, p99 and mean round trip of each series that timed round
+/// trips (`-r`) against the value, and the bandwidth of each bulk one. Bandwidth and
+/// round trips together get a panel each, one above the other, on the same x axis. A
+/// size swept over a wide range goes on a log2 axis.
+pub fn sweep(path: &Path, title: &str, param: SweepParam, series: &[Series]) -> Result<()> {
+    let values = series.iter().flat_map(|s| s.rows.iter().map(|r| r.value));
+    let Some((lo, hi)) = values.fold(None, |acc: Option<(u64, u64)>, v| {
+        Some(acc.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))))
+    }) else {
         return Err(anyhow!("--plot: the sweep has no values to draw"));
-    }
-    let (lo, hi) = rows.iter().fold((u64::MAX, 0), |(lo, hi), r| {
-        (lo.min(r.value), hi.max(r.value))
-    });
+    };
     let log2 = lo > 0 && hi / lo >= 4;
     let x_of = |v: u64| if log2 { (v as f64).log2() } else { v as f64 };
-    let line = |label: &str, y: &dyn Fn(&SweepRow) -> Option<f64>| Line {
-        label: label.to_string(),
-        points: rows
-            .iter()
-            .filter_map(|r| y(r).map(|y| (x_of(r.value), y)))
-            .collect(),
-    };
     let us = |ns: f64| ns / 1000.0;
-    let (lines, y_desc) = if mprtt {
-        (
-            vec![
-                line("p50", &|r| r.latency.map(|l| us(l.p50_ns as f64))),
-                line("p99", &|r| r.latency.map(|l| us(l.p99_ns as f64))),
-                line("mean", &|r| r.latency.map(|l| us(l.mean_ns))),
-            ],
-            "mprtt (us)",
-        )
-    } else {
-        (
-            vec![line("bandwidth", &|r| Some(r.bits_per_second / 1e9))],
-            "Gbit/s",
-        )
-    };
+    let mut bandwidth = Vec::new();
+    let mut round_trips = Vec::new();
+    for s in series {
+        // A series' lines are named by its test when there are several.
+        let prefix = s.test.map_or(String::new(), |t| format!("{} ", t.name()));
+        let line = |label: &str, y: &dyn Fn(&SweepRow) -> Option<f64>| Line {
+            label: format!("{prefix}{label}"),
+            points: s
+                .rows
+                .iter()
+                .filter_map(|r| y(r).map(|y| (x_of(r.value), y)))
+                .collect(),
+        };
+        if s.mprtt {
+            round_trips.push(line("p50", &|r| r.latency.map(|l| us(l.p50_ns as f64))));
+            round_trips.push(line("p99", &|r| r.latency.map(|l| us(l.p99_ns as f64))));
+            round_trips.push(line("mean", &|r| r.latency.map(|l| us(l.mean_ns))));
+        } else {
+            bandwidth.push(line("bandwidth", &|r| Some(r.bits_per_second / 1e9)));
+        }
+    }
     let label = |x: &f64| {
         let v = if log2 { x.exp2() } else { *x };
         format!("{}", v.round() as u64)
@@ -123,18 +126,19 @@ pub fn sweep(
     let (x0, x1) = (x_of(lo), x_of(hi));
     // One value still needs a range to draw in.
     let x_range = if x1 > x0 { x0..x1 } else { x0 - 1.0..x1 + 1.0 };
+    let points = series.iter().map(|s| s.rows.len()).max().unwrap_or(0);
     let ticks = if log2 {
         (x1 - x0) as usize + 1
     } else {
-        rows.len().min(12)
+        points.min(12)
     };
-    draw(
-        path,
-        title,
-        (param.column(), &label, x_range, ticks.max(2)),
-        y_desc,
-        &lines,
-    )
+    let x: Axis = (param.column(), &label, x_range, ticks.max(2));
+    let panels: Vec<(&str, &[Line])> = [("Gbit/s", &bandwidth), ("round trip (us)", &round_trips)]
+        .into_iter()
+        .filter(|(_, lines)| !lines.is_empty())
+        .map(|(y, lines)| (y, lines.as_slice()))
+        .collect();
+    draw(path, title, &x, &panels)
 }
 
 /// The x axis: its name, its label for a position, its range and how many labels.
@@ -145,40 +149,59 @@ type Axis<'a> = (
     usize,
 );
 
-fn draw(path: &Path, title: &str, x: Axis<'_>, y_desc: &str, lines: &[Line]) -> Result<()> {
+/// Draws `panels` (each its y axis's name and its lines) one above the other, all on
+/// the x axis `x`, under `title`.
+fn draw(path: &Path, title: &str, x: &Axis<'_>, panels: &[(&str, &[Line])]) -> Result<()> {
+    let fail = |e: &dyn std::fmt::Display| anyhow!("{e}");
+    let height = SIZE.1 * panels.len().max(1) as u32;
+    let root = SVGBackend::new(path, (SIZE.0, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let root = root
+        .titled(title, ("sans-serif", 18))
+        .map_err(|e| fail(&e))?;
+    let areas = root.split_evenly((panels.len().max(1), 1));
+    for ((y_desc, lines), area) in panels.iter().zip(&areas) {
+        draw_panel(area, x, y_desc, lines).map_err(|e| fail(&e))?;
+    }
+    root.present()
+        .with_context(|| format!("cannot write --plot file {}", path.display()))
+}
+
+type Panel<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+/// One chart: `lines` against the x axis `x` and a y axis named `y_desc` from 0.
+fn draw_panel(
+    area: &Panel<'_>,
+    x: &Axis<'_>,
+    y_desc: &str,
+    lines: &[Line],
+) -> std::result::Result<(), DrawingAreaErrorKind<std::io::Error>> {
     let (x_desc, x_label, x_range, x_ticks) = x;
     let y_max = lines
         .iter()
         .flat_map(|l| l.points.iter().map(|p| p.1))
         .fold(0.0f64, f64::max);
     let y_range = 0.0..(y_max * 1.05).max(f64::MIN_POSITIVE);
-    let fail = |e: &dyn std::fmt::Display| anyhow!("{e}");
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
+    let mut chart = ChartBuilder::on(area)
         .margin(12)
         // Room for the last x label, centred on the axis's end.
         .margin_right(36)
         .x_label_area_size(44)
         .y_label_area_size(70)
-        .build_cartesian_2d(x_range, y_range)
-        .map_err(|e| fail(&e))?;
+        .build_cartesian_2d(x_range.clone(), y_range)?;
     chart
         .configure_mesh()
-        .x_desc(x_desc)
+        .x_desc(*x_desc)
         .y_desc(y_desc)
-        .x_labels(x_ticks)
+        .x_labels(*x_ticks)
         .x_label_formatter(x_label)
-        .draw()
-        .map_err(|e| fail(&e))?;
+        .draw()?;
     for (line, color) in lines.iter().zip(COLORS.iter().cycle()) {
         chart
             .draw_series(LineSeries::new(
                 line.points.iter().copied(),
                 color.stroke_width(2),
-            ))
-            .map_err(|e| fail(&e))?
+            ))?
             .label(line.label.as_str())
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
@@ -190,9 +213,6 @@ fn draw(path: &Path, title: &str, x: Axis<'_>, y_desc: &str, lines: &[Line]) -> 
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| fail(&e))?;
-    root.present()
-        .with_context(|| format!("cannot write --plot file {}", path.display()))
 }
 
 #[cfg(test)]
@@ -291,7 +311,12 @@ mod tests {
             transactions_per_second: Some(1000.0),
         };
         let rows: Vec<SweepRow> = [1u64, 2, 4, 8].iter().map(|&k| row(k * 1024, k)).collect();
-        sweep(&path, "sweep", SweepParam::PktSize, &rows, true).unwrap();
+        let series = |test: Option<SweepTest>, mprtt: bool| Series {
+            test,
+            mprtt,
+            rows: rows.clone(),
+        };
+        sweep(&path, "sweep", SweepParam::PktSize, &[series(None, true)]).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         let lines = polylines(&svg);
         // p50, p99 and mean, then their legend strokes.
@@ -307,10 +332,29 @@ mod tests {
             svg.contains(">\n4096\n<") || svg.contains(">4096<"),
             "size labels"
         );
-        sweep(&path, "bulk", SweepParam::PktSize, &rows, false).unwrap();
+        sweep(&path, "bulk", SweepParam::PktSize, &[series(None, false)]).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         assert_eq!(polylines(&svg).len(), 2);
         assert!(svg.contains("Gbit/s"));
+
+        // bw and rr: the bandwidth panel above the round trips'.
+        let both = [
+            series(Some(SweepTest::Bw), false),
+            series(Some(SweepTest::Rr), true),
+        ];
+        sweep(&path, "bw, rr", SweepParam::PktSize, &both).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let lines = polylines(&svg);
+        let sizes: Vec<usize> = lines.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [4, 2, 4, 4, 4, 2, 2, 2], "{svg}");
+        assert!(svg.contains("bw bandwidth") && svg.contains("rr p99"));
+        assert!(svg.contains("Gbit/s") && svg.contains("round trip (us)"));
+        let lowest = |l: &Vec<(f64, f64)>| l.iter().map(|p| p.1).fold(0.0, f64::max);
+        let highest = |l: &Vec<(f64, f64)>| l.iter().map(|p| p.1).fold(f64::MAX, f64::min);
+        assert!(lowest(&lines[0]) < f64::from(SIZE.1), "{:?}", lines[0]);
+        for rtt in &lines[2..5] {
+            assert!(highest(rtt) > f64::from(SIZE.1), "{rtt:?}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -5,10 +5,15 @@
 //! `*2`) or `+K` (add, K ≥ 1); the values run from `LO` while they do not exceed `HI`.
 //! `NAME=V1,V2,...` lists the values instead. Numbers may end in `K`, `M` or `G`
 //! (binary: `64K` = 65536).
+//!
+//! `--tests bw,rr,echo` runs several tests at each value, as qperf runs `tcp_bw tcp_lat`
+//! over one `-oo msg_size:...`: one row per value with a column group per test.
 
+use crate::results::{Figures, Role};
 use crate::settings::Settings;
 use crate::stats::LatencySummary;
 use crate::units;
+use crate::workload::{Reply, Workload};
 use thiserror::Error;
 
 /// Most values one sweep may hold.
@@ -66,11 +71,74 @@ impl SweepParam {
     }
 }
 
+/// One test of `--tests`: the workload each value runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SweepTest {
+    /// Bulk data from the client (qperf's `tcp_bw`).
+    Bw,
+    /// Each packet answered by a 1-byte ACK (`-r`).
+    Rr,
+    /// Each packet answered by its echo (`--echo`, qperf's `tcp_lat`).
+    Echo,
+}
+
+impl SweepTest {
+    /// Its name in `--tests`, in the table's column titles and in the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            SweepTest::Bw => "bw",
+            SweepTest::Rr => "rr",
+            SweepTest::Echo => "echo",
+        }
+    }
+
+    /// Whether it times round trips (else it moves bulk data).
+    pub fn mprtt(self) -> bool {
+        self.workload().mprtt()
+    }
+
+    fn workload(self) -> Workload {
+        match self {
+            SweepTest::Bw => Workload::Bulk,
+            SweepTest::Rr => Workload::RoundTrip(Reply::Ack),
+            SweepTest::Echo => Workload::RoundTrip(Reply::Echo),
+        }
+    }
+
+    /// `base` running this test.
+    pub fn apply(self, base: &Settings) -> Settings {
+        Settings {
+            workload: self.workload(),
+            ..base.clone()
+        }
+    }
+}
+
+/// Parses `--tests`: a comma-separated list of `bw`, `rr` and `echo`, each once.
+pub fn parse_tests(list: &str) -> Result<Vec<SweepTest>, SweepError> {
+    let mut tests = Vec::new();
+    for name in list.split(',').map(str::trim) {
+        let test = match name.to_ascii_lowercase().as_str() {
+            "bw" => SweepTest::Bw,
+            "rr" => SweepTest::Rr,
+            "echo" => SweepTest::Echo,
+            _ => return Err(SweepError::Test(name.to_string())),
+        };
+        if tests.contains(&test) {
+            return Err(SweepError::Test(name.to_string()));
+        }
+        tests.push(test);
+    }
+    Ok(tests)
+}
+
 /// A parsed `--sweep`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sweep {
     pub param: SweepParam,
     pub values: Vec<u64>,
+    /// `--tests`: the tests each value runs; empty, the run's own workload alone.
+    pub tests: Vec<SweepTest>,
 }
 
 /// Why a `--sweep` spec was refused.
@@ -88,6 +156,8 @@ pub enum SweepError {
     Step(String),
     #[error("--sweep: more than {MAX_SWEEP_VALUES} values")]
     TooMany,
+    #[error("--tests takes bw, rr and echo, each once, not '{0}'")]
+    Test(String),
 }
 
 fn number(text: &str) -> Result<u64, SweepError> {
@@ -141,7 +211,11 @@ pub fn parse(spec: &str) -> Result<Sweep, SweepError> {
     if values.is_empty() {
         return Err(SweepError::Syntax(spec.to_string()));
     }
-    Ok(Sweep { param, values })
+    Ok(Sweep {
+        param,
+        values,
+        tests: Vec::new(),
+    })
 }
 
 /// What one sweep value measured (the client's figures).
@@ -157,6 +231,90 @@ pub struct SweepRow {
     pub iterations: u64,
     /// With `-r`, round trips per second ([`crate::results::Figures::transactions_per_second`]).
     pub transactions_per_second: Option<f64>,
+}
+
+impl SweepRow {
+    /// The client's figures of the run of `settings` at `value` (`total`: the client's).
+    pub fn new(value: u64, settings: &Settings, total: &Figures) -> SweepRow {
+        let secs = total.duration_ns as f64 / 1e9;
+        // The client's own end: the receiving one with --reverse.
+        let (bytes, latency) = if Role::Client.sends(settings) {
+            (total.bytes_sent, total.send_latency)
+        } else {
+            (total.bytes_received, total.recv_latency)
+        };
+        SweepRow {
+            value,
+            bits_per_second: if secs > 0.0 {
+                bytes as f64 * 8.0 / secs
+            } else {
+                0.0
+            },
+            latency,
+            iterations: latency.map_or(0, |l| l.count),
+            transactions_per_second: total.transactions_per_second(settings, Role::Client),
+        }
+    }
+}
+
+/// The width of a column of the `--tests` table: room for `echo_trans/s` and a space.
+const TEST_COLUMN: usize = 14;
+
+/// The columns of one test in the `--tests` table: bandwidth for a bulk test; round
+/// trips per second, the round trip's mean, min, p50, p99 and max, and round trips
+/// timed for a request/response one.
+fn test_columns(test: SweepTest) -> &'static [&'static str] {
+    if test.mprtt() {
+        &[
+            "trans/s", "mean_us", "min_us", "p50_us", "p99_us", "max_us", "iter",
+        ]
+    } else {
+        &["Gbit/s"]
+    }
+}
+
+/// The header of the `--tests` table: the swept value, then each test's columns named
+/// `TEST_COLUMN` (e.g. `bw_Gbit/s`, `rr_p50_us`).
+pub fn tests_header(param: SweepParam, tests: &[SweepTest]) -> String {
+    let mut line = format!("#{:>11}", param.column());
+    for &test in tests {
+        for col in test_columns(test) {
+            let title = format!("{}_{col}", test.name());
+            line += &format!("{title:>TEST_COLUMN$}");
+        }
+    }
+    line
+}
+
+/// One row of the `--tests` table: `rows` holds each test's figures, in `--tests` order.
+pub fn tests_row(value: u64, tests: &[SweepTest], rows: &[SweepRow]) -> String {
+    let mut line = format!("{value:>12}");
+    for (&test, r) in tests.iter().zip(rows) {
+        if !test.mprtt() {
+            line += &format!("{:>TEST_COLUMN$.3}", r.bits_per_second / 1e9);
+            continue;
+        }
+        line += &format!(
+            "{:>TEST_COLUMN$.0}",
+            r.transactions_per_second.unwrap_or(0.0)
+        );
+        match r.latency {
+            Some(l) => {
+                for ns in [
+                    l.mean_ns,
+                    l.min_ns as f64,
+                    l.p50_ns as f64,
+                    l.p99_ns as f64,
+                    l.max_ns as f64,
+                ] {
+                    line += &format!("{:>TEST_COLUMN$.2}", ns / 1000.0);
+                }
+            }
+            None => line += &format!("{:>TEST_COLUMN$}", "-").repeat(5),
+        }
+        line += &format!("{:>TEST_COLUMN$}", r.iterations);
+    }
+    line
 }
 
 /// The table's header: for `-r` runs transactions per second, bandwidth otherwise,
@@ -283,6 +441,29 @@ mod tests {
                 line.split_whitespace().count() + 1
             );
         }
+        let tests = parse_tests("bw,rr,echo").expect("valid");
+        assert_eq!(tests, [SweepTest::Bw, SweepTest::Rr, SweepTest::Echo]);
+        let rows = [
+            r.clone(),
+            SweepRow {
+                transactions_per_second: Some(20.0),
+                ..r.clone()
+            },
+            SweepRow {
+                transactions_per_second: Some(20.0),
+                ..r.clone()
+            },
+        ];
+        let h = tests_header(SweepParam::PktSize, &tests);
+        let line = tests_row(1024, &tests, &rows);
+        assert_eq!(h.len(), line.len(), "{h}\n{line}");
+        assert_eq!(
+            h.split_whitespace().count(),
+            line.split_whitespace().count() + 1
+        );
+        assert!(h.contains(" echo_trans/s") && h.ends_with(" echo_max_us     echo_iter"));
+        assert!(matches!(parse_tests("bw,lat"), Err(SweepError::Test(_))));
+        assert!(matches!(parse_tests("rr,rr"), Err(SweepError::Test(_))));
         assert!(header(SweepParam::PktSize, false).starts_with("#       size   bw_Gbit/s"));
         assert!(header(SweepParam::PktSize, true).starts_with("#       size     trans/s"));
     }

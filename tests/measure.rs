@@ -620,6 +620,210 @@ fn back_to_back_tests_are_never_refused_as_busy() {
     assert_eq!(server.stderr(), "", "the server logged a client error");
 }
 
+/// The rows of a whitespace-aligned table after its `#` header, as numbers.
+fn table_rows(out: &str) -> Vec<Vec<f64>> {
+    out.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            l.split_whitespace()
+                .map(|c| c.parse().unwrap_or_else(|_| panic!("{c:?} in {l:?}")))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn a_sweep_of_bw_and_rr_prints_one_table_with_both_for_each_size() {
+    let server = Server::start(&[]);
+    let out = client_ok(
+        &server,
+        "127.0.0.1",
+        &[
+            "-m",
+            "1",
+            "--sweep",
+            "pktsize=1024..4096:*2",
+            "--tests",
+            "bw,rr",
+        ],
+    );
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "#",
+            "size",
+            "bw_Gbit/s",
+            "rr_trans/s",
+            "rr_mean_us",
+            "rr_min_us",
+            "rr_p50_us",
+            "rr_p99_us",
+            "rr_max_us",
+            "rr_iter"
+        ]
+    );
+    let rows = table_rows(&out);
+    assert_eq!(rows.len(), 3, "{out}");
+    for (row, size) in rows.iter().zip([1024u64, 2048, 4096]) {
+        assert_eq!(row.len(), 9, "{out}");
+        assert_eq!(row[0] as u64, size);
+        assert!(row[1] > 0.0, "bandwidth at {size}: {out}");
+        let (tps, mean, min, p50, p99, max) = (row[2], row[3], row[4], row[5], row[6], row[7]);
+        assert!(min <= p50 && p50 <= p99 && p99 <= max && min <= mean && mean <= max);
+        assert!(tps > 0.0 && tps * (mean - 0.005) <= 1e6 + mean, "{out}");
+        assert_eq!(row[8] as u64, MB / size, "round trips at {size}");
+    }
+    // Six tests on the server, in order: each size's bulk test, then its round trips,
+    // each moving the whole megabyte.
+    for n in 1..=6 {
+        let report = server.report(n);
+        assert_eq!(report.contains("mprtt"), n % 2 == 0, "test {n}:\n{report}");
+        assert_eq!(volume(&report, "received").bytes, MB, "test {n}:\n{report}");
+    }
+    assert_eq!(server.stderr(), "", "the server logged a client error");
+}
+
+#[test]
+fn a_sweep_of_tests_in_json_holds_each_tests_run_for_each_value() {
+    let server = Server::start(&[]);
+    let doc = json_run(
+        &server,
+        &[
+            "-m",
+            "1",
+            "--sweep",
+            "pktsize=2048,4096",
+            "--tests",
+            "bw,echo",
+        ],
+    );
+    assert_eq!(doc["sweep"]["tests"], serde_json::json!(["bw", "echo"]));
+    let records = doc["records"].as_array().expect("records");
+    assert_eq!(records.len(), 2);
+    for (r, size) in records.iter().zip([2048u64, 4096]) {
+        assert_eq!(u(&r["value"]), size);
+        assert!(r.get("result").is_none(), "{r}");
+        let (bw, echo) = (&r["tests"]["bw"], &r["tests"]["echo"]);
+        for run in [bw, echo] {
+            assert_eq!(u(&run["settings"]["pktsize"]), size);
+            assert_eq!(u(&run["client"]["total"]["bytes_sent"]), MB);
+        }
+        // The echo test times each round trip; the server sends every byte back.
+        assert_eq!(
+            u(&echo["client"]["total"]["send_latency"]["count"]),
+            MB / size
+        );
+        assert_eq!(u(&echo["server"]["total"]["bytes_sent"]), MB);
+        assert_eq!(u(&bw["server"]["total"]["bytes_sent"]), 0);
+    }
+}
+
+#[test]
+fn plot_of_a_sweep_of_tests_draws_bandwidth_and_round_trip() {
+    let server = Server::start(&[]);
+    let dir = std::env::temp_dir().join(format!("fperf-tests-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("both.svg");
+    let arg = path.to_str().expect("utf-8 path");
+    let args = [
+        "-m",
+        "1",
+        "--sweep",
+        "pktsize=1K..4K",
+        "--tests",
+        "bw,rr",
+        "--plot",
+        arg,
+    ];
+    client_ok(&server, "127.0.0.1", &args);
+    let svg = std::fs::read_to_string(&path).expect("the sweep's picture");
+    assert!(svg.contains("bw, rr by pktsize"), "{svg}");
+    assert!(svg.contains("Gbit/s") && svg.contains("round trip (us)"));
+    // The bandwidth panel: its line, a point per size, and legend stroke; then the
+    // round trip panel's p50, p99 and mean, and their strokes.
+    assert_eq!(svg_line_points(&svg), [3, 2, 3, 3, 3, 2, 2, 2], "{svg}");
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+#[test]
+fn the_sfnt_table_has_its_preamble_and_names_half_and_whole_round_trips() {
+    let server = Server::start(&[]);
+    let args = [
+        "-r",
+        "-m",
+        "1",
+        "--sweep",
+        "pktsize=1024..4096:*2",
+        "--table",
+        "sfnt",
+    ];
+    let out = client_ok(&server, "127.0.0.1", &args);
+    let preamble: Vec<&str> = out.lines().take_while(|l| *l != "#").collect();
+    let keys: Vec<&str> = preamble
+        .iter()
+        .map(|l| l.trim_start_matches("# ").split(':').next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        keys,
+        ["cmdline", "version", "date", "host", "uname", "cpu", "server", "test", "units"],
+        "{out}"
+    );
+    assert!(preamble[0].ends_with(&args.join(" ")), "{out}");
+    assert!(out.contains(&format!("# server: 127.0.0.1:{}\n", server.port)));
+    let mut table = out.lines().skip_while(|l| *l != "#").skip(1);
+    let titles: Vec<&str> = table.next().expect("titles").split('\t').collect();
+    let mut expected = vec!["#".to_string(), "size".to_string()];
+    for half in ["half", "rtt"] {
+        for f in [
+            "mean", "min", "median", "max", "p90", "p99", "p99.9", "stddev",
+        ] {
+            expected.push(format!("{half}_{f}"));
+        }
+    }
+    expected.push("iter".to_string());
+    assert_eq!(titles, expected);
+    let rows: Vec<Vec<f64>> = table
+        .map(|l| {
+            assert!(
+                l.starts_with('\t'),
+                "rows start with a tab, as sfnt-pingpong's"
+            );
+            l[1..]
+                .split('\t')
+                .map(|c| c.parse().expect("a number"))
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    for (row, size) in rows.iter().zip([1024u64, 2048, 4096]) {
+        assert_eq!(row.len(), titles.len() - 1, "{out}");
+        assert_eq!(row[0] as u64, size);
+        // Each half figure is its whole round trip's half, rounded to the nanosecond.
+        for i in 1..=8 {
+            let (half, whole) = (row[i], row[i + 8]);
+            assert!(
+                (half - whole / 2.0).abs() <= 1.0,
+                "{} at {size}: {out}",
+                titles[i + 1]
+            );
+        }
+        let (mean, min, median, max, p90, p99, p999) =
+            (row[9], row[10], row[11], row[12], row[13], row[14], row[15]);
+        assert!(min > 0.0 && min <= median && median <= p90 && p90 <= p99);
+        assert!(
+            p99 <= p999 && p999 <= max && min <= mean && mean <= max,
+            "{out}"
+        );
+        // Every round trip of the megabyte was timed.
+        assert_eq!(row[17] as u64, MB / size, "iter at {size}");
+    }
+    for n in 1..=3 {
+        assert!(server.report(n).contains("mprtt"));
+    }
+    assert_eq!(server.stderr(), "", "the server logged a client error");
+}
+
 #[test]
 fn conf_prints_both_ends_side_by_side() {
     let server = Server::start(&[]);
@@ -651,6 +855,8 @@ fn help_lists_the_measurement_flags() {
         "--csv <FILE>",
         "--conf",
         "--sweep <SPEC>",
+        "--tests <LIST>",
+        "--table <LAYOUT>",
         "--plot <FILE>",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
@@ -670,6 +876,22 @@ fn measurement_flags_are_checked() {
         Duration::from_secs(10),
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("empty"));
+    // A test that cannot run at some value is refused before the table begins.
+    let out = run(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-u",
+            "--sweep",
+            "pktsize=1K",
+            "--tests",
+            "bw,echo",
+        ],
+        Duration::from_secs(10),
+    );
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pktsize=1024 echo"));
     let out = run(&["-s", "-i", "1"], Duration::from_secs(10));
     assert!(!out.status.success());
     let out = run(

@@ -7,6 +7,7 @@
 //! - [`json_stream::JsonStream`]: one JSON object per event and line (`--json-stream`);
 //! - [`csv::Csv`]: a row per stream and interval (`--csv`);
 //! - [`plot::Plot`]: the latency distribution as an SVG picture (`--plot`);
+//! - [`sfnt::Sfnt`]: a ping-pong sweep in sfnt-pingpong's table (`--table sfnt`);
 //! - [`progress::Progress`]: a one-line indicator on a terminal while the run goes on;
 //! - [`openmetrics::OpenMetrics`]: the figures as Prometheus metrics (`fperf exporter`).
 //!
@@ -20,6 +21,7 @@ pub mod json_stream;
 pub mod openmetrics;
 pub mod plot;
 pub mod progress;
+pub mod sfnt;
 pub mod text;
 
 use crate::client::{ClientOutcome, RunObserver, StreamInfo};
@@ -108,8 +110,8 @@ impl Sinks {
         self.close()
     }
 
-    /// Closes every sink without an end event (a sweep's runs report in rows).
-    pub fn close(mut self) -> Result<()> {
+    /// Closes every sink.
+    fn close(mut self) -> Result<()> {
         feed(
             &mut self.sinks,
             &mut self.failed,
