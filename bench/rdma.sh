@@ -6,7 +6,11 @@
 # top to bottom in odd rounds and bottom to top in even ones. Prints a table of medians
 # over the rounds and fperf/peer ratios with their per-round range.
 #
-#   bench/rdma.sh [--rounds N] [--time SECS] [--lat-iters N] [--only W1,W2] [--fperf PATH]
+#   bench/rdma.sh [--rounds N] [--time SECS] [--lat-iters N] [--only W1,W2] [--no-pin]
+#                 [--fperf PATH]
+#
+# Every tool's client runs on the VM's vCPU 0 and its server on vCPU 1 (fperf --cpu 0
+# --server-cpu 1, the peers under taskset); --no-pin leaves placement to the scheduler.
 #
 # Workloads: send_64k send_1m write_64k write_1m (bandwidth), send_lat_2 send_lat_64
 # write_lat_2 write_lat_64 (round trips). Needs what run.sh needs (QEMU, a Debian kernel
@@ -19,6 +23,7 @@ secs=2
 lat_iters=5000
 only=""
 fperf=target/release/fperf
+pin=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
@@ -26,8 +31,9 @@ while [ $# -gt 0 ]; do
     --lat-iters) lat_iters="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
     --fperf) fperf="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-    *) echo "usage: bench/rdma.sh [--rounds N] [--time SECS] [--lat-iters N] [--only W1,W2] [--fperf PATH]" >&2; exit 2 ;;
+    --no-pin) pin=0; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "usage: bench/rdma.sh [--rounds N] [--time SECS] [--lat-iters N] [--only W1,W2] [--no-pin] [--fperf PATH]" >&2; exit 2 ;;
   esac
 done
 case "$rounds$secs$lat_iters" in *[!0-9]*) echo "bench/rdma.sh: --rounds, --time and --lat-iters take whole numbers" >&2; exit 2 ;; esac
@@ -62,7 +68,6 @@ send_$s|ib_send_bw|ib_send_bw -s $b -D $t
 send_$s|fperf cm|-R --rdma-api cm -l $b --time $t
 send_$s|ib_send_bw -R|ib_send_bw -R -s $b -D $t
 send_$s|fperf rsocket|-R --rdma-api rsocket -l $b --time $t
-send_$s|fperf ofi|-R --rdma-api ofi --ofi-provider verbs -l $b --time $t
 write_$s|fperf --rdma-write|-R --rdma-write -l $b --time $t
 write_$s|ib_write_bw|ib_write_bw -s $b -D $t
 EOF
@@ -111,23 +116,23 @@ run_row() {
       srv=$!
       wait_port $port
       # shellcheck disable=SC2086
-      timeout 60 fperf -c "$VM_IP" -p $port --json $how >/tmp/client.out 2>&1
+      timeout 60 fperf -c "$VM_IP" -p $port --json $fperf_pin $how >/tmp/client.out 2>&1
       ;;
     fi_pingpong*)
       # shellcheck disable=SC2086
-      timeout 60 $how -B $port >/tmp/server.out 2>&1 &
+      timeout 60 $server_pin $how -B $port >/tmp/server.out 2>&1 &
       srv=$!
       wait_port $port
       # shellcheck disable=SC2086
-      timeout 60 $how -P $port "$VM_IP" >/tmp/client.out 2>&1
+      timeout 60 $client_pin $how -P $port "$VM_IP" >/tmp/client.out 2>&1
       ;;
     *)
       # shellcheck disable=SC2086
-      timeout 60 $how -d rxe0 -F -p $port --report_gbits >/tmp/server.out 2>&1 &
+      timeout 60 $server_pin $how -d rxe0 -F -p $port --report_gbits >/tmp/server.out 2>&1 &
       srv=$!
       case "$how" in *" -R "*) sleep 1 ;; *) wait_port $port ;; esac
       # shellcheck disable=SC2086
-      timeout 60 $how -d rxe0 -F -p $port --report_gbits "$VM_IP" >/tmp/client.out 2>&1
+      timeout 60 $client_pin $how -d rxe0 -F -p $port --report_gbits "$VM_IP" >/tmp/client.out 2>&1
       ;;
   esac
   rc=$?
@@ -140,6 +145,11 @@ run_row() {
 }
 EOF
   echo "rounds=$rounds"
+  if [ "$pin" = 1 ]; then
+    echo "fperf_pin='--cpu 0 --server-cpu 1' client_pin='taskset -c 0' server_pin='taskset -c 1'"
+  else
+    echo "fperf_pin='' client_pin='' server_pin=''"
+  fi
   echo "cat >/tmp/rows <<'ROWS'"
   echo "$rowlist"
   echo "ROWS"
@@ -159,8 +169,8 @@ echo "@@ end uptime $(cut -d' ' -f1 /proc/uptime)"
 EOF
 } >"$script"
 
-# About 5 s a run under software emulation, plus the boot.
-limit=$((60 + rounds * nrows * (secs + 4)))
+# About 5 s a run under software emulation on a shared host, plus the boot.
+limit=$((60 + rounds * nrows * (secs + 6)))
 adds=()
 for p in "${peers[@]}"; do adds+=(--add "$(command -v "$p")"); done
 echo "bench/rdma.sh: $rounds rounds x $nrows runs, ${secs} s each (VM time-out ${limit} s); raw output: $raw" >&2
@@ -173,6 +183,7 @@ echo "bench/rdma.sh: the VM ran for $((SECONDS - started)) s, status $status" >&
 {
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet -- src 2>/dev/null || echo ' (src modified)')"
   echo "host: $(nproc) CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1), kernel $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "rounds: $rounds, $secs s per bandwidth run, fperf latency runs $secs s, perftest latency runs $lat_iters iterations"
+  echo "rounds: $rounds, $secs s per bandwidth run, fperf latency runs $secs s, perftest latency runs $lat_iters iterations, fi_pingpong $((lat_iters / 5))"
+  if [ "$pin" = 1 ]; then echo "placement: every client on vCPU 0, every server on vCPU 1"; else echo "placement: the VM's scheduler (--no-pin)"; fi
 } >>"$raw"
 python3 bench/rdma_table.py "$raw"

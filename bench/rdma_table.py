@@ -3,6 +3,7 @@
 lines) and prints the table: medians over the rounds, fperf/peer ratios of the medians
 and their lowest-highest ratio within one round."""
 import json
+import math
 import re
 import statistics
 import sys
@@ -88,12 +89,12 @@ def main(path):
             fig = parse_pingpong(body)
         else:
             fig = parse_perftest(body)
-        if rc != 0 or fig is None:
+        if rc != 0 or fig is None or not all(map(math.isfinite, fig.values())):
             failed.setdefault(key, []).append((rnd, rc, body.strip().splitlines()[-3:]))
             continue
         runs[key][rnd] = fig
     for line in text.splitlines():
-        if line.startswith(("commit:", "host:", "rounds:", "@@ round", "@@ end")):
+        if line.startswith(("commit:", "host:", "rounds:", "placement:", "@@ round", "@@ end")):
             print(line.replace("@@ ", ""))
 
     def med(key, what):
