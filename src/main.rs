@@ -167,13 +167,16 @@ fn run(config: Config) -> Result<ExitCode> {
 /// Runs a mesh, with its progress on stderr, then writes what it measured.
 fn run_mesh(run: &cli::MeshRun, abort: &AtomicBool) -> Result<ExitCode> {
     let hosts = &run.config.hosts;
-    let report = fperf::mesh::run(&run.config, abort, &mut |event| match event {
+    let report = fperf::mesh::run(&run.config, abort, &mut |event| {
+        match event {
         MeshEvent::Round {
             index,
             rounds,
             pairs,
+            done,
+            total,
         } => eprintln!(
-            "fperf mesh: round {index} of {rounds}: {pairs} {} at once",
+            "fperf mesh: round {index} of {rounds}: {pairs} {} at once ({done} of {total} pairs done)",
             if pairs == 1 { "test" } else { "tests" }
         ),
         MeshEvent::Pair {
@@ -191,6 +194,7 @@ fn run_mesh(run: &cli::MeshRun, abort: &AtomicBool) -> Result<ExitCode> {
                 eprintln!("fperf mesh: {done} of {total} pairs done");
             }
         }
+    }
     });
     if let Some(path) = &run.csv {
         std::fs::write(path, report.csv())

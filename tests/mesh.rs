@@ -86,7 +86,10 @@ fn every_pair_of_three_servers_is_measured_by_its_sender_and_reported_in_a_matri
     assert_eq!(doc["hosts"], serde_json::json!(hosts));
     // Three hosts: three rounds of one pair each way, every ordered pair once.
     assert_eq!(doc["rounds"], 6);
-    assert!(stderr.contains("round 6 of 6"), "{stderr}");
+    assert!(
+        stderr.contains("round 6 of 6: 1 test at once (5 of 6 pairs done)"),
+        "{stderr}"
+    );
     let pairs = doc["pairs"].as_array().expect("pairs");
     assert_eq!(pairs.len(), 6);
     for (from, row) in doc["matrix"].as_array().expect("matrix").iter().enumerate() {

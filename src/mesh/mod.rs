@@ -80,11 +80,14 @@ pub struct PairResult {
 
 /// What a mesh tells its caller while it runs.
 pub enum MeshEvent<'a> {
-    /// Round `index` (from 1) of `rounds` starts, with `pairs` tests at once.
+    /// Round `index` (from 1) of `rounds` starts, with `pairs` tests at once; `done` of
+    /// `total` pairs are done.
     Round {
         index: usize,
         rounds: usize,
         pairs: usize,
+        done: usize,
+        total: usize,
     },
     /// A pair's test ended; `done` of `total` pairs have.
     Pair {
@@ -114,6 +117,8 @@ pub fn run(
             index: index + 1,
             rounds: rounds.len(),
             pairs: round.len(),
+            done: results.len(),
+            total,
         });
         let ended: Vec<PairResult> = std::thread::scope(|scope| {
             let tests: Vec<_> = round
