@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{port_block, run, Server};
+use common::{port_block, refused, run, Server};
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -262,12 +262,6 @@ fn ring_incast_and_one_to_all_measure_their_pairs_only() {
 #[test]
 fn the_coordinator_and_the_server_refuse_what_cannot_work_before_any_test() {
     let key = KeyFile::new("flags", "the mesh's secret");
-    let refused = |args: &[&str], why: &str| {
-        let out = run(args, Duration::from_secs(10));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(why), "{args:?}: {err}");
-    };
     refused(
         &["mesh", "--auth-key", key.path(), "h1"],
         "at least two servers",

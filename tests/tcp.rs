@@ -347,12 +347,6 @@ fn transactions_end_a_request_response_run_after_that_many_round_trips_per_strea
         );
         assert_eq!(doc["settings"]["transactions"], 2500, "{args:?}");
     }
-    let refused = |args: &[&str], why: &str| {
-        let out = run(args, Duration::from_secs(10));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(why), "{args:?}: {err}");
-    };
     refused(
         &["-c", "h", "--transactions", "10"],
         "use it with -r, --echo or --crr",

@@ -141,6 +141,23 @@ impl Cursor<'_> {
         }
     }
 
+    /// One end's figures, with a few intervals if `intervals`.
+    fn side(&mut self, role: Role, intervals: bool) -> Box<SideResult> {
+        Box::new(SideResult {
+            role,
+            total: self.figures(),
+            reverse_total: None,
+            streams: Vec::new(),
+            system: None,
+            cpu: None,
+            intervals: if intervals {
+                (0..self.u8() % 3).map(|_| self.interval()).collect()
+            } else {
+                Vec::new()
+            },
+        })
+    }
+
     fn message(&mut self) -> Message {
         match self.u8() % 19 {
             0 => Message::Hello {
@@ -163,15 +180,7 @@ impl Cursor<'_> {
             },
             4 => Message::Ready,
             5 => Message::Results {
-                result: Box::new(SideResult {
-                    role: Role::Server,
-                    total: self.figures(),
-                    reverse_total: None,
-                    streams: Vec::new(),
-                    system: None,
-                    cpu: None,
-                    intervals: (0..self.u8() % 3).map(|_| self.interval()).collect(),
-                }),
+                result: self.side(Role::Server, true),
             },
             6 => Message::Error {
                 message: self.text(),
@@ -194,39 +203,15 @@ impl Cursor<'_> {
             },
             13 => Message::AuthConfirm { mac: self.hex() },
             14 => Message::ClientResults {
-                result: Box::new(SideResult {
-                    role: Role::Client,
-                    total: self.figures(),
-                    reverse_total: None,
-                    streams: Vec::new(),
-                    system: None,
-                    cpu: None,
-                    intervals: Vec::new(),
-                }),
+                result: self.side(Role::Client, false),
             },
             15 => Message::MeshTest {
                 peer: self.text(),
                 settings: self.settings(),
             },
             16 => Message::MeshResult {
-                client: Box::new(SideResult {
-                    role: Role::Client,
-                    total: self.figures(),
-                    reverse_total: None,
-                    streams: Vec::new(),
-                    system: None,
-                    cpu: None,
-                    intervals: Vec::new(),
-                }),
-                server: Box::new(SideResult {
-                    role: Role::Server,
-                    total: self.figures(),
-                    reverse_total: None,
-                    streams: Vec::new(),
-                    system: None,
-                    cpu: None,
-                    intervals: Vec::new(),
-                }),
+                client: self.side(Role::Client, false),
+                server: self.side(Role::Server, false),
             },
             // The rest as raw bytes a peer could send, decoded as the reader would.
             _ => {

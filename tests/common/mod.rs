@@ -488,3 +488,11 @@ pub fn nft_in(namespace: &str, rules: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Runs `fperf ARGS`; asserts it was refused as a flag error (exit 2) saying `why`.
+pub fn refused(args: &[&str], why: &str) {
+    let out = run(args, Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains(why), "{args:?}: {err}");
+}
