@@ -17,25 +17,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-say() { echo "k8s check: $*"; }
-passed=0
-failed=0
-skipped=0
-pass() {
-  say "passed: $1"
-  [ -z "${2:-}" ] || printf '%s\n' "$2" | sed 's/^/    /'
-  passed=$((passed + 1))
-}
-fail() {
-  say "FAILED: $1"
-  [ -z "${2:-}" ] || printf '%s\n' "$2" | tail -n 40 | sed 's/^/    /'
-  failed=$((failed + 1))
-}
-skip() { say "skipped: $1 ($2)"; skipped=$((skipped + 1)); }
-finish() {
-  say "$passed passed, $skipped skipped, $failed failed"
-  [ "$failed" -eq 0 ]
-}
+check_name=k8s
+# shellcheck source=scripts/check-tally.sh
+. scripts/check-tally.sh
 
 what_schema="the manifests validate against the Kubernetes API schemas (kubernetes-validate --strict)"
 what_broken="broken manifests fail that validation (unknown field, wrong type, missing field, unknown kind)"

@@ -20,21 +20,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
 
-say() { echo "slurm check: $*"; }
-passed=0
-failed=0
-skipped=0
-pass() { say "passed: $1"; passed=$((passed + 1)); }
-fail() {
-  say "FAILED: $1"
-  [ -z "${2:-}" ] || printf '%s\n' "$2" | tail -n 40 | sed 's/^/    /'
-  failed=$((failed + 1))
-}
-skip() { say "skipped: $1 ($2)"; skipped=$((skipped + 1)); }
-finish() {
-  say "$passed passed, $skipped skipped, $failed failed"
-  [ "$failed" -eq 0 ]
-}
+check_name=slurm
+# shellcheck source=scripts/check-tally.sh
+. scripts/check-tally.sh
 what_plumbing="the batch script's servers, ports, key and results under Slurm (a stand-in fperf)"
 what_mesh="the batch script's mesh under Slurm, end to end (3 servers on one node)"
 skip_all() {
