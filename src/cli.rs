@@ -126,6 +126,27 @@ pub struct Cli {
     )]
     nsockets: u32,
 
+    /// TCP connections (flows) to multiplex over --threads threads, as neper's -F.
+    ///
+    /// Each thread drives its share of the flows from one epoll set, on both ends,
+    /// instead of a thread per stream. Bulk spreads each thread's packets over its
+    /// flows; with -r or --echo every flow keeps a request of its own in flight, so a
+    /// thread runs as many round trips at once as it has flows. Must be a multiple of
+    /// --threads; -m and --transactions count per thread. Up to 10000.
+    #[arg(help_heading = "Test", hide_short_help = true, long, value_name = "N",
+          conflicts_with_all = ["nstreams", "nsockets"])]
+    flows: Option<u32>,
+
+    /// With --flows: threads on each end that drive the flows (default 1), as neper's -T.
+    #[arg(
+        help_heading = "Test",
+        hide_short_help = true,
+        long,
+        value_name = "N",
+        requires = "flows"
+    )]
+    threads: Option<u32>,
+
     /// Use UDP (default TCP).
     #[arg(help_heading = "Test", short = 'u', long, conflicts_with = "rdma")]
     udp: bool,
@@ -1059,8 +1080,25 @@ impl Cli {
         } else {
             self.nsockets
         };
+        // --flows F --threads T: T streams of F/T sockets, each socket a flow.
+        let (nstreams, nsockets) = match self.flows {
+            Some(flows) => {
+                let threads = self.threads.unwrap_or(1);
+                if !(1..=MAX_NSTREAMS).contains(&threads) {
+                    bail!("--threads must be between 1 and {MAX_NSTREAMS}, not {threads}");
+                }
+                if flows < threads || flows % threads != 0 {
+                    bail!(
+                        "--flows must be a multiple of --threads (each thread drives as many \
+                         flows), not {flows} over {threads}"
+                    );
+                }
+                (threads, flows / threads)
+            }
+            None => (self.nstreams, nsockets),
+        };
         let workload = self.workload_opts.workload()?;
-        if workload == Workload::Bidir && self.nstreams > MAX_NSTREAMS / 2 {
+        if workload == Workload::Bidir && nstreams > MAX_NSTREAMS / 2 {
             bail!(
                 "--bidir opens -t streams each way: -t must be at most {}",
                 MAX_NSTREAMS / 2
@@ -1072,9 +1110,9 @@ impl Cli {
         let s = Settings {
             // With --bidir, -t counts the streams each way.
             nstreams: if workload == Workload::Bidir {
-                self.nstreams.saturating_mul(2)
+                nstreams.saturating_mul(2)
             } else {
-                self.nstreams
+                nstreams
             },
             nsockets,
             mb: self.mb,
@@ -1088,6 +1126,7 @@ impl Cli {
             rate_bps: self.bitrate,
             client_cpus: self.cpu.clone(),
             server_cpus: self.server_cpu.clone(),
+            flows: self.flows.is_some(),
             transport: self.transport_settings(protocol)?,
         };
         s.validate()?;

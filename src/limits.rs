@@ -23,6 +23,32 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
+/// Raises this process's soft limit on open files to its hard limit: a run of many
+/// flows holds a descriptor per connection on each end, more than the soft limit of
+/// 1024 many systems start with. Returns the limit now in force.
+pub fn raise_open_files_limit() -> std::io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit the call fills in.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            ..limit
+        };
+        // SAFETY: `raised` is a valid rlimit; the kernel copies it.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        limit = raised;
+    }
+    Ok(limit.rlim_cur)
+}
+
 /// Default for [`Limits::max_sockets`]: every data socket costs the server a descriptor
 /// and a thread.
 pub const DEFAULT_MAX_SOCKETS: u32 = 1024;
@@ -411,6 +437,21 @@ pub fn set_user_timeout(sock: &std::net::TcpStream, timeout: Duration) -> std::i
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_open_files_limit_is_raised_to_the_hard_limit() {
+        let now = raise_open_files_limit().expect("rlimit");
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `limit` is a valid rlimit the call fills in.
+        assert_eq!(
+            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+            0
+        );
+        assert_eq!((limit.rlim_cur, limit.rlim_max), (now, now));
+    }
     use crate::workload::Workload;
 
     #[test]

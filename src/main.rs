@@ -94,6 +94,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Best effort: where it cannot be raised, a run of more flows than the limit allows
+    // fails with the kernel's "too many open files", naming the cause.
+    let _ = fperf::limits::raise_open_files_limit();
     let code = match run(config) {
         Ok(code) => code,
         Err(e) => {

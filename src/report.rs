@@ -105,9 +105,11 @@ pub fn client_header(
     let proto = settings.protocol().name();
     let own = settings.transport.labels();
     let tail = format!(
-        "pkt_size={}B {} nsockets={}{}{}{}{}{}{}{}",
+        "pkt_size={}B {} {}={}{}{}{}{}{}{}{}",
         settings.pktsize,
         settings.mode_label(),
+        // With --flows each stream is a thread, and its sockets its flows.
+        if settings.flows { "flows" } else { "nsockets" },
         settings.nsockets,
         own.engine,
         congestion_label(congestion),

@@ -136,6 +136,7 @@ impl Cursor<'_> {
             interval_ms: (self.u8() % 2 == 0).then(|| self.edgy()),
             time_ms: (self.u8() % 2 == 0).then(|| self.edgy()),
             server_cpus: vec![0; usize::from(self.u8())],
+            flows: self.u8() % 4 == 0,
             transport,
             ..Settings::default()
         }

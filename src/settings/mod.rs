@@ -29,6 +29,8 @@ pub const DEFAULT_MB: u64 = 10240;
 pub const MAX_NSOCKETS: u32 = 100;
 /// Most data streams one run may open.
 pub const MAX_NSTREAMS: u32 = 256;
+/// Most connections one run may multiplex over its threads (`--flows`).
+pub const MAX_FLOWS: u32 = 10_000;
 /// Largest bytes-per-send accepted (a buffer of this size is allocated per socket).
 pub const MAX_PKTSIZE: u32 = 64 << 20;
 /// Largest run size accepted: 2^40 MB would overflow byte counters' headroom.
@@ -105,6 +107,11 @@ pub struct Settings {
     /// CPUs the server's data threads are pinned to (`--server-cpu`), as above.
     #[serde(default)]
     pub server_cpus: Vec<u32>,
+    /// `--flows`: each of a stream's `nsockets` sockets is a flow of its own (a
+    /// connection with its own requests), all driven by the stream's one thread from
+    /// one epoll set, on both ends; `nstreams` is then the number of threads.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flows: bool,
     /// The protocol, and the options only it has.
     #[serde(flatten)]
     pub transport: TransportSettings,
@@ -126,6 +133,7 @@ impl Default for Settings {
             rate_bps: None,
             client_cpus: Vec::new(),
             server_cpus: Vec::new(),
+            flows: false,
             transport: TransportSettings::Tcp(TcpSettings::default()),
         }
     }
@@ -167,6 +175,16 @@ pub enum SettingsError {
          packet buffers are allowed"
     )]
     Footprint(u64),
+    #[error("--flows must be between --threads and {MAX_FLOWS}, not {0}")]
+    Flows(u64),
+    #[error("--flows multiplexes TCP connections; it cannot be used with {0} in this build")]
+    FlowsProtocol(&'static str),
+    #[error("--flows runs bulk, -r and --echo; it cannot be used with {0}")]
+    FlowsWorkload(&'static str),
+    #[error(
+        "--flows drives its connections from one thread each, unpaced: it cannot be used with {0}"
+    )]
+    FlowsConflict(&'static str),
     #[error("CPU numbers must be below {max}, not {0}", max = crate::stream::affinity::MAX_CPUS)]
     Cpu(u32),
     #[error("--cpu and --server-cpu name at most {MAX_NSTREAMS} CPUs (one per stream), not {0}")]
@@ -197,6 +215,7 @@ impl Settings {
             mprtt: self.workload.mprtt(),
             paced: self.rate_bps.is_some(),
             lock_free: self.queue == QueueKind::LockFree,
+            flows: self.flows,
         }
     }
 
@@ -211,12 +230,40 @@ impl Settings {
         !self.workload.mprtt() && self.rate_bps.is_none()
     }
 
+    /// `--flows`: how many, and what they can run with.
+    fn check_flows(&self) -> Result<(), SettingsError> {
+        let flows = u64::from(self.nstreams) * u64::from(self.nsockets);
+        if self.nsockets == 0 || flows > u64::from(MAX_FLOWS) {
+            return Err(SettingsError::Flows(flows));
+        }
+        if self.protocol() != Protocol::Tcp {
+            return Err(SettingsError::FlowsProtocol(self.protocol().name()));
+        }
+        if !matches!(self.workload, Workload::Bulk | Workload::RoundTrip(_)) {
+            return Err(SettingsError::FlowsWorkload(
+                self.workload.behaviour().flag(),
+            ));
+        }
+        if let Some((_, flag)) = [
+            (self.rate_bps.is_some(), "-b"),
+            (self.queue == QueueKind::LockFree, "-q 0"),
+        ]
+        .into_iter()
+        .find(|(given, _)| *given)
+        {
+            return Err(SettingsError::FlowsConflict(flag));
+        }
+        Ok(())
+    }
+
     /// Checks every field; the first problem found is returned.
     pub fn validate(&self) -> Result<(), SettingsError> {
         if !(1..=MAX_NSTREAMS).contains(&self.nstreams) {
             return Err(SettingsError::NStreams(self.nstreams));
         }
-        if !(1..=MAX_NSOCKETS).contains(&self.nsockets) {
+        if self.flows {
+            self.check_flows()?;
+        } else if !(1..=MAX_NSOCKETS).contains(&self.nsockets) {
             return Err(SettingsError::NSockets(self.nsockets));
         }
         if !(1..=MAX_PKTSIZE).contains(&self.pktsize) {
@@ -397,12 +444,13 @@ impl Settings {
     /// Whether the tool drives its streams with `send_submit()` (asynchronous) rather than
     /// `send()`: the original design uses `send()` only for one socket with the mutex queue.
     pub fn asynchronous(&self) -> bool {
-        self.nsockets > 1 || self.queue == QueueKind::LockFree
+        self.shape().asynchronous()
     }
 
     /// The sending mode as the report header names it.
     pub fn mode_label(&self) -> &'static str {
         match (self.asynchronous(), self.queue) {
+            (false, _) if self.flows => "flows(epoll)",
             (false, _) => "sync(no-queue)",
             (true, QueueKind::Mutex) => "async(mutex-queue)",
             (true, QueueKind::LockFree) => "async(lockfree-queue)",

@@ -16,12 +16,15 @@ pub struct RunShape {
     pub paced: bool,
     /// The lock-free queue feeds the sender thread (`-q 0`).
     pub lock_free: bool,
+    /// Each socket is a flow driven by the stream's one thread (`--flows`).
+    pub flows: bool,
 }
 
 impl RunShape {
-    /// Whether sender threads send, one packet per call (`-n` above 1 or `-q 0`).
+    /// Whether sender threads send, one packet per call (`-n` above 1 or `-q 0`; never
+    /// with `--flows`, whose thread drives every socket itself).
     pub fn asynchronous(&self) -> bool {
-        self.nsockets > 1 || self.lock_free
+        (self.nsockets > 1 && !self.flows) || self.lock_free
     }
 
     /// An unpaced test with two of the receiving host's `cores` per stream: one to

@@ -25,6 +25,7 @@ pub mod buffer;
 pub mod crr;
 pub mod endpoint;
 pub(crate) mod epoll;
+pub(crate) mod flows;
 pub mod ofi;
 pub mod ring;
 pub mod rsocket_sys;
@@ -201,6 +202,9 @@ pub struct StreamOptions {
     /// TCP and UDP: sockets never block; each thread waits for them in an epoll
     /// instance of its own (see [`epoll`]) instead of in the call or in `poll()`.
     pub epoll: bool,
+    /// `--flows`: the sending side drives each socket as a flow of its own (see
+    /// [`flows`]); sockets never block (as with `epoll`).
+    pub flows: bool,
     /// The TCP STREAM's own options; other STREAMs leave them at their defaults.
     pub tcp: TcpOptions,
 }
@@ -219,6 +223,7 @@ impl Default for StreamOptions {
             window: None,
             tos: None,
             epoll: false,
+            flows: false,
             tcp: TcpOptions::default(),
         }
     }

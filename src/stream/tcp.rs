@@ -30,6 +30,7 @@
 //! no kernel time-outs, so they always run in non-blocking mode.
 
 use super::epoll::Epoll;
+use super::flows::{FlowSocket, Flows};
 use super::sender::{LazySenders, PacketSink, Senders};
 use super::socket_calls::DataSocket;
 use super::sys::{receive_window_short_of, set_tos, set_window, tcp_info, tcp_quickack};
@@ -43,7 +44,7 @@ use socket2::SockRef;
 use std::cell::RefCell;
 use std::io;
 use std::net::{self, IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -364,6 +365,27 @@ fn wait_ready(
     Ok(())
 }
 
+impl FlowSocket for Socket {
+    fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    fn send_nowait(&self, buf: &[u8]) -> io::Result<Option<usize>> {
+        loop {
+            return match self.send_raw(buf, None) {
+                Ok(n) => Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => Err(e),
+            };
+        }
+    }
+
+    fn recv_nowait(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.read_nowait(buf)
+    }
+}
+
 impl Socket {
     /// Sends one packet (and with MPRTT reads its reply), accounting for it in `stats`;
     /// returns the clock read that ended its latency.
@@ -428,6 +450,8 @@ pub struct TcpStream {
     pollfds: Vec<libc::pollfd>,
     /// `--epoll`: where the receiving path waits for several sockets (else `poll()`).
     epoll: Option<Epoll>,
+    /// `--flows`: the sending side's flows, one per socket.
+    flows: Option<Flows>,
     /// What the kernel reports of the settings in force, read once they are all set.
     in_force: InForce,
 }
@@ -581,8 +605,13 @@ impl TcpStream {
             Vec::new()
         };
         let in_force = InForce::read(&sockets[0].sock);
+        let flows = opts.flows.then(|| {
+            let fds: Vec<RawFd> = sockets.iter().map(FlowSocket::fd).collect();
+            Flows::new(&fds, if opts.echo { opts.pktsize } else { 1 })
+        });
         Ok(TcpStream {
             in_force,
+            flows,
             sockets,
             epoll: opts.epoll.then(Epoll::new),
             opts,
@@ -827,6 +856,17 @@ impl Stream for TcpStream {
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
         self.opts.check_abort()?;
+        if let Some(flows) = &mut self.flows {
+            self.last_send_end = Some(send_on_flows(
+                flows,
+                &self.sockets,
+                buf,
+                timeout.deadline(),
+                &self.opts,
+                &mut self.stats,
+            )?);
+            return Ok(buf.len());
+        }
         let end = self.sockets[0].send_timed(buf, timeout.deadline(), &mut self.stats)?;
         self.last_send_end = Some(end);
         Ok(buf.len())
@@ -894,6 +934,10 @@ impl Stream for TcpStream {
     }
 
     fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
+        if let Some(flows) = &mut self.flows {
+            let abort = &*self.opts.abort;
+            flows.drain(&self.sockets, timeout.deadline(), abort, &mut self.stats)?;
+        }
         let result = self.senders.finish(timeout, &mut self.stats);
         for s in &self.sockets {
             // The peer may already have closed; end of stream is what we want anyway.
@@ -920,6 +964,28 @@ impl Stream for TcpStream {
                 .and_then(|s| SocketBuffers::of(&*s.sock)),
         }
     }
+}
+
+/// `--flows`: one packet handed to the flows (bulk), or one request sent on a free
+/// flow (request/response); returns when it was.
+fn send_on_flows(
+    flows: &mut Flows,
+    sockets: &[Socket],
+    buf: &[u8],
+    deadline: Deadline,
+    opts: &StreamOptions,
+    stats: &mut StreamStats,
+) -> io::Result<Instant> {
+    let abort = &*opts.abort;
+    if !opts.mprtt {
+        let start = Instant::now();
+        flows.send_bulk(sockets, buf, deadline, abort)?;
+        stats.bytes_sent += buf.len() as u64;
+        return Ok(stats.send_latency.record_since(start));
+    }
+    let reply = if opts.echo { buf.len() } else { 1 };
+    flows.send_request(sockets, buf, reply, deadline, abort, stats)?;
+    Ok(Instant::now())
 }
 
 impl TcpStream {

@@ -131,7 +131,10 @@ pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOpti
         cpu: None,
         window: sockets.window.map(|w| w as usize),
         tos: sockets.tos,
-        epoll: sockets.epoll,
+        // The flows' sockets never block, and the receiving end waits for them in one
+        // epoll set.
+        epoll: sockets.epoll || settings.flows,
+        flows: settings.flows,
         ..StreamOptions::default()
     }
 }

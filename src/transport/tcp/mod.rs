@@ -21,6 +21,7 @@ use socket2::{Domain, SockRef, Socket, Type};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{self, IpAddr, SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -172,13 +173,15 @@ fn receiver_cores() -> usize {
 }
 
 /// How far above the base port stream `stream`'s data connections go: `stream`, except
-/// stream 0 with a TCP `--window`, which goes to `base + nstreams`. A connection's window
-/// scale is fixed in its handshake, from the listening socket's receive buffer or the
-/// kernel's maximum (`net.ipv4.tcp_rmem`, `net.core.rmem_max`) if larger; the control
-/// port's listener has the kernel's, which caps a window at 8 MiB with the default 6 MiB
-/// maximum. So that stream gets a listener of its own, sized before it listens.
+/// stream 0 with a TCP `--window` or `--flows`, which goes to `base + nstreams`. A
+/// connection's window scale is fixed in its handshake, from the listening socket's
+/// receive buffer or the kernel's maximum (`net.ipv4.tcp_rmem`, `net.core.rmem_max`) if
+/// larger; the control port's listener has the kernel's, which caps a window at 8 MiB
+/// with the default 6 MiB maximum. So that stream gets a listener of its own, sized
+/// before it listens. Flows arrive by the hundred: on a port of their own they neither
+/// crowd the control port nor count against its other clients' connections.
 pub fn data_port_offset(settings: &Settings, stream: u32) -> u32 {
-    if stream == 0 && settings.tcp_window().is_some() {
+    if stream == 0 && (settings.tcp_window().is_some() || settings.flows) {
         settings.nstreams
     } else {
         stream
@@ -199,7 +202,10 @@ fn bind_data_listener(addr: SocketAddr, settings: &Settings) -> io::Result<TcpLi
         crate::stream::sys::set_tos(&sock, tos)?;
     }
     sock.bind(&addr.into())?;
-    sock.listen(128)?;
+    // Room for every connection of the stream at once (flows come by the hundred), so
+    // none waits out a dropped handshake's retry (the kernel caps it at somaxconn).
+    let backlog = settings.nsockets.clamp(128, 4096) as i32;
+    sock.listen(backlog)?;
     Ok(sock.into())
 }
 
@@ -208,6 +214,7 @@ fn bind_data_listener(addr: SocketAddr, settings: &Settings) -> io::Result<TcpLi
 /// connections of this session from each to `ctx.routed_tx`, until the set-up time-out.
 pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<JoinHandle<()>>> {
     let ip = ctx.local.ip().to_canonical();
+    let client = ctx.client.ip().to_canonical();
     let mut listeners = Vec::new();
     let own_ports = (0..ctx.settings.nstreams)
         .map(|i| (i, data_port_offset(&ctx.settings, i)))
@@ -241,12 +248,28 @@ pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<
                                 error: format!("data port {}: {error}", addr.port()),
                             });
                         };
-                        let slot = match pending.claim(peer.ip()) {
-                            Ok(slot) => slot,
-                            Err(crowded) => {
-                                refused(format!("refused: {crowded}"));
-                                continue;
+                        // The session's own client may open connections faster than
+                        // they are identified (hundreds of flows): its next one waits
+                        // for a place. Anyone else's is refused at once.
+                        let own = peer.ip().to_canonical() == client;
+                        let slot = loop {
+                            match pending.claim(peer.ip()) {
+                                Ok(slot) => break Some(slot),
+                                Err(_)
+                                    if own
+                                        && Instant::now() < deadline
+                                        && !abort.load(Ordering::Relaxed) =>
+                                {
+                                    std::thread::sleep(Duration::from_millis(1));
+                                }
+                                Err(crowded) => {
+                                    refused(format!("refused: {crowded}"));
+                                    break None;
+                                }
                             }
+                        };
+                        let Some(slot) = slot else {
+                            continue;
                         };
                         let (tx, routed) = (tx.clone(), routed.clone());
                         let identify = move || {
@@ -270,7 +293,10 @@ pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(2));
+                        // Woken by the next connection, or after a slice to look at
+                        // the clock and the abort flag.
+                        let _ =
+                            crate::stream::sys::poll_one(listener.as_raw_fd(), libc::POLLIN, 10);
                     }
                     Err(_) => return,
                 }
@@ -482,7 +508,7 @@ mod tests {
     }
 
     #[test]
-    fn stream_0_has_a_port_of_its_own_only_under_a_tcp_window() {
+    fn stream_0_has_a_port_of_its_own_only_under_a_tcp_window_or_flows() {
         let tcp = Settings {
             nstreams: 3,
             ..Settings::default()
@@ -494,6 +520,11 @@ mod tests {
             ..windowed(1 << 20)
         };
         assert_eq!(offsets(&window), [3, 1, 2]);
+        let flows = Settings {
+            flows: true,
+            ..tcp.clone()
+        };
+        assert_eq!(offsets(&flows), [3, 1, 2]);
         let udp = Settings {
             transport: TransportSettings::default_for(Protocol::Udp),
             ..window

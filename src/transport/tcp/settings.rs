@@ -80,6 +80,8 @@ pub enum TcpSettingsError {
         "--skip-rx-copy is for bulk receiving; with -r the server reads each packet to answer it"
     )]
     SkipRxCopyMprtt,
+    #[error("--flows drives its connections with plain non-blocking calls from one epoll set per thread: it cannot be used {0}")]
+    FlowsConflict(&'static str),
 }
 
 /// What a sample of a TCP byte stream's receive latency covers (see
@@ -141,6 +143,18 @@ impl TcpSettings {
         }
         if self.skip_rx_copy && run.mprtt {
             return Err(TcpSettingsError::SkipRxCopyMprtt);
+        }
+        if run.flows {
+            let conflict = [
+                (self.zerocopy != ZeroCopy::Off, "with --zerocopy"),
+                (self.io_uring, "with --io-uring"),
+                (self.sockets.busy_poll, "with --busy-poll"),
+            ]
+            .into_iter()
+            .find(|(given, _)| *given);
+            if let Some((_, with)) = conflict {
+                return Err(TcpSettingsError::FlowsConflict(with));
+            }
         }
         Ok(())
     }
@@ -233,6 +247,7 @@ mod tests {
         paced: false,
         nsockets: 1,
         lock_free: false,
+        flows: false,
     };
 
     #[test]

@@ -189,6 +189,7 @@ mod tests {
         paced: false,
         nsockets: 1,
         lock_free: false,
+        flows: false,
     };
 
     #[test]

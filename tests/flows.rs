@@ -1,0 +1,166 @@
+//! End-to-end runs of `--flows F --threads T`: F TCP connections multiplexed over T
+//! threads on each end. Every byte and transaction is counted from both ends' `--json`
+//! figures, and a running client is looked at: it holds a socket per flow, and no
+//! thread per flow.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const MB: u64 = 1 << 20;
+
+#[test]
+fn a_thousand_flows_over_two_threads_move_every_byte() {
+    let doc = run_json(&["-m", "8", "--flows", "1000", "--threads", "2"]);
+    assert_eq!(doc["settings"]["flows"], Value::Bool(true));
+    assert_eq!(json_u64(&doc, &["settings", "nstreams"]), 2);
+    assert_eq!(json_u64(&doc, &["settings", "nsockets"]), 500);
+    // -m counts per thread.
+    assert_eq!(json_u64(&doc, &["client", "total", "bytes_sent"]), 16 * MB);
+    assert_eq!(
+        json_u64(&doc, &["server", "total", "bytes_received"]),
+        16 * MB
+    );
+}
+
+#[test]
+fn every_flow_of_a_request_response_run_counts_its_transactions() {
+    // 3000 round trips per thread, 500 flows each: every request answered by 1 byte.
+    let doc = run_json(&[
+        "-r",
+        "-l",
+        "64",
+        "--transactions",
+        "3000",
+        "--flows",
+        "1000",
+        "--threads",
+        "2",
+    ]);
+    let client = &doc["client"]["total"];
+    assert_eq!(json_u64(client, &["send_latency", "count"]), 6000);
+    assert_eq!(json_u64(client, &["bytes_sent"]), 6000 * 64);
+    assert_eq!(json_u64(client, &["bytes_received"]), 6000);
+    assert_eq!(
+        json_u64(&doc, &["server", "total", "bytes_received"]),
+        6000 * 64
+    );
+    assert_eq!(json_u64(&doc, &["server", "total", "bytes_sent"]), 6000);
+}
+
+#[test]
+fn echoing_flows_return_every_byte_and_the_short_last_request() {
+    let doc = run_json(&[
+        "--echo",
+        "-l",
+        "100",
+        "--transactions",
+        "2000",
+        "--flows",
+        "200",
+        "--threads",
+        "2",
+    ]);
+    let client = &doc["client"]["total"];
+    assert_eq!(json_u64(client, &["send_latency", "count"]), 4000);
+    assert_eq!(json_u64(client, &["bytes_sent"]), 4000 * 100);
+    assert_eq!(json_u64(client, &["bytes_received"]), 4000 * 100);
+    assert_eq!(
+        json_u64(&doc, &["server", "total", "bytes_sent"]),
+        4000 * 100
+    );
+    // 1 MB per thread in 1000-byte requests: 1049 round trips each, the last one short.
+    let doc = run_json(&[
+        "--echo",
+        "-m",
+        "1",
+        "-l",
+        "1000",
+        "--flows",
+        "10",
+        "--threads",
+        "2",
+    ]);
+    let client = &doc["client"]["total"];
+    assert_eq!(json_u64(client, &["send_latency", "count"]), 2 * 1049);
+    assert_eq!(json_u64(client, &["bytes_received"]), 2 * MB);
+    assert_eq!(json_u64(&doc, &["server", "total", "bytes_sent"]), 2 * MB);
+}
+
+/// Entries of a directory under /proc/PID.
+fn entries(pid: u32, dir: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/{dir}")).map_or(0, |d| d.count())
+}
+
+#[test]
+fn a_running_client_holds_a_socket_per_flow_and_a_thread_per_flow_thread() {
+    let server = Server::start(&[]);
+    let port = server.port.to_string();
+    let seen = Arc::new(Mutex::new((0, 0)));
+    let look = seen.clone();
+    let out = run_with(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-r",
+            "-l",
+            "64",
+            "--time",
+            "3",
+            "--flows",
+            "600",
+            "--threads",
+            "3",
+        ],
+        Duration::from_secs(60),
+        move |child| {
+            std::thread::sleep(Duration::from_millis(1500));
+            let pid = child.id();
+            *look.lock().unwrap() = (entries(pid, "fd"), entries(pid, "task"));
+        },
+    );
+    assert!(out.status.success(), "{out:?}\n{}", server.stderr());
+    let (fds, threads) = *seen.lock().unwrap();
+    assert!(fds > 600, "{fds} descriptors for 600 flows");
+    // Three flow threads, the control reader and a few of the process's own: far from
+    // one per flow.
+    assert!((4..20).contains(&threads), "{threads} threads");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("flows(epoll) flows=200"), "{text}");
+}
+
+#[test]
+fn flows_refuse_what_they_cannot_run() {
+    let refusals: &[(&[&str], &str)] = &[
+        (
+            &["--flows", "3", "--threads", "2"],
+            "--flows must be a multiple of --threads",
+        ),
+        (&["--flows", "20000"], "--flows must be between"),
+        (
+            &["--flows", "10", "-u"],
+            "--flows multiplexes TCP connections",
+        ),
+        (&["--flows", "10", "--crr"], "cannot be used with --crr"),
+        (
+            &["--flows", "10", "--reverse"],
+            "cannot be used with --reverse",
+        ),
+        (&["--flows", "10", "-b", "1M"], "cannot be used with -b"),
+        (
+            &["--flows", "10", "--zerocopy"],
+            "cannot be used with --zerocopy",
+        ),
+        (&["--flows", "10", "-t", "2"], "cannot be used with"),
+        (&["--threads", "2"], "--flows"),
+    ];
+    for (args, why) in refusals {
+        let mut all = vec!["-c", "127.0.0.1", "-p", "1"];
+        all.extend_from_slice(args);
+        refused(&all, why);
+    }
+}
