@@ -10,6 +10,7 @@ use fperf::client::ClientConfig;
 use fperf::exporter::{Allow, ExporterConfig};
 use fperf::limits::Limits;
 use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
+use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
     Protocol, QueueKind, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PKTSIZE, DEFAULT_PORT,
@@ -297,6 +298,13 @@ pub struct Cli {
     /// row per stream for the whole run) to FILE as CSV.
     #[arg(hide_short_help = true, help_heading = "Output", long, value_name = "FILE", conflicts_with_all = ["server", "sweep"])]
     csv: Option<std::path::PathBuf>,
+
+    /// The latency percentiles both ends report, in the text, --json and --csv:
+    /// comma-separated, each above 0 and at most 100, at most 16 (e.g. 50,99,99.99).
+    /// Default: 50,90,99,99.9.
+    #[arg(hide_short_help = true, help_heading = "Output", long, value_name = "LIST",
+          value_parser = parse_percentiles, conflicts_with_all = ["server", "sweep"])]
+    percentiles: Option<Percentiles>,
 
     /// Draw an SVG picture in FILE: the client's send latency (mprtt with -r) by
     /// percentile, or with --sweep each figure against the swept value.
@@ -1044,6 +1052,11 @@ impl Guard {
     }
 }
 
+/// `--percentiles LIST`, checked (clap names the flag in its message).
+fn parse_percentiles(text: &str) -> Result<Percentiles, PercentilesError> {
+    text.parse()
+}
+
 /// Seconds from the command line as whole milliseconds.
 fn secs_to_ms(flag: &str, secs: Option<f64>) -> Result<Option<u64>> {
     match secs {
@@ -1127,6 +1140,7 @@ impl Cli {
             client_cpus: self.cpu.clone(),
             server_cpus: self.server_cpu.clone(),
             flows: self.flows.is_some(),
+            percentiles: self.percentiles.unwrap_or_default(),
             transport: self.transport_settings(protocol)?,
         };
         s.validate()?;

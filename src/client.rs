@@ -423,7 +423,11 @@ pub(crate) fn client_result(
             if let Some(d) = drain {
                 totals.add_drain(info.index, d);
             }
-            let mut figures = Figures::new(&m.stats, to.saturating_duration_since(from));
+            let mut figures = Figures::new(
+                &m.stats,
+                to.saturating_duration_since(from),
+                &settings.percentiles,
+            );
             figures.tcp = m.tcp;
             figures.drain_ns = drain.map(nanos);
             StreamResult {
@@ -437,7 +441,7 @@ pub(crate) fn client_result(
             }
         })
         .collect();
-    let (total, reverse_total) = totals.figures();
+    let (total, reverse_total) = totals.figures(&settings.percentiles);
     let client = SideResult {
         role: Role::Client,
         total,

@@ -5,17 +5,26 @@
 //! `stream`, `bytes` (sent by the client, received by the server; the other way round
 //! with `--reverse` and on `--bidir`'s second half of the streams), `transactions`
 //! (sends or receives timed), the latency figures in seconds (`latency_min`,
-//! `latency_mean`, `latency_max`, `latency_stddev`, `latency_p50`, `latency_p90`,
-//! `latency_p99`, `latency_p99.9`; empty when nothing was timed), and `utime`/`stime`,
-//! the CPU seconds the process used from the start of the run to the end of the
-//! interval.
+//! `latency_mean`, `latency_max`, `latency_stddev`, then one column per percentile of
+//! `--percentiles` named after it: `latency_p50`, `latency_p90`, `latency_p99`,
+//! `latency_p99.9` by default; empty when nothing was timed), and `utime`/`stime`, the
+//! CPU seconds the process used from the start of the run to the end of the interval.
 
+use crate::percentiles::{self, Percentiles};
 use crate::results::{IntervalResult, Role};
 use crate::settings::Settings;
 use std::fmt::Write as _;
 
-/// The header row.
-pub const HEADER: &str = "time,stream,bytes,transactions,latency_min,latency_mean,latency_max,latency_stddev,latency_p50,latency_p90,latency_p99,latency_p99.9,utime,stime";
+/// The header row of a run reporting `percentiles`.
+pub fn header(percentiles: &Percentiles) -> String {
+    let mut columns = String::from(
+        "time,stream,bytes,transactions,latency_min,latency_mean,latency_max,latency_stddev",
+    );
+    for &p in percentiles.as_slice() {
+        let _ = write!(columns, ",latency_p{}", percentiles::name(p));
+    }
+    columns + ",utime,stime"
+}
 
 /// The rows of one interval of `role`'s side, one per stream, each ending in a newline.
 pub fn rows(role: Role, settings: &Settings, r: &IntervalResult) -> String {
@@ -29,20 +38,17 @@ pub fn rows(role: Role, settings: &Settings, r: &IntervalResult) -> String {
             (f.bytes_received, f.recv_latency.as_ref())
         };
         let latency = lat.map_or_else(
-            || ",,,,,,,".to_string(),
+            // One empty cell per latency column.
+            || ",".repeat(3 + settings.percentiles.as_slice().len()),
             |l| {
-                [
-                    l.min_ns as f64,
-                    l.mean_ns,
-                    l.max_ns as f64,
-                    l.stddev_ns,
-                    l.p50_ns as f64,
-                    l.p90_ns as f64,
-                    l.p99_ns as f64,
-                    l.p999_ns as f64,
-                ]
-                .map(secs)
-                .join(",")
+                let exact = [l.min_ns as f64, l.mean_ns, l.max_ns as f64, l.stddev_ns];
+                let at = l.percentiles.as_slice().iter().map(|v| v.ns as f64);
+                exact
+                    .into_iter()
+                    .chain(at)
+                    .map(secs)
+                    .collect::<Vec<_>>()
+                    .join(",")
             },
         );
         let (utime, stime) = r.cpu.map_or((String::new(), String::new()), |c| {
@@ -79,7 +85,7 @@ mod tests {
             bytes_sent: bytes,
             bytes_received: 0,
             duration_ns: 1_000_000_000,
-            send_latency: lat.summary(),
+            send_latency: lat.summary(&Percentiles::default()),
             recv_latency: None,
             submit_latency: None,
             retries: 0,
@@ -117,7 +123,7 @@ mod tests {
         let text = rows(Role::Client, &Settings::default(), &r);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2);
-        let columns = HEADER.split(',').count();
+        let columns = header(&Percentiles::default()).split(',').count();
         for l in &lines {
             assert_eq!(l.split(',').count(), columns, "{l}");
         }
@@ -149,5 +155,36 @@ mod tests {
         let both: Vec<&str> = both.lines().collect();
         assert_eq!(both[0], lines[0]);
         assert_eq!(both[1], server.lines().nth(1).unwrap_or_default());
+    }
+
+    #[test]
+    fn the_header_and_empty_cells_follow_the_percentiles() {
+        let asked: Percentiles = "50,99.99,99.999".parse().expect("a valid list");
+        assert_eq!(
+            header(&asked),
+            "time,stream,bytes,transactions,latency_min,latency_mean,latency_max,latency_stddev,latency_p50,latency_p99.99,latency_p99.999,utime,stime"
+        );
+        let settings = Settings {
+            percentiles: asked,
+            ..Settings::default()
+        };
+        let r = IntervalResult {
+            index: 0,
+            start_ns: 0,
+            end_ns: 1,
+            omitted: false,
+            total: Figures::new(&Default::default(), Default::default(), &asked),
+            reverse_total: None,
+            streams: vec![StreamInterval {
+                index: 0,
+                start_ns: 0,
+                end_ns: 1,
+                figures: Figures::new(&Default::default(), Default::default(), &asked),
+            }],
+            cpu: None,
+        };
+        let row = rows(Role::Client, &settings, &r);
+        assert_eq!(row, "0.000000001,0,0,0,,,,,,,,,\n");
+        assert_eq!(row.split(',').count(), header(&asked).split(',').count());
     }
 }

@@ -16,6 +16,7 @@
 //! did; a time-bounded run has no boundary that would leave a last piece shorter than half
 //! an interval, so `--time 3 -i 1` gives exactly three intervals per side.
 
+use crate::percentiles::Percentiles;
 use crate::results::{Figures, IntervalResult, SideTotals, StreamInterval};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
@@ -313,6 +314,8 @@ pub struct Collector {
     /// With `--bidir`, the first stream the server sends on: the streams from there on
     /// are totalled apart.
     first_server_stream: Option<u32>,
+    /// Where each interval's latencies are read.
+    percentiles: Percentiles,
 }
 
 impl Collector {
@@ -331,6 +334,7 @@ impl Collector {
             pending: BTreeMap::new(),
             cpu_start,
             first_server_stream: settings.first_server_stream(),
+            percentiles: settings.percentiles,
         }
     }
 
@@ -392,7 +396,11 @@ impl Collector {
             .map(|s| {
                 totals.add(s.stream, &s.stats, s.tcp.as_ref(), Some((s.start, s.end)));
                 omitted |= s.omitted;
-                let mut figures = Figures::new(&s.stats, s.end.saturating_duration_since(s.start));
+                let mut figures = Figures::new(
+                    &s.stats,
+                    s.end.saturating_duration_since(s.start),
+                    &self.percentiles,
+                );
                 figures.tcp = s.tcp;
                 StreamInterval {
                     index: s.stream,
@@ -403,7 +411,7 @@ impl Collector {
             })
             .collect();
         let (start, end) = totals.span().map_or((0, 0), |(a, b)| (ns(a), ns(b)));
-        let (total, reverse_total) = totals.figures();
+        let (total, reverse_total) = totals.figures(&self.percentiles);
         IntervalResult {
             index,
             start_ns: start,

@@ -9,6 +9,7 @@
 //! meaning.
 
 use crate::client::{ClientOutcome, StreamInfo};
+use crate::percentiles::PercentileValues;
 use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
 use crate::settings::labels::Sample;
 use crate::settings::Settings;
@@ -101,6 +102,46 @@ fn civil_date(secs: u64) -> (i64, i64, i64) {
     (year, month, day)
 }
 
+/// One latency distribution: its exact figures, then each percentile the run reported
+/// (`--percentiles`), in `percentiles` and, for the four reported by default, also under
+/// the keys documents have always had (`p50_ns`, `p90_ns`, `p99_ns`, `p999_ns`), which
+/// are left out when not reported.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencyDoc {
+    pub count: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub mean_ns: f64,
+    pub stddev_ns: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p50_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p90_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p99_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p999_ns: Option<u64>,
+    /// `{"percentile": 99.99, "ns": N}` for each, in the order asked.
+    pub percentiles: PercentileValues,
+}
+
+impl LatencyDoc {
+    fn new(l: &LatencySummary) -> LatencyDoc {
+        LatencyDoc {
+            count: l.count,
+            min_ns: l.min_ns,
+            max_ns: l.max_ns,
+            mean_ns: finite(l.mean_ns),
+            stddev_ns: finite(l.stddev_ns),
+            p50_ns: l.at(50.0),
+            p90_ns: l.at(90.0),
+            p99_ns: l.at(99.0),
+            p999_ns: l.at(99.9),
+            percentiles: l.percentiles,
+        }
+    }
+}
+
 /// Figures with their derived rates.
 #[derive(Clone, Debug, Serialize)]
 pub struct FiguresDoc {
@@ -113,13 +154,13 @@ pub struct FiguresDoc {
     pub received_bits_per_second: f64,
     /// The client's round trips per second with `-r`; `None` otherwise.
     pub transactions_per_second: Option<f64>,
-    pub send_latency: Option<LatencySummary>,
+    pub send_latency: Option<LatencyDoc>,
     /// What one sample of `send_latency` covers: a packet, a batch or a read.
     pub send_latency_per: Option<Sample>,
-    pub recv_latency: Option<LatencySummary>,
+    pub recv_latency: Option<LatencyDoc>,
     /// What one sample of `recv_latency` covers.
     pub recv_latency_per: Option<Sample>,
-    pub submit_latency: Option<LatencySummary>,
+    pub submit_latency: Option<LatencyDoc>,
     pub retries: u64,
     pub tcp: Option<TcpInfo>,
     /// UDP datagram accounting; `None` for stream transports.
@@ -140,13 +181,7 @@ impl FiguresDoc {
                 finite(bytes as f64 * 8.0 / secs)
             }
         };
-        let lat = |l: &Option<LatencySummary>| {
-            l.map(|l| LatencySummary {
-                mean_ns: finite(l.mean_ns),
-                stddev_ns: finite(l.stddev_ns),
-                ..l
-            })
-        };
+        let lat = |l: &Option<LatencySummary>| l.as_ref().map(LatencyDoc::new);
         FiguresDoc {
             bytes_sent: f.bytes_sent,
             bytes_received: f.bytes_received,

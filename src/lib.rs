@@ -6,6 +6,7 @@
 //! - [`control`]: the versioned, length-prefixed control protocol;
 //! - [`settings`]: the validated run settings both ends agree on;
 //! - [`stats`]: latency histograms and counters recorded on the hot path;
+//! - [`percentiles`]: `--percentiles`, the percentiles each latency is reported at;
 //! - [`results`]: the typed results of a run, whole and per interval;
 //! - [`report`]: their human-readable rendering;
 //! - [`engine`]: the data loops (send, receive) that both roles run;
@@ -105,6 +106,7 @@ pub mod limits;
 pub mod mesh;
 pub mod output;
 pub mod pending;
+pub mod percentiles;
 pub mod plot;
 pub mod report;
 pub mod results;

@@ -101,7 +101,10 @@ impl Output {
         if let Some(path) = &self.csv {
             let file = File::create(path)
                 .with_context(|| format!("cannot create --csv file {}", path.display()))?;
-            sinks.push(Box::new(Csv::new(BufWriter::new(file))?));
+            sinks.push(Box::new(Csv::new(
+                BufWriter::new(file),
+                &settings.percentiles,
+            )?));
         }
         if let Some(path) = self.plot.as_ref().filter(|_| !sweep_run) {
             sinks.push(Box::new(Plot::new(path.clone())));

@@ -112,8 +112,12 @@ pub fn sweep(path: &Path, title: &str, param: SweepParam, series: &[Series]) -> 
                 .collect(),
         };
         if s.mprtt {
-            round_trips.push(line("p50", &|r| r.latency.map(|l| us(l.p50_ns as f64))));
-            round_trips.push(line("p99", &|r| r.latency.map(|l| us(l.p99_ns as f64))));
+            // A sweep reports the default percentiles (`--percentiles` goes without it).
+            let at = |p: f64| {
+                move |r: &SweepRow| r.latency.and_then(|l| l.at(p)).map(|ns| us(ns as f64))
+            };
+            round_trips.push(line("p50", &at(50.0)));
+            round_trips.push(line("p99", &at(99.0)));
             round_trips.push(line("mean", &|r| r.latency.map(|l| us(l.mean_ns))));
         } else {
             bandwidth.push(line("bandwidth", &|r| Some(r.bits_per_second / 1e9)));
@@ -218,6 +222,7 @@ fn draw_panel(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::percentiles::{PercentileValue, PercentileValues};
     use crate::stats::LatencySummary;
 
     /// The `points` of each data line (and legend stroke) in an SVG file, in order: the
@@ -302,10 +307,13 @@ mod tests {
                 max_ns: us * 3000,
                 mean_ns: us as f64 * 1100.0,
                 stddev_ns: 1.0,
-                p50_ns: us * 1000,
-                p90_ns: us * 1500,
-                p99_ns: us * 2000,
-                p999_ns: us * 2500,
+                percentiles: {
+                    let mut values = PercentileValues::new();
+                    for (percentile, ns) in [(50.0, us * 1000), (99.0, us * 2000)] {
+                        values.push(PercentileValue { percentile, ns });
+                    }
+                    values
+                },
             }),
             iterations: 10,
             transactions_per_second: Some(1000.0),

@@ -1,6 +1,7 @@
 //! The human-readable report: headers, end-of-run figures and interval lines, rendered
 //! from the typed results of [`crate::results`].
 
+use crate::percentiles::{self, Percentiles};
 use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
 use crate::settings::labels::Sample;
 use crate::settings::Settings;
@@ -9,25 +10,37 @@ use crate::units::{bit_rate, byte_rate, pkt_size, rate, size, size_triplet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
+/// `p50=X  p99.9=Y` for each percentile of `l`, each figure written by `fmt`.
+fn percentile_columns(l: &LatencySummary, fmt: impl Fn(u64) -> String) -> String {
+    let columns: Vec<String> = l
+        .percentiles
+        .as_slice()
+        .iter()
+        .map(|v| format!("p{}={}", percentiles::name(v.percentile), fmt(v.ns)))
+        .collect();
+    columns.join("  ")
+}
+
 fn latency_line(label: &str, width: usize, l: &LatencySummary) -> String {
     let us = |ns: f64| format!("{:.2}us", ns / 1000.0);
     format!(
-        "{label:<width$}: avg={}  min={}  max={}  p50={}  p90={}  p99={}  p99.9={}  stddev={}\n",
+        "{label:<width$}: avg={}  min={}  max={}  {}  stddev={}\n",
         us(l.mean_ns),
         us(l.min_ns as f64),
         us(l.max_ns as f64),
-        us(l.p50_ns as f64),
-        us(l.p90_ns as f64),
-        us(l.p99_ns as f64),
-        us(l.p999_ns as f64),
+        percentile_columns(l, |ns| us(ns as f64)),
         us(l.stddev_ns),
     )
 }
 
 fn submit_line(label: &str, width: usize, l: &LatencySummary) -> String {
     format!(
-        "{label:<width$}: avg={:.0}ns  min={}ns  max={}ns  p50={}ns  p90={}ns  p99={}ns  p99.9={}ns  stddev={:.0}ns\n",
-        l.mean_ns, l.min_ns, l.max_ns, l.p50_ns, l.p90_ns, l.p99_ns, l.p999_ns, l.stddev_ns
+        "{label:<width$}: avg={:.0}ns  min={}ns  max={}ns  {}  stddev={:.0}ns\n",
+        l.mean_ns,
+        l.min_ns,
+        l.max_ns,
+        percentile_columns(l, |ns| format!("{ns}ns")),
+        l.stddev_ns
     )
 }
 
@@ -163,8 +176,13 @@ fn direction_lines(settings: &Settings, r: &SideResult, width: usize) -> String 
         };
         end_lines(&settings.one_way(reverse), &side, width)
     };
-    let server_data = (r.reverse_total.clone())
-        .unwrap_or_else(|| Figures::new(&StreamStats::default(), Duration::ZERO));
+    let server_data = (r.reverse_total.clone()).unwrap_or_else(|| {
+        Figures::new(
+            &StreamStats::default(),
+            Duration::ZERO,
+            &settings.percentiles,
+        )
+    });
     format!(
         "{}\n{}",
         one_way(false, r.total.clone(), r.cpu),
@@ -489,7 +507,8 @@ fn stream_line(role: Role, settings: &Settings, s: &StreamInterval) -> String {
 }
 
 /// The columns every interval line begins with: `[ START- ENDs] WHO`, what `f` sent (or
-/// received), its rate over the span, and its latency's p50 and p99.
+/// received), its rate over the span, and its latency's p50 and p99 (every percentile
+/// of `--percentiles` when it was given).
 fn moved_columns(
     settings: &Settings,
     sends: bool,
@@ -512,12 +531,18 @@ fn moved_columns(
         bit_rate(rate(bytes, secs)),
     );
     if let Some(l) = lat {
-        line += &format!(
-            "  {}: p50={:.2}us p99={:.2}us",
-            latency_label(settings),
-            l.p50_ns as f64 / 1000.0,
-            l.p99_ns as f64 / 1000.0
-        );
+        // The default list is longer than an interval line has room for.
+        let shown = l.percentiles.as_slice().iter().filter(|v| {
+            settings.percentiles != Percentiles::default() || [50.0, 99.0].contains(&v.percentile)
+        });
+        line += &format!("  {}:", latency_label(settings));
+        for v in shown {
+            line += &format!(
+                " p{}={:.2}us",
+                percentiles::name(v.percentile),
+                v.ns as f64 / 1000.0
+            );
+        }
     }
     line
 }
@@ -561,8 +586,8 @@ mod tests {
             bytes_sent: bytes,
             bytes_received: 0,
             duration_ns: (secs * 1e9) as u64,
-            send_latency: lat.summary(),
-            recv_latency: lat.summary(),
+            send_latency: lat.summary(&Percentiles::default()),
+            recv_latency: lat.summary(&Percentiles::default()),
             submit_latency: None,
             retries: 0,
             datagrams: None,
@@ -612,6 +637,60 @@ mod tests {
         assert!(lines[1].starts_with("latency   : avg=29.31us  min=5.09us  max=74.84us  p50="));
         assert!(lines[1].contains(" p99.9=") && lines[1].contains(" stddev="));
         assert_eq!(lines.len(), 2);
+    }
+
+    #[test]
+    fn latency_lines_show_the_percentiles_asked_for() {
+        let mut lat = LatencyStats::default();
+        for ns in 1..=10_000u64 {
+            lat.record(ns * 1000);
+        }
+        let asked: Percentiles = "50,99.99".parse().expect("a valid list");
+        let s = Settings {
+            percentiles: asked,
+            ..Settings::default()
+        };
+        let mut r = side(1 << 20, 1.0, 1);
+        r.total.send_latency = lat.summary(&asked);
+        let us = |p: f64| {
+            let ns = r.total.send_latency.and_then(|l| l.at(p)).unwrap_or(0);
+            format!("{:.2}us", ns as f64 / 1000.0)
+        };
+        let body = client_body(&s, &r);
+        let line = body.lines().nth(1).unwrap_or_default();
+        assert!(line.starts_with("latency   : avg="), "{body}");
+        let shown = format!("  p50={}  p99.99={}  stddev=", us(50.0), us(99.99));
+        assert!(line.contains(&shown), "{line}");
+        assert!(!line.contains("p90") && !line.contains("p99="), "{line}");
+        // Interval lines show the list when one was asked for, else p50 and p99.
+        let mut interval = IntervalResult {
+            index: 0,
+            start_ns: 0,
+            end_ns: 1_000_000_000,
+            omitted: false,
+            total: r.total.clone(),
+            reverse_total: None,
+            streams: Vec::new(),
+            cpu: None,
+        };
+        let line = interval_line(Role::Client, &s, &interval);
+        let shown = format!("  latency: p50={} p99.99={}", us(50.0), us(99.99));
+        assert!(line.ends_with(&shown), "{line}");
+        interval.total.send_latency = lat.summary(&Percentiles::default());
+        let line = interval_line(Role::Client, &Settings::default(), &interval);
+        let at = |p: f64| {
+            interval
+                .total
+                .send_latency
+                .and_then(|l| l.at(p))
+                .unwrap_or(0)
+        };
+        let shown = format!(
+            "  latency: p50={:.2}us p99={:.2}us",
+            at(50.0) as f64 / 1000.0,
+            at(99.0) as f64 / 1000.0
+        );
+        assert!(line.ends_with(&shown), "{line}");
     }
 
     #[test]
@@ -718,7 +797,7 @@ mod tests {
         totals.add(2, &stats(0, 1 << 29), None, Some((at(0), at(2000))));
         totals.add(3, &stats(0, 1 << 29), None, Some((at(5), at(1500))));
         assert_eq!(totals.span(), Some((at(0), at(2000))));
-        let (total, reverse_total) = totals.figures();
+        let (total, reverse_total) = totals.figures(&Percentiles::default());
         assert_eq!(
             (total.bytes_sent, total.duration_ns),
             (2 << 30, 1_000_000_000)

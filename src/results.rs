@@ -5,6 +5,7 @@
 //! CSV, plots) read these types and never change them; exact integers (bytes,
 //! nanoseconds) are kept next to derived rates.
 
+use crate::percentiles::Percentiles;
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, LatencySummary, StreamStats};
 use crate::stream::udp_wire::DatagramCounts;
@@ -80,15 +81,15 @@ pub fn nanos(d: Duration) -> u64 {
 }
 
 impl Figures {
-    /// Summarizes `stats` over `duration`.
-    pub fn new(stats: &StreamStats, duration: Duration) -> Figures {
+    /// Summarizes `stats` over `duration`, its latencies at `percentiles`.
+    pub fn new(stats: &StreamStats, duration: Duration, percentiles: &Percentiles) -> Figures {
         Figures {
             bytes_sent: stats.bytes_sent,
             bytes_received: stats.bytes_received,
             duration_ns: nanos(duration),
-            send_latency: stats.send_latency.summary(),
-            recv_latency: stats.recv_latency.summary(),
-            submit_latency: stats.submit_latency.summary(),
+            send_latency: stats.send_latency.summary(percentiles),
+            recv_latency: stats.recv_latency.summary(percentiles),
+            submit_latency: stats.submit_latency.summary(percentiles),
             retries: stats.retries,
             datagrams: (!stats.datagrams.is_empty()).then_some(stats.datagrams),
             tcp: None,
@@ -267,8 +268,8 @@ impl SideTotals {
         }
     }
 
-    /// `total` and, with `--bidir`, `reverse_total`.
-    pub fn figures(&self) -> (Figures, Option<Figures>) {
+    /// `total` and, with `--bidir`, `reverse_total`, their latencies at `percentiles`.
+    pub fn figures(&self, percentiles: &Percentiles) -> (Figures, Option<Figures>) {
         let figures = |p: &TotalPart| {
             let time = p
                 .span
@@ -276,7 +277,7 @@ impl SideTotals {
             Figures {
                 tcp: p.tcp,
                 drain_ns: p.drain.map(nanos),
-                ..Figures::new(&p.stats, time)
+                ..Figures::new(&p.stats, time, percentiles)
             }
         };
         let [client_data, server_data] = &self.parts;

@@ -12,6 +12,7 @@
 //! into the array does not wait, and the loads of a flush do not depend on each other,
 //! so their misses overlap.
 
+use crate::percentiles::{quantile, PercentileValue, PercentileValues, Percentiles};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -228,29 +229,31 @@ impl LatencyStats {
         curve
     }
 
-    /// The figures a report shows; `None` when nothing was recorded.
-    pub fn summary(&self) -> Option<LatencySummary> {
+    /// The figures a report shows, read at each of `percentiles`; `None` when nothing
+    /// was recorded.
+    pub fn summary(&self, percentiles: &Percentiles) -> Option<LatencySummary> {
         if self.count == 0 {
             return None;
         }
         let mean = self.sum_ns as f64 / self.count as f64;
         let variance = (self.sum_sq_ns / self.count as f64 - mean * mean).max(0.0);
         let hist = self.histogram();
-        let q = |p: f64| {
-            hist.as_ref()
-                .map_or(0, |h| h.value_at_quantile(p))
-                .clamp(self.min_ns, self.max_ns)
-        };
+        let mut values = PercentileValues::new();
+        for &percentile in percentiles.as_slice() {
+            let ns = hist
+                .as_ref()
+                .map_or(0, |h| h.value_at_quantile(quantile(percentile)))
+                .clamp(self.min_ns, self.max_ns);
+            // As many as `percentiles` holds, which has the same capacity.
+            values.push(PercentileValue { percentile, ns });
+        }
         Some(LatencySummary {
             count: self.count,
             min_ns: self.min_ns,
             max_ns: self.max_ns,
             mean_ns: mean,
             stddev_ns: variance.sqrt(),
-            p50_ns: q(0.50),
-            p90_ns: q(0.90),
-            p99_ns: q(0.99),
-            p999_ns: q(0.999),
+            percentiles: values,
         })
     }
 }
@@ -299,10 +302,19 @@ pub struct LatencySummary {
     pub max_ns: u64,
     pub mean_ns: f64,
     pub stddev_ns: f64,
-    pub p50_ns: u64,
-    pub p90_ns: u64,
-    pub p99_ns: u64,
-    pub p999_ns: u64,
+    /// The figure at each percentile the run asked for, in its order.
+    pub percentiles: PercentileValues,
+}
+
+impl LatencySummary {
+    /// The figure at `percentile`, if the run asked for it.
+    pub fn at(&self, percentile: f64) -> Option<u64> {
+        self.percentiles
+            .as_slice()
+            .iter()
+            .find(|v| v.percentile == percentile)
+            .map(|v| v.ns)
+    }
 }
 
 /// What one end of a STREAM measured.
@@ -407,6 +419,56 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_summary_holds_exactly_the_asked_percentiles() {
+        // 1..=10_000 ns: the histogram holds every value below 2048 exactly, and each
+        // above within 0.1%.
+        let mut s = LatencyStats::default();
+        let mut reference = new_histogram();
+        for v in 1..=10_000u64 {
+            s.record(v);
+            reference
+                .record(v)
+                .expect("value within the histogram's bounds");
+        }
+        let asked: Percentiles = "99.99,50,1,100".parse().expect("a valid list");
+        let sum = s.summary(&asked).expect("samples were recorded");
+        let got: Vec<(f64, u64)> = sum
+            .percentiles
+            .as_slice()
+            .iter()
+            .map(|v| (v.percentile, v.ns))
+            .collect();
+        let read = |q: f64| reference.value_at_quantile(q);
+        assert_eq!(
+            got,
+            [
+                (99.99, read(0.9999)),
+                (50.0, read(0.5)),
+                (1.0, 100),
+                (100.0, 10_000)
+            ]
+        );
+        // The 5000th and 9999th of 10 000 samples, within the histogram's precision.
+        assert!(
+            (5_000..=5_003).contains(&sum.at(50.0).unwrap_or(0)),
+            "{sum:?}"
+        );
+        assert!(
+            (9_999..=10_000).contains(&sum.at(99.99).unwrap_or(0)),
+            "{sum:?}"
+        );
+        assert_eq!(sum.at(90.0), None);
+        // 99.9 reads quantile 0.999 as written: the 999th of 1000 samples, not the 1000th.
+        let mut thousand = LatencyStats::default();
+        for v in 1..=1000u64 {
+            thousand.record(v);
+        }
+        let sum = thousand.summary(&Percentiles::default()).expect("samples");
+        assert_eq!(sum.at(99.9), Some(999));
+        assert_eq!(sum.at(50.0), Some(500));
+    }
+
+    #[test]
     fn exact_figures_and_percentiles_match_a_sorted_reference() {
         let mut s = LatencyStats::default();
         let mut values: Vec<u64> = (0..10_000u64).map(|i| (i * 7919) % 100_000 + 100).collect();
@@ -414,13 +476,20 @@ mod tests {
             s.record(v);
         }
         values.sort_unstable();
-        let sum = s.summary().expect("samples were recorded");
+        let sum = s
+            .summary(&Percentiles::default())
+            .expect("samples were recorded");
         assert_eq!(sum.count, 10_000);
         assert_eq!(sum.min_ns, values[0]);
         assert_eq!(sum.max_ns, values[9_999]);
         let mean = values.iter().sum::<u64>() as f64 / 10_000.0;
         assert!((sum.mean_ns - mean).abs() < 1e-6);
-        for (p, got) in [(0.5, sum.p50_ns), (0.99, sum.p99_ns), (0.999, sum.p999_ns)] {
+        for (p, got) in [
+            (0.5, sum.at(50.0)),
+            (0.99, sum.at(99.0)),
+            (0.999, sum.at(99.9)),
+        ] {
+            let got = got.expect("a default percentile");
             let idx = ((p * 10_000.0) as usize).saturating_sub(1);
             let want = values[idx] as f64;
             assert!(
@@ -471,7 +540,10 @@ mod tests {
             all.record(v * 10);
         }
         a.merge(&b);
-        assert_eq!(a.summary(), all.summary());
+        assert_eq!(
+            a.summary(&Percentiles::default()),
+            all.summary(&Percentiles::default())
+        );
     }
 
     #[test]
@@ -480,7 +552,9 @@ mod tests {
         for v in [2u64, 4, 4, 4, 5, 5, 7, 9] {
             s.record(v);
         }
-        let sum = s.summary().expect("samples were recorded");
+        let sum = s
+            .summary(&Percentiles::default())
+            .expect("samples were recorded");
         assert!((sum.stddev_ns - 2.0).abs() < 1e-9);
         assert!((sum.mean_ns - 5.0).abs() < 1e-9);
     }
@@ -497,23 +571,28 @@ mod tests {
             s.record(v * 100);
             later_only.record(v * 100);
         }
-        let diff = s.since(&early).summary().expect("samples");
-        let want = later_only.summary().expect("samples");
+        let diff = s
+            .since(&early)
+            .summary(&Percentiles::default())
+            .expect("samples");
+        let want = later_only
+            .summary(&Percentiles::default())
+            .expect("samples");
         assert_eq!(diff.count, 1500);
         assert!((diff.mean_ns - want.mean_ns).abs() < 1e-6);
         assert!((diff.stddev_ns - want.stddev_ns).abs() / want.stddev_ns < 1e-6);
         for (got, exp) in [
             (diff.min_ns, want.min_ns),
             (diff.max_ns, want.max_ns),
-            (diff.p50_ns, want.p50_ns),
-            (diff.p99_ns, want.p99_ns),
+            (diff.at(50.0).unwrap_or(0), want.at(50.0).unwrap_or(1)),
+            (diff.at(99.0).unwrap_or(0), want.at(99.0).unwrap_or(1)),
         ] {
             assert!(
                 (got as f64 - exp as f64).abs() / (exp as f64) < 0.002,
                 "{got} vs {exp}"
             );
         }
-        assert!(s.since(&s).summary().is_none());
+        assert!(s.since(&s).summary(&Percentiles::default()).is_none());
     }
 
     #[test]
@@ -529,16 +608,31 @@ mod tests {
                     .record(v)
                     .expect("value within the histogram's bounds");
             }
-            let sum = s.summary().expect("samples were recorded");
+            let sum = s
+                .summary(&Percentiles::default())
+                .expect("samples were recorded");
             assert_eq!(sum.count, n as u64, "n={n}");
-            for (p, got) in [(0.5, sum.p50_ns), (0.9, sum.p90_ns), (0.99, sum.p99_ns)] {
+            for (p, got) in [
+                (0.5, sum.at(50.0)),
+                (0.9, sum.at(90.0)),
+                (0.99, sum.at(99.0)),
+            ] {
+                let got = got.expect("a default percentile");
                 let want = reference.value_at_quantile(p).clamp(sum.min_ns, sum.max_ns);
                 assert_eq!(got, want, "n={n} p{p}");
             }
             let mut merged = LatencyStats::default();
             merged.merge(&s);
-            assert_eq!(merged.summary(), Some(sum), "n={n}: merge");
-            assert_eq!(s.clone().summary(), Some(sum), "n={n}: clone");
+            assert_eq!(
+                merged.summary(&Percentiles::default()),
+                Some(sum),
+                "n={n}: merge"
+            );
+            assert_eq!(
+                s.clone().summary(&Percentiles::default()),
+                Some(sum),
+                "n={n}: clone"
+            );
         }
     }
 
@@ -572,22 +666,33 @@ mod tests {
         }
         let compact = full.clone().compacted();
         assert!(compact.hist.is_none() && !compact.buckets.is_empty());
-        assert_eq!(compact.summary(), full.summary());
+        assert_eq!(
+            compact.summary(&Percentiles::default()),
+            full.summary(&Percentiles::default())
+        );
         assert_eq!(compact.quantile_curve(), full.quantile_curve());
         let mut into_full = full.clone();
         into_full.merge(&full);
         let mut into_compact = full.clone();
         into_compact.merge(&compact);
-        assert_eq!(into_compact.summary(), into_full.summary());
+        assert_eq!(
+            into_compact.summary(&Percentiles::default()),
+            into_full.summary(&Percentiles::default())
+        );
         // Recording after compaction counts both.
         let mut more = full.clone().compacted();
         more.record(5);
         assert_eq!(more.count(), 10_001);
-        assert_eq!(more.summary().map(|s| s.min_ns), Some(5));
+        assert_eq!(
+            more.summary(&Percentiles::default()).map(|s| s.min_ns),
+            Some(5)
+        );
     }
 
     #[test]
     fn empty_has_no_summary() {
-        assert!(LatencyStats::default().summary().is_none());
+        assert!(LatencyStats::default()
+            .summary(&Percentiles::default())
+            .is_none());
     }
 }

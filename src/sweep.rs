@@ -300,14 +300,8 @@ pub fn tests_row(value: u64, tests: &[SweepTest], rows: &[SweepRow]) -> String {
         );
         match r.latency {
             Some(l) => {
-                for ns in [
-                    l.mean_ns,
-                    l.min_ns as f64,
-                    l.p50_ns as f64,
-                    l.p99_ns as f64,
-                    l.max_ns as f64,
-                ] {
-                    line += &format!("{:>TEST_COLUMN$.2}", ns / 1000.0);
+                for ns in fixed_columns(&l).into_iter().take(5) {
+                    line += &us_column(ns, TEST_COLUMN);
                 }
             }
             None => line += &format!("{:>TEST_COLUMN$}", "-").repeat(5),
@@ -315,6 +309,29 @@ pub fn tests_row(value: u64, tests: &[SweepTest], rows: &[SweepRow]) -> String {
         line += &format!("{:>TEST_COLUMN$}", r.iterations);
     }
     line
+}
+
+/// The latency columns of the sweep tables, in ns: mean, min, p50, p99, max, stddev.
+/// The columns are fixed (`--percentiles` does not go with `--sweep`); a percentile the
+/// run did not report is `None`.
+fn fixed_columns(l: &LatencySummary) -> [Option<f64>; 6] {
+    let at = |p: f64| l.at(p).map(|ns| ns as f64);
+    [
+        Some(l.mean_ns),
+        Some(l.min_ns as f64),
+        at(50.0),
+        at(99.0),
+        Some(l.max_ns as f64),
+        Some(l.stddev_ns),
+    ]
+}
+
+/// `ns` in us in a column `width` wide; `-` where there is no figure.
+fn us_column(ns: Option<f64>, width: usize) -> String {
+    match ns {
+        Some(ns) => format!("{:>width$.2}", ns / 1000.0),
+        None => format!("{:>width$}", "-"),
+    }
 }
 
 /// The table's header: for `-r` runs transactions per second, bandwidth otherwise,
@@ -328,21 +345,9 @@ pub fn header(param: SweepParam, mprtt: bool) -> String {
 
 /// One row of the table (under the header of `-r` runs if it has transactions).
 pub fn row(r: &SweepRow) -> String {
-    let us = |ns: f64| format!("{:>12.2}", ns / 1000.0);
     let lat = r.latency.map_or_else(
         || format!("{:>12}", "-").repeat(6),
-        |l| {
-            [
-                l.mean_ns,
-                l.min_ns as f64,
-                l.p50_ns as f64,
-                l.p99_ns as f64,
-                l.max_ns as f64,
-                l.stddev_ns,
-            ]
-            .map(us)
-            .join("")
-        },
+        |l| fixed_columns(&l).map(|ns| us_column(ns, 12)).join(""),
     );
     let rate = match r.transactions_per_second {
         Some(tps) => format!("{tps:>12.0}"),

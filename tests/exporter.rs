@@ -227,6 +227,23 @@ fn a_request_response_probe_gives_round_trip_percentiles_and_a_udp_one_its_loss(
         1e-6,
     );
 
+    // The probe's own percentiles, and the maximum as the 100th.
+    let m = exporter.probe(
+        &format!(
+            "target=127.0.0.1:{}&workload=rr&size=64&duration=0.5&percentiles=50,99.99",
+            server.port
+        ),
+        true,
+    );
+    let p50 = m.get(r#"fperf_round_trip_seconds{percentile="50"}"#);
+    let p9999 = m.get(r#"fperf_round_trip_seconds{percentile="99.99"}"#);
+    let max = m.get(r#"fperf_round_trip_seconds{percentile="100"}"#);
+    assert!(
+        0.0 < p50 && p50 <= p9999 && p9999 <= max,
+        "{p50} {p9999} {max}"
+    );
+    assert!(!m.has(r#"fperf_round_trip_seconds{percentile="90"}"#));
+
     // UDP at a set rate: the server's loss and what it received at that rate.
     let m = exporter.probe(
         &format!(

@@ -442,6 +442,109 @@ fn csv_without_intervals_has_one_row_per_stream_for_the_whole_run() {
     );
 }
 
+/// The percentiles of a text report's latency line `label`, in order, e.g. `["50", "99.99"]`.
+fn text_percentiles(text: &str, label: &str) -> Vec<String> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(label) && l.contains(" avg="))
+        .unwrap_or_else(|| panic!("no {label} latency line in:\n{text}"));
+    let re = regex::Regex::new(r"  p([\d.]+)=[\d.]+us").unwrap();
+    re.captures_iter(line).map(|c| c[1].to_string()).collect()
+}
+
+#[test]
+fn percentiles_pick_what_both_ends_report_in_text_json_and_csv() {
+    let server = Server::start(&[]);
+    let asked = ["--percentiles", "50,99.99"];
+    let path = std::env::temp_dir()
+        .join(format!("fperf-pct-{}-{}", std::process::id(), server.port))
+        .with_extension("csv");
+    let path_s = path.to_str().unwrap().to_string();
+    let mut args = vec!["-r", "-m", "1", "-l", "1K", "--csv", &path_s];
+    args.extend_from_slice(&asked);
+    let doc = json_run(&server, &args);
+    let text = std::fs::read_to_string(&path).expect("csv written");
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(
+        doc["settings"]["percentiles"],
+        serde_json::json!([50.0, 99.99])
+    );
+    // Both ends' latencies: the client's round trips, the server's receives.
+    for (side, key) in [("client", "send_latency"), ("server", "recv_latency")] {
+        let l = &doc[side]["total"][key];
+        let got: Vec<f64> = l["percentiles"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{side} {key} has no percentiles: {l}"))
+            .iter()
+            .map(|v| v["percentile"].as_f64().unwrap_or(-1.0))
+            .collect();
+        assert_eq!(got, [50.0, 99.99], "{side}: {l}");
+        let ns = |i: usize| u(&l["percentiles"][i]["ns"]);
+        assert!(
+            u(&l["min_ns"]) <= ns(0) && ns(0) <= ns(1) && ns(1) <= u(&l["max_ns"]),
+            "{l}"
+        );
+        // The key documents always had repeats the median; the others are left out.
+        assert_eq!(u(&l["p50_ns"]), ns(0));
+        for absent in ["p90_ns", "p99_ns", "p999_ns"] {
+            assert!(l.get(absent).is_none(), "{side} {absent}: {l}");
+        }
+    }
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("time,stream,bytes,transactions,latency_min,latency_mean,latency_max,latency_stddev,latency_p50,latency_p99.99,utime,stime")
+    );
+    let row: Vec<&str> = lines.next().expect("a row").split(',').collect();
+    assert_eq!(row.len(), 12, "{row:?}");
+    let secs = |ns: u64| format!("{:.9}", ns as f64 / 1e9);
+    let client = &doc["client"]["total"]["send_latency"]["percentiles"];
+    assert_eq!(row[8], secs(u(&client[0]["ns"])), "{row:?}");
+    assert_eq!(row[9], secs(u(&client[1]["ns"])), "{row:?}");
+    // The text reports of both ends, the server's from its own output.
+    let mut args = vec!["-r", "-m", "1", "-l", "1K"];
+    args.extend_from_slice(&asked);
+    let human = client_ok(&server, "127.0.0.1", &args);
+    let human_server = server.report(2);
+    assert_eq!(
+        text_percentiles(&human, "mprtt"),
+        ["50", "99.99"],
+        "{human}"
+    );
+    assert_eq!(
+        text_percentiles(&human_server, "mprtt"),
+        ["50", "99.99"],
+        "{human_server}"
+    );
+    // Without the flag the reports keep their four.
+    let plain = client_ok(&server, "127.0.0.1", &["-r", "-m", "1", "-l", "1K"]);
+    assert_eq!(
+        text_percentiles(&plain, "mprtt"),
+        ["50", "90", "99", "99.9"],
+        "{plain}"
+    );
+}
+
+#[test]
+fn bad_percentile_lists_are_refused() {
+    for (list, why) in [
+        ("", "at least one"),
+        ("0", "above 0 and at most 100, not 0"),
+        ("100.5", "not 100.5"),
+        ("50,fifty", "\"fifty\" is not a number"),
+        ("50,99,50", "names 50 twice"),
+        ("1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", "at most 16"),
+    ] {
+        refused(&["-c", "127.0.0.1", "-r", "--percentiles", list], why);
+    }
+    // The server reports what each client asks for; a sweep's tables have fixed columns.
+    refused(&["-s", "--percentiles", "50"], "--percentiles");
+    refused(
+        &["-c", "h", "-r", "--sweep", "l=1,2", "--percentiles", "50"],
+        "--percentiles",
+    );
+}
+
 /// The number of points of each data line (and legend stroke, both drawn 2 wide; the
 /// axes are 1 wide) in an SVG file.
 fn svg_line_points(svg: &str) -> Vec<usize> {

@@ -35,10 +35,10 @@ fn latency() -> LatencySummary {
         max_ns: 9,
         mean_ns: 4.5,
         stddev_ns: 0.25,
-        p50_ns: 4,
-        p90_ns: 8,
-        p99_ns: 9,
-        p999_ns: 9,
+        percentiles: serde_json::from_str(
+            r#"[{"percentile": 50.0, "ns": 4}, {"percentile": 99.99, "ns": 9}]"#,
+        )
+        .expect("a short list"),
     }
 }
 
@@ -139,6 +139,7 @@ fn settings() -> Settings {
         rate_bps: Some(1_000_000),
         client_cpus: vec![0, 1],
         server_cpus: vec![1],
+        percentiles: "50,99.99".parse().expect("a valid list"),
         transport: TransportSettings::Tcp(TcpSettings {
             nodelay: true,
             quickack: true,
@@ -341,4 +342,39 @@ fn every_message_encodes_as_this_protocol_version_recorded() {
             "the encoding of a version {PROTOCOL_VERSION} message changed: bump PROTOCOL_VERSION"
         );
     }
+}
+
+#[test]
+fn a_peer_cannot_send_a_long_list_of_percentiles() {
+    let settings = body(&Message::Settings {
+        settings: settings(),
+    });
+    let mut long = settings.clone();
+    long["settings"]["percentiles"] = Value::from(vec![50.0; 10_000]);
+    let refused = control::decode(&serde_json::to_vec(&long).expect("bytes"));
+    assert!(refused.is_err(), "{refused:?}");
+    // Within the bound but out of range or repeated: decoded, then refused by the
+    // checks the server runs on every client's settings.
+    for bad in [vec![50.0, 50.0], vec![0.0], vec![101.0], vec![]] {
+        let mut odd = settings.clone();
+        odd["settings"]["percentiles"] = Value::from(bad.clone());
+        let Ok(Message::Settings { settings }) =
+            control::decode(&serde_json::to_vec(&odd).expect("bytes"))
+        else {
+            panic!("{bad:?} did not decode as settings");
+        };
+        assert!(settings.validate().is_err(), "{bad:?} was accepted");
+    }
+    // Each latency figure is bounded the same way.
+    let mut results = body(
+        &messages()
+            .into_iter()
+            .find(|m| matches!(m, Message::Results { .. }))
+            .expect("a Results message"),
+    );
+    let many: Vec<Value> = (0..1000)
+        .map(|i| serde_json::json!({"percentile": 50.0, "ns": i}))
+        .collect();
+    results["result"]["total"]["send_latency"]["percentiles"] = Value::from(many);
+    assert!(control::decode(&serde_json::to_vec(&results).expect("bytes")).is_err());
 }

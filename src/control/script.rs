@@ -7,6 +7,7 @@ use super::session::{ClientSession, ClientStep, ServerSession, ServerStep};
 use super::{decode, Message, PROTOCOL_VERSION};
 use crate::auth::{self, AuthKey, NONCE_LEN};
 use crate::limits::Limits;
+use crate::percentiles::Percentiles;
 use crate::results::{Figures, IntervalResult, Role, SideResult};
 use crate::settings::{QueueKind, Settings, TransportSettings};
 use crate::stats::StreamStats;
@@ -76,7 +77,11 @@ impl Cursor<'_> {
     }
 
     fn figures(&mut self) -> Figures {
-        let mut f = Figures::new(&StreamStats::default(), Duration::from_nanos(self.edgy()));
+        let mut f = Figures::new(
+            &StreamStats::default(),
+            Duration::from_nanos(self.edgy()),
+            &Percentiles::default(),
+        );
         f.bytes_sent = self.edgy();
         f.bytes_received = self.edgy();
         if self.u8() % 2 == 0 {

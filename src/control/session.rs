@@ -745,7 +745,11 @@ mod tests {
     }
 
     fn figures() -> Figures {
-        Figures::new(&StreamStats::default(), Duration::ZERO)
+        Figures::new(
+            &StreamStats::default(),
+            Duration::ZERO,
+            &crate::percentiles::Percentiles::default(),
+        )
     }
 
     fn side() -> Box<SideResult> {

@@ -6,6 +6,7 @@ use crate::client::{self, ClientConfig};
 use crate::json::StartTime;
 use crate::output::openmetrics::OpenMetrics;
 use crate::output::{Sink, Sinks};
+use crate::percentiles::Percentiles;
 use crate::settings::{
     Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_NSTREAMS, MAX_PKTSIZE,
 };
@@ -26,7 +27,8 @@ const LEAST_SETUP: Duration = Duration::from_millis(500);
 /// Taken off Prometheus's scrape time-out, so that the answer arrives before it gives up.
 const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
 /// The query parameters a probe takes.
-const PARAMETERS: &str = "target, protocol, duration, size, workload, streams, bitrate, reverse";
+const PARAMETERS: &str =
+    "target, protocol, duration, size, workload, streams, bitrate, reverse, percentiles";
 
 /// Why a probe did not measure.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -148,6 +150,11 @@ impl ProbeRequest {
         let rate_bps = get("bitrate")
             .map(|text| crate::limits::parse_rate(text).map_err(|e| bad(format!("bitrate: {e}"))))
             .transpose()?;
+        // The round trip's percentile labels; the default set without it.
+        let percentiles = get("percentiles")
+            .map(|text| text.parse::<Percentiles>().map_err(|e| bad(e.to_string())))
+            .transpose()?
+            .unwrap_or_default();
         let transport = match protocol {
             Protocol::Udp => TransportSettings::Udp(UdpSettings::default()),
             _ => TransportSettings::Tcp(Default::default()),
@@ -158,6 +165,7 @@ impl ProbeRequest {
             workload,
             time_ms: Some(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
             rate_bps,
+            percentiles,
             transport,
             ..Settings::default()
         };
@@ -317,6 +325,10 @@ mod tests {
         let r = parse("target=%5B::1%5D:5000&reverse=1").expect("accepted");
         assert_eq!((r.host.as_str(), r.port), ("::1", 5000));
         assert_eq!(r.settings.workload, Workload::Reverse);
+        assert_eq!(r.settings.percentiles, Percentiles::default());
+        let r = parse("target=127.0.0.1&workload=rr&percentiles=50,99.99").expect("accepted");
+        assert_eq!(r.settings.percentiles.as_slice(), [50.0, 99.99]);
+        assert!(refusal("target=127.0.0.1&percentiles=0").contains("above 0"));
     }
 
     #[test]

@@ -455,7 +455,7 @@ fn server_result(settings: &Settings, theirs: &Map<String, Value>) -> Result<Sid
                     .map(|j| j * 1e9);
             }
         }
-        let mut figures = Figures::new(&stats, duration);
+        let mut figures = Figures::new(&stats, duration, &settings.percentiles);
         if let Some(why) = figures.impossible(settings) {
             return Err(impossible(why));
         }
@@ -489,7 +489,7 @@ fn server_result(settings: &Settings, theirs: &Map<String, Value>) -> Result<Sid
         });
     }
     results.sort_by_key(|r| r.index);
-    let (total, reverse_total) = totals.figures();
+    let (total, reverse_total) = totals.figures(&settings.percentiles);
     let percent = |key: &str| {
         theirs
             .get(key)

@@ -268,7 +268,12 @@ impl MeshReport {
 /// ns.
 fn value(latency: bool, client: &SideResult, server: &SideResult) -> f64 {
     if latency {
-        client.total.send_latency.map_or(0.0, |l| l.p50_ns as f64)
+        // A mesh reports the default percentiles, the median among them.
+        client
+            .total
+            .send_latency
+            .and_then(|l| l.at(50.0))
+            .map_or(0.0, |ns| ns as f64)
     } else {
         crate::units::rate(server.total.bytes_received, server.total.secs()) * 8.0
     }
@@ -287,6 +292,7 @@ fn csv_field(text: &str) -> String {
 mod tests {
     use super::*;
     use crate::mesh::{MeshHost, Pattern};
+    use crate::percentiles::Percentiles;
     use crate::results::{Figures, Role};
     use crate::settings::Settings;
     use crate::stats::StreamStats;
@@ -296,7 +302,11 @@ mod tests {
             role,
             total: Figures {
                 bytes_received: received,
-                ..Figures::new(&StreamStats::default(), Duration::from_secs(1))
+                ..Figures::new(
+                    &StreamStats::default(),
+                    Duration::from_secs(1),
+                    &Percentiles::default(),
+                )
             },
             reverse_total: None,
             streams: Vec::new(),

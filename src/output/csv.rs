@@ -1,9 +1,10 @@
 //! `--csv`: a row per stream and client interval (`-i`), or without `-i` a row per
 //! stream for the whole run, for spreadsheets and scripts; the columns are
-//! [`crate::csv::HEADER`]'s.
+//! [`crate::csv::header`]'s.
 
 use super::{RunEnd, Sink};
-use crate::csv::{rows, HEADER};
+use crate::csv::{header, rows};
+use crate::percentiles::Percentiles;
 use crate::results::{IntervalResult, Role, StreamInterval};
 use crate::settings::Settings;
 use anyhow::{Context, Result};
@@ -17,9 +18,9 @@ pub struct Csv<W: Write> {
 }
 
 impl<W: Write> Csv<W> {
-    /// Writes the header line at once.
-    pub fn new(mut out: W) -> Result<Csv<W>> {
-        writeln!(out, "{HEADER}").context("cannot write the --csv file")?;
+    /// Writes the header line of a run reporting `percentiles` at once.
+    pub fn new(mut out: W, percentiles: &Percentiles) -> Result<Csv<W>> {
+        writeln!(out, "{}", header(percentiles)).context("cannot write the --csv file")?;
         Ok(Csv {
             out,
             had_intervals: false,

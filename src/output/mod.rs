@@ -226,6 +226,7 @@ mod tests {
             total: crate::results::Figures::new(
                 &crate::stats::StreamStats::default(),
                 std::time::Duration::ZERO,
+                &crate::percentiles::Percentiles::default(),
             ),
             reverse_total: None,
             streams: Vec::new(),

@@ -6,6 +6,7 @@
 //! seconds); `end` says which end measured a figure.
 
 use super::{RunEnd, Sink};
+use crate::percentiles;
 use crate::results::{Figures, SideResult};
 use crate::settings::Protocol;
 use crate::units;
@@ -43,16 +44,19 @@ impl Sink for OpenMetrics {
                     "Round-trip time of one request and its response, at the percentile given.",
                     &["percentile"],
                 )?;
-                let percentiles = [
-                    ("50", rtt.p50_ns),
-                    ("90", rtt.p90_ns),
-                    ("99", rtt.p99_ns),
-                    ("99.9", rtt.p999_ns),
-                    ("100", rtt.max_ns),
-                ];
-                for (percentile, ns) in percentiles {
+                // The run's percentiles, then the maximum as the 100th unless it was one.
+                let mut points: Vec<(String, u64)> = rtt
+                    .percentiles
+                    .as_slice()
+                    .iter()
+                    .map(|v| (percentiles::name(v.percentile), v.ns))
+                    .collect();
+                if rtt.at(100.0).is_none() {
+                    points.push(("100".into(), rtt.max_ns));
+                }
+                for (percentile, ns) in points {
                     round_trip
-                        .with_label_values(&[percentile])
+                        .with_label_values(&[&percentile])
                         .set(ns as f64 / 1e9);
                 }
                 gauge(

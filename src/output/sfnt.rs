@@ -101,19 +101,23 @@ pub fn row(value: u64, latency: Option<&LatencySummary>) -> String {
     let mut cols = vec![value.to_string()];
     match latency {
         Some(l) => {
-            // In FIGURES' order.
+            // In FIGURES' order; the percentiles are the default ones, as `--percentiles`
+            // does not go with a sweep.
+            let at = |p: f64| l.at(p).map(|ns| ns as f64);
             let rtt = [
-                l.mean_ns,
-                l.min_ns as f64,
-                l.p50_ns as f64,
-                l.max_ns as f64,
-                l.p90_ns as f64,
-                l.p99_ns as f64,
-                l.p999_ns as f64,
-                l.stddev_ns,
+                Some(l.mean_ns),
+                Some(l.min_ns as f64),
+                at(50.0),
+                Some(l.max_ns as f64),
+                at(90.0),
+                at(99.0),
+                at(99.9),
+                Some(l.stddev_ns),
             ];
             for divisor in [2.0, 1.0] {
-                cols.extend(rtt.iter().map(|ns| format!("{:.0}", ns / divisor)));
+                cols.extend(rtt.iter().map(|ns| {
+                    ns.map_or_else(|| "-".to_string(), |ns| format!("{:.0}", ns / divisor))
+                }));
             }
             cols.push(l.count.to_string());
         }
@@ -128,19 +132,21 @@ pub fn row(value: u64, latency: Option<&LatencySummary>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::percentiles::{PercentileValue, PercentileValues};
 
     #[test]
     fn a_row_has_a_column_per_title_and_halves_the_round_trip() {
+        let mut percentiles = PercentileValues::new();
+        for (percentile, ns) in [(50.0, 2000), (90.0, 4000), (99.0, 8000), (99.9, 8800)] {
+            percentiles.push(PercentileValue { percentile, ns });
+        }
         let l = LatencySummary {
             count: 7,
             min_ns: 1001,
             max_ns: 9000,
             mean_ns: 2500.0,
             stddev_ns: 300.0,
-            p50_ns: 2000,
-            p90_ns: 4000,
-            p99_ns: 8000,
-            p999_ns: 8800,
+            percentiles,
         };
         let h = header(SweepParam::PktSize);
         let r = row(64, Some(&l));

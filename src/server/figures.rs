@@ -25,7 +25,7 @@ pub(crate) fn server_result(settings: &Settings, per_stream: &[(u32, Received)])
             let time = r
                 .span
                 .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
-            let mut figures = Figures::new(&r.stats, time);
+            let mut figures = Figures::new(&r.stats, time, &settings.percentiles);
             figures.tcp = r.tcp;
             figures.drain_ns = r.drain.map(nanos);
             StreamResult {
@@ -39,7 +39,7 @@ pub(crate) fn server_result(settings: &Settings, per_stream: &[(u32, Received)])
             }
         })
         .collect();
-    let (total, reverse_total) = totals.figures();
+    let (total, reverse_total) = totals.figures(&settings.percentiles);
     SideResult {
         role: Role::Server,
         total,

@@ -10,6 +10,7 @@ pub mod labels;
 pub mod shape;
 pub mod transport;
 
+use crate::percentiles::{Percentiles, PercentilesError};
 use crate::transport::rdma::settings::RdmaSettingsError;
 use crate::transport::tcp::settings::{TcpSettings, TcpSettingsError};
 use crate::transport::udp::settings::{UdpSettingsError, MAX_RETRIES};
@@ -112,6 +113,9 @@ pub struct Settings {
     /// one epoll set, on both ends; `nstreams` is then the number of threads.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub flows: bool,
+    /// `--percentiles`: the percentiles of every latency both ends report.
+    #[serde(default)]
+    pub percentiles: Percentiles,
     /// The protocol, and the options only it has.
     #[serde(flatten)]
     pub transport: TransportSettings,
@@ -134,6 +138,7 @@ impl Default for Settings {
             client_cpus: Vec::new(),
             server_cpus: Vec::new(),
             flows: false,
+            percentiles: Percentiles::default(),
             transport: TransportSettings::Tcp(TcpSettings::default()),
         }
     }
@@ -189,6 +194,8 @@ pub enum SettingsError {
     Cpu(u32),
     #[error("--cpu and --server-cpu name at most {MAX_NSTREAMS} CPUs (one per stream), not {0}")]
     CpuList(usize),
+    #[error(transparent)]
+    Percentiles(#[from] PercentilesError),
     #[error(transparent)]
     Workload(#[from] WorkloadError),
     #[error(transparent)]
@@ -289,6 +296,7 @@ impl Settings {
         if footprint > MAX_FOOTPRINT {
             return Err(SettingsError::Footprint(footprint));
         }
+        self.percentiles.check()?;
         // Every stream's thread holds a copy of the settings: their lists stay short.
         if let Some(list) = [&self.client_cpus, &self.server_cpus]
             .into_iter()

@@ -1387,7 +1387,9 @@ mod tests {
         // recorded as having waited for nothing.
         let recv = server.stats().recv_latency;
         assert!((1..=n).contains(&recv.count()), "{}", recv.count());
-        let min = recv.summary().map_or(0, |l| l.min_ns);
+        let min = recv
+            .summary(&crate::percentiles::Percentiles::default())
+            .map_or(0, |l| l.min_ns);
         assert!(min > 0, "a receive sample of 0 ns");
         server
     }
