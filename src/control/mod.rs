@@ -34,8 +34,8 @@ use thiserror::Error;
 /// page faults and peak memory (`counts`); a UDP sender's figures, its wait for the
 /// peer's confirmation (`drain_ns`). 8: a mesh coordinator asks a server for a test
 /// towards another server (`MeshTest`, answered by `MeshResult`). 9: the settings carry
-/// `transactions`.
-pub const PROTOCOL_VERSION: u32 = 9;
+/// `transactions`. 10: the settings carry `response_size`, and UDP runs may echo.
+pub const PROTOCOL_VERSION: u32 = 10;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.

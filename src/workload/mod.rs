@@ -23,7 +23,8 @@ use thiserror::Error;
 /// What each packet of a request/response workload waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reply {
-    /// A 1-byte ACK (`-r`, the original MPRTT).
+    /// A 1-byte ACK (`-r`, the original MPRTT), or as many bytes as the run's
+    /// `--response-size` says.
     Ack,
     /// The packet itself, as many bytes (`--echo`, sockperf's and qperf's ping-pong).
     Echo,
@@ -111,8 +112,10 @@ impl Workload {
 /// Why a workload cannot run as asked.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum WorkloadError {
-    #[error("--echo is implemented for TCP only in this build; it cannot be used with {0}")]
-    EchoTcpOnly(&'static str),
+    #[error(
+        "--echo is implemented for TCP and UDP only in this build; it cannot be used with {0}"
+    )]
+    EchoUnsupported(&'static str),
     #[error(
         "--reverse is implemented for TCP and UDP only in this build; it cannot be used with {0}"
     )]

@@ -1,6 +1,7 @@
 //! Request/response: each packet waits for its reply before the next is sent, and its
-//! round trip is timed as mprtt. The reply is the original design's 1-byte ACK (`-r`), or
-//! the packet's own bytes (`--echo`, as sockperf's and qperf's ping-pong).
+//! round trip is timed as mprtt. The reply is the original design's 1-byte ACK (`-r`),
+//! `--response-size` bytes (`-r --response-size N`, as neper's request and response
+//! sizes), or the packet's own bytes (`--echo`, as sockperf's and qperf's ping-pong).
 
 use super::{Behaviour, Reply, WorkloadError};
 use crate::settings::shape::RunShape;
@@ -31,8 +32,8 @@ impl Behaviour for RoundTrip {
 
     fn check(&self, _run: &RunShape, transport: &TransportSettings) -> Result<(), WorkloadError> {
         let protocol = transport.protocol();
-        if self.0 == Reply::Echo && protocol != Protocol::Tcp {
-            return Err(WorkloadError::EchoTcpOnly(protocol.name()));
+        if self.0 == Reply::Echo && protocol == Protocol::Rdma {
+            return Err(WorkloadError::EchoUnsupported(protocol.name()));
         }
         Ok(())
     }

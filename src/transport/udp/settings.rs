@@ -68,6 +68,8 @@ pub enum UdpSettingsError {
     Sockets(#[from] SocketSettingsError),
     #[error("--pktsize {0} does not fit in one UDP datagram (at most {MAX_UDP_PKTSIZE} bytes over IPv6, 65507 over IPv4)")]
     PktSize(u32),
+    #[error("--response-size {0} does not fit in one UDP datagram (at most {MAX_UDP_PKTSIZE} bytes over IPv6, 65507 over IPv4)")]
+    ResponseSize(u32),
     #[error("--ack-timeout must be between 1 and {MAX_ACK_TIMEOUT_MS} ms, not {0}")]
     AckTimeout(u32),
     #[error(
@@ -77,7 +79,7 @@ pub enum UdpSettingsError {
     BatchFootprint(u64),
     #[error("--udp-batch must be between 1 and {MAX_UDP_BATCH}, not {0}")]
     Batch(u32),
-    #[error("-r sends one datagram and waits for its ACK: it cannot be batched (--udp-batch above 1, --gso, --gro)")]
+    #[error("-r sends one datagram and waits for its reply: it cannot be batched (--udp-batch above 1, --gso, --gro)")]
     BatchMprtt,
     #[error("--gso needs several datagrams per call: with -b the batch is 1 unless --udp-batch N (N >= 2) is given")]
     GsoNeedsBatch,
