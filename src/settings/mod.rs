@@ -12,7 +12,7 @@ pub mod transport;
 
 use crate::transport::rdma::settings::RdmaSettingsError;
 use crate::transport::tcp::settings::{TcpSettings, TcpSettingsError};
-use crate::transport::udp::settings::{UdpSettingsError, MAX_RETRIES, MAX_UDP_PKTSIZE};
+use crate::transport::udp::settings::{UdpSettingsError, MAX_RETRIES};
 use crate::workload::{Reply, Workload, WorkloadError};
 use serde::{Deserialize, Serialize};
 pub use shape::{RunShape, MAX_FOOTPRINT};
@@ -175,12 +175,6 @@ pub enum SettingsError {
     Footprint(u64),
     #[error("--response-size must be between 1 and {MAX_PKTSIZE} bytes, not {0}")]
     ResponseSize(u32),
-    #[error("--response-size sets the size of each request's reply: use it with -r (or with --echo at the size of -l), not with {0}")]
-    ResponseSizeWorkload(&'static str),
-    #[error("--echo answers each request with itself, -l {pktsize} bytes: --response-size {asked} differs (use -r --response-size {asked} for a reply of another size)")]
-    ResponseSizeEcho { asked: u32, pktsize: u32 },
-    #[error("--response-size is implemented for TCP and UDP only in this build; it cannot be used with {0}")]
-    ResponseSizeUnsupported(&'static str),
     #[error("CPU numbers must be below {max}, not {0}", max = crate::stream::affinity::MAX_CPUS)]
     Cpu(u32),
     #[error("--cpu and --server-cpu name at most {MAX_NSTREAMS} CPUs (one per stream), not {0}")]
@@ -209,6 +203,7 @@ impl Settings {
             nsockets: self.nsockets,
             pktsize: self.pktsize,
             mprtt: self.workload.mprtt(),
+            response_size: self.response_size,
             paced: self.rate_bps.is_some(),
             lock_free: self.queue == QueueKind::LockFree,
         }
@@ -250,8 +245,19 @@ impl Settings {
                 return Err(SettingsError::Transactions(n));
             }
         }
+        // The range first: it bounds what a peer's settings make either end allocate.
         if let Some(size) = self.response_size {
-            self.check_response_size(size)?;
+            if !(1..=MAX_PKTSIZE).contains(&size) {
+                return Err(SettingsError::ResponseSize(size));
+            }
+            let behaviour = self.workload.behaviour();
+            if !behaviour.sized_replies() {
+                let workload = match behaviour.flag() {
+                    "" => "a bulk run",
+                    flag => flag,
+                };
+                return Err(WorkloadError::ResponseSizeWorkload(workload).into());
+            }
         }
         let copies = self.workload.behaviour().buffer_copies();
         let per_socket = u64::from(self.pktsize) * copies + self.reply_buffer_bytes();
@@ -314,39 +320,6 @@ impl Settings {
             TransportSettings::Rdma(rdma) => rdma.validate()?,
         }
         Ok(())
-    }
-
-    /// Refuses a `--response-size` of `size` that this run cannot have. The range
-    /// comes first: it bounds what a peer's settings make either end allocate.
-    fn check_response_size(&self, size: u32) -> Result<(), SettingsError> {
-        if !(1..=MAX_PKTSIZE).contains(&size) {
-            return Err(SettingsError::ResponseSize(size));
-        }
-        match self.workload {
-            Workload::RoundTrip(Reply::Ack) => {}
-            Workload::RoundTrip(Reply::Echo) if size == self.pktsize => {}
-            Workload::RoundTrip(Reply::Echo) => {
-                return Err(SettingsError::ResponseSizeEcho {
-                    asked: size,
-                    pktsize: self.pktsize,
-                })
-            }
-            Workload::Bulk => return Err(SettingsError::ResponseSizeWorkload("a bulk run")),
-            other => {
-                return Err(SettingsError::ResponseSizeWorkload(
-                    other.behaviour().flag(),
-                ))
-            }
-        }
-        match self.protocol() {
-            Protocol::Tcp => Ok(()),
-            // The UDP transport checks the IP version's own bound once it knows it.
-            Protocol::Udp if size <= MAX_UDP_PKTSIZE => Ok(()),
-            Protocol::Udp => Err(UdpSettingsError::ResponseSize(size).into()),
-            Protocol::Rdma => Err(SettingsError::ResponseSizeUnsupported(
-                Protocol::Rdma.name(),
-            )),
-        }
     }
 
     /// Bytes of the reply to each request: `--response-size`, else the request's own
@@ -726,10 +699,11 @@ mod tests {
         assert_eq!(sized(ECHO, 1472, udp()).validate(), Ok(()));
         assert_eq!(
             sized(ECHO, 100, udp()).validate(),
-            Err(SettingsError::ResponseSizeEcho {
+            Err(WorkloadError::ResponseSizeEcho {
                 asked: 100,
                 pktsize: 1472
-            })
+            }
+            .into())
         );
         for (workload, flag) in [
             (Workload::Bulk, "a bulk run"),
@@ -738,7 +712,7 @@ mod tests {
         ] {
             assert_eq!(
                 sized(workload, 64, Settings::default()).validate(),
-                Err(SettingsError::ResponseSizeWorkload(flag))
+                Err(WorkloadError::ResponseSizeWorkload(flag).into())
             );
         }
         for bad in [0, MAX_PKTSIZE + 1] {
@@ -757,7 +731,7 @@ mod tests {
         };
         assert_eq!(
             sized(ACK, 64, rdma).validate(),
-            Err(SettingsError::ResponseSizeUnsupported("RDMA"))
+            Err(WorkloadError::ResponseSizeUnsupported("RDMA").into())
         );
     }
 

@@ -172,7 +172,7 @@ impl Deadline {
 }
 
 /// Options fixed when a STREAM is created. Both ends of a STREAM must use the same
-/// `nsockets`, `pktsize` and `mprtt`.
+/// `nsockets`, `pktsize`, `mprtt`, `echo` and `response_size`.
 #[derive(Clone, Debug)]
 pub struct StreamOptions {
     /// Sockets inside the STREAM (and sender threads).

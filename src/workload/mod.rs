@@ -68,6 +68,11 @@ pub trait Behaviour: Sync {
             .is_some_and(|first| stream >= first)
     }
 
+    /// Whether `--response-size` may set the size of its replies (others refuse it).
+    fn sized_replies(&self) -> bool {
+        false
+    }
+
     /// Copies of a packet's buffer each socket holds (an echo keeps a second).
     fn buffer_copies(&self) -> u64 {
         1
@@ -116,6 +121,12 @@ pub enum WorkloadError {
         "--echo is implemented for TCP and UDP only in this build; it cannot be used with {0}"
     )]
     EchoUnsupported(&'static str),
+    #[error("--response-size sets the size of each request's reply: use it with -r (or with --echo at the size of -l), not with {0}")]
+    ResponseSizeWorkload(&'static str),
+    #[error("--echo answers each request with itself, -l {pktsize} bytes: --response-size {asked} differs (use -r --response-size {asked} for a reply of another size)")]
+    ResponseSizeEcho { asked: u32, pktsize: u32 },
+    #[error("--response-size is implemented for TCP and UDP only in this build; it cannot be used with {0}")]
+    ResponseSizeUnsupported(&'static str),
     #[error(
         "--reverse is implemented for TCP and UDP only in this build; it cannot be used with {0}"
     )]

@@ -94,6 +94,9 @@ impl UdpSettings {
         if run.pktsize > MAX_UDP_PKTSIZE {
             return Err(UdpSettingsError::PktSize(run.pktsize));
         }
+        if let Some(size) = run.response_size.filter(|&s| s > MAX_UDP_PKTSIZE) {
+            return Err(UdpSettingsError::ResponseSize(size));
+        }
         if !(1..=MAX_ACK_TIMEOUT_MS).contains(&self.ack_timeout_ms) {
             return Err(UdpSettingsError::AckTimeout(self.ack_timeout_ms));
         }
@@ -188,6 +191,7 @@ mod tests {
         nstreams: 1,
         pktsize: 1472,
         mprtt: false,
+        response_size: None,
         paced: false,
         nsockets: 1,
         lock_free: false,
@@ -210,6 +214,16 @@ mod tests {
         assert_eq!(
             udp.validate(&too_big),
             Err(UdpSettingsError::PktSize(MAX_UDP_PKTSIZE + 1))
+        );
+        let replies = |size| RunShape {
+            mprtt: true,
+            response_size: Some(size),
+            ..BULK
+        };
+        assert_eq!(udp.validate(&replies(MAX_UDP_PKTSIZE)), Ok(()));
+        assert_eq!(
+            udp.validate(&replies(MAX_UDP_PKTSIZE + 1)),
+            Err(UdpSettingsError::ResponseSize(MAX_UDP_PKTSIZE + 1))
         );
         let no_wait = UdpSettings {
             ack_timeout_ms: 0,
