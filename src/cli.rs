@@ -642,11 +642,18 @@ struct WorkloadArgs {
     #[arg(short = 'r', long)]
     mprtt: bool,
 
-    /// TCP only: MPRTT (implies -r) where the server answers each packet with the packet
-    /// itself (as many bytes, like sockperf/qperf ping-pong) instead of a 1-byte ACK;
-    /// mprtt is then the round trip of a request and its full-size echo.
+    /// TCP or UDP: MPRTT (implies -r) where the server answers each packet with the
+    /// packet itself (as many bytes, like sockperf/qperf ping-pong) instead of a 1-byte
+    /// ACK; mprtt is then the round trip of a request and its full-size echo
     #[arg(hide_short_help = true, long)]
     echo: bool,
+
+    /// With -r, TCP or UDP: the server answers each -l-byte request with N bytes instead
+    /// of a 1-byte ACK (neper's request and response sizes), and mprtt lasts until the
+    /// whole reply has arrived. With UDP, N must fit in one datagram
+    #[arg(hide_short_help = true, long, value_name = "N", conflicts_with = "tests",
+          value_parser = fperf::units::parse_bytes_u32)]
+    response_size: Option<u32>,
 
     /// TCP only: connect-request-response (implies -r), as netperf's TCP_CRR and neper's
     /// tcp_crr: every packet is a new connection (connect, the -l-byte request, a 1-byte
@@ -779,7 +786,7 @@ struct UdpArgs {
     #[arg(hide_short_help = true, long)]
     gro: bool,
 
-    /// With -r: ms to wait for a datagram's ACK before sending it again (up to 10
+    /// With -r or --echo: ms to wait for a datagram's reply before sending it again (up to 10
     /// times) [default: 100].
     #[arg(hide_short_help = true, long, value_name = "MS")]
     ack_timeout: Option<u32>,
@@ -1117,8 +1124,8 @@ impl Cli {
                 MAX_NSTREAMS / 2
             );
         }
-        if self.udp_opts.ack_timeout.is_some() && !(self.udp && self.workload_opts.mprtt) {
-            bail!("--ack-timeout applies to UDP with MPRTT only: use it with -u -r");
+        if self.udp_opts.ack_timeout.is_some() && !(self.udp && workload.mprtt()) {
+            bail!("--ack-timeout applies to UDP with MPRTT only: use it with -u -r or -u --echo");
         }
         let s = Settings {
             // With --bidir, -t counts the streams each way.
@@ -1134,6 +1141,7 @@ impl Cli {
             queue,
             time_ms: secs_to_ms("time", self.time)?,
             transactions: self.transactions,
+            response_size: self.workload_opts.response_size,
             interval_ms: secs_to_ms("interval", self.interval)?,
             omit_ms: secs_to_ms("omit", self.omit)?,
             rate_bps: self.bitrate,

@@ -182,7 +182,8 @@ pub fn run_sweep(
         Ok(settings)
     };
     // Every run is checked before the first starts: a value or test that cannot run
-    // (UDP echo, too many streams) is refused before the table begins.
+    // (an echo's buffers over the bound, too many streams) is refused before the table
+    // begins.
     for &value in &sweep.values {
         for &test in &tests {
             settings_of(value, test)?;

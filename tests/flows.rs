@@ -48,6 +48,27 @@ fn every_flow_of_a_request_response_run_counts_its_transactions() {
         6000 * 64
     );
     assert_eq!(json_u64(&doc, &["server", "total", "bytes_sent"]), 6000);
+    // Replies of 1000 bytes: each round trip waits for all of its reply.
+    let doc = run_json(&[
+        "-r",
+        "-l",
+        "64",
+        "--response-size",
+        "1000",
+        "--transactions",
+        "500",
+        "--flows",
+        "100",
+        "--threads",
+        "2",
+    ]);
+    let client = &doc["client"]["total"];
+    assert_eq!(json_u64(client, &["send_latency", "count"]), 1000);
+    assert_eq!(json_u64(client, &["bytes_received"]), 1000 * 1000);
+    assert_eq!(
+        json_u64(&doc, &["server", "total", "bytes_sent"]),
+        1000 * 1000
+    );
 }
 
 #[test]

@@ -365,3 +365,94 @@ fn transactions_end_a_request_response_run_after_that_many_round_trips_per_strea
         "more than one stream may send",
     );
 }
+
+#[test]
+fn a_response_size_answers_every_request_with_that_many_bytes() {
+    let server = Server::start(&[]);
+    // Small replies, and replies of 256 KiB that arrive in many reads.
+    for (request, reply, count) in [(100u64, 4096u64, 1000u64), (1000, 256 << 10, 100)] {
+        let (l, size, n) = (request.to_string(), reply.to_string(), count.to_string());
+        let args = [
+            "-r",
+            "-l",
+            &l,
+            "--response-size",
+            &size,
+            "--transactions",
+            &n,
+        ];
+        let c = client_ok(&server, "127.0.0.1", &args);
+        let header = c.lines().next().unwrap_or_default();
+        assert!(header.contains(&format!(" reply={reply}B ")), "{c}");
+        assert_eq!(volume(&c, "sent").bytes, count * request, "{c}");
+        assert_eq!(volume(&c, "received").bytes, count * reply, "{c}");
+        assert_eq!(peer_bytes(&c, "received"), count * request, "{c}");
+        assert!(
+            c.contains(&format!("({count} transactions in ")),
+            "one round trip per request:\n{c}"
+        );
+        latency(&c, "mprtt");
+    }
+    // Both ends count every request and every reply byte.
+    let doc = run_json(&[
+        "-r",
+        "-l",
+        "100",
+        "--response-size",
+        "4096",
+        "-t",
+        "2",
+        "--transactions",
+        "1000",
+    ]);
+    assert_eq!(doc["settings"]["response_size"], 4096);
+    for (end, sent, received) in [
+        ("client", 2 * 1000 * 100, 2 * 1000 * 4096),
+        ("server", 2 * 1000 * 4096, 2 * 1000 * 100),
+    ] {
+        assert_eq!(json_u64(&doc, &[end, "total", "bytes_sent"]), sent, "{end}");
+        assert_eq!(
+            json_u64(&doc, &[end, "total", "bytes_received"]),
+            received,
+            "{end}"
+        );
+    }
+    assert_eq!(
+        json_u64(&doc, &["client", "total", "send_latency", "count"]),
+        2000
+    );
+}
+
+#[test]
+fn a_response_size_that_cannot_apply_is_refused() {
+    for (args, why) in [
+        (&["--response-size", "64"][..], "use it with -r"),
+        (&["--crr", "--response-size", "64"][..], "not with --crr"),
+        (&["--reverse", "--response-size", "64"][..], "not with --reverse"),
+        (
+            &["--echo", "-l", "100", "--response-size", "64"][..],
+            "--echo answers each request with itself, -l 100 bytes: --response-size 64 differs",
+        ),
+        (
+            &["-R", "-r", "--response-size", "64"][..],
+            "--response-size is implemented for TCP and UDP only in this build; it cannot be used with RDMA",
+        ),
+        (
+            &["-R", "--echo"][..],
+            "--echo is implemented for TCP and UDP only in this build; it cannot be used with RDMA",
+        ),
+        (&["-r", "--response-size", "0"][..], "--response-size must be between 1"),
+        (
+            &["-u", "-r", "--response-size", "65528"][..],
+            "does not fit in one UDP datagram",
+        ),
+        (
+            &["-r", "--sweep", "l=1,2", "--tests", "rr", "--response-size", "4"][..],
+            "cannot be used with",
+        ),
+    ] {
+        let mut all = vec!["-c", "127.0.0.1"];
+        all.extend_from_slice(args);
+        refused(&all, why);
+    }
+}

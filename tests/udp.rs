@@ -222,6 +222,76 @@ fn mprtt_acknowledges_every_datagram() {
 }
 
 #[test]
+fn a_response_size_answers_every_datagram_with_one_datagram_of_that_size() {
+    let server = Server::start(&[]);
+    // A generous ACK time-out keeps a stalled machine from resending.
+    let c = client_ok(
+        &server,
+        "127.0.0.1",
+        &[
+            "-u",
+            "-r",
+            "-l",
+            "100",
+            "--response-size",
+            "4096",
+            "--transactions",
+            "1000",
+            "--ack-timeout",
+            "2000",
+        ],
+    );
+    let s = server.report(1);
+    assert!(c.lines().next().unwrap().contains(" reply=4096B "), "{c}");
+    assert!(s.contains(" reply=4096B "), "{s}");
+    assert_eq!(retries(&c), 0, "{c}");
+    assert_exact(&c, &s, 1000 * 100, 1000);
+    assert_eq!(volume(&c, "received").bytes, 1000 * 4096, "{c}");
+    assert_eq!(volume(&s, "sent").bytes, 1000 * 4096, "{s}");
+    assert!(c.contains("(1000 transactions in "), "{c}");
+    latency(&c, "mprtt");
+}
+
+#[test]
+fn echo_returns_every_datagram_and_times_each_round_trip() {
+    let server = Server::start(&[]);
+    // Datagrams with the whole header, with the sequence number only, with its low byte.
+    for (run, (l, n)) in [(1000u64, 1000u64), (8, 500), (1, 200)]
+        .into_iter()
+        .enumerate()
+    {
+        let (size, count) = (l.to_string(), n.to_string());
+        let c = client_ok(
+            &server,
+            "127.0.0.1",
+            &[
+                "-u",
+                "--echo",
+                "-l",
+                &size,
+                "--transactions",
+                &count,
+                "--ack-timeout",
+                "2000",
+            ],
+        );
+        let s = server.report(run + 1);
+        assert!(c.lines().next().unwrap().contains(" reply=echo "), "{c}");
+        assert_eq!(retries(&c), 0, "{c}");
+        assert_exact(&c, &s, n * l, n);
+        assert_eq!(
+            volume(&c, "received").bytes,
+            n * l,
+            "every datagram echoed:\n{c}"
+        );
+        assert_eq!(volume(&s, "sent").bytes, n * l, "{s}");
+        assert!(c.contains(&format!("({n} transactions in ")), "{c}");
+        let (avg, min, max) = latency(&c, "mprtt");
+        assert!(min <= avg && avg <= max, "{c}");
+    }
+}
+
+#[test]
 fn one_byte_datagrams() {
     let server = Server::start(&[]);
     let c = client_ok(&server, "127.0.0.1", &["-u", "-l", "1", "-m", "1"]);

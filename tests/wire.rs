@@ -134,6 +134,7 @@ fn settings() -> Settings {
         queue: QueueKind::LockFree,
         time_ms: Some(1000),
         transactions: Some(77),
+        response_size: Some(4096),
         interval_ms: Some(100),
         omit_ms: Some(10),
         rate_bps: Some(1_000_000),

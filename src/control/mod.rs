@@ -34,9 +34,9 @@ use thiserror::Error;
 /// page faults and peak memory (`counts`); a UDP sender's figures, its wait for the
 /// peer's confirmation (`drain_ns`). 8: a mesh coordinator asks a server for a test
 /// towards another server (`MeshTest`, answered by `MeshResult`). 9: the settings carry
-/// `transactions`. 10: the settings carry `flows` and `percentiles`, and each latency
-/// figure the values at those percentiles (`percentiles`) instead of fixed
-/// p50/p90/p99/p99.9.
+/// `transactions`. 10: the settings carry `flows`, `percentiles` and `response_size`,
+/// each latency figure the values at those percentiles (`percentiles`) instead of fixed
+/// p50/p90/p99/p99.9, and UDP runs may echo.
 pub const PROTOCOL_VERSION: u32 = 10;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;

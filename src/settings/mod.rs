@@ -14,7 +14,7 @@ use crate::percentiles::{Percentiles, PercentilesError};
 use crate::transport::rdma::settings::RdmaSettingsError;
 use crate::transport::tcp::settings::{TcpSettings, TcpSettingsError};
 use crate::transport::udp::settings::{UdpSettingsError, MAX_RETRIES};
-use crate::workload::{Workload, WorkloadError};
+use crate::workload::{Reply, Workload, WorkloadError};
 use serde::{Deserialize, Serialize};
 pub use shape::{RunShape, MAX_FOOTPRINT};
 use thiserror::Error;
@@ -92,6 +92,11 @@ pub struct Settings {
     /// many round trips instead of `mb` MB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transactions: Option<u64>,
+    /// `--response-size`: with `-r`, the server answers each request with this many
+    /// bytes instead of the 1-byte ACK (with `--echo` it may only name the request's
+    /// own size). `None`: the workload's own reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_size: Option<u32>,
     /// `-i`: both ends report figures every this many ms while the run goes on.
     #[serde(default)]
     pub interval_ms: Option<u64>,
@@ -132,6 +137,7 @@ impl Default for Settings {
             queue: QueueKind::Mutex,
             time_ms: None,
             transactions: None,
+            response_size: None,
             interval_ms: None,
             omit_ms: None,
             rate_bps: None,
@@ -173,11 +179,11 @@ pub enum SettingsError {
         "--transactions counts round trips: use it with -r, --echo or --crr, and without --time"
     )]
     TransactionsNeedRoundTrips,
-    #[error("--transactions {0} × --pktsize is more than one stream may send (2^50 bytes)")]
+    #[error("--transactions {0} × --pktsize (or --response-size, if larger) is more than one stream may send (2^50 bytes)")]
     Transactions(u64),
     #[error(
-        "--nstreams × --nsockets × --pktsize (× 2 with --echo) is {0} bytes; at most {MAX_FOOTPRINT} bytes of \
-         packet buffers are allowed"
+        "--nstreams × --nsockets × (--pktsize (× 2 with --echo) + 2 × --response-size) is {0} bytes; at most \
+         {MAX_FOOTPRINT} bytes of packet buffers are allowed"
     )]
     Footprint(u64),
     #[error("--flows must be between --threads and {MAX_FLOWS}, not {0}")]
@@ -190,6 +196,8 @@ pub enum SettingsError {
         "--flows drives its connections from one thread each, unpaced: it cannot be used with {0}"
     )]
     FlowsConflict(&'static str),
+    #[error("--response-size must be between 1 and {MAX_PKTSIZE} bytes, not {0}")]
+    ResponseSize(u32),
     #[error("CPU numbers must be below {max}, not {0}", max = crate::stream::affinity::MAX_CPUS)]
     Cpu(u32),
     #[error("--cpu and --server-cpu name at most {MAX_NSTREAMS} CPUs (one per stream), not {0}")]
@@ -220,6 +228,7 @@ impl Settings {
             nsockets: self.nsockets,
             pktsize: self.pktsize,
             mprtt: self.workload.mprtt(),
+            response_size: self.response_size,
             paced: self.rate_bps.is_some(),
             lock_free: self.queue == QueueKind::LockFree,
             flows: self.flows,
@@ -284,15 +293,29 @@ impl Settings {
                 return Err(SettingsError::TransactionsNeedRoundTrips);
             }
             let fits = n
-                .checked_mul(u64::from(self.pktsize))
+                .checked_mul(u64::from(self.pktsize.max(self.response_size.unwrap_or(0))))
                 .is_some_and(|b| b <= MAX_MB * MB);
             if n == 0 || !fits {
                 return Err(SettingsError::Transactions(n));
             }
         }
+        // The range first: it bounds what a peer's settings make either end allocate.
+        if let Some(size) = self.response_size {
+            if !(1..=MAX_PKTSIZE).contains(&size) {
+                return Err(SettingsError::ResponseSize(size));
+            }
+            let behaviour = self.workload.behaviour();
+            if !behaviour.sized_replies() {
+                let workload = match behaviour.flag() {
+                    "" => "a bulk run",
+                    flag => flag,
+                };
+                return Err(WorkloadError::ResponseSizeWorkload(workload).into());
+            }
+        }
         let copies = self.workload.behaviour().buffer_copies();
-        let footprint =
-            u64::from(self.nstreams) * u64::from(self.nsockets) * u64::from(self.pktsize) * copies;
+        let per_socket = u64::from(self.pktsize) * copies + self.reply_buffer_bytes();
+        let footprint = u64::from(self.nstreams) * u64::from(self.nsockets) * per_socket;
         if footprint > MAX_FOOTPRINT {
             return Err(SettingsError::Footprint(footprint));
         }
@@ -354,6 +377,26 @@ impl Settings {
         Ok(())
     }
 
+    /// Bytes of the reply to each request: `--response-size`, else the request's own
+    /// (`--echo`) or the 1-byte ACK. `None` without replies.
+    pub fn reply_size(&self) -> Option<u32> {
+        match self.workload.behaviour().reply()? {
+            Reply::Echo => Some(self.pktsize),
+            Reply::Ack => Some(self.response_size.unwrap_or(1)),
+        }
+    }
+
+    /// What a report header says of the workload, starting with a space (or empty):
+    /// the workload's own words, or the size of a `--response-size` reply.
+    pub fn workload_label(&self) -> String {
+        match (self.workload, self.response_size) {
+            (Workload::RoundTrip(Reply::Ack), Some(n)) => {
+                format!(" reply={n}B (mprtt = request + reply of {n} bytes)")
+            }
+            _ => self.workload.behaviour().label(self.nstreams),
+        }
+    }
+
     /// With `--bidir`, the first stream the server sends on (the streams before it
     /// carry the client's data).
     pub fn first_server_stream(&self) -> Option<u32> {
@@ -411,14 +454,20 @@ impl Settings {
     }
 
     /// The most payload bytes one end of this run can count, all streams together: the
-    /// announced bytes (time-bounded: what 10 Tbit/s moves in the time), each perhaps
-    /// sent again by MPRTT's retries. Figures beyond it cannot be true.
+    /// announced bytes (time-bounded: what 10 Tbit/s moves in the time) or their
+    /// replies if those are larger, each perhaps sent again by MPRTT's retries. Figures
+    /// beyond it cannot be true.
     pub fn most_bytes(&self) -> u64 {
         const BYTES_PER_MS_AT_10_TBIT: u64 = 1_250_000_000;
-        let per_stream = match self.time_ms {
+        let requests = match self.time_ms {
             Some(ms) => ms.saturating_mul(BYTES_PER_MS_AT_10_TBIT),
             None => self.bytes_per_stream(),
         };
+        // Every request, the last one short or not, is answered in full.
+        let replies = requests
+            .div_ceil(u64::from(self.pktsize.max(1)))
+            .saturating_mul(u64::from(self.reply_size().unwrap_or(0)));
+        let per_stream = requests.max(replies);
         per_stream
             .saturating_mul(self.packet_copies())
             .saturating_mul(u64::from(self.nstreams))
@@ -428,7 +477,16 @@ impl Settings {
     /// sockets together.
     pub fn buffer_bytes(&self) -> u64 {
         let copies = self.workload.behaviour().buffer_copies();
-        self.transport.buffer_bytes(&self.shape(), copies)
+        let replies =
+            u64::from(self.nstreams) * u64::from(self.nsockets) * self.reply_buffer_bytes();
+        (self.transport.buffer_bytes(&self.shape(), copies)).saturating_add(replies)
+    }
+
+    /// Bytes of `--response-size` buffers per socket, at most: each socket reads
+    /// replies into one, and a sender thread's handle on it (client) or the stream's
+    /// reply to write (server) is a second.
+    fn reply_buffer_bytes(&self) -> u64 {
+        2 * u64::from(self.response_size.unwrap_or(0))
     }
 
     /// How many times one packet may arrive: with MPRTT, once more per retry (UDP sends a
@@ -473,7 +531,6 @@ mod tests {
     use crate::transport::rdma::settings::RdmaSettings;
     use crate::transport::sockets::SocketSettings;
     use crate::transport::udp::settings::UdpSettings;
-    use crate::workload::Reply;
 
     const ACK: Workload = Workload::RoundTrip(Reply::Ack);
     const ECHO: Workload = Workload::RoundTrip(Reply::Echo);
@@ -630,7 +687,7 @@ mod tests {
     }
 
     #[test]
-    fn echo_is_tcp_mprtt_and_counts_its_buffers_twice() {
+    fn echo_is_tcp_or_udp_mprtt_and_counts_its_buffers_twice() {
         let echo = Settings {
             workload: ECHO,
             ..Settings::default()
@@ -640,9 +697,15 @@ mod tests {
             workload: ECHO,
             ..udp()
         };
+        assert_eq!(over_udp.validate(), Ok(()));
+        let over_rdma = Settings {
+            workload: ECHO,
+            transport: TransportSettings::default_for(Protocol::Rdma),
+            ..Settings::default()
+        };
         assert_eq!(
-            over_udp.validate(),
-            Err(WorkloadError::EchoTcpOnly("UDP").into())
+            over_rdma.validate(),
+            Err(WorkloadError::EchoUnsupported("RDMA").into())
         );
         // 64 streams × 1 socket × 32 MiB fit the bound, but not twice over.
         let big = Settings {
@@ -658,6 +721,102 @@ mod tests {
         assert_eq!(
             big_echo.validate(),
             Err(SettingsError::Footprint(2 * 64 * (32 << 20)))
+        );
+    }
+
+    #[test]
+    fn a_response_size_answers_rr_requests_over_tcp_and_udp() {
+        let sized = |workload, size, base: Settings| Settings {
+            workload,
+            response_size: Some(size),
+            ..base
+        };
+        assert_eq!(sized(ACK, 4096, Settings::default()).validate(), Ok(()));
+        assert_eq!(sized(ACK, 4096, udp()).validate(), Ok(()));
+        assert_eq!(sized(ACK, 4096, udp()).reply_size(), Some(4096));
+        assert_eq!(
+            Settings {
+                workload: ACK,
+                ..udp()
+            }
+            .reply_size(),
+            Some(1)
+        );
+        assert_eq!(
+            Settings {
+                workload: ECHO,
+                ..udp()
+            }
+            .reply_size(),
+            Some(1472)
+        );
+        assert_eq!(Settings::default().reply_size(), None);
+        // --echo may name its own size only.
+        assert_eq!(sized(ECHO, 1472, udp()).validate(), Ok(()));
+        assert_eq!(
+            sized(ECHO, 100, udp()).validate(),
+            Err(WorkloadError::ResponseSizeEcho {
+                asked: 100,
+                pktsize: 1472
+            }
+            .into())
+        );
+        for (workload, flag) in [
+            (Workload::Bulk, "a bulk run"),
+            (Workload::Crr, "--crr"),
+            (Workload::Reverse, "--reverse"),
+        ] {
+            assert_eq!(
+                sized(workload, 64, Settings::default()).validate(),
+                Err(WorkloadError::ResponseSizeWorkload(flag).into())
+            );
+        }
+        for bad in [0, MAX_PKTSIZE + 1] {
+            assert_eq!(
+                sized(ACK, bad, Settings::default()).validate(),
+                Err(SettingsError::ResponseSize(bad))
+            );
+        }
+        assert_eq!(
+            sized(ACK, 65_528, udp()).validate(),
+            Err(UdpSettingsError::ResponseSize(65_528).into())
+        );
+        let rdma = Settings {
+            transport: TransportSettings::default_for(Protocol::Rdma),
+            ..Settings::default()
+        };
+        assert_eq!(
+            sized(ACK, 64, rdma).validate(),
+            Err(WorkloadError::ResponseSizeUnsupported("RDMA").into())
+        );
+    }
+
+    #[test]
+    fn large_replies_raise_what_a_run_may_move_and_hold() {
+        let rr = Settings {
+            workload: ACK,
+            pktsize: 100,
+            transactions: Some(10),
+            ..Settings::default()
+        };
+        let sized = Settings {
+            response_size: Some(4096),
+            ..rr.clone()
+        };
+        let copies = 1 + u64::from(MAX_RETRIES);
+        assert_eq!(rr.most_bytes(), 10 * 100 * copies);
+        assert_eq!(sized.most_bytes(), 10 * 4096 * copies);
+        assert_eq!(sized.buffer_bytes(), rr.buffer_bytes() + 2 * 4096);
+        // The replies count against the bound on buffers, per socket.
+        let big = Settings {
+            nstreams: 64,
+            pktsize: 32 << 20,
+            response_size: Some(1),
+            ..rr
+        };
+        assert_eq!(
+            big.validate(),
+            Err(SettingsError::Footprint(64 * ((32 << 20) + 2)))
         );
     }
 

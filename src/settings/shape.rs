@@ -12,6 +12,8 @@ pub struct RunShape {
     pub pktsize: u32,
     /// Each packet waits for its reply (`-r`, `--echo`, `--crr`).
     pub mprtt: bool,
+    /// `--response-size`: bytes of each reply, where the run sets them.
+    pub response_size: Option<u32>,
     /// The sender paces its packets (`-b`).
     pub paced: bool,
     /// The lock-free queue feeds the sender thread (`-q 0`).

@@ -173,7 +173,7 @@ impl Deadline {
 }
 
 /// Options fixed when a STREAM is created. Both ends of a STREAM must use the same
-/// `nsockets`, `pktsize` and `mprtt`.
+/// `nsockets`, `pktsize`, `mprtt`, `echo` and `response_size`.
 #[derive(Clone, Debug)]
 pub struct StreamOptions {
     /// Sockets inside the STREAM (and sender threads).
@@ -185,8 +185,10 @@ pub struct StreamOptions {
     /// Answer / wait for a 1-byte ACK per packet.
     pub mprtt: bool,
     /// With `mprtt`: the reply echoes the packet (as many bytes) instead of a 1-byte
-    /// ACK. TCP only.
+    /// ACK. TCP and UDP.
     pub echo: bool,
+    /// With `mprtt` and without `echo`: bytes of each reply (1: the ACK). TCP and UDP.
+    pub response_size: usize,
     /// Set to make every blocked call of this STREAM fail with `Interrupted` soon.
     pub abort: Arc<AtomicBool>,
     /// Spin on non-blocking calls instead of sleeping in `poll()` (burns a core per
@@ -217,6 +219,7 @@ impl Default for StreamOptions {
             pktsize: crate::settings::DEFAULT_PKTSIZE as usize,
             mprtt: false,
             echo: false,
+            response_size: 1,
             abort: Arc::new(AtomicBool::new(false)),
             busy_poll: false,
             cpu: None,

@@ -22,7 +22,9 @@
 //! rather than on every segment. Reads still return less at end of stream, and after a
 //! poll slice (see `poll_open`).
 //!
-//! MPRTT replies: a 1-byte ACK per packet, or with `echo` the packet's own bytes.
+//! MPRTT replies: a 1-byte ACK per packet, `response_size` bytes per packet, or with
+//! `echo` the packet's own bytes. A request's reply may arrive in pieces: the sender
+//! reads until all of it is there, then times the round trip.
 //!
 //! Every read, write, option and `poll()` of a data socket goes through its
 //! [`DataSocket`]'s table of calls (zero-copy writers aside): libc's for TCP,
@@ -91,6 +93,8 @@ struct Socket {
     mprtt: bool,
     /// MPRTT replies echo the packet instead of a 1-byte ACK.
     echo: bool,
+    /// Without `echo`: bytes of each MPRTT reply (1: the ACK).
+    response_size: usize,
     quickack: bool,
     busy_poll: bool,
     /// Calls sleep in the kernel (see the module doc); else `poll()` after `EAGAIN`.
@@ -99,7 +103,7 @@ struct Socket {
     abort: Arc<AtomicBool>,
     /// `--zerocopy`: this thread's zero-copy writer; payload goes through it.
     zerocopy: Option<ZeroCopyWriter>,
-    /// Where MPRTT replies are read to (allocated once: 1 byte, or a packet with echo).
+    /// Where MPRTT replies are read to (allocated once: a reply, or a packet with echo).
     reply: Vec<u8>,
     /// Flags every `recv()` adds: `MSG_TRUNC` with `--skip-rx-copy`, else none.
     recv_flags: libc::c_int,
@@ -128,12 +132,20 @@ impl Socket {
             sock,
             mprtt: opts.mprtt,
             echo: opts.echo,
+            response_size: opts.response_size.max(1),
             quickack: opts.tcp.quickack,
             busy_poll: opts.busy_poll,
             blocking,
             timeouts: Arc::default(),
             abort: opts.abort.clone(),
-            reply: vec![0u8; if opts.echo { opts.pktsize.max(1) } else { 1 }],
+            reply: vec![
+                0u8;
+                if opts.echo {
+                    opts.pktsize.max(1)
+                } else {
+                    opts.response_size.max(1)
+                }
+            ],
             recv_flags: if opts.tcp.skip_rx_copy {
                 libc::MSG_TRUNC
             } else {
@@ -151,6 +163,7 @@ impl Socket {
             sock: self.sock.clone(),
             mprtt: self.mprtt,
             echo: self.echo,
+            response_size: self.response_size,
             quickack: self.quickack,
             busy_poll: self.busy_poll,
             blocking: self.blocking,
@@ -293,10 +306,10 @@ impl Socket {
         Ok(())
     }
 
-    /// Reads the MPRTT reply to a packet of `sent` bytes: the 1-byte ACK, or with echo
-    /// `sent` bytes. Returns the bytes read.
+    /// Reads the MPRTT reply to a packet of `sent` bytes: `response_size` bytes (the
+    /// 1-byte ACK by default), or with echo `sent` bytes. Returns the bytes read.
     fn read_reply(&mut self, sent: usize, deadline: Deadline) -> io::Result<usize> {
-        let want = if self.echo { sent } else { 1 };
+        let want = if self.echo { sent } else { self.response_size };
         // Non-blocking mode: the reply needs the peer to wake and answer, so right after
         // the write it is never there yet; sleeping in poll() first saves a read() that
         // would only return EAGAIN. Spinning and non-blocking calls try the read first.
@@ -440,6 +453,9 @@ pub struct TcpStream {
     /// MPRTT with echo: the current packet's bytes per socket, kept when it arrives in
     /// pieces (allocated once, a packet per socket).
     echo_bufs: Vec<Vec<u8>>,
+    /// MPRTT without echo: the reply written for each packet (the 1-byte ACK, or
+    /// `response_size` bytes), allocated once.
+    response: Vec<u8>,
     /// MPRTT: a reply was just written for a whole packet, so the next packet cannot be
     /// there before the peer has read it: in non-blocking mode the next `recv()` polls
     /// before reading.
@@ -604,10 +620,20 @@ impl TcpStream {
         } else {
             Vec::new()
         };
+        let response = if opts.mprtt && !opts.echo {
+            vec![1u8; opts.response_size.max(1)]
+        } else {
+            Vec::new()
+        };
         let in_force = InForce::read(&sockets[0].sock);
         let flows = opts.flows.then(|| {
             let fds: Vec<RawFd> = sockets.iter().map(FlowSocket::fd).collect();
-            Flows::new(&fds, if opts.echo { opts.pktsize } else { 1 })
+            let reply_max = if opts.echo {
+                opts.pktsize
+            } else {
+                opts.response_size
+            };
+            Flows::new(&fds, reply_max)
         });
         Ok(TcpStream {
             in_force,
@@ -624,6 +650,7 @@ impl TcpStream {
             cursor: 0,
             partial: vec![0; n],
             echo_bufs,
+            response,
             acked: false,
             flowing: false,
             pollfds,
@@ -693,8 +720,8 @@ impl TcpStream {
             self.partial[k] += data.len();
             while self.partial[k] >= pkt {
                 self.partial[k] -= pkt;
-                sock.write_all(&[1u8], Deadline::Never)?;
-                self.stats.bytes_sent += 1;
+                sock.write_all(&self.response, Deadline::Never)?;
+                self.stats.bytes_sent += self.response.len() as u64;
             }
         }
         self.acked = self.partial[k] == 0 && self.sockets.len() == 1;
@@ -926,8 +953,8 @@ impl Stream for TcpStream {
                 self.sockets[k].write_all(&self.echo_bufs[k][..part], Deadline::Never)?;
                 self.stats.bytes_sent += part as u64;
             } else {
-                self.sockets[k].write_all(&[1u8], Deadline::Never)?;
-                self.stats.bytes_sent += 1;
+                self.sockets[k].write_all(&self.response, Deadline::Never)?;
+                self.stats.bytes_sent += self.response.len() as u64;
             }
         }
         Ok(())
@@ -983,7 +1010,11 @@ fn send_on_flows(
         stats.bytes_sent += buf.len() as u64;
         return Ok(stats.send_latency.record_since(start));
     }
-    let reply = if opts.echo { buf.len() } else { 1 };
+    let reply = if opts.echo {
+        buf.len()
+    } else {
+        opts.response_size
+    };
     flows.send_request(sockets, buf, reply, deadline, abort, stats)?;
     Ok(Instant::now())
 }
@@ -1806,6 +1837,83 @@ mod tests {
         raw.shutdown(Shutdown::Write).expect("shutdown");
         let (received, sent) = t.join().expect("join");
         assert_eq!((received, sent), (100_000, 100_000));
+    }
+
+    #[test]
+    fn a_response_size_answers_every_packet_and_the_partial_last_one_in_full() {
+        let base = StreamOptions {
+            mprtt: true,
+            response_size: 4096,
+            pktsize: 100,
+            ..StreamOptions::default()
+        };
+        for (mode, opts) in each_mode(base) {
+            let (mut client, mut server) = pair(opts);
+            let t = thread::spawn(move || {
+                let buf = vec![1u8; 100];
+                for _ in 0..50 {
+                    client.send(&buf, Timeout::Forever).expect("send");
+                }
+                client
+                    .send(&buf[..10], Timeout::Forever)
+                    .expect("send short");
+                client.finish_sending(Timeout::Forever).expect("finish");
+                client.stats()
+            });
+            let mut buf = vec![0u8; 64];
+            let mut total = 0;
+            while total < 5_010 {
+                total += server
+                    .recv(&mut buf, Timeout::Millis(10_000))
+                    .expect("recv");
+                if total == 5_010 {
+                    server.ack_partial().expect("answer the short packet");
+                }
+            }
+            let cs = t.join().expect("join");
+            assert_eq!(cs.bytes_sent, 5_010, "{mode}");
+            assert_eq!(cs.bytes_received, 51 * 4096, "{mode}: every reply whole");
+            assert_eq!(cs.send_latency.count(), 51, "{mode}");
+            assert_eq!(server.stats().bytes_sent, 51 * 4096, "{mode}");
+        }
+    }
+
+    #[test]
+    fn a_reply_in_pieces_is_read_whole_before_the_round_trip_ends() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let t = thread::spawn(move || {
+            let (mut raw, _) = listener.accept().expect("accept");
+            let mut request = [0u8; 100];
+            for _ in 0..10 {
+                io::Read::read_exact(&mut raw, &mut request).expect("request");
+                // The reply in two writes, apart: the client must wait for the second.
+                io::Write::write_all(&mut raw, &[2u8; 1000]).expect("write");
+                thread::sleep(Duration::from_millis(2));
+                io::Write::write_all(&mut raw, &[2u8; 3096]).expect("write");
+            }
+        });
+        let opts = StreamOptions {
+            mprtt: true,
+            response_size: 4096,
+            pktsize: 100,
+            ..StreamOptions::default()
+        };
+        let mut client = TcpStream::connect(addr, opts).expect("connect");
+        for _ in 0..10 {
+            client.send(&[1u8; 100], Timeout::Forever).expect("send");
+        }
+        t.join().expect("join");
+        let cs = client.stats();
+        assert_eq!((cs.bytes_sent, cs.bytes_received), (1000, 40_960));
+        let fastest = (cs.send_latency)
+            .summary(&crate::percentiles::Percentiles::default())
+            .expect("samples")
+            .min_ns;
+        assert!(
+            fastest >= 2_000_000,
+            "every round trip waited for its whole reply"
+        );
     }
 
     #[test]

@@ -16,11 +16,13 @@
 //! quiet for [`DRAIN_QUIET`] (at most [`DRAIN_MAX`] in all), and returns `Ok(0)`. Only
 //! then is the loss known.
 //!
-//! MPRTT: every datagram is answered by a 1-byte ACK holding the low byte of its
-//! sequence number (so a late ACK of an earlier packet is not taken for the current
-//! one). The sender resends a datagram whose ACK does not come within the ACK time-out,
-//! at most [`MAX_RETRIES`] times, then fails naming the packet. The receiver ACKs every
-//! copy it reads, duplicates included, and counts every byte.
+//! MPRTT: every datagram is answered by one reply datagram (see [`super::udp_wire`]):
+//! by default a 1-byte ACK holding the low byte of its sequence number (so a late ACK
+//! of an earlier packet is not taken for the current one), with `response_size` that
+//! many bytes starting with the sequence number, with `echo` the datagram itself. The
+//! sender resends a datagram whose reply does not come within the ACK time-out, at most
+//! [`MAX_RETRIES`] times, then fails naming the packet. The receiver answers every copy
+//! it reads, duplicates included, and both ends count every byte.
 //!
 //! Latency is timed as for TCP: a send from the first write to its return (with MPRTT
 //! to the ACK, retries included); a receive from the call to the read that returns a
@@ -47,7 +49,7 @@ use super::epoll::{poll_many, poll_one, Epoll};
 use super::sender::{LazySenders, PacketSink, Senders};
 use super::sys::{set_int_opt, set_tos, set_window, size_buffer, Direction};
 use super::udp_batch::{gro_slots, RecvBatch, SendBatch, Sent};
-use super::udp_wire::{Arrival, BufferGrant, Header, SeqTracker, HEADER_LEN};
+use super::udp_wire::{Arrival, BufferGrant, Header, ReplyDatagram, SeqTracker, HEADER_LEN};
 use super::{check_abort, Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
 use crate::control::{self, ControlError, Message};
 use crate::stats::{span_ns, StreamStats};
@@ -75,7 +77,7 @@ pub const DRAIN_QUIET: Duration = Duration::from_millis(300);
 pub const DRAIN_MAX: Duration = Duration::from_secs(3);
 /// Longest a control frame may take to arrive once it began, or to be written.
 pub const CONTROL_IO_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest single wait for socket space when sending an ACK.
+/// Longest single wait for socket space when sending a reply.
 const ACK_POLL_MS: i32 = 100;
 
 /// Datagrams up to this size are copied whole into one stack buffer and sent with
@@ -182,6 +184,10 @@ impl EpochClock {
 struct Socket {
     sock: Arc<net::UdpSocket>,
     mprtt: bool,
+    /// MPRTT: what answers each datagram.
+    reply: ReplyDatagram,
+    /// MPRTT, sending: where replies are read to (a sender thread's clone has its own).
+    reply_buf: Vec<u8>,
     stream: u32,
     ack_timeout: Duration,
     /// The STREAM's sequence counter, shared by all its sockets.
@@ -207,7 +213,12 @@ fn port_closed() -> io::Error {
 impl Socket {
     /// `recv()`; `wait` false: without blocking even on a blocking socket.
     fn recv_flags(&self, buf: &mut [u8], wait: bool) -> io::Result<usize> {
-        let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+        self.recv_with(buf, if wait { 0 } else { libc::MSG_DONTWAIT })
+    }
+
+    /// `recv()` with `flags`; with `MSG_TRUNC` it returns the datagram's whole length,
+    /// even when `buf` holds less of it.
+    fn recv_with(&self, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
         // SAFETY: `buf` is exclusively borrowed for the call and its length is passed;
         // the fd is open for the life of `self.sock`.
         let rc = unsafe {
@@ -342,20 +353,22 @@ impl Socket {
         }
     }
 
-    /// Waits for the ACK of `seq` until `until`. `Ok(false)`: it did not come in time.
-    /// Every ACK byte read is counted, stale ones (of earlier packets) too.
+    /// Waits until `until` for the reply to `request`, sent as datagram `seq`, reading
+    /// replies into `buf`. `Ok(false)`: it did not come in time. Every reply byte read
+    /// is counted, stale replies (to earlier packets) and wrong ones too.
     ///
-    /// The ACK cannot be there the moment the datagram left, so (unless busy-polling)
+    /// The reply cannot be there the moment the datagram left, so (unless busy-polling)
     /// this sleeps in `poll()` before the first read instead of paying for a read
     /// that returns `EAGAIN`.
-    fn await_ack(
+    fn await_reply(
         &self,
+        buf: &mut [u8],
+        request: &[u8],
         seq: u64,
         until: Instant,
         deadline: Deadline,
         stats: &mut StreamStats,
     ) -> io::Result<bool> {
-        let mut buf = [0u8; 16];
         // Blocking reads only without a deadline: a blocked read may overrun it.
         let block = self.blocking && deadline == Deadline::Never;
         if !self.busy_poll && !block && deadline != Deadline::Now {
@@ -365,12 +378,14 @@ impl Socket {
                 .min(self.ack_timeout.as_millis() as i32 + 1);
             poll_one(self.epoll.as_ref(), self.sock.as_raw_fd(), libc::POLLIN, ms)?;
         }
+        let flags = libc::MSG_TRUNC | if block { 0 } else { libc::MSG_DONTWAIT };
         loop {
-            match self.recv_flags(&mut buf, block) {
+            match self.recv_with(buf, flags) {
                 Ok(0) => {}
                 Ok(n) => {
                     stats.bytes_received += n as u64;
-                    if buf[0] == seq as u8 {
+                    let held = &buf[..n.min(buf.len())];
+                    if self.reply.answers(held, n, request, seq, self.stream) {
                         return Ok(true);
                     }
                 }
@@ -408,10 +423,10 @@ impl Socket {
         Ok(())
     }
 
-    /// Sends the 1-byte MPRTT ACK of `seq`. A peer that is gone needs no ACK.
-    fn send_ack(&self, seq: u64) -> io::Result<bool> {
+    /// Sends an MPRTT reply datagram. A peer that is gone needs no reply.
+    fn send_reply(&self, reply: &[u8]) -> io::Result<bool> {
         loop {
-            match self.sock.send(&[seq as u8]) {
+            match self.sock.send(reply) {
                 Ok(_) => return Ok(true),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     check_abort(&self.abort)?;
@@ -419,7 +434,7 @@ impl Socket {
                     poll_one(self.epoll.as_ref(), fd, libc::POLLOUT, ACK_POLL_MS)?;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // No room in the device queue, or a local firewall dropped it: the ACK
+                // No room in the device queue, or a local firewall dropped it: the reply
                 // is lost as if on the wire, and the sender will send the datagram again.
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EPERM)) => {
                     return Ok(false)
@@ -442,32 +457,55 @@ impl PacketSink for Socket {
         let start = Instant::now();
         self.send_datagram(buf, seq, start, deadline)?;
         if self.mprtt {
-            let mut retries = 0;
-            while !self.await_ack(seq, Instant::now() + self.ack_timeout, deadline, stats)? {
-                if retries == MAX_RETRIES {
-                    // The time waited as the clock read it, not retries × time-out: the
-                    // first send is waited for too, and each wait may overrun.
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "UDP stream {}: packet seq={seq} ({} bytes) was not acknowledged in {:.2}s (sent {} times, waiting {} ms for its ACK each time: --ack-timeout)",
-                            self.stream,
-                            buf.len(),
-                            start.elapsed().as_secs_f64(),
-                            MAX_RETRIES + 1,
-                            self.ack_timeout.as_millis()
-                        ),
-                    ));
-                }
-                retries += 1;
-                stats.retries += 1;
-                self.send_datagram(buf, seq, Instant::now(), deadline)?;
-            }
+            let mut reply = std::mem::take(&mut self.reply_buf);
+            let answered = self.round_trip(&mut reply, buf, seq, start, deadline, stats);
+            self.reply_buf = reply;
+            answered?;
         }
         stats.send_latency.record_since(start);
         stats.bytes_sent += buf.len() as u64;
         stats.datagrams.sent += 1;
         Ok(())
+    }
+}
+
+impl Socket {
+    /// MPRTT, after datagram `seq` (`buf`, first sent at `start`) left: waits for its
+    /// reply, sending it again each time the ACK time-out passes without one.
+    fn round_trip(
+        &self,
+        reply: &mut [u8],
+        buf: &[u8],
+        seq: u64,
+        start: Instant,
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        let mut retries = 0;
+        loop {
+            let until = Instant::now() + self.ack_timeout;
+            if self.await_reply(reply, buf, seq, until, deadline, stats)? {
+                return Ok(());
+            }
+            if retries == MAX_RETRIES {
+                // The time waited as the clock read it, not retries × time-out: the
+                // first send is waited for too, and each wait may overrun.
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "UDP stream {}: packet seq={seq} ({} bytes) was not acknowledged in {:.2}s (sent {} times, waiting {} ms for its ACK each time: --ack-timeout)",
+                        self.stream,
+                        buf.len(),
+                        start.elapsed().as_secs_f64(),
+                        MAX_RETRIES + 1,
+                        self.ack_timeout.as_millis()
+                    ),
+                ));
+            }
+            retries += 1;
+            stats.retries += 1;
+            self.send_datagram(buf, seq, Instant::now(), deadline)?;
+        }
     }
 }
 
@@ -521,6 +559,9 @@ pub struct UdpStream {
     /// An ACK was just sent: with MPRTT the next datagram cannot be there yet, so the
     /// next `recv()` polls before it reads.
     acked: bool,
+    /// MPRTT with sized replies: the reply written for each datagram (its sequence
+    /// number goes in first), allocated once.
+    response: Vec<u8>,
     clock: EpochClock,
 }
 
@@ -552,6 +593,17 @@ impl UdpStream {
             .max(Duration::from_millis(1));
         // Batching holds datagrams back; MPRTT waits for each one's ACK.
         let batched = udp.batch > 1 && !opts.mprtt;
+        let reply = if opts.echo {
+            ReplyDatagram::Echo
+        } else {
+            ReplyDatagram::Sized(opts.response_size.max(1))
+        };
+        // Replies to read (an echo's length is the request's) and to write.
+        let (reply_buf, response) = match (opts.mprtt, reply) {
+            (false, _) => (Vec::new(), Vec::new()),
+            (true, ReplyDatagram::Echo) => (vec![0u8; opts.pktsize.max(1)], Vec::new()),
+            (true, ReplyDatagram::Sized(n)) => (vec![0u8; n], vec![0u8; n]),
+        };
         let (mut rcvbuf, mut sndbuf) = (BufferGrant::default(), BufferGrant::default());
         let mut sockets = Vec::with_capacity(socks.len());
         for s in socks {
@@ -584,6 +636,8 @@ impl UdpStream {
             sockets.push(Socket {
                 sock: Arc::new(s),
                 mprtt: opts.mprtt,
+                reply,
+                reply_buf: reply_buf.clone(),
                 stream: udp.stream,
                 ack_timeout: udp.ack_timeout,
                 next_seq: next_seq.clone(),
@@ -639,6 +693,7 @@ impl UdpStream {
             batch_read_at: Instant::now(),
             flowing: false,
             acked: false,
+            response,
             clock,
             opts,
         })
@@ -789,8 +844,7 @@ impl UdpStream {
                     // An empty datagram cannot be returned: Ok(0) means end of stream.
                     continue;
                 }
-                if self.opts.mprtt && kind != Arrival::Foreign && self.sockets[k].send_ack(seq)? {
-                    self.stats.bytes_sent += 1;
+                if self.opts.mprtt && kind != Arrival::Foreign && self.answer(k, &buf[..n], seq)? {
                     self.acked = true;
                 }
                 self.stats.recv_latency.record(span_ns(start, now));
@@ -805,6 +859,23 @@ impl UdpStream {
                 self.wait_readable(deadline, &mut spins)?;
             }
         }
+    }
+
+    /// Answers `datagram`, numbered `seq`, on socket `k` (MPRTT), counting the reply's
+    /// bytes as sent; `Ok(false)` if the reply could not leave.
+    fn answer(&mut self, k: usize, datagram: &[u8], seq: u64) -> io::Result<bool> {
+        let reply = match self.sockets[k].reply {
+            ReplyDatagram::Echo => datagram,
+            ReplyDatagram::Sized(_) => {
+                ReplyDatagram::encode_sized(seq, &mut self.response);
+                &self.response
+            }
+        };
+        let sent = self.sockets[k].send_reply(reply)?;
+        if sent {
+            self.stats.bytes_sent += reply.len() as u64;
+        }
+        Ok(sent)
     }
 
     /// Waits for a socket to become readable after all came up empty: sleeps in
@@ -1230,6 +1301,69 @@ mod tests {
         let (_, rest) = text.split_once(before).expect("the time");
         let (secs, _) = rest.split_once('s').expect("seconds");
         secs.parse().expect("a number")
+    }
+
+    #[test]
+    fn an_echo_or_a_sized_reply_ends_the_round_trip_only_when_it_is_the_right_one() {
+        for reply in [ReplyDatagram::Echo, ReplyDatagram::Sized(300)] {
+            let listener = net::TcpListener::bind("127.0.0.1:0").expect("tcp bind");
+            let control =
+                net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+            let (_control_peer, _) = listener.accept().expect("accept");
+            let ours = net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+            let peer = net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+            ours.connect(peer.local_addr().expect("addr"))
+                .expect("connect");
+            peer.connect(ours.local_addr().expect("addr"))
+                .expect("connect");
+            let opts = StreamOptions {
+                mprtt: true,
+                echo: reply == ReplyDatagram::Echo,
+                response_size: 300,
+                pktsize: 100,
+                ..StreamOptions::default()
+            };
+            let udp = UdpOptions::new(0, Duration::from_secs(5));
+            let mut client =
+                UdpStream::from_sockets(vec![ours], control, opts, udp).expect("stream");
+            let t = thread::spawn(move || {
+                let mut request = [0u8; 200];
+                let n = peer.recv(&mut request).expect("the request");
+                let right = match reply {
+                    ReplyDatagram::Echo => request[..n].to_vec(),
+                    ReplyDatagram::Sized(len) => {
+                        let mut r = vec![0u8; len];
+                        ReplyDatagram::encode_sized(0, &mut r);
+                        r
+                    }
+                };
+                let mut changed = right.clone();
+                *changed.last_mut().expect("bytes") ^= 1;
+                let mut late = right.clone();
+                late[0] = 9;
+                // Wrong ones first: cut short, changed (an echo's payload; a sized
+                // reply's filler, which is not looked at), another packet's.
+                for wrong in [&right[..50], &changed[..], &late[..]] {
+                    peer.send(wrong).expect("send");
+                }
+                peer.send(&right).expect("send");
+            });
+            client
+                .send(&[7u8; 100], Timeout::Forever)
+                .expect("answered");
+            t.join().expect("join");
+            let cs = client.stats();
+            assert_eq!(cs.retries, 0, "{reply:?}");
+            assert_eq!(cs.send_latency.count(), 1, "{reply:?}");
+            let len = reply.len(100) as u64;
+            // Every reply byte read counts, whether it ended the round trip or not; a
+            // sized reply's filler does not matter, so the changed one answers.
+            let read = match reply {
+                ReplyDatagram::Echo => 50 + 3 * len,
+                ReplyDatagram::Sized(_) => 50 + len,
+            };
+            assert_eq!(cs.bytes_received, read, "{reply:?}");
+        }
     }
 
     #[test]

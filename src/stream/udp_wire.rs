@@ -18,6 +18,16 @@
 //! Loss is computed only once the sender has said how many datagrams it sent (over
 //! the reliable control connection): `lost = sent - (received - duplicates)`, never
 //! below zero. Out-of-order datagrams are never counted as lost.
+//!
+//! # Replies (MPRTT)
+//! A request is answered by one datagram, of one of two kinds ([`ReplyDatagram`]). A sized
+//! reply (`-r`, and `--response-size N`) is N bytes that start with the request's
+//! sequence number, little-endian, cut to the reply's length like a short header's
+//! (N = 1: the original 1-byte ACK, the sequence modulo 256); the rest is zeros. An
+//! echo (`--echo`) is the request itself, byte for byte. The sender takes a reply for
+//! its request only if it has the right length and starts with the request's sequence
+//! number (an echo: is the request, its send time aside, which a resent copy changes);
+//! any other datagram is counted and read past, as a late reply to an earlier request.
 
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -104,6 +114,59 @@ pub fn extend_seq(cut: u64, bits: u32, reference: u64) -> u64 {
         }
     }
     best
+}
+
+/// What answers each request of a request/response run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyDatagram {
+    /// A datagram of this many bytes that starts with the request's sequence number.
+    Sized(usize),
+    /// The request itself.
+    Echo,
+}
+
+impl ReplyDatagram {
+    /// Bytes of the reply to a request of `request` bytes.
+    pub fn len(self, request: usize) -> usize {
+        match self {
+            ReplyDatagram::Sized(n) => n,
+            ReplyDatagram::Echo => request,
+        }
+    }
+
+    /// Writes the reply to datagram `seq` into `out`, which holds [`ReplyDatagram::len`]
+    /// bytes: a sized reply's sequence number (its other bytes are left as they are).
+    /// An echo is the request itself, which the caller sends as it is.
+    pub fn encode_sized(seq: u64, out: &mut [u8]) {
+        let n = out.len().min(SEQ_LEN);
+        out[..n].copy_from_slice(&seq.to_le_bytes()[..n]);
+    }
+
+    /// Whether `reply`, a datagram of `len` bytes of which `reply` holds the first,
+    /// answers `request` (as sent, its header aside), datagram `seq` of stream `stream`.
+    pub fn answers(self, reply: &[u8], len: usize, request: &[u8], seq: u64, stream: u32) -> bool {
+        if len != self.len(request.len()) || reply.len() != len {
+            return false;
+        }
+        let mut header = [0u8; HEADER_LEN];
+        Header {
+            seq,
+            stream,
+            sent_ns: 0,
+        }
+        .encode(&mut header);
+        match self {
+            ReplyDatagram::Sized(_) => {
+                let n = len.min(SEQ_LEN);
+                reply[..n] == header[..n]
+            }
+            ReplyDatagram::Echo => {
+                // The send time is not compared: a resent copy carries a later one.
+                let n = len.min(STREAM_END);
+                reply[..n] == header[..n] && reply.get(HEADER_LEN..) == request.get(HEADER_LEN..)
+            }
+        }
+    }
 }
 
 /// How one datagram was classified.
@@ -421,6 +484,76 @@ impl SeqTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sized_reply_carries_as_much_of_the_sequence_as_fits() {
+        let seq = 0x0102_0304_0506_0708u64 + 0x1_0000_0000_0000;
+        let mut ack = [0u8; 1];
+        ReplyDatagram::encode_sized(seq, &mut ack);
+        assert_eq!(ack, [0x08], "the original 1-byte ACK");
+        let mut big = vec![0u8; 4096];
+        ReplyDatagram::encode_sized(seq, &mut big);
+        assert_eq!(big[..8], seq.to_le_bytes());
+        assert!(big[8..].iter().all(|&b| b == 0));
+        let request = [0u8; 100];
+        let sized = ReplyDatagram::Sized(4096);
+        assert!(sized.answers(&big, 4096, &request, seq, 3));
+        assert!(
+            !sized.answers(&big, 4096, &request, seq + 1, 3),
+            "a late reply"
+        );
+        assert!(
+            !sized.answers(&big[..4000], 4000, &request, seq, 3),
+            "too short"
+        );
+        assert!(
+            !sized.answers(&big, 5000, &request, seq, 3),
+            "cut by the buffer"
+        );
+        assert!(ReplyDatagram::Sized(1).answers(&ack, 1, &request, seq, 3));
+        assert!(!ReplyDatagram::Sized(1).answers(&ack, 1, &request, seq + 1, 3));
+    }
+
+    #[test]
+    fn an_echo_must_be_the_request_its_send_time_aside() {
+        let mut request: Vec<u8> = (0..64u8).collect();
+        let header = Header {
+            seq: 77,
+            stream: 2,
+            sent_ns: 1000,
+        };
+        header.encode(&mut request);
+        let echo = ReplyDatagram::Echo;
+        assert!(echo.answers(&request, 64, &request, 77, 2));
+        // A resent copy's echo has a later send time: still the answer.
+        let mut resent = request.clone();
+        Header {
+            sent_ns: 2000,
+            ..header
+        }
+        .encode(&mut resent);
+        assert!(echo.answers(&resent, 64, &request, 77, 2));
+        assert!(!echo.answers(&request, 64, &request, 78, 2), "a late echo");
+        assert!(
+            !echo.answers(&request, 64, &request, 77, 1),
+            "another stream's"
+        );
+        let mut changed = request.clone();
+        changed[40] ^= 1;
+        assert!(
+            !echo.answers(&changed, 64, &request, 77, 2),
+            "its payload changed"
+        );
+        assert!(
+            !echo.answers(&request[..63], 63, &request, 77, 2),
+            "too short"
+        );
+        // Requests shorter than the header carry and echo only its first bytes.
+        let mut tiny = [0u8; 3];
+        Header { seq: 77, ..header }.encode(&mut tiny);
+        assert!(echo.answers(&tiny, 3, &tiny, 77, 2));
+        assert!(!echo.answers(&tiny, 3, &tiny, 78, 2));
+    }
 
     fn datagram(seq: u64, stream: u32, len: usize) -> Vec<u8> {
         let mut d = vec![0xa5u8; len];

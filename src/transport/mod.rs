@@ -126,6 +126,7 @@ pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOpti
         pktsize: settings.pktsize as usize,
         mprtt: settings.workload.mprtt(),
         echo: settings.workload.echo(),
+        response_size: settings.response_size.map_or(1, |n| n as usize),
         abort,
         busy_poll: sockets.busy_poll,
         cpu: None,

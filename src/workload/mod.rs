@@ -23,7 +23,8 @@ use thiserror::Error;
 /// What each packet of a request/response workload waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reply {
-    /// A 1-byte ACK (`-r`, the original MPRTT).
+    /// A 1-byte ACK (`-r`, the original MPRTT), or as many bytes as the run's
+    /// `--response-size` says.
     Ack,
     /// The packet itself, as many bytes (`--echo`, sockperf's and qperf's ping-pong).
     Echo,
@@ -65,6 +66,11 @@ pub trait Behaviour: Sync {
     fn server_sends_on(&self, stream: u32, nstreams: u32) -> bool {
         self.first_server_stream(nstreams)
             .is_some_and(|first| stream >= first)
+    }
+
+    /// Whether `--response-size` may set the size of its replies (others refuse it).
+    fn sized_replies(&self) -> bool {
+        false
     }
 
     /// Copies of a packet's buffer each socket holds (an echo keeps a second).
@@ -111,8 +117,16 @@ impl Workload {
 /// Why a workload cannot run as asked.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum WorkloadError {
-    #[error("--echo is implemented for TCP only in this build; it cannot be used with {0}")]
-    EchoTcpOnly(&'static str),
+    #[error(
+        "--echo is implemented for TCP and UDP only in this build; it cannot be used with {0}"
+    )]
+    EchoUnsupported(&'static str),
+    #[error("--response-size sets the size of each request's reply: use it with -r (or with --echo at the size of -l), not with {0}")]
+    ResponseSizeWorkload(&'static str),
+    #[error("--echo answers each request with itself, -l {pktsize} bytes: --response-size {asked} differs (use -r --response-size {asked} for a reply of another size)")]
+    ResponseSizeEcho { asked: u32, pktsize: u32 },
+    #[error("--response-size is implemented for TCP and UDP only in this build; it cannot be used with {0}")]
+    ResponseSizeUnsupported(&'static str),
     #[error(
         "--reverse is implemented for TCP and UDP only in this build; it cannot be used with {0}"
     )]

@@ -1,6 +1,7 @@
 //! Request/response: each packet waits for its reply before the next is sent, and its
-//! round trip is timed as mprtt. The reply is the original design's 1-byte ACK (`-r`), or
-//! the packet's own bytes (`--echo`, as sockperf's and qperf's ping-pong).
+//! round trip is timed as mprtt. The reply is the original design's 1-byte ACK (`-r`),
+//! `--response-size` bytes (`-r --response-size N`, as neper's request and response
+//! sizes), or the packet's own bytes (`--echo`, as sockperf's and qperf's ping-pong).
 
 use super::{Behaviour, Reply, WorkloadError};
 use crate::settings::shape::RunShape;
@@ -21,6 +22,10 @@ impl Behaviour for RoundTrip {
         Some(self.0)
     }
 
+    fn sized_replies(&self) -> bool {
+        true
+    }
+
     fn buffer_copies(&self) -> u64 {
         // An echo also holds the packet being echoed (server) or read back (client).
         match self.0 {
@@ -29,10 +34,24 @@ impl Behaviour for RoundTrip {
         }
     }
 
-    fn check(&self, _run: &RunShape, transport: &TransportSettings) -> Result<(), WorkloadError> {
+    /// RDMA replies are 1-byte ACKs; an echo's size is its request's. (UDP checks that
+    /// a sized reply fits in a datagram.)
+    fn check(&self, run: &RunShape, transport: &TransportSettings) -> Result<(), WorkloadError> {
         let protocol = transport.protocol();
-        if self.0 == Reply::Echo && protocol != Protocol::Tcp {
-            return Err(WorkloadError::EchoTcpOnly(protocol.name()));
+        if self.0 == Reply::Echo && protocol == Protocol::Rdma {
+            return Err(WorkloadError::EchoUnsupported(protocol.name()));
+        }
+        let Some(size) = run.response_size else {
+            return Ok(());
+        };
+        if protocol == Protocol::Rdma {
+            return Err(WorkloadError::ResponseSizeUnsupported(protocol.name()));
+        }
+        if self.0 == Reply::Echo && size != run.pktsize {
+            return Err(WorkloadError::ResponseSizeEcho {
+                asked: size,
+                pktsize: run.pktsize,
+            });
         }
         Ok(())
     }

@@ -244,6 +244,7 @@ mod tests {
         nstreams: 1,
         pktsize: 32768,
         mprtt: false,
+        response_size: None,
         paced: false,
         nsockets: 1,
         lock_free: false,

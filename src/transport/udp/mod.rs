@@ -48,17 +48,28 @@ struct UdpAcceptor {
     listeners: Vec<JoinHandle<()>>,
 }
 
-/// Refuses a `pktsize` that cannot be one datagram to `ip`.
-fn check_pktsize(pktsize: u32, ip: IpAddr) -> Result<()> {
+/// Refuses a datagram size (`--pktsize`, or a reply's `--response-size`, named by
+/// `flag`) that cannot be one datagram to `ip`.
+fn check_datagram_size(flag: &str, size: u32, ip: IpAddr) -> Result<()> {
     let (max, family) = if ip.to_canonical().is_ipv4() {
         (MAX_DATAGRAM_V4, "IPv4")
     } else {
         (MAX_DATAGRAM_V6, "IPv6")
     };
-    if pktsize > max {
-        bail!("--pktsize {pktsize} does not fit in one UDP datagram over {family} (at most {max} bytes)");
+    if size > max {
+        bail!("{flag} {size} does not fit in one UDP datagram over {family} (at most {max} bytes)");
     }
     Ok(())
+}
+
+/// Refuses datagrams of `settings`, requests or replies, that cannot be one datagram
+/// to `ip`.
+fn check_datagram_sizes(settings: &Settings, ip: IpAddr) -> Result<()> {
+    check_datagram_size("--pktsize", settings.pktsize, ip)?;
+    match settings.response_size {
+        Some(size) => check_datagram_size("--response-size", size, ip),
+        None => Ok(()),
+    }
 }
 
 /// A UDP socket bound to `addr`, optionally sharing the port (SO_REUSEPORT).
@@ -98,12 +109,12 @@ fn udp_stream(
 
 impl Transport for UdpTransport {
     fn check(&self, settings: &Settings, server: SocketAddr) -> Result<()> {
-        check_pktsize(settings.pktsize, server.ip())
+        check_datagram_sizes(settings, server.ip())
     }
 
     fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
         let ip = ctx.local.ip().to_canonical();
-        check_pktsize(ctx.settings.pktsize, ip)?;
+        check_datagram_sizes(&ctx.settings, ip)?;
         let first = (0..ctx.settings.nstreams)
             .map(|i| {
                 let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, i)?;
@@ -247,12 +258,25 @@ mod tests {
         let v4: IpAddr = Ipv4Addr::LOCALHOST.into();
         let v6: IpAddr = Ipv6Addr::LOCALHOST.into();
         let mapped: IpAddr = Ipv4Addr::LOCALHOST.to_ipv6_mapped().into();
-        assert!(check_pktsize(65_507, v4).is_ok());
-        assert!(check_pktsize(1, v4).is_ok());
-        let e = check_pktsize(65_508, v4).expect_err("too big for IPv4");
+        let check = |size, ip| check_datagram_size("--pktsize", size, ip);
+        assert!(check(65_507, v4).is_ok());
+        assert!(check(1, v4).is_ok());
+        let e = check(65_508, v4).expect_err("too big for IPv4");
         assert!(e.to_string().contains("IPv4 (at most 65507 bytes)"), "{e}");
-        assert!(check_pktsize(65_508, mapped).is_err());
-        assert!(check_pktsize(65_527, v6).is_ok());
-        assert!(check_pktsize(65_528, v6).is_err());
+        assert!(check(65_508, mapped).is_err());
+        assert!(check(65_527, v6).is_ok());
+        assert!(check(65_528, v6).is_err());
+        let replies = Settings {
+            pktsize: 100,
+            response_size: Some(65_508),
+            ..Settings::default()
+        };
+        let e = check_datagram_sizes(&replies, v4).expect_err("a reply too big for IPv4");
+        assert!(
+            e.to_string()
+                .starts_with("--response-size 65508 does not fit"),
+            "{e}"
+        );
+        assert!(check_datagram_sizes(&replies, v6).is_ok());
     }
 }

@@ -68,6 +68,8 @@ pub enum UdpSettingsError {
     Sockets(#[from] SocketSettingsError),
     #[error("--pktsize {0} does not fit in one UDP datagram (at most {MAX_UDP_PKTSIZE} bytes over IPv6, 65507 over IPv4)")]
     PktSize(u32),
+    #[error("--response-size {0} does not fit in one UDP datagram (at most {MAX_UDP_PKTSIZE} bytes over IPv6, 65507 over IPv4)")]
+    ResponseSize(u32),
     #[error("--ack-timeout must be between 1 and {MAX_ACK_TIMEOUT_MS} ms, not {0}")]
     AckTimeout(u32),
     #[error(
@@ -77,7 +79,7 @@ pub enum UdpSettingsError {
     BatchFootprint(u64),
     #[error("--udp-batch must be between 1 and {MAX_UDP_BATCH}, not {0}")]
     Batch(u32),
-    #[error("-r sends one datagram and waits for its ACK: it cannot be batched (--udp-batch above 1, --gso, --gro)")]
+    #[error("-r sends one datagram and waits for its reply: it cannot be batched (--udp-batch above 1, --gso, --gro)")]
     BatchMprtt,
     #[error("--gso needs several datagrams per call: with -b the batch is 1 unless --udp-batch N (N >= 2) is given")]
     GsoNeedsBatch,
@@ -91,6 +93,9 @@ impl UdpSettings {
         self.sockets.validate()?;
         if run.pktsize > MAX_UDP_PKTSIZE {
             return Err(UdpSettingsError::PktSize(run.pktsize));
+        }
+        if let Some(size) = run.response_size.filter(|&s| s > MAX_UDP_PKTSIZE) {
+            return Err(UdpSettingsError::ResponseSize(size));
         }
         if !(1..=MAX_ACK_TIMEOUT_MS).contains(&self.ack_timeout_ms) {
             return Err(UdpSettingsError::AckTimeout(self.ack_timeout_ms));
@@ -186,6 +191,7 @@ mod tests {
         nstreams: 1,
         pktsize: 1472,
         mprtt: false,
+        response_size: None,
         paced: false,
         nsockets: 1,
         lock_free: false,
@@ -209,6 +215,16 @@ mod tests {
         assert_eq!(
             udp.validate(&too_big),
             Err(UdpSettingsError::PktSize(MAX_UDP_PKTSIZE + 1))
+        );
+        let replies = |size| RunShape {
+            mprtt: true,
+            response_size: Some(size),
+            ..BULK
+        };
+        assert_eq!(udp.validate(&replies(MAX_UDP_PKTSIZE)), Ok(()));
+        assert_eq!(
+            udp.validate(&replies(MAX_UDP_PKTSIZE + 1)),
+            Err(UdpSettingsError::ResponseSize(MAX_UDP_PKTSIZE + 1))
         );
         let no_wait = UdpSettings {
             ack_timeout_ms: 0,
