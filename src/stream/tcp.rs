@@ -1750,6 +1750,39 @@ mod tests {
         assert_eq!(server.stats().bytes_received, 3_001_007);
     }
 
+    /// Sends 50 packets of `pkt` bytes and a 10-byte last one; the server reads them in
+    /// `chunk`-byte reads and answers the short one once every byte is in. Returns the
+    /// client's figures and the server's end.
+    fn fifty_packets_and_a_short_one(
+        opts: StreamOptions,
+        pkt: usize,
+        chunk: usize,
+    ) -> (StreamStats, TcpStream) {
+        let (mut client, mut server) = pair(opts);
+        let t = thread::spawn(move || {
+            let buf = vec![1u8; pkt];
+            for _ in 0..50 {
+                client.send(&buf, Timeout::Forever).expect("send");
+            }
+            client
+                .send(&buf[..10], Timeout::Forever)
+                .expect("send short");
+            client.finish_sending(Timeout::Forever).expect("finish");
+            client.stats()
+        });
+        let mut buf = vec![0u8; chunk];
+        let (mut total, all) = (0, 50 * pkt + 10);
+        while total < all {
+            total += server
+                .recv(&mut buf, Timeout::Millis(10_000))
+                .expect("recv");
+            if total == all {
+                server.ack_partial().expect("answer the short packet");
+            }
+        }
+        (t.join().expect("join"), server)
+    }
+
     #[test]
     fn echo_returns_every_packet_and_the_partial_last_one() {
         let base = StreamOptions {
@@ -1759,30 +1792,8 @@ mod tests {
             ..StreamOptions::default()
         };
         for (mode, opts) in each_mode(base) {
-            let (mut client, mut server) = pair(opts);
-            let t = thread::spawn(move || {
-                let buf = vec![1u8; 1000];
-                for _ in 0..50 {
-                    client.send(&buf, Timeout::Forever).expect("send");
-                }
-                client
-                    .send(&buf[..10], Timeout::Forever)
-                    .expect("send short");
-                client.finish_sending(Timeout::Forever).expect("finish");
-                client.stats()
-            });
             // Reads smaller than a packet: the echo is still whole and sent once.
-            let mut buf = vec![0u8; 300];
-            let mut total = 0;
-            while total < 50_010 {
-                total += server
-                    .recv(&mut buf, Timeout::Millis(10_000))
-                    .expect("recv");
-                if total == 50_010 {
-                    server.ack_partial().expect("echo the short packet");
-                }
-            }
-            let cs = t.join().expect("join");
+            let (cs, mut server) = fifty_packets_and_a_short_one(opts, 1000, 300);
             assert_eq!(cs.bytes_sent, 50_010, "{mode}");
             assert_eq!(cs.bytes_received, 50_010, "{mode}: every byte echoed");
             assert_eq!(
@@ -1791,6 +1802,7 @@ mod tests {
                 "{mode}: one round trip per packet"
             );
             assert_eq!(server.stats().bytes_sent, 50_010, "{mode}");
+            let mut buf = [0u8; 300];
             assert_eq!(
                 server.recv(&mut buf, Timeout::Millis(10_000)).expect("eof"),
                 0,
@@ -1848,29 +1860,7 @@ mod tests {
             ..StreamOptions::default()
         };
         for (mode, opts) in each_mode(base) {
-            let (mut client, mut server) = pair(opts);
-            let t = thread::spawn(move || {
-                let buf = vec![1u8; 100];
-                for _ in 0..50 {
-                    client.send(&buf, Timeout::Forever).expect("send");
-                }
-                client
-                    .send(&buf[..10], Timeout::Forever)
-                    .expect("send short");
-                client.finish_sending(Timeout::Forever).expect("finish");
-                client.stats()
-            });
-            let mut buf = vec![0u8; 64];
-            let mut total = 0;
-            while total < 5_010 {
-                total += server
-                    .recv(&mut buf, Timeout::Millis(10_000))
-                    .expect("recv");
-                if total == 5_010 {
-                    server.ack_partial().expect("answer the short packet");
-                }
-            }
-            let cs = t.join().expect("join");
+            let (cs, server) = fifty_packets_and_a_short_one(opts, 100, 64);
             assert_eq!(cs.bytes_sent, 5_010, "{mode}");
             assert_eq!(cs.bytes_received, 51 * 4096, "{mode}: every reply whole");
             assert_eq!(cs.send_latency.count(), 51, "{mode}");
