@@ -642,13 +642,13 @@ struct WorkloadArgs {
     #[arg(short = 'r', long)]
     mprtt: bool,
 
-    /// TCP or UDP: MPRTT (implies -r) where the server answers each packet with the
+    /// TCP, UDP or RDMA rsockets: MPRTT (implies -r) where the server answers each packet with the
     /// packet itself (as many bytes, like sockperf/qperf ping-pong) instead of a 1-byte
     /// ACK; mprtt is then the round trip of a request and its full-size echo
     #[arg(hide_short_help = true, long)]
     echo: bool,
 
-    /// With -r, TCP or UDP: the server answers each -l-byte request with N bytes instead
+    /// With -r, TCP, UDP or RDMA rsockets: the server answers each -l-byte request with N bytes instead
     /// of a 1-byte ACK (neper's request and response sizes), and mprtt lasts until the
     /// whole reply has arrived. With UDP, N must fit in one datagram
     #[arg(hide_short_help = true, long, value_name = "N", conflicts_with = "tests",

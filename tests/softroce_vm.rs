@@ -30,8 +30,9 @@ struct Case {
     args: Vec<&'static str>,
     /// Bytes the client sends and the server receives.
     bytes: u64,
-    /// With `-r`: one 1-byte ACK per packet, sent by the server.
-    acks: Option<u64>,
+    /// With `-r` or `--echo`: the bytes the server sends back (one 1-byte ACK per packet,
+    /// or its replies).
+    replies: Option<u64>,
     /// What the client's header line must contain (API, operation, device or provider).
     header: String,
 }
@@ -64,14 +65,14 @@ fn cases() -> Vec<Case> {
             name: format!("{api}-bulk"),
             args: with(&["-m", "4"]),
             bytes: 4 * MB,
-            acks: None,
+            replies: None,
             header: header("send", true),
         });
         all.push(Case {
             name: format!("{api}-mprtt"),
             args: with(&["-r", "-m", "1", "-l", "1024"]),
             bytes: MB,
-            acks: Some(1024),
+            replies: Some(1024),
             header: header("send", false),
         });
         // For ofi, this is the case that crashed libfabric 1.17 in fi_close most often
@@ -80,16 +81,35 @@ fn cases() -> Vec<Case> {
             name: format!("{api}-two-streams"),
             args: with(&["-t", "2", "-m", "2"]),
             bytes: 4 * MB,
-            acks: None,
+            replies: None,
             header: header("send", true),
         });
+        // rsockets are a byte stream: replies of any size, as over TCP.
+        if *api == "rsocket" {
+            all.push(Case {
+                name: format!("{api}-echo"),
+                args: with(&["--echo", "-m", "1", "-l", "1024"]),
+                bytes: MB,
+                replies: Some(MB),
+                header: header("send", false)
+                    + " reply=echo (mprtt = request + echo of pkt_size bytes)",
+            });
+            all.push(Case {
+                name: format!("{api}-response-size"),
+                args: with(&["-r", "--response-size", "4096", "-m", "1", "-l", "1024"]),
+                bytes: MB,
+                replies: Some(4 * MB),
+                header: header("send", false)
+                    + " reply=4096B (mprtt = request + reply of 4096 bytes)",
+            });
+        }
         // rsockets have no RDMA WRITE option (fperf refuses --rdma-write with them).
         if *api != "rsocket" {
             all.push(Case {
                 name: format!("{api}-write"),
                 args: with(&["--rdma-write", "-m", "4"]),
                 bytes: 4 * MB,
-                acks: None,
+                replies: None,
                 header: header("write", true),
             });
         }
@@ -295,9 +315,9 @@ fn rdma_transfers_over_soft_roce_in_a_vm() {
             "case {}: server received\n{server}",
             c.name
         );
-        if let Some(acks) = c.acks {
-            assert_eq!(volume(client, "received").bytes, acks, "{client}");
-            assert_eq!(volume(server, "sent").bytes, acks, "{server}");
+        if let Some(replies) = c.replies {
+            assert_eq!(volume(client, "received").bytes, replies, "{client}");
+            assert_eq!(volume(server, "sent").bytes, replies, "{server}");
             latency(client, "mprtt");
         }
     }

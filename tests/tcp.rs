@@ -435,11 +435,11 @@ fn a_response_size_that_cannot_apply_is_refused() {
         ),
         (
             &["-R", "-r", "--response-size", "64"][..],
-            "--response-size is implemented for TCP and UDP only in this build; it cannot be used with RDMA",
+            "--response-size is implemented for TCP, UDP and RDMA's rsocket API in this build; it cannot be used with --rdma-api ibverbs",
         ),
         (
             &["-R", "--echo"][..],
-            "--echo is implemented for TCP and UDP only in this build; it cannot be used with RDMA",
+            "--echo is implemented for TCP, UDP and RDMA's rsocket API in this build; it cannot be used with --rdma-api ibverbs",
         ),
         (&["-r", "--response-size", "0"][..], "--response-size must be between 1"),
         (

@@ -99,7 +99,7 @@ fn echo_is_refused_where_it_is_not_implemented() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(
-            "--echo is implemented for TCP and UDP only in this build; it cannot be used with RDMA"
+            "--echo is implemented for TCP, UDP and RDMA's rsocket API in this build; it cannot be used with --rdma-api ibverbs"
         ),
         "{err}"
     );

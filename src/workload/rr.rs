@@ -5,7 +5,8 @@
 
 use super::{Behaviour, Reply, WorkloadError};
 use crate::settings::shape::RunShape;
-use crate::settings::transport::{Protocol, TransportSettings};
+use crate::settings::transport::TransportSettings;
+use crate::transport::rdma::settings::RdmaApi;
 
 /// The request/response workload, with its reply.
 pub struct RoundTrip(pub Reply);
@@ -34,18 +35,22 @@ impl Behaviour for RoundTrip {
         }
     }
 
-    /// RDMA replies are 1-byte ACKs; an echo's size is its request's. (UDP checks that
-    /// a sized reply fits in a datagram.)
+    /// RDMA replies are 1-byte ACKs, except over rsockets, a byte stream that the TCP
+    /// STREAM carries; an echo's size is its request's. (UDP checks that a sized reply
+    /// fits in a datagram.)
     fn check(&self, run: &RunShape, transport: &TransportSettings) -> Result<(), WorkloadError> {
-        let protocol = transport.protocol();
-        if self.0 == Reply::Echo && protocol == Protocol::Rdma {
-            return Err(WorkloadError::EchoUnsupported(protocol.name()));
+        let ack_only = match transport {
+            TransportSettings::Rdma(rdma) if rdma.api != RdmaApi::Rsocket => Some(rdma.api.name()),
+            _ => None,
+        };
+        if let (Reply::Echo, Some(api)) = (self.0, ack_only) {
+            return Err(WorkloadError::EchoUnsupported(api));
         }
         let Some(size) = run.response_size else {
             return Ok(());
         };
-        if protocol == Protocol::Rdma {
-            return Err(WorkloadError::ResponseSizeUnsupported(protocol.name()));
+        if let Some(api) = ack_only {
+            return Err(WorkloadError::ResponseSizeUnsupported(api));
         }
         if self.0 == Reply::Echo && size != run.pktsize {
             return Err(WorkloadError::ResponseSizeEcho {
