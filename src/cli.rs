@@ -132,8 +132,10 @@ pub struct Cli {
     /// Each thread drives its share of the flows from one epoll set, on both ends,
     /// instead of a thread per stream. Bulk spreads each thread's packets over its
     /// flows; with -r or --echo every flow keeps a request of its own in flight, so a
-    /// thread runs as many round trips at once as it has flows. Must be a multiple of
-    /// --threads; -m and --transactions count per thread. Up to 10000.
+    /// thread runs as many round trips at once as it has flows; with --crr every flow
+    /// keeps a connection of its own in flight (connect, request, reply, close, the
+    /// next), as neper's tcp_crr. Must be a multiple of --threads; -m and
+    /// --transactions count per thread. Up to 10000.
     #[arg(help_heading = "Test", hide_short_help = true, long, value_name = "N",
           conflicts_with_all = ["nstreams", "nsockets"])]
     flows: Option<u32>,

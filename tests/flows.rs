@@ -110,6 +110,80 @@ fn echoing_flows_return_every_byte_and_the_short_last_request() {
     assert_eq!(json_u64(&doc, &["server", "total", "bytes_sent"]), 2 * MB);
 }
 
+/// Checks a crr run's figures from both ends: `transactions` connections in all, each
+/// a `-l 64` packet and its 1-byte reply.
+fn assert_crr_counts(doc: &Value, transactions: u64) {
+    let client = &doc["client"]["total"];
+    let server = &doc["server"]["total"];
+    assert_eq!(json_u64(client, &["send_latency", "count"]), transactions);
+    assert_eq!(json_u64(client, &["bytes_sent"]), transactions * 64);
+    assert_eq!(json_u64(client, &["bytes_received"]), transactions);
+    assert_eq!(json_u64(server, &["bytes_received"]), transactions * 64);
+    assert_eq!(json_u64(server, &["bytes_sent"]), transactions);
+}
+
+#[test]
+fn crr_flows_keep_connections_in_flight_and_count_every_one() {
+    // 2000 connections per thread, up to 50 of them in flight at once.
+    let doc = run_json(&[
+        "--crr",
+        "-l",
+        "64",
+        "--transactions",
+        "2000",
+        "--flows",
+        "100",
+        "--threads",
+        "2",
+    ]);
+    assert_eq!(json_u64(&doc, &["settings", "nsockets"]), 50);
+    assert_crr_counts(&doc, 4000);
+}
+
+#[test]
+fn a_timed_crr_flows_run_finishes_its_connections_in_flight() {
+    let doc = run_json(&[
+        "--crr",
+        "-l",
+        "64",
+        "--time",
+        "1",
+        "--flows",
+        "40",
+        "--threads",
+        "2",
+    ]);
+    let transactions = json_u64(&doc["client"]["total"], &["send_latency", "count"]);
+    assert!(transactions > 40, "{transactions} connections in a second");
+    assert_crr_counts(&doc, transactions);
+}
+
+#[test]
+fn ctrl_c_ends_a_crr_flows_run_with_both_ends_agreeing() {
+    let server = Server::start(&[]);
+    // The connections in flight finish before the client's last one ends the stream.
+    let text = interrupted_client(
+        &server,
+        &[
+            "--crr",
+            "-l",
+            "64",
+            "--time",
+            "60",
+            "--flows",
+            "40",
+            "--threads",
+            "2",
+        ],
+        Duration::from_millis(1000),
+        Duration::from_secs(8),
+    );
+    assert!(text.contains("interrupted"), "{text}");
+    let sent = volume(&text, "sent").bytes;
+    assert!(sent > 0 && sent % 64 == 0, "{text}");
+    assert_eq!(volume(&server.report(1), "received").bytes, sent);
+}
+
 /// Entries of a directory under /proc/PID.
 fn entries(pid: u32, dir: &str) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/{dir}")).map_or(0, |d| d.count())
@@ -166,7 +240,6 @@ fn flows_refuse_what_they_cannot_run() {
             &["--flows", "10", "-u"],
             "--flows multiplexes TCP connections",
         ),
-        (&["--flows", "10", "--crr"], "cannot be used with --crr"),
         (
             &["--flows", "10", "--reverse"],
             "cannot be used with --reverse",

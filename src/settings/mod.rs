@@ -190,7 +190,7 @@ pub enum SettingsError {
     Flows(u64),
     #[error("--flows multiplexes TCP connections; it cannot be used with {0} in this build")]
     FlowsProtocol(&'static str),
-    #[error("--flows runs bulk, -r and --echo; it cannot be used with {0}")]
+    #[error("--flows runs bulk, -r, --echo and --crr; it cannot be used with {0}")]
     FlowsWorkload(&'static str),
     #[error(
         "--flows drives its connections from one thread each, unpaced: it cannot be used with {0}"
@@ -255,7 +255,10 @@ impl Settings {
         if self.protocol() != Protocol::Tcp {
             return Err(SettingsError::FlowsProtocol(self.protocol().name()));
         }
-        if !matches!(self.workload, Workload::Bulk | Workload::RoundTrip(_)) {
+        if !matches!(
+            self.workload,
+            Workload::Bulk | Workload::RoundTrip(_) | Workload::Crr
+        ) {
             return Err(SettingsError::FlowsWorkload(
                 self.workload.behaviour().flag(),
             ));
@@ -956,6 +959,14 @@ mod tests {
             sockets.validate(),
             Err(WorkloadError::CrrConflict("with -n above 1").into())
         );
+        // With --flows, a thread's sockets are its connections in flight.
+        let flows = Settings {
+            flows: true,
+            nstreams: 2,
+            nsockets: 50,
+            ..crr.clone()
+        };
+        assert_eq!(flows.validate(), Ok(()));
         let over_udp = Settings {
             workload: Workload::Crr,
             ..udp()

@@ -12,7 +12,15 @@
 //! only key holders can derive), the stream index and the packet's length, all little
 //! endian; length 0 ends the stream. A connection from another host than the client's,
 //! or whose header is wrong, is closed unanswered and counts for nothing.
+//!
+//! With `--flows`, a client thread keeps its share of the flows' connections in flight
+//! at once (`crr_flows.rs`), each counted when its reply and close are in, and
+//! the server's thread serves as many at once from one epoll set; without, one. A
+//! silent connection holds its place for `REQUEST_TIMEOUT` at most, and the server
+//! takes no more connections off its listen queue than it has places for.
 
+use super::crr_flows::{connect_nowait, Flights};
+use super::epoll::Epoll;
 use super::{addr_text, check_abort, StreamOptions, Timeout};
 use crate::stats::{span_ns, StreamStats};
 use bytes::Bytes;
@@ -46,6 +54,8 @@ pub struct CrrClient {
     opts: StreamOptions,
     stats: StreamStats,
     last_send_end: Option<Instant>,
+    /// `--flows`: this thread's connections in flight at once.
+    flights: Option<Flights>,
 }
 
 impl CrrClient {
@@ -64,9 +74,10 @@ impl CrrClient {
             session,
             stream,
             stall,
-            opts,
             stats: StreamStats::default(),
             last_send_end: None,
+            flights: opts.flows.then(|| Flights::new(opts.nsockets.max(1))),
+            opts,
         }
     }
 
@@ -127,7 +138,7 @@ impl CrrClient {
 
 impl super::Stream for CrrClient {
     fn nsockets(&self) -> usize {
-        1
+        self.flights.as_ref().map_or(1, |_| self.opts.nsockets)
     }
 
     fn local_addr(&self) -> String {
@@ -148,9 +159,30 @@ impl super::Stream for CrrClient {
             .ok()
             .filter(|&n| n > 0)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "crr packet size"))?;
+        let head = header(self.session, self.stream, len);
+        if let Some(flights) = &mut self.flights {
+            let handshake = super::tcp::HandshakeOptions {
+                bind: self.bind,
+                congestion: self.opts.tcp.congestion.as_deref(),
+                window: None,
+                tos: self.opts.tos,
+            };
+            let (server, nodelay) = (self.server, self.opts.tcp.nodelay);
+            let open = || {
+                let sock = handshake.socket(server)?;
+                if nodelay {
+                    sock.set_nodelay(true)?;
+                }
+                connect_nowait(sock, server)
+            };
+            let abort = &*self.opts.abort;
+            flights.start(open, &head, buf, self.stall, abort, &mut self.stats)?;
+            self.last_send_end = Some(Instant::now());
+            return Ok(buf.len());
+        }
         let start = Instant::now();
         let mut sock = self.open()?;
-        Self::write_request(&mut sock, &header(self.session, self.stream, len), buf)?;
+        Self::write_request(&mut sock, &head, buf)?;
         if Self::read_to_close(&mut sock)? != 1 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -190,10 +222,19 @@ impl super::Stream for CrrClient {
 
     /// A last connection whose header announces no packet ends the stream. Made after
     /// an abort (Ctrl-C) too, so the server ends the test at once with what was done.
+    /// With `--flows`, the connections in flight finish first (their replies counted):
+    /// the server has answered every one before it sees the end. After an abort too,
+    /// so that both ends count the same; the stall timeout bounds that wait.
     fn finish_sending(&mut self, _timeout: Timeout) -> io::Result<()> {
+        let mut drained = Ok(());
+        if let Some(flights) = &mut self.flights {
+            let finish_anyway = std::sync::atomic::AtomicBool::new(false);
+            drained = flights.drain(self.stall, &finish_anyway, &mut self.stats);
+        }
         let mut sock = self.open()?;
         sock.write_all(&header(self.session, self.stream, 0))?;
-        Self::read_to_close(&mut sock).map(|_| ())
+        Self::read_to_close(&mut sock)?;
+        drained
     }
 
     fn stats(&self) -> StreamStats {
@@ -201,7 +242,8 @@ impl super::Stream for CrrClient {
     }
 }
 
-/// The server's end: accepts one connection per [`Stream::recv`] on its own listener.
+/// The server's end: serves the connections to its own listener, as many at once as
+/// the client keeps in flight (one, or with `--flows` the thread's share of them).
 pub struct CrrServer {
     listener: TcpListener,
     /// The client's IP (of its control connection): the only one served.
@@ -209,15 +251,36 @@ pub struct CrrServer {
     session: u64,
     stream: u32,
     pktsize: usize,
+    /// Most connections served at once: what is held stays bounded whatever connects.
+    room: usize,
+    /// Accepted connections whose request is not whole yet.
+    pending: Vec<Pending>,
+    /// Indices into `pending` the last wait found readable, in increasing order.
+    ready: Vec<usize>,
+    pollfds: Vec<libc::pollfd>,
+    epoll: Epoll,
     opts: StreamOptions,
     stats: StreamStats,
     last_peer: Option<SocketAddr>,
     last_recv_end: Option<Instant>,
 }
 
+/// An accepted connection on its way to a whole request.
+struct Pending {
+    sock: TcpStream,
+    peer: SocketAddr,
+    accepted: Instant,
+    head: [u8; HEADER_LEN],
+    /// Bytes read so far, the header's included.
+    got: usize,
+}
+
 /// What one accepted connection turned out to be.
+#[derive(Debug, PartialEq, Eq)]
 enum Request {
-    /// A packet of this many bytes, read into the buffer and answered.
+    /// Not whole yet: its socket has no more for now.
+    Partial,
+    /// A packet of this many bytes, read and answered.
     Packet(usize),
     /// The client's end of the stream.
     End,
@@ -226,8 +289,8 @@ enum Request {
 }
 
 impl CrrServer {
-    /// The server's end of stream `stream` of `session`, on `listener`, for the client
-    /// at `client`.
+    /// The server's end of stream `stream` of `session`, on `listener` (non-blocking),
+    /// for the client at `client`.
     pub fn new(
         listener: TcpListener,
         client: IpAddr,
@@ -235,12 +298,18 @@ impl CrrServer {
         stream: u32,
         opts: StreamOptions,
     ) -> CrrServer {
+        let room = if opts.flows { opts.nsockets.max(1) } else { 1 };
         CrrServer {
             listener,
             client,
             session,
             stream,
             pktsize: opts.pktsize,
+            room,
+            pending: Vec::with_capacity(room),
+            ready: Vec::with_capacity(room),
+            pollfds: Vec::with_capacity(room + 1),
+            epoll: Epoll::new(),
             opts,
             stats: StreamStats::default(),
             last_peer: None,
@@ -248,80 +317,138 @@ impl CrrServer {
         }
     }
 
-    /// Waits for the next connection within `deadline`.
-    fn accept(&self, deadline: super::Deadline) -> io::Result<(TcpStream, SocketAddr)> {
-        loop {
-            check_abort(&self.opts.abort)?;
-            match self.listener.accept() {
-                Ok(conn) => return Ok(conn),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+    /// Takes in the connections waiting on the listener while there is room; those
+    /// from another host than the client's are closed at once.
+    fn accept_some(&mut self) -> io::Result<()> {
+        while self.pending.len() < self.room {
+            let (sock, peer) = match self.listener.accept() {
+                Ok(conn) => conn,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
+            };
+            if peer.ip().to_canonical() != self.client {
+                continue;
             }
-            // Sliced, so that an abort is seen within 100 ms.
-            let ms = deadline.poll_ms()?;
-            super::sys::poll_one(self.listener.as_raw_fd(), libc::POLLIN, ms)?;
+            // Linux's accept() leaves the listener's O_NONBLOCK behind.
+            sock.set_nonblocking(true)?;
+            if self.opts.tcp.nodelay {
+                sock.set_nodelay(true)?;
+            }
+            // Its request may be there already.
+            self.ready.push(self.pending.len());
+            self.pending.push(Pending {
+                sock,
+                peer,
+                accepted: Instant::now(),
+                head: [0; HEADER_LEN],
+                got: 0,
+            });
         }
+        Ok(())
     }
 
-    /// Reads one connection's header and packet into `buf` and answers it.
-    fn serve(&self, sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<Request> {
-        // Linux's accept() leaves the listener's O_NONBLOCK behind: this socket blocks,
-        // and a silent peer holds it for REQUEST_TIMEOUT at most. The reply is one byte
-        // into an empty send buffer, which never blocks.
-        sock.set_read_timeout(Some(REQUEST_TIMEOUT))?;
-        if self.opts.tcp.nodelay {
-            sock.set_nodelay(true)?;
+    /// Drops the connections silent for `REQUEST_TIMEOUT`, then waits within
+    /// `deadline` for the listener (while there is room) and the others; fills `ready`.
+    fn wait(&mut self, deadline: super::Deadline) -> io::Result<()> {
+        let now = Instant::now();
+        let epoll = &self.epoll;
+        self.pending.retain(|p| {
+            let live = now.duration_since(p.accepted) < REQUEST_TIMEOUT;
+            if !live {
+                epoll.forget(p.sock.as_raw_fd());
+            }
+            live
+        });
+        // Sliced, so that an abort is seen within 100 ms.
+        let ms = deadline.poll_ms()?;
+        let listening = self.pending.len() < self.room;
+        self.pollfds.clear();
+        self.pollfds.push(libc::pollfd {
+            fd: if listening {
+                self.listener.as_raw_fd()
+            } else {
+                -1
+            },
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        self.pollfds
+            .extend(self.pending.iter().map(|p| libc::pollfd {
+                fd: p.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }));
+        if self.epoll.poll_many(&mut self.pollfds, ms)? > 0 {
+            // The listener's entry is not one of them: the next accept_some() looks.
+            self.ready.extend(
+                (self.pollfds[1..].iter().enumerate())
+                    .filter(|(_, p)| p.revents != 0)
+                    .map(|(k, _)| k),
+            );
         }
-        let mut head = [0u8; HEADER_LEN];
-        if read_whole(sock, &mut head)?.is_none() {
-            return Ok(Request::Foreign);
-        }
-        let field = |range: std::ops::Range<usize>| {
-            let mut b = [0u8; 8];
-            b[..range.len()].copy_from_slice(&head[range]);
-            u64::from_le_bytes(b)
-        };
-        let len = field(12..16) as usize;
-        if field(0..8) != self.session || field(8..12) != u64::from(self.stream) {
-            return Ok(Request::Foreign);
-        }
-        if len == 0 {
-            return Ok(Request::End);
-        }
-        if len > self.pktsize || len > buf.len() {
-            return Ok(Request::Foreign);
-        }
-        if read_whole(sock, &mut buf[..len])?.is_none() {
-            return Ok(Request::Foreign);
-        }
-        sock.write_all(&[0u8])?;
-        Ok(Request::Packet(len))
+        Ok(())
     }
 }
 
-/// Reads exactly `buf.len()` bytes; `None` if the peer closed, timed out or failed first.
-fn read_whole(sock: &mut TcpStream, buf: &mut [u8]) -> io::Result<Option<()>> {
-    match sock.read_exact(buf) {
-        Ok(()) => Ok(Some(())),
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::UnexpectedEof
-                    | io::ErrorKind::WouldBlock
-                    | io::ErrorKind::TimedOut
-                    | io::ErrorKind::ConnectionReset
-            ) =>
-        {
-            Ok(None)
+impl Pending {
+    /// Reads what the connection has of its header and packet (the packet into `buf`:
+    /// with several connections at once, only its length matters) and answers it once
+    /// it is whole. `pktsize` bounds the packet a header may announce.
+    fn serve(
+        &mut self,
+        buf: &mut [u8],
+        session: u64,
+        stream: u32,
+        pktsize: usize,
+    ) -> io::Result<Request> {
+        let mut sock = &self.sock;
+        loop {
+            let read = if self.got < HEADER_LEN {
+                sock.read(&mut self.head[self.got..])
+            } else {
+                let len = match announced(&self.head, session, stream) {
+                    Some(0) => return Ok(Request::End),
+                    Some(len) if len <= pktsize && len <= buf.len() => len,
+                    _ => return Ok(Request::Foreign),
+                };
+                let done = self.got - HEADER_LEN;
+                if done == len {
+                    // One byte into an empty send buffer: it never waits.
+                    return Ok(match sock.write(&[0u8]) {
+                        Ok(1) => Request::Packet(len),
+                        _ => Request::Foreign,
+                    });
+                }
+                sock.read(&mut buf[done..len])
+            };
+            match read {
+                Ok(0) => return Ok(Request::Foreign),
+                Ok(n) => self.got += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Request::Partial),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                    return Ok(Request::Foreign)
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Err(e) => Err(e),
     }
+}
+
+/// The packet length a header announces, if it is for `stream` of `session`.
+fn announced(head: &[u8; HEADER_LEN], session: u64, stream: u32) -> Option<usize> {
+    let field = |range: std::ops::Range<usize>| {
+        let mut b = [0u8; 8];
+        b[..range.len()].copy_from_slice(&head[range]);
+        u64::from_le_bytes(b)
+    };
+    (field(0..8) == session && field(8..12) == u64::from(stream)).then(|| field(12..16) as usize)
 }
 
 impl super::Stream for CrrServer {
     fn nsockets(&self) -> usize {
-        1
+        self.room
     }
 
     fn local_addr(&self) -> String {
@@ -357,26 +484,36 @@ impl super::Stream for CrrServer {
         let start = Instant::now();
         let deadline = timeout.deadline_from(|| start);
         loop {
-            let (mut sock, peer) = self.accept(deadline)?;
-            if peer.ip().to_canonical() != self.client {
-                continue;
-            }
-            let request = self.serve(&mut sock, buf);
-            // Closing first leaves TIME_WAIT here, not on the client.
-            drop(sock);
-            match request? {
-                Request::Packet(n) => {
-                    let now = Instant::now();
-                    self.stats.recv_latency.record(span_ns(start, now));
-                    self.stats.bytes_received += n as u64;
-                    self.stats.bytes_sent += 1;
-                    self.stats.mark_recv(now);
-                    self.last_peer = Some(peer);
-                    self.last_recv_end = Some(now);
-                    return Ok(n);
+            check_abort(&self.opts.abort)?;
+            // Highest index first: removing one moves only an entry already looked at.
+            while let Some(k) = self.ready.pop() {
+                let (session, stream, pktsize) = (self.session, self.stream, self.pktsize);
+                let request = self.pending[k].serve(buf, session, stream, pktsize)?;
+                if request == Request::Partial {
+                    continue;
                 }
-                Request::End => return Ok(0),
-                Request::Foreign => {}
+                // Closing first leaves TIME_WAIT here, not on the client.
+                let done = self.pending.swap_remove(k);
+                self.epoll.forget(done.sock.as_raw_fd());
+                drop(done.sock);
+                match request {
+                    Request::Packet(n) => {
+                        let now = Instant::now();
+                        self.stats.recv_latency.record(span_ns(start, now));
+                        self.stats.bytes_received += n as u64;
+                        self.stats.bytes_sent += 1;
+                        self.stats.mark_recv(now);
+                        self.last_peer = Some(done.peer);
+                        self.last_recv_end = Some(now);
+                        return Ok(n);
+                    }
+                    Request::End => return Ok(0),
+                    Request::Foreign | Request::Partial => {}
+                }
+            }
+            self.accept_some()?;
+            if self.ready.is_empty() {
+                self.wait(deadline)?;
             }
         }
     }
@@ -506,6 +643,96 @@ mod tests {
         assert_eq!(first, 64);
         assert_eq!(stats.bytes_received, 64);
         assert_eq!(stats.recv_latency.count(), 1);
+    }
+
+    /// A server of stream 3 that serves up to `room` connections at once (`--flows`),
+    /// answering in a thread of its own until `n` packets are served; the packet sizes.
+    fn flows_server(room: usize, n: usize) -> (SocketAddr, std::thread::JoinHandle<Vec<usize>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("addr");
+        let opts = StreamOptions {
+            pktsize: 100,
+            mprtt: true,
+            flows: true,
+            nsockets: room,
+            ..StreamOptions::default()
+        };
+        let mut server = CrrServer::new(listener, addr.ip(), SESSION, 3, opts);
+        let served = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 100];
+            (0..n)
+                .map(|_| (server.recv(&mut buf, Timeout::Millis(10_000))).expect("recv"))
+                .collect()
+        });
+        (addr, served)
+    }
+
+    /// The reply to a request on `s`, up to the server's close.
+    fn reply(s: &mut TcpStream) -> Vec<u8> {
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).expect("reply");
+        got
+    }
+
+    #[test]
+    fn a_flows_server_answers_whole_requests_while_others_are_partial() {
+        let (addr, served) = flows_server(3, 3);
+        let mut conns: Vec<TcpStream> = (0..3)
+            .map(|_| TcpStream::connect(addr).expect("connect"))
+            .collect();
+        // The first sends its header and part of its packet, then stops.
+        conns[0]
+            .write_all(&[&header(SESSION, 3, 50)[..], &[1; 20]].concat())
+            .expect("write");
+        for (k, len) in [(1, 10u32), (2, 30)] {
+            let request = [&header(SESSION, 3, len)[..], &vec![2; len as usize]].concat();
+            conns[k].write_all(&request).expect("write");
+            assert_eq!(reply(&mut conns[k]), [0]);
+        }
+        conns[0].write_all(&[1; 30]).expect("write");
+        assert_eq!(reply(&mut conns[0]), [0]);
+        assert_eq!(served.join().expect("server"), [10, 30, 50]);
+    }
+
+    #[test]
+    fn a_flows_server_holds_no_more_connections_than_its_room() {
+        let (addr, served) = flows_server(2, 1);
+        let silent: Vec<TcpStream> = (0..2)
+            .map(|_| TcpStream::connect(addr).expect("connect"))
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut third = TcpStream::connect(addr).expect("connect");
+        third
+            .write_all(&[&header(SESSION, 3, 8)[..], &[3; 8]].concat())
+            .expect("write");
+        // Both places are taken: the third waits in the listen queue, unanswered.
+        third
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .expect("timeout");
+        let e = third.read(&mut [0u8; 1]).expect_err("no reply yet");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        // A silent one goes away: its place serves the third.
+        drop(silent);
+        assert_eq!(reply(&mut third), [0]);
+        assert_eq!(served.join().expect("server"), [8]);
+    }
+
+    #[test]
+    fn a_silent_connection_is_dropped_after_its_timeout() {
+        let (addr, served) = flows_server(1, 1);
+        let start = Instant::now();
+        let mut silent = TcpStream::connect(addr).expect("connect");
+        std::thread::sleep(Duration::from_millis(100));
+        let mut next = TcpStream::connect(addr).expect("connect");
+        next.write_all(&[&header(SESSION, 3, 8)[..], &[3; 8]].concat())
+            .expect("write");
+        assert_eq!(reply(&mut next), [0]);
+        assert!(start.elapsed() >= REQUEST_TIMEOUT, "{:?}", start.elapsed());
+        assert!(reply(&mut silent).is_empty(), "closed unanswered");
+        assert_eq!(served.join().expect("server"), [8]);
     }
 
     #[test]

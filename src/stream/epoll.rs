@@ -41,6 +41,14 @@ impl Epoll {
         instance.wait(fds, ms)
     }
 
+    /// Forgets `fd`, about to be closed: a socket opened next may get the same number,
+    /// and must be registered anew rather than taken for the closed one.
+    pub(crate) fn forget(&self, fd: RawFd) {
+        if let Some(instance) = &mut *self.instance.borrow_mut() {
+            instance.registered.retain(|r| r.fd != fd);
+        }
+    }
+
     /// Waits until `fd` is ready for `events` or `ms` elapse; whether it became ready.
     pub(crate) fn poll_one(&self, fd: RawFd, events: libc::c_short, ms: i32) -> io::Result<bool> {
         let mut pfd = libc::pollfd {
@@ -302,6 +310,24 @@ mod tests {
         let mut rest = [entry(d.as_raw_fd(), libc::POLLIN)];
         assert_eq!(epoll.poll_many(&mut rest, 5000).expect("wait"), 1);
         assert_eq!(registered(&epoll), 1);
+    }
+
+    #[test]
+    fn a_forgotten_descriptor_reused_by_a_new_socket_is_registered_anew() {
+        let (_a, b) = pair();
+        let (c, d) = pair();
+        let epoll = Epoll::new();
+        let fd = b.as_raw_fd();
+        let mut fds = [entry(fd, libc::POLLIN)];
+        assert_eq!(epoll.poll_many(&mut fds, 0).expect("wait"), 0);
+        epoll.forget(fd);
+        // The number now names another socket, as a socket opened after a close may
+        // (dup2 closes b's in the same call, so no other thread can take the number).
+        // SAFETY: both descriptors are open and owned here; `b` owns the result.
+        assert_eq!(unsafe { libc::dup2(c.as_raw_fd(), fd) }, fd);
+        d.send(b"x").expect("send");
+        assert_eq!(epoll.poll_many(&mut fds, 5000).expect("wait"), 1);
+        assert_eq!(fds[0].revents, libc::POLLIN);
     }
 
     #[test]

@@ -23,6 +23,7 @@
 pub mod affinity;
 pub mod buffer;
 pub mod crr;
+mod crr_flows;
 pub mod endpoint;
 pub(crate) mod epoll;
 pub(crate) mod flows;

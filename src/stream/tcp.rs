@@ -1062,6 +1062,16 @@ impl HandshakeOptions<'_> {
         addr: SocketAddr,
         timeout: Option<Duration>,
     ) -> io::Result<net::TcpStream> {
+        let sock = self.socket(addr)?;
+        match timeout {
+            Some(t) => sock.connect_timeout(&addr.into(), t)?,
+            None => sock.connect(&addr.into())?,
+        }
+        Ok(sock.into())
+    }
+
+    /// A socket for `addr` with these options in place, not yet connected.
+    pub fn socket(&self, addr: SocketAddr) -> io::Result<socket2::Socket> {
         let sock = socket2::Socket::new(
             socket2::Domain::for_address(addr),
             socket2::Type::STREAM,
@@ -1079,11 +1089,7 @@ impl HandshakeOptions<'_> {
         if let Some(tos) = self.tos {
             set_tos(&sock, tos)?;
         }
-        match timeout {
-            Some(t) => sock.connect_timeout(&addr.into(), t)?,
-            None => sock.connect(&addr.into())?,
-        }
-        Ok(sock.into())
+        Ok(sock)
     }
 }
 

@@ -19,14 +19,14 @@ impl Behaviour for Crr {
         Some(Reply::Ack)
     }
 
-    /// A connection per packet from the stream's own thread, with the kernel's socket
-    /// defaults.
+    /// A connection per packet from the stream's own thread (with `--flows`, several in
+    /// flight at once), with the kernel's socket defaults.
     fn check(&self, run: &RunShape, transport: &TransportSettings) -> Result<(), WorkloadError> {
         let TransportSettings::Tcp(tcp) = transport else {
             return Err(WorkloadError::CrrTcpOnly(transport.protocol().name()));
         };
         let conflict = [
-            (run.nsockets != 1, "with -n above 1"),
+            (run.nsockets != 1 && !run.flows, "with -n above 1"),
             (run.lock_free, "with -q 0"),
         ]
         .into_iter()

@@ -38,7 +38,7 @@ impl Transport for CrrTransport {
         let listeners = (0..ctx.settings.nstreams)
             .map(|i| {
                 let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, port_of(i))?;
-                bind(addr, &self.0)
+                bind(addr, &self.0, ctx.settings.nsockets)
                     .with_context(|| format!("cannot listen on {addr} for crr stream {i}"))
             })
             .collect::<Result<_>>()?;
@@ -82,16 +82,17 @@ impl Acceptor for CrrAcceptor {
     }
 }
 
-/// A non-blocking listener; accepted connections inherit its congestion control.
-fn bind(addr: SocketAddr, tcp: &TcpSettings) -> std::io::Result<TcpListener> {
+/// A non-blocking listener for `flows` connections at once (1 without `--flows`);
+/// accepted connections inherit its congestion control.
+fn bind(addr: SocketAddr, tcp: &TcpSettings, flows: u32) -> std::io::Result<TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     sock.set_reuse_address(true)?;
     if let Some(name) = &tcp.congestion {
         crate::stream::tcp::set_congestion(SockRef::from(&sock), name)?;
     }
     sock.bind(&addr.into())?;
-    // One client connects at a time per stream; a short queue still absorbs strays.
-    sock.listen(128)?;
+    // Room for every flow's connect at once, and strays beside them.
+    sock.listen(128 + i32::try_from(flows).unwrap_or(i32::MAX - 128))?;
     sock.set_nonblocking(true)?;
     Ok(sock.into())
 }
