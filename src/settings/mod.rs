@@ -690,7 +690,7 @@ mod tests {
     }
 
     #[test]
-    fn echo_is_tcp_or_udp_mprtt_and_counts_its_buffers_twice() {
+    fn echo_is_tcp_udp_or_rsocket_mprtt_and_counts_its_buffers_twice() {
         let echo = Settings {
             workload: ECHO,
             ..Settings::default()
@@ -708,8 +708,18 @@ mod tests {
         };
         assert_eq!(
             over_rdma.validate(),
-            Err(WorkloadError::EchoUnsupported("RDMA").into())
+            Err(WorkloadError::EchoUnsupported("ibverbs").into())
         );
+        // rsockets are a byte stream, carried by the TCP STREAM: they echo.
+        let over_rsocket = Settings {
+            workload: ECHO,
+            transport: TransportSettings::Rdma(RdmaSettings {
+                api: crate::transport::rdma::settings::RdmaApi::Rsocket,
+                ..RdmaSettings::default()
+            }),
+            ..Settings::default()
+        };
+        assert_eq!(over_rsocket.validate(), Ok(()));
         // 64 streams × 1 socket × 32 MiB fit the bound, but not twice over.
         let big = Settings {
             nstreams: 64,
@@ -790,7 +800,7 @@ mod tests {
         };
         assert_eq!(
             sized(ACK, 64, rdma).validate(),
-            Err(WorkloadError::ResponseSizeUnsupported("RDMA").into())
+            Err(WorkloadError::ResponseSizeUnsupported("ibverbs").into())
         );
     }
 
