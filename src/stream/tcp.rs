@@ -1270,31 +1270,10 @@ mod tests {
             pktsize: 1000,
             ..StreamOptions::default()
         };
-        let (mut client, mut server) = pair(opts);
-        let t = thread::spawn(move || {
-            let buf = vec![1u8; 1000];
-            for _ in 0..50 {
-                client.send(&buf, Timeout::Forever).expect("send");
-            }
-            client
-                .send(&buf[..10], Timeout::Forever)
-                .expect("send short");
-            client.finish_sending(Timeout::Forever).expect("finish");
-            client.stats()
-        });
-        let mut buf = vec![0u8; 1000];
-        let mut total = 0;
-        while total < 50_010 {
-            total += server
-                .recv(&mut buf, Timeout::Millis(10_000))
-                .expect("recv");
-            if total == 50_010 {
-                server.ack_partial().expect("ack");
-            }
-        }
-        let cs = t.join().expect("join");
+        let (cs, mut server) = fifty_packets_and_a_short_one(opts, 1000, 1000);
         assert_eq!(cs.bytes_received, 51, "one ACK byte per packet");
         assert_eq!(server.stats().bytes_sent, 51);
+        let mut buf = [0u8; 1000];
         assert_eq!(
             server.recv(&mut buf, Timeout::Millis(10_000)).expect("eof"),
             0
