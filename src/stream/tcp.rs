@@ -466,7 +466,8 @@ pub struct TcpStream {
     pollfds: Vec<libc::pollfd>,
     /// `--epoll`: where the receiving path waits for several sockets (else `poll()`).
     epoll: Option<Epoll>,
-    /// `--flows`: the sending side's flows, one per socket.
+    /// `--flows`: the sending side's flows, one per socket, made at the first send (the
+    /// receiving end needs none, nor their reply buffer).
     flows: Option<Flows>,
     /// What the kernel reports of the settings in force, read once they are all set.
     in_force: InForce,
@@ -626,18 +627,9 @@ impl TcpStream {
             Vec::new()
         };
         let in_force = InForce::read(&sockets[0].sock);
-        let flows = opts.flows.then(|| {
-            let fds: Vec<RawFd> = sockets.iter().map(FlowSocket::fd).collect();
-            let reply_max = if opts.echo {
-                opts.pktsize
-            } else {
-                opts.response_size
-            };
-            Flows::new(&fds, reply_max)
-        });
         Ok(TcpStream {
             in_force,
-            flows,
+            flows: None,
             sockets,
             epoll: opts.epoll.then(Epoll::new),
             opts,
@@ -883,7 +875,9 @@ impl Stream for TcpStream {
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
         self.opts.check_abort()?;
-        if let Some(flows) = &mut self.flows {
+        if self.opts.flows {
+            let (sockets, opts) = (&self.sockets, &self.opts);
+            let flows = self.flows.get_or_insert_with(|| new_flows(sockets, opts));
             self.last_send_end = Some(send_on_flows(
                 flows,
                 &self.sockets,
@@ -991,6 +985,17 @@ impl Stream for TcpStream {
                 .and_then(|s| SocketBuffers::of(&*s.sock)),
         }
     }
+}
+
+/// `--flows`: the sending side's flows over `sockets`, with room for a whole reply.
+fn new_flows(sockets: &[Socket], opts: &StreamOptions) -> Flows {
+    let fds: Vec<RawFd> = sockets.iter().map(FlowSocket::fd).collect();
+    let reply_max = if opts.echo {
+        opts.pktsize
+    } else {
+        opts.response_size
+    };
+    Flows::new(&fds, reply_max)
 }
 
 /// `--flows`: one packet handed to the flows (bulk), or one request sent on a free
