@@ -127,12 +127,14 @@ pub struct Cli {
     )]
     nsockets: u32,
 
-    /// TCP connections (flows) to multiplex over --threads threads, as neper's -F.
+    /// TCP connections, or with -u UDP sockets (flows), to multiplex over --threads
+    /// threads, as neper's -F.
     ///
     /// Each thread drives its share of the flows from one epoll set, on both ends,
     /// instead of a thread per stream. Bulk spreads each thread's packets over its
-    /// flows; with -r or --echo every flow keeps a request of its own in flight, so a
-    /// thread runs as many round trips at once as it has flows; with --crr every flow
+    /// flows (UDP: each batch goes to the next flow); with -r or --echo every flow
+    /// keeps a request of its own in flight, so a thread runs as many round trips at
+    /// once as it has flows (a UDP request is sent again after --ack-timeout); with --crr every flow
     /// keeps a connection of its own in flight (connect, request, reply, close, the
     /// next), as neper's tcp_crr. Must be a multiple of --threads; -m and
     /// --transactions count per thread. Up to 10000.
@@ -774,7 +776,7 @@ struct UdpArgs {
     /// Datagrams per sendmmsg()/recvmmsg() system call (sequence numbers, loss and
     /// reordering stay counted per datagram; the sender threads of -n > 1 or -q 0 send
     /// one per call) [default: 64; 1 with -r or -b, where a larger N sends paced bursts
-    /// of N].
+    /// of N; with --flows, as many as fill a quarter of a flow's socket buffer].
     #[arg(hide_short_help = true, long, value_name = "N")]
     udp_batch: Option<u32>,
 

@@ -1,5 +1,5 @@
-//! End-to-end runs of `--flows F --threads T`: F TCP connections multiplexed over T
-//! threads on each end. Every byte and transaction is counted from both ends' `--json`
+//! End-to-end runs of `--flows F --threads T`: F TCP connections (or UDP sockets)
+//! multiplexed over T threads on each end. Every byte and transaction is counted from both ends' `--json`
 //! figures, and a running client is looked at: it holds a socket per flow, and no
 //! thread per flow.
 
@@ -108,6 +108,67 @@ fn echoing_flows_return_every_byte_and_the_short_last_request() {
     assert_eq!(json_u64(client, &["send_latency", "count"]), 2 * 1049);
     assert_eq!(json_u64(client, &["bytes_received"]), 2 * MB);
     assert_eq!(json_u64(&doc, &["server", "total", "bytes_sent"]), 2 * MB);
+}
+
+#[test]
+fn udp_flows_account_for_every_datagram() {
+    // Bulk: each thread's batches go to its flows in turn.
+    let doc = run_json(&["-u", "-m", "8", "--flows", "1000", "--threads", "2"]);
+    assert_eq!(json_u64(&doc, &["settings", "nsockets"]), 500);
+    let client = &doc["client"]["total"];
+    let server = &doc["server"]["total"];
+    let sent = json_u64(client, &["datagrams", "sent"]);
+    assert_eq!(json_u64(client, &["bytes_sent"]), 16 * MB);
+    assert_eq!(sent, 16 * MB / 32768);
+    let received = json_u64(server, &["datagrams", "received"]);
+    assert_eq!(received + json_u64(server, &["datagrams", "lost"]), sent);
+    assert_eq!(json_u64(server, &["bytes_received"]), received * 32768);
+
+    // Request/response: every flow keeps a datagram in flight, each answered once.
+    let doc = run_json(&[
+        "-u",
+        "-r",
+        "-l",
+        "64",
+        "--transactions",
+        "3000",
+        "--flows",
+        "1000",
+        "--threads",
+        "2",
+    ]);
+    let client = &doc["client"]["total"];
+    assert_eq!(json_u64(client, &["retries"]), 0);
+    assert_eq!(json_u64(client, &["send_latency", "count"]), 6000);
+    assert_eq!(json_u64(client, &["datagrams", "sent"]), 6000);
+    assert_eq!(json_u64(client, &["bytes_sent"]), 6000 * 64);
+    assert_eq!(json_u64(client, &["bytes_received"]), 6000);
+    let server = &doc["server"]["total"];
+    assert_eq!(json_u64(server, &["datagrams", "received"]), 6000);
+    assert_eq!(json_u64(server, &["datagrams", "lost"]), 0);
+    assert_eq!(json_u64(server, &["bytes_sent"]), 6000);
+
+    // Echo: each reply is the request itself.
+    let doc = run_json(&[
+        "-u",
+        "--echo",
+        "-l",
+        "100",
+        "--transactions",
+        "2000",
+        "--flows",
+        "200",
+        "--threads",
+        "2",
+    ]);
+    let client = &doc["client"]["total"];
+    assert_eq!(json_u64(client, &["retries"]), 0);
+    assert_eq!(json_u64(client, &["send_latency", "count"]), 4000);
+    assert_eq!(json_u64(client, &["bytes_received"]), 4000 * 100);
+    assert_eq!(
+        json_u64(&doc, &["server", "total", "bytes_sent"]),
+        4000 * 100
+    );
 }
 
 /// Checks a crr run's figures from both ends: `transactions` connections in all, each
@@ -237,8 +298,12 @@ fn flows_refuse_what_they_cannot_run() {
         ),
         (&["--flows", "20000"], "--flows must be between"),
         (
-            &["--flows", "10", "-u"],
-            "--flows multiplexes TCP connections",
+            &["--flows", "10", "-R"],
+            "--flows multiplexes TCP connections and UDP sockets; it cannot be used with RDMA",
+        ),
+        (
+            &["--flows", "10", "-u", "--busy-poll"],
+            "cannot be used with --busy-poll",
         ),
         (
             &["--flows", "10", "--reverse"],

@@ -188,7 +188,7 @@ pub enum SettingsError {
     Footprint(u64),
     #[error("--flows must be between --threads and {MAX_FLOWS}, not {0}")]
     Flows(u64),
-    #[error("--flows multiplexes TCP connections; it cannot be used with {0} in this build")]
+    #[error("--flows multiplexes TCP connections and UDP sockets; it cannot be used with {0} in this build")]
     FlowsProtocol(&'static str),
     #[error("--flows runs bulk, -r, --echo and --crr; it cannot be used with {0}")]
     FlowsWorkload(&'static str),
@@ -252,7 +252,7 @@ impl Settings {
         if self.nsockets == 0 || flows > u64::from(MAX_FLOWS) {
             return Err(SettingsError::Flows(flows));
         }
-        if self.protocol() != Protocol::Tcp {
+        if !matches!(self.protocol(), Protocol::Tcp | Protocol::Udp) {
             return Err(SettingsError::FlowsProtocol(self.protocol().name()));
         }
         if !matches!(

@@ -36,6 +36,7 @@ pub(crate) mod sys;
 pub mod tcp;
 pub mod udp;
 pub mod udp_batch;
+mod udp_flows;
 pub mod udp_wire;
 pub mod uring;
 pub mod verbs;

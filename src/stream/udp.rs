@@ -41,6 +41,11 @@
 //! sockets run dry, the receiver naps [`BATCH_NAP`] instead of sleeping in `poll()`, so
 //! the sender is not charged a wake-up per datagram.
 //!
+//! `--flows`: each socket is a flow. Bulk sends each datagram (batched: each batch) on
+//! the next flow in turn; with MPRTT every flow keeps a request in flight (see
+//! [`super::udp_flows`]). The receiving end reads whichever socket has data, as with
+//! several sockets, waiting in one epoll set.
+//!
 //! MPRTT without `busy_poll` or `epoll`: the sockets block (in [`BLOCK_SLICE`] slices),
 //! so each wait is a single `recv()`; with `busy_poll` every wait is a spin that yields
 //! the CPU.
@@ -49,16 +54,17 @@ use super::epoll::{poll_many, poll_one, Epoll};
 use super::sender::{LazySenders, PacketSink, Senders};
 use super::sys::{set_int_opt, set_tos, set_window, size_buffer, Direction};
 use super::udp_batch::{gro_slots, RecvBatch, SendBatch, Sent};
+use super::udp_flows::{unacknowledged, DatagramFlow, UdpFlows};
 use super::udp_wire::{Arrival, BufferGrant, Header, ReplyDatagram, SeqTracker, HEADER_LEN};
 use super::{check_abort, Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
 use crate::control::{self, ControlError, Message};
 use crate::stats::{span_ns, StreamStats};
-use crate::transport::udp::settings::MAX_RETRIES;
+use crate::transport::udp::settings::{socket_buffer, MAX_RETRIES};
 use bytes::Bytes;
 use socket2::SockRef;
 use std::io::{self, IoSlice};
 use std::net;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -67,10 +73,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const MAX_DATAGRAM_V4: u32 = 65_507;
 /// Largest UDP payload over IPv6 without jumbograms: 65535 - 8 (UDP header).
 pub const MAX_DATAGRAM_V6: u32 = 65_527;
-/// Socket buffer asked for, each way, unless `--window` says: enough that a loopback
-/// run at full speed is not limited by it (the kernel's default of ~200 KB holds a
-/// handful of 32 KB datagrams).
-pub const SOCKET_BUFFER: usize = 16 << 20;
 /// After the sender finished: stop once no datagram came for this long.
 pub const DRAIN_QUIET: Duration = Duration::from_millis(300);
 /// After the sender finished: stop after this long whatever arrives.
@@ -488,24 +490,50 @@ impl Socket {
                 return Ok(());
             }
             if retries == MAX_RETRIES {
-                // The time waited as the clock read it, not retries × time-out: the
-                // first send is waited for too, and each wait may overrun.
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "UDP stream {}: packet seq={seq} ({} bytes) was not acknowledged in {:.2}s (sent {} times, waiting {} ms for its ACK each time: --ack-timeout)",
-                        self.stream,
-                        buf.len(),
-                        start.elapsed().as_secs_f64(),
-                        MAX_RETRIES + 1,
-                        self.ack_timeout.as_millis()
-                    ),
+                return Err(unacknowledged(
+                    self.stream,
+                    seq,
+                    buf.len(),
+                    start.elapsed(),
+                    self.ack_timeout,
                 ));
             }
             retries += 1;
             stats.retries += 1;
             self.send_datagram(buf, seq, Instant::now(), deadline)?;
         }
+    }
+}
+
+impl DatagramFlow for Socket {
+    fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    fn send_request(
+        &self,
+        request: &[u8],
+        seq: u64,
+        sent: Instant,
+        deadline: Deadline,
+    ) -> io::Result<()> {
+        self.send_datagram(request, seq, sent, deadline)
+    }
+
+    fn recv_nowait(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        loop {
+            return match self.recv_with(buf, libc::MSG_TRUNC | libc::MSG_DONTWAIT) {
+                Ok(n) => Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Err(port_closed()),
+                Err(e) => Err(e),
+            };
+        }
+    }
+
+    fn answers(&self, reply: &[u8], len: usize, request: &[u8], seq: u64) -> bool {
+        self.reply.answers(reply, len, request, seq, self.stream)
     }
 }
 
@@ -563,6 +591,13 @@ pub struct UdpStream {
     /// number goes in first), allocated once.
     response: Vec<u8>,
     clock: EpochClock,
+    /// `--flows`: the socket the next datagram (or batch) of bulk goes to.
+    next_flow: usize,
+    /// `--flows` with MPRTT: the sending side's flows, made at the first send (the
+    /// receiving end needs none).
+    flows: Option<UdpFlows>,
+    /// The ACK time-out, for the flows.
+    ack_timeout: Duration,
 }
 
 impl UdpStream {
@@ -604,6 +639,7 @@ impl UdpStream {
             (true, ReplyDatagram::Echo) => (vec![0u8; opts.pktsize.max(1)], Vec::new()),
             (true, ReplyDatagram::Sized(n)) => (vec![0u8; n], vec![0u8; n]),
         };
+        let default_buffer = socket_buffer(opts.flows.then_some(socks.len()));
         let (mut rcvbuf, mut sndbuf) = (BufferGrant::default(), BufferGrant::default());
         let mut sockets = Vec::with_capacity(socks.len());
         for s in socks {
@@ -618,8 +654,8 @@ impl UdpStream {
             let (r, w) = match opts.window {
                 Some(size) => set_window(&s, size)?,
                 None => (
-                    size_buffer(&s, Direction::Receive, SOCKET_BUFFER)?,
-                    size_buffer(&s, Direction::Send, SOCKET_BUFFER)?,
+                    size_buffer(&s, Direction::Receive, default_buffer)?,
+                    size_buffer(&s, Direction::Send, default_buffer)?,
                 ),
             };
             if sockets.is_empty() || r.granted < rcvbuf.granted {
@@ -695,6 +731,9 @@ impl UdpStream {
             acked: false,
             response,
             clock,
+            next_flow: 0,
+            flows: None,
+            ack_timeout: udp.ack_timeout,
             opts,
         })
     }
@@ -732,7 +771,10 @@ impl UdpStream {
         if batch.is_empty() {
             return Ok(());
         }
-        let sock = &self.sockets[0];
+        let sock = &self.sockets[self.next_flow];
+        if self.opts.flows {
+            self.next_flow = (self.next_flow + 1) % self.sockets.len();
+        }
         let stats = &mut self.stats;
         let start = Instant::now();
         batch.flush(
@@ -744,6 +786,24 @@ impl UdpStream {
         )?;
         stats.send_latency.record_since(start);
         Ok(())
+    }
+
+    /// `--flows` with MPRTT: sends `buf` as the next request on a flow with none in
+    /// flight (see [`UdpFlows`]).
+    fn send_on_flows(&mut self, buf: &[u8], deadline: Deadline) -> io::Result<()> {
+        let (sockets, opts) = (&self.sockets, &self.opts);
+        let flows = self.flows.get_or_insert_with(|| {
+            let fds: Vec<RawFd> = sockets.iter().map(DatagramFlow::fd).collect();
+            let reply_max = if opts.echo {
+                opts.pktsize
+            } else {
+                opts.response_size
+            };
+            UdpFlows::new(&fds, reply_max, self.ack_timeout, sockets[0].stream)
+        });
+        let seq = sockets[0].next_seq.fetch_add(1, Ordering::Relaxed);
+        let abort = &*opts.abort;
+        flows.send_request(sockets, buf, seq, deadline, abort, &mut self.stats)
     }
 
     /// Reads a batch from socket `k`; `Ok(false)` is EAGAIN.
@@ -1050,12 +1110,18 @@ impl Stream for UdpStream {
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
         self.opts.check_abort()?;
-        if self.send_batch.is_some() && buf.len() <= self.opts.pktsize {
+        if self.opts.flows && self.opts.mprtt {
+            self.send_on_flows(buf, timeout.deadline())?;
+        } else if self.send_batch.is_some() && buf.len() <= self.opts.pktsize {
             self.send_batched(buf, timeout.deadline())?;
         } else {
             // Larger than a batch slot: what is queued goes first, to keep the order.
             self.flush_batch(timeout.deadline())?;
-            self.sockets[0].send_packet(buf, timeout.deadline(), &mut self.stats)?;
+            let k = self.next_flow;
+            if self.opts.flows {
+                self.next_flow = (k + 1) % self.sockets.len();
+            }
+            self.sockets[k].send_packet(buf, timeout.deadline(), &mut self.stats)?;
         }
         Ok(buf.len())
     }
@@ -1093,6 +1159,10 @@ impl Stream for UdpStream {
     }
 
     fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
+        if let Some(flows) = &mut self.flows {
+            let abort = &*self.opts.abort;
+            flows.drain(&self.sockets, timeout.deadline(), abort, &mut self.stats)?;
+        }
         let flushed = self.flush_batch(timeout.deadline());
         let stopped = self.senders.finish(timeout, &mut self.stats);
         let result = flushed.and(stopped);

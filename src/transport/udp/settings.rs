@@ -24,6 +24,24 @@ pub const DEFAULT_BATCH_BYTES: u64 = 64 << 20;
 pub const MAX_UDP_BATCH: u32 = 1024;
 /// MPRTT: how many times a datagram is sent again before the run fails.
 pub const MAX_RETRIES: u32 = 10;
+/// Socket buffer asked for, each way, unless `--window` says: enough that a loopback
+/// run at full speed is not limited by it (the kernel's default of ~200 KB holds a
+/// handful of 32 KB datagrams).
+pub const SOCKET_BUFFER: usize = 16 << 20;
+/// With `--flows`, the least buffer a socket asks for, each way (about what a socket
+/// of the kernel's defaults holds).
+pub const FLOW_SOCKET_BUFFER_MIN: usize = 256 << 10;
+
+/// Each socket's buffer, each way, unless `--window` says; with `--flows`, given the
+/// flows a thread drives: they share [`SOCKET_BUFFER`], down to
+/// [`FLOW_SOCKET_BUFFER_MIN`] each, since a thousand flows of 16 MiB could hold
+/// gigabytes of datagrams in flight.
+pub fn socket_buffer(flows: Option<usize>) -> usize {
+    match flows {
+        Some(n) => (SOCKET_BUFFER / n.max(1)).max(FLOW_SOCKET_BUFFER_MIN),
+        None => SOCKET_BUFFER,
+    }
+}
 
 /// The options of a UDP run, both ends' alike.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +103,8 @@ pub enum UdpSettingsError {
     GsoNeedsBatch,
     #[error("--gso batches the synchronous sender: it cannot be used with -n above 1 or -q 0, whose sender threads send one datagram per call")]
     GsoAsync,
+    #[error("--flows waits for its sockets in one epoll set per thread: it cannot be used with --busy-poll")]
+    FlowsBusyPoll,
 }
 
 impl UdpSettings {
@@ -113,6 +133,9 @@ impl UdpSettings {
         if self.gso && run.asynchronous() {
             return Err(UdpSettingsError::GsoAsync);
         }
+        if run.flows && self.sockets.busy_poll {
+            return Err(UdpSettingsError::FlowsBusyPoll);
+        }
         let batched = self.batch_bytes(run, batch);
         if batched > MAX_FOOTPRINT {
             return Err(UdpSettingsError::BatchFootprint(batched));
@@ -123,13 +146,19 @@ impl UdpSettings {
     /// Datagrams per `sendmmsg()`/`recvmmsg()`. `--udp-batch` if given; else 1 with `-r`
     /// (one datagram per round trip) or `-b` (paced datagram by datagram), else
     /// [`DEFAULT_UDP_BATCH`], lowered so the batch buffers stay within
-    /// [`DEFAULT_BATCH_BYTES`].
+    /// [`DEFAULT_BATCH_BYTES`], and with `--flows` so that a batch, which goes to one
+    /// flow, fills at most a quarter of its socket's buffer (more would be lost on
+    /// arrival at a receiver that had not read since).
     pub fn batch_size(&self, run: &RunShape) -> u32 {
         match self.batch {
             Some(n) => n,
             None if run.mprtt || run.paced => 1,
             None => {
-                let fits = DEFAULT_BATCH_BYTES / self.batch_bytes(run, 1).max(1);
+                let mut fits = DEFAULT_BATCH_BYTES / self.batch_bytes(run, 1).max(1);
+                if run.flows {
+                    let buffer = socket_buffer(Some(run.nsockets as usize)) as u64;
+                    fits = fits.min(buffer / 4 / u64::from(run.pktsize.max(1)));
+                }
                 u32::try_from(fits.clamp(1, u64::from(DEFAULT_UDP_BATCH))).unwrap_or(1)
             }
         }
@@ -270,6 +299,37 @@ mod tests {
             too_big.validate(&big),
             Err(UdpSettingsError::BatchFootprint(_))
         ));
+    }
+
+    #[test]
+    fn flows_share_the_socket_buffer_and_batch_within_it() {
+        let flows = |nsockets, pktsize| RunShape {
+            nsockets,
+            pktsize,
+            flows: true,
+            ..BULK
+        };
+        let udp = UdpSettings::default();
+        // 500 flows share 16 MiB: 256 KiB each, a quarter of it 2 datagrams of 32 KiB.
+        assert_eq!(socket_buffer(Some(500)), FLOW_SOCKET_BUFFER_MIN);
+        assert_eq!(udp.batch_size(&flows(500, 32_768)), 2);
+        assert_eq!(udp.batch_size(&flows(500, 1472)), 44);
+        assert_eq!(socket_buffer(Some(4)), 4 << 20);
+        assert_eq!(udp.batch_size(&flows(4, 1472)), DEFAULT_UDP_BATCH);
+        assert_eq!(udp.batch_size(&flows(500, 65_527)), 1);
+        assert_eq!(socket_buffer(None), SOCKET_BUFFER);
+        let busy = UdpSettings {
+            sockets: SocketSettings {
+                busy_poll: true,
+                ..SocketSettings::default()
+            },
+            ..UdpSettings::default()
+        };
+        assert_eq!(busy.validate(&BULK), Ok(()));
+        assert_eq!(
+            busy.validate(&flows(10, 1472)),
+            Err(UdpSettingsError::FlowsBusyPoll)
+        );
     }
 
     #[test]
