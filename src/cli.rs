@@ -794,6 +794,13 @@ struct UdpArgs {
     /// times) [default: 100].
     #[arg(hide_short_help = true, long, value_name = "MS")]
     ack_timeout: Option<u32>,
+
+    /// The receiving end reads each datagram's kernel receive time (SO_TIMESTAMPING,
+    /// software) and reports two more latencies: network, from the sender's send time
+    /// to the kernel's receipt (one way: the hosts' clocks must agree), and app wait,
+    /// from the kernel's receipt to the read that returned it.
+    #[arg(hide_short_help = true, long)]
+    rx_timestamps: bool,
 }
 
 /// Options of RDMA runs (-R).
@@ -934,6 +941,7 @@ impl UdpArgs {
             (self.gso, "--gso"),
             (self.gro, "--gro"),
             (self.ack_timeout.is_some(), "--ack-timeout"),
+            (self.rx_timestamps, "--rx-timestamps"),
         ])
     }
 
@@ -943,6 +951,7 @@ impl UdpArgs {
             gso: self.gso,
             gro: self.gro,
             ack_timeout_ms: self.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT_MS),
+            rx_timestamps: self.rx_timestamps,
             sockets,
         }
     }

@@ -88,6 +88,8 @@ mod tests {
             send_latency: lat.summary(&Percentiles::default()),
             recv_latency: None,
             submit_latency: None,
+            network_latency: None,
+            app_latency: None,
             retries: 0,
             tcp: None,
             datagrams: None,

@@ -161,6 +161,14 @@ pub struct FiguresDoc {
     /// What one sample of `recv_latency` covers.
     pub recv_latency_per: Option<Sample>,
     pub submit_latency: Option<LatencyDoc>,
+    /// `--rx-timestamps` (UDP, receiving end): each datagram's time from the sender's
+    /// send to the kernel's receipt here (one way: the clocks must agree).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_latency: Option<LatencyDoc>,
+    /// `--rx-timestamps`: each datagram's time from the kernel's receipt to the read
+    /// that returned it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app_latency: Option<LatencyDoc>,
     pub retries: u64,
     pub tcp: Option<TcpInfo>,
     /// UDP datagram accounting; `None` for stream transports.
@@ -195,6 +203,8 @@ impl FiguresDoc {
             recv_latency: lat(&f.recv_latency),
             recv_latency_per: f.recv_latency.map(|_| samples.recv),
             submit_latency: lat(&f.submit_latency),
+            network_latency: lat(&f.network_latency),
+            app_latency: lat(&f.app_latency),
             retries: f.retries,
             tcp: f.tcp,
             datagrams: f.datagrams.map(|d| DatagramCounts {
@@ -541,6 +551,8 @@ mod tests {
             send_latency: None,
             recv_latency: None,
             submit_latency: None,
+            network_latency: None,
+            app_latency: None,
             retries: 0,
             tcp: None,
             datagrams: None,

@@ -99,7 +99,8 @@ impl Default for Limits {
 /// records the submit latency and one send distribution per socket (each sender thread
 /// keeps its own), and its queue holds references to up to its capacity of requests.
 /// With `-i` each distribution is held three times (the running figures, the last
-/// interval's and the one being taken), with `--omit` once more. Each thread (one per
+/// interval's and the one being taken), with `--omit` once more. UDP's
+/// `--rx-timestamps` adds two distributions per stream. Each thread (one per
 /// stream, and one per socket of a sending stream) adds [`THREAD_BYTES`].
 pub fn server_memory_bytes(s: &Settings) -> u64 {
     let streams = u64::from(s.nstreams);
@@ -116,6 +117,7 @@ pub fn server_memory_bytes(s: &Settings) -> u64 {
     } else {
         (streams, 0, streams)
     };
+    let distributions = distributions + streams * s.transport.extra_distributions();
     let copies = 1 + 2 * u64::from(s.interval_ms.is_some()) + u64::from(s.omit_ms.is_some());
     let histograms = distributions * copies * histogram_bytes();
     s.buffer_bytes()
@@ -571,6 +573,18 @@ mod tests {
         let one = server_memory_bytes(&reverse(1));
         let four = server_memory_bytes(&reverse(4));
         assert!(four - one > 64 * 4 * histogram_bytes(), "{one} {four}");
+        // Kernel receive times: two distributions more per stream.
+        let stamped = |rx_timestamps| {
+            server_memory_bytes(&run(
+                8,
+                1400,
+                TransportSettings::Udp(UdpSettings {
+                    rx_timestamps,
+                    ..UdpSettings::default()
+                }),
+            ))
+        };
+        assert_eq!(stamped(true) - stamped(false), 8 * 2 * histogram_bytes());
     }
 
     #[test]

@@ -246,6 +246,20 @@ pub fn peer_line(settings: &Settings, peer: &SideResult, width: usize) -> String
         }
         parts.push(udp);
     }
+    // --rx-timestamps: the two halves of its receive latency, by their medians.
+    let medians: Vec<String> = [
+        ("network", &t.network_latency),
+        ("app wait", &t.app_latency),
+    ]
+    .into_iter()
+    .filter_map(|(name, l)| {
+        let ns = l.as_ref()?.at(50.0)?;
+        Some(format!("{name} p50 {:.2}us", ns as f64 / 1000.0))
+    })
+    .collect();
+    if !medians.is_empty() {
+        parts.push(medians.join(", "));
+    }
     let label = match peer.role {
         Role::Server => "server",
         Role::Client => "client",
@@ -450,6 +464,12 @@ fn receiver_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
     if let Some(l) = &t.recv_latency {
         out += &latency_line(latency_label(settings), width, l);
     }
+    if let Some(l) = &t.network_latency {
+        out += &latency_line("network", width, l);
+    }
+    if let Some(l) = &t.app_latency {
+        out += &latency_line("app wait", width, l);
+    }
     if let Some(d) = &t.datagrams {
         out += &d.report_lines(width);
     }
@@ -589,6 +609,8 @@ mod tests {
             send_latency: lat.summary(&Percentiles::default()),
             recv_latency: lat.summary(&Percentiles::default()),
             submit_latency: None,
+            network_latency: None,
+            app_latency: None,
             retries: 0,
             datagrams: None,
             tcp: None,

@@ -59,6 +59,12 @@ pub struct Figures {
     pub recv_latency: Option<LatencySummary>,
     /// Latency of each `send_submit()`.
     pub submit_latency: Option<LatencySummary>,
+    /// `--rx-timestamps`: each datagram's time from its send to the kernel's receipt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_latency: Option<LatencySummary>,
+    /// `--rx-timestamps`: each datagram's time from the kernel's receipt to its read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_latency: Option<LatencySummary>,
     /// MPRTT retransmissions.
     pub retries: u64,
     /// Datagram accounting (UDP only).
@@ -90,6 +96,8 @@ impl Figures {
             send_latency: stats.send_latency.summary(percentiles),
             recv_latency: stats.recv_latency.summary(percentiles),
             submit_latency: stats.submit_latency.summary(percentiles),
+            network_latency: stats.network_latency.summary(percentiles),
+            app_latency: stats.app_latency.summary(percentiles),
             retries: stats.retries,
             datagrams: (!stats.datagrams.is_empty()).then_some(stats.datagrams),
             tcp: None,
@@ -116,7 +124,13 @@ impl Figures {
                 ));
             }
         }
-        let latencies = [&self.send_latency, &self.recv_latency, &self.submit_latency];
+        let latencies = [
+            &self.send_latency,
+            &self.recv_latency,
+            &self.submit_latency,
+            &self.network_latency,
+            &self.app_latency,
+        ];
         if let Some(l) = latencies
             .into_iter()
             .flatten()

@@ -331,6 +331,12 @@ pub struct StreamStats {
     pub recv_latency: LatencyStats,
     /// `send_submit()` called to request accepted by the queue.
     pub submit_latency: LatencyStats,
+    /// `--rx-timestamps` (UDP): per datagram, from the sender's send time in its header
+    /// to the kernel's receive time (one way: the hosts' clocks must agree).
+    pub network_latency: LatencyStats,
+    /// `--rx-timestamps` (UDP): per datagram, from the kernel's receive time to the
+    /// read that returned it (the wait in the socket, and the read).
+    pub app_latency: LatencyStats,
     /// MPRTT retransmissions (UDP).
     pub retries: u64,
     /// Datagram accounting (UDP); empty for stream transports.
@@ -358,6 +364,8 @@ impl StreamStats {
         self.send_latency.merge(&other.send_latency);
         self.recv_latency.merge(&other.recv_latency);
         self.submit_latency.merge(&other.submit_latency);
+        self.network_latency.merge(&other.network_latency);
+        self.app_latency.merge(&other.app_latency);
         self.retries += other.retries;
         self.datagrams.merge(&other.datagrams);
         self.first_recv = min_opt(self.first_recv, other.first_recv);
@@ -373,6 +381,8 @@ impl StreamStats {
             send_latency: self.send_latency.compacted(),
             recv_latency: self.recv_latency.compacted(),
             submit_latency: self.submit_latency.compacted(),
+            network_latency: self.network_latency.compacted(),
+            app_latency: self.app_latency.compacted(),
             ..self
         }
     }
@@ -388,6 +398,8 @@ impl StreamStats {
             send_latency: self.send_latency.since(&earlier.send_latency),
             recv_latency: self.recv_latency.since(&earlier.recv_latency),
             submit_latency: self.submit_latency.since(&earlier.submit_latency),
+            network_latency: self.network_latency.since(&earlier.network_latency),
+            app_latency: self.app_latency.since(&earlier.app_latency),
             retries: self.retries.saturating_sub(earlier.retries),
             datagrams: self.datagrams.since(&earlier.datagrams),
             first_recv: if received {

@@ -274,6 +274,87 @@ fn json_of_udp_runs_counts_datagrams_on_both_sides() {
     assert!(u(&doc["server"]["total"]["bytes_received"]) >= MB);
 }
 
+#[test]
+fn kernel_receive_times_split_udp_latency_per_datagram() {
+    let server = Server::start(&[]);
+    // (args, which end receives): batched bulk, GRO, one datagram per call, round
+    // trips, and the client receiving (--reverse).
+    let runs: [(&[&str], &str); 5] = [
+        (&["-u", "-m", "4", "-l", "1472"], "server"),
+        (
+            &["-u", "-m", "4", "-l", "1472", "--gro", "-i", "0.05"],
+            "server",
+        ),
+        (
+            &["-u", "-m", "4", "-l", "1472", "--udp-batch", "1"],
+            "server",
+        ),
+        (&["-u", "-r", "-l", "64", "--transactions", "500"], "server"),
+        (&["-u", "-m", "4", "-l", "1472", "--reverse"], "client"),
+    ];
+    for (args, receiver) in runs {
+        let mut all = args.to_vec();
+        all.push("--rx-timestamps");
+        let doc = json_run(&server, &all);
+        assert_eq!(doc["settings"]["rx_timestamps"], Value::Bool(true));
+        let figures = &doc[receiver]["total"];
+        let d = &figures["datagrams"];
+        let data = u(&d["received"]);
+        assert!(data > 0, "{args:?}");
+        // Every datagram has its kernel time; on one host no clock runs ahead.
+        for figure in ["network_latency", "app_latency"] {
+            let l = &figures[figure];
+            assert_eq!(u(&l["count"]), data, "{figure} of {args:?}");
+            assert!(
+                u(&l["max_ns"]) < 10_000_000_000,
+                "{figure} of {args:?}: {l}"
+            );
+        }
+        // Nothing split on the sending end, nor without the option.
+        let sender = if receiver == "server" {
+            "client"
+        } else {
+            "server"
+        };
+        assert!(doc[sender]["total"].get("network_latency").is_none());
+    }
+    let plain = json_run(&server, &["-u", "-m", "1"]);
+    assert!(plain["server"]["total"].get("app_latency").is_none());
+    assert!(plain["settings"].get("rx_timestamps").is_none());
+    // The text reports: the receiver's two lines, the client's medians of the server's.
+    let text = client_ok(
+        &server,
+        "127.0.0.1",
+        &[
+            "-u",
+            "-r",
+            "-l",
+            "64",
+            "--transactions",
+            "200",
+            "--rx-timestamps",
+        ],
+    );
+    assert!(text.contains(" rx_timestamps=kernel"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("server "))
+        .unwrap_or_else(|| panic!("no server line:\n{text}"));
+    assert!(
+        line.contains("; network p50 ") && line.contains(", app wait p50 "),
+        "{line}"
+    );
+    let out = client_ok(
+        &server,
+        "127.0.0.1",
+        &["-u", "-m", "1", "--reverse", "--rx-timestamps"],
+    );
+    assert!(
+        has_line(&out, "network") && has_line(&out, "app wait"),
+        "{out}"
+    );
+}
+
 /// The interval lines of all streams together (not the lines of each stream).
 fn interval_lines(text: &str, label: &str) -> Vec<String> {
     let re = regex::Regex::new(&format!(

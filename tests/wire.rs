@@ -50,6 +50,8 @@ fn figures() -> Figures {
         send_latency: Some(latency()),
         recv_latency: Some(latency()),
         submit_latency: Some(latency()),
+        network_latency: Some(latency()),
+        app_latency: Some(latency()),
         retries: 2,
         datagrams: Some(DatagramCounts {
             sent: 10,
@@ -173,6 +175,7 @@ fn udp_settings() -> Settings {
             gso: true,
             gro: true,
             ack_timeout_ms: 5,
+            rx_timestamps: true,
             sockets: sockets(),
         }),
         ..Settings::default()

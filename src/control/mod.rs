@@ -36,8 +36,9 @@ use thiserror::Error;
 /// towards another server (`MeshTest`, answered by `MeshResult`). 9: the settings carry
 /// `transactions`. 10: the settings carry `flows`, `percentiles` and `response_size`,
 /// each latency figure the values at those percentiles (`percentiles`) instead of fixed
-/// p50/p90/p99/p99.9, and UDP runs may echo.
-pub const PROTOCOL_VERSION: u32 = 10;
+/// p50/p90/p99/p99.9, and UDP runs may echo. 11: UDP settings carry `rx_timestamps`
+/// and figures `network_latency` and `app_latency`; `flows` may be UDP sockets.
+pub const PROTOCOL_VERSION: u32 = 11;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.

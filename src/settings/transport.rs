@@ -76,6 +76,15 @@ impl TransportSettings {
         }
     }
 
+    /// Latency distributions a stream records beyond its own send, receive and submit
+    /// ones: UDP's `--rx-timestamps` adds network and application time.
+    pub fn extra_distributions(&self) -> u64 {
+        match self {
+            TransportSettings::Udp(udp) if udp.rx_timestamps => 2,
+            _ => 0,
+        }
+    }
+
     /// What one sample of each latency figure covers in a run shaped `run`.
     pub fn samples(&self, run: &RunShape) -> Samples {
         match self {

@@ -22,6 +22,7 @@
 
 pub mod affinity;
 pub mod buffer;
+mod cmsg;
 pub mod crr;
 mod crr_flows;
 pub mod endpoint;

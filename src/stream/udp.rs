@@ -50,12 +50,15 @@
 //! so each wait is a single `recv()`; with `busy_poll` every wait is a spin that yields
 //! the CPU.
 
+use super::cmsg::{enable_rx_timestamps, recv_with_control, rx_timestamp_ns, ControlBuffer};
 use super::epoll::{poll_many, poll_one, Epoll};
 use super::sender::{LazySenders, PacketSink, Senders};
 use super::sys::{set_int_opt, set_tos, set_window, size_buffer, Direction};
 use super::udp_batch::{gro_slots, RecvBatch, SendBatch, Sent};
 use super::udp_flows::{unacknowledged, DatagramFlow, UdpFlows};
-use super::udp_wire::{Arrival, BufferGrant, Header, ReplyDatagram, SeqTracker, HEADER_LEN};
+use super::udp_wire::{
+    decode, Arrival, BufferGrant, Header, ReplyDatagram, SeqTracker, HEADER_LEN,
+};
 use super::{check_abort, Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
 use crate::control::{self, ControlError, Message};
 use crate::stats::{span_ns, StreamStats};
@@ -111,6 +114,8 @@ pub struct UdpOptions {
     pub gso: bool,
     /// Receive with UDP GRO.
     pub gro: bool,
+    /// Read each datagram's kernel receive time (`--rx-timestamps`).
+    pub rx_timestamps: bool,
 }
 
 impl UdpOptions {
@@ -122,6 +127,7 @@ impl UdpOptions {
             batch: 1,
             gso: false,
             gro: false,
+            rx_timestamps: false,
         }
     }
 }
@@ -537,6 +543,22 @@ impl DatagramFlow for Socket {
     }
 }
 
+/// `--rx-timestamps`: records a data datagram's time from its send (its header's time)
+/// to the kernel's receipt (`kernel_ns`), and from that to its read (`read_ns`). A
+/// negative span (the sender's clock ahead, or a clock step) is not a sample.
+fn record_stamps(stats: &mut StreamStats, datagram: &[u8], kernel_ns: Option<u64>, read_ns: u64) {
+    let Some(kernel_ns) = kernel_ns else {
+        return;
+    };
+    if let Some(app) = read_ns.checked_sub(kernel_ns) {
+        stats.app_latency.record(app);
+    }
+    let sent_ns = decode(datagram).and_then(|d| d.sent_ns);
+    if let Some(network) = sent_ns.and_then(|sent| kernel_ns.checked_sub(sent)) {
+        stats.network_latency.record(network);
+    }
+}
+
 /// Where the peer's sending stands, as the control connection told us.
 #[derive(Clone, Copy, Debug)]
 enum PeerSending {
@@ -598,6 +620,9 @@ pub struct UdpStream {
     flows: Option<UdpFlows>,
     /// The ACK time-out, for the flows.
     ack_timeout: Duration,
+    /// `--rx-timestamps`: where a single read's control messages go (batches have
+    /// their own); `None` without.
+    rx_control: Option<Box<ControlBuffer>>,
 }
 
 impl UdpStream {
@@ -664,6 +689,9 @@ impl UdpStream {
             if sockets.is_empty() || w.granted < sndbuf.granted {
                 sndbuf = w;
             }
+            if udp.rx_timestamps {
+                enable_rx_timestamps(&s)?;
+            }
             if udp.gro {
                 set_int_opt(&s, libc::SOL_UDP, libc::UDP_GRO, 1).map_err(|e| {
                     io::Error::new(e.kind(), format!("cannot enable UDP_GRO (--gro): {e}"))
@@ -723,7 +751,7 @@ impl UdpStream {
                     } else {
                         udp.batch
                     };
-                    RecvBatch::new(slots, opts.pktsize, udp.gro)
+                    RecvBatch::new(slots, opts.pktsize, udp.gro, udp.rx_timestamps)
                 })
                 .transpose()?,
             batch_read_at: Instant::now(),
@@ -734,6 +762,7 @@ impl UdpStream {
             next_flow: 0,
             flows: None,
             ack_timeout: udp.ack_timeout,
+            rx_control: udp.rx_timestamps.then(Box::default),
             opts,
         })
     }
@@ -833,12 +862,16 @@ impl UdpStream {
         let batch = self.recv_batch.as_mut()?;
         let at = self.batch_read_at;
         loop {
-            let d = batch.next_datagram()?;
+            let (d, stamp) = batch.next_datagram()?;
             let n = d.len().min(buf.len());
             if copy {
                 buf[..n].copy_from_slice(&d[..n]);
             }
-            self.tracker.on_datagram(&d[..n], self.clock.ns(at));
+            let read_ns = self.clock.ns(at);
+            let (kind, _) = self.tracker.on_datagram(&d[..n], stamp.unwrap_or(read_ns));
+            if kind != Arrival::Foreign {
+                record_stamps(&mut self.stats, &d[..n], stamp, read_ns);
+            }
             if n == 0 {
                 continue;
             }
@@ -893,13 +926,19 @@ impl UdpStream {
                     }
                     continue;
                 }
-            } else if let Some(n) = self.read_from(k, buf, block)? {
+            } else if let Some((n, stamp)) = self.read_from(k, buf, block)? {
                 self.cursor = k;
                 let now = Instant::now();
                 if let PeerSending::Draining { last_arrival, .. } = &mut self.peer {
                     *last_arrival = now;
                 }
-                let (kind, seq) = self.tracker.on_datagram(&buf[..n], self.clock.ns(now));
+                let read_ns = self.clock.ns(now);
+                let (kind, seq) = self
+                    .tracker
+                    .on_datagram(&buf[..n], stamp.unwrap_or(read_ns));
+                if kind != Arrival::Foreign {
+                    record_stamps(&mut self.stats, &buf[..n], stamp, read_ns);
+                }
                 if n == 0 {
                     // An empty datagram cannot be returned: Ok(0) means end of stream.
                     continue;
@@ -965,12 +1004,27 @@ impl UdpStream {
         Ok(())
     }
 
-    /// Reads one datagram from socket `k`. `Ok(None)` is EAGAIN (with `wait`, after a
+    /// Reads one datagram from socket `k`, with its kernel receive time if
+    /// `--rx-timestamps` asked for it. `Ok(None)` is EAGAIN (with `wait`, after a
     /// blocking read's [`BLOCK_SLICE`]).
-    fn read_from(&mut self, k: usize, buf: &mut [u8], wait: bool) -> io::Result<Option<usize>> {
+    fn read_from(
+        &mut self,
+        k: usize,
+        buf: &mut [u8],
+        wait: bool,
+    ) -> io::Result<Option<(usize, Option<u64>)>> {
         loop {
-            return match self.sockets[k].recv_flags(buf, wait) {
-                Ok(n) => Ok(Some(n)),
+            let read = match &mut self.rx_control {
+                None => self.sockets[k].recv_flags(buf, wait).map(|n| (n, None)),
+                Some(control) => {
+                    let fd = self.sockets[k].sock.as_raw_fd();
+                    let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+                    recv_with_control(fd, buf, control, flags)
+                        .map(|(n, used)| (n.min(buf.len()), rx_timestamp_ns(&control.0[..used])))
+                }
+            };
+            return match read {
+                Ok(got) => Ok(Some(got)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // An ICMP error from an earlier ACK (the sender's port closed): it is

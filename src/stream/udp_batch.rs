@@ -18,6 +18,7 @@
 //! passed in as closures.
 
 use super::buffer::DataBuffer;
+use super::cmsg::{gro_segment_size, rx_timestamp_ns, ControlBuffer};
 use std::io;
 use std::ops::Range;
 
@@ -86,11 +87,6 @@ struct SegmentCmsg {
     /// Pads to `CMSG_SPACE(sizeof(u16))`.
     _pad: [u8; 6],
 }
-
-/// Receive control buffer: room for one `UDP_GRO` control message (an int).
-#[repr(C, align(8))]
-#[derive(Clone, Copy)]
-struct RecvCmsg([u8; 32]);
 
 /// `mmsghdr`s and `iovec`s, rebuilt before every call to point at the batch's
 /// buffers; allocated once.
@@ -290,48 +286,30 @@ pub fn segment_at(len: usize, segment: usize, offset: usize) -> Option<Range<usi
     Some(offset..end)
 }
 
-/// The segment size in a received control buffer's `UDP_GRO` message, if any.
-pub fn gro_segment_size(control: &[u8]) -> Option<usize> {
-    let hdr_len = std::mem::size_of::<libc::cmsghdr>();
-    let align = std::mem::size_of::<usize>();
-    let mut at = 0;
-    while at + hdr_len <= control.len() {
-        let word = |r: Range<usize>| control.get(r);
-        let len = usize::from_ne_bytes(word(at..at + align)?.try_into().ok()?);
-        let level = i32::from_ne_bytes(word(at + align..at + align + 4)?.try_into().ok()?);
-        let kind = i32::from_ne_bytes(word(at + align + 4..at + align + 8)?.try_into().ok()?);
-        if len < hdr_len {
-            return None;
-        }
-        if level == libc::SOL_UDP && kind == libc::UDP_GRO {
-            let v = i32::from_ne_bytes(word(at + hdr_len..at + hdr_len + 4)?.try_into().ok()?);
-            return usize::try_from(v).ok();
-        }
-        at += len.div_ceil(align) * align;
-    }
-    None
-}
-
 /// Datagrams read by one `recvmmsg()`, handed out one at a time.
 pub struct RecvBatch {
     arena: DataBuffer,
     slot_bytes: usize,
     slots: usize,
     gro: bool,
-    /// Per filled slot: bytes read and GRO segment size (0: one datagram).
-    filled: Vec<(usize, usize)>,
+    /// `--rx-timestamps`: each slot's kernel receive time is read.
+    stamps: bool,
+    /// Per filled slot: bytes read, GRO segment size (0: one datagram) and kernel
+    /// receive time.
+    filled: Vec<(usize, usize, Option<u64>)>,
     /// Next datagram: slot index and offset in it.
     at: usize,
     offset: usize,
-    cmsgs: Vec<RecvCmsg>,
+    cmsgs: Vec<ControlBuffer>,
     scratch: Scratch,
     /// Buffers read that held more than one datagram (GRO).
     coalesced: u64,
 }
 
 impl RecvBatch {
-    /// `slots` buffers of `slot_bytes` each (with `gro`, [`GRO_SLOT_BYTES`] each).
-    pub fn new(slots: usize, slot_bytes: usize, gro: bool) -> io::Result<RecvBatch> {
+    /// `slots` buffers of `slot_bytes` each (with `gro`, [`GRO_SLOT_BYTES`] each); with
+    /// `stamps`, each datagram's kernel receive time is read too.
+    pub fn new(slots: usize, slot_bytes: usize, gro: bool, stamps: bool) -> io::Result<RecvBatch> {
         let slots = slots.clamp(1, MAX_MESSAGES);
         let slot_bytes = if gro {
             GRO_SLOT_BYTES
@@ -343,27 +321,29 @@ impl RecvBatch {
             slot_bytes,
             slots,
             gro,
+            stamps,
             filled: Vec::with_capacity(slots),
             at: 0,
             offset: 0,
-            cmsgs: vec![RecvCmsg([0; 32]); if gro { slots } else { 0 }],
+            cmsgs: vec![ControlBuffer::default(); if gro || stamps { slots } else { 0 }],
             scratch: Scratch::with_capacity(slots),
             coalesced: 0,
         })
     }
 
     /// The next datagram read and not yet handed out (an empty one too: it is
-    /// accounted as foreign).
-    pub fn next_datagram(&mut self) -> Option<&[u8]> {
-        while let Some(&(len, segment)) = self.filled.get(self.at) {
+    /// accounted as foreign), with its kernel receive time in ns since the Unix epoch
+    /// (with `stamps`; GRO's datagrams share their buffer's).
+    pub fn next_datagram(&mut self) -> Option<(&[u8], Option<u64>)> {
+        while let Some(&(len, segment, stamp)) = self.filled.get(self.at) {
             let base = self.at * self.slot_bytes;
             if len == 0 {
                 self.at += 1;
-                return Some(&self.arena[base..base]);
+                return Some((&self.arena[base..base], stamp));
             }
             if let Some(r) = segment_at(len, segment, self.offset) {
                 self.offset = r.end;
-                return Some(&self.arena[base + r.start..base + r.end]);
+                return Some((&self.arena[base + r.start..base + r.end], stamp));
             }
             self.at += 1;
             self.offset = 0;
@@ -380,7 +360,7 @@ impl RecvBatch {
     pub fn is_empty(&self) -> bool {
         match self.filled.get(self.at) {
             None => true,
-            Some(&(len, _)) => len > 0 && self.offset >= len && self.at + 1 == self.filled.len(),
+            Some(&(len, _, _)) => len > 0 && self.offset >= len && self.at + 1 == self.filled.len(),
         }
     }
 
@@ -401,16 +381,24 @@ impl RecvBatch {
         for k in 0..n.min(self.slots) {
             let h = &self.scratch.hdrs[k];
             let len = (h.msg_len as usize).min(self.slot_bytes);
+            let control = match self.cmsgs.get(k) {
+                Some(c) => &c.0[..h.msg_hdr.msg_controllen.min(c.0.len())],
+                None => &[],
+            };
             let segment = if self.gro {
-                let used = h.msg_hdr.msg_controllen.min(32);
-                gro_segment_size(&self.cmsgs[k].0[..used]).unwrap_or(0)
+                gro_segment_size(control).unwrap_or(0)
             } else {
                 0
+            };
+            let stamp = if self.stamps {
+                rx_timestamp_ns(control)
+            } else {
+                None
             };
             if segment > 0 && segment < len {
                 self.coalesced += 1;
             }
-            self.filled.push((len, segment));
+            self.filled.push((len, segment, stamp));
         }
         Ok(n > 0)
     }
@@ -430,10 +418,9 @@ impl RecvBatch {
             let mut h = empty_mmsghdr();
             h.msg_hdr.msg_iov = &mut self.scratch.iovs[k];
             h.msg_hdr.msg_iovlen = 1;
-            if self.gro {
-                let c = &mut self.cmsgs[k];
-                h.msg_hdr.msg_control = (c as *mut RecvCmsg).cast();
-                h.msg_hdr.msg_controllen = std::mem::size_of::<RecvCmsg>();
+            if let Some(c) = self.cmsgs.get_mut(k) {
+                h.msg_hdr.msg_control = c.0.as_mut_ptr().cast();
+                h.msg_hdr.msg_controllen = c.0.len();
             }
             self.scratch.hdrs.push(h);
         }
@@ -631,9 +618,9 @@ mod tests {
 
     #[test]
     fn recv_batch_hands_out_every_segment_of_every_slot() {
-        let mut b = RecvBatch::new(3, 64, false).unwrap();
+        let mut b = RecvBatch::new(3, 64, false, false).unwrap();
         b.gro = true; // parse as if GRO were on, with small slots
-        b.cmsgs = vec![RecvCmsg([0; 32]); 3];
+        b.cmsgs = vec![ControlBuffer::default(); 3];
         b.fill(|hdrs| {
             assert_eq!(hdrs.len(), 3);
             hdrs[0].msg_len = 30; // 3 datagrams of 10
@@ -642,7 +629,7 @@ mod tests {
                 h.msg_hdr.msg_controllen = 0;
                 if k == 0 {
                     // SAFETY: test only; msg_control points at this slot's buffer.
-                    let c = unsafe { &mut *(h.msg_hdr.msg_control as *mut RecvCmsg) };
+                    let c = unsafe { &mut *(h.msg_hdr.msg_control as *mut ControlBuffer) };
                     let hl = std::mem::size_of::<libc::cmsghdr>();
                     c.0[..8].copy_from_slice(&(hl + 4).to_ne_bytes());
                     c.0[8..12].copy_from_slice(&libc::SOL_UDP.to_ne_bytes());
@@ -655,7 +642,7 @@ mod tests {
         })
         .expect("fill");
         let mut sizes = Vec::new();
-        while let Some(d) = b.next_datagram() {
+        while let Some((d, _)) = b.next_datagram() {
             sizes.push(d.len());
         }
         assert_eq!(sizes, vec![10, 10, 10, 7]);

@@ -96,6 +96,7 @@ fn udp_stream(
         batch: options.batch_size(&settings.shape()) as usize,
         gso: options.gso,
         gro: options.gro,
+        rx_timestamps: options.rx_timestamps,
         ..UdpOptions::new(
             stream,
             Duration::from_millis(u64::from(options.ack_timeout_ms)),

@@ -59,6 +59,10 @@ pub struct UdpSettings {
     /// With MPRTT: ms to wait for an ACK before sending a datagram again.
     #[serde(default = "default_ack_timeout_ms")]
     pub ack_timeout_ms: u32,
+    /// The receiving end reads each datagram's kernel receive time and splits its
+    /// latency into network and application time (`--rx-timestamps`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rx_timestamps: bool,
     #[serde(flatten)]
     pub sockets: SocketSettings,
 }
@@ -74,6 +78,7 @@ impl Default for UdpSettings {
             gso: false,
             gro: false,
             ack_timeout_ms: DEFAULT_ACK_TIMEOUT_MS,
+            rx_timestamps: false,
             sockets: SocketSettings::default(),
         }
     }
@@ -206,9 +211,14 @@ impl UdpSettings {
         u64::from(run.nstreams) * slot * u64::from(batch)
     }
 
-    /// What a report header says of these options: the socket options'.
+    /// What a report header says of these options: the socket options', and whether
+    /// datagrams carry the kernel's receive time.
     pub fn labels(&self) -> HeaderLabels {
-        self.sockets.labels()
+        let mut labels = self.sockets.labels();
+        if self.rx_timestamps {
+            labels.setup += " rx_timestamps=kernel";
+        }
+        labels
     }
 }
 
