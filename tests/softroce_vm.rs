@@ -84,25 +84,23 @@ fn cases() -> Vec<Case> {
             replies: None,
             header: header("send", true),
         });
-        // rsockets are a byte stream: replies of any size, as over TCP.
-        if *api == "rsocket" {
-            all.push(Case {
-                name: format!("{api}-echo"),
-                args: with(&["--echo", "-m", "1", "-l", "1024"]),
-                bytes: MB,
-                replies: Some(MB),
-                header: header("send", false)
-                    + " reply=echo (mprtt = request + echo of pkt_size bytes)",
-            });
-            all.push(Case {
-                name: format!("{api}-response-size"),
-                args: with(&["-r", "--response-size", "4096", "-m", "1", "-l", "1024"]),
-                bytes: MB,
-                replies: Some(4 * MB),
-                header: header("send", false)
-                    + " reply=4096B (mprtt = request + reply of 4096 bytes)",
-            });
-        }
+        // Replies of any size: rsockets as a byte stream (as TCP); the other APIs as one
+        // message each, into a slot of the client's ring.
+        let echo = header("send", false) + " reply=echo (mprtt = request + echo of pkt_size bytes)";
+        all.push(Case {
+            name: format!("{api}-echo"),
+            args: with(&["--echo", "-m", "1", "-l", "1024"]),
+            bytes: MB,
+            replies: Some(MB),
+            header: echo,
+        });
+        all.push(Case {
+            name: format!("{api}-response-size"),
+            args: with(&["-r", "--response-size", "4096", "-m", "1", "-l", "1024"]),
+            bytes: MB,
+            replies: Some(4 * MB),
+            header: header("send", false) + " reply=4096B (mprtt = request + reply of 4096 bytes)",
+        });
         // rsockets have no RDMA WRITE option (fperf refuses --rdma-write with them).
         if *api != "rsocket" {
             all.push(Case {
@@ -111,6 +109,15 @@ fn cases() -> Vec<Case> {
                 bytes: 4 * MB,
                 replies: None,
                 header: header("write", true),
+            });
+            // Echoes written back (ibverbs, cm) or sent (ofi) into the client's ring.
+            all.push(Case {
+                name: format!("{api}-echo-write"),
+                args: with(&["--echo", "--rdma-write", "-m", "1", "-l", "1024"]),
+                bytes: MB,
+                replies: Some(MB),
+                header: header("write", false)
+                    + " reply=echo (mprtt = request + echo of pkt_size bytes)",
             });
         }
     }
