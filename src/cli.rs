@@ -816,7 +816,8 @@ struct RdmaArgs {
     ofi_provider: Option<String>,
 
     /// Move the data with RDMA WRITEs into the receiver's buffer ring (with
-    /// immediate data) instead of SEND/RECV.
+    /// immediate data) instead of SEND/RECV. Replies (--echo, --response-size) are
+    /// written too with --rdma-api ibverbs or cm, and sent with --rdma-api ofi.
     #[arg(hide_short_help = true, long, requires = "rdma")]
     rdma_write: bool,
 }

@@ -50,6 +50,10 @@ const APIS: &[(&str, &[&str], &str)] = &[
     ),
 ];
 
+/// How a header ends with `--echo`, and with `-r --response-size 4096`.
+const ECHO_LABEL: &str = " reply=echo (mprtt = request + echo of pkt_size bytes)";
+const SIZED_LABEL: &str = " reply=4096B (mprtt = request + reply of 4096 bytes)";
+
 fn cases() -> Vec<Case> {
     let mut all = Vec::new();
     for (api, flags, tail) in APIS {
@@ -86,20 +90,19 @@ fn cases() -> Vec<Case> {
         });
         // Replies of any size: rsockets as a byte stream (as TCP); the other APIs as one
         // message each, into a slot of the client's ring.
-        let echo = header("send", false) + " reply=echo (mprtt = request + echo of pkt_size bytes)";
         all.push(Case {
             name: format!("{api}-echo"),
             args: with(&["--echo", "-m", "1", "-l", "1024"]),
             bytes: MB,
             replies: Some(MB),
-            header: echo,
+            header: header("send", false) + ECHO_LABEL,
         });
         all.push(Case {
             name: format!("{api}-response-size"),
             args: with(&["-r", "--response-size", "4096", "-m", "1", "-l", "1024"]),
             bytes: MB,
             replies: Some(4 * MB),
-            header: header("send", false) + " reply=4096B (mprtt = request + reply of 4096 bytes)",
+            header: header("send", false) + SIZED_LABEL,
         });
         // rsockets have no RDMA WRITE option (fperf refuses --rdma-write with them).
         if *api != "rsocket" {
@@ -116,8 +119,7 @@ fn cases() -> Vec<Case> {
                 args: with(&["--echo", "--rdma-write", "-m", "1", "-l", "1024"]),
                 bytes: MB,
                 replies: Some(MB),
-                header: header("write", false)
-                    + " reply=echo (mprtt = request + echo of pkt_size bytes)",
+                header: header("write", false) + ECHO_LABEL,
             });
         }
     }
