@@ -646,15 +646,17 @@ struct WorkloadArgs {
     #[arg(short = 'r', long)]
     mprtt: bool,
 
-    /// TCP, UDP or RDMA rsockets: MPRTT (implies -r) where the server answers each packet with the
-    /// packet itself (as many bytes, like sockperf/qperf ping-pong) instead of a 1-byte
-    /// ACK; mprtt is then the round trip of a request and its full-size echo
+    /// TCP, UDP or RDMA (every --rdma-api): MPRTT (implies -r) where the server answers
+    /// each packet with the packet itself (as many bytes, like sockperf/qperf
+    /// ping-pong) instead of a 1-byte ACK; mprtt is then the round trip of a request and
+    /// its full-size echo
     #[arg(hide_short_help = true, long)]
     echo: bool,
 
-    /// With -r, TCP, UDP or RDMA rsockets: the server answers each -l-byte request with N bytes instead
-    /// of a 1-byte ACK (neper's request and response sizes), and mprtt lasts until the
-    /// whole reply has arrived. With UDP, N must fit in one datagram
+    /// With -r, TCP, UDP or RDMA (every --rdma-api): the server answers each -l-byte
+    /// request with N bytes instead of a 1-byte ACK (neper's request and response
+    /// sizes), and mprtt lasts until the whole reply has arrived. With UDP, N must fit
+    /// in one datagram
     #[arg(hide_short_help = true, long, value_name = "N", conflicts_with = "tests",
           value_parser = fperf::units::parse_bytes_u32)]
     response_size: Option<u32>,
@@ -823,7 +825,8 @@ struct RdmaArgs {
     ofi_provider: Option<String>,
 
     /// Move the data with RDMA WRITEs into the receiver's buffer ring (with
-    /// immediate data) instead of SEND/RECV.
+    /// immediate data) instead of SEND/RECV. Replies (--echo, --response-size) are
+    /// written too with --rdma-api ibverbs or cm, and sent with --rdma-api ofi.
     #[arg(hide_short_help = true, long, requires = "rdma")]
     rdma_write: bool,
 }

@@ -56,6 +56,37 @@ fn mprtt_answers_every_packet_with_a_one_byte_ack() {
 }
 
 #[test]
+fn echoes_and_sized_replies_answer_every_request_over_send_and_write() {
+    // (flags, request bytes, reply bytes): 500 requests each, on both ends' counts.
+    for (args, request, reply) in [
+        (&["--echo"][..], 1000, 1000),
+        (&["--echo", "--rdma-write"][..], 1000, 1000),
+        (&["-r", "--response-size", "5000"][..], 100, 5000),
+        (
+            &["-r", "--response-size", "5000", "--rdma-write"][..],
+            100,
+            5000,
+        ),
+    ] {
+        let len = request.to_string();
+        let mut all = OFI.to_vec();
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-l", &len, "--transactions", "500"]);
+        let doc = run_json(&all);
+        for (end, sent, received) in [
+            ("client", 500 * request, 500 * reply),
+            ("server", 500 * reply, 500 * request),
+        ] {
+            let total = |what| json_u64(&doc, &[end, "total", what]);
+            assert_eq!(total("bytes_sent"), sent, "{args:?} {end}");
+            assert_eq!(total("bytes_received"), received, "{args:?} {end}");
+        }
+        let count = json_u64(&doc, &["client", "total", "send_latency", "count"]);
+        assert_eq!(count, 500, "{args:?}: one round trip per request");
+    }
+}
+
+#[test]
 fn two_streams_each_move_their_share() {
     let (c, s) = run_ofi(&["-t", "2", "-m", "16"]);
     assert_bytes(&c, &s, 32 * MB);

@@ -428,26 +428,36 @@ fn a_response_size_that_cannot_apply_is_refused() {
     for (args, why) in [
         (&["--response-size", "64"][..], "use it with -r"),
         (&["--crr", "--response-size", "64"][..], "not with --crr"),
-        (&["--reverse", "--response-size", "64"][..], "not with --reverse"),
+        (
+            &["--reverse", "--response-size", "64"][..],
+            "not with --reverse",
+        ),
         (
             &["--echo", "-l", "100", "--response-size", "64"][..],
             "--echo answers each request with itself, -l 100 bytes: --response-size 64 differs",
         ),
         (
-            &["-R", "-r", "--response-size", "64"][..],
-            "--response-size is implemented for TCP, UDP and RDMA's rsocket API in this build; it cannot be used with --rdma-api ibverbs",
+            &["-R", "--echo", "-l", "100", "--response-size", "64"][..],
+            "--echo answers each request with itself, -l 100 bytes: --response-size 64 differs",
         ),
         (
-            &["-R", "--echo"][..],
-            "--echo is implemented for TCP, UDP and RDMA's rsocket API in this build; it cannot be used with --rdma-api ibverbs",
+            &["-r", "--response-size", "0"][..],
+            "--response-size must be between 1",
         ),
-        (&["-r", "--response-size", "0"][..], "--response-size must be between 1"),
         (
             &["-u", "-r", "--response-size", "65528"][..],
             "does not fit in one UDP datagram",
         ),
         (
-            &["-r", "--sweep", "l=1,2", "--tests", "rr", "--response-size", "4"][..],
+            &[
+                "-r",
+                "--sweep",
+                "l=1,2",
+                "--tests",
+                "rr",
+                "--response-size",
+                "4",
+            ][..],
             "cannot be used with",
         ),
     ] {

@@ -88,21 +88,23 @@ fn echo_reports_say_what_the_round_trip_is() {
 }
 
 #[test]
-fn echo_is_refused_where_it_is_not_implemented() {
-    // UDP echoes (tests/udp.rs); RDMA does not yet.
+fn rdma_echo_and_sized_replies_pass_the_settings_checks() {
+    // Every RDMA API answers with echoes and sized replies: with no server there, the
+    // client fails to reach it rather than refusing its settings (exit status 2).
     let port = port_block(1).to_string();
-    let out = run(
-        &["-c", "127.0.0.1", "-p", &port, "-R", "--echo"],
-        Duration::from_secs(30),
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains(
-            "--echo is implemented for TCP, UDP and RDMA's rsocket API in this build; it cannot be used with --rdma-api ibverbs"
-        ),
-        "{err}"
-    );
+    for args in [
+        &["-R", "--echo"][..],
+        &["-R", "--rdma-api", "cm", "-r", "--response-size", "64"],
+        &["-R", "--rdma-api", "ofi", "--echo", "--rdma-write"],
+    ] {
+        let mut all = vec!["-c", "127.0.0.1", "-p", &port];
+        all.extend_from_slice(args);
+        let out = run(&all, Duration::from_secs(30));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: no server, yet it ran");
+        assert_ne!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("cannot be used"), "{args:?}: {err}");
+    }
 }
 
 #[test]

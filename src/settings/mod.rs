@@ -690,7 +690,7 @@ mod tests {
     }
 
     #[test]
-    fn echo_is_tcp_udp_or_rsocket_mprtt_and_counts_its_buffers_twice() {
+    fn echo_is_mprtt_over_every_transport_and_counts_its_buffers_twice() {
         let echo = Settings {
             workload: ECHO,
             ..Settings::default()
@@ -701,25 +701,26 @@ mod tests {
             ..udp()
         };
         assert_eq!(over_udp.validate(), Ok(()));
-        let over_rdma = Settings {
-            workload: ECHO,
-            transport: TransportSettings::default_for(Protocol::Rdma),
-            ..Settings::default()
-        };
-        assert_eq!(
-            over_rdma.validate(),
-            Err(WorkloadError::EchoUnsupported("ibverbs").into())
-        );
-        // rsockets are a byte stream, carried by the TCP STREAM: they echo.
-        let over_rsocket = Settings {
-            workload: ECHO,
-            transport: TransportSettings::Rdma(RdmaSettings {
-                api: crate::transport::rdma::settings::RdmaApi::Rsocket,
-                ..RdmaSettings::default()
-            }),
-            ..Settings::default()
-        };
-        assert_eq!(over_rsocket.validate(), Ok(()));
+        use crate::transport::rdma::settings::RdmaApi;
+        for api in [
+            RdmaApi::Ibverbs,
+            RdmaApi::Cm,
+            RdmaApi::Ofi,
+            RdmaApi::Rsocket,
+        ] {
+            for write in [false, true] {
+                let over_rdma = Settings {
+                    workload: ECHO,
+                    transport: TransportSettings::Rdma(RdmaSettings {
+                        api,
+                        write,
+                        ..RdmaSettings::default()
+                    }),
+                    ..Settings::default()
+                };
+                assert_eq!(over_rdma.validate(), Ok(()), "{}", api.name());
+            }
+        }
         // 64 streams × 1 socket × 32 MiB fit the bound, but not twice over.
         let big = Settings {
             nstreams: 64,
@@ -796,12 +797,14 @@ mod tests {
         );
         let rdma = Settings {
             transport: TransportSettings::default_for(Protocol::Rdma),
+            pktsize: 100,
             ..Settings::default()
         };
-        assert_eq!(
-            sized(ACK, 64, rdma).validate(),
-            Err(WorkloadError::ResponseSizeUnsupported("ibverbs").into())
-        );
+        assert_eq!(sized(ACK, 64, rdma.clone()).validate(), Ok(()));
+        // RDMA rings hold replies larger than a packet in slots of their size.
+        let slots = crate::stream::ring::endpoint_bytes_at_most(MAX_PKTSIZE as usize);
+        assert!(sized(ACK, MAX_PKTSIZE, rdma.clone()).buffer_bytes() >= slots);
+        assert!(sized(ACK, 64, rdma).buffer_bytes() < slots);
     }
 
     #[test]

@@ -17,8 +17,9 @@
 //!
 //! With MPRTT (`mprtt`), every packet is answered by a 1-byte ACK: the sending side's
 //! `send()` returns once the ACK is read, and the receiving side's `recv()` writes the
-//! ACK once a whole packet (`pktsize` bytes) has arrived on a socket. With `echo` (TCP),
-//! the reply is the packet itself, as ping-pong tools do.
+//! ACK once a whole packet (`pktsize` bytes) has arrived on a socket. With `echo`, the
+//! reply is the packet itself, as ping-pong tools do; with `response_size`, that many
+//! bytes.
 
 pub mod affinity;
 pub mod buffer;
@@ -188,9 +189,9 @@ pub struct StreamOptions {
     /// Answer / wait for a 1-byte ACK per packet.
     pub mprtt: bool,
     /// With `mprtt`: the reply echoes the packet (as many bytes) instead of a 1-byte
-    /// ACK. TCP and UDP.
+    /// ACK.
     pub echo: bool,
-    /// With `mprtt` and without `echo`: bytes of each reply (1: the ACK). TCP and UDP.
+    /// With `mprtt` and without `echo`: bytes of each reply (1: the ACK).
     pub response_size: usize,
     /// Set to make every blocked call of this STREAM fail with `Interrupted` soon.
     pub abort: Arc<AtomicBool>,

@@ -4,7 +4,8 @@
 //! is laid out in slots ([`RingLayout`]), the peer's receive ring as an RDMA writer sees
 //! it ([`RemoteRing`]), and the credits that keep a verbs sender from ever overrunning
 //! the receives its peer posted ([`Credits`]), with the immediate data that carries
-//! them ([`Imm`]). The STREAMs drive these; the unit tests below check them alone.
+//! them ([`Imm`]), and what answers each MPRTT request ([`Answer`]). The STREAMs drive
+//! these; the unit tests below check them alone.
 
 /// Bytes of send (and of receive) slots per endpoint, at most.
 const RING_BYTES: usize = 16 << 20;
@@ -21,12 +22,13 @@ pub fn ring_slots(pktsize: usize) -> usize {
     (RING_BYTES / pktsize.max(1)).clamp(RING_SLOTS_MIN, RING_SLOTS_MAX)
 }
 
-/// Most bytes one endpoint of either RDMA STREAM registers for packets of `pktsize`
-/// bytes: both rings, with at least [`CREDIT_RING_MIN`] slots of at least 8 bytes (a
-/// verbs FIN), the control slots, and a credit slot beside each receive.
-pub fn endpoint_bytes_at_most(pktsize: usize) -> u64 {
-    let slots = ring_slots(pktsize).max(CREDIT_RING_MIN);
-    let rings = 2 * slots * pktsize.max(8);
+/// Most bytes one endpoint of either RDMA STREAM registers for slots of `slot_bytes`
+/// (the larger of a packet and a reply, see [`Answer::slot_bytes`]): both rings, with
+/// at least [`CREDIT_RING_MIN`] slots of at least 8 bytes (a verbs FIN), the control
+/// slots, and a credit slot beside each receive.
+pub fn endpoint_bytes_at_most(slot_bytes: usize) -> u64 {
+    let slots = ring_slots(slot_bytes).max(CREDIT_RING_MIN);
+    let rings = 2 * slots * slot_bytes.max(8);
     (rings + (CONTROL_SLOTS + slots) * CONTROL_SLOT_BYTES) as u64
 }
 
@@ -170,6 +172,9 @@ pub enum ImmKind {
     Fin,
     /// Nothing but returned credits.
     Credit,
+    /// An MPRTT reply with a payload (`--echo`, `--response-size`), into a ring slot as
+    /// data is.
+    Reply,
 }
 
 /// The immediate data every verbs message carries: its kind and the receives its
@@ -193,6 +198,7 @@ impl Imm {
             ImmKind::Ack => 2,
             ImmKind::Fin => 3,
             ImmKind::Credit => 4,
+            ImmKind::Reply => 5,
         };
         (kind << IMM_CREDIT_BITS) | (self.credits & IMM_CREDIT_MASK)
     }
@@ -204,12 +210,75 @@ impl Imm {
             2 => ImmKind::Ack,
             3 => ImmKind::Fin,
             4 => ImmKind::Credit,
+            5 => ImmKind::Reply,
             _ => return None,
         };
         Some(Imm {
             kind,
             credits: raw & IMM_CREDIT_MASK,
         })
+    }
+}
+
+/// What answers each request of an MPRTT run: the 1-byte ACK (`-r`), the request's
+/// own bytes (`--echo`) or `--response-size` bytes. A reply with a payload fills a
+/// receive slot of the requester's ring, so slots hold the larger of a packet and a
+/// reply, and a reply is one message whatever its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    Ack,
+    Echo,
+    Sized(usize),
+}
+
+impl Answer {
+    /// The answer of a run with `mprtt`, `echo` and `response_size` (1: the ACK); none
+    /// without MPRTT.
+    pub fn new(mprtt: bool, echo: bool, response_size: usize) -> Option<Answer> {
+        match (mprtt, echo, response_size) {
+            (false, _, _) => None,
+            (true, true, _) => Some(Answer::Echo),
+            (true, false, 0 | 1) => Some(Answer::Ack),
+            (true, false, n) => Some(Answer::Sized(n)),
+        }
+    }
+
+    /// Bytes of a ring slot for packets of `pktsize` bytes and their replies, if any.
+    pub fn slot_bytes(answer: Option<Answer>, pktsize: usize) -> usize {
+        match answer {
+            Some(Answer::Sized(n)) => pktsize.max(n),
+            _ => pktsize,
+        }
+    }
+
+    /// Bytes of the reply to a request of `request` bytes.
+    pub fn reply_len(self, request: usize) -> usize {
+        match self {
+            Answer::Ack => 1,
+            Answer::Echo => request,
+            Answer::Sized(n) => n,
+        }
+    }
+
+    /// Checks a reply from the peer against the request it answers: its length, and
+    /// for an echo its bytes.
+    pub fn check(self, reply: &[u8], request: &[u8]) -> Result<(), String> {
+        let want = self.reply_len(request.len());
+        if reply.len() != want {
+            return Err(format!(
+                "a reply of {} bytes to a request of {}, where {want} were due",
+                reply.len(),
+                request.len()
+            ));
+        }
+        if self == Answer::Echo && reply != request {
+            let at = reply.iter().zip(request).position(|(a, b)| a != b);
+            return Err(format!(
+                "an echo that differs from its request (first at byte {})",
+                at.unwrap_or(0)
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -360,7 +429,13 @@ mod tests {
 
     #[test]
     fn immediate_data_roundtrips_and_refuses_unknown_kinds() {
-        for kind in [ImmKind::Data, ImmKind::Ack, ImmKind::Fin, ImmKind::Credit] {
+        for kind in [
+            ImmKind::Data,
+            ImmKind::Ack,
+            ImmKind::Fin,
+            ImmKind::Credit,
+            ImmKind::Reply,
+        ] {
             for credits in [0, 1, 64, IMM_CREDIT_MASK] {
                 let imm = Imm { kind, credits };
                 assert_eq!(Imm::decode(imm.encode()), Some(imm));
@@ -369,6 +444,31 @@ mod tests {
         assert_eq!(Imm::decode(0), None);
         assert_eq!(Imm::decode(0xf000_0000), None);
         assert_eq!(Imm::decode(u32::MAX), None);
+    }
+
+    #[test]
+    fn replies_are_checked_against_their_requests() {
+        assert_eq!(Answer::new(false, true, 300), None);
+        assert_eq!(Answer::new(true, false, 1), Some(Answer::Ack));
+        assert_eq!(Answer::new(true, true, 1), Some(Answer::Echo));
+        assert_eq!(Answer::new(true, false, 300), Some(Answer::Sized(300)));
+        assert_eq!(Answer::slot_bytes(Some(Answer::Sized(300)), 100), 300);
+        assert_eq!(Answer::slot_bytes(Some(Answer::Sized(30)), 100), 100);
+        assert_eq!(Answer::slot_bytes(Some(Answer::Echo), 100), 100);
+        assert_eq!(Answer::slot_bytes(None, 100), 100);
+        let request = [1u8, 2, 3];
+        assert_eq!(Answer::Echo.check(&request, &request), Ok(()));
+        let e = Answer::Echo
+            .check(&[1, 9, 3], &request)
+            .expect_err("differs");
+        assert!(e.contains("at byte 1"), "{e}");
+        assert!(Answer::Echo.check(&request[..2], &request).is_err());
+        assert_eq!(Answer::Sized(5).check(&[0; 5], &request), Ok(()));
+        let e = Answer::Sized(5)
+            .check(&[0; 4], &request)
+            .expect_err("short");
+        assert!(e.contains("4 bytes") && e.contains("5 were due"), "{e}");
+        assert_eq!(Answer::Ack.check(&[1], &request), Ok(()));
     }
 
     #[test]

@@ -25,6 +25,14 @@
 //! channel wake-up would add scheduler latency to every figure; the nap keeps an idle
 //! receiver from burning a CPU.
 //!
+//! MPRTT: each data message is answered by one message (see [`Answer`]): the 1-byte
+//! ACK, a control message; or with `--echo` and `--response-size` a reply with a
+//! payload, which goes as data does (a SEND into a receive slot, or an RDMA WRITE with
+//! immediate data into the requester's next ring slot), from a send slot, against a
+//! credit like any message. Slots hold the larger of a packet and a reply, so a reply
+//! is one message. The requester checks the reply's length (and an echo's bytes) and
+//! re-posts its receive only then; its latency runs until the reply arrived.
+//!
 //! End of stream: a FIN (a SEND whose 8-byte payload counts the data messages sent).
 //! RC delivers in order, so every data message arrived before the FIN; the count is
 //! checked all the same.
@@ -34,7 +42,7 @@
 //! remote access), so the endpoint logic above runs and is checked without a device.
 
 use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
-use super::ring::{Credits, Imm, ImmKind, RemoteRing, RingLayout, Slot, CONTROL_SLOTS};
+use super::ring::{Answer, Credits, Imm, ImmKind, RemoteRing, RingLayout, Slot, CONTROL_SLOTS};
 use super::ring::{CONTROL_SLOT_BYTES, CREDIT_RING_MIN, RING_SLOTS_MAX};
 use super::{Deadline, StreamOptions};
 use crate::stats::StreamStats;
@@ -287,11 +295,17 @@ fn path_mtu(local: u32, peer: u32) -> Mtu {
     }
 }
 
-/// The rings of a QP for `opts`: slots of a packet, but never smaller than a FIN's
-/// payload (a FIN lands in a receive slot like any SEND), and at least
-/// [`CREDIT_RING_MIN`] of them.
+/// What answers each data message of a STREAM with `opts`, if anything.
+fn answer_for(opts: &StreamOptions) -> Option<Answer> {
+    Answer::new(opts.mprtt, opts.echo, opts.response_size)
+}
+
+/// The rings of a QP for `opts`: slots of a packet (or of a larger reply), but never
+/// smaller than a FIN's payload (a FIN lands in a receive slot like any SEND), and at
+/// least [`CREDIT_RING_MIN`] of them.
 fn layout_for(opts: &StreamOptions) -> RingLayout {
-    let mut layout = RingLayout::new(opts.pktsize.max(FIN_BYTES));
+    let slot_bytes = Answer::slot_bytes(answer_for(opts), opts.pktsize);
+    let mut layout = RingLayout::new(slot_bytes.max(FIN_BYTES));
     // Credits need a few receives to flow (see `Credits`); huge packets get them too.
     layout.send = layout.send.max(CREDIT_RING_MIN);
     layout.recv = layout.recv.max(CREDIT_RING_MIN);
@@ -486,7 +500,8 @@ pub struct QpEndpoint {
     inbox: usize,
     max_inline: u32,
     psn: u32,
-    mprtt: bool,
+    /// MPRTT: what answers each data message.
+    answer: Option<Answer>,
     write: bool,
     abort: Arc<AtomicBool>,
     peer: String,
@@ -500,6 +515,10 @@ pub struct QpEndpoint {
     ready: VecDeque<Ready>,
     /// Bytes of the front of `ready` already consumed.
     consumed: usize,
+    /// A request waits for its reply (with a payload), which has arrived once `reply`
+    /// holds it; at most one is ever outstanding.
+    awaiting: bool,
+    reply: Option<Ready>,
     /// Next ring slot an RDMA WRITE lands in.
     written_next: usize,
     msgs_sent: u64,
@@ -649,7 +668,7 @@ impl QpEndpoint {
             inbox: layout.region_bytes(),
             max_inline,
             psn: u32::from_ne_bytes(psn_bytes) & PSN_MASK,
-            mprtt: opts.mprtt,
+            answer: answer_for(opts),
             write,
             abort: opts.abort.clone(),
             peer: String::new(),
@@ -662,6 +681,8 @@ impl QpEndpoint {
             control_free: (0..CONTROL_SLOTS).rev().collect(),
             ready: VecDeque::with_capacity(layout.recv),
             consumed: 0,
+            awaiting: false,
+            reply: None,
             written_next: 0,
             msgs_sent: 0,
             acks: 0,
@@ -867,7 +888,7 @@ impl QpEndpoint {
             .and_then(|i| self.layout.slot(i));
         match (slot, c.opcode) {
             (Some(Slot::Send(i)), WC_SEND | WC_RDMA_WRITE) => {
-                if !self.mprtt {
+                if self.answer.is_none() {
                     let ns = now.duration_since(self.send_posted_at[i]).as_nanos();
                     stats
                         .send_latency
@@ -906,23 +927,27 @@ impl QpEndpoint {
         let written = c.opcode == WC_RECV_RDMA_WITH_IMM;
         match imm.kind {
             ImmKind::Data => {
-                if written != self.write || len > self.layout.slot_bytes {
-                    return Err(VerbsError::Peer(
-                        "a data message that does not fit this end's ring".into(),
-                    )
-                    .into());
-                }
-                let slot = if written {
-                    let s = self.written_next;
-                    self.written_next = (s + 1) % self.layout.recv;
-                    s
-                } else {
-                    i
-                };
+                let slot = self.ring_slot(i, len, written, "a data message")?;
                 self.msgs_received += 1;
                 self.ready.push_back(Ready { slot, len, wqe: i });
                 // The receive is posted again once the application consumed the data.
                 return Ok(());
+            }
+            ImmKind::Reply => {
+                if !self.awaiting || self.reply.is_some() {
+                    return Err(
+                        VerbsError::Peer("a reply to no request from the peer".into()).into(),
+                    );
+                }
+                let slot = self.ring_slot(i, len, written, "a reply")?;
+                // The receive is posted again once the reply was checked.
+                self.reply = Some(Ready { slot, len, wqe: i });
+                return Ok(());
+            }
+            ImmKind::Ack if self.answer != Some(Answer::Ack) => {
+                return Err(
+                    VerbsError::Peer("an ACK from the peer where none was due".into()).into(),
+                );
             }
             ImmKind::Ack => self.acks += 1,
             ImmKind::Fin => {
@@ -949,6 +974,96 @@ impl QpEndpoint {
         }
         self.post_recv(i)?;
         self.credits.reposted(1);
+        Ok(())
+    }
+
+    /// The ring slot holding a message (`what`) of `len` bytes that arrived in receive
+    /// request `i`: the request's own slot, or with RDMA WRITE the next one written.
+    fn ring_slot(&mut self, i: usize, len: usize, written: bool, what: &str) -> io::Result<usize> {
+        if written != self.write || len > self.layout.slot_bytes {
+            return Err(
+                VerbsError::Peer(format!("{what} that does not fit this end's ring")).into(),
+            );
+        }
+        if !written {
+            return Ok(i);
+        }
+        let s = self.written_next;
+        self.written_next = (s + 1) % self.layout.recv;
+        Ok(s)
+    }
+
+    /// With RDMA WRITE, where the next message goes: the peer's next ring slot (paid
+    /// for by [`Credits`]).
+    fn write_target(&mut self) -> Option<(u32, u64)> {
+        self.remote.as_mut().map(|r| {
+            let (_, addr) = r.take_uncounted();
+            (r.key() as u32, addr)
+        })
+    }
+
+    /// Waits for the reply to `request`, sent at `start`, and checks it (its length, an
+    /// echo's bytes); only then is its receive posted again.
+    fn await_reply(
+        &mut self,
+        answer: Answer,
+        request: &[u8],
+        start: Instant,
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        self.wait_for(deadline, stats, |e| e.reply.is_some())?;
+        stats.send_latency.record_since(start);
+        let Some(Ready { slot, len, wqe }) = self.reply.take() else {
+            return Err(io::Error::other("reply vanished"));
+        };
+        self.awaiting = false;
+        let off = self.layout.offset(Slot::Recv(slot));
+        answer
+            .check(&self.region[off..off + len], request)
+            .map_err(VerbsError::Peer)?;
+        self.post_recv(wqe)?;
+        self.credits.reposted(1);
+        stats.bytes_received += len as u64;
+        Ok(())
+    }
+
+    /// Answers the request of `len` bytes in ring slot `slot` as `answer` says: an ACK,
+    /// or a reply from a send slot (the request's bytes for an echo), sent as data is.
+    fn answer_request(
+        &mut self,
+        answer: Answer,
+        slot: usize,
+        len: usize,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        if answer == Answer::Ack {
+            self.control_send(ImmKind::Ack, &[1], Deadline::Never, stats)?;
+            stats.bytes_sent += 1;
+            return Ok(());
+        }
+        self.wait_for(Deadline::Never, stats, |e| {
+            !e.send_free.is_empty() && e.credits.available() >= 2
+        })?;
+        let (Some(i), Some(credits)) = (self.send_free.pop(), self.credits.take()) else {
+            return Err(io::Error::other("send slot vanished"));
+        };
+        let off = self.layout.offset(Slot::Send(i));
+        if answer == Answer::Echo {
+            let from = self.layout.offset(Slot::Recv(slot));
+            self.region.copy_within(from..from + len, off);
+        }
+        let n = answer.reply_len(len);
+        let target = self.write_target();
+        // Counted now, as an ACK is: the receiving end's figures are read once the FIN
+        // arrived, which may be before this send's completion.
+        self.send_len[i] = 0;
+        stats.bytes_sent += n as u64;
+        let imm = Imm {
+            kind: ImmKind::Reply,
+            credits,
+        };
+        self.post(Slot::Send(i), n, imm, target)?;
         Ok(())
     }
 
@@ -1005,13 +1120,9 @@ impl RingEndpoint for QpEndpoint {
             };
             let off = self.layout.offset(Slot::Send(i));
             self.region[off..off + chunk.len()].copy_from_slice(chunk);
-            let target = match &mut self.remote {
-                Some(r) => {
-                    let (_, addr) = r.take_uncounted();
-                    Some((r.key() as u32, addr))
-                }
-                None => None,
-            };
+            let target = self.write_target();
+            // Before the post: a reply may arrive with the send's own completion.
+            self.awaiting = matches!(self.answer, Some(Answer::Echo | Answer::Sized(_)));
             let start = Instant::now();
             self.send_posted_at[i] = start;
             self.send_len[i] = chunk.len();
@@ -1023,11 +1134,15 @@ impl RingEndpoint for QpEndpoint {
             self.msgs_sent += 1;
             // Harvest completions at once so their latency is not inflated.
             self.poll(stats)?;
-            if self.mprtt {
-                self.wait_for(deadline, stats, |e| e.acks > 0)?;
-                self.acks -= 1;
-                stats.bytes_received += 1;
-                stats.send_latency.record_since(start);
+            match self.answer {
+                None => {}
+                Some(Answer::Ack) => {
+                    self.wait_for(deadline, stats, |e| e.acks > 0)?;
+                    self.acks -= 1;
+                    stats.bytes_received += 1;
+                    stats.send_latency.record_since(start);
+                }
+                Some(answer) => self.await_reply(answer, chunk, start, deadline, stats)?,
             }
         }
         Ok(())
@@ -1057,9 +1172,8 @@ impl RingEndpoint for QpEndpoint {
         let Some(&Ready { slot, len, wqe }) = self.ready.front() else {
             return Ok(None);
         };
-        if self.consumed == 0 && self.mprtt {
-            self.control_send(ImmKind::Ack, &[1], Deadline::Never, stats)?;
-            stats.bytes_sent += 1;
+        if let (0, Some(answer)) = (self.consumed, self.answer) {
+            self.answer_request(answer, slot, len, stats)?;
         }
         let off = self.layout.offset(Slot::Recv(slot)) + self.consumed;
         let n = (len - self.consumed).min(buf.len());
@@ -1278,12 +1392,18 @@ mod tests {
             mprtt,
             ..StreamOptions::default()
         };
+        exchange(&opts, write, 700, stall);
+    }
+
+    /// [`bytes_arrive_intact`] with any options: `count` packets, each answered as
+    /// `opts` say (the client checks each reply), and every byte counted on both ends.
+    fn exchange(opts: &StreamOptions, write: bool, count: u32, stall: u64) {
+        let (pktsize, opts) = (opts.pktsize, opts.clone());
         let (a, b) = fake_pair(&opts, write);
         let mut client = VerbsStream::from_endpoints(vec![a], opts.clone()).expect("a");
         let mut server = VerbsStream::from_endpoints(vec![b], opts.clone()).expect("b");
         assert_eq!(client.local_addr(), "10.0.0.1/qp256 on fake0");
         assert_eq!(client.peer_addr(), "10.0.0.2/qp257 via fake0");
-        let count = 700u32;
         let packets: Vec<Vec<u8>> = (0..count)
             .map(|i| {
                 let len = (i as usize * 37) % pktsize + 1;
@@ -1291,6 +1411,7 @@ mod tests {
             })
             .collect();
         let want: Vec<u8> = packets.concat();
+        let want_lens: Vec<usize> = packets.iter().map(Vec::len).collect();
         let t = std::thread::spawn(move || {
             for p in &packets {
                 client.send(p, Timeout::Millis(10_000)).expect("send");
@@ -1325,9 +1446,12 @@ mod tests {
             u64::from(count),
             "one latency per operation"
         );
-        let acks = if mprtt { u64::from(count) } else { 0 };
-        assert_eq!(cs.bytes_received, acks);
-        assert_eq!(server.stats().bytes_sent, acks);
+        let replies: u64 = match answer_for(&opts) {
+            Some(answer) => want_lens.iter().map(|&n| answer.reply_len(n) as u64).sum(),
+            None => 0,
+        };
+        assert_eq!(cs.bytes_received, replies);
+        assert_eq!(server.stats().bytes_sent, replies);
         assert_eq!(server.stats().bytes_received, want.len() as u64);
     }
 
@@ -1353,6 +1477,111 @@ mod tests {
     fn mprtt_acks_every_packet_over_send_and_write() {
         bytes_arrive_intact(1000, false, true, 0);
         bytes_arrive_intact(1000, true, true, 1);
+    }
+
+    #[test]
+    fn echoes_return_every_packet_over_send_and_write() {
+        let opts = StreamOptions {
+            pktsize: 1000,
+            mprtt: true,
+            echo: true,
+            ..StreamOptions::default()
+        };
+        exchange(&opts, false, 700, 0);
+        exchange(&opts, true, 700, 1);
+    }
+
+    #[test]
+    fn sized_replies_answer_every_packet_whatever_their_size() {
+        for (pktsize, response_size, count) in [
+            (1000, 5000, 300),
+            (1000, 10, 300),
+            (8, 1, 100),
+            // Replies so large the rings have their fewest slots, sized by the reply.
+            (100, 6 << 20, 10),
+        ] {
+            let opts = StreamOptions {
+                pktsize,
+                mprtt: true,
+                response_size,
+                ..StreamOptions::default()
+            };
+            assert_eq!(layout_for(&opts).slot_bytes, pktsize.max(response_size));
+            for write in [false, true] {
+                exchange(&opts, write, count, 0);
+            }
+        }
+    }
+
+    /// A reply of the wrong length or bytes, one to no request, and an ACK where a
+    /// reply was due are errors that say so (the peer's QP is left out: the reply is
+    /// posted on its behalf).
+    #[test]
+    fn a_wrong_reply_is_refused_not_taken_nor_a_panic() {
+        let reply = |kind| Imm { kind, credits: 0 }.encode().to_be();
+        let request: Vec<u8> = (1..=10).collect();
+        let mut spoilt = request.clone();
+        spoilt[4] = 0;
+        let cases: Vec<(bool, usize, Vec<u8>, u32, &str)> = vec![
+            (
+                true,
+                1,
+                spoilt,
+                reply(ImmKind::Reply),
+                "differs from its request",
+            ),
+            (
+                true,
+                1,
+                request[..9].to_vec(),
+                reply(ImmKind::Reply),
+                "9 bytes",
+            ),
+            (
+                false,
+                300,
+                vec![0; 299],
+                reply(ImmKind::Reply),
+                "300 were due",
+            ),
+            (false, 300, vec![1], reply(ImmKind::Ack), "ACK"),
+        ];
+        for (echo, response_size, bad, imm, says) in cases {
+            let opts = StreamOptions {
+                pktsize: 1000,
+                mprtt: true,
+                echo,
+                response_size,
+                ..StreamOptions::default()
+            };
+            let (mut a, mut b) = fake_pair(&opts, false);
+            b.ops
+                .post_send(1 << 40, &bad, false, imm, None)
+                .expect("post");
+            let mut stats = StreamStats::default();
+            let deadline = Deadline::At(Instant::now() + std::time::Duration::from_secs(5));
+            let e = a
+                .send_packet(&request, deadline, &mut stats)
+                .expect_err("refused");
+            assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted, "{e}");
+            assert!(e.to_string().contains(says), "{e}");
+            assert_eq!(stats.bytes_received, 0, "nothing taken");
+        }
+        // A reply to a request never sent.
+        let opts = StreamOptions {
+            pktsize: 1000,
+            mprtt: true,
+            response_size: 300,
+            ..StreamOptions::default()
+        };
+        let (mut a, mut b) = fake_pair(&opts, false);
+        a.ops
+            .post_send(1 << 40, &[0; 300], false, reply(ImmKind::Reply), None)
+            .expect("post");
+        let e = b
+            .try_recv(&mut [0; 1000], &mut StreamStats::default())
+            .expect_err("refused");
+        assert!(e.to_string().contains("no request"), "{e}");
     }
 
     #[test]
@@ -1395,14 +1624,23 @@ mod tests {
     #[test]
     fn a_region_is_within_the_bound_the_memory_limit_counts() {
         for pktsize in [1, 7, 8, 100, 4096, 32 << 10, 1 << 20, 6 << 20, 64 << 20] {
-            let opts = StreamOptions {
-                pktsize,
-                ..StreamOptions::default()
-            };
-            let region = QpEndpoint::region_bytes(&opts) as u64;
-            let bound = crate::stream::ring::endpoint_bytes_at_most(pktsize);
-            assert!(region <= bound, "{pktsize}: {region} > {bound}");
-            assert!(bound <= region + 64, "{pktsize}: the bound is loose");
+            for response_size in [1, 100, 1 << 20, 64 << 20] {
+                let opts = StreamOptions {
+                    pktsize,
+                    mprtt: true,
+                    response_size,
+                    ..StreamOptions::default()
+                };
+                // What the settings count a run by: the larger of packet and reply.
+                let slot = pktsize.max(response_size);
+                let region = QpEndpoint::region_bytes(&opts) as u64;
+                let bound = crate::stream::ring::endpoint_bytes_at_most(slot);
+                assert!(
+                    region <= bound,
+                    "{pktsize}, {response_size}: {region} > {bound}"
+                );
+                assert!(bound <= region + 64, "{pktsize}: the bound is loose");
+            }
         }
     }
 

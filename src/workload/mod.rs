@@ -117,14 +117,10 @@ impl Workload {
 /// Why a workload cannot run as asked.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum WorkloadError {
-    #[error("--echo is implemented for TCP, UDP and RDMA's rsocket API in this build; it cannot be used with --rdma-api {0}")]
-    EchoUnsupported(&'static str),
     #[error("--response-size sets the size of each request's reply: use it with -r (or with --echo at the size of -l), not with {0}")]
     ResponseSizeWorkload(&'static str),
     #[error("--echo answers each request with itself, -l {pktsize} bytes: --response-size {asked} differs (use -r --response-size {asked} for a reply of another size)")]
     ResponseSizeEcho { asked: u32, pktsize: u32 },
-    #[error("--response-size is implemented for TCP, UDP and RDMA's rsocket API in this build; it cannot be used with --rdma-api {0}")]
-    ResponseSizeUnsupported(&'static str),
     #[error(
         "--reverse is implemented for TCP and UDP only in this build; it cannot be used with {0}"
     )]

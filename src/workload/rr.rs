@@ -6,7 +6,6 @@
 use super::{Behaviour, Reply, WorkloadError};
 use crate::settings::shape::RunShape;
 use crate::settings::transport::TransportSettings;
-use crate::transport::rdma::settings::RdmaApi;
 
 /// The request/response workload, with its reply.
 pub struct RoundTrip(pub Reply);
@@ -35,23 +34,12 @@ impl Behaviour for RoundTrip {
         }
     }
 
-    /// RDMA replies are 1-byte ACKs, except over rsockets, a byte stream that the TCP
-    /// STREAM carries; an echo's size is its request's. (UDP checks that a sized reply
-    /// fits in a datagram.)
-    fn check(&self, run: &RunShape, transport: &TransportSettings) -> Result<(), WorkloadError> {
-        let ack_only = match transport {
-            TransportSettings::Rdma(rdma) if rdma.api != RdmaApi::Rsocket => Some(rdma.api.name()),
-            _ => None,
-        };
-        if let (Reply::Echo, Some(api)) = (self.0, ack_only) {
-            return Err(WorkloadError::EchoUnsupported(api));
-        }
+    /// An echo's size is its request's. (UDP checks that a sized reply fits in a
+    /// datagram.)
+    fn check(&self, run: &RunShape, _transport: &TransportSettings) -> Result<(), WorkloadError> {
         let Some(size) = run.response_size else {
             return Ok(());
         };
-        if let Some(api) = ack_only {
-            return Err(WorkloadError::ResponseSizeUnsupported(api));
-        }
         if self.0 == Reply::Echo && size != run.pktsize {
             return Err(WorkloadError::ResponseSizeEcho {
                 asked: size,

@@ -20,12 +20,20 @@
 //! a 1-byte send answered by the receiver for each packet) and a FIN that ends the
 //! stream and says how many data messages were sent, so the receiver reports end of
 //! stream only once every one of them arrived, whatever order completions come in.
+//!
+//! With `--echo` and `--response-size`, each packet is answered by a reply with a
+//! payload instead of the ACK (see [`Answer`]): a send from a send slot into one of the
+//! requester's receive slots, marked by remote CQ data. It is a send with
+//! `--rdma-write` too: a write's 32 bits of CQ data hold its slot and length, with no
+//! room for a kind. Slots hold the larger of a packet and a reply, so a reply is one
+//! message; the requester checks its length (and an echo's bytes) before it re-posts
+//! the slot, and the round trip runs until the reply arrived.
 
 pub mod sys;
 
 use self::sys::*;
 use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
-use super::ring::{RemoteRing, RingLayout, Slot, CONTROL_SLOTS, RING_SLOTS_MAX};
+use super::ring::{Answer, RemoteRing, RingLayout, Slot, CONTROL_SLOTS, RING_SLOTS_MAX};
 use super::{Deadline, StreamOptions};
 use crate::stats::StreamStats;
 use std::collections::VecDeque;
@@ -55,6 +63,8 @@ const KIND_FIN: u64 = 1;
 const KIND_ACK: u64 = 2;
 /// The receiver consumed this many written slots: the writer may reuse them.
 const KIND_CREDIT: u64 = 4;
+/// An MPRTT reply with a payload (`--echo`, `--response-size`).
+const KIND_REPLY: u64 = 5;
 const VALUE_MASK: u64 = (1 << KIND_SHIFT) - 1;
 /// An RMA write's remote CQ data is `(receive slot << WRITE_LEN_BITS) | (length - 1)`,
 /// in 32 bits: verbs (also under `ofi_rxm`) carries a write's data as the 32-bit
@@ -316,7 +326,8 @@ pub struct Endpoint {
     peer: fi_addr_t,
     name: Vec<u8>,
     peer_name: Vec<u8>,
-    mprtt: bool,
+    /// MPRTT: what answers each data message.
+    answer: Option<Answer>,
     abort: Arc<std::sync::atomic::AtomicBool>,
     /// `--rdma-write`: register for remote writes; send by writing into the peer's ring.
     rma: bool,
@@ -342,6 +353,10 @@ pub struct Endpoint {
     /// Send side: data messages posted; ACKs received and not yet matched.
     msgs_sent: u64,
     acks: u64,
+    /// Send side: a request waits for its reply (with a payload), which has arrived
+    /// once `reply` holds (receive slot, length); at most one is ever outstanding.
+    awaiting: bool,
+    reply: Option<(usize, usize)>,
     /// Receive side: data messages received; the FIN's count once it arrived.
     msgs_received: u64,
     fin: Option<u64>,
@@ -360,7 +375,8 @@ impl Endpoint {
         let lib = info.lib;
         // SAFETY: `info.chosen` is a valid fi_info with its domain attributes set.
         let mr_mode = unsafe { (*(*info.chosen).domain_attr).mr_mode };
-        let layout = RingLayout::new(opts.pktsize);
+        let answer = Answer::new(opts.mprtt, opts.echo, opts.response_size);
+        let layout = RingLayout::new(Answer::slot_bytes(answer, opts.pktsize));
         let mut e = Endpoint {
             lib,
             fabric: ptr::null_mut(),
@@ -376,7 +392,7 @@ impl Endpoint {
             peer: FI_ADDR_UNSPEC_VALUE,
             name: Vec::new(),
             peer_name: Vec::new(),
-            mprtt: opts.mprtt,
+            answer,
             abort: opts.abort.clone(),
             send_free: (0..layout.send).rev().collect(),
             send_posted_at: vec![Instant::now(); layout.send],
@@ -386,6 +402,8 @@ impl Endpoint {
             consumed: 0,
             msgs_sent: 0,
             acks: 0,
+            awaiting: false,
+            reply: None,
             msgs_received: 0,
             fin: None,
             rma,
@@ -704,7 +722,7 @@ impl Endpoint {
             };
             match slot {
                 Some(Slot::Send(i)) => {
-                    if !self.mprtt {
+                    if self.answer.is_none() {
                         stats.send_latency.record(
                             u64::try_from(now.duration_since(self.send_posted_at[i]).as_nanos())
                                 .unwrap_or(u64::MAX),
@@ -736,6 +754,22 @@ impl Endpoint {
                 Some(Slot::Recv(i)) => {
                     if entry.flags & u64::from(FI_REMOTE_CQ_DATA) != 0 {
                         match split_control(entry.data) {
+                            (KIND_REPLY, _) => {
+                                if !self.awaiting || self.reply.is_some() {
+                                    return Err(OfiError::Peer(
+                                        "a reply to no request from the peer".into(),
+                                    ));
+                                }
+                                let len = entry.len.min(self.layout.slot_bytes);
+                                // Posted again once the reply was checked.
+                                self.reply = Some((i, len));
+                                continue;
+                            }
+                            (KIND_ACK, _) if self.answer != Some(Answer::Ack) => {
+                                return Err(OfiError::Peer(
+                                    "an ACK from the peer where none was due".into(),
+                                ))
+                            }
                             (KIND_ACK, _) => self.acks += 1,
                             (KIND_FIN, count) => self.fin = Some(count),
                             (KIND_CREDIT, n) => {
@@ -817,8 +851,79 @@ impl Endpoint {
         }
     }
 
+    /// Waits for the reply to `request`, sent at `start`, and checks it (its length, an
+    /// echo's bytes); only then is its receive slot posted again.
+    fn await_reply(
+        &mut self,
+        answer: Answer,
+        request: &[u8],
+        start: Instant,
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        let mut backoff = Backoff::new();
+        let (slot, len) = loop {
+            if let Some(reply) = self.reply.take() {
+                break reply;
+            }
+            if self.poll(stats)? == 0 {
+                backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
+            }
+        };
+        stats.send_latency.record_since(start);
+        self.awaiting = false;
+        let off = self.layout.offset(Slot::Recv(slot));
+        answer
+            .check(&self.region[off..off + len], request)
+            .map_err(OfiError::Peer)?;
+        self.post_recv(slot)?;
+        stats.bytes_received += len as u64;
+        Ok(())
+    }
+
+    /// Answers the request of `len` bytes in receive slot `slot` as `answer` says: an
+    /// ACK, or a reply sent from a send slot (the request's bytes for an echo).
+    fn answer_request(
+        &mut self,
+        answer: Answer,
+        slot: usize,
+        len: usize,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        if answer == Answer::Ack {
+            let c = self.control_slot(Deadline::Never, stats)?;
+            let off = self.layout.offset(Slot::Control(c));
+            self.region[off] = 1;
+            self.post_send(Slot::Control(c), 1, Some(control_data(KIND_ACK, 0)), stats)?;
+            stats.bytes_sent += 1;
+            return Ok(());
+        }
+        let mut backoff = Backoff::new();
+        let i = loop {
+            if let Some(i) = self.send_free.pop() {
+                break i;
+            }
+            if self.poll(stats)? == 0 {
+                backoff.wait(Deadline::Never, &self.abort, self.watch.as_deref())?;
+            }
+        };
+        let off = self.layout.offset(Slot::Send(i));
+        if answer == Answer::Echo {
+            let from = self.layout.offset(Slot::Recv(slot));
+            self.region.copy_within(from..from + len, off);
+        }
+        let n = answer.reply_len(len);
+        // Counted now, as an ACK is: the receiving end's figures are read once the FIN
+        // arrived, which may be before this send's completion.
+        self.send_len[i] = 0;
+        stats.bytes_sent += n as u64;
+        let data = control_data(KIND_REPLY, 0);
+        self.post_send(Slot::Send(i), n, Some(data), stats)?;
+        Ok(())
+    }
+
     /// Sends one packet (as many messages as slots it fills); with MPRTT waits for the
-    /// ACK of each.
+    /// ACK or reply of each.
     pub fn send_packet(
         &mut self,
         buf: &[u8],
@@ -840,6 +945,8 @@ impl Endpoint {
             let start = Instant::now();
             self.send_posted_at[i] = start;
             self.send_len[i] = chunk.len();
+            // Before the post: a reply may arrive with the send's own completion.
+            self.awaiting = matches!(self.answer, Some(Answer::Echo | Answer::Sized(_)));
             if self.remote.is_some() {
                 self.post_write(i, chunk.len(), deadline, stats)?;
             } else {
@@ -848,16 +955,20 @@ impl Endpoint {
             self.msgs_sent += 1;
             // Harvest completions at once so their latency is not inflated.
             self.poll(stats)?;
-            if self.mprtt {
-                let mut backoff = Backoff::new();
-                while self.acks == 0 {
-                    if self.poll(stats)? == 0 {
-                        backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
+            match self.answer {
+                None => {}
+                Some(Answer::Ack) => {
+                    let mut backoff = Backoff::new();
+                    while self.acks == 0 {
+                        if self.poll(stats)? == 0 {
+                            backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
+                        }
                     }
+                    self.acks -= 1;
+                    stats.bytes_received += 1;
+                    stats.send_latency.record_since(start);
                 }
-                self.acks -= 1;
-                stats.bytes_received += 1;
-                stats.send_latency.record_since(start);
+                Some(answer) => self.await_reply(answer, chunk, start, deadline, stats)?,
             }
         }
         Ok(())
@@ -911,12 +1022,8 @@ impl Endpoint {
         let Some(&Ready { slot, len, written }) = self.ready.front() else {
             return Ok(None);
         };
-        if self.consumed == 0 && self.mprtt {
-            let c = self.control_slot(Deadline::Never, stats)?;
-            let off = self.layout.offset(Slot::Control(c));
-            self.region[off] = 1;
-            self.post_send(Slot::Control(c), 1, Some(control_data(KIND_ACK, 0)), stats)?;
-            stats.bytes_sent += 1;
+        if let (0, Some(answer)) = (self.consumed, self.answer) {
+            self.answer_request(answer, slot, len, stats)?;
         }
         let off = self.layout.offset(Slot::Recv(slot)) + self.consumed;
         let n = (len - self.consumed).min(buf.len());
@@ -1068,6 +1175,7 @@ pub fn describe_name(name: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::stream::{Stream, Timeout};
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     #[test]
     fn control_data_roundtrips() {
@@ -1122,11 +1230,22 @@ mod tests {
             mprtt,
             ..StreamOptions::default()
         };
-        let (mut client, mut server) = pair(&opts, rma);
+        exchange(&opts, rma);
+    }
+
+    /// [`bytes_arrive_intact`] with any options: each packet answered as `opts` say
+    /// (the client checks each reply), and every byte counted on both ends.
+    fn exchange(opts: &StreamOptions, rma: bool) {
+        let (mut client, mut server) = pair(opts, rma);
         let packets: Vec<Vec<u8>> = (0..300u32)
             .map(|i| (0..(i % 1000 + 1)).map(|k| (i * 7 + k) as u8).collect())
             .collect();
         let want: Vec<u8> = packets.concat();
+        let answer = Answer::new(opts.mprtt, opts.echo, opts.response_size);
+        let replies: u64 = match answer {
+            Some(a) => packets.iter().map(|p| a.reply_len(p.len()) as u64).sum(),
+            None => 0,
+        };
         let t = std::thread::spawn(move || {
             for p in &packets {
                 client.send(p, Timeout::Forever).expect("send");
@@ -1152,9 +1271,8 @@ mod tests {
         assert!(got == want, "the bytes differ");
         assert_eq!(cs.bytes_sent, want.len() as u64);
         assert_eq!(cs.send_latency.count(), 300, "one latency per operation");
-        let acks = if mprtt { 300 } else { 0 };
-        assert_eq!(cs.bytes_received, acks);
-        assert_eq!(server.stats().bytes_sent, acks);
+        assert_eq!(cs.bytes_received, replies);
+        assert_eq!(server.stats().bytes_sent, replies);
         assert_eq!(server.stats().bytes_received, want.len() as u64);
     }
 
@@ -1172,6 +1290,90 @@ mod tests {
     fn mprtt_acks_every_packet_over_send_and_write() {
         bytes_arrive_intact(false, true);
         bytes_arrive_intact(true, true);
+    }
+
+    #[test]
+    fn echoes_and_sized_replies_answer_every_packet_over_send_and_write() {
+        for (echo, response_size) in [(true, 1), (false, 5000), (false, 10)] {
+            let opts = StreamOptions {
+                pktsize: 1000,
+                mprtt: true,
+                echo,
+                response_size,
+                ..StreamOptions::default()
+            };
+            exchange(&opts, false);
+            exchange(&opts, true);
+        }
+    }
+
+    /// An echo that differs from its request, and a reply to no request, are errors
+    /// that say so. The wrong replies are posted by hand on the peer's behalf, from a
+    /// thread: the provider makes progress only while both ends read completions.
+    #[test]
+    fn a_wrong_reply_is_refused() {
+        let opts = StreamOptions {
+            pktsize: 1000,
+            mprtt: true,
+            echo: true,
+            ..StreamOptions::default()
+        };
+        let target = OfiTarget {
+            provider: Some("tcp".into()),
+            domain: None,
+            node: Some("127.0.0.1".into()),
+            rma: false,
+        };
+        let info = Info::get(&target).expect("libfabric's tcp provider");
+        let mut a = Endpoint::open(&info, &opts, false).expect("open a");
+        let mut b = Endpoint::open(&info, &opts, false).expect("open b");
+        let (da, db) = (a.details(), b.details());
+        a.set_peer(&db).expect("peer a");
+        b.set_peer(&da).expect("peer b");
+        let request: Vec<u8> = (1..=10).collect();
+        let reply = Some(control_data(KIND_REPLY, 0));
+        // Posts `bytes` as a reply from `e`, then reads its completions until `done`.
+        let post_and_progress = |mut e: Endpoint, bytes: Vec<u8>, done: Arc<AtomicBool>| {
+            std::thread::spawn(move || {
+                let mut stats = StreamStats::default();
+                let off = e.layout.offset(Slot::Control(0));
+                e.region[off..off + bytes.len()].copy_from_slice(&bytes);
+                let slot = Slot::Control(0);
+                e.post_send(slot, bytes.len(), reply, &mut stats)
+                    .expect("post");
+                while !done.load(Ordering::Relaxed) {
+                    let _ = e.poll(&mut stats);
+                }
+                e
+            })
+        };
+        let deadline = || Deadline::At(Instant::now() + Duration::from_secs(5));
+        let mut spoilt = request.clone();
+        spoilt[3] = 0;
+        let done = Arc::new(AtomicBool::new(false));
+        let peer = post_and_progress(b, spoilt, done.clone());
+        let mut stats = StreamStats::default();
+        let e = a
+            .send_packet(&request, deadline(), &mut stats)
+            .expect_err("refused");
+        done.store(true, Ordering::Relaxed);
+        let mut b = peer.join().expect("join");
+        assert!(e.to_string().contains("differs from its request"), "{e}");
+        assert_eq!(stats.bytes_received, 0, "nothing taken");
+        // b answers the request it got, then meets a reply it never asked for.
+        let done = Arc::new(AtomicBool::new(false));
+        let peer = post_and_progress(a, vec![0; 8], done.clone());
+        let until = deadline();
+        let mut buf = [0u8; 1000];
+        let e = loop {
+            match b.try_recv(&mut buf, &mut stats) {
+                Ok(_) if !until.expired() => {}
+                other => break other.expect_err("refused"),
+            }
+        };
+        done.store(true, Ordering::Relaxed);
+        peer.join().expect("join");
+        assert!(e.to_string().contains("no request"), "{e}");
     }
 
     #[test]

@@ -69,10 +69,12 @@ pub enum RdmaSettingsError {
 
 impl RdmaSettings {
     /// Most bytes of registered packet buffers either end of the run holds: an
-    /// endpoint's rings per socket.
+    /// endpoint's rings per socket, whose slots hold a packet or a larger
+    /// `--response-size` reply.
     pub fn buffer_bytes(&self, run: &RunShape) -> u64 {
         let endpoints = u64::from(run.nstreams) * u64::from(run.nsockets);
-        endpoints * endpoint_bytes_at_most(run.pktsize as usize)
+        let slot = run.pktsize.max(run.response_size.unwrap_or(0));
+        endpoints * endpoint_bytes_at_most(slot as usize)
     }
 
     /// A sample per packet, but rsocket's, which are read as TCP's are.
