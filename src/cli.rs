@@ -131,8 +131,9 @@ pub struct Cli {
     /// threads, as neper's -F.
     ///
     /// Each thread drives its share of the flows from one epoll set, on both ends,
-    /// instead of a thread per stream. Bulk spreads each thread's packets over its
-    /// flows (UDP: each batch goes to the next flow); with -r or --echo every flow
+    /// instead of a thread per stream. Bulk writes to one flow until the kernel takes no
+    /// more from it, then to the next (UDP: each batch goes to the next flow in turn);
+    /// with -r or --echo every flow
     /// keeps a request of its own in flight, so a thread runs as many round trips at
     /// once as it has flows (a UDP request is sent again after --ack-timeout); with --crr every flow
     /// keeps a connection of its own in flight (connect, request, reply, close, the

@@ -3,9 +3,11 @@
 //! waits for all of them in one epoll set of its own; the receiving end reads whichever
 //! socket has data, as a STREAM of several sockets always does.
 //!
-//! - Bulk: each packet goes to the next flow that takes it, so the flows share the
-//!   thread's sending evenly; a flow the kernel cannot take more from is skipped until
-//!   the epoll set says it can.
+//! - Bulk: packets go to one flow until the kernel takes no more from it, then to the
+//!   next, as a thread per connection writes its own until it blocks: the receiver then
+//!   reads long runs from one socket instead of a packet from each in turn, which costs
+//!   less CPU per byte (docs/tuning.md). When no flow takes more, the thread waits in
+//!   the epoll set for one that can.
 //! - Request/response: every flow has a request of its own outstanding, as neper's
 //!   flows do, so a thread keeps as many round trips in flight as it has flows. A new
 //!   request goes out on a flow whose reply has come; each reply's round trip is one
@@ -39,8 +41,8 @@ pub(crate) struct Flows {
     idle: Vec<usize>,
     /// Flows the last wait found ready and not yet served.
     ready: Vec<usize>,
-    /// The flow the next bulk packet tries first.
-    next: usize,
+    /// The flow bulk packets go to until it takes no more.
+    current: usize,
     /// Every flow, with the events the last wait asked for.
     pollfds: Vec<libc::pollfd>,
     epoll: Epoll,
@@ -59,7 +61,7 @@ impl Flows {
             // Popped from the end: flow 0 goes first.
             idle: (0..n).rev().collect(),
             ready: Vec::with_capacity(n),
-            next: 0,
+            current: 0,
             pollfds: fds
                 .iter()
                 .map(|&fd| libc::pollfd {
@@ -78,7 +80,8 @@ impl Flows {
         self.awaiting.len() - self.idle.len()
     }
 
-    /// Bulk: hands all of `buf` to the flows, each part to the next flow that takes it.
+    /// Bulk: hands all of `buf` to the flows: to the current one while it takes it, then
+    /// to the next.
     pub(crate) fn send_bulk<S: FlowSocket>(
         &mut self,
         socks: &[S],
@@ -86,21 +89,15 @@ impl Flows {
         deadline: Deadline,
         abort: &AtomicBool,
     ) -> io::Result<()> {
-        let n = socks.len();
         while !buf.is_empty() {
-            let k = match self.ready.pop() {
-                Some(k) => k,
-                None => {
-                    let k = self.next;
-                    self.next = (k + 1) % n;
-                    k
-                }
-            };
-            match socks[k].send_nowait(buf)? {
+            match socks[self.current].send_nowait(buf)? {
                 Some(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Some(sent) => buf = &buf[sent..],
-                None if self.ready.is_empty() => self.wait(libc::POLLOUT, deadline, abort)?,
-                None => {}
+                // Full: on to a flow the last wait found writable, or wait for one.
+                None => match self.ready.pop() {
+                    Some(k) => self.current = k,
+                    None => self.wait(libc::POLLOUT, deadline, abort)?,
+                },
             }
         }
         Ok(())
@@ -292,30 +289,81 @@ mod tests {
 
     const SOON: std::time::Duration = std::time::Duration::from_secs(10);
 
+    /// A flow that takes at most `room` bytes and then none (a full socket), waited for
+    /// on a real descriptor.
+    struct FullingFlow {
+        fd: RawFd,
+        room: usize,
+        taken: std::cell::Cell<usize>,
+    }
+
+    impl FlowSocket for FullingFlow {
+        fn fd(&self) -> RawFd {
+            self.fd
+        }
+        fn send_nowait(&self, buf: &[u8]) -> io::Result<Option<usize>> {
+            let n = buf.len().min(self.room - self.taken.get());
+            self.taken.set(self.taken.get() + n);
+            Ok((n > 0).then_some(n))
+        }
+        fn recv_nowait(&self, _: &mut [u8]) -> io::Result<Option<usize>> {
+            Ok(None)
+        }
+    }
+
     #[test]
-    fn bulk_spreads_packets_over_every_flow_and_loses_no_byte() {
+    fn bulk_fills_one_flow_until_it_takes_no_more_then_the_next() {
+        let (clients, _servers) = pairs(4);
+        let flows: Vec<FullingFlow> = fds(&clients)
+            .into_iter()
+            .map(|fd| FullingFlow {
+                fd,
+                room: 2500,
+                taken: 0.into(),
+            })
+            .collect();
+        let mut sending = Flows::new(&fds(&clients), 1);
+        let abort = AtomicBool::new(false);
+        let deadline = Deadline::At(Instant::now() + SOON);
+        for _ in 0..8 {
+            sending
+                .send_bulk(&flows, &[7u8; 1000], deadline, &abort)
+                .expect("send");
+        }
+        // Three flows full, the rest in the fourth: a packet the current flow takes
+        // only part of goes on in the next one.
+        let mut taken: Vec<usize> = flows.iter().map(|f| f.taken.get()).collect();
+        assert_eq!(taken[0], 2500, "the first flow is filled first");
+        taken.sort_unstable();
+        assert_eq!(taken, [500, 2500, 2500, 2500]);
+    }
+
+    #[test]
+    fn bulk_over_real_flows_loses_no_byte() {
         let (clients, servers) = pairs(8);
+        let readers: Vec<_> = servers
+            .into_iter()
+            .map(|mut s| {
+                std::thread::spawn(move || {
+                    let mut all = Vec::new();
+                    s.read_to_end(&mut all).expect("read");
+                    assert!(all.iter().all(|&b| b == 7));
+                    all.len()
+                })
+            })
+            .collect();
         let mut flows = Flows::new(&fds(&clients), 1);
         let abort = AtomicBool::new(false);
-        let packet = [7u8; 1000];
+        let packet = [7u8; 100_000];
         let deadline = Deadline::At(Instant::now() + SOON);
-        for _ in 0..80 {
+        for _ in 0..200 {
             flows
                 .send_bulk(&clients, &packet, deadline, &abort)
                 .expect("send");
         }
         drop(clients);
-        let got: Vec<usize> = servers
-            .into_iter()
-            .map(|mut s| {
-                let mut all = Vec::new();
-                s.read_to_end(&mut all).expect("read");
-                assert!(all.iter().all(|&b| b == 7));
-                all.len()
-            })
-            .collect();
-        assert_eq!(got.iter().sum::<usize>(), 80_000);
-        assert!(got.iter().all(|&n| n == 10_000), "{got:?}");
+        let got: usize = readers.into_iter().map(|r| r.join().expect("join")).sum();
+        assert_eq!(got, 20_000_000);
     }
 
     #[test]
