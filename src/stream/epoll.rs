@@ -38,7 +38,23 @@ impl Epoll {
             Some(instance) => instance,
             slot => slot.insert(Instance::new()?),
         };
-        instance.wait(fds, ms)
+        instance.wait(fds, ms, |_| {})
+    }
+
+    /// [`Epoll::poll_many`] that also appends the index in `fds` of each ready entry to
+    /// `ready`, from the events themselves: no scan of every entry's `revents`.
+    pub(crate) fn poll_ready(
+        &self,
+        fds: &mut [libc::pollfd],
+        ms: i32,
+        ready: &mut Vec<usize>,
+    ) -> io::Result<()> {
+        let mut instance = self.instance.borrow_mut();
+        let instance = match &mut *instance {
+            Some(instance) => instance,
+            slot => slot.insert(Instance::new()?),
+        };
+        instance.wait(fds, ms, |k| ready.push(k)).map(drop)
     }
 
     /// Forgets `fd`, about to be closed: a socket opened next may get the same number,
@@ -179,7 +195,14 @@ impl Instance {
         Ok(())
     }
 
-    fn wait(&mut self, fds: &mut [libc::pollfd], ms: i32) -> io::Result<usize> {
+    /// Waits for the entries of `fds`, sets their `revents` and returns how many are
+    /// ready, calling `on_ready` with the index of each.
+    fn wait(
+        &mut self,
+        fds: &mut [libc::pollfd],
+        ms: i32,
+        mut on_ready: impl FnMut(usize),
+    ) -> io::Result<usize> {
         self.sync(fds)?;
         for p in fds.iter_mut() {
             p.revents = 0;
@@ -211,6 +234,7 @@ impl Instance {
                 // Errors and hang-ups count as ready, as with poll().
                 p.revents = bits as u16 as libc::c_short;
                 ready += 1;
+                on_ready(index);
             }
         }
         Ok(ready)
@@ -229,6 +253,22 @@ mod tests {
         a.connect(b.local_addr().expect("addr")).expect("connect");
         b.connect(a.local_addr().expect("addr")).expect("connect");
         (a, b)
+    }
+
+    #[test]
+    fn poll_ready_names_the_ready_entries_by_their_index() {
+        let pairs: Vec<_> = (0..3).map(|_| pair()).collect();
+        let mut fds: Vec<_> = pairs
+            .iter()
+            .map(|(_, b)| entry(b.as_raw_fd(), libc::POLLIN))
+            .collect();
+        pairs[2].0.send(b"x").expect("send");
+        let epoll = Epoll::new();
+        let mut ready = vec![7];
+        epoll.poll_ready(&mut fds, 1000, &mut ready).expect("wait");
+        assert_eq!(ready, [7, 2], "appended, by index");
+        assert_eq!(fds[2].revents, libc::POLLIN);
+        assert_eq!(fds[0].revents, 0);
     }
 
     fn entry(fd: RawFd, events: libc::c_short) -> libc::pollfd {

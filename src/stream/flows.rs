@@ -207,16 +207,9 @@ impl Flows {
         let ms = deadline.poll_ms()?;
         for p in &mut self.pollfds {
             p.events = events;
-            p.revents = 0;
         }
-        if self.epoll.poll_many(&mut self.pollfds, ms)? > 0 {
-            self.ready.extend(
-                (self.pollfds.iter().enumerate())
-                    .filter(|(_, p)| p.revents != 0)
-                    .map(|(k, _)| k),
-            );
-        }
-        Ok(())
+        self.epoll
+            .poll_ready(&mut self.pollfds, ms, &mut self.ready)
     }
 }
 

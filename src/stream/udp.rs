@@ -618,8 +618,6 @@ pub struct UdpStream {
     /// `--flows` with MPRTT: the sending side's flows, made at the first send (the
     /// receiving end needs none).
     flows: Option<UdpFlows>,
-    /// The ACK time-out, for the flows.
-    ack_timeout: Duration,
     /// `--rx-timestamps`: where a single read's control messages go (batches have
     /// their own); `None` without.
     rx_control: Option<Box<ControlBuffer>>,
@@ -761,7 +759,6 @@ impl UdpStream {
             clock,
             next_flow: 0,
             flows: None,
-            ack_timeout: udp.ack_timeout,
             rx_control: udp.rx_timestamps.then(Box::default),
             opts,
         })
@@ -828,7 +825,7 @@ impl UdpStream {
             } else {
                 opts.response_size
             };
-            UdpFlows::new(&fds, reply_max, self.ack_timeout, sockets[0].stream)
+            UdpFlows::new(&fds, reply_max, sockets[0].ack_timeout, sockets[0].stream)
         });
         let seq = sockets[0].next_seq.fetch_add(1, Ordering::Relaxed);
         let abort = &*opts.abort;

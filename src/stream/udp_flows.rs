@@ -239,17 +239,8 @@ impl UdpFlows {
                     .saturating_add(1),
             );
         }
-        for p in &mut self.pollfds {
-            p.revents = 0;
-        }
-        if self.epoll.poll_many(&mut self.pollfds, ms)? > 0 {
-            self.ready.extend(
-                (self.pollfds.iter().enumerate())
-                    .filter(|(_, p)| p.revents != 0)
-                    .map(|(k, _)| k),
-            );
-        }
-        Ok(())
+        self.epoll
+            .poll_ready(&mut self.pollfds, ms, &mut self.ready)
     }
 }
 
