@@ -216,12 +216,19 @@ kvm_unusable_because() {
   grep -qwE 'vmx|svm' /proc/cpuinfo || { echo "the CPU has no VMX/SVM flag (no nested virtualisation)"; return; }
 }
 why_not_kvm="$(kvm_unusable_because)"
+CLOCK_ARGS=""
 if [ -z "$why_not_kvm" ]; then
   ACCEL=(-enable-kvm -cpu host)
   say "accelerator: kvm"
 else
   ACCEL=(-accel tcg -cpu max)
   say "accelerator: tcg (software emulation, slower: $why_not_kvm)"
+  # Under emulation the guest finds its vCPUs' TSCs unsynchronised and falls back to
+  # the emulated HPET, where every clock read traps into QEMU (about 0.8 us against
+  # 0.05 us). The vCPUs' TSCs are the host's, which is synchronised, so the guest may
+  # trust them; otherwise every tool that reads the system clock per operation pays
+  # for the emulator rather than for its own work.
+  CLOCK_ARGS=" tsc=reliable"
 fi
 
 QEMU_PID=""
@@ -239,7 +246,7 @@ trap 'exit 130' INT TERM
 qemu-system-x86_64 "${ACCEL[@]}" -smp 2 -m 1024 -nodefaults -no-user-config \
   -display none -no-reboot \
   -kernel "$KDIR/root/boot/vmlinuz-$(basename "$KDIR")" -initrd "$RUN/initramfs.cpio" \
-  -append "console=ttyS0 quiet panic=-1 rdinit=/init" \
+  -append "console=ttyS0 quiet panic=-1 rdinit=/init${CLOCK_ARGS}" \
   -serial "file:$RUN/console.log" -serial "file:$RUN/out.log" \
   -netdev user,id=n0,restrict=on -device virtio-net-pci,netdev=n0 \
   >"$RUN/qemu.log" 2>&1 &
