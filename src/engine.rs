@@ -98,7 +98,16 @@ pub(crate) fn drive(
                 }
             }
         } else {
-            if let Err(e) = stream.send(&payload[..n], Timeout::Forever) {
+            // The same immutable buffer every time: a transport that sends from memory
+            // of its own may keep it there (see `Stream::send_shared`).
+            let short;
+            let packet = if n == pkt {
+                &payload
+            } else {
+                short = payload.slice(..n);
+                &short
+            };
+            if let Err(e) = stream.send_shared(packet, Timeout::Forever) {
                 result = Err(e);
                 break;
             }

@@ -8,6 +8,7 @@
 //! nap, checking the TCP connection the two ends swapped their details over, which
 //! stays open for the run, so a vanished peer ends a wait instead of stalling it.
 
+use super::ring::Packet;
 use super::sender::{LazySenders, PacketSink, Senders};
 use super::{Deadline, Stream, StreamOptions, Timeout};
 use crate::stats::StreamStats;
@@ -27,6 +28,10 @@ const SPINS: u32 = 200;
 const YIELDS: u32 = 20_000;
 /// One nap of an idle wait.
 const NAP: Duration = Duration::from_micros(50);
+/// While spinning and yielding, a wait reads the clock for its deadline only every so
+/// many idle steps: where reading the clock is a system call (a guest whose clock
+/// source is not the TSC), a read per step would slow how soon a completion is seen.
+const DEADLINE_EVERY: u32 = 32;
 
 /// Calls made while waiting for a completion: spin first, then yield, then nap, so
 /// an idle wait does not hog a CPU.
@@ -63,9 +68,12 @@ impl Backoff {
         watch: Option<&TcpStream>,
     ) -> io::Result<()> {
         super::check_abort(abort)?;
+        let clock_due = self.spins % DEADLINE_EVERY == 0 || self.spins > YIELDS;
         match deadline {
             Deadline::Now => return Err(io::ErrorKind::WouldBlock.into()),
-            Deadline::At(t) if Instant::now() >= t => return Err(io::ErrorKind::TimedOut.into()),
+            Deadline::At(t) if clock_due && Instant::now() >= t => {
+                return Err(io::ErrorKind::TimedOut.into())
+            }
             _ => {}
         }
         self.spins = self.spins.saturating_add(1);
@@ -110,7 +118,7 @@ pub trait RingEndpoint: Send + 'static {
     /// ACK of each. Counts bytes and per-operation latency into `stats`.
     fn send_packet(
         &mut self,
-        buf: &[u8],
+        packet: Packet<'_>,
         deadline: Deadline,
         stats: &mut StreamStats,
     ) -> io::Result<()>;
@@ -118,9 +126,15 @@ pub trait RingEndpoint: Send + 'static {
     fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()>;
     /// Whether the peer ended the stream and every message it sent was consumed.
     fn at_eof(&self) -> bool;
-    /// Copies received data into `buf` if there is some, without waiting; with MPRTT
-    /// answers each new message with an ACK.
-    fn try_recv(&mut self, buf: &mut [u8], stats: &mut StreamStats) -> io::Result<Option<usize>>;
+    /// Takes received data, at most `buf.len()` bytes, if there is some, without
+    /// waiting; with MPRTT answers each new message with an ACK. The data is copied
+    /// into `buf` if `copy_out`; a caller that only counts bytes leaves it in the ring.
+    fn try_recv(
+        &mut self,
+        buf: &mut [u8],
+        copy_out: bool,
+        stats: &mut StreamStats,
+    ) -> io::Result<Option<usize>>;
     /// This endpoint, readable (for reports).
     fn local_addr(&self) -> String;
     /// The peer's endpoint, readable.
@@ -153,7 +167,18 @@ impl<E: RingEndpoint> PacketSink for SharedEndpoint<E> {
         deadline: Deadline,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        self.lock()?.send_packet(buf, deadline, stats)
+        self.lock()?
+            .send_packet(Packet::Borrowed(buf), deadline, stats)
+    }
+
+    fn send_shared(
+        &mut self,
+        buf: &Bytes,
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        self.lock()?
+            .send_packet(Packet::Shared(buf.clone()), deadline, stats)
     }
 }
 
@@ -170,6 +195,50 @@ pub struct EndpointStream<E: RingEndpoint> {
 }
 
 impl<E: RingEndpoint> EndpointStream<E> {
+    /// Sends `packet` synchronously on endpoint 0.
+    fn send_now(&mut self, packet: Packet<'_>, timeout: Timeout) -> io::Result<usize> {
+        self.opts.check_abort()?;
+        let n = packet.len();
+        self.endpoints[0]
+            .lock()?
+            .send_packet(packet, timeout.deadline(), &mut self.stats)?;
+        Ok(n)
+    }
+
+    /// Receives from whichever endpoint has data, copying it into `buf` if `copy_out`.
+    fn receive(&mut self, buf: &mut [u8], timeout: Timeout, copy_out: bool) -> io::Result<usize> {
+        let start = Instant::now();
+        let deadline = timeout.deadline_from(|| start);
+        let n_eps = self.endpoints.len();
+        let mut backoff = Backoff::new();
+        loop {
+            let mut open = 0;
+            for step in 0..n_eps {
+                let k = (self.cursor + step) % n_eps;
+                let mut ep = self.endpoints[k].lock()?;
+                if ep.at_eof() {
+                    continue;
+                }
+                open += 1;
+                if let Some(n) = ep.try_recv(buf, copy_out, &mut self.stats)? {
+                    drop(ep);
+                    self.cursor = k;
+                    let now = Instant::now();
+                    self.stats
+                        .recv_latency
+                        .record(crate::stats::span_ns(start, now));
+                    self.stats.bytes_received += n as u64;
+                    self.stats.mark_recv(now);
+                    return Ok(n);
+                }
+            }
+            if open == 0 {
+                return Ok(0);
+            }
+            backoff.wait(deadline, &self.opts.abort, self.watch.as_deref())?;
+        }
+    }
+
     /// Builds a STREAM from connected endpoints (endpoint 0 first) and starts one sender
     /// thread per endpoint.
     pub fn from_endpoints(endpoints: Vec<E>, opts: StreamOptions) -> io::Result<Self> {
@@ -213,11 +282,11 @@ impl<E: RingEndpoint> Stream for EndpointStream<E> {
     }
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
-        self.opts.check_abort()?;
-        self.endpoints[0]
-            .lock()?
-            .send_packet(buf, timeout.deadline(), &mut self.stats)?;
-        Ok(buf.len())
+        self.send_now(Packet::Borrowed(buf), timeout)
+    }
+
+    fn send_shared(&mut self, buf: &Bytes, timeout: Timeout) -> io::Result<usize> {
+        self.send_now(Packet::Shared(buf.clone()), timeout)
     }
 
     fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
@@ -232,36 +301,11 @@ impl<E: RingEndpoint> Stream for EndpointStream<E> {
     }
 
     fn recv(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
-        let start = Instant::now();
-        let deadline = timeout.deadline_from(|| start);
-        let n_eps = self.endpoints.len();
-        let mut backoff = Backoff::new();
-        loop {
-            let mut open = 0;
-            for step in 0..n_eps {
-                let k = (self.cursor + step) % n_eps;
-                let mut ep = self.endpoints[k].lock()?;
-                if ep.at_eof() {
-                    continue;
-                }
-                open += 1;
-                if let Some(n) = ep.try_recv(buf, &mut self.stats)? {
-                    drop(ep);
-                    self.cursor = k;
-                    let now = Instant::now();
-                    self.stats
-                        .recv_latency
-                        .record(crate::stats::span_ns(start, now));
-                    self.stats.bytes_received += n as u64;
-                    self.stats.mark_recv(now);
-                    return Ok(n);
-                }
-            }
-            if open == 0 {
-                return Ok(0);
-            }
-            backoff.wait(deadline, &self.opts.abort, self.watch.as_deref())?;
-        }
+        self.receive(buf, timeout, true)
+    }
+
+    fn recv_counted(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
+        self.receive(buf, timeout, false)
     }
 
     fn last_recv_end(&self) -> Option<Instant> {

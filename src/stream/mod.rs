@@ -280,6 +280,14 @@ pub trait Stream: Send {
     /// Returns the number of payload bytes sent, always `buf.len()` on success.
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize>;
 
+    /// [`Stream::send`] of immutable shared bytes. A caller that sends one buffer again
+    /// and again (a bulk sender) uses it so that a transport sending from registered
+    /// memory of its own (RDMA) may keep the bytes there instead of copying them in for
+    /// every packet.
+    fn send_shared(&mut self, buf: &Bytes, timeout: Timeout) -> io::Result<usize> {
+        self.send(buf, timeout)
+    }
+
     /// Queues `buf` for the sender threads, waiting at most `timeout` for queue space.
     fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()>;
 

@@ -4,8 +4,12 @@
 //! is laid out in slots ([`RingLayout`]), the peer's receive ring as an RDMA writer sees
 //! it ([`RemoteRing`]), and the credits that keep a verbs sender from ever overrunning
 //! the receives its peer posted ([`Credits`]), with the immediate data that carries
-//! them ([`Imm`]), and what answers each MPRTT request ([`Answer`]). The STREAMs drive
-//! these; the unit tests below check them alone.
+//! them ([`Imm`]), what answers each MPRTT request ([`Answer`]), and what each send slot
+//! already holds ([`SendSlots`]). The STREAMs drive these; the unit tests below check
+//! them alone.
+
+use bytes::Bytes;
+use std::ops::Deref;
 
 /// Bytes of send (and of receive) slots per endpoint, at most.
 const RING_BYTES: usize = 16 << 20;
@@ -97,6 +101,82 @@ impl RingLayout {
             Slot::Send(i) => i * self.slot_bytes,
             Slot::Recv(i) => (self.send + i) * self.slot_bytes,
             Slot::Control(i) => (self.send + self.recv) * self.slot_bytes + i * CONTROL_SLOT_BYTES,
+        }
+    }
+}
+
+/// A packet to send: borrowed for the call, or shared immutable bytes, which a ring may
+/// keep in a send slot and send again without copying them in (see [`SendSlots`]).
+#[derive(Clone, Debug)]
+pub enum Packet<'a> {
+    Borrowed(&'a [u8]),
+    Shared(Bytes),
+}
+
+impl Packet<'_> {
+    /// The packet in pieces of at most `size` bytes (one ring slot each), in order.
+    pub fn chunks(&self, size: usize) -> impl Iterator<Item = Packet<'_>> + '_ {
+        let size = size.max(1);
+        (0..self.len()).step_by(size).map(move |start| {
+            let end = (start + size).min(self.len());
+            match self {
+                Packet::Borrowed(b) => Packet::Borrowed(&b[start..end]),
+                Packet::Shared(b) => Packet::Shared(b.slice(start..end)),
+            }
+        })
+    }
+}
+
+impl Deref for Packet<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Packet::Borrowed(b) => b,
+            Packet::Shared(b) => b,
+        }
+    }
+}
+
+/// What each send slot of a ring holds. A slot that was filled from shared bytes keeps
+/// a handle to them: while the handle lives those bytes cannot change nor their memory
+/// be reused, so the same bytes (same address and length) need not be copied in again.
+/// A bulk sender sends one buffer over and over, so its slots are filled once. Slots
+/// keep at most one ring's worth of a caller's buffers alive.
+#[derive(Debug)]
+pub struct SendSlots {
+    held: Vec<Option<Bytes>>,
+}
+
+impl SendSlots {
+    pub fn new(slots: usize) -> SendSlots {
+        SendSlots {
+            held: vec![None; slots],
+        }
+    }
+
+    /// Puts `chunk` into send slot `i`, whose bytes are `slot` (at least as long),
+    /// unless the slot already holds exactly those bytes.
+    pub fn fill(&mut self, i: usize, slot: &mut [u8], chunk: &Packet<'_>) {
+        let Some(held) = self.held.get_mut(i) else {
+            return;
+        };
+        if let (Packet::Shared(b), Some(h)) = (chunk, held.as_ref()) {
+            if h.as_ptr() == b.as_ptr() && h.len() == b.len() {
+                return;
+            }
+        }
+        slot[..chunk.len()].copy_from_slice(chunk);
+        *held = match chunk {
+            Packet::Shared(b) => Some(b.clone()),
+            Packet::Borrowed(_) => None,
+        };
+    }
+
+    /// Slot `i` was written with something else (a reply).
+    pub fn overwritten(&mut self, i: usize) {
+        if let Some(held) = self.held.get_mut(i) {
+            *held = None;
         }
     }
 }
@@ -378,6 +458,53 @@ impl Credits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_takes_shared_bytes_once_and_anything_else_every_time() {
+        let mut slots = SendSlots::new(2);
+        let mut slot = [0u8; 8];
+        let payload = Bytes::from_static(b"abcdefgh");
+        slots.fill(0, &mut slot, &Packet::Shared(payload.slice(..6)));
+        assert_eq!(&slot, b"abcdef\0\0");
+        // The same bytes again: not copied, so a mark made since stays.
+        slot[0] = b'X';
+        slots.fill(0, &mut slot, &Packet::Shared(payload.slice(..6)));
+        assert_eq!(&slot, b"Xbcdef\0\0");
+        // Other bytes, or the same ones at another length, are copied.
+        slots.fill(0, &mut slot, &Packet::Shared(payload.slice(..4)));
+        assert_eq!(&slot, b"abcdef\0\0");
+        slot[0] = b'X';
+        slots.fill(
+            0,
+            &mut slot,
+            &Packet::Shared(Bytes::copy_from_slice(b"abcd")),
+        );
+        assert_eq!(&slot, b"abcdef\0\0");
+        // Borrowed bytes are copied every time and forget what the slot held.
+        slot[0] = b'X';
+        slots.fill(0, &mut slot, &Packet::Borrowed(b"ab"));
+        assert_eq!(&slot, b"abcdef\0\0");
+        let shared = Packet::Shared(payload.clone());
+        slots.fill(0, &mut slot, &shared);
+        slot[0] = b'X';
+        slots.overwritten(0);
+        slots.fill(0, &mut slot, &shared);
+        assert_eq!(&slot, b"abcdefgh");
+        // A slot the ring does not have is left alone.
+        slots.fill(5, &mut slot, &Packet::Borrowed(b"zz"));
+        assert_eq!(&slot, b"abcdefgh");
+    }
+
+    #[test]
+    fn packets_split_into_slots_in_order() {
+        let bytes = Bytes::from_static(b"0123456789");
+        for packet in [Packet::Borrowed(&bytes[..]), Packet::Shared(bytes.clone())] {
+            let pieces: Vec<Vec<u8>> = packet.chunks(4).map(|c| c.to_vec()).collect();
+            assert_eq!(pieces, [&b"0123"[..], b"4567", b"89"]);
+            assert_eq!(packet.chunks(10).count(), 1);
+        }
+        assert_eq!(Packet::Borrowed(&[]).chunks(4).count(), 0);
+    }
 
     #[test]
     fn ring_sizes_stay_within_bounds() {

@@ -46,6 +46,17 @@ pub trait PacketSink: Send + 'static {
         deadline: Deadline,
         stats: &mut StreamStats,
     ) -> io::Result<()>;
+
+    /// [`PacketSink::send_packet`] of queued, immutable bytes, which a transport that
+    /// sends from memory of its own may keep there and send again without a copy.
+    fn send_shared(
+        &mut self,
+        buf: &Bytes,
+        deadline: Deadline,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
+        self.send_packet(buf, deadline, stats)
+    }
 }
 
 /// State shared by the submitting thread and the sender threads.
@@ -569,7 +580,7 @@ fn mutex_consumer<S: PacketSink>(
         if wake_producer {
             q.not_full.notify_one();
         }
-        let result = sink.send_packet(&buf, Deadline::Never, &mut stats);
+        let result = sink.send_shared(&buf, Deadline::Never, &mut stats);
         shared.count(index, &stats);
         // Record a failure before counting the request done, so a drainer that sees
         // the count also sees the failure.
@@ -608,7 +619,7 @@ fn lockfree_consumer<S: PacketSink>(
         match ring.pop() {
             Ok(buf) => {
                 backoff = Backoff::default();
-                let result = sink.send_packet(&buf, Deadline::Never, &mut stats);
+                let result = sink.send_shared(&buf, Deadline::Never, &mut stats);
                 shared.count(index, &stats);
                 // Record a failure before counting the request done, so a drainer
                 // that sees the count also sees the failure.

@@ -42,7 +42,8 @@
 //! remote access), so the endpoint logic above runs and is checked without a device.
 
 use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
-use super::ring::{Answer, Credits, Imm, ImmKind, RemoteRing, RingLayout, Slot, CONTROL_SLOTS};
+use super::ring::CONTROL_SLOTS;
+use super::ring::{Answer, Credits, Imm, ImmKind, Packet, RemoteRing, RingLayout, SendSlots, Slot};
 use super::ring::{CONTROL_SLOT_BYTES, CREDIT_RING_MIN, RING_SLOTS_MAX};
 use super::{Deadline, StreamOptions};
 use crate::stats::StreamStats;
@@ -511,6 +512,7 @@ pub struct QpEndpoint {
     send_free: Vec<usize>,
     send_posted_at: Vec<Instant>,
     send_len: Vec<usize>,
+    send_slots: SendSlots,
     control_free: Vec<usize>,
     ready: VecDeque<Ready>,
     /// Bytes of the front of `ready` already consumed.
@@ -678,6 +680,7 @@ impl QpEndpoint {
             send_free: (0..layout.send).rev().collect(),
             send_posted_at: vec![Instant::now(); layout.send],
             send_len: vec![0; layout.send],
+            send_slots: SendSlots::new(layout.send),
             control_free: (0..CONTROL_SLOTS).rev().collect(),
             ready: VecDeque::with_capacity(layout.recv),
             consumed: 0,
@@ -833,10 +836,12 @@ impl QpEndpoint {
         self.completions.clear();
         self.ops.poll(&mut self.region, &mut self.completions)?;
         let n = self.completions.len();
-        let now = Instant::now();
+        // Read once, and only for a completion that records a latency: where the clock
+        // is a system call, a read per empty poll would slow the polling itself.
+        let mut now = None;
         for k in 0..n {
             let c = self.completions[k];
-            self.complete(c, now, stats)?;
+            self.complete(c, &mut now, stats)?;
         }
         self.send_credit_if_due()?;
         Ok(n)
@@ -865,7 +870,12 @@ impl QpEndpoint {
     }
 
     /// Handles one completion.
-    fn complete(&mut self, c: Completion, now: Instant, stats: &mut StreamStats) -> io::Result<()> {
+    fn complete(
+        &mut self,
+        c: Completion,
+        now: &mut Option<Instant>,
+        stats: &mut StreamStats,
+    ) -> io::Result<()> {
         if c.status != 0 {
             let kind = if c.status == 5 || c.status == 12 {
                 io::ErrorKind::ConnectionAborted
@@ -889,6 +899,7 @@ impl QpEndpoint {
         match (slot, c.opcode) {
             (Some(Slot::Send(i)), WC_SEND | WC_RDMA_WRITE) => {
                 if self.answer.is_none() {
+                    let now = *now.get_or_insert_with(Instant::now);
                     let ns = now.duration_since(self.send_posted_at[i]).as_nanos();
                     stats
                         .send_latency
@@ -1052,6 +1063,7 @@ impl QpEndpoint {
         if answer == Answer::Echo {
             let from = self.layout.offset(Slot::Recv(slot));
             self.region.copy_within(from..from + len, off);
+            self.send_slots.overwritten(i);
         }
         let n = answer.reply_len(len);
         let target = self.write_target();
@@ -1107,11 +1119,11 @@ impl QpEndpoint {
 impl RingEndpoint for QpEndpoint {
     fn send_packet(
         &mut self,
-        buf: &[u8],
+        packet: Packet<'_>,
         deadline: Deadline,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        for chunk in buf.chunks(self.layout.slot_bytes) {
+        for chunk in packet.chunks(self.layout.slot_bytes) {
             self.wait_for(deadline, stats, |e| {
                 !e.send_free.is_empty() && e.credits.available() >= 2
             })?;
@@ -1119,7 +1131,8 @@ impl RingEndpoint for QpEndpoint {
                 return Err(io::Error::other("send slot vanished"));
             };
             let off = self.layout.offset(Slot::Send(i));
-            self.region[off..off + chunk.len()].copy_from_slice(chunk);
+            let slot = &mut self.region[off..off + self.layout.slot_bytes];
+            self.send_slots.fill(i, slot, &chunk);
             let target = self.write_target();
             // Before the post: a reply may arrive with the send's own completion.
             self.awaiting = matches!(self.answer, Some(Answer::Echo | Answer::Sized(_)));
@@ -1142,7 +1155,7 @@ impl RingEndpoint for QpEndpoint {
                     stats.bytes_received += 1;
                     stats.send_latency.record_since(start);
                 }
-                Some(answer) => self.await_reply(answer, chunk, start, deadline, stats)?,
+                Some(answer) => self.await_reply(answer, &chunk, start, deadline, stats)?,
             }
         }
         Ok(())
@@ -1165,7 +1178,12 @@ impl RingEndpoint for QpEndpoint {
         self.fin.is_some() && self.ready.is_empty()
     }
 
-    fn try_recv(&mut self, buf: &mut [u8], stats: &mut StreamStats) -> io::Result<Option<usize>> {
+    fn try_recv(
+        &mut self,
+        buf: &mut [u8],
+        copy_out: bool,
+        stats: &mut StreamStats,
+    ) -> io::Result<Option<usize>> {
         if self.ready.is_empty() {
             self.poll(stats)?;
         }
@@ -1177,7 +1195,9 @@ impl RingEndpoint for QpEndpoint {
         }
         let off = self.layout.offset(Slot::Recv(slot)) + self.consumed;
         let n = (len - self.consumed).min(buf.len());
-        buf[..n].copy_from_slice(&self.region[off..off + n]);
+        if copy_out {
+            buf[..n].copy_from_slice(&self.region[off..off + n]);
+        }
         self.consumed += n;
         if self.consumed == len {
             self.consumed = 0;
@@ -1215,6 +1235,7 @@ pub type VerbsStream = EndpointStream<QpEndpoint>;
 mod tests {
     use super::*;
     use crate::stream::{Stream, Timeout};
+    use bytes::Bytes;
     use std::sync::Mutex;
 
     /// A message on the stand-in wire.
@@ -1397,6 +1418,8 @@ mod tests {
 
     /// [`bytes_arrive_intact`] with any options: `count` packets, each answered as
     /// `opts` say (the client checks each reply), and every byte counted on both ends.
+    /// The packets are drawn from a few buffers, each sent again and again, half of
+    /// the time as shared bytes (which a send slot may already hold) and half copied.
     fn exchange(opts: &StreamOptions, write: bool, count: u32, stall: u64) {
         let (pktsize, opts) = (opts.pktsize, opts.clone());
         let (a, b) = fake_pair(&opts, write);
@@ -1404,17 +1427,26 @@ mod tests {
         let mut server = VerbsStream::from_endpoints(vec![b], opts.clone()).expect("b");
         assert_eq!(client.local_addr(), "10.0.0.1/qp256 on fake0");
         assert_eq!(client.peer_addr(), "10.0.0.2/qp257 via fake0");
-        let packets: Vec<Vec<u8>> = (0..count)
-            .map(|i| {
-                let len = (i as usize * 37) % pktsize + 1;
-                (0..len).map(|k| (i as usize * 7 + k) as u8).collect()
+        let pool: Vec<Bytes> = (0..11)
+            .map(|j: usize| {
+                let len = (j * 37) % pktsize + 1;
+                (0..len).map(|k| (j * 7 + k) as u8).collect()
             })
             .collect();
+        let packets: Vec<Bytes> = (0..count as usize)
+            .map(|i| pool[(i * 3 + i / 11) % pool.len()].clone())
+            .collect();
         let want: Vec<u8> = packets.concat();
-        let want_lens: Vec<usize> = packets.iter().map(Vec::len).collect();
+        let want_lens: Vec<usize> = packets.iter().map(Bytes::len).collect();
         let t = std::thread::spawn(move || {
-            for p in &packets {
-                client.send(p, Timeout::Millis(10_000)).expect("send");
+            for (i, p) in packets.iter().enumerate() {
+                if i % 2 == 0 {
+                    client
+                        .send_shared(p, Timeout::Millis(10_000))
+                        .expect("send");
+                } else {
+                    client.send(p, Timeout::Millis(10_000)).expect("send");
+                }
             }
             client
                 .finish_sending(Timeout::Millis(10_000))
@@ -1459,6 +1491,46 @@ mod tests {
     fn send_recv_delivers_the_exact_bytes_in_order_without_rnr() {
         bytes_arrive_intact(1000, false, false, 0);
         bytes_arrive_intact(1, false, false, 0);
+    }
+
+    #[test]
+    fn a_counting_receiver_counts_every_byte_and_copies_none() {
+        for write in [false, true] {
+            let opts = StreamOptions {
+                pktsize: 3000,
+                ..StreamOptions::default()
+            };
+            let (a, b) = fake_pair(&opts, write);
+            let mut client = VerbsStream::from_endpoints(vec![a], opts.clone()).expect("a");
+            let mut server = VerbsStream::from_endpoints(vec![b], opts).expect("b");
+            let payload = Bytes::from(vec![0xa5; 3000]);
+            let t = std::thread::spawn(move || {
+                for i in 0..500 {
+                    let p = payload.slice(..1 + i * 7 % 3000);
+                    client
+                        .send_shared(&p, Timeout::Millis(10_000))
+                        .expect("send");
+                }
+                client
+                    .finish_sending(Timeout::Millis(10_000))
+                    .expect("finish");
+                client.stats()
+            });
+            let mut buf = vec![0u8; 3000];
+            let mut total = 0u64;
+            loop {
+                match server.recv_counted(&mut buf, Timeout::Millis(10_000)) {
+                    Ok(0) => break,
+                    Ok(n) => total += n as u64,
+                    Err(e) => panic!("recv: {e}"),
+                }
+            }
+            let sent = t.join().expect("join").bytes_sent;
+            let want: u64 = (0..500).map(|i| 1 + i * 7 % 3000).sum();
+            assert_eq!((sent, total), (want, want));
+            assert_eq!(server.stats().bytes_received, want);
+            assert!(buf.iter().all(|&b| b == 0), "nothing was copied out");
+        }
     }
 
     #[test]
@@ -1561,7 +1633,7 @@ mod tests {
             let mut stats = StreamStats::default();
             let deadline = Deadline::At(Instant::now() + std::time::Duration::from_secs(5));
             let e = a
-                .send_packet(&request, deadline, &mut stats)
+                .send_packet(Packet::Borrowed(&request), deadline, &mut stats)
                 .expect_err("refused");
             assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted, "{e}");
             assert!(e.to_string().contains(says), "{e}");
@@ -1579,7 +1651,7 @@ mod tests {
             .post_send(1 << 40, &[0; 300], false, reply(ImmKind::Reply), None)
             .expect("post");
         let e = b
-            .try_recv(&mut [0; 1000], &mut StreamStats::default())
+            .try_recv(&mut [0; 1000], true, &mut StreamStats::default())
             .expect_err("refused");
         assert!(e.to_string().contains("no request"), "{e}");
     }
@@ -1759,7 +1831,7 @@ mod tests {
                 .post_send(1 << 40, &a.region[off..off + 8], false, imm.to_be(), None)
                 .expect("post");
             let mut buf = [0u8; 100];
-            let e = b.try_recv(&mut buf, &mut stats).expect_err("refused");
+            let e = b.try_recv(&mut buf, true, &mut stats).expect_err("refused");
             assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted, "{e}");
         }
     }

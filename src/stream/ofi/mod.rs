@@ -33,7 +33,8 @@ pub mod sys;
 
 use self::sys::*;
 use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
-use super::ring::{Answer, RemoteRing, RingLayout, Slot, CONTROL_SLOTS, RING_SLOTS_MAX};
+use super::ring::{Answer, Packet, RemoteRing, RingLayout, SendSlots, Slot};
+use super::ring::{CONTROL_SLOTS, RING_SLOTS_MAX};
 use super::{Deadline, StreamOptions};
 use crate::stats::StreamStats;
 use std::collections::VecDeque;
@@ -345,6 +346,7 @@ pub struct Endpoint {
     send_posted_at: Vec<Instant>,
     /// Bytes of the send posted from each send slot (completions do not say).
     send_len: Vec<usize>,
+    send_slots: SendSlots,
     control_free: Vec<usize>,
     /// Data received and not yet consumed.
     ready: VecDeque<Ready>,
@@ -397,6 +399,7 @@ impl Endpoint {
             send_free: (0..layout.send).rev().collect(),
             send_posted_at: vec![Instant::now(); layout.send],
             send_len: vec![0; layout.send],
+            send_slots: SendSlots::new(layout.send),
             control_free: (0..CONTROL_SLOTS).rev().collect(),
             ready: VecDeque::with_capacity(layout.recv),
             consumed: 0,
@@ -911,6 +914,7 @@ impl Endpoint {
         if answer == Answer::Echo {
             let from = self.layout.offset(Slot::Recv(slot));
             self.region.copy_within(from..from + len, off);
+            self.send_slots.overwritten(i);
         }
         let n = answer.reply_len(len);
         // Counted now, as an ACK is: the receiving end's figures are read once the FIN
@@ -926,11 +930,11 @@ impl Endpoint {
     /// ACK or reply of each.
     pub fn send_packet(
         &mut self,
-        buf: &[u8],
+        packet: Packet<'_>,
         deadline: Deadline,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        for chunk in buf.chunks(self.layout.slot_bytes) {
+        for chunk in packet.chunks(self.layout.slot_bytes) {
             let mut backoff = Backoff::new();
             let i = loop {
                 if let Some(i) = self.send_free.pop() {
@@ -941,7 +945,8 @@ impl Endpoint {
                 }
             };
             let off = self.layout.offset(Slot::Send(i));
-            self.region[off..off + chunk.len()].copy_from_slice(chunk);
+            let slot = &mut self.region[off..off + self.layout.slot_bytes];
+            self.send_slots.fill(i, slot, &chunk);
             let start = Instant::now();
             self.send_posted_at[i] = start;
             self.send_len[i] = chunk.len();
@@ -968,7 +973,7 @@ impl Endpoint {
                     stats.bytes_received += 1;
                     stats.send_latency.record_since(start);
                 }
-                Some(answer) => self.await_reply(answer, chunk, start, deadline, stats)?,
+                Some(answer) => self.await_reply(answer, &chunk, start, deadline, stats)?,
             }
         }
         Ok(())
@@ -1009,11 +1014,13 @@ impl Endpoint {
         self.fin == Some(self.msgs_received) && self.ready.is_empty()
     }
 
-    /// Copies received data into `buf` if there is some (reading completions first if
-    /// there is none); with MPRTT answers each new message with an ACK.
+    /// Takes received data, at most `buf.len()` bytes, if there is some (reading
+    /// completions first if there is none), copied into `buf` if `copy_out`; with MPRTT
+    /// answers each new message with an ACK.
     pub fn try_recv(
         &mut self,
         buf: &mut [u8],
+        copy_out: bool,
         stats: &mut StreamStats,
     ) -> io::Result<Option<usize>> {
         if self.ready.is_empty() {
@@ -1027,7 +1034,9 @@ impl Endpoint {
         }
         let off = self.layout.offset(Slot::Recv(slot)) + self.consumed;
         let n = (len - self.consumed).min(buf.len());
-        buf[..n].copy_from_slice(&self.region[off..off + n]);
+        if copy_out {
+            buf[..n].copy_from_slice(&self.region[off..off + n]);
+        }
         self.consumed += n;
         if self.consumed == len {
             self.consumed = 0;
@@ -1120,11 +1129,11 @@ pub type OfiStream = EndpointStream<Endpoint>;
 impl RingEndpoint for Endpoint {
     fn send_packet(
         &mut self,
-        buf: &[u8],
+        packet: Packet<'_>,
         deadline: Deadline,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        Endpoint::send_packet(self, buf, deadline, stats)
+        Endpoint::send_packet(self, packet, deadline, stats)
     }
 
     fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()> {
@@ -1135,8 +1144,13 @@ impl RingEndpoint for Endpoint {
         Endpoint::at_eof(self)
     }
 
-    fn try_recv(&mut self, buf: &mut [u8], stats: &mut StreamStats) -> io::Result<Option<usize>> {
-        Endpoint::try_recv(self, buf, stats)
+    fn try_recv(
+        &mut self,
+        buf: &mut [u8],
+        copy_out: bool,
+        stats: &mut StreamStats,
+    ) -> io::Result<Option<usize>> {
+        Endpoint::try_recv(self, buf, copy_out, stats)
     }
 
     fn local_addr(&self) -> String {
@@ -1175,6 +1189,7 @@ pub fn describe_name(name: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::stream::{Stream, Timeout};
+    use bytes::Bytes;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     #[test]
@@ -1234,11 +1249,20 @@ mod tests {
     }
 
     /// [`bytes_arrive_intact`] with any options: each packet answered as `opts` say
-    /// (the client checks each reply), and every byte counted on both ends.
+    /// (the client checks each reply), and every byte counted on both ends. Packets
+    /// are drawn from a few buffers sent again and again, half of the time as shared
+    /// bytes (which a send slot may already hold).
     fn exchange(opts: &StreamOptions, rma: bool) {
         let (mut client, mut server) = pair(opts, rma);
-        let packets: Vec<Vec<u8>> = (0..300u32)
-            .map(|i| (0..(i % 1000 + 1)).map(|k| (i * 7 + k) as u8).collect())
+        let pool: Vec<Bytes> = (0..11u32)
+            .map(|j| {
+                (0..(j * 97 % 1000 + 1))
+                    .map(|k| (j * 7 + k) as u8)
+                    .collect()
+            })
+            .collect();
+        let packets: Vec<Bytes> = (0..300usize)
+            .map(|i| pool[(i * 3 + i / 11) % pool.len()].clone())
             .collect();
         let want: Vec<u8> = packets.concat();
         let answer = Answer::new(opts.mprtt, opts.echo, opts.response_size);
@@ -1247,8 +1271,12 @@ mod tests {
             None => 0,
         };
         let t = std::thread::spawn(move || {
-            for p in &packets {
-                client.send(p, Timeout::Forever).expect("send");
+            for (i, p) in packets.iter().enumerate() {
+                if i % 2 == 0 {
+                    client.send_shared(p, Timeout::Forever).expect("send");
+                } else {
+                    client.send(p, Timeout::Forever).expect("send");
+                }
             }
             client
                 .finish_sending(Timeout::Millis(10_000))
@@ -1354,7 +1382,7 @@ mod tests {
         let peer = post_and_progress(b, spoilt, done.clone());
         let mut stats = StreamStats::default();
         let e = a
-            .send_packet(&request, deadline(), &mut stats)
+            .send_packet(Packet::Borrowed(&request), deadline(), &mut stats)
             .expect_err("refused");
         done.store(true, Ordering::Relaxed);
         let mut b = peer.join().expect("join");
@@ -1366,7 +1394,7 @@ mod tests {
         let until = deadline();
         let mut buf = [0u8; 1000];
         let e = loop {
-            match b.try_recv(&mut buf, &mut stats) {
+            match b.try_recv(&mut buf, true, &mut stats) {
                 Ok(_) if !until.expired() => {}
                 other => break other.expect_err("refused"),
             }
