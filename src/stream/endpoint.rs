@@ -19,7 +19,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// How long a wait sees no progress before it checks that the peer is still there.
+/// How long a wait naps without progress before it checks that the peer is still there.
 const LIVENESS_IDLE: Duration = Duration::from_secs(1);
 /// How often it checks then.
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
@@ -34,11 +34,13 @@ const NAP: Duration = Duration::from_micros(50);
 const DEADLINE_EVERY: u32 = 32;
 
 /// Calls made while waiting for a completion: spin first, then yield, then nap, so
-/// an idle wait does not hog a CPU.
+/// an idle wait does not hog a CPU. It reads the clock only once it naps: most waits
+/// end within a few polls, and one is begun for every message.
 pub struct Backoff {
     spins: u32,
-    idle_since: Instant,
-    last_check: Instant,
+    /// When the first nap began, and when the peer was last checked.
+    napping_since: Option<Instant>,
+    last_check: Option<Instant>,
 }
 
 impl Default for Backoff {
@@ -49,15 +51,14 @@ impl Default for Backoff {
 
 impl Backoff {
     pub fn new() -> Backoff {
-        let now = Instant::now();
         Backoff {
             spins: 0,
-            idle_since: now,
-            last_check: now,
+            napping_since: None,
+            last_check: None,
         }
     }
 
-    /// One idle step of a wait. After [`LIVENESS_IDLE`] without progress, `watch` (the
+    /// One idle step of a wait. After [`LIVENESS_IDLE`] of naps, `watch` (the
     /// TCP connection the ends swapped their details over, kept open for the run) is
     /// checked: end of file means the peer stopped, and the wait fails with
     /// `ConnectionAborted` rather than waiting for completions that will never come.
@@ -80,11 +81,13 @@ impl Backoff {
         if self.spins > YIELDS {
             std::thread::sleep(NAP);
             let now = Instant::now();
+            let since = *self.napping_since.get_or_insert(now);
             if let Some(sock) = watch {
-                if now.duration_since(self.idle_since) >= LIVENESS_IDLE
-                    && now.duration_since(self.last_check) >= LIVENESS_EVERY
-                {
-                    self.last_check = now;
+                let checked_long_ago = self
+                    .last_check
+                    .map_or(true, |t| now.duration_since(t) >= LIVENESS_EVERY);
+                if now.duration_since(since) >= LIVENESS_IDLE && checked_long_ago {
+                    self.last_check = Some(now);
                     peer_alive(sock)?;
                 }
             }
@@ -333,5 +336,57 @@ impl<E: RingEndpoint> Stream for EndpointStream<E> {
 
     fn stats(&self) -> StreamStats {
         self.senders.with_figures(&self.stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// Waits (as a completion poll would, with nothing arriving) until `backoff` fails
+    /// or `limit` passes; returns the error and how long it took.
+    fn idle_wait(watch: &TcpStream, limit: Duration) -> (Option<io::Error>, Duration) {
+        let abort = AtomicBool::new(false);
+        let mut backoff = Backoff::new();
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Err(e) = backoff.wait(Deadline::Never, &abort, Some(watch)) {
+                return (Some(e), start.elapsed());
+            }
+        }
+        (None, start.elapsed())
+    }
+
+    #[test]
+    fn an_idle_wait_notices_a_vanished_peer_after_a_second_of_naps_and_not_before() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let watch = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (peer, _) = listener.accept().expect("accept");
+        watch.set_nonblocking(true).expect("nonblocking");
+        // A peer that is still there: no failure.
+        let (e, _) = idle_wait(&watch, Duration::from_millis(1500));
+        assert!(e.is_none(), "{e:?}");
+        drop(peer);
+        let (e, took) = idle_wait(&watch, Duration::from_secs(10));
+        let e = e.expect("the vanished peer is noticed");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted, "{e}");
+        assert!(took >= LIVENESS_IDLE, "checked after {took:?}");
+    }
+
+    #[test]
+    fn a_wait_ends_at_its_deadline_though_it_reads_the_clock_only_now_and_then() {
+        let abort = AtomicBool::new(false);
+        let mut backoff = Backoff::new();
+        let deadline = Deadline::At(Instant::now() + Duration::from_millis(20));
+        let start = Instant::now();
+        let e = loop {
+            if let Err(e) = backoff.wait(deadline, &abort, None) {
+                break e;
+            }
+            assert!(start.elapsed() < Duration::from_secs(5), "never ended");
+        };
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(start.elapsed() >= Duration::from_millis(20));
     }
 }
