@@ -158,19 +158,18 @@ impl SendSlots {
     /// Puts `chunk` into send slot `i`, whose bytes are `slot` (at least as long),
     /// unless the slot already holds exactly those bytes.
     pub fn fill(&mut self, i: usize, slot: &mut [u8], chunk: &Packet<'_>) {
-        let Some(held) = self.held.get_mut(i) else {
-            return;
-        };
-        if let (Packet::Shared(b), Some(h)) = (chunk, held.as_ref()) {
+        if let (Packet::Shared(b), Some(Some(h))) = (chunk, self.held.get(i)) {
             if h.as_ptr() == b.as_ptr() && h.len() == b.len() {
                 return;
             }
         }
         slot[..chunk.len()].copy_from_slice(chunk);
-        *held = match chunk {
-            Packet::Shared(b) => Some(b.clone()),
-            Packet::Borrowed(_) => None,
-        };
+        if let Some(held) = self.held.get_mut(i) {
+            *held = match chunk {
+                Packet::Shared(b) => Some(b.clone()),
+                Packet::Borrowed(_) => None,
+            };
+        }
     }
 
     /// Slot `i` was written with something else (a reply).
@@ -490,8 +489,10 @@ mod tests {
         slots.overwritten(0);
         slots.fill(0, &mut slot, &shared);
         assert_eq!(&slot, b"abcdefgh");
-        // A slot the ring does not have is left alone.
-        slots.fill(5, &mut slot, &Packet::Borrowed(b"zz"));
+        // A slot past those counted is filled every time, and remembered by none.
+        slots.fill(5, &mut slot, &shared);
+        slot[0] = b'X';
+        slots.fill(5, &mut slot, &shared);
         assert_eq!(&slot, b"abcdefgh");
     }
 

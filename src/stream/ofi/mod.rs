@@ -714,7 +714,8 @@ impl Endpoint {
             return Err(self.completion_error());
         }
         check(self.lib, "fi_cq_read", n as i64)?;
-        let now = Instant::now();
+        // Read once, and only for a completion that records a latency (as verbs does).
+        let mut now = None;
         let base = self.contexts.as_ptr() as usize;
         for entry in &entries[..n as usize] {
             let off = (entry.op_context as usize).wrapping_sub(base);
@@ -726,6 +727,7 @@ impl Endpoint {
             match slot {
                 Some(Slot::Send(i)) => {
                     if self.answer.is_none() {
+                        let now = *now.get_or_insert_with(Instant::now);
                         stats.send_latency.record(
                             u64::try_from(now.duration_since(self.send_posted_at[i]).as_nanos())
                                 .unwrap_or(u64::MAX),
