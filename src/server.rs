@@ -350,7 +350,10 @@ fn greet(
             }
         }
         Ok(Served::Test(result)) => {
-            // The client's figures come after its results: `Listening` waits for them.
+            // The client's figures come after its results: `Listening` waits for them,
+            // and the next test's report for `Listening` (its client may connect as
+            // soon as the slot is free, see `run_session`).
+            let _in_order = active.report_lock();
             free_session(registered);
             control.session.results(result);
             if let Err(e) = control.flush() {
@@ -474,6 +477,11 @@ fn run_session(
     };
     let transport = transport::for_settings(&settings);
     let acceptor = transport.listen(&ctx)?;
+    if !parallel {
+        // This test's report begins only once the previous test's has ended, which
+        // waits at most for that test's client to send its figures.
+        drop(registered.sessions().report_lock());
+    }
     control.session.ready();
     control.flush()?;
     let streams = acceptor.accept(&ctx)?;
