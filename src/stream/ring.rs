@@ -172,11 +172,26 @@ impl SendSlots {
         }
     }
 
-    /// Slot `i` was written with something else (a reply).
-    pub fn overwritten(&mut self, i: usize) {
-        if let Some(held) = self.held.get_mut(i) {
-            *held = None;
+    /// Readies send slot `to` of `region` (laid out as `layout`) with `answer`'s reply
+    /// to the request of `len` bytes in receive slot `from`: for an echo the request's
+    /// bytes, else what the slot holds. Returns the reply's length.
+    pub fn stage_reply(
+        &mut self,
+        region: &mut [u8],
+        layout: &RingLayout,
+        answer: Answer,
+        from: usize,
+        len: usize,
+        to: usize,
+    ) -> usize {
+        if answer == Answer::Echo {
+            let src = layout.offset(Slot::Recv(from));
+            region.copy_within(src..src + len, layout.offset(Slot::Send(to)));
+            if let Some(held) = self.held.get_mut(to) {
+                *held = None;
+            }
         }
+        answer.reply_len(len)
     }
 }
 
@@ -484,16 +499,42 @@ mod tests {
         slots.fill(0, &mut slot, &Packet::Borrowed(b"ab"));
         assert_eq!(&slot, b"abcdef\0\0");
         let shared = Packet::Shared(payload.clone());
-        slots.fill(0, &mut slot, &shared);
-        slot[0] = b'X';
-        slots.overwritten(0);
-        slots.fill(0, &mut slot, &shared);
-        assert_eq!(&slot, b"abcdefgh");
         // A slot past those counted is filled every time, and remembered by none.
         slots.fill(5, &mut slot, &shared);
         slot[0] = b'X';
         slots.fill(5, &mut slot, &shared);
         assert_eq!(&slot, b"abcdefgh");
+    }
+
+    #[test]
+    fn an_echo_staged_in_a_send_slot_is_the_request_and_the_slot_is_filled_again_after() {
+        let layout = RingLayout {
+            slot_bytes: 8,
+            send: 2,
+            recv: 2,
+        };
+        let mut region = vec![0u8; layout.region_bytes()];
+        let mut slots = SendSlots::new(layout.send);
+        let shared = Packet::Shared(Bytes::from_static(b"abcdefgh"));
+        let send0 = layout.offset(Slot::Send(0));
+        slots.fill(0, &mut region[send0..send0 + 8], &shared);
+        let recv1 = layout.offset(Slot::Recv(1));
+        region[recv1..recv1 + 8].copy_from_slice(b"XYZ12345");
+        let n = slots.stage_reply(&mut region, &layout, Answer::Echo, 1, 3, 0);
+        assert_eq!((n, &region[send0..send0 + 8]), (3, &b"XYZdefgh"[..]));
+        slots.fill(0, &mut region[send0..send0 + 8], &shared);
+        assert_eq!(&region[send0..send0 + 8], b"abcdefgh");
+        // Other answers leave the slot as it is.
+        assert_eq!(
+            slots.stage_reply(&mut region, &layout, Answer::Ack, 1, 3, 0),
+            1
+        );
+        let sized = slots.stage_reply(&mut region, &layout, Answer::Sized(6), 1, 3, 0);
+        assert_eq!((sized, &region[send0..send0 + 8]), (6, &b"abcdefgh"[..]));
+        // ... and it still holds the shared bytes, so they are not copied in again.
+        region[send0] = b'Q';
+        slots.fill(0, &mut region[send0..send0 + 8], &shared);
+        assert_eq!(&region[send0..send0 + 8], b"Qbcdefgh");
     }
 
     #[test]

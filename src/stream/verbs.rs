@@ -1059,13 +1059,9 @@ impl QpEndpoint {
         let (Some(i), Some(credits)) = (self.send_free.pop(), self.credits.take()) else {
             return Err(io::Error::other("send slot vanished"));
         };
-        let off = self.layout.offset(Slot::Send(i));
-        if answer == Answer::Echo {
-            let from = self.layout.offset(Slot::Recv(slot));
-            self.region.copy_within(from..from + len, off);
-            self.send_slots.overwritten(i);
-        }
-        let n = answer.reply_len(len);
+        let n = self
+            .send_slots
+            .stage_reply(&mut self.region, &self.layout, answer, slot, len, i);
         let target = self.write_target();
         // Counted now, as an ACK is: the receiving end's figures are read once the FIN
         // arrived, which may be before this send's completion.

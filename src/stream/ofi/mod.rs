@@ -668,17 +668,11 @@ impl Endpoint {
         deadline: Deadline,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        let mut backoff = Backoff::new();
-        let (slot, addr, key) = loop {
-            if let Some(r) = &mut self.remote {
-                if let Some((slot, addr)) = r.take() {
-                    break (slot, addr, r.key());
-                }
-            }
-            if self.poll(stats)? == 0 {
-                backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
-            }
-        };
+        let (slot, addr, key) = self.wait_until(deadline, stats, |e| {
+            let r = e.remote.as_mut()?;
+            let (slot, addr) = r.take()?;
+            Some((slot, addr, r.key()))
+        })?;
         let data = write_data(slot, len);
         let (buf, ctx) = (self.slot_ptr(Slot::Send(i)), self.context(Slot::Send(i)));
         loop {
@@ -845,10 +839,21 @@ impl Endpoint {
 
     /// Takes a free control slot, waiting for one.
     fn control_slot(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<usize> {
+        self.wait_until(deadline, stats, |e| e.control_free.pop())
+    }
+
+    /// Reads completions (backing off while there are none) until `take` gives
+    /// something.
+    fn wait_until<T>(
+        &mut self,
+        deadline: Deadline,
+        stats: &mut StreamStats,
+        mut take: impl FnMut(&mut Endpoint) -> Option<T>,
+    ) -> io::Result<T> {
         let mut backoff = Backoff::new();
         loop {
-            if let Some(i) = self.control_free.pop() {
-                return Ok(i);
+            if let Some(t) = take(self) {
+                return Ok(t);
             }
             if self.poll(stats)? == 0 {
                 backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
@@ -866,15 +871,7 @@ impl Endpoint {
         deadline: Deadline,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        let mut backoff = Backoff::new();
-        let (slot, len) = loop {
-            if let Some(reply) = self.reply.take() {
-                break reply;
-            }
-            if self.poll(stats)? == 0 {
-                backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
-            }
-        };
+        let (slot, len) = self.wait_until(deadline, stats, |e| e.reply.take())?;
         stats.send_latency.record_since(start);
         self.awaiting = false;
         let off = self.layout.offset(Slot::Recv(slot));
@@ -903,22 +900,10 @@ impl Endpoint {
             stats.bytes_sent += 1;
             return Ok(());
         }
-        let mut backoff = Backoff::new();
-        let i = loop {
-            if let Some(i) = self.send_free.pop() {
-                break i;
-            }
-            if self.poll(stats)? == 0 {
-                backoff.wait(Deadline::Never, &self.abort, self.watch.as_deref())?;
-            }
-        };
-        let off = self.layout.offset(Slot::Send(i));
-        if answer == Answer::Echo {
-            let from = self.layout.offset(Slot::Recv(slot));
-            self.region.copy_within(from..from + len, off);
-            self.send_slots.overwritten(i);
-        }
-        let n = answer.reply_len(len);
+        let i = self.wait_until(Deadline::Never, stats, |e| e.send_free.pop())?;
+        let n = self
+            .send_slots
+            .stage_reply(&mut self.region, &self.layout, answer, slot, len, i);
         // Counted now, as an ACK is: the receiving end's figures are read once the FIN
         // arrived, which may be before this send's completion.
         self.send_len[i] = 0;
@@ -937,15 +922,7 @@ impl Endpoint {
         stats: &mut StreamStats,
     ) -> io::Result<()> {
         for chunk in packet.chunks(self.layout.slot_bytes) {
-            let mut backoff = Backoff::new();
-            let i = loop {
-                if let Some(i) = self.send_free.pop() {
-                    break i;
-                }
-                if self.poll(stats)? == 0 {
-                    backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
-                }
-            };
+            let i = self.wait_until(deadline, stats, |e| e.send_free.pop())?;
             let off = self.layout.offset(Slot::Send(i));
             let slot = &mut self.region[off..off + self.layout.slot_bytes];
             self.send_slots.fill(i, slot, &chunk);
@@ -965,12 +942,7 @@ impl Endpoint {
             match self.answer {
                 None => {}
                 Some(Answer::Ack) => {
-                    let mut backoff = Backoff::new();
-                    while self.acks == 0 {
-                        if self.poll(stats)? == 0 {
-                            backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
-                        }
-                    }
+                    self.wait_until(deadline, stats, |e| (e.acks > 0).then_some(()))?;
                     self.acks -= 1;
                     stats.bytes_received += 1;
                     stats.send_latency.record_since(start);
@@ -983,27 +955,21 @@ impl Endpoint {
 
     /// Waits until every posted send completed, then sends the FIN and waits for it.
     pub fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()> {
-        let mut backoff = Backoff::new();
-        while self.send_free.len() < self.layout.send {
-            if self.poll(stats)? == 0 {
-                backoff.wait(deadline, &self.abort, self.watch.as_deref())?;
-            }
-        }
+        let send = self.layout.send;
+        self.wait_until(deadline, stats, |e| {
+            (e.send_free.len() >= send).then_some(())
+        })?;
         let c = self.control_slot(deadline, stats)?;
         let fin = control_data(KIND_FIN, self.msgs_sent);
         self.post_send(Slot::Control(c), 0, Some(fin), stats)?;
-        let mut backoff = Backoff::new();
-        while self.control_free.len() < CONTROL_SLOTS {
-            if self.poll(stats)? == 0 {
-                match backoff.wait(deadline, &self.abort, self.watch.as_deref()) {
-                    // Every data send completed (delivered) above; a peer that closed
-                    // after reading the FIN may not have acknowledged it.
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => return Ok(()),
-                    other => other?,
-                }
-            }
+        let all_back = |e: &mut Endpoint| (e.control_free.len() >= CONTROL_SLOTS).then_some(());
+        match self.wait_until(deadline, stats, all_back) {
+            // Every data send completed (delivered) above; a peer that closed after
+            // reading the FIN may not have acknowledged it. (A failed poll is never
+            // `ConnectionAborted`: libfabric's errors are `Other`.)
+            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => Ok(()),
+            other => other,
         }
-        Ok(())
     }
 
     /// Watches `sock`, the TCP connection to the peer, to notice when the peer is gone.
