@@ -333,8 +333,13 @@ fn bad_input_on_the_iperf3_port_ends_in_time_and_the_server_goes_on() {
     let answer = closed_within(big, 3);
     assert_eq!(answer.first(), Some(&9), "PARAM_EXCHANGE first");
     assert_eq!(answer.get(1), Some(&0xfe), "then SERVER_ERROR: {answer:?}");
-    // A truncated one: closed within the control time-out.
+    // A truncated one: closed within the control time-out (10 s). Its own read waits
+    // longer, so that the server's close ends it: a read that timed out first would
+    // leave the session open while the next connection arrives.
     let mut short = connect();
+    short
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
     short.write_all(&cookie(2)).expect("cookie");
     short.write_all(&100u32.to_be_bytes()).expect("length");
     short.write_all(b"{\"tcp\":").expect("part");
