@@ -224,8 +224,10 @@ pub fn run(
         let (abort, registry) = (abort.clone(), registry.clone());
         move || {
             let result = measure(&client, abort, registry);
-            let _ = done.send(result);
+            // Given back before the answer goes: a scraper that reads the exporter's
+            // counters after its probe's answer sees the probe ended.
             drop(place);
+            let _ = done.send(result);
         }
     };
     std::thread::Builder::new()
