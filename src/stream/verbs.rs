@@ -47,21 +47,24 @@ use super::ring::{Answer, Credits, Imm, ImmKind, Packet, RemoteRing, RingLayout,
 use super::ring::{CONTROL_SLOT_BYTES, CREDIT_RING_MIN, RING_SLOTS_MAX};
 use super::{Deadline, StreamOptions};
 use crate::stats::StreamStats;
+use rdma_mummy_sys::{
+    ibv_poll_cq, ibv_post_recv, ibv_post_send, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge,
+    ibv_wc, ibv_wr_opcode, rdma_t,
+};
 use serde::{Deserialize, Serialize};
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
-use sideway::ibverbs::completion::{BasicCompletionQueue, PollCompletionQueueError};
+use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionQueue};
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::{DeviceContext, LinkLayer, Mtu, PortState};
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::protection_domain::ProtectionDomain;
-use sideway::ibverbs::queue_pair::{
-    BasicQueuePair, PostSendGuard, QueuePair, QueuePairAttribute, QueuePairState, SetInlineData,
-    SetScatterGatherEntry, WorkRequestFlags,
-};
+use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair, QueuePairAttribute, QueuePairState};
 use sideway::ibverbs::AccessFlags;
 use std::collections::VecDeque;
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv6Addr, TcpStream};
+use std::ptr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
@@ -387,7 +390,12 @@ pub trait QpOps: Send {
     fn poll(&mut self, region: &mut [u8], out: &mut Vec<Completion>) -> Result<(), VerbsError>;
 }
 
-/// A queue pair on a device, through sideway.
+/// Completions read from the CQ per poll.
+const POLL_BATCH: usize = 32;
+
+/// A queue pair on a device, through sideway; posting and polling, once per message,
+/// call the provider directly with work requests built on the stack (sideway's guards
+/// allocate several vectors per call, and its poller one per poll).
 pub struct SidewayQp {
     // Declared (so dropped) in this order: the QP before what it uses.
     qp: BasicQueuePair,
@@ -395,6 +403,8 @@ pub struct SidewayQp {
     /// Remote-writable registration of the receive ring alone (`--rdma-write`).
     ring_mr: Option<Arc<MemoryRegion>>,
     cq: Arc<BasicCompletionQueue>,
+    /// Where a poll's completions land.
+    polled: Vec<ibv_wc>,
     _pd: Arc<ProtectionDomain>,
     /// Whatever else must live as long as the QP (rdma_cm's identifier).
     _keep: Option<Box<dyn Send>>,
@@ -422,13 +432,26 @@ impl QpOps for SidewayQp {
     }
 
     fn post_recv(&mut self, wr_id: u64, buf: &mut [u8]) -> Result<(), VerbsError> {
-        let lkey = self.mr.lkey();
-        let mut guard = self.qp.start_post_recv();
-        let wr = guard.construct_wr(wr_id);
-        // SAFETY: `buf` lies in the registered region, which outlives the QP, and fperf
-        // does not touch it until this receive completes.
-        unsafe { wr.setup_sge(lkey, buf.as_mut_ptr() as u64, buf.len() as u32) };
-        guard.post().map_err(|e| dev_err("ibv_post_recv", e))
+        let mut sge = ibv_sge {
+            addr: buf.as_mut_ptr() as u64,
+            length: buf.len() as u32,
+            lkey: self.mr.lkey(),
+        };
+        let mut wr = ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP lives as long as `self`; the provider reads the request and its
+        // scatter entry during the call only. `buf` lies in the registered region, which
+        // outlives the QP, and fperf does not touch it until this receive completes.
+        let ret = unsafe { ibv_post_recv(self.qp.qp().as_ptr(), &mut wr, &mut bad) };
+        match ret {
+            0 => Ok(()),
+            e => Err(dev_err("ibv_post_recv", io::Error::from_raw_os_error(e))),
+        }
     }
 
     fn post_send(
@@ -439,41 +462,68 @@ impl QpOps for SidewayQp {
         imm: u32,
         write_to: Option<(u32, u64)>,
     ) -> Result<(), VerbsError> {
-        let lkey = self.mr.lkey();
-        let mut guard = self.qp.start_post_send();
-        let wr = guard.construct_wr(wr_id, WorkRequestFlags::Signaled);
-        let h = match write_to {
-            Some((rkey, addr)) => wr.setup_write_imm(rkey, addr, imm),
-            None => wr.setup_send_imm(imm),
+        let mut sge = ibv_sge {
+            addr: data.as_ptr() as u64,
+            length: data.len() as u32,
+            lkey: self.mr.lkey(),
         };
+        // SAFETY: an all-zero work request is a valid one (no next, no scatter list).
+        let mut wr: ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
+        wr.wr_id = wr_id;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.imm_data_invalidated_rkey_union.imm_data = imm;
+        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
         if inline {
-            h.setup_inline_data(data);
-        } else {
-            // SAFETY: `data` is in the registered region and is not reused until the
-            // send's completion (its slot is off the free list until then).
-            unsafe { h.setup_sge(lkey, data.as_ptr() as u64, data.len() as u32) };
+            // The provider copies inline data into the work request during the call.
+            wr.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
-        guard.post().map_err(|e| dev_err("ibv_post_send", e))
+        match write_to {
+            Some((rkey, addr)) => {
+                wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+                wr.wr.rdma = rdma_t {
+                    remote_addr: addr,
+                    rkey,
+                };
+            }
+            None => wr.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM,
+        }
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP lives as long as `self`; the provider reads the request during
+        // the call only. `data` is in the registered region and is not reused until the
+        // send's completion (its slot is off the free list until then).
+        let ret = unsafe { ibv_post_send(self.qp.qp().as_ptr(), &mut wr, &mut bad) };
+        match ret {
+            0 => Ok(()),
+            e => Err(dev_err("ibv_post_send", io::Error::from_raw_os_error(e))),
+        }
     }
 
     fn poll(&mut self, _region: &mut [u8], out: &mut Vec<Completion>) -> Result<(), VerbsError> {
-        match self.cq.start_poll() {
-            Ok(poller) => {
-                for wc in poller {
-                    out.push(Completion {
-                        wr_id: wc.wr_id(),
-                        status: wc.status(),
-                        opcode: wc.opcode(),
-                        byte_len: wc.byte_len(),
-                        imm: wc.imm_data(),
-                        vendor_err: wc.vendor_err(),
-                    });
-                }
-                Ok(())
-            }
-            Err(PollCompletionQueueError::CompletionQueueEmpty) => Ok(()),
-            Err(e) => Err(dev_err("ibv_poll_cq", e)),
+        // SAFETY: the CQ lives as long as `self`; the provider writes at most
+        // POLL_BATCH entries into `polled`, which holds that many.
+        let n = unsafe {
+            ibv_poll_cq(
+                self.cq.cq().as_ptr(),
+                POLL_BATCH as i32,
+                self.polled.as_mut_ptr(),
+            )
+        };
+        let n = usize::try_from(n)
+            .map_err(|_| dev_err("ibv_poll_cq", io::Error::from_raw_os_error(-n)))?;
+        for wc in &self.polled[..n.min(POLL_BATCH)] {
+            out.push(Completion {
+                wr_id: wc.wr_id,
+                status: wc.status,
+                opcode: wc.opcode,
+                byte_len: wc.byte_len,
+                // SAFETY: both members are a u32; the provider set `imm_data` when
+                // the completion carries immediate data, and fperf reads it only then.
+                imm: unsafe { wc.imm_data_invalidated_rkey_union.imm_data },
+                vendor_err: wc.vendor_err,
+            });
         }
+        Ok(())
     }
 }
 
@@ -608,6 +658,8 @@ impl QpEndpoint {
             mr,
             ring_mr,
             cq,
+            // SAFETY: `ibv_wc` is plain data, for which all zeros is a value.
+            polled: vec![unsafe { MaybeUninit::<ibv_wc>::zeroed().assume_init() }; POLL_BATCH],
             _pd: pd,
             _keep: keep,
         };
