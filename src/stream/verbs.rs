@@ -1193,10 +1193,12 @@ impl RingEndpoint for QpEndpoint {
             };
             self.post(Slot::Send(i), chunk.len(), imm, target)?;
             self.msgs_sent += 1;
-            // Harvest completions at once so their latency is not inflated.
-            self.poll(stats)?;
             match self.answer {
-                None => {}
+                // Harvest completions at once so their latency is not inflated (an
+                // answered send's latency is its round trip, polled for below).
+                None => {
+                    self.poll(stats)?;
+                }
                 Some(Answer::Ack) => {
                     self.wait_for(deadline, stats, |e| e.acks > 0)?;
                     self.acks -= 1;
