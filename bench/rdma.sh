@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fperf's RDMA paths side by side with perftest (ib_send_bw, ib_write_bw, ib_send_lat,
-# ib_write_lat) and libfabric's fi_pingpong, inside one boot of the Soft-RoCE VM of
+# ib_write_lat), libfabric's fi_pingpong and librdmacm's rstream (rsockets' own
+# benchmark, against fperf's rsocket rows), inside one boot of the Soft-RoCE VM of
 # scripts/softroce/run.sh: both ends of every run in the VM, over rxe0. Every round runs
 # every row once; within a workload the rows alternate (fperf, peer, fperf, peer, ...),
 # top to bottom in odd rounds and bottom to top in even ones. Prints a table of medians
@@ -14,7 +15,8 @@
 #
 # Workloads: send_64k send_1m write_64k write_1m (bandwidth), send_lat_2 send_lat_64
 # write_lat_2 write_lat_64 (round trips). Needs what run.sh needs (QEMU, a Debian kernel
-# package) plus perftest and libfabric-bin (installed with apt-get if missing, as root).
+# package) plus perftest, libfabric-bin and rdmacm-utils (installed with apt-get if
+# missing, as root).
 # The VM's raw output goes to bench/out/rdma-DATE.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,10 +40,11 @@ while [ $# -gt 0 ]; do
 done
 case "$rounds$secs$lat_iters" in *[!0-9]*) echo "bench/rdma.sh: --rounds, --time and --lat-iters take whole numbers" >&2; exit 2 ;; esac
 
-peers=(ib_send_bw ib_write_bw ib_send_lat ib_write_lat fi_pingpong)
+peers=(ib_send_bw ib_write_bw ib_send_lat ib_write_lat fi_pingpong rstream)
 missing=()
 command -v ib_send_bw >/dev/null || missing+=(perftest)
 command -v fi_pingpong >/dev/null || missing+=(libfabric-bin)
+command -v rstream >/dev/null || missing+=(rdmacm-utils)
 if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || { echo "bench/rdma.sh: install ${missing[*]} (apt-get)" >&2; exit 1; }
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -qq \
@@ -70,6 +73,7 @@ send_$s|ib_send_bw|ib_send_bw -s $b $len
 send_$s|fperf cm|-R --rdma-api cm -l $b --time $t
 send_$s|ib_send_bw -R|ib_send_bw -R -s $b $len
 send_$s|fperf rsocket|-R --rdma-api rsocket -l $b --time $t
+send_$s|rstream|rstream -S $b -C $(( (b == 65536 ? 500 : 40) * t )) -I 1
 write_$s|fperf --rdma-write|-R --rdma-write -l $b --time $t
 write_$s|ib_write_bw|ib_write_bw -s $b $len
 EOF
@@ -81,6 +85,7 @@ send_lat_$s|ib_send_lat|ib_send_lat -s $s -n $n
 send_lat_$s|fperf cm -r|-R --rdma-api cm -r -l $s --time $t
 send_lat_$s|ib_send_lat -R|ib_send_lat -R -s $s -n $n
 send_lat_$s|fperf rsocket -r|-R --rdma-api rsocket -r -l $s --time $t
+send_lat_$s|rstream|rstream -S $s -C 1 -I $n
 send_lat_$s|fperf ofi -r|-R --rdma-api ofi --ofi-provider verbs -r -l $s --time $t
 send_lat_$s|fi_pingpong|fi_pingpong -p verbs -e rdm -S $s -I $((n / 5))
 write_lat_$s|fperf --rdma-write -r|-R --rdma-write -r -l $s --time $t
@@ -119,6 +124,15 @@ run_row() {
       wait_port $port
       # shellcheck disable=SC2086
       timeout 60 fperf -c "$VM_IP" -p $port --json $fperf_pin $how >/tmp/client.out 2>&1
+      ;;
+    rstream*)
+      # rsockets listen in rdma_cm's port space: no TCP port to wait for.
+      # shellcheck disable=SC2086
+      timeout 60 $server_pin $how -p $port >/tmp/server.out 2>&1 &
+      srv=$!
+      sleep 1
+      # shellcheck disable=SC2086
+      timeout 60 $client_pin $how -s "$VM_IP" -p $port >/tmp/client.out 2>&1
       ;;
     fi_pingpong*)
       # shellcheck disable=SC2086

@@ -8,18 +8,19 @@ import re
 import statistics
 import sys
 
-# Each fperf row's peer, by workload kind: the perftest program run the same way
-# (rdma_cm with -R where fperf's row connects with rdma_cm), or libfabric's own test.
+# Each fperf row's peers, by workload kind: the perftest program run the same way
+# (rdma_cm with -R where fperf's row connects with rdma_cm), or the library's own test
+# (libfabric's fi_pingpong, librdmacm's rstream for rsockets).
 PEER = {
-    "fperf ibverbs": "ib_send_bw",
-    "fperf cm": "ib_send_bw -R",
-    "fperf rsocket": "ib_send_bw -R",
-    "fperf --rdma-write": "ib_write_bw",
-    "fperf ibverbs -r": "ib_send_lat",
-    "fperf cm -r": "ib_send_lat -R",
-    "fperf rsocket -r": "ib_send_lat -R",
-    "fperf ofi -r": "fi_pingpong",
-    "fperf --rdma-write -r": "ib_write_lat",
+    "fperf ibverbs": ["ib_send_bw"],
+    "fperf cm": ["ib_send_bw -R"],
+    "fperf rsocket": ["ib_send_bw -R", "rstream"],
+    "fperf --rdma-write": ["ib_write_bw"],
+    "fperf ibverbs -r": ["ib_send_lat"],
+    "fperf cm -r": ["ib_send_lat -R"],
+    "fperf rsocket -r": ["ib_send_lat -R", "rstream"],
+    "fperf ofi -r": ["fi_pingpong"],
+    "fperf --rdma-write -r": ["ib_write_lat"],
 }
 TITLE = {
     "send_64k": "SEND bandwidth, 64 KiB messages (Mbit/s)",
@@ -72,6 +73,16 @@ def parse_pingpong(text):
     return None
 
 
+def parse_rstream(text, lat):
+    for line in text.splitlines():
+        f = line.split()
+        # name size xfers iters total time Gb/sec usec/xfer; usec/xfer is half a round
+        # trip with one transfer each way (a mean only).
+        if len(f) == 8 and f[5].endswith("s") and f[0] != "name":
+            return {"avg": 2 * float(f[7])} if lat else {"mbps": float(f[6]) * 1e3}
+    return None
+
+
 def main(path):
     text = open(path, encoding="utf-8", errors="replace").read()
     runs = {}  # (workload, contender) -> {round: figures}
@@ -87,6 +98,8 @@ def main(path):
             fig = parse_fperf(body)
         elif c.startswith("fi_pingpong"):
             fig = parse_pingpong(body)
+        elif c.startswith("rstream"):
+            fig = parse_rstream(body, "_lat_" in w)
         else:
             fig = parse_perftest(body)
         if rc != 0 or fig is None or not all(map(math.isfinite, fig.values())):
@@ -123,15 +136,21 @@ def main(path):
         for key in (k for k in order if k[0] == w):
             c = key[1]
             n = f"{len(runs[key])}/{len(runs[key]) + len(failed.get(key, []))}"
-            peer = (w, PEER[c]) if c in PEER and (w, PEER[c]) in runs else None
+            peers = [(w, p) for p in PEER.get(c, []) if (w, p) in runs]
+
+            def named(what):
+                # A second peer's ratio follows the first's, named (if it has the figure).
+                parts = [(k, p, ratio(key, p, what)) for k, p in enumerate(peers)]
+                return "; ".join(
+                    r + (f" vs {p[1]}" if k else "") for k, p, r in parts if k == 0 or r != "-"
+                )
+
             if lat:
-                r50 = ratio(key, peer, "p50") if peer else ""
-                ravg = ratio(key, peer, "avg") if peer else ""
+                r50, ravg = named("p50"), named("avg")
                 print(f"{c:28} {fmt(med(key, 'p50')):>9} {fmt(med(key, 'p99')):>9} "
                       f"{fmt(med(key, 'avg')):>9}  {n:>4}  {r50:24} {ravg}")
             else:
-                r = ratio(key, peer, "mbps") if peer else ""
-                print(f"{c:28} {fmt(med(key, 'mbps')):>9}  {n:>4}  {r}")
+                print(f"{c:28} {fmt(med(key, 'mbps')):>9}  {n:>4}  {named('mbps')}")
     for key, fails in failed.items():
         for rnd, rc, tail in fails:
             print(f"failed: {key[0]} {key[1]} round {rnd} (exit {rc}): {' / '.join(tail)}")
