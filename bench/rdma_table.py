@@ -139,10 +139,11 @@ def main(path):
             peers = [(w, p) for p in PEER.get(c, []) if (w, p) in runs]
 
             def named(what):
-                # A second peer's ratio follows the first's, named (if it has the figure).
-                parts = [(k, p, ratio(key, p, what)) for k, p in enumerate(peers)]
+                # The first peer's ratio, then any other's that has the figure, named.
+                first = PEER.get(c, [None])[0]
+                parts = [(p[1], ratio(key, p, what)) for p in peers]
                 return "; ".join(
-                    r + (f" vs {p[1]}" if k else "") for k, p, r in parts if k == 0 or r != "-"
+                    r + ("" if p == first else f" vs {p}") for p, r in parts if p == first or r != "-"
                 )
 
             if lat:
