@@ -448,10 +448,7 @@ impl QpOps for SidewayQp {
         // scatter entry during the call only. `buf` lies in the registered region, which
         // outlives the QP, and fperf does not touch it until this receive completes.
         let ret = unsafe { ibv_post_recv(self.qp.qp().as_ptr(), &mut wr, &mut bad) };
-        match ret {
-            0 => Ok(()),
-            e => Err(dev_err("ibv_post_recv", io::Error::from_raw_os_error(e))),
-        }
+        posted("ibv_post_recv", ret)
     }
 
     fn post_send(
@@ -493,10 +490,7 @@ impl QpOps for SidewayQp {
         // the call only. `data` is in the registered region and is not reused until the
         // send's completion (its slot is off the free list until then).
         let ret = unsafe { ibv_post_send(self.qp.qp().as_ptr(), &mut wr, &mut bad) };
-        match ret {
-            0 => Ok(()),
-            e => Err(dev_err("ibv_post_send", io::Error::from_raw_os_error(e))),
-        }
+        posted("ibv_post_send", ret)
     }
 
     fn poll(&mut self, _region: &mut [u8], out: &mut Vec<Completion>) -> Result<(), VerbsError> {
@@ -524,6 +518,14 @@ impl QpOps for SidewayQp {
             });
         }
         Ok(())
+    }
+}
+
+/// A post's return code (0, or an errno value) as a result.
+fn posted(call: &str, ret: i32) -> Result<(), VerbsError> {
+    match ret {
+        0 => Ok(()),
+        e => Err(dev_err(call, io::Error::from_raw_os_error(e))),
     }
 }
 

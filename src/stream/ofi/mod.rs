@@ -913,128 +913,9 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Sends one packet (as many messages as slots it fills); with MPRTT waits for the
-    /// ACK or reply of each.
-    pub fn send_packet(
-        &mut self,
-        packet: Packet<'_>,
-        deadline: Deadline,
-        stats: &mut StreamStats,
-    ) -> io::Result<()> {
-        for chunk in packet.chunks(self.layout.slot_bytes) {
-            let i = self.wait_until(deadline, stats, |e| e.send_free.pop())?;
-            let off = self.layout.offset(Slot::Send(i));
-            let slot = &mut self.region[off..off + self.layout.slot_bytes];
-            self.send_slots.fill(i, slot, &chunk);
-            let start = Instant::now();
-            self.send_posted_at[i] = start;
-            self.send_len[i] = chunk.len();
-            // Before the post: a reply may arrive with the send's own completion.
-            self.awaiting = matches!(self.answer, Some(Answer::Echo | Answer::Sized(_)));
-            if self.remote.is_some() {
-                self.post_write(i, chunk.len(), deadline, stats)?;
-            } else {
-                self.post_send(Slot::Send(i), chunk.len(), None, stats)?;
-            }
-            self.msgs_sent += 1;
-            // Harvest completions at once so their latency is not inflated.
-            self.poll(stats)?;
-            match self.answer {
-                None => {}
-                Some(Answer::Ack) => {
-                    self.wait_until(deadline, stats, |e| (e.acks > 0).then_some(()))?;
-                    self.acks -= 1;
-                    stats.bytes_received += 1;
-                    stats.send_latency.record_since(start);
-                }
-                Some(answer) => self.await_reply(answer, &chunk, start, deadline, stats)?,
-            }
-        }
-        Ok(())
-    }
-
-    /// Waits until every posted send completed, then sends the FIN and waits for it.
-    pub fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()> {
-        let send = self.layout.send;
-        self.wait_until(deadline, stats, |e| {
-            (e.send_free.len() >= send).then_some(())
-        })?;
-        let c = self.control_slot(deadline, stats)?;
-        let fin = control_data(KIND_FIN, self.msgs_sent);
-        self.post_send(Slot::Control(c), 0, Some(fin), stats)?;
-        let all_back = |e: &mut Endpoint| (e.control_free.len() >= CONTROL_SLOTS).then_some(());
-        match self.wait_until(deadline, stats, all_back) {
-            // Every data send completed (delivered) above; a peer that closed after
-            // reading the FIN may not have acknowledged it. (A failed poll is never
-            // `ConnectionAborted`: libfabric's errors are `Other`.)
-            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => Ok(()),
-            other => other,
-        }
-    }
-
     /// Watches `sock`, the TCP connection to the peer, to notice when the peer is gone.
     pub fn set_watch(&mut self, sock: Arc<std::net::TcpStream>) {
         self.watch = Some(sock);
-    }
-
-    /// Whether the peer ended the stream and every message it sent was consumed.
-    pub fn at_eof(&self) -> bool {
-        self.fin == Some(self.msgs_received) && self.ready.is_empty()
-    }
-
-    /// Takes received data, at most `buf.len()` bytes, if there is some (reading
-    /// completions first if there is none), copied into `buf` if `copy_out`; with MPRTT
-    /// answers each new message with an ACK.
-    pub fn try_recv(
-        &mut self,
-        buf: &mut [u8],
-        copy_out: bool,
-        stats: &mut StreamStats,
-    ) -> io::Result<Option<usize>> {
-        if self.ready.is_empty() {
-            self.poll(stats)?;
-        }
-        let Some(&Ready { slot, len, written }) = self.ready.front() else {
-            return Ok(None);
-        };
-        if let (0, Some(answer)) = (self.consumed, self.answer) {
-            self.answer_request(answer, slot, len, stats)?;
-        }
-        let off = self.layout.offset(Slot::Recv(slot)) + self.consumed;
-        let n = (len - self.consumed).min(buf.len());
-        if copy_out {
-            buf[..n].copy_from_slice(&self.region[off..off + n]);
-        }
-        self.consumed += n;
-        if self.consumed == len {
-            self.consumed = 0;
-            self.ready.pop_front();
-            if written {
-                self.uncredited += 1;
-                // Credit back in batches: half a ring at a time, or when idle.
-                if self.uncredited as usize >= (self.layout.recv / 2).max(1)
-                    || self.ready.is_empty()
-                {
-                    let c = self.control_slot(Deadline::Never, stats)?;
-                    let credit = control_data(KIND_CREDIT, self.uncredited);
-                    self.uncredited = 0;
-                    self.post_send(Slot::Control(c), 0, Some(credit), stats)?;
-                }
-            } else {
-                self.post_recv(slot)?;
-            }
-        }
-        Ok(Some(n))
-    }
-
-    /// The endpoint's address, readable.
-    pub fn local_addr(&self) -> String {
-        describe_name(&self.name)
-    }
-
-    /// The peer's address, readable.
-    pub fn peer_addr(&self) -> String {
-        describe_name(&self.peer_name)
     }
 }
 
@@ -1101,15 +982,58 @@ impl RingEndpoint for Endpoint {
         deadline: Deadline,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        Endpoint::send_packet(self, packet, deadline, stats)
+        for chunk in packet.chunks(self.layout.slot_bytes) {
+            let i = self.wait_until(deadline, stats, |e| e.send_free.pop())?;
+            let off = self.layout.offset(Slot::Send(i));
+            let slot = &mut self.region[off..off + self.layout.slot_bytes];
+            self.send_slots.fill(i, slot, &chunk);
+            let start = Instant::now();
+            self.send_posted_at[i] = start;
+            self.send_len[i] = chunk.len();
+            // Before the post: a reply may arrive with the send's own completion.
+            self.awaiting = matches!(self.answer, Some(Answer::Echo | Answer::Sized(_)));
+            if self.remote.is_some() {
+                self.post_write(i, chunk.len(), deadline, stats)?;
+            } else {
+                self.post_send(Slot::Send(i), chunk.len(), None, stats)?;
+            }
+            self.msgs_sent += 1;
+            // Harvest completions at once so their latency is not inflated.
+            self.poll(stats)?;
+            match self.answer {
+                None => {}
+                Some(Answer::Ack) => {
+                    self.wait_until(deadline, stats, |e| (e.acks > 0).then_some(()))?;
+                    self.acks -= 1;
+                    stats.bytes_received += 1;
+                    stats.send_latency.record_since(start);
+                }
+                Some(answer) => self.await_reply(answer, &chunk, start, deadline, stats)?,
+            }
+        }
+        Ok(())
     }
 
     fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()> {
-        Endpoint::finish(self, deadline, stats)
+        let send = self.layout.send;
+        self.wait_until(deadline, stats, |e| {
+            (e.send_free.len() >= send).then_some(())
+        })?;
+        let c = self.control_slot(deadline, stats)?;
+        let fin = control_data(KIND_FIN, self.msgs_sent);
+        self.post_send(Slot::Control(c), 0, Some(fin), stats)?;
+        let all_back = |e: &mut Endpoint| (e.control_free.len() >= CONTROL_SLOTS).then_some(());
+        match self.wait_until(deadline, stats, all_back) {
+            // Every data send completed (delivered) above; a peer that closed after
+            // reading the FIN may not have acknowledged it. (A failed poll is never
+            // `ConnectionAborted`: libfabric's errors are `Other`.)
+            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => Ok(()),
+            other => other,
+        }
     }
 
     fn at_eof(&self) -> bool {
-        Endpoint::at_eof(self)
+        self.fin == Some(self.msgs_received) && self.ready.is_empty()
     }
 
     fn try_recv(
@@ -1118,15 +1042,48 @@ impl RingEndpoint for Endpoint {
         copy_out: bool,
         stats: &mut StreamStats,
     ) -> io::Result<Option<usize>> {
-        Endpoint::try_recv(self, buf, copy_out, stats)
+        if self.ready.is_empty() {
+            self.poll(stats)?;
+        }
+        let Some(&Ready { slot, len, written }) = self.ready.front() else {
+            return Ok(None);
+        };
+        if let (0, Some(answer)) = (self.consumed, self.answer) {
+            self.answer_request(answer, slot, len, stats)?;
+        }
+        let off = self.layout.offset(Slot::Recv(slot)) + self.consumed;
+        let n = (len - self.consumed).min(buf.len());
+        if copy_out {
+            buf[..n].copy_from_slice(&self.region[off..off + n]);
+        }
+        self.consumed += n;
+        if self.consumed == len {
+            self.consumed = 0;
+            self.ready.pop_front();
+            if written {
+                self.uncredited += 1;
+                // Credit back in batches: half a ring at a time, or when idle.
+                if self.uncredited as usize >= (self.layout.recv / 2).max(1)
+                    || self.ready.is_empty()
+                {
+                    let c = self.control_slot(Deadline::Never, stats)?;
+                    let credit = control_data(KIND_CREDIT, self.uncredited);
+                    self.uncredited = 0;
+                    self.post_send(Slot::Control(c), 0, Some(credit), stats)?;
+                }
+            } else {
+                self.post_recv(slot)?;
+            }
+        }
+        Ok(Some(n))
     }
 
     fn local_addr(&self) -> String {
-        Endpoint::local_addr(self)
+        describe_name(&self.name)
     }
 
     fn peer_addr(&self) -> String {
-        Endpoint::peer_addr(self)
+        describe_name(&self.peer_name)
     }
 
     fn watch(&self) -> Option<Arc<std::net::TcpStream>> {
