@@ -998,10 +998,12 @@ impl RingEndpoint for Endpoint {
                 self.post_send(Slot::Send(i), chunk.len(), None, stats)?;
             }
             self.msgs_sent += 1;
-            // Harvest completions at once so their latency is not inflated.
-            self.poll(stats)?;
             match self.answer {
-                None => {}
+                // Harvest completions at once so their latency is not inflated (an
+                // answered send's latency is its round trip, polled for below).
+                None => {
+                    self.poll(stats)?;
+                }
                 Some(Answer::Ack) => {
                     self.wait_until(deadline, stats, |e| (e.acks > 0).then_some(()))?;
                     self.acks -= 1;
