@@ -161,7 +161,7 @@ fn run(config: Config) -> Result<ExitCode> {
             if let Some(addr) = exporter.local_addr() {
                 outln!("Exporter listening on http://{addr}/ (probes: /probe?target=HOST[:PORT])");
             }
-            exporter.run(&interrupted, Arc::new(log_exporter_event))?;
+            exporter.run(&interrupted, Arc::new(log_exporter_event));
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -233,6 +233,9 @@ fn log_exporter_event(event: ExporterEvent) {
         }
         ExporterEvent::ProbeRefused { max } => {
             eprintln!("fperf exporter: probe refused: {max} probes are running (--max-probes)")
+        }
+        ExporterEvent::ConnectionRefused { peer, crowded } => {
+            eprintln!("fperf exporter: connection from {peer} refused: {crowded}")
         }
     }
 }

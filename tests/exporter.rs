@@ -23,7 +23,12 @@ struct Exporter {
 
 impl Exporter {
     fn start(args: &[&str]) -> Exporter {
-        let mut child = Command::new(fperf_bin())
+        Exporter::start_command(Command::new(fperf_bin()), args)
+    }
+
+    /// Starts `command`, which runs fperf, as an exporter.
+    fn start_command(mut command: Command, args: &[&str]) -> Exporter {
+        let mut child = command
             .args(["exporter", "--listen", "127.0.0.1:0"])
             .args(args)
             .stdin(Stdio::null())
@@ -390,6 +395,94 @@ fn probes_beyond_the_most_at_once_are_refused_with_429() {
     );
     assert_eq!(own.get("fperf_exporter_probes_running"), 0.0);
     assert!(exporter.logged(|l| l.contains("probe refused")));
+}
+
+/// Connections that never send a request, from `source`, until one is turned away with
+/// 503 (returned) or `most` are open.
+fn idle_connections(to: SocketAddr, source: &str, most: usize) -> (Vec<TcpStream>, Option<String>) {
+    let mut open = Vec::new();
+    while open.len() < most {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        let from: SocketAddr = format!("{source}:0").parse().expect("source address");
+        sock.bind(&from.into()).expect("bind the source address");
+        sock.connect_timeout(&to.into(), Duration::from_secs(5))
+            .expect("connect");
+        let mut conn: TcpStream = sock.into();
+        // A connection the exporter turned away has its answer at once.
+        conn.set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("read time-out");
+        let mut answer = String::new();
+        if conn.read_to_string(&mut answer).is_ok() {
+            return (open, Some(answer));
+        }
+        open.push(conn);
+    }
+    (open, None)
+}
+
+#[test]
+fn connections_that_send_no_request_are_capped_and_do_not_crowd_out_a_scraper() {
+    let exporter = Exporter::start(&[]);
+    let (idle, refused) = idle_connections(exporter.addr, "127.0.0.2", 200);
+    let refused = refused.expect("a connection beyond the cap is refused");
+    assert!(refused.starts_with("HTTP/1.1 503 "), "{refused}");
+    assert!(refused.contains("too many connections"), "{refused}");
+    assert!(idle.len() >= 4, "only {} idle connections held", idle.len());
+
+    // Another address is still answered while they wait.
+    let (status, body) = exporter.get("/metrics");
+    assert_eq!(status, 200, "{body}");
+    assert!(Metrics::parse(&body).get("fperf_exporter_connections_refused_total") >= 1.0);
+    assert!(exporter.logged(|l| l.contains("connection from 127.0.0.2") && l.contains("refused")));
+
+    // A connection that sends half a request is told so, then closed.
+    let mut slow = TcpStream::connect(exporter.addr).expect("connect");
+    slow.write_all(b"GET /metrics HTTP/1.1\r\n").expect("send");
+    slow.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("read time-out");
+    let mut answer = String::new();
+    slow.read_to_string(&mut answer).expect("read the answer");
+    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+    drop(idle);
+}
+
+#[test]
+fn running_out_of_descriptors_does_not_stop_the_exporter() {
+    let mut command = Command::new(fperf_bin());
+    // SAFETY: setrlimit is async-signal-safe, and `few` lives on the child's stack.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            let few = libc::rlimit {
+                rlim_cur: 48,
+                rlim_max: 48,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &few) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let exporter = Exporter::start_command(command, &[]);
+    // More connections than the exporter has descriptors, from addresses enough that
+    // the per-address caps do not turn them away first.
+    let idle: Vec<TcpStream> = (2..6)
+        .flat_map(|host| idle_connections(exporter.addr, &format!("127.0.0.{host}"), 15).0)
+        .collect();
+    assert!(idle.len() >= 48, "{} connections", idle.len());
+    drop(idle);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, body) = exporter.get("/metrics");
+        if status == 200 {
+            assert!(Metrics::parse(&body).has("fperf_exporter_probes_total{result=\"success\"}"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status}: {body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(exporter.get("/").0, 200);
 }
 
 #[test]

@@ -4,20 +4,23 @@
 //!
 //! Whatever a scrape asks for is bounded by the exporter's own limits: the longest test,
 //! the probes at once (more are answered 429 at once, never queued) and the targets it
-//! may test. A probe never outlasts Prometheus's scrape time-out.
+//! may test. A probe never outlasts Prometheus's scrape time-out. What any connection
+//! may cost is bounded by the HTTP front end ([`http`]).
 
+pub mod http;
 pub mod probe;
 
 use crate::auth::AuthKey;
 use crate::output::openmetrics::{self, CONTENT_TYPE};
+use crate::pending::Crowded;
 use anyhow::{Context, Result};
+use http::{Handler, HttpListener, Request, Response};
 use probe::{ProbeError, ProbeRequest};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tiny_http::{Header, Method, Request, Response, Server};
 
 /// The address the exporter listens on unless told otherwise: loopback keeps it to
 /// this host.
@@ -26,8 +29,6 @@ pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr
 pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(10);
 /// Probes running at once unless told otherwise.
 pub const DEFAULT_MAX_PROBES: usize = 4;
-/// How often the accept loop looks at its stop flag.
-const STOP_POLL: Duration = Duration::from_millis(200);
 /// Longest scrape time-out taken from Prometheus's header (its own limit is the scrape
 /// interval; a larger value is someone else's).
 const MAX_SCRAPE_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -72,119 +73,118 @@ pub enum ExporterEvent<'a> {
     },
     /// A probe was refused: `max` were running.
     ProbeRefused { max: usize },
+    /// A connection was turned away, as `crowded` says, before its request was read.
+    ConnectionRefused { peer: SocketAddr, crowded: Crowded },
 }
 
-/// Where the exporter's events go; called from the probes' threads.
+/// Where the exporter's events go; called from its accept loop and its requests' threads.
 pub type Log = Arc<dyn Fn(ExporterEvent) + Send + Sync>;
 
 /// A bound exporter.
 pub struct Exporter {
-    http: Server,
-    config: Arc<ExporterConfig>,
-    counters: Arc<Counters>,
-    running: Arc<AtomicUsize>,
+    http: HttpListener,
+    shared: Arc<Shared>,
+}
+
+/// What every request's thread reads.
+struct Shared {
+    config: ExporterConfig,
+    counters: Counters,
+    running: AtomicUsize,
 }
 
 impl Exporter {
     /// Listens on `config.listen`.
     pub fn bind(config: ExporterConfig) -> Result<Exporter> {
-        let http = Server::http(config.listen)
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+        let http = HttpListener::bind(config.listen)
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
         Ok(Exporter {
             http,
-            config: Arc::new(config),
-            counters: Arc::new(Counters::new()?),
-            running: Arc::new(AtomicUsize::new(0)),
+            shared: Arc::new(Shared {
+                config,
+                counters: Counters::new()?,
+                running: AtomicUsize::new(0),
+            }),
         })
     }
 
     /// The address it listens on (with the port the kernel chose for port 0).
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.http.server_addr().to_ip()
+        self.http.local_addr().ok()
     }
 
-    /// Answers requests until `stop` is set. Probes run on threads of their own, at
-    /// most `max_probes` at once.
-    pub fn run(&self, stop: &AtomicBool, log: Log) -> Result<()> {
-        while !stop.load(Ordering::Relaxed) {
-            let Some(request) = self.http.recv_timeout(STOP_POLL).context("accepting")? else {
-                continue;
-            };
-            self.answer(request, &log);
-        }
-        Ok(())
+    /// Answers requests until `stop` is set, each on a thread of its own; at most
+    /// `max_probes` of them run a probe at once.
+    pub fn run(&self, stop: &AtomicBool, log: Log) {
+        let (shared, answer_log) = (self.shared.clone(), log.clone());
+        let handler: Handler = Arc::new(move |request| answer(&shared, request, &answer_log));
+        let counters = &self.shared.counters;
+        self.http.run(stop, &handler, &|peer, crowded| {
+            counters.connections_refused.inc();
+            log(ExporterEvent::ConnectionRefused { peer, crowded });
+        });
     }
+}
 
-    fn answer(&self, request: Request, log: &Log) {
-        let url = request.url().to_owned();
-        let (path, query) = url.split_once('?').unwrap_or((&url, ""));
-        if *request.method() != Method::Get {
-            return respond(
-                request,
-                405,
-                "text/plain",
-                b"only GET is answered\n".to_vec(),
-            );
-        }
-        match path {
-            "/probe" => self.probe(request, query.to_owned(), log),
-            "/metrics" => match openmetrics::encode(&self.counters.registry) {
-                Ok(text) => respond(request, 200, CONTENT_TYPE, text),
-                Err(e) => respond(request, 500, "text/plain", format!("{e:#}\n").into_bytes()),
-            },
-            "/" => respond(request, 200, "text/plain", usage().into_bytes()),
-            _ => respond(request, 404, "text/plain", b"not found; see /\n".to_vec()),
-        }
+fn answer(shared: &Arc<Shared>, request: Request, log: &Log) -> Response {
+    if request.method != "GET" {
+        return Response::text(405, "only GET is answered\n");
     }
+    let (path, query) = request
+        .target
+        .split_once('?')
+        .unwrap_or((&request.target, ""));
+    match path {
+        "/probe" => probe(shared, &request, query, log),
+        "/metrics" => match openmetrics::encode(&shared.counters.registry) {
+            Ok(text) => metrics(text),
+            Err(e) => Response::text(500, format!("{e:#}\n")),
+        },
+        "/" => Response::text(200, usage()),
+        _ => Response::text(404, "not found; see /\n"),
+    }
+}
 
-    /// Starts a probe on a thread of its own, or refuses it when `max_probes` run.
-    fn probe(&self, request: Request, query: String, log: &Log) {
-        let max = self.config.max_probes;
-        let Some(place) = Place::take(&self.running, max, &self.counters) else {
-            self.counters.refused.inc();
-            log(ExporterEvent::ProbeRefused { max });
-            let body = format!("too many probes at once: {max} are running\n");
-            return respond(request, 429, "text/plain", body.into_bytes());
-        };
-        let scrape_timeout = scrape_timeout(&request);
-        let (config, counters, probe_log) =
-            (self.config.clone(), self.counters.clone(), log.clone());
-        let probe = move || {
-            let started = Instant::now();
-            let registry = Registry::new();
-            let parsed = ProbeRequest::parse(&query, &config);
-            let result = parsed.clone().and_then(|probe| {
-                let timeout = probe.timeout(scrape_timeout)?;
-                probe::run(&probe, &config, timeout, &registry, place)
-            });
-            let target = parsed.as_ref().map_or("", |p| p.target.as_str());
-            let mut text = Vec::new();
-            if let Err(reason) = &result {
-                probe_log(ExporterEvent::ProbeFailed { target, reason });
-                // A comment: Prometheus skips it, a person reading the page sees why.
-                text = format!("# probe failed: {reason}\n").into_bytes();
-            }
-            let elapsed = started.elapsed();
-            counters.record(result.is_ok(), elapsed);
-            match probe_outcome(&registry, result.is_ok(), elapsed) {
-                Ok(metrics) => {
-                    text.extend(metrics);
-                    respond(request, 200, CONTENT_TYPE, text)
-                }
-                Err(e) => respond(request, 500, "text/plain", format!("{e:#}\n").into_bytes()),
-            }
-        };
-        if let Err(e) = std::thread::Builder::new()
-            .name("fperf-scrape".into())
-            .spawn(probe)
-        {
-            // The closure, request and place included, is gone with the failed spawn.
-            let reason = ProbeError::Test(format!("cannot start a probe: {e}"));
-            log(ExporterEvent::ProbeFailed {
-                target: "",
-                reason: &reason,
-            });
+/// Runs a probe, or refuses it when `max_probes` run.
+fn probe(shared: &Arc<Shared>, request: &Request, query: &str, log: &Log) -> Response {
+    let (config, counters) = (&shared.config, &shared.counters);
+    let max = config.max_probes;
+    let Some(place) = Place::take(shared) else {
+        counters.refused.inc();
+        log(ExporterEvent::ProbeRefused { max });
+        return Response::text(429, format!("too many probes at once: {max} are running\n"));
+    };
+    let started = Instant::now();
+    let registry = Registry::new();
+    let parsed = ProbeRequest::parse(query, config);
+    let result = parsed.clone().and_then(|probe| {
+        let timeout = probe.timeout(scrape_timeout(request))?;
+        probe::run(&probe, config, timeout, &registry, place)
+    });
+    let target = parsed.as_ref().map_or("", |p| p.target.as_str());
+    let mut text = Vec::new();
+    if let Err(reason) = &result {
+        log(ExporterEvent::ProbeFailed { target, reason });
+        // A comment: Prometheus skips it, a person reading the page sees why.
+        text = format!("# probe failed: {reason}\n").into_bytes();
+    }
+    let elapsed = started.elapsed();
+    counters.record(result.is_ok(), elapsed);
+    match probe_outcome(&registry, result.is_ok(), elapsed) {
+        Ok(page) => {
+            text.extend(page);
+            metrics(text)
         }
+        Err(e) => Response::text(500, format!("{e:#}\n")),
+    }
+}
+
+/// A page of metrics.
+fn metrics(body: Vec<u8>) -> Response {
+    Response {
+        status: 200,
+        content_type: CONTENT_TYPE,
+        body,
     }
 }
 
@@ -207,24 +207,15 @@ fn probe_outcome(registry: &Registry, success: bool, elapsed: Duration) -> Resul
 
 /// Prometheus's `X-Prometheus-Scrape-Timeout-Seconds`, when present and sensible.
 fn scrape_timeout(request: &Request) -> Option<Duration> {
-    let header = request
-        .headers()
-        .iter()
-        .find(|h| h.field.equiv("X-Prometheus-Scrape-Timeout-Seconds"))?;
-    let secs: f64 = header.value.as_str().trim().parse().ok()?;
+    let secs: f64 = request
+        .header("X-Prometheus-Scrape-Timeout-Seconds")?
+        .trim()
+        .parse()
+        .ok()?;
     Duration::try_from_secs_f64(secs)
         .ok()
         .filter(|t| !t.is_zero())
         .map(|t| t.min(MAX_SCRAPE_TIMEOUT))
-}
-
-/// Sends one answer; a scraper that went away is no one's concern.
-fn respond(request: Request, status: u16, content_type: &str, body: Vec<u8>) {
-    let mut response = Response::from_data(body).with_status_code(status);
-    if let Ok(header) = Header::from_bytes("Content-Type", content_type) {
-        response = response.with_header(header);
-    }
-    let _ = request.respond(response);
 }
 
 /// The page at `/`.
@@ -242,30 +233,30 @@ fn usage() -> String {
 
 /// A probe's place among those running at once; given back when dropped.
 pub struct Place {
-    running: Arc<AtomicUsize>,
-    counters: Arc<Counters>,
+    shared: Arc<Shared>,
 }
 
 impl Place {
-    /// A place, unless `max` are taken.
-    fn take(running: &Arc<AtomicUsize>, max: usize, counters: &Arc<Counters>) -> Option<Place> {
-        running
+    /// A place, unless `max_probes` are taken.
+    fn take(shared: &Arc<Shared>) -> Option<Place> {
+        let max = shared.config.max_probes;
+        shared
+            .running
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < max).then_some(n + 1)
             })
             .ok()?;
-        counters.running.inc();
+        shared.counters.running.inc();
         Some(Place {
-            running: running.clone(),
-            counters: counters.clone(),
+            shared: shared.clone(),
         })
     }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        self.running.fetch_sub(1, Ordering::AcqRel);
-        self.counters.running.dec();
+        self.shared.running.fetch_sub(1, Ordering::AcqRel);
+        self.shared.counters.running.dec();
     }
 }
 
@@ -274,6 +265,7 @@ struct Counters {
     registry: Registry,
     probes: IntCounterVec,
     refused: IntCounter,
+    connections_refused: IntCounter,
     running: IntGauge,
     probe_seconds: prometheus::Counter,
 }
@@ -291,6 +283,10 @@ impl Counters {
         let refused = IntCounter::new(
             "fperf_exporter_probes_refused_total",
             "Probes refused because the most allowed at once were running.",
+        )?;
+        let connections_refused = IntCounter::new(
+            "fperf_exporter_connections_refused_total",
+            "Connections turned away before their request was read: too many were still sending one.",
         )?;
         let running = IntGauge::new(
             "fperf_exporter_probes_running",
@@ -312,6 +308,7 @@ impl Counters {
             .set(1.0);
         registry.register(Box::new(probes.clone()))?;
         registry.register(Box::new(refused.clone()))?;
+        registry.register(Box::new(connections_refused.clone()))?;
         registry.register(Box::new(running.clone()))?;
         registry.register(Box::new(probe_seconds.clone()))?;
         registry.register(Box::new(build))?;
@@ -322,6 +319,7 @@ impl Counters {
             registry,
             probes,
             refused,
+            connections_refused,
             running,
             probe_seconds,
         })
