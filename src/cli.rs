@@ -1325,6 +1325,9 @@ impl Cli {
         }
         self.guard.check_client()?;
         let output = self.output()?;
+        if let Some(sweep) = &output.sweep {
+            sweep.check(&settings)?;
+        }
         if self.loopback {
             let ip: IpAddr = self.bind.unwrap_or(IpAddr::from([127, 0, 0, 1]));
             return Ok(Config::Loopback {

@@ -15,7 +15,7 @@ use fperf::output::sfnt::{Preamble, Sfnt};
 use fperf::output::text::Text;
 use fperf::output::{Sink, Sinks};
 use fperf::settings::Settings;
-use fperf::sweep::{self, Sweep, SweepParam, SweepRow, SweepTest};
+use fperf::sweep::{self, Sweep, SweepParam, SweepRow};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
@@ -164,31 +164,7 @@ pub fn run_sweep(
     sweep: &Sweep,
 ) -> Result<ExitCode> {
     let mprtt = cfg.settings.workload.mprtt();
-    // Without --tests, the run's own workload is the one test.
-    let tests: Vec<Option<SweepTest>> = if sweep.tests.is_empty() {
-        vec![None]
-    } else {
-        sweep.tests.iter().copied().map(Some).collect()
-    };
-    let settings_of = |value: u64, test: Option<SweepTest>| -> Result<Settings> {
-        let mut settings = sweep.param.apply(&cfg.settings, value);
-        if let Some(test) = test {
-            settings = test.apply(&settings);
-        }
-        let name = test.map_or(String::new(), |t| format!(" {}", t.name()));
-        settings
-            .validate()
-            .with_context(|| format!("--sweep {}={value}{name}", sweep.param.name()))?;
-        Ok(settings)
-    };
-    // Every run is checked before the first starts: a value or test that cannot run
-    // (an echo's buffers over the bound, too many streams) is refused before the table
-    // begins.
-    for &value in &sweep.values {
-        for &test in &tests {
-            settings_of(value, test)?;
-        }
-    }
+    let tests = sweep.tests_per_value();
     let table = output.mode == Mode::Human && output.table == Table::Fperf;
     if table && sweep.tests.is_empty() {
         outln!("{}", sweep::header(sweep.param, mprtt));
@@ -216,7 +192,7 @@ pub fn run_sweep(
                     step * tests.len() + i + 1,
                 );
             }
-            let settings = settings_of(value, *test)?;
+            let settings = sweep.run_settings(&cfg.settings, value, *test)?;
             let run_cfg = ClientConfig {
                 settings: settings.clone(),
                 ..cfg.clone()

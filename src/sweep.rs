@@ -14,6 +14,7 @@ use crate::settings::Settings;
 use crate::stats::LatencySummary;
 use crate::units;
 use crate::workload::{Reply, Workload};
+use anyhow::Context;
 use thiserror::Error;
 
 /// Most values one sweep may hold.
@@ -139,6 +140,50 @@ pub struct Sweep {
     pub values: Vec<u64>,
     /// `--tests`: the tests each value runs; empty, the run's own workload alone.
     pub tests: Vec<SweepTest>,
+}
+
+impl Sweep {
+    /// The tests each value runs: those of `--tests`, or without it the run's own
+    /// workload alone (`None`).
+    pub fn tests_per_value(&self) -> Vec<Option<SweepTest>> {
+        if self.tests.is_empty() {
+            vec![None]
+        } else {
+            self.tests.iter().copied().map(Some).collect()
+        }
+    }
+
+    /// `base` as the run of `value` and `test` (the run's own workload if `None`),
+    /// checked as any run's settings are.
+    pub fn run_settings(
+        &self,
+        base: &Settings,
+        value: u64,
+        test: Option<SweepTest>,
+    ) -> anyhow::Result<Settings> {
+        let mut settings = self.param.apply(base, value);
+        if let Some(test) = test {
+            settings = test.apply(&settings);
+        }
+        let name = test.map_or(String::new(), |t| format!(" {}", t.name()));
+        settings
+            .validate()
+            .with_context(|| format!("--sweep {}={value}{name}", self.param.name()))?;
+        Ok(settings)
+    }
+
+    /// Checks every run before the first starts: a value or test that cannot run (an
+    /// echo's buffers over the bound, too many streams) is refused as a flag is, not
+    /// after the table has begun.
+    pub fn check(&self, base: &Settings) -> anyhow::Result<()> {
+        let tests = self.tests_per_value();
+        for &value in &self.values {
+            for &test in &tests {
+                self.run_settings(base, value, test)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Why a `--sweep` spec was refused.

@@ -1060,8 +1060,8 @@ fn measurement_flags_are_checked() {
         Duration::from_secs(10),
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("empty"));
-    // A test that cannot run at some value is refused before the table begins: an
-    // echo holds twice the packet buffers of bulk data, over the bound here.
+    // A test that cannot run at some value is refused as a flag is, before the table
+    // begins: an echo holds twice the packet buffers of bulk data, over the bound here.
     let out = run(
         &[
             "-c",
@@ -1075,7 +1075,7 @@ fn measurement_flags_are_checked() {
         ],
         Duration::from_secs(10),
     );
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(out.stdout.is_empty(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("pktsize=33554432 echo"));
     let out = run(&["-s", "-i", "1"], Duration::from_secs(10));
