@@ -429,6 +429,50 @@ impl ServerTestDoc {
     }
 }
 
+/// One line of `fperf -s --json` for a test a mesh coordinator asked this server to run
+/// towards another server: the test as this end, its client, saw it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerMeshTestDoc {
+    pub schema_version: u32,
+    pub fperf_version: &'static str,
+    /// When the test ended.
+    pub end: StartTime,
+    pub mesh: MeshTestDoc,
+    /// The settings both ends ran with.
+    pub settings: Settings,
+    /// This server's figures, as the test's client.
+    pub as_client: SideDoc,
+}
+
+/// Who asked for a mesh test, and towards which server it ran.
+#[derive(Clone, Debug, Serialize)]
+pub struct MeshTestDoc {
+    pub coordinator: String,
+    pub towards: String,
+}
+
+impl ServerMeshTestDoc {
+    /// The document of a test `coordinator` asked for towards `towards`, ended now.
+    pub fn new(
+        settings: &Settings,
+        coordinator: String,
+        towards: String,
+        result: &SideResult,
+    ) -> ServerMeshTestDoc {
+        ServerMeshTestDoc {
+            schema_version: SCHEMA_VERSION,
+            fperf_version: crate::VERSION,
+            end: StartTime::now(),
+            mesh: MeshTestDoc {
+                coordinator,
+                towards,
+            },
+            settings: settings.clone(),
+            as_client: SideDoc::new(result, settings),
+        }
+    }
+}
+
 /// One value of a sweep.
 #[derive(Clone, Debug, Serialize)]
 pub struct SweepRecord {

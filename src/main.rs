@@ -415,17 +415,31 @@ impl ServerJsonPrinter {
                     std::mem::take(&mut self.client),
                     &result,
                 );
-                match serde_json::to_string(&doc) {
-                    Ok(line) => exit_if_closed(writeln!(out, "{line}").and_then(|()| out.flush())),
-                    Err(e) => eprintln!("fperf: a test's JSON document: {e}"),
-                }
+                print_json_line(out, &doc);
+            }
+            ServerEvent::MeshTest {
+                coordinator,
+                peer,
+                settings,
+                result,
+            } => {
+                let doc =
+                    fperf::json::ServerMeshTestDoc::new(&settings, coordinator, peer, &result);
+                print_json_line(out, &doc);
             }
             ServerEvent::ClientError { peer, error } => eprintln!("fperf: client {peer}: {error}"),
             ServerEvent::Listening
             | ServerEvent::Interval { .. }
-            | ServerEvent::ClientFigures { .. }
-            | ServerEvent::MeshTest { .. } => {}
+            | ServerEvent::ClientFigures { .. } => {}
         }
+    }
+}
+
+/// Writes `doc` as one line of JSON.
+fn print_json_line(out: &mut dyn Write, doc: &impl serde::Serialize) {
+    match serde_json::to_string(doc) {
+        Ok(line) => exit_if_closed(writeln!(out, "{line}").and_then(|()| out.flush())),
+        Err(e) => eprintln!("fperf: a test's JSON document: {e}"),
     }
 }
 

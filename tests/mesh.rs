@@ -67,6 +67,49 @@ fn pair_error(doc: &serde_json::Value, from: &str, to: &str) -> String {
 }
 
 #[test]
+fn a_json_server_prints_a_line_for_each_mesh_test_it_ran() {
+    let key = KeyFile::new("json", "the mesh's secret");
+    let servers: Vec<Server> = (0..2)
+        .map(|_| Server::start(&["--allow-mesh", "--auth-key", key.path(), "--json"]))
+        .collect();
+    let hosts: Vec<String> = servers.iter().map(address).collect();
+    let mut args = vec!["--auth-key", key.path(), "--time", "0.3"];
+    args.extend(hosts.iter().map(String::as_str));
+    let (code, doc, stderr) = mesh_json(&args);
+    assert_eq!(code, Some(0), "{stderr}");
+    // Each server ran one test towards the other and served one from it.
+    for (k, server) in servers.iter().enumerate() {
+        let text = server.wait_for(|o| o.lines().count() >= 2, Duration::from_secs(10));
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        let ran = lines
+            .iter()
+            .find(|l| l.get("mesh").is_some())
+            .unwrap_or_else(|| panic!("no mesh test in {text}"));
+        let towards = &hosts[1 - k];
+        assert_eq!(ran["mesh"]["towards"], towards.as_str(), "{text}");
+        assert!(ran["mesh"]["coordinator"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("127.0.0.1:")));
+        let pair = doc["pairs"]
+            .as_array()
+            .expect("pairs")
+            .iter()
+            .find(|p| p["from"] == hosts[k] && p["to"] == towards.as_str())
+            .expect("the pair");
+        let sent = ran["as_client"]["total"]["bytes_sent"].as_u64();
+        assert!(sent > Some(0), "{text}");
+        assert_eq!(sent, pair["client"]["total"]["bytes_sent"].as_u64());
+        assert!(lines
+            .iter()
+            .any(|l| l["server"]["total"]["bytes_received"].as_u64() > Some(0)));
+    }
+}
+
+#[test]
 fn every_pair_of_three_servers_is_measured_by_its_sender_and_reported_in_a_matrix() {
     let key = KeyFile::new("all", "the mesh's secret");
     let servers: Vec<Server> = (0..3).map(|_| mesh_server(&key)).collect();
