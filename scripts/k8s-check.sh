@@ -11,7 +11,8 @@
 #   - the Job's shell script passes `sh -n` (and shellcheck, where it is installed);
 #   - end to end, as root: the Job's script, run outside Kubernetes in a mount namespace
 #     whose /etc/hosts names three loopback addresses as the Service, finds the three
-#     servers (started with the DaemonSet's arguments) and prints the mesh's JSON.
+#     servers (started with the DaemonSet's arguments) and prints the mesh's JSON; and
+#     again with IPv6 addresses only, in a network namespace of its own.
 # A check this host cannot run is printed as "skipped: WHY", never as passed. Exits 1 if
 # a check failed.
 set -euo pipefail
@@ -26,6 +27,7 @@ what_broken="broken manifests fail that validation (unknown field, wrong type, m
 what_fit="the manifests fit together (selectors, Secret, key path, --allow-mesh, service name, port)"
 what_script="the Job's script passes sh -n and shellcheck"
 what_e2e="the Job's script finds the servers behind a name and runs the mesh (3 servers on loopback)"
+what_e2e6="without IPv4, the Job's script finds the servers' IPv6 addresses and runs the mesh (3 servers in a network namespace)"
 manifests=(deploy/k8s/*.yaml)
 scratch="$(mktemp -d /tmp/fperf-k8s.XXXXXX)"
 servers=()
@@ -208,17 +210,40 @@ else
   fail "$what_script" "$(printf '%s\n' "${problems[@]}")"
 fi
 
+# Checks a mesh document ($1) over the hosts given after it, in that order: a full
+# matrix with a rate in every cell off the diagonal. Prints the rates, or what is wrong.
+mesh_verdict() {
+  "$yaml_python" - "$@" <<'EOF' 2>&1
+import json, sys
+doc = json.load(open(sys.argv[1]))
+want = sys.argv[2:]
+assert doc["hosts"] == want, f"hosts {doc['hosts']}, not {want}"
+n = len(want)
+m = doc["matrix"]
+assert len(m) == n and all(len(row) == n for row in m), f"the matrix is not {n}x{n}: {m}"
+for i in range(n):
+    for j in range(n):
+        v = m[i][j]
+        assert (v is None) if i == j else (isinstance(v, (int, float)) and v > 0), f"cell {i},{j} is {v}"
+print(" ".join(f"{v / 1e9:.1f}" for row in m for v in row if v is not None), "Gbit/s")
+EOF
+}
+
 # End to end: three servers on 127.0.0.2-4 with the DaemonSet's arguments, all on one
 # port as in a cluster, and a hosts file that gives the Service's name those addresses.
 fperf="$PWD/target/release/fperf"
+why_no_e2e=""
 if [ "$(id -u)" -ne 0 ]; then
-  skip "$what_e2e" "needs root: a mount namespace with its own /etc/hosts"
+  why_no_e2e="needs root: a mount namespace with its own /etc/hosts"
 elif ! unshare -m true 2>/dev/null; then
-  skip "$what_e2e" "no mount namespaces here (unshare -m)"
+  why_no_e2e="no mount namespaces here (unshare -m)"
 elif [ ! -x "$fperf" ]; then
-  skip "$what_e2e" "fperf is not built (cargo build --release)"
+  why_no_e2e="fperf is not built (cargo build --release)"
 elif ! mesh_help="$("$fperf" mesh --help 2>&1)"; then
-  skip "$what_e2e" "this fperf has no mesh command: ${mesh_help%%$'\n'*}"
+  why_no_e2e="this fperf has no mesh command: ${mesh_help%%$'\n'*}"
+fi
+if [ -n "$why_no_e2e" ]; then
+  skip "$what_e2e" "$why_no_e2e"
 else
   # shellcheck disable=SC1091 # written above
   set -a && . "$scratch/job.env" && set +a
@@ -251,24 +276,59 @@ else
   if [ "$status" != 0 ]; then
     fail "$what_e2e" "the script exited $status:
 $(cat "$scratch/job.err" "$scratch/job.out")"
-  elif ! verdict="$("$yaml_python" - "$scratch/mesh.json" "$FPERF_PORT" <<'EOF' 2>&1
-import json, sys
-doc = json.load(open(sys.argv[1]))
-want = [f"127.0.0.{a}:{sys.argv[2]}" for a in (2, 3, 4)]
-assert doc["hosts"] == want, f"hosts {doc['hosts']}, not {want}"
-m = doc["matrix"]
-assert len(m) == 3 and all(len(row) == 3 for row in m), f"the matrix is not 3x3: {m}"
-for i in range(3):
-    for j in range(3):
-        v = m[i][j]
-        assert (v is None) if i == j else (isinstance(v, (int, float)) and v > 0), f"cell {i},{j} is {v}"
-print(" ".join(f"{v / 1e9:.1f}" for row in m for v in row if v is not None), "Gbit/s")
-EOF
-  )"; then
+  elif ! verdict="$(mesh_verdict "$scratch/mesh.json" "127.0.0."{2,3,4}":$FPERF_PORT")"; then
     fail "$what_e2e" "${verdict##*$'\n'}
 $(cat "$scratch/job.err"; head -c 2000 "$scratch/job.out")"
   else
     pass "$what_e2e" "off-diagonal cells: $verdict"
+  fi
+fi
+
+# The same on a cluster without IPv4: the servers and the Job share a network namespace
+# of their own whose loopback has three IPv6 addresses, and the Job's /etc/hosts gives
+# the Service's name those addresses only.
+v6=(fd00:f::2 fd00:f::3 fd00:f::4)
+if [ -n "$why_no_e2e" ]; then
+  skip "$what_e2e6" "$why_no_e2e"
+elif ! unshare -n true 2>/dev/null; then
+  skip "$what_e2e6" "no network namespaces here (unshare -n)"
+else
+  printf '::1 localhost\n' >"$scratch/etc/hosts6"
+  printf "%s $FPERF_MESH_SERVICE\n" "${v6[@]}" >>"$scratch/etc/hosts6"
+  cat >"$scratch/e2e6.sh" <<'EOF'
+set -u
+hosts=$1 job=$2 port=$3 logs=$4
+shift 4
+pids=""
+trap 'kill $pids 2>/dev/null' EXIT
+trap 'exit 143' TERM
+ip link set lo up || exit 1
+for a in fd00:f::2 fd00:f::3 fd00:f::4; do
+  ip -6 addr add "$a/128" dev lo nodad || exit 1
+  fperf "$@" -p "$port" -B "$a" >"$logs/server6-$a.out" 2>&1 &
+  pids="$pids $!"
+done
+mount --bind "$hosts" /etc/hosts || exit 1
+sh "$job"
+EOF
+  status=0
+  PATH="$scratch/bin:$PATH" FPERF_PORT="$FPERF_PORT" FPERF_MESH_ARGS="$FPERF_MESH_ARGS" \
+    timeout 120 unshare -m -n sh "$scratch/e2e6.sh" "$scratch/etc/hosts6" "$scratch/job.sh" \
+    "$FPERF_PORT" "$scratch" "${args[@]}" >"$scratch/job6.out" 2>"$scratch/job6.err" || status=$?
+  cat "$scratch/job6.err" "$scratch/job6.out" | sed -n '/^{/,$p' >"$scratch/mesh6.json"
+  want=("${v6[@]/#/[}")
+  want=("${want[@]/%/]:$FPERF_PORT}")
+  if [ "$status" = 0 ] && ! grep -qF "fperf-mesh: 3 servers behind $FPERF_MESH_SERVICE: ${want[*]}" "$scratch/job6.err"; then
+    status="0 but printed no line naming the 3 servers by their IPv6 addresses"
+  fi
+  if [ "$status" != 0 ]; then
+    fail "$what_e2e6" "the script exited $status:
+$(cat "$scratch/job6.err" "$scratch/job6.out")"
+  elif ! verdict="$(mesh_verdict "$scratch/mesh6.json" "${want[@]}")"; then
+    fail "$what_e2e6" "${verdict##*$'\n'}
+$(cat "$scratch/job6.err"; head -c 2000 "$scratch/job6.out")"
+  else
+    pass "$what_e2e6" "off-diagonal cells: $verdict"
   fi
 fi
 finish
