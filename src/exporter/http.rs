@@ -23,14 +23,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a connection has to send its whole request head.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest request head (request line and headers) read.
-pub const MAX_HEAD: usize = 8 << 10;
+const MAX_HEAD: usize = 8 << 10;
 /// Most headers in a request.
-pub const MAX_HEADERS: usize = 32;
+const MAX_HEADERS: usize = 32;
 /// Connections still sending their request, per source address and in all.
-pub const MAX_UNREAD_PER_SOURCE: usize = 16;
-pub const MAX_UNREAD: usize = 64;
+const MAX_UNREAD_PER_SOURCE: usize = 16;
+const MAX_UNREAD: usize = 64;
 /// Longest wait for the peer to take each write of an answer.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the accept loop looks at its stop flag.
@@ -107,7 +107,7 @@ fn reason(status: u16) -> &'static str {
 
 /// Why no request was read from a connection.
 #[derive(Debug)]
-pub enum Unread {
+enum Unread {
     /// Not HTTP/1.x.
     Malformed,
     /// A head beyond [`MAX_HEAD`] or [`MAX_HEADERS`].
@@ -140,7 +140,7 @@ impl Unread {
 }
 
 /// Reads one request head from `sock`, all of it by `deadline`.
-pub fn read_request(sock: &mut TcpStream, deadline: Instant) -> Result<Request, Unread> {
+fn read_request(sock: &mut TcpStream, deadline: Instant) -> Result<Request, Unread> {
     let mut head = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -193,7 +193,7 @@ pub fn read_request(sock: &mut TcpStream, deadline: Instant) -> Result<Request, 
 }
 
 /// Sends `response` and ends the connection; a peer that went away is no one's concern.
-pub fn respond(mut sock: TcpStream, response: &Response) {
+fn respond(mut sock: TcpStream, response: &Response) {
     if sock.set_write_timeout(Some(WRITE_TIMEOUT)).is_ok() {
         let _ = sock.write_all(&response.bytes());
     }

@@ -5,9 +5,9 @@
 //! Whatever a scrape asks for is bounded by the exporter's own limits: the longest test,
 //! the probes at once (more are answered 429 at once, never queued) and the targets it
 //! may test. A probe never outlasts Prometheus's scrape time-out. What any connection
-//! may cost is bounded by the HTTP front end ([`http`]).
+//! may cost is bounded by the HTTP front end (the `http` module).
 
-pub mod http;
+mod http;
 pub mod probe;
 
 use crate::auth::AuthKey;
@@ -126,6 +126,7 @@ impl Exporter {
     }
 }
 
+/// The answer to one request.
 fn answer(shared: &Arc<Shared>, request: Request, log: &Log) -> Response {
     if request.method != "GET" {
         return Response::text(405, "only GET is answered\n");
