@@ -270,10 +270,9 @@ impl HttpListener {
 fn serve(sock: TcpStream, slot: PendingSlot, handler: Handler) {
     let connection = move || {
         let mut sock = sock;
-        let read = sock
-            .set_nonblocking(false)
-            .map_err(|_| Unread::Gone)
-            .and_then(|()| read_request(&mut sock, Instant::now() + HEAD_TIMEOUT));
+        // Linux's accept() does not pass the listener's O_NONBLOCK on: the socket blocks,
+        // within the read time-outs `read_request` sets.
+        let read = read_request(&mut sock, Instant::now() + HEAD_TIMEOUT);
         drop(slot);
         match read {
             Ok(request) => respond(sock, &handler(request)),
