@@ -13,8 +13,8 @@ use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
 use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
-    Protocol, QueueKind, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PKTSIZE, DEFAULT_PORT,
-    MAX_NSTREAMS,
+    Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PKTSIZE,
+    DEFAULT_PORT, MAX_NSTREAMS,
 };
 use fperf::stream::zerocopy::ZeroCopy;
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
@@ -179,9 +179,7 @@ pub struct Cli {
     qtype: u8,
 
     /// Pin the client's data threads to these CPUs (comma-separated); stream i uses
-    /// entry i mod len. Pinned or not, a bulk test's data threads (no -r, no -b) run
-    /// under SCHED_BATCH on both ends (header: sched=batch), so a reader woken by data
-    /// waits for the writer on its core to block instead of preempting it mid-send.
+    /// entry i mod len.
     #[arg(
         hide_short_help = true,
         help_heading = "Tuning",
@@ -201,6 +199,20 @@ pub struct Cli {
         value_delimiter = ','
     )]
     server_cpu: Vec<u32>,
+
+    /// Scheduling policy of both ends' data threads: auto runs a bulk test's (no -r,
+    /// no -b) under SCHED_BATCH (header: sched=batch), so a reader woken by data waits
+    /// for the writer on its core to block instead of preempting it mid-send, and the
+    /// others under the normal policy; normal or batch picks one for every test.
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Tuning",
+        long,
+        value_name = "POLICY",
+        default_value = "auto",
+        value_parser = ["auto", "normal", "batch"]
+    )]
+    sched: String,
 
     /// Base port: control and stream 0; stream i uses PORT+i (TCP with -w: stream 0
     /// uses PORT+N). Default 28444; with --iperf3, iperf3's 5201.
@@ -1165,6 +1177,11 @@ impl Cli {
             client_cpus: self.cpu.clone(),
             server_cpus: self.server_cpu.clone(),
             flows: self.flows.is_some(),
+            sched: match self.sched.as_str() {
+                "normal" => SchedPolicy::Normal,
+                "batch" => SchedPolicy::Batch,
+                _ => SchedPolicy::Auto,
+            },
             percentiles: self.percentiles.unwrap_or_default(),
             transport: self.transport_settings(protocol)?,
         };

@@ -1317,16 +1317,22 @@ fn thread_policies(pid: u32, prefix: &str) -> Vec<u32> {
 }
 
 /// In a bulk test both ends' data threads run under SCHED_BATCH and the headers say
-/// so; in a round-trip test (`-r`) they keep the normal policy.
+/// so; in a round-trip test (`-r`) they keep the normal policy. `--sched` decides on
+/// both ends for any test.
 #[test]
 fn bulk_data_threads_run_under_sched_batch_and_round_trips_do_not() {
     const SCHED_OTHER: u32 = 0;
     const SCHED_BATCH: u32 = 3;
     let server = Server::start(&[]);
     let port = server.port.to_string();
-    let runs: [(&[&str], u32); 2] = [
+    let runs: [(&[&str], u32); 4] = [
         (&["--time", "2"], SCHED_BATCH),
         (&["--time", "2", "-r", "-l", "1"], SCHED_OTHER),
+        (&["--time", "2", "--sched", "normal"], SCHED_OTHER),
+        (
+            &["--time", "2", "-r", "-l", "1", "--sched", "batch"],
+            SCHED_BATCH,
+        ),
     ];
     for (n, (args, policy)) in runs.into_iter().enumerate() {
         let mut all = vec!["-c", "127.0.0.1", "-p", &port];
@@ -1352,6 +1358,11 @@ fn bulk_data_threads_run_under_sched_batch_and_round_trips_do_not() {
             );
         }
     }
+    // The JSON settings name a policy that was asked for, and only then.
+    let asked = json_run(&server, &["-m", "1", "--sched", "normal"]);
+    assert_eq!(asked["settings"]["sched"], "normal");
+    let default = json_run(&server, &["-m", "1"]);
+    assert!(default["settings"].get("sched").is_none(), "{default}");
 }
 
 #[test]

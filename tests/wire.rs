@@ -11,7 +11,7 @@
 
 use fperf::control::{self, Message, PROTOCOL_VERSION};
 use fperf::results::{Figures, IntervalResult, Role, SideResult, StreamInterval, StreamResult};
-use fperf::settings::{QueueKind, Settings, TransportSettings};
+use fperf::settings::{QueueKind, SchedPolicy, Settings, TransportSettings};
 use fperf::stats::LatencySummary;
 use fperf::stream::udp_wire::{BufferGrant, DatagramCounts};
 use fperf::stream::zerocopy::ZeroCopy;
@@ -142,6 +142,7 @@ fn settings() -> Settings {
         rate_bps: Some(1_000_000),
         client_cpus: vec![0, 1],
         server_cpus: vec![1],
+        sched: SchedPolicy::Normal,
         percentiles: "50,99.99".parse().expect("a valid list"),
         transport: TransportSettings::Tcp(TcpSettings {
             nodelay: true,

@@ -70,6 +70,26 @@ impl QueueKind {
     }
 }
 
+/// The scheduling policy of both ends' data threads (`--sched`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchedPolicy {
+    /// `SCHED_BATCH` for an unpaced bulk test, the normal policy for the others
+    /// ([`Settings::batch_threads`]).
+    #[default]
+    Auto,
+    /// The normal policy for every test.
+    Normal,
+    /// `SCHED_BATCH` for every test.
+    Batch,
+}
+
+impl SchedPolicy {
+    fn is_auto(&self) -> bool {
+        *self == SchedPolicy::Auto
+    }
+}
+
 /// Everything both ends must agree on for one run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -118,6 +138,9 @@ pub struct Settings {
     /// one epoll set, on both ends; `nstreams` is then the number of threads.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub flows: bool,
+    /// `--sched`: the policy both ends' data threads run under.
+    #[serde(default, skip_serializing_if = "SchedPolicy::is_auto")]
+    pub sched: SchedPolicy,
     /// `--percentiles`: the percentiles of every latency both ends report.
     #[serde(default)]
     pub percentiles: Percentiles,
@@ -144,6 +167,7 @@ impl Default for Settings {
             client_cpus: Vec::new(),
             server_cpus: Vec::new(),
             flows: false,
+            sched: SchedPolicy::Auto,
             percentiles: Percentiles::default(),
             transport: TransportSettings::Tcp(TcpSettings::default()),
         }
@@ -240,10 +264,14 @@ impl Settings {
     /// data) does not preempt the one running there mid-write; it runs when that one
     /// blocks or at the next tick. Not with MPRTT (`-r`, `--echo`, `--crr`), whose
     /// round trips are the wake-ups being measured, nor with `-b`, whose packets are
-    /// due at set times. Every transport's threads follow it. docs/tuning.md has what
-    /// it buys.
+    /// due at set times. `--sched normal` or `batch` decides for every test. Every
+    /// transport's threads follow it. docs/tuning.md has what it buys.
     pub fn batch_threads(&self) -> bool {
-        !self.workload.mprtt() && self.rate_bps.is_none()
+        match self.sched {
+            SchedPolicy::Auto => !self.workload.mprtt() && self.rate_bps.is_none(),
+            SchedPolicy::Normal => false,
+            SchedPolicy::Batch => true,
+        }
     }
 
     /// `--flows`: how many, and what they can run with.
@@ -868,6 +896,16 @@ mod tests {
             ..Settings::default()
         };
         assert!(!paced.batch_threads(), "-b: packets are due at set times");
+        let normal = Settings {
+            sched: SchedPolicy::Normal,
+            ..Settings::default()
+        };
+        assert!(!normal.batch_threads(), "--sched normal, even for bulk");
+        let batch = Settings {
+            sched: SchedPolicy::Batch,
+            ..mprtt
+        };
+        assert!(batch.batch_threads(), "--sched batch, even for round trips");
     }
 
     #[test]
