@@ -103,6 +103,7 @@ pub mod interval;
 pub mod iperf3;
 pub mod json;
 pub mod limits;
+pub mod log_limit;
 pub mod mesh;
 pub mod output;
 pub mod pending;

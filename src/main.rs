@@ -6,6 +6,7 @@ use clap::Parser;
 use cli::{Cli, Config};
 use fperf::client::{self, ClientConfig, ClientOutcome};
 use fperf::exporter::{Exporter, ExporterEvent};
+use fperf::log_limit::{LogLimit, LogVerdict};
 use fperf::mesh::MeshEvent;
 use fperf::report;
 use fperf::sysinfo;
@@ -161,7 +162,11 @@ fn run(config: Config) -> Result<ExitCode> {
             if let Some(addr) = exporter.local_addr() {
                 outln!("Exporter listening on http://{addr}/ (probes: /probe?target=HOST[:PORT])");
             }
-            exporter.run(&interrupted, Arc::new(log_exporter_event));
+            let limit = Mutex::new(LogLimit::default());
+            exporter.run(
+                &interrupted,
+                Arc::new(move |event| log_exporter_event(&limit, event)),
+            );
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -225,18 +230,62 @@ fn run_mesh(run: &cli::MeshRun, abort: &AtomicBool) -> Result<ExitCode> {
     })
 }
 
-/// The exporter's log: why a probe failed or was refused, one line each on stderr.
-fn log_exporter_event(event: ExporterEvent) {
-    match event {
+/// The exporter's log: why a probe failed or was refused, one line each on stderr,
+/// within `limit` (anyone who reaches the exporter provokes them).
+fn log_exporter_event(limit: &Mutex<LogLimit>, event: ExporterEvent) {
+    let Ok(mut limit) = limit.lock() else {
+        return;
+    };
+    let line = match event {
         ExporterEvent::ProbeFailed { target, reason } => {
-            eprintln!("fperf exporter: probe of {target:?} failed: {reason}")
+            format!("probe of {target:?} failed: {reason}")
         }
         ExporterEvent::ProbeRefused { max } => {
-            eprintln!("fperf exporter: probe refused: {max} probes are running (--max-probes)")
+            format!("probe refused: {max} probes are running (--max-probes)")
         }
         ExporterEvent::ConnectionRefused { peer, crowded } => {
-            eprintln!("fperf exporter: connection from {peer} refused: {crowded}")
+            format!("connection from {peer} refused: {crowded}")
         }
+    };
+    log_limited(
+        &mut limit,
+        "fperf exporter",
+        "failed or refused requests",
+        &line,
+        || {},
+    );
+}
+
+/// Writes `line`, which a peer provoked, to stderr after `prefix` if `limit` lets it
+/// through; the lines it leaves out (`what` names them) are announced and counted.
+/// `before` runs first whenever anything is written. Returns whether anything was.
+fn log_limited(
+    limit: &mut LogLimit,
+    prefix: &str,
+    what: &str,
+    line: &str,
+    before: impl FnOnce(),
+) -> bool {
+    match limit.admit(std::time::Instant::now()) {
+        LogVerdict::Write { left_out } => {
+            before();
+            if left_out > 0 {
+                eprintln!("{prefix}: {left_out} more {what} were not logged");
+            }
+            eprintln!("{prefix}: {line}");
+            true
+        }
+        LogVerdict::LeaveOut { first: true } => {
+            before();
+            let secs = limit.window_secs();
+            eprintln!(
+                "{prefix}: over {} {what} within {secs} s: until the {secs} s are up, more \
+                 are counted, not logged",
+                limit.burst()
+            );
+            true
+        }
+        LogVerdict::LeaveOut { first: false } => false,
     }
 }
 
@@ -317,6 +366,8 @@ struct ServerPrinter {
     /// The server of `--loopback`: its report follows the client's, without the wait
     /// for clients.
     loopback: bool,
+    /// Client errors are logged within it.
+    errors: LogLimit,
 }
 
 impl ServerPrinter {
@@ -381,13 +432,20 @@ impl ServerPrinter {
                 let _ = write!(out, "{}", report::peer_line(&settings, &result, 9));
             }
             ServerEvent::ClientError { peer, error } => {
-                if self.line_open {
-                    let _ = writeln!(out);
-                    self.line_open = false;
-                }
-                let _ = out.flush();
-                eprintln!("fperf: client {peer}: {error}");
-                if !self.in_test && !self.loopback {
+                let line_open = &mut self.line_open;
+                let wrote = log_limited(
+                    &mut self.errors,
+                    "fperf",
+                    "client errors",
+                    &format!("client {peer}: {error}"),
+                    || {
+                        if std::mem::take(line_open) {
+                            let _ = writeln!(out);
+                        }
+                        let _ = out.flush();
+                    },
+                );
+                if wrote && !self.in_test && !self.loopback {
                     let _ = write!(out, "Server listening ....");
                     self.line_open = true;
                 }
@@ -403,6 +461,8 @@ impl ServerPrinter {
 struct ServerJsonPrinter {
     /// The client of the test being reported.
     client: String,
+    /// Client errors are logged within it.
+    errors: LogLimit,
 }
 
 impl ServerJsonPrinter {
@@ -427,7 +487,10 @@ impl ServerJsonPrinter {
                     fperf::json::ServerMeshTestDoc::new(&settings, coordinator, peer, &result);
                 print_json_line(out, &doc);
             }
-            ServerEvent::ClientError { peer, error } => eprintln!("fperf: client {peer}: {error}"),
+            ServerEvent::ClientError { peer, error } => {
+                let line = format!("client {peer}: {error}");
+                log_limited(&mut self.errors, "fperf", "client errors", &line, || {});
+            }
             ServerEvent::Listening
             | ServerEvent::Interval { .. }
             | ServerEvent::ClientFigures { .. } => {}

@@ -436,6 +436,21 @@ fn connections_that_send_no_request_are_capped_and_do_not_crowd_out_a_scraper() 
     assert!(Metrics::parse(&body).get("fperf_exporter_connections_refused_total") >= 1.0);
     assert!(exporter.logged(|l| l.contains("connection from 127.0.0.2") && l.contains("refused")));
 
+    // A flood of them is counted in full but logged within a limit.
+    for _ in 0..150 {
+        let (_, refused) = idle_connections(exporter.addr, "127.0.0.2", 1);
+        assert!(refused.is_some_and(|r| r.starts_with("HTTP/1.1 503 ")));
+    }
+    let (_, body) = exporter.get("/metrics");
+    assert!(Metrics::parse(&body).get("fperf_exporter_connections_refused_total") >= 151.0);
+    assert!(exporter.logged(|l| l.contains("over 100 failed or refused requests within 10 s")));
+    let refusals = exporter
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("connection from"))
+        .count();
+    assert_eq!(refusals, 100, "{}", exporter.stderr());
+
     // A connection that sends half a request is told so, then closed.
     let mut slow = TcpStream::connect(exporter.addr).expect("connect");
     slow.write_all(b"GET /metrics HTTP/1.1\r\n").expect("send");

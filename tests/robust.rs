@@ -400,6 +400,40 @@ fn junk_on_the_control_port_gets_an_error_and_the_server_keeps_serving() {
     assert!(!err.contains("panick"), "{err}");
 }
 
+/// A flood of bad connections cannot flood the log: 100 client errors in 10 s are
+/// written, the rest counted, and the count is written with the next one.
+#[test]
+fn a_flood_of_bad_connections_is_logged_within_a_limit_and_counted() {
+    let server = Server::start(&[]);
+    let port = server.port;
+    let client_lines = |err: &str| {
+        err.lines()
+            .filter(|l| l.starts_with("fperf: client"))
+            .count()
+    };
+    let flood_start = Instant::now();
+    for _ in 0..150 {
+        drop(connect(port));
+    }
+    wait_stderr(&server, "over 100 client errors within 10 s");
+    served_normally(&server, 1, &[]);
+    let err = server.stderr();
+    assert_eq!(client_lines(&err), 100, "{err}");
+
+    // In the next window the next error is written, after the count of those left out.
+    std::thread::sleep(
+        (flood_start + Duration::from_secs(11)).saturating_duration_since(Instant::now()),
+    );
+    let mut late = connect(port);
+    late.write_all(b"junk").unwrap();
+    drop(late);
+    wait_stderr(&server, "fperf: 50 more client errors were not logged");
+    let err = server.stderr();
+    let tail: Vec<&str> = err.lines().rev().take(2).collect();
+    assert!(tail[0].starts_with("fperf: client"), "{err}");
+    assert_eq!(client_lines(&err), 101, "{err}");
+}
+
 #[test]
 fn a_data_connection_after_the_streams_are_connected_is_refused_at_once() {
     let server = Server::start(&[]);
