@@ -669,6 +669,9 @@ fn what_an_iperf3_server_cannot_run_is_refused_before_connecting() {
         (vec!["--crr"], "--crr"),
         (vec!["-u", "--udp-batch", "8"], "--udp-batch"),
         (vec!["-n", "2"], "-n above 1"),
+        (vec!["--server-cpu", "0"], "--server-cpu"),
+        (vec!["--rcvlowat", "65536"], "--rcvlowat"),
+        (vec!["--skip-rx-copy"], "--skip-rx-copy"),
     ] {
         let mut all = vec!["-c", "127.0.0.1", "--iperf3", "-p", &port];
         all.extend_from_slice(&args);

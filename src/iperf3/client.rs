@@ -66,6 +66,24 @@ pub fn check(settings: &Settings) -> Result<(), String> {
     if settings.nsockets > 1 {
         return Err("-n above 1: an iperf3 stream is one connection".into());
     }
+    if !settings.server_cpus.is_empty() {
+        return Err("--server-cpu: an iperf3 server cannot be asked to pin its threads".into());
+    }
+    if let TransportSettings::Tcp(tcp) = &settings.transport {
+        // Options of the receiving end: with the server receiving, nobody would apply them.
+        let receivers = [
+            (tcp.rcvlowat.is_some(), "--rcvlowat"),
+            (tcp.skip_rx_copy, "--skip-rx-copy"),
+        ];
+        if let Some((_, flag)) = receivers.iter().find(|(given, _)| *given) {
+            if settings.workload != Workload::Reverse {
+                return Err(format!(
+                    "{flag} applies to the receiving end, and the iperf3 server cannot apply \
+                     it: use it with --reverse, where fperf receives"
+                ));
+            }
+        }
+    }
     let per_direction = match settings.workload {
         Workload::Bidir => settings.nstreams / 2,
         _ => settings.nstreams,
@@ -517,6 +535,7 @@ fn server_result(settings: &Settings, theirs: &Map<String, Value>) -> Result<Sid
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::tcp::settings::TcpSettings;
 
     #[test]
     fn parameters_say_what_iperf3_clients_say() {
@@ -586,11 +605,50 @@ mod tests {
                 },
                 "128",
             ),
+            (
+                Settings {
+                    server_cpus: vec![1],
+                    ..Settings::default()
+                },
+                "--server-cpu",
+            ),
+            (
+                Settings {
+                    transport: TransportSettings::Tcp(TcpSettings {
+                        skip_rx_copy: true,
+                        ..TcpSettings::default()
+                    }),
+                    ..Settings::default()
+                },
+                "--skip-rx-copy",
+            ),
+            (
+                Settings {
+                    workload: Workload::Bidir,
+                    nstreams: 2,
+                    transport: TransportSettings::Tcp(TcpSettings {
+                        rcvlowat: Some(4096),
+                        ..TcpSettings::default()
+                    }),
+                    ..Settings::default()
+                },
+                "--rcvlowat",
+            ),
         ] {
             let e = check(&settings).expect_err(want);
             assert!(e.contains(want), "{e}");
         }
         assert_eq!(check(&Settings::default()), Ok(()));
+        let receiving = Settings {
+            workload: Workload::Reverse,
+            transport: TransportSettings::Tcp(TcpSettings {
+                rcvlowat: Some(4096),
+                skip_rx_copy: true,
+                ..TcpSettings::default()
+            }),
+            ..Settings::default()
+        };
+        assert_eq!(check(&receiving), Ok(()), "fperf receives with --reverse");
         let udp = Settings {
             transport: TransportSettings::Udp(Default::default()),
             rate_bps: Some(1_000_000),
