@@ -4,7 +4,7 @@
 
 use crate::measure::{Mode, Output, Table};
 use anyhow::{bail, Context, Result};
-use clap::{ArgGroup, Parser};
+use clap::{ArgGroup, CommandFactory, FromArgMatches, Parser};
 use fperf::auth::AuthKey;
 use fperf::client::ClientConfig;
 use fperf::exporter::{Allow, ExporterConfig};
@@ -650,7 +650,7 @@ impl ExporterArgs {
 
 /// What the run does with its streams; without these, bulk data from client to server.
 #[derive(clap::Args, Debug)]
-#[command(next_help_heading = "Workloads (default: bulk data from client to server)")]
+#[command(next_help_heading = WORKLOADS_HEADING)]
 struct WorkloadArgs {
     /// Wait for a 1-byte ACK after each packet and report its round trip (mprtt).
     ///
@@ -1115,12 +1115,6 @@ impl Cli {
         let Some(queue) = QueueKind::from_qtype(self.qtype) else {
             bail!("--qtype must be 0 or 1");
         };
-        let rdma = &self.rdma_opts;
-        if self.server
-            && (rdma.rdmadev.is_some() || rdma.rdma_api.is_some() || rdma.ofi_provider.is_some())
-        {
-            bail!("--rdmadev, --rdma-api and --ofi-provider are client options; the server uses what the client asks for");
-        }
         let nsockets = if queue == QueueKind::LockFree && self.nsockets > 1 {
             eprintln!(
                 "fperf: note: the lock-free queue (-q 0) drives one socket; --nsockets forced to 1"
@@ -1288,7 +1282,70 @@ pub enum JsonLayout {
     Iperf3,
 }
 
+/// The heading of the workload options in the help.
+const WORKLOADS_HEADING: &str = "Workloads (default: bulk data from client to server)";
+
+/// Headings of the options that describe a test. A server runs each test as its client
+/// describes it, so with `-s` these are refused rather than ignored.
+const TEST_HEADINGS: [&str; 7] = [
+    "Test",
+    "Tuning",
+    WORKLOADS_HEADING,
+    "TCP options",
+    "TCP and UDP options",
+    "UDP options",
+    "RDMA options",
+];
+
+/// Options under other headings that only a client has (the same holds for them).
+const CLIENT_ONLY: [&str; 7] = [
+    "iperf3",
+    "conf",
+    "json_stream",
+    "csv",
+    "percentiles",
+    "plot",
+    "table",
+];
+
 impl Cli {
+    /// Parses the command line as `try_parse_from` does, refusing with `-s` every
+    /// option that describes a test.
+    pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut command = Cli::command();
+        let matches = command.try_get_matches_from_mut(args)?;
+        if matches.get_flag("server") {
+            let given = command.get_arguments().find(|arg| {
+                let describes_test = arg
+                    .get_help_heading()
+                    .is_some_and(|heading| TEST_HEADINGS.contains(&heading))
+                    || CLIENT_ONLY.contains(&arg.get_id().as_str());
+                describes_test
+                    && matches.value_source(arg.get_id().as_str())
+                        == Some(clap::parser::ValueSource::CommandLine)
+            });
+            if let Some(arg) = given {
+                let name = match (arg.get_short(), arg.get_long()) {
+                    (Some(short), Some(long)) => format!("-{short}/--{long}"),
+                    (None, Some(long)) => format!("--{long}"),
+                    _ => arg.get_id().to_string(),
+                };
+                return Err(command.error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    format!(
+                        "{name} describes a test, and a server runs each test as its client \
+                         asks: give it to the client (-c)"
+                    ),
+                ));
+            }
+        }
+        Cli::from_arg_matches(&matches)
+    }
+
     /// Where output goes: `--logfile`, and the `--timestamps` format.
     pub fn output_redirect(&self) -> (Option<&std::path::Path>, Option<&str>) {
         (self.logfile.as_deref(), self.timestamps.as_deref())
@@ -1450,7 +1507,7 @@ mod tests {
     fn config(args: &[&str]) -> Result<Config> {
         let mut argv = vec!["fperf"];
         argv.extend_from_slice(args);
-        Cli::try_parse_from(argv)?.config()
+        Cli::parse_args(argv)?.config()
     }
 
     fn error(args: &[&str]) -> String {
@@ -1546,7 +1603,7 @@ mod tests {
             error(&["-c", "h", "-R", "--rdma-api", "cm", "--ofi-provider", "tcp"])
                 .contains("--ofi-provider needs --rdma-api ofi")
         );
-        assert!(error(&["-s", "-R", "--rdma-api", "cm"]).contains("client options"));
+        assert!(error(&["-s", "-R", "--rdma-api", "cm"]).contains("-R/--rdma describes a test"));
         assert!(error(&["-c", "h", "-q", "2"]).contains("--qtype"));
         assert!(error(&["-c", "h", "--plot", "/nonexistent/dir/x.svg"]).contains("--plot"));
         // Settings::validate runs here too: the same check the server makes.

@@ -2,7 +2,6 @@
 //! server or client, with reports printed here.
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
 use cli::{Cli, Config};
 use fperf::client::{self, ClientConfig, ClientOutcome};
 use fperf::exporter::{Exporter, ExporterEvent};
@@ -50,7 +49,7 @@ fn main() -> ExitCode {
         eprintln!("fperf: {hint} (see fperf --help)");
         return ExitCode::from(2);
     }
-    let cli = match Cli::try_parse_from(&args) {
+    let cli = match Cli::parse_args(&args) {
         Ok(c) => c,
         Err(e) if !e.use_stderr() => {
             // --help and --version.

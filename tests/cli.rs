@@ -48,6 +48,36 @@ fn iperf3_habits_get_fperfs_spelling_and_flag_errors_exit_2() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+/// A server runs each test as its client describes it: an option that describes a test,
+/// given to a server, is refused by name rather than ignored.
+#[test]
+fn options_that_describe_a_test_are_refused_by_a_server() {
+    for (args, name) in [
+        (&["-t", "4"][..], "-t/--nstreams"),
+        (&["-u"], "-u/--udp"),
+        (&["-l", "1000"], "-l/--pktsize"),
+        (&["-r"], "-r/--mprtt"),
+        (&["--reverse"], "--reverse"),
+        (&["--cpu", "0"], "--cpu"),
+        (&["--sched", "normal"], "--sched"),
+        (&["-C", "cubic"], "-C/--congestion"),
+        (&["-w", "1M"], "-w/--window"),
+        (&["--table", "sfnt"], "--table"),
+        (&["--iperf3"], "--iperf3"),
+    ] {
+        let mut all = vec!["-s", "-p", "1"];
+        all.extend_from_slice(args);
+        let out = run(&all, Duration::from_secs(10));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("{name} describes a test")) && err.contains("client (-c)"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+}
+
 #[test]
 fn invalid_combinations_are_refused() {
     refused(&["-s", "-c", "127.0.0.1"], "cannot be used with");

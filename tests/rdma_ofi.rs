@@ -344,7 +344,10 @@ fn rdma_flags_without_rdma_are_refused_in_one_line() {
             &["-c", "127.0.0.1", "-R", "--ofi-provider", "tcp"],
             "needs --rdma-api ofi",
         ),
-        (&["-s", "-R", "--rdma-api", "ofi"], "client options"),
+        (
+            &["-s", "-R", "--rdma-api", "ofi"],
+            "-R/--rdma describes a test",
+        ),
     ];
     for (args, want) in cases {
         let out = run(args, Duration::from_secs(10));
