@@ -437,21 +437,31 @@ impl ServerPrinter {
                     "fperf",
                     "client errors",
                     &format!("client {peer}: {error}"),
-                    || {
-                        if std::mem::take(line_open) {
-                            let _ = writeln!(out);
-                        }
-                        let _ = out.flush();
-                    },
+                    || end_open_line(line_open, out),
                 );
-                if wrote && !self.in_test && !self.loopback {
-                    let _ = write!(out, "Server listening ....");
-                    self.line_open = true;
+                if wrote {
+                    self.reopen_line(out);
                 }
             }
         }
         let _ = out.flush();
     }
+
+    /// After a line on stderr: between tests, `Server listening ....` again.
+    fn reopen_line(&mut self, out: &mut dyn Write) {
+        if !self.in_test && !self.loopback {
+            let _ = write!(out, "Server listening ....");
+            self.line_open = true;
+        }
+    }
+}
+
+/// Before a line on stderr: ends `Server listening ....`'s line if it is open.
+fn end_open_line(line_open: &mut bool, out: &mut dyn Write) {
+    if std::mem::take(line_open) {
+        let _ = writeln!(out);
+    }
+    let _ = out.flush();
 }
 
 /// Prints each test a server ran as one JSON document on one line (`fperf -s --json`);

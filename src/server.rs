@@ -10,10 +10,12 @@
 //! runs as a client towards another server (`mesh.rs`).
 
 pub(crate) mod config;
+pub(crate) mod events;
 pub(crate) mod figures;
 mod mesh;
 
 pub use config::{ServerConfig, ServerEvent, MAX_PENDING_GREETERS, MAX_PENDING_PER_SOURCE};
+use events::EventSender;
 use figures::{close_session, free_session, server_result};
 
 use crate::auth;
@@ -86,7 +88,7 @@ impl Server {
     pub fn run(&self, stop: &AtomicBool, on_event: &mut dyn FnMut(ServerEvent)) -> Result<()> {
         let active: ActiveSession = Sessions::new(self.config.parallel);
         let pending = PendingCaps::new(MAX_PENDING_PER_SOURCE, MAX_PENDING_GREETERS);
-        let (events_tx, events_rx) = mpsc::channel::<ServerEvent>();
+        let (events_tx, events_rx) = events::channel();
         on_event(ServerEvent::Listening);
         // The listeners, fperf's own and iperf3's, each with its poll entry.
         let listeners: Vec<(&TcpListener, Front)> = [(&self.listener, Front::Fperf)]
@@ -102,9 +104,7 @@ impl Server {
             })
             .collect();
         while !stop.load(Ordering::Relaxed) {
-            while let Ok(ev) = events_rx.try_recv() {
-                on_event(ev);
-            }
+            events_rx.hand_on(on_event);
             for pfd in &mut pfds {
                 pfd.revents = 0;
             }
@@ -119,9 +119,7 @@ impl Server {
                 }
             }
         }
-        while let Ok(ev) = events_rx.try_recv() {
-            on_event(ev);
-        }
+        while events_rx.hand_on(on_event) {}
         Ok(())
     }
 
@@ -133,7 +131,7 @@ impl Server {
         front: Front,
         active: &ActiveSession,
         pending: &Arc<PendingCaps>,
-        events_tx: &Sender<ServerEvent>,
+        events_tx: &EventSender,
         on_event: &mut dyn FnMut(ServerEvent),
     ) {
         match listener.accept() {
@@ -224,14 +222,11 @@ fn greet(
     peer: SocketAddr,
     pending: PendingSlot,
     active: &ActiveSession,
-    events: &Sender<ServerEvent>,
+    events: &EventSender,
     config: &ServerConfig,
 ) {
     let client_error = |error: String| {
-        let _ = events.send(ServerEvent::ClientError {
-            peer: crate::stream::canonical(peer).to_string(),
-            error,
-        });
+        events.client_error(crate::stream::canonical(peer).to_string(), error);
     };
     let Ok(chan) = Channel::new(sock, config.control_timeout) else {
         return;
@@ -358,7 +353,7 @@ fn greet(
             control.session.results(result);
             if let Err(e) = control.flush() {
                 client_error(format!("cannot send the results: {e}"));
-                let _ = events.send(ServerEvent::Listening);
+                events.report(ServerEvent::Listening);
                 return;
             }
             // The client answers with its own figures at once; the test's slot is
@@ -370,7 +365,7 @@ fn greet(
                 .and_then(|m| control.session.on_message(m));
             match (answer, control.session.test()) {
                 (Ok(ServerStep::ClientResults(result)), Some(settings)) => {
-                    let _ = events.send(ServerEvent::ClientFigures {
+                    events.report(ServerEvent::ClientFigures {
                         settings: settings.clone(),
                         result,
                     });
@@ -379,7 +374,7 @@ fn greet(
                 (Err(SessionError::Control(ControlError::Closed)), _) | (Ok(_), _) => {}
                 (Err(e), _) => client_error(format!("its figures: {e}")),
             }
-            let _ = events.send(ServerEvent::Listening);
+            events.report(ServerEvent::Listening);
         }
         Err(e) => {
             client_error(format!("{e:#}"));
@@ -429,7 +424,7 @@ fn run_session(
     routed: Receiver<DataConn>,
     routed_tx: Sender<DataConn>,
     config: &ServerConfig,
-    events: &Sender<ServerEvent>,
+    events: &EventSender,
 ) -> Result<Served> {
     control.flush()?;
     let msg = control.chan.recv_message(config.control_timeout)?;
@@ -466,10 +461,7 @@ fn run_session(
         refused: {
             let events = events.clone();
             Arc::new(move |r: transport::Refusal| {
-                let _ = events.send(ServerEvent::ClientError {
-                    peer: r.peer,
-                    error: r.error,
-                });
+                events.client_error(r.peer, r.error);
             })
         },
         setup_timeout: config.control_timeout,
@@ -491,7 +483,7 @@ fn run_session(
     let (congestion, rcvlowat, rx_nap) = (facts.congestion, facts.rcvlowat, facts.rx_nap);
     // With tests in parallel, each report is sent in one piece at the end.
     if !parallel {
-        let _ = events.send(ServerEvent::Started {
+        events.report(ServerEvent::Started {
             settings: settings.clone(),
             from: from.clone(),
             congestion: congestion.clone(),
@@ -568,10 +560,7 @@ fn run_session(
                     if control.flush().is_err() {
                         abort.store(true, Ordering::Relaxed);
                     }
-                    let _ = events.send(ServerEvent::Interval {
-                        settings: settings.clone(),
-                        result,
-                    });
+                    events.interval(&settings, result);
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -633,13 +622,13 @@ fn run_session(
     let want = expected.map(|e| e.saturating_mul(per_stream.len() as u64));
     if let Some(want) = want.filter(|&w| got < w) {
         // Ctrl-C on the client, or a client that died, ends its data early.
-        let _ = events.send(ServerEvent::ClientError {
-            peer: from.clone(),
-            error: format!(
+        events.client_error(
+            from.clone(),
+            format!(
                 "the client ended the test early: {got} of {want} bytes {moved} \
                  (interrupted or gone); figures cover what was {moved}"
             ),
-        });
+        );
     }
     let mut result = server_result(&settings, &per_stream);
     result.system = Some(crate::sysinfo::SystemFacts::collect());
@@ -648,7 +637,7 @@ fn run_session(
         .map(|(now, then)| now.since(then));
     let report_lock = registered.sessions().report_lock();
     if parallel {
-        let _ = events.send(ServerEvent::Started {
+        events.report(ServerEvent::Started {
             settings: settings.clone(),
             from: from.clone(),
             congestion: congestion.clone(),
@@ -656,7 +645,7 @@ fn run_session(
             rx_nap,
         });
     }
-    let _ = events.send(ServerEvent::Finished {
+    events.report(ServerEvent::Finished {
         settings,
         result: Box::new(result.clone()),
     });

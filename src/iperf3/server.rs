@@ -19,6 +19,7 @@ use crate::limits::{LimitError, StopReason, TestWatch, Watchdog};
 use crate::pending::PendingSlot;
 use crate::results::{Role, SideResult};
 use crate::server::config::{ServerConfig, ServerEvent};
+use crate::server::events::EventSender;
 use crate::server::figures::{close_session, server_result};
 use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::{Protocol, Settings};
@@ -29,7 +30,7 @@ use serde_json::Value;
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -46,14 +47,14 @@ pub(crate) fn greet(
     accepted: Instant,
     pending: PendingSlot,
     active: &Arc<Sessions>,
-    events: &Sender<ServerEvent>,
+    events: &EventSender,
     config: &ServerConfig,
 ) {
     let client_error = |error: String| {
-        let _ = events.send(ServerEvent::ClientError {
-            peer: crate::stream::canonical(peer).to_string(),
-            error: format!("iperf3 client: {error}"),
-        });
+        events.client_error(
+            crate::stream::canonical(peer).to_string(),
+            format!("iperf3 client: {error}"),
+        );
     };
     let mut bytes = [0u8; COOKIE_LEN];
     let deadline = Instant::now() + IDENTIFY_WITHIN;
@@ -142,7 +143,7 @@ fn run_test(
     registered: &SessionGuard,
     routed: Receiver<DataConn>,
     config: &ServerConfig,
-    events: &Sender<ServerEvent>,
+    events: &EventSender,
 ) -> Result<()> {
     sock.set_nodelay(true)?;
     wire::write_state(sock, State::ParamExchange)?;
@@ -193,7 +194,7 @@ fn run_test(
     let started = if parallel {
         Some(started)
     } else {
-        let _ = events.send(started);
+        events.report(started);
         None
     };
     let cpu_start = crate::sysinfo::CpuUsage::now();
@@ -510,7 +511,7 @@ fn join(workers: Vec<Worker>) -> Result<Vec<(u32, Received)>> {
 
 /// Sends the test's report events, in one piece.
 fn report(
-    events: &Sender<ServerEvent>,
+    events: &EventSender,
     registered: &SessionGuard,
     started: Option<ServerEvent>,
     test: &Iperf3Test,
@@ -518,9 +519,9 @@ fn report(
 ) {
     let _in_order = registered.sessions().report_lock();
     if let Some(started) = started {
-        let _ = events.send(started);
+        events.report(started);
     }
-    let _ = events.send(ServerEvent::Finished {
+    events.report(ServerEvent::Finished {
         settings: test.announced.clone(),
         result: Box::new(result.clone()),
     });

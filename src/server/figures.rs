@@ -2,11 +2,11 @@
 //! whichever front end ran it.
 
 use super::config::ServerEvent;
+use super::events::EventSender;
 use crate::engine::Received;
 use crate::results::{nanos, Figures, Role, SideResult, SideTotals, StreamResult};
 use crate::sessions::SessionGuard;
 use crate::settings::Settings;
-use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 /// The server's figures: each stream over its span (its first byte received to its
@@ -65,10 +65,10 @@ pub(crate) fn return_freed_memory() {
 /// test's report before another's begins), then the test's slot is freed and its
 /// memory given back, before its client hears the last word: a client that starts its
 /// next test on reading it is never told "server busy".
-pub(crate) fn close_session(registered: SessionGuard, events: &Sender<ServerEvent>) {
+pub(crate) fn close_session(registered: SessionGuard, events: &EventSender) {
     {
         let _in_order = registered.sessions().report_lock();
-        let _ = events.send(ServerEvent::Listening);
+        events.report(ServerEvent::Listening);
     }
     free_session(registered);
 }

@@ -5,6 +5,7 @@
 //! refuses a server without one), so a server cannot be made to send data towards an
 //! arbitrary address.
 
+use super::events::EventSender;
 use super::{Control, ServerConfig, ServerEvent};
 use crate::client::{self, ClientConfig, RunObserver, StreamInfo};
 use crate::limits::TestWatch;
@@ -13,7 +14,7 @@ use crate::sessions::SessionGuard;
 use crate::settings::{Settings, MB};
 use anyhow::{bail, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,7 +44,7 @@ pub(super) fn run_test(
     port: u16,
     mut settings: Settings,
     config: &ServerConfig,
-    events: &Sender<ServerEvent>,
+    events: &EventSender,
 ) -> Result<(SideResult, SideResult)> {
     let limits = &config.limits;
     // The server's read cap becomes this client's send cap: an unpaced test is paced
@@ -112,7 +113,7 @@ pub(super) fn run_test(
             .unwrap_or_default();
         bail!("the test towards {host}:{port} went past this server's {limit}");
     }
-    let _ = events.send(ServerEvent::MeshTest {
+    events.report(ServerEvent::MeshTest {
         coordinator,
         peer: format!("{host}:{port}"),
         settings,
