@@ -62,6 +62,12 @@ impl LogLimit {
         self.burst
     }
 
+    /// Counts `lines` that never reached this log (left out before it) with those it
+    /// left out itself.
+    pub fn count_left_out(&mut self, lines: u64) {
+        self.left_out = self.left_out.saturating_add(lines);
+    }
+
     /// Whether a line that comes at `now` is written.
     pub fn admit(&mut self, now: Instant) -> LogVerdict {
         let expired = self.window_start.map_or(true, |start| {
@@ -107,6 +113,15 @@ mod tests {
         let next = t0 + Duration::from_secs(10);
         assert_eq!(limit.admit(next), LogVerdict::Write { left_out: 5 });
         assert_eq!(limit.admit(next), LogVerdict::Write { left_out: 0 });
+    }
+
+    #[test]
+    fn lines_left_out_before_the_log_are_counted_with_the_next_line() {
+        let t0 = Instant::now();
+        let mut limit = LogLimit::default();
+        limit.count_left_out(7);
+        assert_eq!(limit.admit(t0), LogVerdict::Write { left_out: 7 });
+        assert_eq!(limit.admit(t0), LogVerdict::Write { left_out: 0 });
     }
 
     #[test]

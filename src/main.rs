@@ -443,6 +443,17 @@ impl ServerPrinter {
                     self.reopen_line(out);
                 }
             }
+            ServerEvent::LeftOut { intervals, errors } => {
+                self.errors.count_left_out(errors);
+                if intervals > 0 {
+                    end_open_line(&mut self.line_open, out);
+                    eprintln!(
+                        "fperf: {intervals} interval reports were left out: the output did \
+                         not keep up with them"
+                    );
+                    self.reopen_line(out);
+                }
+            }
         }
         let _ = out.flush();
     }
@@ -500,6 +511,8 @@ impl ServerJsonPrinter {
                 let line = format!("client {peer}: {error}");
                 log_limited(&mut self.errors, "fperf", "client errors", &line, || {});
             }
+            // No interval is printed here: only the errors left out count.
+            ServerEvent::LeftOut { errors, .. } => self.errors.count_left_out(errors),
             ServerEvent::Listening
             | ServerEvent::Interval { .. }
             | ServerEvent::ClientFigures { .. } => {}

@@ -104,12 +104,13 @@ impl Server {
             })
             .collect();
         while !stop.load(Ordering::Relaxed) {
-            events_rx.hand_on(on_event);
+            // While events still wait, the listeners are only looked at, not waited on.
+            let wait_ms = if events_rx.hand_on(on_event) { 0 } else { 50 };
             for pfd in &mut pfds {
                 pfd.revents = 0;
             }
             // SAFETY: `pfds` is a valid array of pollfds of the length given.
-            let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 50) };
+            let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, wait_ms) };
             if rc <= 0 {
                 continue;
             }

@@ -10,8 +10,10 @@ use fperf::auth::{self, AuthKey};
 use fperf::control::{self, Message, PROTOCOL_VERSION};
 use fperf::settings::Settings;
 use fperf::workload::{Reply, Workload};
+use regex::Regex;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -432,6 +434,91 @@ fn a_flood_of_bad_connections_is_logged_within_a_limit_and_counted() {
     let tail: Vec<&str> = err.lines().rev().take(2).collect();
     assert!(tail[0].starts_with("fperf: client"), "{err}");
     assert_eq!(client_lines(&err), 101, "{err}");
+}
+
+/// A server whose output nobody reads (a paused terminal, a full pipe) keeps a bounded
+/// number of interval reports waiting: its tests run on undisturbed, the intervals that
+/// do not fit are counted, and once the output is read each interval was either printed
+/// or counted.
+#[test]
+fn a_server_whose_output_is_not_read_keeps_its_backlog_bounded_and_counts_the_rest() {
+    let port = port_block(12);
+    let mut child = Command::new(fperf_bin())
+        .args(["-s", "-p", &port.to_string(), "--parallel", "4"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let unread = child.stdout.take().unwrap();
+    // A pipe of one page is full after a few dozen lines.
+    // SAFETY: fcntl(2) on a pipe this test owns; no memory is involved.
+    let size = unsafe { libc::fcntl(unread.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+    assert_eq!(size, 4096);
+    let stderr = collect(child.stderr.take().unwrap());
+    let server = Proc {
+        child,
+        stdout: Arc::default(),
+        stderr,
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !listening(port) {
+        assert!(Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Four tests at once, each with 100 intervals a second, for 4 s.
+    let port_arg = port.to_string();
+    let clients: Vec<Proc> = (0..4)
+        .map(|_| {
+            Proc::fperf(&[
+                "-c",
+                "127.0.0.1",
+                "-p",
+                &port_arg,
+                "--time",
+                "4",
+                "-i",
+                "0.01",
+                "-b",
+                "10M",
+                "--json-stream",
+            ])
+        })
+        .collect();
+    let mut sent_intervals = 0;
+    for mut client in clients {
+        let (code, took) = client.wait(Duration::from_secs(30));
+        assert_eq!(code, Some(0), "{}", client.stderr());
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        sent_intervals += client
+            .stdout()
+            .lines()
+            .filter(|l| l.starts_with(r#"{"event":"interval","side":"server""#))
+            .count();
+    }
+    assert!(sent_intervals > 1500, "{sent_intervals}");
+
+    let printed = collect(unread);
+    let left_out_line = Regex::new(r"fperf: (\d+) interval reports were left out").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let left_out: usize = loop {
+        let reports_done = printed.lock().unwrap().matches("client   :").count() == 4;
+        let err = server.stderr();
+        if let Some(found) = left_out_line.captures(&err).filter(|_| reports_done) {
+            break found[1].parse().unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{err}\n{}",
+            printed.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let interval_line = Regex::new(r"\[ *\d+\.\d+- *\d+\.\d+s\]").unwrap();
+    let printed_intervals = interval_line.find_iter(&printed.lock().unwrap()).count();
+    assert!(left_out > 0 && printed_intervals > 0);
+    assert_eq!(printed_intervals + left_out, sent_intervals);
 }
 
 #[test]

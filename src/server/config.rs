@@ -91,6 +91,9 @@ pub enum ServerEvent {
     },
     /// A client or test failed; the server goes on.
     ClientError { peer: String, error: String },
+    /// The caller fell behind: these interval reports and client errors came while
+    /// too many waited for it, and were counted instead of kept.
+    LeftOut { intervals: u64, errors: u64 },
     /// A mesh coordinator's test towards `peer` ended; this server's figures (as the
     /// test's client).
     MeshTest {
