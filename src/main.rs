@@ -398,18 +398,34 @@ impl ServerPrinter {
                     rcvlowat,
                     rx_nap,
                 );
-                // The header goes on `Server listening ....`'s line; under --loopback
-                // there is none.
-                let opening = if self.loopback { "Server:" } else { "" };
+                // The header goes on `Server listening ....`'s line (begun again after
+                // interval lines of tests in parallel); under --loopback there is none.
+                let opening = match (self.loopback, self.line_open) {
+                    (true, _) => "Server:",
+                    (false, true) => "",
+                    (false, false) => "Server listening ....",
+                };
                 let _ = write!(out, "{opening}{header}");
                 self.line_open = false;
             }
-            ServerEvent::Interval { settings, result } => {
-                let _ = writeln!(
-                    out,
-                    "{}",
-                    report::interval_line(fperf::results::Role::Server, &settings, &result)
-                );
+            ServerEvent::Interval {
+                settings,
+                result,
+                client,
+            } => {
+                let line = report::interval_line(fperf::results::Role::Server, &settings, &result);
+                match client {
+                    // Tests in parallel: the line says whose it is, on a line of its own.
+                    Some(client) => {
+                        if std::mem::take(&mut self.line_open) {
+                            let _ = writeln!(out);
+                        }
+                        let _ = writeln!(out, "{client}: {line}");
+                    }
+                    None => {
+                        let _ = writeln!(out, "{line}");
+                    }
+                }
             }
             ServerEvent::Finished { settings, result } => {
                 let _ = write!(out, "{}", report::server_body(&settings, &result));

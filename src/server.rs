@@ -561,7 +561,7 @@ fn run_session(
                     if control.flush().is_err() {
                         abort.store(true, Ordering::Relaxed);
                     }
-                    events.interval(&settings, result);
+                    events.interval(&settings, parallel.then_some(from.as_str()), result);
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}

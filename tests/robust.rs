@@ -11,6 +11,7 @@ use fperf::control::{self, Message, PROTOCOL_VERSION};
 use fperf::settings::Settings;
 use fperf::workload::{Reply, Workload};
 use regex::Regex;
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -1431,13 +1432,13 @@ fn parallel_tests_when_allowed_and_several_streams_need_the_server_alone() {
     let server = Server::start(&["--parallel", "2", "--max-rate", "200M"]);
     let port = server.port.to_string();
     // Each test is capped at 200 Mbit/s: 150 MB takes about 6 s.
-    let mut a = Proc::fperf(&["-c", "127.0.0.1", "-p", &port, "-m", "150"]);
+    let mut a = Proc::fperf(&["-c", "127.0.0.1", "-p", &port, "-m", "150", "-i", "1"]);
     std::thread::sleep(Duration::from_millis(1000));
     for alone in [["-t", "2"], ["-w", "1M"]] {
         let args = [&["-m", "1"][..], &alone[..]].concat();
         client_refused(&server, &args, "needs the server alone");
     }
-    let mut b = Proc::fperf(&["-c", "127.0.0.1", "-p", &port, "-m", "150"]);
+    let mut b = Proc::fperf(&["-c", "127.0.0.1", "-p", &port, "-m", "150", "-i", "1"]);
     std::thread::sleep(Duration::from_millis(1000));
     client_refused(&server, &["-m", "1"], "2 tests are running (--parallel 2)");
     for p in [&mut a, &mut b] {
@@ -1452,6 +1453,29 @@ fn parallel_tests_when_allowed_and_several_streams_need_the_server_alone() {
     for report in out.split("new TCP connection").skip(1) {
         assert_eq!(volume(report, "received").bytes, 150 * MB, "{out}");
     }
+    // The tests' interval lines interleave, so each names its test's client, as the
+    // test's report does at its end, on a line of its own.
+    let header =
+        Regex::new(r"(?m)^Server listening \.\.\.\. new TCP connection from (\S+)\. ").unwrap();
+    let clients: BTreeSet<&str> = header
+        .captures_iter(&out)
+        .map(|c| c.get(1).unwrap().as_str())
+        .collect();
+    assert_eq!(clients.len(), 2, "{out}");
+    let interval = Regex::new(r"(?m)^(.*)\[ *\d+\.\d+- *\d+\.\d+s\] received").unwrap();
+    let mut labels = BTreeSet::new();
+    for c in interval.captures_iter(&out) {
+        labels.insert(
+            c[1].strip_suffix(": ")
+                .unwrap_or_else(|| panic!("{out}"))
+                .to_owned(),
+        );
+    }
+    assert_eq!(
+        labels,
+        clients.iter().map(|c| c.to_string()).collect(),
+        "{out}"
+    );
     // Alone, a test with several streams runs.
     served_normally(&server, 3, &["-t", "2"]);
 }

@@ -78,6 +78,9 @@ pub enum ServerEvent {
     Interval {
         settings: Settings,
         result: Box<IntervalResult>,
+        /// With tests in parallel (`--parallel`), the client's data address: the
+        /// test's report, which names it, comes only at the test's end.
+        client: Option<String>,
     },
     /// A test ended; the server's figures.
     Finished {

@@ -61,12 +61,14 @@ impl EventSender {
         let _ = self.tx.send(event);
     }
 
-    /// An interval of a running test, left out while too many paced events wait.
-    pub fn interval(&self, settings: &Settings, result: Box<IntervalResult>) {
+    /// An interval of a running test (of `client`, with tests in parallel), left out
+    /// while too many paced events wait.
+    pub fn interval(&self, settings: &Settings, client: Option<&str>, result: Box<IntervalResult>) {
         if self.claim_place(&self.paced.left_out_intervals) {
             let _ = self.tx.send(ServerEvent::Interval {
                 settings: settings.clone(),
                 result,
+                client: client.map(str::to_owned),
             });
         }
     }
