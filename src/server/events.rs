@@ -30,16 +30,19 @@ struct Paced {
     left_out_errors: AtomicU64,
 }
 
+/// An event on its way, and whether it holds a place among the paced events.
+type Queued = (ServerEvent, bool);
+
 /// The session threads' end.
 #[derive(Clone)]
 pub(crate) struct EventSender {
-    tx: Sender<ServerEvent>,
+    tx: Sender<Queued>,
     paced: Arc<Paced>,
 }
 
 /// The caller's end.
 pub(crate) struct EventReceiver {
-    rx: Receiver<ServerEvent>,
+    rx: Receiver<Queued>,
     paced: Arc<Paced>,
 }
 
@@ -58,25 +61,28 @@ pub(crate) fn channel() -> (EventSender, EventReceiver) {
 impl EventSender {
     /// One of a test's report events (not an interval): these always go.
     pub fn report(&self, event: ServerEvent) {
-        let _ = self.tx.send(event);
+        let _ = self.tx.send((event, false));
     }
 
     /// An interval of a running test (of `client`, with tests in parallel), left out
     /// while too many paced events wait.
     pub fn interval(&self, settings: &Settings, client: Option<&str>, result: Box<IntervalResult>) {
         if self.claim_place(&self.paced.left_out_intervals) {
-            let _ = self.tx.send(ServerEvent::Interval {
+            let event = ServerEvent::Interval {
                 settings: settings.clone(),
                 result,
                 client: client.map(str::to_owned),
-            });
+            };
+            let _ = self.tx.send((event, true));
         }
     }
 
     /// An error a peer caused, left out while too many paced events wait.
     pub fn client_error(&self, peer: String, error: String) {
         if self.claim_place(&self.paced.left_out_errors) {
-            let _ = self.tx.send(ServerEvent::ClientError { peer, error });
+            let _ = self
+                .tx
+                .send((ServerEvent::ClientError { peer, error }, true));
         }
     }
 
@@ -102,14 +108,11 @@ impl EventReceiver {
     /// whether events may still wait.
     pub fn hand_on(&self, on_event: &mut dyn FnMut(ServerEvent)) -> bool {
         for _ in 0..MAX_TAKEN_AT_ONCE {
-            let Ok(event) = self.rx.try_recv() else {
+            let Ok((event, paced)) = self.rx.try_recv() else {
                 self.hand_on_left_out(on_event);
                 return false;
             };
-            if matches!(
-                event,
-                ServerEvent::Interval { .. } | ServerEvent::ClientError { .. }
-            ) {
+            if paced {
                 self.paced.waiting.fetch_sub(1, Ordering::AcqRel);
             }
             on_event(event);
