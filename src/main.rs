@@ -413,19 +413,13 @@ impl ServerPrinter {
                 result,
                 client,
             } => {
-                let line = report::interval_line(fperf::results::Role::Server, &settings, &result);
-                match client {
-                    // Tests in parallel: the line says whose it is, on a line of its own.
-                    Some(client) => {
-                        if std::mem::take(&mut self.line_open) {
-                            let _ = writeln!(out);
-                        }
-                        let _ = writeln!(out, "{client}: {line}");
-                    }
-                    None => {
-                        let _ = writeln!(out, "{line}");
-                    }
+                // Tests in parallel: the line says whose it is, on a line of its own.
+                if let Some(client) = client {
+                    end_open_line(&mut self.line_open, out);
+                    let _ = write!(out, "{client}: ");
                 }
+                let line = report::interval_line(fperf::results::Role::Server, &settings, &result);
+                let _ = writeln!(out, "{line}");
             }
             ServerEvent::Finished { settings, result } => {
                 let _ = write!(out, "{}", report::server_body(&settings, &result));
@@ -483,7 +477,8 @@ impl ServerPrinter {
     }
 }
 
-/// Before a line on stderr: ends `Server listening ....`'s line if it is open.
+/// Ends `Server listening ....`'s line if it is open, and flushes: a line of its own
+/// follows, on stdout or stderr.
 fn end_open_line(line_open: &mut bool, out: &mut dyn Write) {
     if std::mem::take(line_open) {
         let _ = writeln!(out);

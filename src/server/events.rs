@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// Most interval reports and client errors waiting at once. The caller's thread takes
 /// them at least every 50 ms; 64 tests at once with the shortest interval (10 ms) make
 /// 320 in that time.
-pub(crate) const MAX_PACED_WAITING: usize = 1024;
+const MAX_PACED_WAITING: usize = 1024;
 
 /// Most events the caller's thread takes before it looks at its listeners again.
 const MAX_TAKEN_AT_ONCE: usize = 256;
