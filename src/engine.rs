@@ -65,26 +65,18 @@ pub(crate) fn drive(
     let timed = meter.active();
     let deadline = meter.deadline();
     let asynchronous = settings.asynchronous();
-    // `-b`: sleep until each packet is due at the target rate.
+    // `-b`: sleep until each packet is due at the target rate (a pacer per stream).
     let pacer = settings.rate_bps.map(RatePacer::new);
     let mut sent_bytes = 0u64;
     let mut result = Ok(());
-    while left > 0 {
+    'sending: while left > 0 {
         let n = left.min(pkt as u64) as usize;
         let sent = if asynchronous {
             // Without a schedule the clock is not read here at all.
-            let wait = if timed {
-                let now = Instant::now();
-                [
-                    meter.until_due(now),
-                    deadline.map(|d| d.saturating_duration_since(now)),
-                ]
-                .into_iter()
+            let wait = timed
+                .then(|| next_wake(&meter, deadline))
                 .flatten()
-                .min()
-            } else {
-                None
-            };
+                .map(|w| w.saturating_duration_since(Instant::now()));
             let timeout = wait.map_or(Timeout::Forever, |w| {
                 Timeout::Millis(u32::try_from(w.as_millis()).unwrap_or(u32::MAX).max(1))
             });
@@ -117,21 +109,33 @@ pub(crate) fn drive(
             left -= n as u64;
             sent_bytes += n as u64;
             progress.0.received(progress.1, sent_bytes, n);
-            if let Some(p) = &pacer {
-                p.pace(n, abort);
-            }
         }
-        if timed {
-            // A synchronous send's latency already read the clock as it returned
-            // (not so when the queue sent it, or a pacer slept since).
-            let now = match (asynchronous, &pacer) {
-                (false, None) => stream.last_send_end(),
-                _ => None,
+        // With a pacer, sleeps until the bytes sent are due; it wakes at every boundary
+        // and at the deadline, so that a slow rate still reports each interval and the
+        // test still ends on time.
+        loop {
+            let due = match &pacer {
+                Some(p) => {
+                    let wake = timed.then(|| next_wake(&meter, deadline)).flatten();
+                    p.wait(sent_bytes, wake, abort)
+                }
+                None => true,
+            };
+            if timed {
+                // A synchronous send's latency already read the clock as it returned
+                // (not so when the queue sent it, or a pacer slept since).
+                let now = match (asynchronous, &pacer) {
+                    (false, None) => stream.last_send_end(),
+                    _ => None,
+                }
+                .unwrap_or_else(Instant::now);
+                // Boundaries first: a send blocked across one still reports it.
+                meter.tick(now, &*stream);
+                if deadline.is_some_and(|d| now >= d) {
+                    break 'sending;
+                }
             }
-            .unwrap_or_else(Instant::now);
-            // Boundaries first: a send blocked across one still reports it.
-            meter.tick(now, &*stream);
-            if deadline.is_some_and(|d| now >= d) {
+            if due {
                 break;
             }
         }
@@ -163,6 +167,15 @@ pub(crate) fn drive(
         peer_closed,
         handed_over,
     })
+}
+
+/// When a wait must end: the meter's next boundary or the deadline, if any.
+fn next_wake(meter: &Meter, deadline: Option<Instant>) -> Option<Instant> {
+    let now = Instant::now();
+    [meter.until_due(now).map(|d| now + d), deadline]
+        .into_iter()
+        .flatten()
+        .min()
 }
 
 /// What a stream's thread hands back: a receiving one's, or with `--reverse` a

@@ -270,14 +270,24 @@ impl RatePacer {
     /// Counts `n` bytes just read and sleeps until the cap allows them, or `abort`.
     pub fn pace(&self, n: usize, abort: &AtomicBool) {
         let total = self.bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        self.wait(total, None, abort);
+    }
+
+    /// Sleeps until `total` bytes are due at the rate, but no later than `wake` (if
+    /// given) or `abort`. Returns whether they are due (or `abort` is set).
+    pub fn wait(&self, total: u64, wake: Option<Instant>, abort: &AtomicBool) -> bool {
         let due_secs = total as f64 * 8.0 / self.bits_per_sec as f64;
         let due = self.start + Duration::from_secs_f64(due_secs.min(1e9));
         loop {
             let now = Instant::now();
             if now >= due || abort.load(Ordering::Relaxed) {
-                return;
+                return true;
             }
-            std::thread::sleep((due - now).min(PACE_SLICE));
+            if wake.is_some_and(|w| now >= w) {
+                return false;
+            }
+            let until = wake.map_or(due, |w| w.min(due));
+            std::thread::sleep((until - now).min(PACE_SLICE));
         }
     }
 }

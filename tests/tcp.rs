@@ -222,6 +222,35 @@ fn bitrate_paces_each_stream() {
 }
 
 #[test]
+fn a_rate_below_a_packet_per_test_still_ends_on_time_and_reports_every_interval() {
+    // At 30 kbit/s a 32 KiB packet is due every 8.7 s: the pacer's sleep after the
+    // first one outlasts the test, and must wake for each interval and at the end.
+    let server = Server::start(&[]);
+    for proto in [&[][..], &["-u"][..]] {
+        let args = [proto, &["--time", "1", "-i", "0.25", "-b", "30k"][..]].concat();
+        let started = std::time::Instant::now();
+        let c = client_ok(&server, "127.0.0.1", &args);
+        let took = started.elapsed();
+        let s = server.report(1);
+        assert!(
+            took < Duration::from_secs(5),
+            "{args:?} took {took:?}:\n{c}"
+        );
+        assert_bytes(&c, &s, 32768);
+        let intervals: Vec<&str> = c.lines().filter(|l| l.starts_with('[')).collect();
+        assert_eq!(
+            intervals.len(),
+            4,
+            "{args:?}: an interval line each 0.25 s:\n{c}"
+        );
+        assert!(
+            intervals[1..].iter().all(|l| l.contains(" sent: 0B ")),
+            "{args:?}: nothing after the first packet:\n{c}"
+        );
+    }
+}
+
+#[test]
 fn one_byte_packets() {
     let (c, s) = run_pair("127.0.0.1", &["-m", "1", "-l", "1"]);
     assert!(c.contains("pkt_size=1B"), "{c}");
