@@ -371,7 +371,8 @@ pub struct Cli {
     table: Option<Table>,
 
     /// Target rate of each stream in bits/s (e.g. 100M, 2.5G; K/M/G/T = 10^3..10^12):
-    /// the client paces its sends to it. Default: as fast as possible.
+    /// the client paces its sends to it, whole packets (-l) at a time, so at a slow rate
+    /// one packet must go within --idle-timeout. Default: as fast as possible.
     #[arg(hide_short_help = true, help_heading = "Test", short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_rate,
           conflicts_with = "server")]
     bitrate: Option<u64>,
@@ -1392,8 +1393,17 @@ impl Cli {
         }
         self.guard.check_client()?;
         let output = self.output()?;
-        if let Some(sweep) = &output.sweep {
-            sweep.check(&settings)?;
+        // An iperf3 server does not give up after fperf's --idle-timeout.
+        let paced = |s: &Settings| {
+            if self.iperf3 {
+                Ok(())
+            } else {
+                fperf::limits::check_paced_silence(s, idle)
+            }
+        };
+        match &output.sweep {
+            Some(sweep) => sweep.check(&settings, paced)?,
+            None => paced(&settings).map_err(|e| anyhow::anyhow!(e))?,
         }
         if self.loopback {
             let ip: IpAddr = self.bind.unwrap_or(IpAddr::from([127, 0, 0, 1]));

@@ -246,6 +246,41 @@ pub fn parse_rate(text: &str) -> Result<u64, String> {
     Ok(bits as u64)
 }
 
+/// Refuses a `-b` so slow that a stream's data stops for nearly `idle`, the time-out
+/// after which either end gives up on a test whose data stopped (`--idle-timeout`): the
+/// longest silence is one packet's time at the rate, or the whole of a shorter
+/// time-bounded test. (Nearly: a packet due just before the time-out may arrive after it.)
+pub fn check_paced_silence(s: &Settings, idle: Duration) -> Result<(), String> {
+    let Some(rate) = s.rate_bps else {
+        return Ok(());
+    };
+    let pkt = u64::from(s.pktsize);
+    let gap = Duration::from_secs_f64(pkt as f64 * 8.0 / rate.max(1) as f64);
+    let silence = match (s.time_ms, s.byte_limit()) {
+        (Some(ms), _) => gap.min(Duration::from_millis(ms)),
+        (None, Some(bytes)) if bytes > pkt => gap,
+        _ => return Ok(()),
+    };
+    let allowed = idle.mul_f64(0.9);
+    if silence < allowed {
+        return Ok(());
+    }
+    let largest = (rate as f64 * allowed.as_secs_f64() / 8.0) as u64;
+    let smaller = match largest {
+        0 => String::new(),
+        1 => "1-byte packets (-l 1), ".to_string(),
+        n => format!("packets of at most {n} bytes (-l), "),
+    };
+    Err(format!(
+        "at -b {} a {pkt}-byte packet goes every {:.1}s, but each end gives up on a test \
+         whose data stops for {}s (--idle-timeout): use {smaller}a higher -b, or a longer \
+         --idle-timeout on both ends",
+        crate::units::bit_rate(rate as f64 / 8.0),
+        gap.as_secs_f64(),
+        idle.as_secs_f64()
+    ))
+}
+
 /// Paces the reading of one test's data to a rate cap, across all its streams.
 #[derive(Debug)]
 pub struct RatePacer {
@@ -465,6 +500,50 @@ mod tests {
         assert_eq!((limit.rlim_cur, limit.rlim_max), (now, now));
     }
     use crate::workload::Workload;
+
+    #[test]
+    fn a_rate_that_leaves_the_data_silent_past_the_idle_time_out_is_refused() {
+        let idle = Duration::from_secs(10);
+        let paced = |rate, pktsize, time_ms, mb| Settings {
+            rate_bps: Some(rate),
+            pktsize,
+            time_ms,
+            mb,
+            ..Settings::default()
+        };
+        // 32 KiB at 1 kbit/s: one packet every 262 s.
+        let e = check_paced_silence(&paced(1000, 32768, Some(10_000), 1), idle).expect_err("slow");
+        assert!(
+            e.contains("every 262.1s") && e.contains("at most 1125 bytes (-l)"),
+            "{e}"
+        );
+        assert!(e.contains("--idle-timeout"), "{e}");
+        // A test shorter than the time-out ends before anything gives up.
+        assert_eq!(
+            check_paced_silence(&paced(1000, 32768, Some(1_000), 1), idle),
+            Ok(())
+        );
+        // One packet per stream leaves no silence between packets.
+        assert_eq!(
+            check_paced_silence(&paced(1000, 1 << 20, None, 1), idle),
+            Ok(())
+        );
+        let e = check_paced_silence(&paced(1000, 1 << 19, None, 1), idle).expect_err("two");
+        assert!(e.contains("every 4194.3s"), "{e}");
+        // 13.1 s between packets: too long for 10 s, not for 30 s.
+        let s = paced(20_000, 32768, Some(60_000), 1);
+        assert!(check_paced_silence(&s, idle).is_err());
+        assert_eq!(check_paced_silence(&s, Duration::from_secs(30)), Ok(()));
+        // Within nine tenths of the time-out: 8.7 s passes, 9.2 s does not.
+        assert_eq!(
+            check_paced_silence(&paced(30_000, 32768, None, 4), idle),
+            Ok(())
+        );
+        assert!(check_paced_silence(&paced(28_500, 32768, None, 4), idle).is_err());
+        let e = check_paced_silence(&paced(1, 32768, None, 4), idle).expect_err("1 bit/s");
+        assert!(e.contains("1-byte packets (-l 1)"), "{e}");
+        assert_eq!(check_paced_silence(&Settings::default(), idle), Ok(()));
+    }
 
     #[test]
     fn each_limit_is_named_when_exceeded() {

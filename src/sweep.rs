@@ -173,13 +173,19 @@ impl Sweep {
     }
 
     /// Checks every run before the first starts: a value or test that cannot run (an
-    /// echo's buffers over the bound, too many streams) is refused as a flag is, not
-    /// after the table has begun.
-    pub fn check(&self, base: &Settings) -> anyhow::Result<()> {
+    /// echo's buffers over the bound, too many streams, or what `also` refuses) is
+    /// refused as a flag is, not after the table has begun.
+    pub fn check(
+        &self,
+        base: &Settings,
+        also: impl Fn(&Settings) -> Result<(), String>,
+    ) -> anyhow::Result<()> {
         let tests = self.tests_per_value();
         for &value in &self.values {
             for &test in &tests {
-                self.run_settings(base, value, test)?;
+                let settings = self.run_settings(base, value, test)?;
+                also(&settings)
+                    .map_err(|e| anyhow::anyhow!("--sweep {}={value}: {e}", self.param.name()))?;
             }
         }
         Ok(())

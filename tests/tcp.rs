@@ -251,6 +251,27 @@ fn a_rate_below_a_packet_per_test_still_ends_on_time_and_reports_every_interval(
 }
 
 #[test]
+fn a_rate_too_slow_for_the_idle_time_out_is_refused_with_the_packet_size_that_fits() {
+    refused(
+        &["--loopback", "-b", "20k"],
+        "a 32768-byte packet goes every 13.1s",
+    );
+    refused(
+        &["-c", "127.0.0.1", "-b", "20k"],
+        "at most 22500 bytes (-l)",
+    );
+    refused(
+        &["-c", "127.0.0.1", "-b", "20k", "--idle-timeout", "5"],
+        "stops for 5s (--idle-timeout)",
+    );
+    // A sweep's runs are checked one by one, not its base -l.
+    refused(
+        &["--loopback", "-b", "20k", "--sweep", "pktsize=1K,32K"],
+        "--sweep pktsize=32768: at -b 20.0Kbit/s",
+    );
+}
+
+#[test]
 fn one_byte_packets() {
     let (c, s) = run_pair("127.0.0.1", &["-m", "1", "-l", "1"]);
     assert!(c.contains("pkt_size=1B"), "{c}");
