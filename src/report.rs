@@ -6,7 +6,9 @@ use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
 use crate::settings::labels::Sample;
 use crate::settings::Settings;
 use crate::stats::{LatencySummary, StreamStats};
-use crate::units::{bit_rate, byte_rate, pkt_size, rate, size, size_triplet};
+use crate::units::{
+    bit_rate, bit_rate_over, byte_rate, pkt_size, rate, rate_unmeasured, size, size_triplet,
+};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -46,11 +48,14 @@ fn submit_line(label: &str, width: usize, l: &LatencySummary) -> String {
 
 fn volume_line(label: &str, width: usize, bytes: u64, secs: f64) -> String {
     let r = rate(bytes, secs);
+    let bw = if rate_unmeasured(bytes, secs) {
+        "n/a".to_string()
+    } else {
+        format!("{} {}", byte_rate(r), bit_rate(r))
+    };
     format!(
-        "{label:<width$}: {} in {secs:.2}s. (bw: {} {})\n",
-        size_triplet(bytes),
-        byte_rate(r),
-        bit_rate(r)
+        "{label:<width$}: {} in {secs:.2}s. (bw: {bw})\n",
+        size_triplet(bytes)
     )
 }
 
@@ -208,7 +213,7 @@ pub fn peer_line(settings: &Settings, peer: &SideResult, width: usize) -> String
         format!(
             "{verb} {} in {secs:.2}s ({})",
             size_triplet(bytes),
-            bit_rate(rate(bytes, secs))
+            bit_rate_over(bytes, secs)
         )
     };
     let t = &peer.total;
@@ -383,7 +388,7 @@ fn per_stream_block(
             "  stream {} : {lat} {label}: {}  bw: {}",
             s.index,
             size_triplet(bytes),
-            bit_rate(rate(bytes, s.figures.secs()))
+            bit_rate_over(bytes, s.figures.secs())
         );
     }
     out
@@ -548,7 +553,7 @@ fn moved_columns(
         start_ns as f64 / 1e9,
         end_ns as f64 / 1e9,
         size_triplet(bytes),
-        bit_rate(rate(bytes, secs)),
+        bit_rate_over(bytes, secs),
     );
     if let Some(l) = lat {
         // The default list is longer than an interval line has room for.
@@ -659,6 +664,20 @@ mod tests {
         assert!(lines[1].starts_with("latency   : avg=29.31us  min=5.09us  max=74.84us  p50="));
         assert!(lines[1].contains(" p99.9=") && lines[1].contains(" stddev="));
         assert_eq!(lines.len(), 2);
+    }
+
+    #[test]
+    fn bytes_in_no_measurable_time_have_no_rate_rather_than_zero() {
+        assert_eq!(
+            volume_line("received", 9, 32768, 0.0),
+            "received : 32.0KB(32768B) in 0.00s. (bw: n/a)\n"
+        );
+        assert_eq!(
+            volume_line("received", 9, 0, 0.0),
+            "received : 0B in 0.00s. (bw: 0.00B/s 0.00bit/s)\n"
+        );
+        assert_eq!(bit_rate_over(32768, 0.0), "n/a");
+        assert_eq!(bit_rate_over(125_000, 1.0), "1.00Mbit/s");
     }
 
     #[test]

@@ -89,6 +89,21 @@ pub fn rate(bytes: u64, secs: f64) -> f64 {
     }
 }
 
+/// Whether `bytes` came in no measurable time (a receiver's one read): no rate can be
+/// given for them, and a 0 would read as nothing moved.
+pub fn rate_unmeasured(bytes: u64, secs: f64) -> bool {
+    bytes > 0 && secs <= 0.0
+}
+
+/// [`bit_rate`] of `bytes` over `secs` for a report, `n/a` where [`rate_unmeasured`].
+pub fn bit_rate_over(bytes: u64, secs: f64) -> String {
+    if rate_unmeasured(bytes, secs) {
+        "n/a".to_string()
+    } else {
+        bit_rate(rate(bytes, secs))
+    }
+}
+
 /// A packet size as the server header shows it: `32KB` when a whole number of KB.
 pub fn pkt_size(bytes: u32) -> String {
     if bytes >= 1024 && bytes % 1024 == 0 {

@@ -282,7 +282,7 @@ pub struct Volume {
 pub fn volume(text: &str, label: &str) -> Volume {
     // From 1 MB `10MB(0.01GB 10485760B)`; below, `4.0KB(4096B)` or `32B`.
     let re = Regex::new(&format!(
-        r"(?m)^{label}\s*: (?:(\d+)MB\((\d+\.\d\d)GB (\d+)B\)|(\d+\.\d)KB\((\d+)B\)|(\d+)B)(?: in (\d+\.\d\d)s\. \(bw: [\d.]+[KMG]?B/s [\d.]+[KMGT]?bit/s\))?$"
+        r"(?m)^{label}\s*: (?:(\d+)MB\((\d+\.\d\d)GB (\d+)B\)|(\d+\.\d)KB\((\d+)B\)|(\d+)B)(?: in (\d+\.\d\d)s\. \(bw: (?:[\d.]+[KMG]?B/s [\d.]+[KMGT]?bit/s|n/a)\))?$"
     ))
     .unwrap();
     let c = re
