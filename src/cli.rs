@@ -221,7 +221,8 @@ pub struct Cli {
         help_heading = "Roles",
         short = 'p',
         long,
-        value_name = "PORT"
+        value_name = "PORT",
+        value_parser = clap::value_parser!(u16).range(1..)
     )]
     port: Option<u16>,
 
@@ -241,7 +242,8 @@ pub struct Cli {
         hide_short_help = true,
         help_heading = "Roles",
         long,
-        value_name = "PORT"
+        value_name = "PORT",
+        value_parser = clap::value_parser!(u16).range(1..)
     )]
     iperf3_port: Option<u16>,
 
@@ -439,7 +441,8 @@ struct MeshArgs {
     pattern: String,
 
     /// Port of the servers given without one.
-    #[arg(short = 'p', long, value_name = "PORT", default_value_t = DEFAULT_PORT)]
+    #[arg(short = 'p', long, value_name = "PORT", default_value_t = DEFAULT_PORT,
+          value_parser = clap::value_parser!(u16).range(1..))]
     port: u16,
 
     /// Each pair's test length in seconds.

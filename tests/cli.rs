@@ -208,6 +208,34 @@ fn invalid_combinations_are_refused() {
         &["-c", "127.0.0.1", "-u", "-r", "--ack-timeout", "0"],
         "--ack-timeout",
     );
+    // Port 0 would listen on a port nobody is told, or connect nowhere.
+    for args in [
+        &["-s", "-p", "0"][..],
+        &["-c", "::1", "-p", "0"],
+        &["mesh", "-p", "0", "a", "b"],
+    ] {
+        refused(args, "0 is not in 1..=65535");
+    }
+    refused(&["-s", "--iperf3-port", "0"], "0 is not in 1..=65535");
+}
+
+#[test]
+fn a_stream_port_beyond_65535_is_named_with_what_to_lower() {
+    let out = run(
+        &["--loopback", "-p", "65535", "-t", "2", "--time", "1"],
+        Duration::from_secs(10),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The in-process server logs it too: the client's own line comes last.
+    assert_eq!(
+        err.trim().lines().last(),
+        Some(
+            "fperf: error: server: a stream needs port 65536, beyond 65535: lower --port or \
+             --nstreams"
+        ),
+        "{err}"
+    );
 }
 
 #[test]

@@ -14,7 +14,7 @@ pub mod udp;
 use crate::settings::{Settings, TransportSettings};
 use crate::stream::{Stream, StreamOptions};
 use crate::workload::Workload;
-use anyhow::{Context, Result};
+use anyhow::{bail, Result};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
@@ -143,7 +143,8 @@ pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOpti
 /// `addr` with its port moved up by `offset`.
 pub fn port_offset(addr: SocketAddr, base: u16, offset: u32) -> Result<SocketAddr> {
     let port = u32::from(base) + offset;
-    let port =
-        u16::try_from(port).context("stream port beyond 65535: lower --port or --nstreams")?;
+    let Ok(port) = u16::try_from(port) else {
+        bail!("a stream needs port {port}, beyond 65535: lower --port or --nstreams");
+    };
     Ok(SocketAddr::new(addr.ip(), port))
 }
