@@ -236,6 +236,7 @@ fn log_exporter_event(limit: &Mutex<LogLimit>, event: ExporterEvent) {
         return;
     };
     let line = match event {
+        ExporterEvent::ProbeFailed { target: "", reason } => format!("probe failed: {reason}"),
         ExporterEvent::ProbeFailed { target, reason } => {
             format!("probe of {target:?} failed: {reason}")
         }

@@ -17,6 +17,7 @@ use anyhow::{Context, Result};
 use http::{Handler, HttpListener, Request, Response};
 use probe::{ProbeError, ProbeRequest};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use std::borrow::Cow;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -66,7 +67,7 @@ impl Default for ExporterConfig {
 
 /// What the exporter tells its caller.
 pub enum ExporterEvent<'a> {
-    /// A probe failed, and why.
+    /// A probe failed, and why; `target` is empty when the query named none.
     ProbeFailed {
         target: &'a str,
         reason: &'a ProbeError,
@@ -162,10 +163,19 @@ fn probe(shared: &Arc<Shared>, request: &Request, query: &str, log: &Log) -> Res
         let timeout = probe.timeout(scrape_timeout(request))?;
         probe::run(&probe, config, timeout, &registry, place)
     });
-    let target = parsed.as_ref().map_or("", |p| p.target.as_str());
+    let target = match &parsed {
+        Ok(p) => Cow::Borrowed(p.target.as_str()),
+        // A query refused as it was read still names the target it asked for, if any.
+        Err(_) => form_urlencoded::parse(query.as_bytes())
+            .find(|(name, _)| name == "target")
+            .map_or(Cow::Borrowed(""), |(_, target)| target),
+    };
     let mut text = Vec::new();
     if let Err(reason) = &result {
-        log(ExporterEvent::ProbeFailed { target, reason });
+        log(ExporterEvent::ProbeFailed {
+            target: &target,
+            reason,
+        });
         // A comment: Prometheus skips it, a person reading the page sees why.
         text = format!("# probe failed: {reason}\n").into_bytes();
     }
