@@ -73,10 +73,12 @@ pub(crate) fn drive(
         let n = left.min(pkt as u64) as usize;
         let sent = if asynchronous {
             // Without a schedule the clock is not read here at all.
-            let wait = timed
-                .then(|| next_wake(&meter, deadline))
-                .flatten()
-                .map(|w| w.saturating_duration_since(Instant::now()));
+            let wait = if timed {
+                let now = Instant::now();
+                next_wake(&meter, deadline, now).map(|w| w.saturating_duration_since(now))
+            } else {
+                None
+            };
             let timeout = wait.map_or(Timeout::Forever, |w| {
                 Timeout::Millis(u32::try_from(w.as_millis()).unwrap_or(u32::MAX).max(1))
             });
@@ -116,7 +118,9 @@ pub(crate) fn drive(
         loop {
             let due = match &pacer {
                 Some(p) => {
-                    let wake = timed.then(|| next_wake(&meter, deadline)).flatten();
+                    let wake = timed
+                        .then(|| next_wake(&meter, deadline, Instant::now()))
+                        .flatten();
                     p.wait(sent_bytes, wake, abort)
                 }
                 None => true,
@@ -169,9 +173,8 @@ pub(crate) fn drive(
     })
 }
 
-/// When a wait must end: the meter's next boundary or the deadline, if any.
-fn next_wake(meter: &Meter, deadline: Option<Instant>) -> Option<Instant> {
-    let now = Instant::now();
+/// When a wait from `now` must end: the meter's next boundary or the deadline, if any.
+fn next_wake(meter: &Meter, deadline: Option<Instant>, now: Instant) -> Option<Instant> {
     [meter.until_due(now).map(|d| now + d), deadline]
         .into_iter()
         .flatten()
