@@ -227,6 +227,10 @@ fn a_stream_port_beyond_65535_is_named_with_what_to_lower() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        out.stdout.is_empty(),
+        "no report, not even blank lines: {out:?}"
+    );
     // The in-process server logs it too: the client's own line comes last.
     assert_eq!(
         err.trim().lines().last(),
