@@ -236,10 +236,14 @@ fn log_exporter_event(limit: &Mutex<LogLimit>, event: ExporterEvent) {
         return;
     };
     let line = match event {
-        ExporterEvent::ProbeFailed { target: "", reason } => format!("probe failed: {reason}"),
-        ExporterEvent::ProbeFailed { target, reason } => {
-            format!("probe of {target:?} failed: {reason}")
-        }
+        ExporterEvent::ProbeFailed {
+            target: None,
+            reason,
+        } => format!("probe failed: {reason}"),
+        ExporterEvent::ProbeFailed {
+            target: Some(target),
+            reason,
+        } => format!("probe of {target:?} failed: {reason}"),
         ExporterEvent::ProbeRefused { max } => {
             format!("probe refused: {max} probes are running (--max-probes)")
         }

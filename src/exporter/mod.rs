@@ -67,9 +67,9 @@ impl Default for ExporterConfig {
 
 /// What the exporter tells its caller.
 pub enum ExporterEvent<'a> {
-    /// A probe failed, and why; `target` is empty when the query named none.
+    /// A probe failed, and why; `target` is the one its query named, if any.
     ProbeFailed {
-        target: &'a str,
+        target: Option<&'a str>,
         reason: &'a ProbeError,
     },
     /// A probe was refused: `max` were running.
@@ -164,16 +164,16 @@ fn probe(shared: &Arc<Shared>, request: &Request, query: &str, log: &Log) -> Res
         probe::run(&probe, config, timeout, &registry, place)
     });
     let target = match &parsed {
-        Ok(p) => Cow::Borrowed(p.target.as_str()),
+        Ok(p) => Some(Cow::Borrowed(p.target.as_str())),
         // A query refused as it was read still names the target it asked for, if any.
         Err(_) => form_urlencoded::parse(query.as_bytes())
             .find(|(name, _)| name == "target")
-            .map_or(Cow::Borrowed(""), |(_, target)| target),
+            .map(|(_, target)| target),
     };
     let mut text = Vec::new();
     if let Err(reason) = &result {
         log(ExporterEvent::ProbeFailed {
-            target: &target,
+            target: target.as_deref(),
             reason,
         });
         // A comment: Prometheus skips it, a person reading the page sees why.
