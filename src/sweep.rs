@@ -205,6 +205,8 @@ pub enum SweepError {
     Empty(u64, u64),
     #[error("--sweep: a step must be *K with K >= 2 or +K with K >= 1, not '{0}'")]
     Step(String),
+    #[error("--sweep: a range that multiplies (:*{0}) cannot start at 0, which stays 0: start at 1, or add with :+K")]
+    ZeroStart(u64),
     #[error("--sweep: more than {MAX_SWEEP_VALUES} values")]
     TooMany,
     #[error("--tests takes bw, rr and echo, each once, not '{0}'")]
@@ -235,7 +237,8 @@ pub fn parse(spec: &str) -> Result<Sweep, SweepError> {
             .transpose()?
             .ok_or_else(|| SweepError::Step(step.to_string()))?;
         let next: Box<dyn Fn(u64) -> Option<u64>> = match step.as_bytes().first() {
-            Some(b'*') if k >= 2 && lo >= 1 => Box::new(move |v: u64| v.checked_mul(k)),
+            Some(b'*') if k >= 2 && lo == 0 => return Err(SweepError::ZeroStart(k)),
+            Some(b'*') if k >= 2 => Box::new(move |v: u64| v.checked_mul(k)),
             Some(b'+') if k >= 1 => Box::new(move |v: u64| v.checked_add(k)),
             _ => return Err(SweepError::Step(step.to_string())),
         };
@@ -449,7 +452,11 @@ mod tests {
             Err(SweepError::Empty(9, 2))
         ));
         assert!(matches!(parse("pktsize=1..8:*1"), Err(SweepError::Step(_))));
-        assert!(matches!(parse("pktsize=0..8:*2"), Err(SweepError::Step(_))));
+        assert_eq!(
+            parse("mb=0..2").map(|s| s.values),
+            Err(SweepError::ZeroStart(2))
+        );
+        assert_eq!(parse("mb=0..2:+1").map(|s| s.values), Ok(vec![0, 1, 2]));
         assert!(matches!(parse("pktsize=1..8:+0"), Err(SweepError::Step(_))));
         assert!(matches!(parse("pktsize=1..8:/2"), Err(SweepError::Step(_))));
         assert!(matches!(
