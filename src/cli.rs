@@ -1408,6 +1408,13 @@ impl Cli {
             Some(sweep) => sweep.check(&settings, paced)?,
             None => paced(&settings).map_err(|e| anyhow::anyhow!(e))?,
         }
+        fperf::stream::affinity::check_pinnable("--cpu", &settings.client_cpus)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        if self.loopback {
+            // Its server runs here too.
+            fperf::stream::affinity::check_pinnable("--server-cpu", &settings.server_cpus)
+                .map_err(|e| anyhow::anyhow!(e))?;
+        }
         if self.loopback {
             let ip: IpAddr = self.bind.unwrap_or(IpAddr::from([127, 0, 0, 1]));
             return Ok(Config::Loopback {

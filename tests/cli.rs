@@ -217,6 +217,20 @@ fn invalid_combinations_are_refused() {
         refused(args, "0 is not in 1..=65535");
     }
     refused(&["-s", "--iperf3-port", "0"], "0 is not in 1..=65535");
+    // A CPU this host lacks (no test machine has 1024) is refused before connecting,
+    // with the CPUs it has; --loopback's server runs here too.
+    refused(
+        &["-c", "127.0.0.1", "--cpu", "0,1023"],
+        "--cpu names CPU 1023, but this host lets fperf run on CPUs 0",
+    );
+    refused(
+        &["--loopback", "--server-cpu", "1023"],
+        "--server-cpu names CPU 1023, but this host lets fperf run on CPUs 0",
+    );
+    refused(
+        &["-c", "127.0.0.1", "--sweep", "mb=0..4"],
+        "cannot start at 0, which stays 0",
+    );
 }
 
 #[test]

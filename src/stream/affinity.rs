@@ -27,13 +27,91 @@ pub fn pin_current_thread(cpu: Option<usize>) -> io::Result<()> {
             format!("CPU {cpu} is beyond the {MAX_CPUS} a CPU set can name"),
         ));
     }
+    set_affinity(cpu).map_err(|e| {
+        let allowed = pinnable_cpus();
+        let why = if allowed.contains(&cpu) {
+            e.to_string()
+        } else {
+            format!(
+                "this host lets fperf run on CPUs {}",
+                cpu_list_text(&allowed)
+            )
+        };
+        io::Error::new(e.kind(), format!("cannot pin a thread to CPU {cpu}: {why}"))
+    })
+}
+
+/// Pins the calling thread to `cpu` (< `MAX_CPUS`).
+fn set_affinity(cpu: usize) -> io::Result<()> {
     // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` < CPU_SETSIZE was checked above, so CPU_SET stays inside `set`.
+    // SAFETY: callers keep `cpu` < CPU_SETSIZE, so CPU_SET stays inside `set`.
     unsafe { libc::CPU_SET(cpu, &mut set) };
     // SAFETY: pid 0 is the calling thread; the pointer and size describe `set`.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    checked(rc, || format!("cannot pin a thread to CPU {cpu}"))
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Those of `cpus` a thread of this process cannot be pinned to. Each is tried on a
+/// thread of its own, so the kernel's rule decides (online, and in this process's
+/// cpuset), not the mask `taskset` started it with, which pinning may widen.
+fn unpinnable(cpus: impl Iterator<Item = usize> + Send) -> Vec<usize> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                cpus.filter(|&c| c >= MAX_CPUS || set_affinity(c).is_err())
+                    .collect()
+            })
+            .join()
+            .unwrap_or_default()
+    })
+}
+
+/// The CPUs a thread of this process can be pinned to.
+fn pinnable_cpus() -> Vec<usize> {
+    let refused = unpinnable(0..MAX_CPUS);
+    (0..MAX_CPUS).filter(|c| !refused.contains(c)).collect()
+}
+
+/// Refuses a CPU of `list` (given with `flag`) that no thread of this process can be
+/// pinned to, before a test starts rather than when its first thread is pinned.
+pub fn check_pinnable(flag: &str, list: &[u32]) -> Result<(), String> {
+    match unpinnable(list.iter().map(|&c| c as usize)).first() {
+        Some(cpu) => Err(format!(
+            "{flag} names CPU {cpu}, but this host lets fperf run on CPUs {}",
+            cpu_list_text(&pinnable_cpus())
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `cpus` (ascending) as `taskset -c` writes a list: runs as ranges, e.g. `0-3,8`.
+fn cpu_list_text(cpus: &[usize]) -> String {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &c in cpus {
+        match runs.last_mut() {
+            Some((_, last)) if *last + 1 == c => *last = c,
+            _ => runs.push((c, c)),
+        }
+    }
+    let texts: Vec<String> = runs
+        .iter()
+        .map(|&(first, last)| {
+            if first == last {
+                first.to_string()
+            } else {
+                format!("{first}-{last}")
+            }
+        })
+        .collect();
+    if texts.is_empty() {
+        "none".to_string()
+    } else {
+        texts.join(",")
+    }
 }
 
 /// Sets up the calling thread to drive a STREAM: pinned to `cpu` (if given) and, with
@@ -109,6 +187,35 @@ mod tests {
         })
         .join()
         .expect("join");
+    }
+
+    #[test]
+    fn cpu_lists_are_written_as_runs() {
+        assert_eq!(cpu_list_text(&[0, 1, 2, 3, 8]), "0-3,8");
+        assert_eq!(cpu_list_text(&[1, 3]), "1,3");
+        assert_eq!(cpu_list_text(&[]), "none");
+    }
+
+    #[test]
+    fn a_cpu_the_host_lacks_is_refused_with_those_it_has() {
+        // No test machine has 1024 CPUs; every one has CPU 0.
+        let absent = MAX_CPUS as u32 - 1;
+        assert_eq!(check_pinnable("--cpu", &[0, 0]), Ok(()));
+        let refused = check_pinnable("--cpu", &[0, absent]).expect_err("absent CPU");
+        assert!(
+            refused.starts_with("--cpu names CPU 1023, but this host lets fperf run on CPUs 0"),
+            "{refused}"
+        );
+        let pinning = std::thread::spawn(move || pin_current_thread(Some(absent as usize)))
+            .join()
+            .expect("join")
+            .expect_err("absent CPU");
+        assert!(
+            pinning
+                .to_string()
+                .starts_with("cannot pin a thread to CPU 1023: this host lets fperf run on CPUs 0"),
+            "{pinning}"
+        );
     }
 
     #[test]
