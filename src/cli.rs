@@ -374,8 +374,9 @@ pub struct Cli {
 
     /// Target rate of each stream in bits/s (e.g. 100M, 2.5G; K/M/G/T = 10^3..10^12):
     /// the client paces its sends to it, whole packets (-l) at a time, so at a slow rate
-    /// one packet must go within --idle-timeout. Default: as fast as possible.
-    #[arg(hide_short_help = true, help_heading = "Test", short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_rate,
+    /// one packet must go within --idle-timeout. Default (or 0, as iperf3's -b 0): as fast
+    /// as possible.
+    #[arg(hide_short_help = true, help_heading = "Test", short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate,
           conflicts_with = "server")]
     bitrate: Option<u64>,
 
@@ -470,8 +471,9 @@ struct MeshArgs {
     #[arg(long)]
     echo: bool,
 
-    /// Target rate of each stream in bits/s (e.g. 100M, 2.5G).
-    #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_rate)]
+    /// Target rate of each stream in bits/s (e.g. 100M, 2.5G); 0, as fast as possible
+    /// (the default).
+    #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate)]
     bitrate: Option<u64>,
 
     /// Shared secret file the servers hold (or the secret in $FPERF_AUTH_KEY).
@@ -565,7 +567,8 @@ impl MeshArgs {
             pktsize: self.pktsize,
             workload,
             time_ms: secs_to_ms("time", Some(self.time))?,
-            rate_bps: self.bitrate,
+            // 0: no target, as iperf3's -b 0.
+            rate_bps: self.bitrate.filter(|&b| b > 0),
             transport,
             ..Settings::default()
         };
@@ -1171,7 +1174,8 @@ impl Cli {
             response_size: self.workload_opts.response_size,
             interval_ms: secs_to_ms("interval", self.interval)?,
             omit_ms: secs_to_ms("omit", self.omit)?,
-            rate_bps: self.bitrate,
+            // 0: no target, as iperf3's -b 0.
+            rate_bps: self.bitrate.filter(|&b| b > 0),
             client_cpus: self.cpu.clone(),
             server_cpus: self.server_cpu.clone(),
             flows: self.flows.is_some(),

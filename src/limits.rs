@@ -246,6 +246,15 @@ pub fn parse_rate(text: &str) -> Result<u64, String> {
     Ok(bits as u64)
 }
 
+/// Parses a `-b` target rate as [`parse_rate`] does, and also `0`: as iperf3's `-b 0`,
+/// no target, as fast as possible (returned as 0).
+pub fn parse_target_rate(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(0.0) => Ok(0),
+        _ => parse_rate(text),
+    }
+}
+
 /// Refuses a `-b` so slow that a stream's data stops for nearly `idle`, the time-out
 /// after which either end gives up on a test whose data stopped (`--idle-timeout`): the
 /// longest silence is one packet's time at the rate, or the whole of a shorter
@@ -683,6 +692,12 @@ mod tests {
         assert_eq!(parse_rate("800k"), Ok(800_000));
         assert_eq!(parse_rate("1Gbit/s"), Ok(1_000_000_000));
         assert_eq!(parse_rate("12345"), Ok(12345));
+        assert!(parse_rate("0").is_err(), "a cap of 0 is no cap");
+        for unlimited in ["0", "0.0", " 0"] {
+            assert_eq!(parse_target_rate(unlimited), Ok(0), "{unlimited}");
+        }
+        assert_eq!(parse_target_rate("10M"), Ok(10_000_000));
+        assert!(parse_target_rate("0.1").is_err(), "below 1 bit/s");
         for bad in ["", "M", "fast", "10X", "-1M", "0", "1e30T", "NaN"] {
             assert!(parse_rate(bad).is_err(), "{bad}");
         }

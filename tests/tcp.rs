@@ -222,6 +222,23 @@ fn bitrate_paces_each_stream() {
 }
 
 #[test]
+fn a_rate_of_0_is_as_fast_as_possible_as_iperf3s() {
+    for udp in [false, true] {
+        let mut args = vec!["--time", "0.5", "-b", "0"];
+        if udp {
+            args.push("-u");
+        }
+        let doc = run_json(&args);
+        assert!(doc["settings"]["rate_bps"].is_null(), "udp {udp}: {doc}");
+        // Far more than any pace could have let through in 0.5 s at 1 bit/s.
+        assert!(
+            json_u64(&doc, &["client", "total", "bytes_sent"]) > 1 << 20,
+            "{doc}"
+        );
+    }
+}
+
+#[test]
 fn a_rate_below_a_packet_per_test_still_ends_on_time_and_reports_every_interval() {
     // At 30 kbit/s a 32 KiB packet is due every 8.7 s: the pacer's sleep after the
     // first one outlasts the test, and must wake for each interval and at the end.
