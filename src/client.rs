@@ -15,6 +15,7 @@ use crate::results::{nanos, Figures, IntervalResult, Role, SideResult, SideTotal
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, place_current_thread};
+use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::SocketBuffers;
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
 use crate::transport::{self, tcp::connect, ClientCtx};
@@ -581,6 +582,8 @@ pub(crate) struct Moved {
     pub(crate) interrupted: bool,
     /// A sending stream's hand-over (see [`Driven::handed_over`]).
     pub(crate) handed_over: Option<Instant>,
+    /// Datagrams of the warm-up ([`crate::interval::Totals::warm_up`]).
+    pub(crate) warm_up: DatagramCounts,
 }
 
 impl From<Driven> for Moved {
@@ -593,6 +596,7 @@ impl From<Driven> for Moved {
             rx_nap_us: None,
             interrupted: d.interrupted,
             handed_over: d.handed_over,
+            warm_up: d.warm_up,
         }
     }
 }
@@ -607,6 +611,7 @@ impl From<Received> for Moved {
             rx_nap_us: r.rx_nap_us,
             interrupted: r.interrupted,
             handed_over: None,
+            warm_up: r.warm_up,
         }
     }
 }

@@ -8,6 +8,7 @@ use crate::results::Role;
 use crate::settings::Settings;
 use crate::stats::StreamStats;
 use crate::stream::buffer::DataBuffer;
+use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::{Stream, Timeout};
 use crate::sysinfo::TcpInfo;
 use std::io;
@@ -26,6 +27,8 @@ pub(crate) struct Driven {
     /// When the last send was handed over, where the sending time ends there (see
     /// [`Stream::sent_on_handover`]); `None` where it ends at the peer's confirmation.
     pub(crate) handed_over: Option<Instant>,
+    /// Datagrams of the warm-up ([`crate::interval::Totals::warm_up`]).
+    pub(crate) warm_up: DatagramCounts,
 }
 
 /// Where a sending stream's time ends, given the peer's confirmation: at its hand-over
@@ -170,6 +173,7 @@ pub(crate) fn drive(
         interrupted,
         peer_closed,
         handed_over,
+        warm_up: totals.warm_up,
     })
 }
 
@@ -199,6 +203,8 @@ pub(crate) struct Received {
     /// A sending stream whose time ends at its last send: the wait for the peer's
     /// confirmation after it (see [`sending_end`]).
     pub(crate) drain: Option<Duration>,
+    /// Datagrams of the warm-up ([`crate::interval::Totals::warm_up`]).
+    pub(crate) warm_up: DatagramCounts,
 }
 
 /// Who a stream's figures belong to: its local and peer addresses and its congestion
@@ -236,6 +242,7 @@ impl Received {
             span: Some((driven.start, end)),
             interrupted: driven.interrupted,
             drain,
+            warm_up: driven.warm_up,
         }
     }
 }
@@ -350,5 +357,6 @@ pub(crate) fn receive(
         span,
         interrupted,
         drain: None,
+        warm_up: totals.warm_up,
     })
 }

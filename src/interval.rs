@@ -20,6 +20,7 @@ use crate::percentiles::Percentiles;
 use crate::results::{Figures, IntervalResult, SideTotals, StreamInterval};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
+use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::Stream;
 use crate::sysinfo::{CpuUsage, TcpInfo};
 use std::collections::BTreeMap;
@@ -113,6 +114,10 @@ pub struct Totals {
     pub from: Instant,
     /// TCP figures: retransmits after the warm-up, the rest as at the end.
     pub tcp: Option<TcpInfo>,
+    /// Datagrams of the warm-up (all of them for a run that ended inside it; none
+    /// without `--omit`): iperf3's ends count packets from the start of a test and
+    /// say how many of them the warm-up took.
+    pub warm_up: DatagramCounts,
 }
 
 /// Samples each stream may have on their way to the side's collector. A collector
@@ -268,9 +273,11 @@ impl Meter {
                     (Some(t), Some(b)) => Some(t.since(b)),
                     (t, _) => t,
                 },
+                warm_up: base.datagrams,
             },
             // The run ended inside the warm-up: nothing is left to count.
             (None, Some(_)) => Totals {
+                warm_up: snap.datagrams,
                 stats: StreamStats::default(),
                 from: now,
                 tcp: tcp.map(|t| TcpInfo {
@@ -282,6 +289,7 @@ impl Meter {
                 stats: snap,
                 from: self.schedule.start,
                 tcp,
+                warm_up: DatagramCounts::default(),
             },
         }
     }

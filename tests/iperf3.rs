@@ -803,3 +803,87 @@ fn the_iperf3_layout_has_every_key_path_of_iperf3s_own_document_with_its_type() 
         );
     }
 }
+
+/// `doc[path]` as a float.
+fn float(doc: &Value, path: &[&str]) -> f64 {
+    let mut v = doc;
+    for key in path {
+        v = &v[*key];
+    }
+    v.as_f64()
+        .unwrap_or_else(|| panic!("no number at {path:?} in {doc}"))
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn an_iperf3_clients_warm_up_stays_out_of_the_udp_counts_and_rates_span_the_test() {
+    // One 32000-byte datagram a second, after a warm-up of one second (-O 1): a few
+    // datagrams, so a rate over their first-to-last span, or a count that keeps the
+    // warm-up in, would be far off.
+    let both = start(&[]);
+    for reverse in [false, true] {
+        let mut args = vec!["-u", "-b", "256k", "-l", "32000", "-t", "2", "-O", "1"];
+        if reverse {
+            args.push("-R");
+        }
+        let (ok, doc) = iperf3(both.iperf3_port, &args);
+        assert!(ok, "{doc}");
+        let (sum, sent, got) = (
+            &doc["end"]["sum"],
+            &doc["end"]["sum_sent"],
+            &doc["end"]["sum_received"],
+        );
+        assert_eq!(bytes(sum, &["lost_packets"]), 0, "reverse {reverse}: {sum}");
+        let packets = bytes(got, &["packets"]);
+        assert!((1..=4).contains(&packets), "reverse {reverse}: {got}");
+        // With -R, fperf sends: a last datagram may still be on its way at the end.
+        let slack = u64::from(reverse);
+        assert!(
+            agrees(packets, bytes(sent, &["packets"]), slack),
+            "reverse {reverse}: sent {sent}, received {got}"
+        );
+        // The receiving end's time is the test's, as iperf3's own: its rate is the
+        // datagrams over 2 s, not over the one or two between the first and the last.
+        let seconds = float(got, &["seconds"]);
+        assert!((1.9..=2.3).contains(&seconds), "reverse {reverse}: {got}");
+        let bits = float(got, &["bits_per_second"]);
+        assert!(
+            (100_000.0..=400_000.0).contains(&bits),
+            "reverse {reverse}: {got}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn an_fperf_clients_warm_up_stays_out_of_an_iperf3_servers_udp_counts() {
+    for reverse in [false, true] {
+        let server = Iperf3Server::start();
+        let mut args = vec![
+            "-u", "-b", "20M", "-l", "1400", "--time", "3", "--omit", "1",
+        ];
+        if reverse {
+            args.push("--reverse");
+        }
+        let doc = fperf_against(server.port, &args);
+        let _ = server.document();
+        let (client, peer) = (
+            &doc["client"]["total"]["datagrams"],
+            &doc["server"]["total"]["datagrams"],
+        );
+        // 20 Mbit/s of 1400 B for the 2 s after the warm-up: about 3570 datagrams.
+        let (sent, received) = if reverse {
+            (bytes(peer, &["sent"]), bytes(client, &["received"]))
+        } else {
+            (bytes(client, &["sent"]), bytes(peer, &["peer_sent"]))
+        };
+        assert!((3_000..=4_200).contains(&sent), "reverse {reverse}: {doc}");
+        assert!(
+            sent.abs_diff(received) <= 50,
+            "reverse {reverse}: the warm-up's datagrams are counted on neither end: {doc}"
+        );
+        if !reverse {
+            assert_eq!(bytes(peer, &["lost"]), 0, "{doc}");
+        }
+    }
+}

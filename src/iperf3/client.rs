@@ -21,6 +21,7 @@ use crate::limits::TestWatch;
 use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};
 use crate::settings::{Protocol, Settings, TransportSettings, MB};
 use crate::stats::StreamStats;
+use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::Stream;
 use crate::sysinfo::{CpuUsage, TcpInfo};
 use crate::transport::tcp::connect;
@@ -285,6 +286,10 @@ pub fn run_observed(
         }
     }
     let user_stopped = abort_set(&abort);
+    // An iperf3 server confirms no data: it counts until TEST_END, where the sending
+    // streams' time ends too (not after the wait for the last datagrams that follows).
+    let ended_at = Instant::now();
+    let seconds = results::test_seconds(settings, start, ended_at);
     wire::write_state(&mut control, State::TestEnd)?;
     // The server closes its TCP streams now, which ends the receiving ones; UDP has no
     // end to read, so the datagrams already on their way get a moment to arrive.
@@ -314,7 +319,10 @@ pub fn run_observed(
     control.set_read_timeout(None)?;
     expect(&mut control, State::ExchangeResults, Instant::now() + setup)?;
     let end = Instant::now();
-    wire::write_json(&mut control, &own_results(settings, &moved, cpu, wall))?;
+    wire::write_json(
+        &mut control,
+        &own_results(settings, &moved, cpu, (seconds, wall)),
+    )?;
     let theirs = wire::read_json(
         &mut control,
         wire::MAX_RESULTS_BYTES,
@@ -323,9 +331,16 @@ pub fn run_observed(
     .map_err(|e| anyhow!("the iperf3 server's results: {e}"))?;
     expect(&mut control, State::DisplayResults, Instant::now() + setup)?;
     let _ = wire::write_state(&mut control, State::IperfDone);
-    let server = server_result(settings, &theirs)?;
-    let (client, send_latency) =
-        client_result(settings, &moved, &infos, (end, None), cpu, intervals);
+    let warm_ups: Vec<DatagramCounts> = moved.iter().map(|m| m.warm_up).collect();
+    let server = server_result(settings, &theirs, &warm_ups)?;
+    let (client, send_latency) = client_result(
+        settings,
+        &moved,
+        &infos,
+        (end, Some(ended_at)),
+        cpu,
+        intervals,
+    );
     Ok(ClientOutcome {
         test_id: cookie.text().to_owned(),
         client,
@@ -389,28 +404,34 @@ fn test_done(
     sent && received
 }
 
-/// The client's half of the results exchange, in iperf3's layout.
+/// The client's half of the results exchange, in iperf3's layout. `seconds`: the
+/// test's ([`results::test_seconds`]); `wall`: the time its CPU use is a share of.
 fn own_results(
     settings: &Settings,
     moved: &[Moved],
     cpu: Option<CpuUsage>,
-    wall: Duration,
+    (seconds, wall): (f64, Duration),
 ) -> Value {
     let streams = moved.iter().enumerate().map(|(i, m)| StreamFigures {
         index: i as u32,
         sending: Role::Client.sends_on(settings, i as u32),
         stats: &m.stats,
+        warm_up: &m.warm_up,
         tcp: m.tcp,
-        seconds: m
-            .span
-            .map_or(0.0, |(a, b)| b.saturating_duration_since(a).as_secs_f64()),
+        seconds,
     });
     results::message(settings.protocol(), streams, cpu, wall, None)
 }
 
 /// The iperf3 server's figures, as fperf reports a server's, from its results message:
-/// checked as any peer's figures are.
-fn server_result(settings: &Settings, theirs: &Map<String, Value>) -> Result<SideResult> {
+/// checked as any peer's figures are. Its packet counts run from the start of the
+/// test: the warm-up's (`-O`) come off, as it says them (3.13 and later) or as this
+/// end counted them (`warm_ups`, by stream).
+fn server_result(
+    settings: &Settings,
+    theirs: &Map<String, Value>,
+    warm_ups: &[DatagramCounts],
+) -> Result<SideResult> {
     let impossible = |why: String| anyhow!("the iperf3 server sent impossible figures: {why}");
     let streams = theirs
         .get("streams")
@@ -456,16 +477,21 @@ fn server_result(settings: &Settings, theirs: &Map<String, Value>) -> Result<Sid
             stats.bytes_received = bytes;
         }
         if settings.protocol() == Protocol::Udp {
-            let count = |key: &str| stream.get(key).and_then(Value::as_u64).unwrap_or(0);
-            let (packets, errors) = (count("packets"), count("errors"));
+            let given = |key: &str| stream.get(key).and_then(Value::as_u64);
+            let count = |key: &str| given(key).unwrap_or(0);
+            let warm_up = warm_ups.get(index as usize).copied().unwrap_or_default();
             let d = &mut stats.datagrams;
             if sending {
-                d.sent = packets;
+                let omitted = given("omitted_packets").unwrap_or(warm_up.peer_sent);
+                d.sent = count("packets").saturating_sub(omitted);
             } else {
                 // iperf3's receiver: the highest number seen, and those missing below.
+                let omitted = given("omitted_packets").unwrap_or(warm_up.sent);
+                let packets = count("packets").saturating_sub(omitted);
+                let errors = count("errors").saturating_sub(count("omitted_errors"));
                 d.peer_sent = packets;
-                d.lost = errors;
-                d.received = packets.saturating_sub(errors);
+                d.lost = errors.min(packets);
+                d.received = packets - d.lost;
                 d.jitter_ns = stream
                     .get("jitter")
                     .and_then(Value::as_f64)
@@ -678,7 +704,7 @@ mod tests {
         };
         let ok = doc(json!([{"id":1,"bytes":1048576,"end_time":1.0},
                             {"id":3,"bytes":1000,"retransmits":18446744073709551615u64,"end_time":1.0}]));
-        let r = server_result(&s, &ok).expect("valid");
+        let r = server_result(&s, &ok, &[]).expect("valid");
         assert_eq!(r.total.bytes_received, 1_048_576 + 1000);
         assert!(
             r.streams.iter().all(|s| s.figures.tcp.is_none()),
@@ -692,7 +718,7 @@ mod tests {
             json!([{"id":1,"bytes":1,"end_time":-5.0}]),
             json!("streams"),
         ] {
-            assert!(server_result(&s, &doc(bad.clone())).is_err(), "{bad}");
+            assert!(server_result(&s, &doc(bad.clone()), &[]).is_err(), "{bad}");
         }
     }
 }

@@ -2,11 +2,12 @@
 //! once the test ended, in iperf3's layout, from fperf's figures.
 
 use super::wire;
-use crate::settings::Protocol;
+use crate::settings::{Protocol, Settings};
 use crate::stats::StreamStats;
+use crate::stream::udp_wire::DatagramCounts;
 use crate::sysinfo::{CpuUsage, TcpInfo};
 use serde_json::{json, Value};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One stream's figures, as the results message carries them.
 pub struct StreamFigures<'a> {
@@ -14,10 +15,25 @@ pub struct StreamFigures<'a> {
     pub index: u32,
     /// This end sends on the stream.
     pub sending: bool,
+    /// Its figures after the warm-up (`-O`).
     pub stats: &'a StreamStats,
+    /// Its datagrams in the warm-up.
+    pub warm_up: &'a DatagramCounts,
     pub tcp: Option<TcpInfo>,
-    /// The time the figures cover.
+    /// The time the figures cover ([`test_seconds`]).
     pub seconds: f64,
+}
+
+/// The time an iperf3 end reports every stream's figures over: from the test's start,
+/// after its warm-up (`-O`), to its end (`TEST_END`), however the data came within it.
+/// A paced stream of a few packets then shows its rate, as iperf3's own ends report
+/// it, where fperf's reports span its first byte to its last.
+pub fn test_seconds(settings: &Settings, started: Instant, ended: Instant) -> f64 {
+    let omitted = Duration::from_millis(settings.omit_ms.unwrap_or(0));
+    ended
+        .saturating_duration_since(started)
+        .saturating_sub(omitted)
+        .as_secs_f64()
 }
 
 /// The results message of one end: its CPU use over `wall`, whether its sending
@@ -36,16 +52,21 @@ pub fn message<'a>(
     let streams: Vec<Value> = streams
         .map(|s| {
             sends |= s.sending;
-            let d = &s.stats.datagrams;
-            let (bytes, retransmits, packets, errors, jitter) = if s.sending {
+            let (d, warm) = (&s.stats.datagrams, s.warm_up);
+            // Packets count from the start of the test, warm-up included, as iperf3's
+            // ends count them: 3.13 and later take off the warm-up's count sent here,
+            // 3.12 its own. The lost ones are those after the warm-up alone, as both
+            // versions take them.
+            let (bytes, retransmits, packets, omitted, errors, jitter) = if s.sending {
                 let retransmits = s
                     .tcp
                     .map_or(-1, |t| i64::try_from(t.retransmits).unwrap_or(-1));
-                (s.stats.bytes_sent, retransmits, d.sent, 0, 0.0)
+                (s.stats.bytes_sent, retransmits, d.sent, warm.sent, 0, 0.0)
             } else {
                 // A receiver's packets: what the sender sent, as far as it knows.
                 let jitter = d.jitter_ns.map_or(0.0, |ns| ns / 1e9);
-                (s.stats.bytes_received, -1, d.peer_sent, d.lost, jitter)
+                let bytes = s.stats.bytes_received;
+                (bytes, -1, d.peer_sent, warm.peer_sent, d.lost, jitter)
             };
             json!({
                 "id": wire::stream_id(s.index),
@@ -53,11 +74,9 @@ pub fn message<'a>(
                 "retransmits": retransmits,
                 "jitter": jitter,
                 "errors": errors,
-                "packets": packets,
-                // fperf's figures leave the warm-up (-O) out already; iperf3 3.13 and
-                // later take a missing count as "all omitted".
+                "packets": packets.saturating_add(omitted),
                 "omitted_errors": 0,
-                "omitted_packets": 0,
+                "omitted_packets": omitted,
                 "start_time": 0,
                 "end_time": s.seconds,
             })
@@ -99,11 +118,13 @@ mod tests {
             ..StreamStats::default()
         };
         sent.datagrams.sent = 5;
+        let none = DatagramCounts::default();
         let figures = [
             StreamFigures {
                 index: 0,
                 sending: false,
                 stats: &received,
+                warm_up: &none,
                 tcp: None,
                 seconds: 1.0,
             },
@@ -111,6 +132,7 @@ mod tests {
                 index: 1,
                 sending: true,
                 stats: &sent,
+                warm_up: &none,
                 tcp: None,
                 seconds: 1.0,
             },
@@ -131,5 +153,65 @@ mod tests {
             "a UDP sender has no retransmits"
         );
         assert!(doc.get("congestion_used").is_none());
+        assert_eq!(
+            (
+                streams[0]["omitted_packets"].clone(),
+                streams[1]["omitted_packets"].clone()
+            ),
+            (json!(0), json!(0))
+        );
+    }
+
+    #[test]
+    fn packets_count_from_the_start_with_the_warm_ups_said_apart_and_its_loss_left_out() {
+        // After the warm-up: 8 numbered datagrams seen, 2 of them lost; 4 sent.
+        let mut received = StreamStats::default();
+        received.datagrams.peer_sent = 8;
+        received.datagrams.lost = 2;
+        let mut sent = StreamStats::default();
+        sent.datagrams.sent = 4;
+        // In the warm-up: 12 received of which 1 lost; 6 sent.
+        let received_warm = DatagramCounts {
+            peer_sent: 12,
+            lost: 1,
+            ..DatagramCounts::default()
+        };
+        let sent_warm = DatagramCounts {
+            sent: 6,
+            ..DatagramCounts::default()
+        };
+        let figures = [
+            StreamFigures {
+                index: 0,
+                sending: false,
+                stats: &received,
+                warm_up: &received_warm,
+                tcp: None,
+                seconds: 1.0,
+            },
+            StreamFigures {
+                index: 1,
+                sending: true,
+                stats: &sent,
+                warm_up: &sent_warm,
+                tcp: None,
+                seconds: 1.0,
+            },
+        ];
+        let doc = message(
+            Protocol::Udp,
+            figures.into_iter(),
+            None,
+            Duration::from_secs(1),
+            None,
+        );
+        let streams = doc["streams"].as_array().expect("streams");
+        let field = |i: usize, key: &str| streams[i][key].as_u64().expect(key);
+        assert_eq!(field(0, "packets"), 20);
+        assert_eq!(field(0, "omitted_packets"), 12);
+        assert_eq!(field(0, "errors"), 2);
+        assert_eq!(field(0, "omitted_errors"), 0);
+        assert_eq!(field(1, "packets"), 10);
+        assert_eq!(field(1, "omitted_packets"), 6);
     }
 }

@@ -208,6 +208,7 @@ fn run_test(
     wire::write_state(sock, State::TestStart)?;
     wire::write_state(sock, State::TestRunning)?;
     let ended = wait_for_end(sock, &watch, &workers, config);
+    let ended_at = Instant::now();
     abort.store(true, Ordering::Relaxed);
     let per_stream = join(workers);
     let wall = start.elapsed();
@@ -242,7 +243,11 @@ fn run_test(
     }
     let result = side_result(&test.run, &per_stream, cpu_start);
     report(events, registered, started, &test, &result);
-    wire::write_json(sock, &results_json(&test.run, &per_stream, &result, wall))?;
+    let seconds = results::test_seconds(&test.run, start, ended_at);
+    wire::write_json(
+        sock,
+        &results_json(&test.run, &per_stream, &result, (seconds, wall)),
+    )?;
     wire::write_state(sock, State::DisplayResults)?;
     Ok(())
 }
@@ -316,7 +321,9 @@ fn udp_streams(
 
 /// UDP: the datagrams the client says it sent on each stream the server received,
 /// from its results, make the loss exact (sent less received once); a count no run
-/// can have is left out.
+/// can have is left out. The client counts from the start of the test: its warm-up's
+/// count (`-O`) comes off, as it says it (3.13 and later) or as the server saw it by
+/// the packets' numbers (3.12).
 fn count_losses(
     settings: &Settings,
     per_stream: &mut [(u32, Received)],
@@ -331,10 +338,16 @@ fn count_losses(
             continue;
         }
         let id = u64::from(wire::stream_id(*index));
-        let sent = streams
+        let Some(theirs) = streams
             .iter()
-            .filter(|s| s.get("id").and_then(Value::as_u64) == Some(id))
-            .find_map(|s| s.get("packets").and_then(Value::as_u64))
+            .find(|s| s.get("id").and_then(Value::as_u64) == Some(id))
+        else {
+            continue;
+        };
+        let count = |key: &str| theirs.get(key).and_then(Value::as_u64);
+        let warm_up = count("omitted_packets").unwrap_or(received.warm_up.peer_sent);
+        let sent = count("packets")
+            .map(|p| p.saturating_sub(warm_up))
             .filter(|&p| p <= most);
         if let Some(sent) = sent {
             let d = &mut received.stats.datagrams;
@@ -528,21 +541,21 @@ fn report(
 }
 
 /// The server's half of the results exchange, in iperf3's layout: what the client's
-/// receiver lines (and with `-R` its sender lines' retransmits) come from.
+/// receiver lines (and with `-R` its sender lines) come from. `seconds`: the test's
+/// ([`results::test_seconds`]); `wall`: the time its CPU use is a share of.
 fn results_json(
     settings: &Settings,
     per_stream: &[(u32, Received)],
     result: &SideResult,
-    wall: Duration,
+    (seconds, wall): (f64, Duration),
 ) -> Value {
     let streams = per_stream.iter().map(|(i, r)| StreamFigures {
         index: *i,
         sending: settings.server_sends_on(*i),
         stats: &r.stats,
+        warm_up: &r.warm_up,
         tcp: r.tcp,
-        seconds: r
-            .span
-            .map_or(0.0, |(a, b)| b.saturating_duration_since(a).as_secs_f64()),
+        seconds,
     });
     let congestion = per_stream.first().and_then(|(_, r)| r.congestion.clone());
     results::message(settings.protocol(), streams, result.cpu, wall, congestion)
