@@ -40,6 +40,23 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// clap passes on Rust's own words for a number that does not parse ("invalid digit
+/// found in string"): `message` with them in users' words.
+fn plain_number_error(e: &clap::Error, message: String) -> String {
+    use std::error::Error;
+    use std::num::{IntErrorKind, ParseIntError};
+    let Some(parse) = e.source().and_then(|s| s.downcast_ref::<ParseIntError>()) else {
+        return message;
+    };
+    let plain = match parse.kind() {
+        IntErrorKind::Empty => "a whole number is needed",
+        IntErrorKind::InvalidDigit => "not a whole number",
+        IntErrorKind::PosOverflow | IntErrorKind::NegOverflow => "too large a number",
+        _ => return message,
+    };
+    message.replace(&parse.to_string(), plain)
+}
+
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(code) = generate::run_if_asked(&args) {
@@ -64,7 +81,7 @@ fn main() -> ExitCode {
                 .take_while(|l| !l.trim().is_empty())
                 .map(str::trim)
                 .collect();
-            let message = message.join(" ");
+            let message = plain_number_error(&e, message.join(" "));
             eprintln!(
                 "fperf: {} (see fperf --help)",
                 message.trim_start_matches("error: ")

@@ -231,6 +231,19 @@ fn invalid_combinations_are_refused() {
         &["-c", "127.0.0.1", "--sweep", "mb=0..4"],
         "cannot start at 0, which stays 0",
     );
+    // A number that does not parse is named in users' words, not Rust's.
+    refused(
+        &["-c", "127.0.0.1", "-t", "abc"],
+        "invalid value 'abc' for '--nstreams <N>': not a whole number",
+    );
+    refused(
+        &["-s", "--idle-timeout", "0.5"],
+        "'0.5' for '--idle-timeout <SECS>': not a whole number",
+    );
+    refused(
+        &["-c", "127.0.0.1", "-m", "99999999999999999999"],
+        "too large a number",
+    );
 }
 
 #[test]
