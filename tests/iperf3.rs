@@ -78,12 +78,14 @@ fn logged(server: &Server, needle: &str) {
     }
 }
 
+/// `doc[path]`.
+fn at<'a>(doc: &'a Value, path: &[&str]) -> &'a Value {
+    path.iter().fold(doc, |v, key| &v[*key])
+}
+
 fn bytes(doc: &Value, path: &[&str]) -> u64 {
-    let mut v = doc;
-    for key in path {
-        v = &v[*key];
-    }
-    v.as_u64()
+    at(doc, path)
+        .as_u64()
         .unwrap_or_else(|| panic!("no number at {path:?} in {doc}"))
 }
 
@@ -806,11 +808,8 @@ fn the_iperf3_layout_has_every_key_path_of_iperf3s_own_document_with_its_type() 
 
 /// `doc[path]` as a float.
 fn float(doc: &Value, path: &[&str]) -> f64 {
-    let mut v = doc;
-    for key in path {
-        v = &v[*key];
-    }
-    v.as_f64()
+    at(doc, path)
+        .as_f64()
         .unwrap_or_else(|| panic!("no number at {path:?} in {doc}"))
 }
 

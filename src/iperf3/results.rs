@@ -104,6 +104,34 @@ pub fn message<'a>(
 mod tests {
     use super::*;
 
+    /// The message of a UDP test whose stream 0 received and stream 1 sent, each with
+    /// its figures after the warm-up and its warm-up's datagrams, over 1 s.
+    fn udp_message(
+        (received, received_warm): (&StreamStats, &DatagramCounts),
+        (sent, sent_warm): (&StreamStats, &DatagramCounts),
+    ) -> Value {
+        let figures = [
+            StreamFigures {
+                index: 0,
+                sending: false,
+                stats: received,
+                warm_up: received_warm,
+                tcp: None,
+                seconds: 1.0,
+            },
+            StreamFigures {
+                index: 1,
+                sending: true,
+                stats: sent,
+                warm_up: sent_warm,
+                tcp: None,
+                seconds: 1.0,
+            },
+        ];
+        let wall = Duration::from_secs(1);
+        message(Protocol::Udp, figures.into_iter(), None, wall, None)
+    }
+
     #[test]
     fn a_udp_receivers_message_carries_its_loss_and_jitter_and_a_senders_its_count() {
         let mut received = StreamStats {
@@ -119,26 +147,7 @@ mod tests {
         };
         sent.datagrams.sent = 5;
         let none = DatagramCounts::default();
-        let figures = [
-            StreamFigures {
-                index: 0,
-                sending: false,
-                stats: &received,
-                warm_up: &none,
-                tcp: None,
-                seconds: 1.0,
-            },
-            StreamFigures {
-                index: 1,
-                sending: true,
-                stats: &sent,
-                warm_up: &none,
-                tcp: None,
-                seconds: 1.0,
-            },
-        ];
-        let wall = Duration::from_secs(1);
-        let doc = message(Protocol::Udp, figures.into_iter(), None, wall, None);
+        let doc = udp_message((&received, &none), (&sent, &none));
         let streams = doc["streams"].as_array().expect("streams");
         assert_eq!(streams[0]["id"], 1);
         assert_eq!(
@@ -180,31 +189,7 @@ mod tests {
             sent: 6,
             ..DatagramCounts::default()
         };
-        let figures = [
-            StreamFigures {
-                index: 0,
-                sending: false,
-                stats: &received,
-                warm_up: &received_warm,
-                tcp: None,
-                seconds: 1.0,
-            },
-            StreamFigures {
-                index: 1,
-                sending: true,
-                stats: &sent,
-                warm_up: &sent_warm,
-                tcp: None,
-                seconds: 1.0,
-            },
-        ];
-        let doc = message(
-            Protocol::Udp,
-            figures.into_iter(),
-            None,
-            Duration::from_secs(1),
-            None,
-        );
+        let doc = udp_message((&received, &received_warm), (&sent, &sent_warm));
         let streams = doc["streams"].as_array().expect("streams");
         let field = |i: usize, key: &str| streams[i][key].as_u64().expect(key);
         assert_eq!(field(0, "packets"), 20);
