@@ -1418,8 +1418,6 @@ impl Cli {
             // Its server runs here too.
             fperf::stream::affinity::check_pinnable("--server-cpu", &settings.server_cpus)
                 .map_err(|e| anyhow::anyhow!(e))?;
-        }
-        if self.loopback {
             let ip: IpAddr = self.bind.unwrap_or(IpAddr::from([127, 0, 0, 1]));
             return Ok(Config::Loopback {
                 server: ServerConfig {
