@@ -266,15 +266,22 @@ impl Meter {
         }
         self.send_done();
         match (&self.omit_base, self.omit_pending) {
-            (Some((at, base, base_tcp)), _) => Totals {
-                stats: snap.since(base, *at),
-                from: *at,
-                tcp: match (tcp, base_tcp) {
-                    (Some(t), Some(b)) => Some(t.since(b)),
-                    (t, _) => t,
-                },
-                warm_up: base.datagrams,
-            },
+            (Some((at, base, base_tcp)), _) => {
+                // The sender's count of datagrams, known only at the end, includes the
+                // warm-up's: they come off as the numbers told at its end.
+                let warm_up = base.datagrams.by_numbers();
+                let mut stats = snap.since(base, *at);
+                stats.datagrams = snap.datagrams.since(&warm_up);
+                Totals {
+                    stats,
+                    from: *at,
+                    tcp: match (tcp, base_tcp) {
+                        (Some(t), Some(b)) => Some(t.since(b)),
+                        (t, _) => t,
+                    },
+                    warm_up,
+                }
+            }
             // The run ended inside the warm-up: nothing is left to count.
             (None, Some(_)) => Totals {
                 warm_up: snap.datagrams,

@@ -457,3 +457,34 @@ fn a_server_that_stops_acknowledging_fails_the_run_naming_the_time_waited() {
     assert!((0.55..2.0).contains(&waited), "{err}");
     assert!(!err.contains("10s"), "{err}");
 }
+
+#[test]
+fn a_warm_ups_datagrams_are_left_out_of_what_was_sent_and_lost_on_both_ends() {
+    // 50 Mbit/s of 1000-byte datagrams for 3 s, the first left out (--omit 1): some
+    // 12500 datagrams counted on each end, not the 18750 of the whole test.
+    for reverse in [false, true] {
+        let mut args = vec![
+            "-u", "-b", "50M", "-l", "1000", "--time", "3", "--omit", "1",
+        ];
+        if reverse {
+            args.push("--reverse");
+        }
+        let doc = run_json(&args);
+        let (sender, receiver) = if reverse {
+            ("server", "client")
+        } else {
+            ("client", "server")
+        };
+        let d = |side: &str, key: &str| json_u64(&doc, &[side, "total", "datagrams", key]);
+        let (sent, peer_sent) = (d(sender, "sent"), d(receiver, "peer_sent"));
+        assert!(
+            (11_000..=13_500).contains(&sent),
+            "reverse {reverse}: {doc}"
+        );
+        // Each end ends the warm-up on its own clock: datagrams in flight then may be
+        // counted by one end and not the other (5% leaves room for a slow start).
+        assert!(sent.abs_diff(peer_sent) <= 600, "reverse {reverse}: {doc}");
+        let (received, lost) = (d(receiver, "received"), d(receiver, "lost"));
+        assert_eq!(received + lost, peer_sent, "reverse {reverse}: {doc}");
+    }
+}

@@ -60,6 +60,7 @@ fn figures() -> Figures {
             duplicates: 1,
             out_of_order: 2,
             lost: 3,
+            numbered: 0,
             foreign: 4,
             jitter_ns: Some(12.5),
             rcvbuf: BufferGrant {

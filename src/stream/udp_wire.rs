@@ -195,6 +195,11 @@ pub struct DatagramCounts {
     pub out_of_order: u64,
     /// `peer_sent - (received - duplicates)`, never negative.
     pub lost: u64,
+    /// Sequence numbers up to the highest one received: what the sender had sent as
+    /// far as the numbers tell, before its own count arrives. This end's alone: not
+    /// in the peer's results or the JSON.
+    #[serde(skip)]
+    pub numbered: u64,
     /// Datagrams that were empty, named another stream, or were queued before the peer
     /// was told to send (a stranger's).
     pub foreign: u64,
@@ -238,6 +243,7 @@ impl DatagramCounts {
         self.duplicates += other.duplicates;
         self.out_of_order += other.out_of_order;
         self.lost += other.lost;
+        self.numbered += other.numbered;
         self.foreign += other.foreign;
         self.jitter_ns = match (self.jitter_ns, other.jitter_ns) {
             (Some(a), Some(b)) => Some(a.max(b)),
@@ -257,7 +263,25 @@ impl DatagramCounts {
             duplicates: self.duplicates.saturating_sub(earlier.duplicates),
             out_of_order: self.out_of_order.saturating_sub(earlier.out_of_order),
             lost: self.lost.saturating_sub(earlier.lost),
+            numbered: self.numbered.saturating_sub(earlier.numbered),
             foreign: self.foreign.saturating_sub(earlier.foreign),
+            ..*self
+        }
+    }
+
+    /// These counts with what was sent and lost as the numbers tell it, where the
+    /// sender's own count is not known yet (a snapshot taken while data flows, such as
+    /// the end of a warm-up): the counts after such a snapshot then leave its datagrams
+    /// out of what was sent and lost, as they do of what was received.
+    pub fn by_numbers(&self) -> DatagramCounts {
+        if self.peer_sent > 0 || self.numbered == 0 {
+            return *self;
+        }
+        DatagramCounts {
+            peer_sent: self.numbered,
+            lost: self
+                .numbered
+                .saturating_sub(self.received.saturating_sub(self.duplicates)),
             ..*self
         }
     }
@@ -448,6 +472,8 @@ impl SeqTracker {
     pub fn counts(&self) -> DatagramCounts {
         let mut c = self.counts;
         c.jitter_ns = self.jitter_ns;
+        // Numbers run from 0.
+        c.numbered = self.highest.map_or(0, |h| h.saturating_add(1));
         c
     }
 
@@ -484,6 +510,30 @@ impl SeqTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snapshot_before_the_senders_count_says_sent_and_lost_by_the_numbers() {
+        let mut t = SeqTracker::new(0);
+        for seq in [0, 1, 3, 4] {
+            t.on_seq(seq);
+        }
+        let warm_up = t.counts().by_numbers();
+        assert_eq!((warm_up.peer_sent, warm_up.lost), (5, 1), "2 is missing");
+        for seq in 5..10 {
+            t.on_seq(seq);
+        }
+        t.finish(12);
+        let after = t.counts().since(&warm_up);
+        assert_eq!(
+            (after.peer_sent, after.received, after.lost),
+            (7, 5, 2),
+            "10 and 11 never came"
+        );
+        // Once the sender's count is known, or with nothing numbered, it stands.
+        assert_eq!(t.counts().by_numbers(), t.counts());
+        let nothing = DatagramCounts::default();
+        assert_eq!(nothing.by_numbers(), nothing);
+    }
 
     #[test]
     fn a_sized_reply_carries_as_much_of_the_sequence_as_fits() {
