@@ -239,6 +239,13 @@ impl Meter {
 
     fn ship(&mut self, now: Instant, snap: &StreamStats, tcp: Option<TcpInfo>) {
         let Some(tx) = &self.tx else { return };
+        let mut stats = snap.since(&self.prev, self.interval_start);
+        // While data flows a receiver knows what was sent only by the numbers; the
+        // sender's own count, at the end, covers the whole run, not the last interval.
+        stats.datagrams = snap
+            .datagrams
+            .by_numbers()
+            .since(&self.prev.datagrams.by_numbers());
         let sample = Sample {
             stream: self.stream,
             index: self.index,
@@ -246,7 +253,7 @@ impl Meter {
             end: now,
             omitted: matches!(self.omit_end, Some(t) if self.interval_start < t),
             // Compact: it may wait in the queue and then for the other streams.
-            stats: snap.since(&self.prev, self.interval_start).compacted(),
+            stats: stats.compacted(),
             tcp: match (tcp, &self.prev_tcp) {
                 (Some(t), Some(p)) => Some(t.since(p)),
                 (t, _) => t,

@@ -533,7 +533,8 @@ fn stream_line(role: Role, settings: &Settings, s: &StreamInterval) -> String {
 
 /// The columns every interval line begins with: `[ START- ENDs] WHO`, what `f` sent (or
 /// received), its rate over the span, and its latency's p50 and p99 (every percentile
-/// of `--percentiles` when it was given).
+/// of `--percentiles` when it was given); for a UDP receiver of bulk data, the
+/// datagrams lost of those sent in the interval and the jitter, as iperf3's columns.
 fn moved_columns(
     settings: &Settings,
     sends: bool,
@@ -568,6 +569,20 @@ fn moved_columns(
                 v.ns as f64 / 1000.0
             );
         }
+    }
+    match f.datagrams {
+        Some(d) if !sends && d.peer_sent > 0 && !settings.workload.mprtt() => {
+            line += &format!(
+                "  lost: {}/{} ({:.2}%)",
+                d.lost,
+                d.peer_sent,
+                d.loss_percent()
+            );
+            if let Some(j) = d.jitter_ns {
+                line += &format!("  jitter: {:.2}us", j / 1000.0);
+            }
+        }
+        _ => {}
     }
     line
 }

@@ -488,3 +488,58 @@ fn a_warm_ups_datagrams_are_left_out_of_what_was_sent_and_lost_on_both_ends() {
         assert_eq!(received + lost, peer_sent, "reverse {reverse}: {doc}");
     }
 }
+
+#[test]
+fn a_receivers_intervals_count_what_was_sent_and_lost_in_each_and_add_up_to_the_totals() {
+    // A small receive buffer at 200 Mbit/s: loss is likely, though not certain.
+    let doc = run_json(&[
+        "-u", "-b", "200M", "-l", "1000", "-w", "16K", "--time", "2", "-i", "0.5",
+    ]);
+    let total = &doc["server"]["total"]["datagrams"];
+    let intervals = doc["server"]["intervals"].as_array().expect("intervals");
+    assert_eq!(intervals.len(), 4, "{doc}");
+    let (mut sent, mut lost) = (0, 0);
+    for iv in intervals {
+        let d = |key: &str| json_u64(iv, &["total", "datagrams", key]);
+        // Half a second at 200 Mbit/s: some 12500 datagrams each, not 0 and then all.
+        assert!((1_000..=25_000).contains(&d("peer_sent")), "{iv}");
+        assert!(d("received") + d("lost") >= d("peer_sent"), "{iv}");
+        sent += d("peer_sent");
+        lost += d("lost");
+    }
+    assert_eq!(sent, json_u64(total, &["peer_sent"]), "{doc}");
+    assert_eq!(lost, json_u64(total, &["lost"]), "{doc}");
+
+    // The text lines say it too, on the receiving end only.
+    let out = run(
+        &[
+            "--loopback",
+            "-u",
+            "-b",
+            "50M",
+            "-l",
+            "1000",
+            "--time",
+            "1",
+            "-i",
+            "0.5",
+        ],
+        Duration::from_secs(20),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with('[')).collect();
+    let receiving: Vec<&&str> = lines.iter().filter(|l| l.contains("received:")).collect();
+    assert_eq!(receiving.len(), 2, "{text}");
+    for line in &receiving {
+        assert!(
+            line.contains("  lost: 0/") && line.contains("  jitter: "),
+            "{text}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("received:") || !l.contains("lost:")),
+        "{text}"
+    );
+}
