@@ -8,6 +8,7 @@ use clap::{ArgGroup, CommandFactory, FromArgMatches, Parser};
 use fperf::auth::AuthKey;
 use fperf::client::ClientConfig;
 use fperf::exporter::{Allow, ExporterConfig};
+use fperf::family::IpFamily;
 use fperf::limits::Limits;
 use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
 use fperf::percentiles::{Percentiles, PercentilesError};
@@ -87,8 +88,8 @@ pub struct Cli {
     #[arg(help_heading = "Roles", short = 'c', long, value_name = "HOST")]
     client: Option<String>,
 
-    /// Run server and client in this process over loopback (127.0.0.1), printing both
-    /// reports.
+    /// Run server and client in this process over loopback (127.0.0.1, or ::1 with -6),
+    /// printing both reports.
     #[arg(hide_short_help = true, help_heading = "Roles", long)]
     loopback: bool,
 
@@ -235,6 +236,22 @@ pub struct Cli {
         value_name = "ADDR"
     )]
     bind: Option<IpAddr>,
+
+    /// IPv4 only, as iperf3's -4: the client takes HOST's IPv4 address; the server
+    /// listens on IPv4 alone.
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Roles",
+        short = '4',
+        long,
+        conflicts_with = "ipv6"
+    )]
+    ipv4: bool,
+
+    /// IPv6 only, as iperf3's -6: the client takes HOST's IPv6 address; the server
+    /// listens on IPv6 alone; --loopback runs over ::1.
+    #[arg(hide_short_help = true, help_heading = "Roles", short = '6', long)]
+    ipv6: bool,
 
     /// Server: also serve unmodified iperf3 clients (TCP and UDP), on this port (iperf3's own
     /// is 5201), beside fperf clients on -p.
@@ -1211,9 +1228,10 @@ impl Cli {
     }
 }
 
-/// An iperf3 habit among the arguments, with fperf's spelling: `-P N`, `-J`, `-f`,
-/// `-S`, and `-t` with a duration. Checked before the flags are parsed, since some of these
-/// parse as something else in fperf (`-t` is its stream count).
+/// An iperf3 habit among the arguments, with fperf's spelling: `-P N`, `-J`, `-f`, `-S`,
+/// `-O`, `-N`, `-Z`, `-A`, `-k`, `--get-server-output`, `-n` with a size and `-t` with a
+/// duration. Checked before the flags are parsed, since some of these parse as something
+/// else in fperf (`-t` is its stream count, `-n` its sockets per stream).
 pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
     let args: Vec<String> = args
         .iter()
@@ -1244,6 +1262,47 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
         }
         if let Some(tos) = value(i, "-S") {
             return Some(format!("-S is iperf3's; fperf's is --tos {tos}"));
+        }
+        if let Some(secs) = value(i, "-O") {
+            return Some(format!("-O is iperf3's; fperf's is --omit {secs}"));
+        }
+        if arg == "-N" {
+            return Some("-N is iperf3's; fperf's is -d (--nodelay)".into());
+        }
+        if arg == "--get-server-output" {
+            return Some(
+                "--get-server-output is iperf3's; fperf's client reports the server's figures \
+                 anyway (its server line, and both ends in --json)"
+                    .into(),
+            );
+        }
+        if arg == "-Z" {
+            return Some("-Z is iperf3's; fperf's is --zerocopy".into());
+        }
+        if let Some(cpus) = value(i, "-A") {
+            return Some(match cpus.split_once(',') {
+                Some((ours, theirs)) => {
+                    format!("-A is iperf3's; fperf's is --cpu {ours} --server-cpu {theirs}")
+                }
+                None => format!("-A is iperf3's; fperf's is --cpu {cpus}"),
+            });
+        }
+        if value(i, "-k").is_some() {
+            return Some(
+                "-k is iperf3's; fperf's streams each send -m MB, or for --time seconds".into(),
+            );
+        }
+        if let Some(size) = value(i, "-n").filter(|v| v.ends_with(|c: char| c.is_alphabetic())) {
+            let per_stream = match fperf::units::parse_bytes(&size) {
+                Some(bytes) if bytes >= 1 << 20 && bytes % (1 << 20) == 0 => {
+                    format!(": -m {}", bytes >> 20)
+                }
+                _ => ", in whole MB (2^20 bytes)".into(),
+            };
+            return Some(format!(
+                "-n is the number of sockets in each stream; iperf3's -n (bytes to send) is \
+                 -m, MB per stream{per_stream}"
+            ));
         }
         if value(i, "-f").is_some() {
             return Some(
@@ -1369,6 +1428,13 @@ impl Cli {
         }
         let auth = AuthKey::from_cli(self.guard.auth_key.as_deref())?;
         let idle = Duration::from_secs(self.guard.idle_timeout);
+        let family = self.family();
+        let host_ip = self.client.as_deref().and_then(|h| h.parse().ok());
+        for (flag, ip) in [("-B", self.bind), ("-c", host_ip)] {
+            if let Some(ip) = ip {
+                family.check(flag, ip).map_err(|e| anyhow::anyhow!(e))?;
+            }
+        }
         if self.server {
             if self.json == Some(JsonLayout::Iperf3) {
                 bail!("--json=iperf3 is the layout of a client's document; a server's is --json");
@@ -1383,6 +1449,7 @@ impl Cli {
             return Ok(Config::Server {
                 server: ServerConfig {
                     bind: self.bind,
+                    family,
                     port: self.port(),
                     idle_timeout: idle,
                     limits: self.guard.limits(),
@@ -1418,7 +1485,7 @@ impl Cli {
             // Its server runs here too.
             fperf::stream::affinity::check_pinnable("--server-cpu", &settings.server_cpus)
                 .map_err(|e| anyhow::anyhow!(e))?;
-            let ip: IpAddr = self.bind.unwrap_or(IpAddr::from([127, 0, 0, 1]));
+            let ip: IpAddr = self.bind.unwrap_or(family.loopback());
             return Ok(Config::Loopback {
                 server: ServerConfig {
                     bind: Some(ip),
@@ -1432,6 +1499,7 @@ impl Cli {
         let host = self.client.clone().unwrap_or_default();
         let mut client = ClientConfig::new(host, self.port(), settings);
         client.bind = self.bind;
+        client.family = family;
         client.stall_timeout = idle;
         client.auth = auth;
         if self.conf {
@@ -1457,6 +1525,15 @@ impl Cli {
             client: Box::new(client),
             output,
         })
+    }
+
+    /// The IP family asked for: `-4`, `-6`, or either.
+    fn family(&self) -> IpFamily {
+        match (self.ipv4, self.ipv6) {
+            (true, _) => IpFamily::V4,
+            (_, true) => IpFamily::V6,
+            _ => IpFamily::Any,
+        }
     }
 
     /// The base port: `-p`, or the default of the server's kind.
@@ -1495,10 +1572,7 @@ impl Cli {
         }
         let host = match (self.loopback, &self.client) {
             (false, Some(host)) => host.clone(),
-            _ => self
-                .bind
-                .unwrap_or(IpAddr::from([127, 0, 0, 1]))
-                .to_string(),
+            _ => self.bind.unwrap_or(self.family().loopback()).to_string(),
         };
         use std::io::IsTerminal;
         Ok(Output {

@@ -9,6 +9,7 @@ use crate::auth::{self, AuthKey};
 use crate::control::session::{ClientSession, ClientStep, SessionError};
 use crate::control::{Channel, ControlError, Message, PROTOCOL_VERSION};
 use crate::engine::{drive, receive, sending_end, Ceiling, Driven, Received};
+use crate::family::IpFamily;
 use crate::interval::{Collector, Meter, Schedule};
 use crate::limits::TestWatch;
 use crate::results::{nanos, Figures, IntervalResult, Role, SideResult, SideTotals, StreamResult};
@@ -36,6 +37,8 @@ pub struct ClientConfig {
     pub port: u16,
     /// Local address to bind to (`-B`).
     pub bind: Option<IpAddr>,
+    /// The family of the server's address to take (`-4`, `-6`).
+    pub family: IpFamily,
     pub settings: Settings,
     /// Longest wait for the server during setup.
     pub control_timeout: Duration,
@@ -54,6 +57,7 @@ impl ClientConfig {
             host: host.into(),
             port,
             bind: None,
+            family: IpFamily::Any,
             settings,
             control_timeout: Duration::from_secs(10),
             results_timeout: Duration::from_secs(30),
@@ -138,7 +142,7 @@ pub fn run_observed(
         settings: transport::prepare(&cfg.settings)?,
         ..cfg.clone()
     };
-    let server = resolve(&cfg.host, cfg.port)?;
+    let server = resolve(&cfg.host, cfg.port, cfg.family)?;
     let transport = transport::for_settings(&cfg.settings);
     transport.check(&cfg.settings, server)?;
     let sock = connect(server, cfg.bind, None, cfg.control_timeout)
@@ -618,7 +622,7 @@ impl From<Received> for Moved {
 
 /// Asks the server for its system facts (`--conf`) without running a test.
 pub fn conf(cfg: &ClientConfig) -> Result<SystemFacts> {
-    let server = resolve(&cfg.host, cfg.port)?;
+    let server = resolve(&cfg.host, cfg.port, cfg.family)?;
     let sock = connect(server, cfg.bind, None, cfg.control_timeout)
         .with_context(|| format!("cannot connect to the fperf server at {server}"))?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
@@ -639,7 +643,7 @@ pub fn mesh_test(
     peer: &str,
     wait: Duration,
 ) -> Result<(SideResult, SideResult)> {
-    let server = resolve(&cfg.host, cfg.port)?;
+    let server = resolve(&cfg.host, cfg.port, cfg.family)?;
     let sock = connect(server, cfg.bind, None, cfg.control_timeout)
         .with_context(|| format!("cannot connect to the fperf server at {server}"))?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
@@ -702,17 +706,21 @@ pub fn split_host_port(target: &str) -> Result<(String, Option<u16>), String> {
     Ok((host.to_owned(), port))
 }
 
-pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
+/// The server's address: `host` itself, or the first address of `family` its name has.
+pub(crate) fn resolve(host: &str, port: u16, family: IpFamily) -> Result<SocketAddr> {
     // A bare IPv6 literal ("::1") needs no brackets on the command line.
-    let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => (host, port)
-            .to_socket_addrs()
-            .with_context(|| format!("cannot resolve server name '{host}'"))?
-            .collect(),
-    };
-    addrs
-        .into_iter()
-        .next()
-        .ok_or_else(|| anyhow!("server name '{host}' has no address"))
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        family
+            .check("the server's address", ip)
+            .map_err(|e| anyhow!(e))?;
+        return Ok(SocketAddr::new(ip, port));
+    }
+    (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve server name '{host}'"))?
+        .find(|a| family.admits(a.ip()))
+        .ok_or_else(|| match family.flag() {
+            Some((flag, name)) => anyhow!("server name '{host}' has no {name} address ({flag})"),
+            None => anyhow!("server name '{host}' has no address"),
+        })
 }

@@ -99,6 +99,7 @@ pub mod control;
 pub mod csv;
 pub mod engine;
 pub mod exporter;
+pub mod family;
 pub mod interval;
 pub mod iperf3;
 pub mod json;

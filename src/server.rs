@@ -22,6 +22,7 @@ use crate::auth;
 use crate::control::session::{ServerSession, ServerStep, SessionError};
 use crate::control::{self, Channel, ControlError, Message};
 use crate::engine::{receive, Ceiling, Received, StreamNames};
+use crate::family::IpFamily;
 use crate::interval::MeterMsg;
 use crate::limits::{TestWatch, Watchdog};
 use crate::pending::{PendingCaps, PendingSlot};
@@ -33,7 +34,7 @@ use crate::transport::{self, DataConn, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
 use socket2::{Domain, Socket, Type};
 use std::io;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -60,12 +61,14 @@ impl Server {
                  they hold the key"
             );
         }
-        let listener = listen_on(config.bind, config.port)?;
+        let listener = listen_on(config.bind, config.family, config.port)?;
         // Port 0 asks the kernel for one; data ports count from the one it gave.
         let port = listener.local_addr()?.port();
         let iperf3 = config
             .iperf3_port
-            .map(|p| listen_on(config.bind, p).context("the iperf3 port (--iperf3-port)"))
+            .map(|p| {
+                listen_on(config.bind, config.family, p).context("the iperf3 port (--iperf3-port)")
+            })
             .transpose()?;
         Ok(Server {
             listener,
@@ -178,13 +181,16 @@ enum Front {
     Iperf3,
 }
 
-/// A listener on `port` of `bind`, or of every IPv6 and IPv4 address.
-fn listen_on(bind: Option<IpAddr>, port: u16) -> Result<TcpListener> {
-    let listener = match bind {
-        Some(ip) => listen(SocketAddr::new(ip, port), false),
+/// A listener on `port` of `bind`, or of every address of `family`.
+fn listen_on(bind: Option<IpAddr>, family: IpFamily, port: u16) -> Result<TcpListener> {
+    let every_v4 = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port);
+    let every_v6 = SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), port);
+    let listener = match (bind, family) {
+        (Some(ip), _) => listen(SocketAddr::new(ip, port), false),
+        (None, IpFamily::V4) => listen(every_v4, false),
+        (None, IpFamily::V6) => listen(every_v6, false),
         // One dual-stack socket serves IPv6 and IPv4 clients.
-        None => listen(SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), port), true)
-            .or_else(|_| listen(SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port), false)),
+        (None, IpFamily::Any) => listen(every_v6, true).or_else(|_| listen(every_v4, false)),
     }
     .with_context(|| format!("cannot listen on port {port}"))?;
     listener.set_nonblocking(true)?;

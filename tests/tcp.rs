@@ -325,6 +325,40 @@ fn ipv6_two_streams_with_bind() {
 }
 
 #[test]
+fn ipv4_or_ipv6_alone_with_4_and_6_as_iperf3s() {
+    // A server with -4 listens on IPv4 alone; with -6, on IPv6 alone.
+    for (flag, served, not_served) in [("-4", "127.0.0.1", "::1"), ("-6", "::1", "127.0.0.1")] {
+        let server = Server::start(&[flag]);
+        let c = client_ok(&server, served, &["-m", "4", flag]);
+        assert_bytes(&c, &server.report(1), 4 * MB);
+        let out = client_run(&server, not_served, &["-m", "4"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flag}: {err}");
+        assert!(err.contains("Connection refused"), "{flag}: {err}");
+    }
+    // A client with -4 takes a name's IPv4 address.
+    let server = Server::start(&[]);
+    let c = client_ok(&server, "localhost", &["-m", "4", "-4"]);
+    assert!(c.starts_with("TCP CLIENT => 127.0.0.1:"), "{c}");
+    // --loopback with -6 runs over ::1.
+    let out = run(&["--loopback", "-6", "-m", "4"], Duration::from_secs(60));
+    let c = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{c}");
+    assert!(c.starts_with("TCP CLIENT => [::1]:"), "{c}");
+    assert!(c.contains("new TCP connection from [::1]:"), "{c}");
+    // An address of the other family is refused before anything starts.
+    refused(
+        &["-c", "::1", "-4"],
+        "-4 asks for IPv4 alone, and -c ::1 is an IPv6 address",
+    );
+    refused(
+        &["-s", "-6", "-B", "127.0.0.1"],
+        "-6 asks for IPv6 alone, and -B 127.0.0.1 is an IPv4 address",
+    );
+    refused(&["-c", "h", "-4", "-6"], "cannot be used with");
+}
+
+#[test]
 fn server_serves_clients_one_after_another() {
     let server = Server::start(&[]);
     for n in 1..=3u64 {

@@ -207,7 +207,7 @@ pub fn run_observed(
     let settings = &cfg.settings;
     settings.validate()?;
     check(settings).map_err(|e| anyhow!("{e}"))?;
-    let server = resolve(&cfg.host, cfg.port)?;
+    let server = resolve(&cfg.host, cfg.port, cfg.family)?;
     let setup = cfg.control_timeout;
     let mut control = connect(server, cfg.bind, None, setup)
         .with_context(|| format!("cannot connect to the iperf3 server at {server}"))?;

@@ -2,6 +2,7 @@
 //! ends (fperf's own protocol and iperf3's).
 
 use crate::auth::AuthKey;
+use crate::family::IpFamily;
 use crate::limits::Limits;
 use crate::results::{IntervalResult, SideResult};
 use crate::settings::Settings;
@@ -11,8 +12,10 @@ use std::time::Duration;
 /// How the server listens and how patient it is.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    /// Address to listen on; `None` listens on every IPv6 and IPv4 address.
+    /// Address to listen on; `None` listens on every address of `family`.
     pub bind: Option<IpAddr>,
+    /// The family listened on without `bind` (`-4`, `-6`): both by default.
+    pub family: IpFamily,
     /// Base port: control and stream 0; stream `i` uses `port + i` (TCP with a window:
     /// see [`transport::tcp::data_port_offset`]).
     pub port: u16,
@@ -46,6 +49,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             bind: None,
+            family: IpFamily::Any,
             port: crate::settings::DEFAULT_PORT,
             control_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(10),
