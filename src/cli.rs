@@ -1229,7 +1229,7 @@ impl Cli {
 }
 
 /// An iperf3 habit among the arguments, with fperf's spelling: `-P N`, `-J`, `-f`, `-S`,
-/// `-O`, `-N`, `-Z`, `-A`, `-k`, `--get-server-output`, `-n` with a size and `-t` with a
+/// `-v`, `-V` with a role, `-O`, `-N`, `-Z`, `-A`, `-k`, `--get-server-output`, `-n` with a size and `-t` with a
 /// duration. Checked before the flags are parsed, since some of these parse as something
 /// else in fperf (`-t` is its stream count, `-n` its sockets per stream).
 pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
@@ -1248,9 +1248,25 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
             .filter(|rest| !rest.is_empty())
             .map(|rest| rest.trim_start_matches('=').to_string())
     };
+    // -V with a role: iperf3's "more detail", where fperf's -V would print its version
+    // and run nothing.
+    let runs = args
+        .iter()
+        .any(|a| ["-c", "-s", "--client", "--server", "--loopback"].contains(&a.as_str()));
     for (i, arg) in args.iter().enumerate() {
         if arg == "--" {
             break;
+        }
+        if arg == "-V" && runs {
+            return Some(
+                "-V alone prints fperf's version; iperf3's -V (more detail) is always on \
+                 here: the header names the settings in force and each end reports its CPU \
+                 time"
+                    .into(),
+            );
+        }
+        if arg == "-v" {
+            return Some("-v is iperf3's; fperf's version is -V".into());
         }
         if arg == "-J" {
             return Some(
