@@ -84,6 +84,11 @@ pub struct Cli {
     #[arg(help_heading = "Roles", short = 's', long)]
     server: bool,
 
+    /// Server: serve one test, then exit, as iperf3's -1; the exit status is 1 if that
+    /// test failed.
+    #[arg(hide_short_help = true, help_heading = "Roles", short = '1', long)]
+    one_off: bool,
+
     /// Run as client against HOST (name, IPv4 or IPv6 address).
     #[arg(help_heading = "Roles", short = 'c', long, value_name = "HOST")]
     client: Option<String>,
@@ -1455,6 +1460,9 @@ impl Cli {
             if self.json == Some(JsonLayout::Iperf3) {
                 bail!("--json=iperf3 is the layout of a client's document; a server's is --json");
             }
+            if self.one_off && self.guard.parallel > 1 {
+                bail!("-1/--one-off serves one test: --parallel does not apply");
+            }
             if self.guard.allow_mesh && auth.is_none() {
                 bail!(
                     "--allow-mesh needs --auth-key (or ${}): only a coordinator that proves \
@@ -1473,6 +1481,7 @@ impl Cli {
                     parallel: self.guard.parallel as usize,
                     iperf3_port: self.iperf3_port,
                     allow_mesh: self.guard.allow_mesh,
+                    one_off: self.one_off,
                     ..ServerConfig::default()
                 },
                 json: self.json.is_some(),
@@ -1480,6 +1489,9 @@ impl Cli {
         }
         if self.iperf3_port.is_some() {
             bail!("--iperf3-port is a server option (use it with -s)");
+        }
+        if self.one_off {
+            bail!("-1/--one-off is a server option (use it with -s)");
         }
         self.guard.check_client()?;
         let output = self.output()?;
@@ -1703,6 +1715,8 @@ mod tests {
     #[test]
     fn flags_that_do_not_go_together_are_refused_here() {
         assert!(error(&["-c", "h", "--max-mb", "5"]).contains("--max-mb is a server option"));
+        assert!(error(&["-c", "h", "-1"]).contains("-1/--one-off is a server option"));
+        assert!(error(&["-s", "-1", "--parallel", "2"]).contains("--parallel does not apply"));
         assert!(error(&["-c", "h", "--ack-timeout", "5"]).contains("-u -r"));
         assert!(
             error(&["-c", "h", "-R", "--rdma-api", "cm", "--ofi-provider", "tcp"])

@@ -139,17 +139,34 @@ fn run(config: Config) -> Result<ExitCode> {
     signal_hook::flag::register(signal_hook::consts::SIGTERM, interrupted.clone())?;
     match config {
         Config::Server { server, json } => {
+            let one_off = server.one_off;
             let server = Server::bind(server)?;
             let mut out = std::io::stdout();
+            // Whether the last test failed: an error since the last test began.
+            let mut failed = false;
+            let mut note = |ev: &ServerEvent| match ev {
+                ServerEvent::Started { .. } => failed = false,
+                ServerEvent::ClientError { .. } => failed = true,
+                _ => {}
+            };
             if json {
                 let mut printer = ServerJsonPrinter::default();
-                server.run(&interrupted, &mut |ev| printer.print(&mut out, ev))?;
+                server.run(&interrupted, &mut |ev| {
+                    note(&ev);
+                    printer.print(&mut out, ev)
+                })?;
             } else {
-                let mut printer = ServerPrinter::default();
-                server.run(&interrupted, &mut |ev| printer.print(&mut out, ev))?;
-                let _ = writeln!(out);
+                let mut printer = ServerPrinter {
+                    one_off,
+                    ..ServerPrinter::default()
+                };
+                server.run(&interrupted, &mut |ev| {
+                    note(&ev);
+                    printer.print(&mut out, ev)
+                })?;
+                end_open_line(&mut printer.line_open, &mut out);
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(u8::from(one_off && failed)))
         }
         Config::Conf(client) => {
             let server = client::conf(&client)?;
@@ -393,6 +410,11 @@ struct ServerPrinter {
     loopback: bool,
     /// Client errors are logged within it.
     errors: LogLimit,
+    /// A one-off server (`-1`): it says it listens once, and stops after a test
+    /// instead of listening again.
+    one_off: bool,
+    /// `Server listening ....` was printed once.
+    listened: bool,
 }
 
 impl ServerPrinter {
@@ -404,9 +426,11 @@ impl ServerPrinter {
                 if std::mem::take(&mut self.in_test) {
                     let _ = writeln!(out);
                 }
-                if !self.line_open && !self.loopback {
+                let again = self.one_off && self.listened;
+                if !self.line_open && !self.loopback && !again {
                     let _ = write!(out, "Server listening ....");
                     self.line_open = true;
+                    self.listened = true;
                 }
             }
             ServerEvent::Started {
@@ -496,7 +520,7 @@ impl ServerPrinter {
 
     /// After a line on stderr: between tests, `Server listening ....` again.
     fn reopen_line(&mut self, out: &mut dyn Write) {
-        if !self.in_test && !self.loopback {
+        if !self.in_test && !self.loopback && !self.one_off {
             let _ = write!(out, "Server listening ....");
             self.line_open = true;
         }

@@ -87,7 +87,8 @@ impl Server {
         self.iperf3.as_ref().map(TcpListener::local_addr)
     }
 
-    /// Serves clients until `stop` is set, calling `on_event` from this thread.
+    /// Serves clients until `stop` is set (or, one-off, until a test has ended), calling
+    /// `on_event` from this thread.
     pub fn run(&self, stop: &AtomicBool, on_event: &mut dyn FnMut(ServerEvent)) -> Result<()> {
         let active: ActiveSession = Sessions::new(self.config.parallel);
         let pending = PendingCaps::new(MAX_PENDING_PER_SOURCE, MAX_PENDING_GREETERS);
@@ -106,7 +107,8 @@ impl Server {
                 revents: 0,
             })
             .collect();
-        while !stop.load(Ordering::Relaxed) {
+        let done = || self.config.one_off && active.ended() > 0;
+        while !stop.load(Ordering::Relaxed) && !done() {
             // While events still wait, the listeners are only looked at, not waited on.
             let wait_ms = if events_rx.hand_on(on_event) { 0 } else { 50 };
             for pfd in &mut pfds {

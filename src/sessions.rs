@@ -12,6 +12,7 @@
 //! no failure path can leave the server "busy" forever.
 
 use crate::transport::DataConn;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -32,6 +33,8 @@ pub struct Sessions {
     parallel: usize,
     /// Held while one test's report events are sent, so reports never interleave.
     report: Mutex<()>,
+    /// Tests that have ended, each once its report was sent.
+    ended: AtomicU64,
 }
 
 /// Keeps a session registered until dropped.
@@ -47,7 +50,13 @@ impl Sessions {
             running: Mutex::new(Vec::new()),
             parallel: parallel.max(1),
             report: Mutex::new(()),
+            ended: AtomicU64::new(0),
         })
+    }
+
+    /// How many tests have ended, their reports sent.
+    pub fn ended(&self) -> u64 {
+        self.ended.load(Ordering::Relaxed)
     }
 
     /// How many tests may run at once.
@@ -180,6 +189,7 @@ impl Drop for SessionGuard {
         if let Ok(mut running) = self.sessions.running.lock() {
             running.retain(|r| r.id != self.id);
         }
+        self.sessions.ended.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -195,8 +205,10 @@ mod tests {
         let a = s.open(1, tx.clone()).expect("first");
         assert!(s.open(2, tx.clone()).expect_err("busy").contains("busy"));
         assert!(s.route(1).is_ok() && s.route(2).is_err());
+        assert_eq!(s.ended(), 0);
         drop(a);
         assert!(s.route(1).is_err(), "no state left behind");
+        assert_eq!(s.ended(), 1);
         let _b = s.open(2, tx).expect("free again");
     }
 

@@ -359,6 +359,29 @@ fn ipv4_or_ipv6_alone_with_4_and_6_as_iperf3s() {
 }
 
 #[test]
+fn a_one_off_server_serves_one_test_and_exits_with_its_outcome_as_iperf3s_1() {
+    use std::io::Write;
+    // A connection that never says what it is does not count as the test.
+    let mut server = Server::start(&["-1"]);
+    let mut stranger = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    let _ = stranger.write_all(b"GET / HTTP/1.0\r\n\r\n");
+    drop(stranger);
+    let c = client_ok(&server, "127.0.0.1", &["-m", "4"]);
+    assert_eq!(server.wait_exit(Duration::from_secs(10)), Some(0));
+    let s = server.stdout();
+    assert_bytes(&c, &s, 4 * MB);
+    // It does not say it listens again after the test.
+    let last = s.rsplit("Server listening").next().unwrap_or_default();
+    assert!(last.contains("connection from 127.0.0.1"), "{s}");
+    // A test that fails (here, refused by the server's limit) ends it with status 1.
+    let mut server = Server::start(&["-1", "--max-mb", "2"]);
+    let out = client_run(&server, "127.0.0.1", &["-m", "4"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(server.wait_exit(Duration::from_secs(10)), Some(1));
+    assert!(server.stderr().contains("--max-mb"), "{}", server.stderr());
+}
+
+#[test]
 fn server_serves_clients_one_after_another() {
     let server = Server::start(&[]);
     for n in 1..=3u64 {

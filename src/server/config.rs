@@ -35,6 +35,8 @@ pub struct ServerConfig {
     /// Whether a mesh coordinator holding the key may ask this server for tests towards
     /// other fperf servers (`--allow-mesh`); never without a key.
     pub allow_mesh: bool,
+    /// Serve one test, then stop (`-1`, as iperf3's).
+    pub one_off: bool,
 }
 
 /// Most connections from one address at a time that have not yet said what they are:
@@ -58,6 +60,7 @@ impl Default for ServerConfig {
             parallel: 1,
             iperf3_port: None,
             allow_mesh: false,
+            one_off: false,
         }
     }
 }
