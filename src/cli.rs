@@ -1234,9 +1234,10 @@ impl Cli {
 }
 
 /// An iperf3 habit among the arguments, with fperf's spelling: `-P N`, `-J`, `-f`, `-S`,
-/// `-v`, `-V` with a role, `-O`, `-N`, `-Z`, `-A`, `-k`, `--get-server-output`, `-n` with a size and `-t` with a
-/// duration. Checked before the flags are parsed, since some of these parse as something
-/// else in fperf (`-t` is its stream count, `-n` its sockets per stream).
+/// `-v`, `-V` with a role, `-O`, `-N`, `-Z`, `-A`, `-k`, `--get-server-output`, `-n` with
+/// a size and `-t` with a duration. Checked before the flags are parsed, since some of
+/// these parse as something else in fperf (`-t` is its stream count, `-n` its sockets per
+/// stream).
 pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
     let args: Vec<String> = args
         .iter()

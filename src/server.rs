@@ -343,6 +343,8 @@ fn greet(
             return client_error(format!("refused: {busy}"));
         }
     };
+    // Dropped last, once everything of the test was sent.
+    let _ended = active.end_mark();
     let outcome = run_session(&mut control, &registered, rx, tx, config, events);
     match outcome {
         Ok(Served::Mesh { client, server }) => {

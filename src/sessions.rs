@@ -33,7 +33,7 @@ pub struct Sessions {
     parallel: usize,
     /// Held while one test's report events are sent, so reports never interleave.
     report: Mutex<()>,
-    /// Tests that have ended, each once its report was sent.
+    /// Tests that have ended: their [`EndMark`]s dropped.
     ended: AtomicU64,
 }
 
@@ -54,9 +54,14 @@ impl Sessions {
         })
     }
 
-    /// How many tests have ended, their reports sent.
+    /// How many tests have ended, everything of them sent.
     pub fn ended(&self) -> u64 {
         self.ended.load(Ordering::Relaxed)
+    }
+
+    /// A mark that counts a test as ended once dropped.
+    pub fn end_mark(self: &Arc<Self>) -> EndMark {
+        EndMark(self.clone())
     }
 
     /// How many tests may run at once.
@@ -189,7 +194,17 @@ impl Drop for SessionGuard {
         if let Ok(mut running) = self.sessions.running.lock() {
             running.retain(|r| r.id != self.id);
         }
-        self.sessions.ended.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts a test as ended when dropped. The thread that serves a test holds it until it
+/// has sent all of the test (results, report), which may be after the test's slot is
+/// free for the next one.
+pub struct EndMark(Arc<Sessions>);
+
+impl Drop for EndMark {
+    fn drop(&mut self) {
+        self.0.ended.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -205,11 +220,21 @@ mod tests {
         let a = s.open(1, tx.clone()).expect("first");
         assert!(s.open(2, tx.clone()).expect_err("busy").contains("busy"));
         assert!(s.route(1).is_ok() && s.route(2).is_err());
-        assert_eq!(s.ended(), 0);
         drop(a);
         assert!(s.route(1).is_err(), "no state left behind");
-        assert_eq!(s.ended(), 1);
         let _b = s.open(2, tx).expect("free again");
+    }
+
+    #[test]
+    fn a_test_ends_when_its_mark_drops_not_when_its_slot_is_freed() {
+        let s = Sessions::new(1);
+        let (tx, _rx) = mpsc::channel();
+        let slot = s.open(1, tx).expect("open");
+        let mark = s.end_mark();
+        drop(slot);
+        assert_eq!(s.ended(), 0, "its results may still be on their way");
+        drop(mark);
+        assert_eq!(s.ended(), 1);
     }
 
     #[test]

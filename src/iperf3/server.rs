@@ -92,6 +92,8 @@ pub(crate) fn greet(
             return client_error(format!("refused: {busy}"));
         }
     };
+    // Dropped last, once everything of the test was sent.
+    let _ended = active.end_mark();
     let outcome = run_test(&mut sock, peer, &registered, rx, config, events);
     if let Err(e) = &outcome {
         client_error(format!("{e:#}"));
