@@ -242,6 +242,14 @@ pub struct Cli {
     )]
     bind: Option<IpAddr>,
 
+    /// Client: send from this local port, as iperf3's --cport (e.g. where a firewall
+    /// admits only known ports): data socket k of the run (stream by stream, -n
+    /// sockets each) uses PORT+k. The control connection's port stays the kernel's
+    /// choice. Not with -R, --flows or --crr.
+    #[arg(hide_short_help = true, help_heading = "Roles", long, value_name = "PORT",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    cport: Option<u16>,
+
     /// IPv4 only, as iperf3's -4: the client takes HOST's IPv4 address; the server
     /// listens on IPv4 alone.
     #[arg(
@@ -743,6 +751,13 @@ struct TcpArgs {
     #[arg(hide_short_help = true, short = 'C', long, value_name = "ALGO")]
     congestion: Option<String>,
 
+    /// Largest TCP segment, in bytes (TCP_MAXSEG, 88 to 32767), as iperf3's -M: the
+    /// client sets it on its data connections before connecting, and their handshake
+    /// announces it, so the server's segments keep to it too. The report's tcp_info
+    /// shows the segment size in force (mss). Default: the path's.
+    #[arg(hide_short_help = true, short = 'M', long, value_name = "BYTES")]
+    set_mss: Option<u32>,
+
     /// Bytes that must have arrived before the server's read wakes
     /// (SO_RCVLOWAT), 1 to 64M. Default, by how idle the server's cores are: with two
     /// cores per stream and no -b, 128K or one packet if larger (at most half of -w);
@@ -845,6 +860,13 @@ struct UdpArgs {
     /// from the kernel's receipt to the read that returned it.
     #[arg(hide_short_help = true, long)]
     rx_timestamps: bool,
+
+    /// Never fragment a datagram, as iperf3's --dont-fragment: both ends' datagrams
+    /// leave with IPv4's DF bit set (IPv6 ones whole), so they cross the path whole or
+    /// not at all. A packet (-l) larger than the path's MTU carries is refused, with
+    /// the largest that fits; without this flag the sending host fragments it.
+    #[arg(hide_short_help = true, long)]
+    dont_fragment: bool,
 }
 
 /// Options of RDMA runs (-R).
@@ -933,6 +955,7 @@ impl TcpArgs {
             (self.nodelay, "--nodelay"),
             (self.quickack, "--quickack"),
             (self.congestion.is_some(), "--congestion"),
+            (self.set_mss.is_some(), "--set-mss"),
             (self.rcvlowat.is_some(), "--rcvlowat"),
             (self.skip_rx_copy, "--skip-rx-copy"),
             (self.zerocopy.is_some(), "--zerocopy"),
@@ -953,6 +976,7 @@ impl TcpArgs {
             rcvlowat: self.rcvlowat,
             skip_rx_copy: self.skip_rx_copy,
             io_uring: self.io_uring,
+            mss: self.set_mss,
             sockets,
         }
     }
@@ -987,6 +1011,7 @@ impl UdpArgs {
             (self.gro, "--gro"),
             (self.ack_timeout.is_some(), "--ack-timeout"),
             (self.rx_timestamps, "--rx-timestamps"),
+            (self.dont_fragment, "--dont-fragment"),
         ])
     }
 
@@ -997,6 +1022,7 @@ impl UdpArgs {
             gro: self.gro,
             ack_timeout_ms: self.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT_MS),
             rx_timestamps: self.rx_timestamps,
+            dont_fragment: self.dont_fragment,
             sockets,
         }
     }
@@ -1058,6 +1084,12 @@ struct Guard {
     #[arg(hide_short_help = true, long, value_name = "SECS", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     idle_timeout: u64,
+
+    /// Client: longest wait, in ms, for the server to answer the connection that
+    /// opens a test, as iperf3's --connect-timeout [default: 10000].
+    #[arg(hide_short_help = true, long, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    connect_timeout: Option<u64>,
 
     /// Server: run up to N tests at once (default 1: one at a time, others are told
     /// "server busy"). Tests with several streams (-t > 1) or a TCP window (-w) still need
@@ -1234,10 +1266,11 @@ impl Cli {
 }
 
 /// An iperf3 habit among the arguments, with fperf's spelling: `-P N`, `-J`, `-f`, `-S`,
-/// `-v`, `-V` with a role, `-O`, `-N`, `-Z`, `-A`, `-k`, `--get-server-output`, `-n` with
-/// a size and `-t` with a duration. Checked before the flags are parsed, since some of
-/// these parse as something else in fperf (`-t` is its stream count, `-n` its sockets per
-/// stream).
+/// `-v`, `-V` with a role, `-O`, `-N`, `-Z`, `-A`, `-k`, `--get-server-output`,
+/// `--rcv-timeout`, `--snd-timeout`, `--server-bitrate-limit`, `--forceflush`, `-D` with
+/// `-s`, `-n` with a size and `-t` with a duration. Checked before the flags are parsed,
+/// since some of these parse as something else in fperf (`-t` is its stream count, `-n`
+/// its sockets per stream, `-D` its RDMA device).
 pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
     let args: Vec<String> = args
         .iter()
@@ -1300,6 +1333,33 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
         }
         if arg == "-Z" {
             return Some("-Z is iperf3's; fperf's is --zerocopy".into());
+        }
+        for flag in ["--rcv-timeout", "--snd-timeout"] {
+            if let Some(ms) = value(i, flag) {
+                let secs = ms.parse::<u64>().map_or(1, |ms| ms.div_ceil(1000).max(1));
+                return Some(format!(
+                    "{flag} is iperf3's; fperf's is --idle-timeout {secs} (seconds; a test \
+                     whose data stops moving that long ends, on either end)"
+                ));
+            }
+        }
+        if let Some(rate) = value(i, "--server-bitrate-limit") {
+            return Some(format!(
+                "--server-bitrate-limit is iperf3's; fperf's is --max-rate {rate}"
+            ));
+        }
+        if arg == "--forceflush" {
+            return Some(
+                "--forceflush is iperf3's; fperf writes each line of its report as it is made"
+                    .into(),
+            );
+        }
+        if arg == "--daemon" || (arg == "-D" && args.iter().any(|a| a == "-s" || a == "--server")) {
+            return Some(
+                "-D is iperf3's daemon mode; fperf -s stays in the foreground: run it as the \
+                 package's fperf service (systemctl enable --now fperf), or with nohup"
+                    .into(),
+            );
         }
         if let Some(cpus) = value(i, "-A") {
             return Some(match cpus.split_once(',') {
@@ -1458,6 +1518,12 @@ impl Cli {
             }
         }
         if self.server {
+            if self.guard.connect_timeout.is_some() {
+                bail!("--connect-timeout is a client option (use it with -c)");
+            }
+            if self.cport.is_some() {
+                bail!("--cport is a client option (use it with -c)");
+            }
             if self.json == Some(JsonLayout::Iperf3) {
                 bail!("--json=iperf3 is the layout of a client's document; a server's is --json");
             }
@@ -1495,6 +1561,7 @@ impl Cli {
             bail!("-1/--one-off is a server option (use it with -s)");
         }
         self.guard.check_client()?;
+        self.check_cport(&settings)?;
         let output = self.output()?;
         // An iperf3 server does not give up after fperf's --idle-timeout.
         let paced = |s: &Settings| {
@@ -1521,15 +1588,22 @@ impl Cli {
                     port: self.port(),
                     ..ServerConfig::default()
                 },
-                client: Box::new(ClientConfig::new(ip.to_string(), self.port(), settings)),
+                client: Box::new(ClientConfig {
+                    cport: self.cport,
+                    ..ClientConfig::new(ip.to_string(), self.port(), settings)
+                }),
                 output,
             });
         }
         let host = self.client.clone().unwrap_or_default();
         let mut client = ClientConfig::new(host, self.port(), settings);
         client.bind = self.bind;
+        client.cport = self.cport;
         client.family = family;
         client.stall_timeout = idle;
+        if let Some(ms) = self.guard.connect_timeout {
+            client.connect_timeout = Duration::from_millis(ms);
+        }
         client.auth = auth;
         if self.conf {
             return Ok(Config::Conf(Box::new(client)));
@@ -1557,6 +1631,31 @@ impl Cli {
     }
 
     /// The IP family asked for: `-4`, `-6`, or either.
+    /// Refuses a `--cport` that the run's data sockets cannot use: with a transport or
+    /// workload that opens sockets of its own, or more sockets than ports above it.
+    fn check_cport(&self, settings: &Settings) -> Result<()> {
+        let Some(first) = self.cport else {
+            return Ok(());
+        };
+        let conflict = [
+            (settings.protocol() == Protocol::Rdma, "-R (RDMA)"),
+            (settings.flows, "--flows (hundreds of sockets)"),
+            (
+                settings.workload == Workload::Crr,
+                "--crr (a connection per transaction)",
+            ),
+        ];
+        if let Some((_, what)) = conflict.iter().find(|(given, _)| *given) {
+            bail!("--cport cannot be used with {what}");
+        }
+        let sockets = u64::from(settings.nstreams) * u64::from(settings.nsockets);
+        let last = u64::from(first) + sockets.max(1) - 1;
+        if last > u64::from(u16::MAX) {
+            bail!("--cport {first}: the run's {sockets} data sockets need ports up to {last}, beyond 65535");
+        }
+        Ok(())
+    }
+
     fn family(&self) -> IpFamily {
         match (self.ipv4, self.ipv6) {
             (true, _) => IpFamily::V4,

@@ -37,9 +37,14 @@ pub struct ClientConfig {
     pub port: u16,
     /// Local address to bind to (`-B`).
     pub bind: Option<IpAddr>,
+    /// The local port of the first data socket (`--cport`).
+    pub cport: Option<u16>,
     /// The family of the server's address to take (`-4`, `-6`).
     pub family: IpFamily,
     pub settings: Settings,
+    /// Longest wait for the server to answer the connection that opens a test
+    /// (`--connect-timeout`).
+    pub connect_timeout: Duration,
     /// Longest wait for the server during setup.
     pub control_timeout: Duration,
     /// Longest wait for the server's figures once everything was sent.
@@ -57,8 +62,10 @@ impl ClientConfig {
             host: host.into(),
             port,
             bind: None,
+            cport: None,
             family: IpFamily::Any,
             settings,
+            connect_timeout: Duration::from_secs(10),
             control_timeout: Duration::from_secs(10),
             results_timeout: Duration::from_secs(30),
             stall_timeout: Duration::from_secs(10),
@@ -145,8 +152,7 @@ pub fn run_observed(
     let server = resolve(&cfg.host, cfg.port, cfg.family)?;
     let transport = transport::for_settings(&cfg.settings);
     transport.check(&cfg.settings, server)?;
-    let sock = connect(server, cfg.bind, None, cfg.control_timeout)
-        .with_context(|| format!("cannot connect to the fperf server at {server}"))?;
+    let sock = connect_control(cfg, server, "fperf")?;
     crate::limits::set_user_timeout(&sock, cfg.stall_timeout)?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
     let auth = match &cfg.auth {
@@ -160,6 +166,7 @@ pub fn run_observed(
         session,
         server,
         bind: cfg.bind,
+        cport: cfg.cport,
         setup_timeout: cfg.control_timeout,
         stall_timeout: cfg.stall_timeout,
         abort: abort.clone(),
@@ -620,11 +627,26 @@ impl From<Received> for Moved {
     }
 }
 
+/// Opens the control connection to the `kind` (fperf or iperf3) server at `server`,
+/// within the configuration's `--connect-timeout`.
+pub(crate) fn connect_control(
+    cfg: &ClientConfig,
+    server: SocketAddr,
+    kind: &str,
+) -> Result<std::net::TcpStream> {
+    connect(server, (cfg.bind, None), None, cfg.connect_timeout).map_err(|e| match e.kind() {
+        io::ErrorKind::TimedOut => anyhow!(
+            "the {kind} server at {server} did not answer within {} ms (--connect-timeout)",
+            cfg.connect_timeout.as_millis()
+        ),
+        _ => anyhow!(e).context(format!("cannot connect to the {kind} server at {server}")),
+    })
+}
+
 /// Asks the server for its system facts (`--conf`) without running a test.
 pub fn conf(cfg: &ClientConfig) -> Result<SystemFacts> {
     let server = resolve(&cfg.host, cfg.port, cfg.family)?;
-    let sock = connect(server, cfg.bind, None, cfg.control_timeout)
-        .with_context(|| format!("cannot connect to the fperf server at {server}"))?;
+    let sock = connect_control(cfg, server, "fperf")?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
     chan.send(&Message::Conf {
         version: PROTOCOL_VERSION,
@@ -644,8 +666,7 @@ pub fn mesh_test(
     wait: Duration,
 ) -> Result<(SideResult, SideResult)> {
     let server = resolve(&cfg.host, cfg.port, cfg.family)?;
-    let sock = connect(server, cfg.bind, None, cfg.control_timeout)
-        .with_context(|| format!("cannot connect to the fperf server at {server}"))?;
+    let sock = connect_control(cfg, server, "fperf")?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
     let auth = match &cfg.auth {
         Some(key) => Some((key.clone(), auth::nonce()?)),

@@ -365,8 +365,8 @@ fn facts_lines(width: usize, r: &SideResult) -> String {
     if let Some(t) = &r.total.tcp {
         let _ = writeln!(
             out,
-            "{:<width$}: retransmits={}  cwnd={}B  srtt={}us  rttvar={}us",
-            "tcp_info", t.retransmits, t.cwnd_bytes, t.srtt_us, t.rttvar_us
+            "{:<width$}: retransmits={}  cwnd={}B  srtt={}us  rttvar={}us  mss={}B",
+            "tcp_info", t.retransmits, t.cwnd_bytes, t.srtt_us, t.rttvar_us, t.mss
         );
     }
     out

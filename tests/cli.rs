@@ -43,6 +43,17 @@ fn iperf3_habits_get_fperfs_spelling_and_flag_errors_exit_2() {
             "iperf3's -n (bytes to send) is -m, MB per stream: -m 10",
         ),
         (vec!["-n1G"], "-m 1024"),
+        (vec!["--rcv-timeout", "2500"], "fperf's is --idle-timeout 3"),
+        (vec!["--snd-timeout=500"], "fperf's is --idle-timeout 1"),
+        (
+            vec!["--server-bitrate-limit", "1G"],
+            "fperf's is --max-rate 1G",
+        ),
+        (
+            vec!["--forceflush"],
+            "each line of its report as it is made",
+        ),
+        (vec!["--daemon"], "systemctl enable --now fperf"),
         (vec!["-n", "500K"], "in whole MB"),
         (vec!["-t", "0"], "nstreams"),
         (vec!["-u", "-d"], "TCP option"),
@@ -56,6 +67,11 @@ fn iperf3_habits_get_fperfs_spelling_and_flag_errors_exit_2() {
         assert!(err.contains(want), "{args:?}: '{want}' not in {err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
+    // iperf3's daemon flag, given to a server, where fperf's -D names an RDMA device.
+    let out = run(&["-s", "-p", "1", "-D"], Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("-D is iperf3's daemon mode"), "{err}");
     // A failed run (nothing listens on port 1) exits 1.
     let out = run(
         &["-c", "127.0.0.1", "-p", "1", "-t", "10"],

@@ -268,11 +268,11 @@ fn limits_unsupported_options_and_busy_answers_reach_the_iperf3_client() {
         "{doc}"
     );
     logged(&both.server, "--max-streams");
-    let (ok, doc) = iperf3(both.iperf3_port, &["-t", "1", "-M", "1000"]);
+    let (ok, doc) = iperf3(both.iperf3_port, &["-t", "1", "--fq-rate", "1M"]);
     assert!(!ok);
     let error = doc["error"].as_str().unwrap_or_default();
     assert!(error.contains("not implemented"), "{doc}");
-    logged(&both.server, "--set-mss");
+    logged(&both.server, "--fq-rate");
     // One test at a time: a second iperf3 client, and an fperf client, hear "busy".
     let port = both.iperf3_port;
     let first = std::thread::spawn(move || iperf3(port, &["-t", "3"]));
@@ -660,6 +660,75 @@ fn an_iperf3_clients_tos_marks_the_servers_data_sockets_too() {
     assert!(ok, "{doc}");
     let report = both.server.report(1);
     assert!(report.contains(" tos=0x10"), "{report}");
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn an_iperf3_clients_mss_and_dont_fragment_are_served() {
+    let both = start(&[]);
+    let (ok, doc) = iperf3(both.iperf3_port, &["-M", "1000", "-t", "1"]);
+    assert!(ok, "{doc}");
+    let report = both.server.report(1);
+    assert!(report.contains(" mss=1000 "), "{report}");
+    // The client's handshake announced it: the server's segments keep to it too.
+    let in_force = regex::Regex::new(r"(?m)^tcp_info\s*:.*  mss=(\d+)B$").expect("regex");
+    let mss: u64 = in_force.captures(&report).expect(&report)[1]
+        .parse()
+        .expect("number");
+    assert!((900..=1000).contains(&mss), "{report}");
+    let (ok, doc) = iperf3(
+        both.iperf3_port,
+        &[
+            "-u",
+            "--dont-fragment",
+            "-l",
+            "1400",
+            "-b",
+            "10M",
+            "-t",
+            "1",
+            "-R",
+        ],
+    );
+    assert!(ok, "{doc}");
+    let report = both.server.report(2);
+    assert!(report.contains(" dont_fragment"), "{report}");
+    assert!(bytes(&doc, &["end", "sum", "bytes"]) > 1_000_000, "{doc}");
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn an_fperf_client_asks_an_iperf3_server_for_its_mss() {
+    let server = Iperf3Server::start();
+    let doc = fperf_against(server.port, &["-M", "1000", "--time", "1"]);
+    let theirs = server.document();
+    assert_eq!(theirs["start"]["tcp_mss"], 1000, "{theirs}");
+    let mss = bytes(&doc, &["client", "total", "tcp", "mss"]);
+    assert!((900..=1000).contains(&mss), "{doc}");
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn an_fperf_client_sends_from_its_cport_to_an_iperf3_server() {
+    for protocol in [None, Some("-u")] {
+        let server = Iperf3Server::start();
+        let first = port_block(2);
+        let cport = first.to_string();
+        let mut args = vec!["-t", "2", "--time", "1", "--cport", &cport];
+        args.extend(protocol);
+        let doc = fperf_against(server.port, &args);
+        let theirs = server.document();
+        let seen: Vec<u64> = (theirs["start"]["connected"].as_array().into_iter())
+            .flatten()
+            .filter_map(|c| c["remote_port"].as_u64())
+            .collect();
+        let want = [u64::from(first), u64::from(first) + 1];
+        assert_eq!(seen, want, "{protocol:?}: {theirs}");
+        for (i, port) in want.iter().enumerate() {
+            let local = doc["client"]["streams"][i]["local"].as_str().unwrap_or("");
+            assert_eq!(local, format!("127.0.0.1:{port}"), "{protocol:?}");
+        }
+    }
 }
 
 #[test]

@@ -518,3 +518,76 @@ fn gro_splits_what_crossed_the_link_and_counts_the_rest_as_lost() {
     require_root();
     gso_loss(&["--gro"]);
 }
+
+/// (datagrams of the data port with DF set, IP fragments) that arrived in namespace
+/// `ns`, as the rules of [`dont_fragment_sends_whole_datagrams_with_df_or_refuses_the_size`]
+/// count them before reassembly.
+fn arrivals(ns: &str) -> (u64, u64) {
+    let text = sh(&[
+        "ip", "netns", "exec", ns, "nft", "list", "chain", "ip", "fperf_df", "pre",
+    ]);
+    let counts: Vec<u64> = Regex::new(r"counter packets (\d+)")
+        .unwrap()
+        .captures_iter(&text)
+        .map(|c| c[1].parse().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 2, "{text}");
+    (counts[0], counts[1])
+}
+
+#[test]
+#[ignore = "needs root"]
+fn dont_fragment_sends_whole_datagrams_with_df_or_refuses_the_size() {
+    require_root();
+    let ns = Netns::create();
+    // Each end counts what arrives before the kernel reassembles it: datagrams of the
+    // data port with DF set, and fragments (a later fragment has no UDP header).
+    for (name, port) in [(&ns.server, "dport"), (&ns.client, "sport")] {
+        nft_in(
+            name,
+            &format!(
+                "table ip fperf_df {{
+                   chain pre {{ type filter hook prerouting priority 0; policy accept;
+                     udp {port} {PORT} ip frag-off & 0x4000 != 0 counter;
+                     ip frag-off & 0x3fff != 0 counter; }}
+                 }}"
+            ),
+        );
+    }
+    let server = ns.server();
+    // Without the flag, 2000-byte datagrams cross the 1500-byte MTU in fragments: the
+    // rules see them.
+    ns.client(&["-m", "1", "-l", "2000"], &server);
+    let (_, fragments) = arrivals(&ns.server);
+    assert!(
+        fragments >= 2 * 524,
+        "1 MiB in 2000-byte datagrams: {fragments}"
+    );
+    // With it, each way: every datagram whole, with DF set.
+    for (way, at) in [(None, &ns.server), (Some("--reverse"), &ns.client)] {
+        let (df_before, fragments_before) = arrivals(at);
+        let mut args = vec!["-m", "2", "-l", "1472", "--dont-fragment"];
+        args.extend(way);
+        let report = ns.client(&args, &server);
+        assert!(report.contains(" dont_fragment "), "{report}");
+        let (df, fragments) = arrivals(at);
+        assert!(
+            df - df_before >= 1425,
+            "2 MiB in 1472-byte datagrams: {way:?}"
+        );
+        assert_eq!(fragments, fragments_before, "{way:?}");
+    }
+    // A datagram the path cannot carry whole is refused before any is sent.
+    for way in [None, Some("--reverse")] {
+        let mut args = vec!["-m", "1", "-l", "1473", "--dont-fragment"];
+        args.extend(way);
+        let out = ns.client_output(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{way:?}: {err}");
+        assert!(
+            err.contains("1473-byte datagrams (-l) do not fit the path's MTU")
+                && err.contains("at most 1472 bytes of UDP payload"),
+            "{way:?}: {err}"
+        );
+    }
+}

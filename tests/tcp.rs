@@ -592,3 +592,134 @@ fn a_response_size_that_cannot_apply_is_refused() {
         refused(&all, why);
     }
 }
+
+#[test]
+fn set_mss_holds_both_ends_segments_to_it_as_iperf3s_m() {
+    let server = Server::start(&[]);
+    for way in [&[][..], &["--reverse"][..]] {
+        let mut args = vec!["-m", "4", "-M", "1000", "--json"];
+        args.extend_from_slice(way);
+        let text = client_ok(&server, "127.0.0.1", &args);
+        let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(doc["settings"]["mss"], 1000, "{way:?}");
+        // The segment size in force on each end's data connection (less TCP options).
+        for side in ["client", "server"] {
+            let mss = json_u64(&doc, &[side, "total", "tcp", "mss"]);
+            assert!((900..=1000).contains(&mss), "{way:?} {side}: {mss}");
+        }
+        let moved = if way.is_empty() {
+            "bytes_sent"
+        } else {
+            "bytes_received"
+        };
+        assert_eq!(json_u64(&doc, &["client", "total", moved]), 4 * MB);
+    }
+    let report = server.report(1);
+    assert!(
+        report.contains(" mss=1000 "),
+        "the header says so: {report}"
+    );
+    let in_force = regex::Regex::new(r"(?m)^tcp_info\s*:.*  mss=(\d+)B$").expect("regex");
+    let mss: u64 = in_force.captures(&report).expect(&report)[1]
+        .parse()
+        .expect("number");
+    assert!((900..=1000).contains(&mss), "{report}");
+    // Loopback's own segments are far larger: the figures above are the option's.
+    let text = client_ok(&server, "127.0.0.1", &["-m", "4", "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert!(
+        json_u64(&doc, &["client", "total", "tcp", "mss"]) > 10_000,
+        "{doc}"
+    );
+    assert!(doc["settings"].get("mss").is_none(), "{doc}");
+    refused(&["-c", "127.0.0.1", "-M", "50"], "between 88 and 32767");
+    refused(
+        &["-c", "127.0.0.1", "-u", "-M", "1000"],
+        "--set-mss is a TCP option",
+    );
+}
+
+#[test]
+fn connect_timeout_bounds_the_wait_for_a_server_that_does_not_answer() {
+    // A listener whose accept queue is full: the kernel leaves further handshakes
+    // unanswered, as a firewall that drops them would.
+    let listener =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().expect("address");
+    listener.bind(&any.into()).expect("bind");
+    listener.listen(0).expect("listen");
+    let addr = listener
+        .local_addr()
+        .expect("address")
+        .as_socket()
+        .expect("IP");
+    let _queued: Vec<_> = (0..3)
+        .filter_map(|_| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()
+        })
+        .collect();
+    let port = addr.port().to_string();
+    for (kind, extra) in [("fperf", None), ("iperf3", Some("--iperf3"))] {
+        let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-m", "1"];
+        args.extend(["--connect-timeout", "500"]);
+        args.extend(extra);
+        let t0 = std::time::Instant::now();
+        let out = run(&args, Duration::from_secs(30));
+        let took = t0.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        let want = format!("the {kind} server at {addr} did not answer within 500 ms");
+        assert!(err.contains(&want), "{err}");
+        assert!(
+            took >= Duration::from_millis(450) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+    }
+    refused(
+        &["-s", "--connect-timeout", "5"],
+        "--connect-timeout is a client option",
+    );
+}
+
+#[test]
+fn cport_sends_each_data_socket_from_the_next_port_as_iperf3s() {
+    let server = Server::start(&[]);
+    let first = port_block(4);
+    let cport = first.to_string();
+    // Two streams of two sockets: ports first..first+3, stream by stream. Twice in a row:
+    // the second run reuses the ports the first closed.
+    for run in 0..2 {
+        for (proto, way) in [
+            ("-u", None),
+            ("--nodelay", None),
+            ("--nodelay", Some("--reverse")),
+        ] {
+            let mut args = vec!["-t", "2", "-n", "2", "-m", "2", "--cport", &cport, "--json"];
+            args.push(proto);
+            args.extend(way);
+            let text = client_ok(&server, "127.0.0.1", &args);
+            let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            for (i, expect) in [(0, first), (1, first + 2)] {
+                let ours = doc["client"]["streams"][i]["local"].as_str().unwrap_or("");
+                let theirs = doc["server"]["streams"][i]["peer"].as_str().unwrap_or("");
+                let want = format!("127.0.0.1:{expect}");
+                assert_eq!(ours, want, "run {run} {args:?} stream {i}");
+                assert_eq!(theirs, want, "run {run} {args:?} stream {i}");
+            }
+        }
+    }
+    for (args, why) in [
+        (&["-R"][..], "--cport cannot be used with -R"),
+        (&["--crr"], "--cport cannot be used with --crr"),
+        (&["--flows", "10"], "--cport cannot be used with --flows"),
+    ] {
+        let mut all = vec!["-c", "127.0.0.1", "--cport", "5000"];
+        all.extend_from_slice(args);
+        refused(&all, why);
+    }
+    refused(
+        &["-c", "127.0.0.1", "--cport", "65535", "-t", "2"],
+        "need ports up to 65536",
+    );
+    refused(&["-s", "--cport", "5000"], "--cport is a client option");
+}

@@ -153,6 +153,7 @@ fn settings() -> Settings {
             rcvlowat: Some(4096),
             skip_rx_copy: true,
             io_uring: true,
+            mss: Some(1400),
             sockets: sockets(),
         }),
         ..Settings::default()
@@ -178,6 +179,7 @@ fn udp_settings() -> Settings {
             gro: true,
             ack_timeout_ms: 5,
             rx_timestamps: true,
+            dont_fragment: true,
             sockets: sockets(),
         }),
         ..Settings::default()

@@ -39,8 +39,9 @@ use thiserror::Error;
 /// p50/p90/p99/p99.9, and UDP runs may echo. 11: UDP settings carry `rx_timestamps`
 /// and figures `network_latency` and `app_latency`; `flows` may be UDP sockets; RDMA's
 /// ibverbs, cm and ofi may echo or send sized replies (a new data message kind). 12:
-/// the settings carry `sched`.
-pub const PROTOCOL_VERSION: u32 = 12;
+/// the settings carry `sched`. 13: TCP settings carry `mss`, UDP settings
+/// `dont_fragment`.
+pub const PROTOCOL_VERSION: u32 = 13;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.

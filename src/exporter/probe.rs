@@ -212,6 +212,7 @@ pub fn run(
     // Every wait of the test fits in what the probe has left after its test.
     let setup = timeout.saturating_sub(request.duration).max(LEAST_SETUP);
     let client = ClientConfig {
+        connect_timeout: setup,
         control_timeout: setup,
         results_timeout: setup,
         stall_timeout: setup.max(Duration::from_secs(1)),

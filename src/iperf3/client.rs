@@ -13,8 +13,8 @@ use super::results::{self, StreamFigures};
 use super::udp;
 use super::wire::{self, Cookie, State};
 use crate::client::{
-    client_result, resolve, start_streams, stream_infos, ClientConfig, ClientOutcome, Moved,
-    RunObserver, StreamThread,
+    client_result, connect_control, resolve, start_streams, stream_infos, ClientConfig,
+    ClientOutcome, Moved, RunObserver, StreamThread,
 };
 use crate::interval::{Collector, Schedule};
 use crate::limits::TestWatch;
@@ -122,6 +122,9 @@ fn params(settings: &Settings) -> Value {
         Protocol::Udp => {
             p["udp"] = json!(true);
             p["udp_counters_64bit"] = json!(1);
+            if matches!(&settings.transport, TransportSettings::Udp(u) if u.dont_fragment) {
+                p["dont_fragment"] = json!(1);
+            }
         }
         _ => p["tcp"] = json!(true),
     }
@@ -146,8 +149,23 @@ fn params(settings: &Settings) -> Value {
         if tcp.nodelay {
             p["nodelay"] = json!(true);
         }
+        if let Some(mss) = tcp.mss {
+            p["MSS"] = json!(mss);
+        }
     }
     p
+}
+
+/// With `--cport`, the local port of stream `stream`: consecutive from it, as iperf3's
+/// own client numbers its streams.
+fn first_port(cfg: &ClientConfig, stream: u32) -> Result<Option<u16>> {
+    let Some(first) = cfg.cport else {
+        return Ok(None);
+    };
+    let port = u32::from(first) + stream;
+    u16::try_from(port)
+        .map(Some)
+        .map_err(|_| anyhow!("--cport {first}: stream {stream} needs port {port}, beyond 65535"))
 }
 
 /// Reads the next state byte, failing with what the server said if it is an error.
@@ -209,8 +227,7 @@ pub fn run_observed(
     check(settings).map_err(|e| anyhow!("{e}"))?;
     let server = resolve(&cfg.host, cfg.port, cfg.family)?;
     let setup = cfg.control_timeout;
-    let mut control = connect(server, cfg.bind, None, setup)
-        .with_context(|| format!("cannot connect to the iperf3 server at {server}"))?;
+    let mut control = connect_control(cfg, server, "iperf3")?;
     control.set_nodelay(true)?;
     let cookie = Cookie::random()?;
     control.write_all(cookie.bytes())?;
@@ -220,10 +237,18 @@ pub fn run_observed(
     let udp = settings.protocol() == Protocol::Udp;
     let streams: Vec<Box<dyn Stream>> = if udp {
         let tos = settings.transport.sockets().and_then(|s| s.tos);
-        let streams =
-            udp::connect_streams(server, cfg.bind, settings.nstreams, true, setup, &abort)?;
+        let ports = (0..settings.nstreams)
+            .map(|i| first_port(cfg, i))
+            .collect::<Result<Vec<_>>>()?;
+        let streams = udp::connect_streams(server, cfg.bind, &ports, true, setup, &abort)?;
+        let dont_fragment =
+            matches!(&settings.transport, TransportSettings::Udp(u) if u.dont_fragment);
         for s in &streams {
             s.mark(tos)?;
+            // Either way: an iperf3 server may not set DF on its own sockets.
+            if dont_fragment {
+                s.forbid_fragments(settings.pktsize as usize)?;
+            }
         }
         streams
             .into_iter()
@@ -232,7 +257,8 @@ pub fn run_observed(
     } else {
         let conns = (0..settings.nstreams)
             .map(|i| {
-                let mut sock = connect(server, cfg.bind, Some(settings), setup)
+                let from = (cfg.bind, first_port(cfg, i)?);
+                let mut sock = connect(server, from, Some(settings), setup)
                     .with_context(|| format!("stream {i}: cannot connect to {server}"))?;
                 sock.write_all(cookie.bytes())?;
                 Ok(sock)
@@ -586,6 +612,23 @@ mod tests {
         let p = params(&sized);
         assert_eq!(p["num"], 6 * MB, "iperf3's -n counts all streams");
         assert_eq!(p["time"], 0);
+        assert!(p.get("MSS").is_none() && p.get("dont_fragment").is_none());
+        let segmented = Settings {
+            transport: TransportSettings::Tcp(TcpSettings {
+                mss: Some(1000),
+                ..TcpSettings::default()
+            }),
+            ..Settings::default()
+        };
+        assert_eq!(params(&segmented)["MSS"], 1000);
+        let whole = Settings {
+            transport: TransportSettings::Udp(crate::transport::udp::settings::UdpSettings {
+                dont_fragment: true,
+                ..Default::default()
+            }),
+            ..Settings::default()
+        };
+        assert_eq!(params(&whole)["dont_fragment"], 1);
     }
 
     #[test]

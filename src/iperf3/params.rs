@@ -77,14 +77,12 @@ impl ParamsError {
 
 /// Options iperf3 sends that this server does not carry out, with the flag a user
 /// typed for each.
-const UNSUPPORTED: [(&str, &str); 9] = [
-    ("MSS", "-M/--set-mss"),
+const UNSUPPORTED: [(&str, &str); 7] = [
     ("fqrate", "--fq-rate"),
     ("burst", "-b RATE/BURST"),
     ("flowlabel", "-L/--flowlabel"),
     ("authtoken", "--username (RSA authentication)"),
     ("server_affinity", "-A (server affinity)"),
-    ("dont_fragment", "--dont-fragment"),
     ("mptcp", "--mptcp"),
     ("skip_rx_copy", "--skip-rx-copy"),
 ];
@@ -157,13 +155,25 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
             return Err(ParamsError::Settings("-C is a TCP option".into()));
         }
         TransportSettings::Udp(UdpSettings {
+            dont_fragment: params
+                .get("dont_fragment")
+                .is_some_and(|v| v != &Value::from(0) && v != &Value::Bool(false)),
             sockets,
             ..UdpSettings::default()
         })
     } else {
+        // The client sets its `-M` on its own sockets before connecting, and their
+        // handshake announces it: this server's segments keep to it with no more done.
+        let mss = params
+            .get("MSS")
+            .map(|_| number(params, "MSS", 0, u64::from(u32::MAX)))
+            .transpose()?
+            .filter(|&m| m > 0)
+            .map(|m| m as u32);
         TransportSettings::Tcp(TcpSettings {
             nodelay: params.contains_key("nodelay"),
             congestion,
+            mss,
             sockets,
             ..TcpSettings::default()
         })
@@ -277,7 +287,7 @@ mod tests {
     #[test]
     fn directions_streams_and_volumes_map_to_fperf_settings() {
         let bidir = parse(&params(json!({"tcp":true,"time":2,"parallel":3,
-            "bidirectional":true,"window":262144,"congestion":"cubic","nodelay":true})))
+            "bidirectional":true,"window":262144,"congestion":"cubic","nodelay":true,"MSS":1400})))
         .expect("bidir");
         assert_eq!(bidir.run.nstreams, 6, "three each way");
         assert_eq!(bidir.run.workload, Workload::Bidir);
@@ -287,6 +297,11 @@ mod tests {
         assert_eq!(tcp.sockets.window, Some(262_144));
         assert_eq!(tcp.congestion.as_deref(), Some("cubic"));
         assert!(tcp.nodelay);
+        assert_eq!(
+            tcp.mss,
+            Some(1400),
+            "the client's -M, which its sockets carry"
+        );
         let reverse = parse(&params(json!({"tcp":true,"reverse":true,"num":10485760,
             "time":0,"parallel":2,"omit":1,"bandwidth":1000000})))
         .expect("reverse");
@@ -304,7 +319,8 @@ mod tests {
     fn unsupported_or_malformed_parameters_are_refused_by_name() {
         for (p, want) in [
             (json!({"sctp":true}), "SCTP"),
-            (json!({"tcp":true,"MSS":1000}), "-M/--set-mss"),
+            (json!({"tcp":true,"fqrate":1000}), "--fq-rate"),
+            (json!({"tcp":true,"MSS":40}), "--set-mss"),
             (json!({"tcp":true,"authtoken":"x"}), "RSA"),
             (json!({"tcp":true,"TOS":256}), "TOS"),
             (json!({"udp":true,"len":70000}), "UDP datagram"),
@@ -333,6 +349,17 @@ mod tests {
         assert_eq!(test.run.rate_bps, Some(1_048_576));
         assert_eq!(test.run.pktsize, 1400);
         assert!(test.wide_counters);
+        let TransportSettings::Udp(udp) = &test.run.transport else {
+            panic!("udp")
+        };
+        assert!(!udp.dont_fragment);
+        for (flag, whole) in [(json!(1), true), (json!(0), false)] {
+            let test = parse(&params(json!({"udp":true,"dont_fragment":flag}))).expect("udp");
+            let TransportSettings::Udp(udp) = &test.run.transport else {
+                panic!("udp")
+            };
+            assert_eq!(udp.dont_fragment, whole, "{flag}");
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::server::config::{ServerConfig, ServerEvent};
 use crate::server::events::EventSender;
 use crate::server::figures::{close_session, server_result};
 use crate::sessions::{SessionGuard, Sessions};
-use crate::settings::{Protocol, Settings};
+use crate::settings::{Protocol, Settings, TransportSettings};
 use crate::stream::Stream;
 use crate::transport::DataConn;
 use anyhow::{anyhow, bail, Context, Result};
@@ -313,6 +313,23 @@ fn udp_streams(
     let tos = test.run.transport.sockets().and_then(|s| s.tos);
     for s in &streams {
         s.mark(tos)?;
+    }
+    if matches!(&test.run.transport, TransportSettings::Udp(u) if u.dont_fragment) {
+        for (i, s) in (0..).zip(&streams) {
+            // Only this end's own sends can fail: the client checks its own.
+            let len = match test.run.server_sends_on(i) {
+                true => test.run.pktsize as usize,
+                false => 0,
+            };
+            s.forbid_fragments(len).map_err(|e| {
+                // Datagrams too large to go whole fail as iperf3's own sends would.
+                let (code, errno) = match e.kind() {
+                    io::ErrorKind::InvalidInput => (ErrorCode::StreamWrite, libc::EMSGSIZE),
+                    _ => (ErrorCode::SetDontFragment, e.raw_os_error().unwrap_or(0)),
+                };
+                refuse(sock, code, errno, e.into())
+            })?;
+        }
     }
     registered.streams_connected();
     Ok(streams

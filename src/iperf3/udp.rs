@@ -73,6 +73,12 @@ impl Iperf3UdpStream {
         }
     }
 
+    /// Forbids fragmenting the stream's datagrams (`--dont-fragment`), refusing
+    /// `len`-byte ones if the path's MTU cannot carry them whole.
+    pub fn forbid_fragments(&self, len: usize) -> io::Result<()> {
+        crate::stream::udp::forbid_fragments(&self.sock, len, "-l")
+    }
+
     fn header_len(&self) -> usize {
         TIME_LEN + if self.wide { 8 } else { 4 }
     }
@@ -300,22 +306,27 @@ pub fn accept_streams(
     Ok(streams)
 }
 
-/// Client: connects `n` UDP streams to `server`, one after another, each waiting for
-/// the server's answer to its connect datagram.
+/// Client: connects a UDP stream to `server` from each of `ports` (`None`: the
+/// kernel's choice), one after another, each waiting for the server's answer to its
+/// connect datagram.
 pub fn connect_streams(
     server: SocketAddr,
     bind: Option<IpAddr>,
-    n: u32,
+    ports: &[Option<u16>],
     wide: bool,
     within: Duration,
     abort: &Arc<AtomicBool>,
 ) -> io::Result<Vec<Iperf3UdpStream>> {
-    (0..n)
-        .map(|_| {
+    ports
+        .iter()
+        .map(|port| {
+            let port = port.unwrap_or(0);
             let local = match (bind, server) {
-                (Some(ip), _) => SocketAddr::new(ip, 0),
-                (None, SocketAddr::V4(_)) => SocketAddr::from(([0, 0, 0, 0], 0)),
-                (None, SocketAddr::V6(_)) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+                (Some(ip), _) => SocketAddr::new(ip, port),
+                (None, SocketAddr::V4(_)) => SocketAddr::from(([0, 0, 0, 0], port)),
+                (None, SocketAddr::V6(_)) => {
+                    SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port))
+                }
             };
             let sock = UdpSocket::bind(local)?;
             sock.connect(server)?;
@@ -351,9 +362,15 @@ mod tests {
             let within = Duration::from_secs(5);
             move || accept_streams(listener, server_addr, client, 1, wide, within, &abort)
         });
-        let mut client =
-            connect_streams(server_addr, None, 1, wide, Duration::from_secs(5), &abort)
-                .expect("connect");
+        let mut client = connect_streams(
+            server_addr,
+            None,
+            &[None],
+            wide,
+            Duration::from_secs(5),
+            &abort,
+        )
+        .expect("connect");
         let mut server = a.join().expect("join").expect("accept");
         (client.remove(0), server.remove(0))
     }
@@ -426,8 +443,9 @@ mod tests {
             stranger.recv(&mut [0u8; 4]).is_err(),
             "the stranger got an answer"
         );
-        let mut client = connect_streams(addr, None, 1, false, Duration::from_secs(5), &abort)
-            .expect("the client's own stream");
+        let mut client =
+            connect_streams(addr, None, &[None], false, Duration::from_secs(5), &abort)
+                .expect("the client's own stream");
         let server = accept.join().expect("join").expect("accept");
         assert_eq!(server.len(), 1);
         assert_eq!(

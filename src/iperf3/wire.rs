@@ -138,10 +138,14 @@ pub enum ErrorCode {
     RecvParams = 114,
     /// "unable to set TCP_CONGESTION".
     SetCongestion = 134,
+    /// "unable to set IP Do-Not-Fragment flag".
+    SetDontFragment = 145,
     /// "unable to start stream listener", with the errno's text.
     StreamListen = 202,
     /// "unable to accept stream connection", with the errno's text.
     StreamAccept = 204,
+    /// "unable to write to stream socket", with the errno's text.
+    StreamWrite = 205,
 }
 
 /// What an iperf3 client prints for error `code` (the ones a server sends).
@@ -156,9 +160,11 @@ pub fn error_text(code: i32) -> &'static str {
         114 => "unable to receive parameters from client",
         134 => "unable to set TCP_CONGESTION",
         142 => "test authorization failed",
+        145 => "unable to set IP Do-Not-Fragment flag",
         200 => "unable to create a new stream",
         202 => "unable to start stream listener",
         204 => "unable to accept stream connection",
+        205 => "unable to write to stream socket",
         _ => "an iperf3 error",
     }
 }

@@ -155,6 +155,7 @@ pub fn run(
 fn test_pair(config: &MeshConfig, (from, to): Pair) -> PairResult {
     let (sender, receiver) = (&config.hosts[from], &config.hosts[to]);
     let client = ClientConfig {
+        connect_timeout: config.control_timeout,
         control_timeout: config.control_timeout,
         auth: config.auth.clone(),
         ..ClientConfig::new(sender.host.clone(), sender.port, config.settings.clone())

@@ -58,6 +58,7 @@ pub(super) fn run_test(
         .map(|a| crate::stream::canonical(a).to_string())
         .unwrap_or_default();
     let client = ClientConfig {
+        connect_timeout: config.control_timeout,
         control_timeout: config.control_timeout,
         stall_timeout: config.idle_timeout,
         auth: config.auth.clone(),

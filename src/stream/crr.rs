@@ -87,6 +87,8 @@ impl CrrClient {
             congestion: self.opts.tcp.congestion.as_deref(),
             window: None,
             tos: self.opts.tos,
+            mss: self.opts.tcp.mss,
+            local_port: None,
         };
         let sock = handshake.connect(self.server, Some(self.stall))?;
         if self.opts.tcp.nodelay {
@@ -166,6 +168,8 @@ impl super::Stream for CrrClient {
                 congestion: self.opts.tcp.congestion.as_deref(),
                 window: None,
                 tos: self.opts.tos,
+                mss: self.opts.tcp.mss,
+                local_port: None,
             };
             let (server, nodelay) = (self.server, self.opts.tcp.nodelay);
             let open = || {
@@ -615,6 +619,8 @@ mod tests {
                 congestion: None,
                 window: None,
                 tos: None,
+                mss: None,
+                local_port: None,
             };
             let mut s = handshake.connect(addr, None).expect("connect");
             // One write: the server may close as soon as it has read the header.

@@ -146,6 +146,65 @@ pub(crate) fn set_tos<S: AsFd>(sock: &S, tos: u8) -> io::Result<()> {
     }
 }
 
+/// Forbids fragmenting the datagrams of the connected UDP socket `sock`
+/// (`--dont-fragment`): IPv4 datagrams leave with DF set and IPv6 ones whole, so a send
+/// larger than the path's MTU fails instead of being cut up on the way. Returns the
+/// largest UDP payload the path's MTU takes as the kernel knows it now.
+pub(crate) fn forbid_fragments<S: AsFd>(sock: &S) -> io::Result<usize> {
+    let s = SockRef::from(sock);
+    let v6_socket = s.domain()? == socket2::Domain::IPV6;
+    // An IPv6 socket reaches an IPv4 peer (mapped) by IPv4's rules and headers.
+    let v4_peer = (s.peer_addr()?.as_socket()).is_some_and(|a| a.ip().to_canonical().is_ipv4());
+    let fd = &sock.as_fd();
+    if v6_socket {
+        set_int_opt(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )?;
+    }
+    if v4_peer {
+        set_int_opt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )?;
+    }
+    let mtu = match v6_socket {
+        true => get_int_opt(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU)?,
+        false => get_int_opt(fd, libc::IPPROTO_IP, libc::IP_MTU)?,
+    };
+    let headers = if v4_peer { 20 + 8 } else { 40 + 8 };
+    Ok(usize::try_from(mtu).unwrap_or(0).saturating_sub(headers))
+}
+
+/// Reads an integer socket option.
+fn get_int_opt(
+    fd: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the pointer and length describe `value`, exclusively borrowed for the
+    // call; the kernel writes at most `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(value)
+}
+
 /// Re-arms TCP_QUICKACK, which Linux clears after it sends an ACK.
 #[inline]
 pub(crate) fn tcp_quickack(fd: &impl AsRawFd) -> io::Result<()> {

@@ -45,7 +45,7 @@ use bytes::Bytes;
 use socket2::SockRef;
 use std::cell::RefCell;
 use std::io;
-use std::net::{self, IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::net::{self, IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -76,6 +76,8 @@ pub struct TcpOptions {
     pub rx_nap: Option<Duration>,
     /// Data calls go through an io_uring per thread (see [`super::uring`]).
     pub io_uring: bool,
+    /// The connecting end: `TCP_MAXSEG` before the handshake; `None`: the path's.
+    pub mss: Option<u32>,
 }
 
 /// The kernel time-outs a blocking-mode socket has, in ms (0: not set yet), kept so
@@ -510,6 +512,8 @@ impl TcpStream {
             congestion: opts.tcp.congestion.as_deref(),
             window: opts.window,
             tos: opts.tos,
+            mss: opts.tcp.mss,
+            local_port: None,
         };
         let socks = (0..opts.nsockets)
             .map(|_| handshake.connect(addr, None))
@@ -1058,6 +1062,10 @@ pub struct HandshakeOptions<'a> {
     pub window: Option<usize>,
     /// `--tos`: the handshake is marked too.
     pub tos: Option<u8>,
+    /// `-M`: the handshake announces it, which holds the peer's segments to it too.
+    pub mss: Option<u32>,
+    /// `--cport`: the local port to connect from; `None`: the kernel's choice.
+    pub local_port: Option<u16>,
 }
 
 impl HandshakeOptions<'_> {
@@ -1082,8 +1090,24 @@ impl HandshakeOptions<'_> {
             socket2::Type::STREAM,
             None,
         )?;
-        if let Some(ip) = self.bind {
-            sock.bind(&SocketAddr::new(ip, 0).into())?;
+        if self.bind.is_some() || self.local_port.is_some() {
+            let ip = self.bind.unwrap_or(match addr {
+                SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+                SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+            });
+            let port = self.local_port.unwrap_or(0);
+            if port != 0 {
+                // The port may still hold a closed connection of an earlier run.
+                sock.set_reuse_address(true)?;
+            }
+            sock.bind(&SocketAddr::new(ip, port).into())
+                .map_err(|e| match port {
+                    0 => e,
+                    _ => io::Error::new(
+                        e.kind(),
+                        format!("cannot send from port {port} (--cport): {e}"),
+                    ),
+                })?;
         }
         if let Some(name) = self.congestion {
             set_congestion(SockRef::from(&sock), name)?;
@@ -1093,6 +1117,14 @@ impl HandshakeOptions<'_> {
         }
         if let Some(tos) = self.tos {
             set_tos(&sock, tos)?;
+        }
+        if let Some(mss) = self.mss {
+            sock.set_mss(mss).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot set TCP_MAXSEG to {mss} (-M): {e}"),
+                )
+            })?;
         }
         Ok(sock)
     }

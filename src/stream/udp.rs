@@ -116,6 +116,9 @@ pub struct UdpOptions {
     pub gro: bool,
     /// Read each datagram's kernel receive time (`--rx-timestamps`).
     pub rx_timestamps: bool,
+    /// Datagrams are never fragmented (`--dont-fragment`); one larger than the path's
+    /// MTU fails the run.
+    pub dont_fragment: bool,
 }
 
 impl UdpOptions {
@@ -128,6 +131,7 @@ impl UdpOptions {
             gso: false,
             gro: false,
             rx_timestamps: false,
+            dont_fragment: false,
         }
     }
 }
@@ -623,6 +627,31 @@ pub struct UdpStream {
     rx_control: Option<Box<ControlBuffer>>,
 }
 
+/// With `--dont-fragment`: forbids fragmenting the datagrams of the connected socket
+/// `sock`, and refuses `largest`-byte datagrams (the size `flag` gave) if the path's MTU
+/// cannot carry them whole.
+pub(crate) fn forbid_fragments(
+    sock: &net::UdpSocket,
+    largest: usize,
+    flag: &str,
+) -> io::Result<()> {
+    let fits = super::sys::forbid_fragments(sock)?;
+    if largest > fits {
+        let to = sock
+            .peer_addr()
+            .map(|a| format!(" to {a}"))
+            .unwrap_or_default();
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "--dont-fragment: {largest}-byte datagrams ({flag}) do not fit the path's \
+                 MTU{to}, which carries at most {fits} bytes of UDP payload"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl UdpStream {
     /// Builds a STREAM from connected UDP sockets (socket 0 first) and the stream's
     /// control connection; sizes the socket buffers, sets the sockets non-blocking and
@@ -673,6 +702,18 @@ impl UdpStream {
             }
             if let Some(tos) = opts.tos {
                 set_tos(&s, tos)?;
+            }
+            if udp.dont_fragment {
+                // The packets, and with MPRTT their replies.
+                let reply = match opts.mprtt && !opts.echo {
+                    true => opts.response_size,
+                    false => 0,
+                };
+                let (largest, flag) = match reply > opts.pktsize {
+                    true => (reply, "--response-size"),
+                    false => (opts.pktsize, "-l"),
+                };
+                forbid_fragments(&s, largest, flag)?;
             }
             let (r, w) = match opts.window {
                 Some(size) => set_window(&s, size)?,

@@ -71,6 +71,8 @@ pub struct ClientCtx {
     pub server: SocketAddr,
     /// Local address to bind data sockets to (`-B`).
     pub bind: Option<IpAddr>,
+    /// The local port of the first data socket (`--cport`); the others follow it.
+    pub cport: Option<u16>,
     pub setup_timeout: Duration,
     /// Longest a data connection may leave sent data unacknowledged before it fails
     /// (`TCP_USER_TIMEOUT` for TCP): bounds how long a vanished server can stall sends.
@@ -137,6 +139,24 @@ pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOpti
         epoll: sockets.epoll || settings.flows,
         flows: settings.flows,
         ..StreamOptions::default()
+    }
+}
+
+impl ClientCtx {
+    /// The local port of data socket `socket` of stream `stream`: with `--cport`,
+    /// consecutive from it, stream by stream (as iperf3 numbers its streams); `None`:
+    /// the kernel's choice.
+    pub fn client_port(&self, stream: u32, socket: u32) -> Result<Option<u16>> {
+        let Some(first) = self.cport else {
+            return Ok(None);
+        };
+        let port = u64::from(first)
+            + u64::from(stream) * u64::from(self.settings.nsockets)
+            + u64::from(socket);
+        match u16::try_from(port) {
+            Ok(port) => Ok(Some(port)),
+            Err(_) => bail!("--cport {first}: stream {stream} needs port {port}, beyond 65535"),
+        }
     }
 }
 

@@ -39,7 +39,7 @@ pub(crate) fn read_json<T: DeserializeOwned>(sock: &mut TcpStream, timeout: Dura
 /// Client: opens the TCP side connection the RDMA details travel over, on the server's
 /// base port, and names it with a `DataHello` so the server routes it to the session.
 pub(crate) fn side_connection(ctx: &ClientCtx) -> Result<TcpStream> {
-    let mut sock = tcp::connect(ctx.server, ctx.bind, None, ctx.setup_timeout)
+    let mut sock = tcp::connect(ctx.server, (ctx.bind, None), None, ctx.setup_timeout)
         .with_context(|| format!("cannot connect to {} for the RDMA set-up", ctx.server))?;
     sock.set_write_timeout(Some(ctx.setup_timeout))?;
     control::write_frame(

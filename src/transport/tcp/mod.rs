@@ -143,6 +143,7 @@ pub(super) fn tcp_stream_options(
             zerocopy: tcp.zerocopy,
             congestion: tcp.congestion.clone(),
             io_uring: tcp.io_uring,
+            mss: tcp.mss,
             // The receiving end's own (see `receiving_end`): on a sending socket a
             // low-water mark would hold back the reading of 1-byte MPRTT replies.
             ..TcpOptions::default()
@@ -350,7 +351,8 @@ pub(super) fn accept_data_conns(
 pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Result<net::TcpStream> {
     let offset = data_port_offset(&ctx.settings, stream);
     let addr = port_offset(ctx.server, ctx.server.port(), offset)?;
-    let mut sock = connect(addr, ctx.bind, Some(&ctx.settings), ctx.setup_timeout)
+    let from = (ctx.bind, ctx.client_port(stream, socket)?);
+    let mut sock = connect(addr, from, Some(&ctx.settings), ctx.setup_timeout)
         .with_context(|| format!("stream {stream}: cannot connect to {addr}"))?;
     crate::limits::set_user_timeout(&sock, ctx.stall_timeout)?;
     control::write_frame(
@@ -419,11 +421,12 @@ pub fn read_data_hello(
     }
 }
 
-/// Connects to `addr` within `timeout`, from `bind` if given. A data connection passes
-/// the run's `settings`, whose socket options must be in place before the handshake.
+/// Connects to `addr` within `timeout`, from `bind` and `local_port` if given. A data
+/// connection passes the run's `settings`, whose socket options must be in place before
+/// the handshake.
 pub fn connect(
     addr: SocketAddr,
-    bind: Option<IpAddr>,
+    (bind, local_port): (Option<IpAddr>, Option<u16>),
     settings: Option<&Settings>,
     timeout: Duration,
 ) -> io::Result<net::TcpStream> {
@@ -434,6 +437,8 @@ pub fn connect(
         tos: settings
             .and_then(|s| s.transport.sockets())
             .and_then(|s| s.tos),
+        mss: (settings.and_then(Settings::tcp)).and_then(|t| t.mss),
+        local_port,
     };
     handshake.connect(addr, Some(timeout))
 }
@@ -466,8 +471,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         let timeout = Duration::from_secs(5);
-        let data = connect(addr, None, Some(&settings), timeout).expect("connect");
-        let control = connect(addr, None, None, timeout).expect("connect");
+        let data = connect(addr, (None, None), Some(&settings), timeout).expect("connect");
+        let control = connect(addr, (None, None), None, timeout).expect("connect");
         let sizes = |s: &net::TcpStream| {
             let s = SockRef::from(s);
             (
@@ -491,7 +496,7 @@ mod tests {
         let listener = bind_data_listener(SocketAddr::new(ip, 0), &settings).expect("listen");
         let addr = listener.local_addr().expect("addr");
         let timeout = Duration::from_secs(5);
-        let client = connect(addr, None, Some(&settings), timeout).expect("connect");
+        let client = connect(addr, (None, None), Some(&settings), timeout).expect("connect");
         let (server, _) = listener.accept().expect("accept");
         for (end, sock) in [("client", &client), ("server", &server)] {
             let short = crate::stream::sys::receive_window_short_of(sock, u64::from(window));

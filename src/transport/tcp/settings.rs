@@ -26,6 +26,9 @@ pub const MAX_RCVLOWAT: u32 = 64 << 20;
 pub const RECV_CHUNK: usize = 128 * 1024;
 /// Longest congestion control name the kernel takes (`TCP_CA_NAME_MAX` less the NUL).
 pub const MAX_CONGESTION_NAME: usize = 15;
+/// The range of segment sizes `TCP_MAXSEG` takes (the kernel's `TCP_MIN_MSS` and
+/// `MAX_TCP_WINDOW`).
+pub const MSS_RANGE: std::ops::RangeInclusive<u32> = 88..=32767;
 
 /// The options of a TCP run, both ends' alike.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +58,11 @@ pub struct TcpSettings {
     /// (`--io-uring`).
     #[serde(default)]
     pub io_uring: bool,
+    /// The largest segment the client's data connections send and announce in their
+    /// handshake, so the server's segments keep to it too (`-M`, `TCP_MAXSEG`);
+    /// `None`: the path's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mss: Option<u32>,
     #[serde(flatten)]
     pub sockets: SocketSettings,
 }
@@ -72,6 +80,8 @@ pub enum TcpSettingsError {
     CongestionName,
     #[error("--rcvlowat must be between 1 byte and {MAX_RCVLOWAT} bytes (64M), not {0}")]
     Rcvlowat(u32),
+    #[error("-M/--set-mss must be between 88 and 32767 bytes (the kernel's range), not {0}")]
+    Mss(u32),
     #[error(
         "--rcvlowat is for bulk receiving; with -r the server answers each packet as it arrives"
     )]
@@ -144,6 +154,9 @@ impl TcpSettings {
         if self.skip_rx_copy && run.mprtt {
             return Err(TcpSettingsError::SkipRxCopyMprtt);
         }
+        if let Some(mss) = self.mss.filter(|m| !MSS_RANGE.contains(m)) {
+            return Err(TcpSettingsError::Mss(mss));
+        }
         if run.flows {
             let conflict = [
                 (self.zerocopy != ZeroCopy::Off, "with --zerocopy"),
@@ -178,7 +191,10 @@ impl TcpSettings {
     /// the engine, and whether the receiver skipped its copy (its figures are then not
     /// like-for-like with a tool that reads the bytes).
     pub fn labels(&self) -> HeaderLabels {
-        let sockets = self.sockets.labels();
+        let mut sockets = self.sockets.labels();
+        if let Some(mss) = self.mss {
+            sockets.setup += &format!(" mss={mss}");
+        }
         HeaderLabels {
             engine: if self.io_uring {
                 " engine=io_uring"

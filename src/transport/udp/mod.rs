@@ -97,6 +97,7 @@ fn udp_stream(
         gso: options.gso,
         gro: options.gro,
         rx_timestamps: options.rx_timestamps,
+        dont_fragment: options.dont_fragment,
         ..UdpOptions::new(
             stream,
             Duration::from_millis(u64::from(options.ack_timeout_ms)),
@@ -147,8 +148,9 @@ impl Transport for UdpTransport {
         for (i, control) in (0..s.nstreams).zip(controls) {
             let server_udp = port_offset(ctx.server, ctx.server.port(), i)?;
             let mut socks = Vec::with_capacity(s.nsockets as usize);
-            for _ in 0..s.nsockets {
-                let sock = bind_udp(SocketAddr::new(local_ip, 0), false)
+            for k in 0..s.nsockets {
+                let port = ctx.client_port(i, k)?.unwrap_or(0);
+                let sock = bind_udp(SocketAddr::new(local_ip, port), false)
                     .with_context(|| format!("stream {i}: cannot bind a UDP socket"))?;
                 sock.connect(server_udp)
                     .with_context(|| format!("stream {i}: cannot connect UDP to {server_udp}"))?;

@@ -63,6 +63,10 @@ pub struct UdpSettings {
     /// latency into network and application time (`--rx-timestamps`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rx_timestamps: bool,
+    /// Both ends' datagrams are never fragmented (`--dont-fragment`): IPv4's DF bit,
+    /// and a datagram larger than the path's MTU fails the run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dont_fragment: bool,
     #[serde(flatten)]
     pub sockets: SocketSettings,
 }
@@ -79,6 +83,7 @@ impl Default for UdpSettings {
             gro: false,
             ack_timeout_ms: DEFAULT_ACK_TIMEOUT_MS,
             rx_timestamps: false,
+            dont_fragment: false,
             sockets: SocketSettings::default(),
         }
     }
@@ -217,6 +222,9 @@ impl UdpSettings {
         let mut labels = self.sockets.labels();
         if self.rx_timestamps {
             labels.setup += " rx_timestamps=kernel";
+        }
+        if self.dont_fragment {
+            labels.setup += " dont_fragment";
         }
         labels
     }
