@@ -24,6 +24,7 @@ use crate::stats::StreamStats;
 use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::Stream;
 use crate::sysinfo::{CpuUsage, TcpInfo};
+use crate::transport::nth_client_port;
 use crate::transport::tcp::connect;
 use crate::workload::Workload;
 use anyhow::{anyhow, bail, Context, Result};
@@ -156,18 +157,6 @@ fn params(settings: &Settings) -> Value {
     p
 }
 
-/// With `--cport`, the local port of stream `stream`: consecutive from it, as iperf3's
-/// own client numbers its streams.
-fn first_port(cfg: &ClientConfig, stream: u32) -> Result<Option<u16>> {
-    let Some(first) = cfg.cport else {
-        return Ok(None);
-    };
-    let port = u32::from(first) + stream;
-    u16::try_from(port)
-        .map(Some)
-        .map_err(|_| anyhow!("--cport {first}: stream {stream} needs port {port}, beyond 65535"))
-}
-
 /// Reads the next state byte, failing with what the server said if it is an error.
 fn read_state(sock: &mut TcpStream, deadline: Instant) -> Result<State> {
     let mut byte = [0u8; 1];
@@ -238,7 +227,7 @@ pub fn run_observed(
     let streams: Vec<Box<dyn Stream>> = if udp {
         let tos = settings.transport.sockets().and_then(|s| s.tos);
         let ports = (0..settings.nstreams)
-            .map(|i| first_port(cfg, i))
+            .map(|i| nth_client_port(cfg.cport, u64::from(i)))
             .collect::<Result<Vec<_>>>()?;
         let streams = udp::connect_streams(server, cfg.bind, &ports, true, setup, &abort)?;
         let dont_fragment =
@@ -257,7 +246,7 @@ pub fn run_observed(
     } else {
         let conns = (0..settings.nstreams)
             .map(|i| {
-                let from = (cfg.bind, first_port(cfg, i)?);
+                let from = (cfg.bind, nth_client_port(cfg.cport, u64::from(i))?);
                 let mut sock = connect(server, from, Some(settings), setup)
                     .with_context(|| format!("stream {i}: cannot connect to {server}"))?;
                 sock.write_all(cookie.bytes())?;

@@ -147,16 +147,21 @@ impl ClientCtx {
     /// consecutive from it, stream by stream (as iperf3 numbers its streams); `None`:
     /// the kernel's choice.
     pub fn client_port(&self, stream: u32, socket: u32) -> Result<Option<u16>> {
-        let Some(first) = self.cport else {
-            return Ok(None);
-        };
-        let port = u64::from(first)
-            + u64::from(stream) * u64::from(self.settings.nsockets)
-            + u64::from(socket);
-        match u16::try_from(port) {
-            Ok(port) => Ok(Some(port)),
-            Err(_) => bail!("--cport {first}: stream {stream} needs port {port}, beyond 65535"),
-        }
+        let k = u64::from(stream) * u64::from(self.settings.nsockets) + u64::from(socket);
+        nth_client_port(self.cport, k)
+    }
+}
+
+/// With `--cport FIRST`, the local port of the run's data socket `k`: FIRST + k;
+/// `None` without it.
+pub fn nth_client_port(cport: Option<u16>, k: u64) -> Result<Option<u16>> {
+    let Some(first) = cport else {
+        return Ok(None);
+    };
+    let port = u64::from(first) + k;
+    match u16::try_from(port) {
+        Ok(port) => Ok(Some(port)),
+        Err(_) => bail!("--cport {first}: data socket {k} needs port {port}, beyond 65535"),
     }
 }
 

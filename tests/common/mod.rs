@@ -452,6 +452,14 @@ pub fn json_u64(v: &serde_json::Value, path: &[&str]) -> u64 {
         .unwrap_or_else(|| panic!("{path:?} is not a number in {v}"))
 }
 
+/// The segment size in force on a report's `tcp_info` line (`mss=NB`).
+pub fn tcp_info_mss(report: &str) -> u64 {
+    let in_force = Regex::new(r"(?m)^tcp_info\s*:.*  mss=(\d+)B$").expect("regex");
+    let mss = in_force.captures(report).map(|c| c[1].to_string());
+    mss.and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("no tcp_info mss in {report}"))
+}
+
 /// Runs a command to completion; panics with its output if it fails.
 pub fn sh(args: &[&str]) -> String {
     let out = Command::new(args[0])
