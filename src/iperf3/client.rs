@@ -123,7 +123,7 @@ fn params(settings: &Settings) -> Value {
         Protocol::Udp => {
             p["udp"] = json!(true);
             p["udp_counters_64bit"] = json!(1);
-            if matches!(&settings.transport, TransportSettings::Udp(u) if u.dont_fragment) {
+            if settings.dont_fragment() {
                 p["dont_fragment"] = json!(1);
             }
         }
@@ -230,12 +230,10 @@ pub fn run_observed(
             .map(|i| nth_client_port(cfg.cport, u64::from(i)))
             .collect::<Result<Vec<_>>>()?;
         let streams = udp::connect_streams(server, cfg.bind, &ports, true, setup, &abort)?;
-        let dont_fragment =
-            matches!(&settings.transport, TransportSettings::Udp(u) if u.dont_fragment);
         for s in &streams {
             s.mark(tos)?;
             // Either way: an iperf3 server may not set DF on its own sockets.
-            if dont_fragment {
+            if settings.dont_fragment() {
                 s.forbid_fragments(settings.pktsize as usize)?;
             }
         }

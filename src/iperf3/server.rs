@@ -22,7 +22,7 @@ use crate::server::config::{ServerConfig, ServerEvent};
 use crate::server::events::EventSender;
 use crate::server::figures::{close_session, server_result};
 use crate::sessions::{SessionGuard, Sessions};
-use crate::settings::{Protocol, Settings, TransportSettings};
+use crate::settings::{Protocol, Settings};
 use crate::stream::Stream;
 use crate::transport::DataConn;
 use anyhow::{anyhow, bail, Context, Result};
@@ -314,7 +314,7 @@ fn udp_streams(
     for s in &streams {
         s.mark(tos)?;
     }
-    if matches!(&test.run.transport, TransportSettings::Udp(u) if u.dont_fragment) {
+    if test.run.dont_fragment() {
         for (i, s) in (0..).zip(&streams) {
             // Only this end's own sends can fail: the client checks its own.
             let len = match test.run.server_sends_on(i) {

@@ -468,6 +468,11 @@ impl Settings {
         self.tcp().and_then(|tcp| tcp.sockets.window)
     }
 
+    /// Whether a UDP run's datagrams must go unfragmented (`--dont-fragment`).
+    pub fn dont_fragment(&self) -> bool {
+        matches!(&self.transport, TransportSettings::Udp(udp) if udp.dont_fragment)
+    }
+
     /// TCP's own options, in a TCP run.
     pub fn tcp(&self) -> Option<&TcpSettings> {
         match &self.transport {
