@@ -758,6 +758,14 @@ struct TcpArgs {
     #[arg(hide_short_help = true, short = 'M', long, value_name = "BYTES")]
     set_mss: Option<u32>,
 
+    /// Cap each data connection's sending rate at RATE bits/s (e.g. 100M, 2.5G;
+    /// K/M/G/T = 10^3..10^12), as iperf3's --fq-rate: both ends set SO_MAX_PACING_RATE
+    /// on their data sockets and the kernel spaces the segments out (TCP's own pacing,
+    /// or the fq qdisc's where it runs). Unlike -b, which sends whole packets on a
+    /// timer, it paces every segment; both may be given. Not with --crr.
+    #[arg(hide_short_help = true, long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate)]
+    fq_rate: Option<u64>,
+
     /// Bytes that must have arrived before the server's read wakes
     /// (SO_RCVLOWAT), 1 to 64M. Default, by how idle the server's cores are: with two
     /// cores per stream and no -b, 128K or one packet if larger (at most half of -w);
@@ -956,6 +964,7 @@ impl TcpArgs {
             (self.quickack, "--quickack"),
             (self.congestion.is_some(), "--congestion"),
             (self.set_mss.is_some(), "--set-mss"),
+            (self.fq_rate.is_some(), "--fq-rate"),
             (self.rcvlowat.is_some(), "--rcvlowat"),
             (self.skip_rx_copy, "--skip-rx-copy"),
             (self.zerocopy.is_some(), "--zerocopy"),
@@ -977,6 +986,7 @@ impl TcpArgs {
             skip_rx_copy: self.skip_rx_copy,
             io_uring: self.io_uring,
             mss: self.set_mss,
+            fq_rate: self.fq_rate.filter(|&b| b > 0),
             sockets,
         }
     }

@@ -22,6 +22,20 @@ fn iperf3_program() -> String {
     std::env::var("FPERF_IPERF3").unwrap_or_else(|_| "iperf3".into())
 }
 
+/// The minor version of the iperf3 that runs (`iperf 3.12 ...`: 12).
+fn iperf3_minor() -> u32 {
+    let out = Command::new(iperf3_program())
+        .arg("--version")
+        .output()
+        .expect("iperf3 is installed (scripts/setup.sh --tests)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text.split_whitespace().nth(1).unwrap_or_default();
+    let minor = version.split('.').nth(1).unwrap_or_default();
+    minor
+        .parse()
+        .unwrap_or_else(|_| panic!("iperf3's version: {text}"))
+}
+
 /// An fperf server with an iperf3 port beside its own.
 struct Both {
     server: Server,
@@ -268,11 +282,11 @@ fn limits_unsupported_options_and_busy_answers_reach_the_iperf3_client() {
         "{doc}"
     );
     logged(&both.server, "--max-streams");
-    let (ok, doc) = iperf3(both.iperf3_port, &["-t", "1", "--fq-rate", "1M"]);
+    let (ok, doc) = iperf3(both.iperf3_port, &["-t", "1", "-b", "10M/10"]);
     assert!(!ok);
     let error = doc["error"].as_str().unwrap_or_default();
     assert!(error.contains("not implemented"), "{doc}");
-    logged(&both.server, "--fq-rate");
+    logged(&both.server, "-b RATE/BURST");
     // One test at a time: a second iperf3 client, and an fperf client, hear "busy".
     let port = both.iperf3_port;
     let first = std::thread::spawn(move || iperf3(port, &["-t", "3"]));
@@ -376,6 +390,42 @@ fn bad_input_on_the_iperf3_port_ends_in_time_and_the_server_goes_on() {
     // The server goes on.
     let (ok, doc) = iperf3(port, &["-t", "1"]);
     assert!(ok, "{doc}");
+}
+
+#[test]
+fn an_iperf3_clients_skip_rx_copy_is_served() {
+    // iperf3 3.19 and later send it; the installed ones may not: speak theirs by hand.
+    let both = start(&[]);
+    let port = both.iperf3_port;
+    let mut cookie = [b'k'; 37];
+    cookie[36] = 0;
+    let mut control = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    control
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    control.write_all(&cookie).expect("cookie");
+    let mut state = [0u8; 1];
+    control.read_exact(&mut state).expect("PARAM_EXCHANGE");
+    assert_eq!(state, [9]);
+    let params = br#"{"tcp":true,"time":5,"parallel":1,"len":65536,"skip_rx_copy":1}"#;
+    control
+        .write_all(&(params.len() as u32).to_be_bytes())
+        .expect("length");
+    control.write_all(params).expect("params");
+    control.read_exact(&mut state).expect("CREATE_STREAMS");
+    assert_eq!(state, [10]);
+    let mut data = TcpStream::connect(("127.0.0.1", port)).expect("data");
+    data.write_all(&cookie).expect("data cookie");
+    let mut go = [0u8; 2];
+    control
+        .read_exact(&mut go)
+        .expect("TEST_START, TEST_RUNNING");
+    assert_eq!(go, [1, 2]);
+    data.write_all(&vec![7u8; 4 << 20]).expect("data");
+    control.write_all(&[12]).expect("CLIENT_TERMINATE");
+    drop(data);
+    let report = both.server.report(1);
+    assert!(report.contains(" rx_copy=skipped "), "{report}");
 }
 
 #[test]
@@ -701,6 +751,58 @@ fn an_fperf_client_asks_an_iperf3_server_for_its_mss() {
     assert_eq!(theirs["start"]["tcp_mss"], 1000, "{theirs}");
     let mss = bytes(&doc, &["client", "total", "tcp", "mss"]);
     assert!((900..=1000).contains(&mss), "{doc}");
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn an_iperf3_clients_fq_rate_paces_the_servers_sockets_too() {
+    let both = start(&[]);
+    let rate = 80e6;
+    for (i, way) in [&[][..], &["-R"][..]].into_iter().enumerate() {
+        let mut args = vec!["-t", "1", "-P", "2", "--fq-rate", "80M"];
+        args.extend_from_slice(way);
+        let (ok, doc) = iperf3(both.iperf3_port, &args);
+        assert!(ok, "{doc}");
+        let got = at(&doc, &["end", "sum_received", "bits_per_second"])
+            .as_f64()
+            .expect("a rate");
+        assert!(
+            (1.6 * rate..=2.3 * rate).contains(&got),
+            "{way:?}: two streams at 80M each, not {got}"
+        );
+        let report = both.server.report(i + 1);
+        assert!(report.contains(" fq_rate=80.0Mbit/s "), "{report}");
+    }
+    // iperf3's own server would run it unpaced.
+    let (ok, doc) = iperf3(both.iperf3_port, &["-u", "-t", "1", "--fq-rate", "80M"]);
+    assert!(!ok);
+    let error = doc["error"].as_str().unwrap_or_default();
+    assert!(error.contains("parameter"), "{doc}");
+    logged(
+        &both.server,
+        "--fq-rate paces TCP connections; for UDP use -b",
+    );
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn an_fperf_clients_fq_rate_paces_an_iperf3_servers_sockets_too() {
+    let rate = 80e6;
+    for way in [&[][..], &["--reverse"][..]] {
+        let server = Iperf3Server::start();
+        let mut args = vec!["--time", "1", "--fq-rate", "80M"];
+        args.extend_from_slice(way);
+        let doc = fperf_against(server.port, &args);
+        // With --reverse the iperf3 server sends: it paces because it was asked to.
+        // Before 3.17 an iperf3 server paced only as a client.
+        let receiver = if way.is_empty() { "server" } else { "client" };
+        let got = doc[receiver]["total"]["received_bits_per_second"]
+            .as_f64()
+            .expect("a rate");
+        if way.is_empty() || iperf3_minor() >= 17 {
+            assert!((0.8 * rate..=1.15 * rate).contains(&got), "{way:?}: {got}");
+        }
+    }
 }
 
 #[test]

@@ -636,6 +636,58 @@ fn set_mss_holds_both_ends_segments_to_it_as_iperf3s_m() {
 }
 
 #[test]
+fn fq_rate_caps_each_data_connections_rate_as_iperf3s() {
+    let server = Server::start(&[]);
+    let rate = 80e6;
+    for way in [&[][..], &["--reverse"][..]] {
+        let mut args = vec!["-t", "2", "--time", "1", "--fq-rate", "80M", "--json"];
+        args.extend_from_slice(way);
+        let text = client_ok(&server, "127.0.0.1", &args);
+        let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(doc["settings"]["fq_rate"], 80_000_000, "{way:?}");
+        // The sending end's kernel paces each connection; the receiving end sees it.
+        let receiver = if way.is_empty() { "server" } else { "client" };
+        for i in 0..2 {
+            let got = doc[receiver]["streams"][i]["figures"]["received_bits_per_second"]
+                .as_f64()
+                .expect("a rate");
+            assert!(
+                (0.8 * rate..=1.15 * rate).contains(&got),
+                "{way:?} stream {i}: {got}"
+            );
+        }
+    }
+    let report = server.report(1);
+    assert!(report.contains(" fq_rate=80.0Mbit/s "), "{report}");
+    // iperf3's layout names it where iperf3 does.
+    let text = client_ok(
+        &server,
+        "127.0.0.1",
+        &["-m", "2", "--fq-rate", "80M", "--json=iperf3"],
+    );
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(doc["start"]["fq_rate"], 80_000_000, "{doc}");
+    assert_eq!(doc["start"]["test_start"]["fqrate"], 80_000_000, "{doc}");
+    // Unpaced, loopback moves far more: the cap above is the option's.
+    let text = client_ok(&server, "127.0.0.1", &["--time", "1", "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let free = doc["server"]["total"]["received_bits_per_second"]
+        .as_f64()
+        .expect("a rate");
+    assert!(free > 3.0 * rate, "{free}");
+    assert!(doc["settings"].get("fq_rate").is_none(), "{doc}");
+    refused(
+        &["-c", "127.0.0.1", "-u", "--fq-rate", "1M"],
+        "--fq-rate is a TCP option",
+    );
+    refused(
+        &["-c", "127.0.0.1", "--crr", "--fq-rate", "1M"],
+        "cannot be used with --fq-rate",
+    );
+    refused(&["-c", "127.0.0.1", "--fq-rate", "7"], "at least 8 bits/s");
+}
+
+#[test]
 fn connect_timeout_bounds_the_wait_for_a_server_that_does_not_answer() {
     // A listener whose accept queue is full: the kernel leaves further handshakes
     // unanswered, as a firewall that drops them would.

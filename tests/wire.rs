@@ -154,6 +154,7 @@ fn settings() -> Settings {
             skip_rx_copy: true,
             io_uring: true,
             mss: Some(1400),
+            fq_rate: Some(250_000_000),
             sockets: sockets(),
         }),
         ..Settings::default()

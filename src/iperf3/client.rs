@@ -153,6 +153,9 @@ fn params(settings: &Settings) -> Value {
         if let Some(mss) = tcp.mss {
             p["MSS"] = json!(mss);
         }
+        if let Some(rate) = tcp.fq_rate {
+            p["fqrate"] = json!(rate);
+        }
     }
     p
 }
@@ -600,14 +603,17 @@ mod tests {
         assert_eq!(p["num"], 6 * MB, "iperf3's -n counts all streams");
         assert_eq!(p["time"], 0);
         assert!(p.get("MSS").is_none() && p.get("dont_fragment").is_none());
+        assert!(p.get("fqrate").is_none());
         let segmented = Settings {
             transport: TransportSettings::Tcp(TcpSettings {
                 mss: Some(1000),
+                fq_rate: Some(50_000_000),
                 ..TcpSettings::default()
             }),
             ..Settings::default()
         };
         assert_eq!(params(&segmented)["MSS"], 1000);
+        assert_eq!(params(&segmented)["fqrate"], 50_000_000, "bits/s");
         let whole = Settings {
             transport: TransportSettings::Udp(crate::transport::udp::settings::UdpSettings {
                 dont_fragment: true,

@@ -77,14 +77,12 @@ impl ParamsError {
 
 /// Options iperf3 sends that this server does not carry out, with the flag a user
 /// typed for each.
-const UNSUPPORTED: [(&str, &str); 7] = [
-    ("fqrate", "--fq-rate"),
+const UNSUPPORTED: [(&str, &str); 5] = [
     ("burst", "-b RATE/BURST"),
     ("flowlabel", "-L/--flowlabel"),
     ("authtoken", "--username (RSA authentication)"),
     ("server_affinity", "-A (server affinity)"),
     ("mptcp", "--mptcp"),
-    ("skip_rx_copy", "--skip-rx-copy"),
 ];
 
 /// Turns an iperf3 client's parameters into the test the server runs.
@@ -150,9 +148,21 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         tos,
         ..Default::default()
     };
+    // Bits per second, as the client's --fq-rate.
+    let fq_rate = params
+        .get("fqrate")
+        .map(|_| number(params, "fqrate", 0, u64::MAX))
+        .transpose()?
+        .filter(|&r| r > 0);
     let transport = if udp {
         if congestion.is_some() {
             return Err(ParamsError::Settings("-C is a TCP option".into()));
+        }
+        // iperf3's own server paces only TCP, and would run this test unpaced.
+        if fq_rate.is_some() {
+            return Err(ParamsError::Settings(
+                "--fq-rate paces TCP connections; for UDP use -b".into(),
+            ));
         }
         TransportSettings::Udp(UdpSettings {
             dont_fragment: params
@@ -174,6 +184,11 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
             nodelay: params.contains_key("nodelay"),
             congestion,
             mss,
+            fq_rate,
+            // The receiving end's reads discard the bytes in the kernel, as iperf3's.
+            skip_rx_copy: params
+                .get("skip_rx_copy")
+                .is_some_and(|v| v != &Value::from(0) && v != &Value::Bool(false)),
             sockets,
             ..TcpSettings::default()
         })
@@ -302,6 +317,15 @@ mod tests {
             Some(1400),
             "the client's -M, which its sockets carry"
         );
+        let paced = parse(&params(
+            json!({"tcp":true,"reverse":true,"fqrate":100000000,"skip_rx_copy":1}),
+        ))
+        .expect("paced");
+        let TransportSettings::Tcp(tcp) = &paced.run.transport else {
+            panic!("tcp")
+        };
+        assert_eq!(tcp.fq_rate, Some(100_000_000), "bits/s, as --fq-rate");
+        assert!(tcp.skip_rx_copy);
         let reverse = parse(&params(json!({"tcp":true,"reverse":true,"num":10485760,
             "time":0,"parallel":2,"omit":1,"bandwidth":1000000})))
         .expect("reverse");
@@ -319,7 +343,8 @@ mod tests {
     fn unsupported_or_malformed_parameters_are_refused_by_name() {
         for (p, want) in [
             (json!({"sctp":true}), "SCTP"),
-            (json!({"tcp":true,"fqrate":1000}), "--fq-rate"),
+            (json!({"udp":true,"fqrate":1000}), "--fq-rate paces TCP"),
+            (json!({"tcp":true,"mptcp":1}), "--mptcp"),
             (json!({"tcp":true,"MSS":40}), "--set-mss"),
             (json!({"tcp":true,"authtoken":"x"}), "RSA"),
             (json!({"tcp":true,"TOS":256}), "TOS"),

@@ -108,6 +108,7 @@ impl<W: Write> Iperf3Json<W> {
         let secs = run.start.unix_ns / 1_000_000_000;
         let buffers = self.streams.first().and_then(|s| s.buffers);
         let per_direction = settings.first_server_stream().unwrap_or(settings.nstreams);
+        let fq_rate = settings.tcp().and_then(|t| t.fq_rate).unwrap_or(0);
         let mut start = json!({
             "connected": connected,
             "version": format!("fperf {}", crate::VERSION),
@@ -122,8 +123,7 @@ impl<W: Write> Iperf3Json<W> {
             "sock_bufsize": socket_window(settings).unwrap_or(0),
             "sndbuf_actual": buffers.map_or(0, |b| b.send),
             "rcvbuf_actual": buffers.map_or(0, |b| b.receive),
-            // fperf paces in the sender, never with the fq qdisc's rate.
-            "fq_rate": 0,
+            "fq_rate": fq_rate,
             "test_start": {
                 "protocol": settings.protocol().name(),
                 "num_streams": per_direction,
@@ -138,7 +138,7 @@ impl<W: Write> Iperf3Json<W> {
                 "bidir": u8::from(settings.first_server_stream().is_some()),
                 "tos": settings.transport.sockets().and_then(|s| s.tos).unwrap_or(0),
                 "target_bitrate": settings.rate_bps.unwrap_or(0),
-                "fqrate": 0,
+                "fqrate": fq_rate,
                 "interval": settings.interval_ms.unwrap_or(0) as f64 / 1000.0,
             },
         });

@@ -58,6 +58,28 @@ pub(crate) fn set_int_opt(
     }
 }
 
+/// Caps the rate at which the kernel sends `sock`'s packets (`SO_MAX_PACING_RATE`), in
+/// bytes per second. TCP paces to it on its own; UDP only under the fq qdisc. The
+/// kernel takes the 64-bit value since Linux 5.x and reads the low half before.
+pub(crate) fn set_max_pacing_rate<S: AsFd>(sock: &S, bytes_per_sec: u64) -> io::Result<()> {
+    // SAFETY: the pointer and length describe a live u64 on our stack; the fd is
+    // borrowed from an open socket.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&bytes_per_sec as *const u64).cast(),
+            std::mem::size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// Which socket buffer to size.
 #[derive(Clone, Copy)]
 pub(crate) enum Direction {

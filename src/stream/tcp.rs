@@ -35,7 +35,9 @@ use super::epoll::Epoll;
 use super::flows::{FlowSocket, Flows};
 use super::sender::{LazySenders, PacketSink, Senders};
 use super::socket_calls::DataSocket;
-use super::sys::{receive_window_short_of, set_tos, set_window, tcp_info, tcp_quickack};
+use super::sys::{
+    receive_window_short_of, set_max_pacing_rate, set_tos, set_window, tcp_info, tcp_quickack,
+};
 use super::uring::{no_wait, Ring};
 use super::zerocopy::{ZeroCopy, ZeroCopyWriter};
 use super::{Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
@@ -78,6 +80,9 @@ pub struct TcpOptions {
     pub io_uring: bool,
     /// The connecting end: `TCP_MAXSEG` before the handshake; `None`: the path's.
     pub mss: Option<u32>,
+    /// Both ends: the kernel paces each socket's sends to this many bits per second
+    /// (`SO_MAX_PACING_RATE`); `None`: no cap.
+    pub fq_rate: Option<u64>,
 }
 
 /// The kernel time-outs a blocking-mode socket has, in ms (0: not set yet), kept so
@@ -556,6 +561,7 @@ impl TcpStream {
                 (opts.window.is_some(), "--window"),
                 (opts.tcp.io_uring, "--io-uring"),
                 (opts.epoll, "--epoll"),
+                (opts.tcp.fq_rate.is_some(), "--fq-rate"),
             ];
             if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
                 return Err(io::Error::new(
@@ -590,6 +596,9 @@ impl TcpStream {
             }
             if let Some(tos) = opts.tos {
                 set_tos(&s, tos)?;
+            }
+            if let Some(bits) = opts.tcp.fq_rate {
+                set_max_pacing_rate(&s, (bits / 8).max(1))?;
             }
             if let Some(bytes) = opts.window {
                 set_window(&s, bytes)?;

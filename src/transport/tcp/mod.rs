@@ -144,6 +144,7 @@ pub(super) fn tcp_stream_options(
             congestion: tcp.congestion.clone(),
             io_uring: tcp.io_uring,
             mss: tcp.mss,
+            fq_rate: tcp.fq_rate,
             // The receiving end's own (see `receiving_end`): on a sending socket a
             // low-water mark would hold back the reading of 1-byte MPRTT replies.
             ..TcpOptions::default()

@@ -6,6 +6,7 @@ use crate::settings::labels::{HeaderLabels, Sample, Samples};
 use crate::settings::shape::RunShape;
 use crate::stream::zerocopy::ZeroCopy;
 use crate::transport::sockets::{SocketSettings, SocketSettingsError};
+use crate::units::bit_rate;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use thiserror::Error;
@@ -63,6 +64,10 @@ pub struct TcpSettings {
     /// `None`: the path's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mss: Option<u32>,
+    /// Both ends' data sockets: the kernel paces each one's sends to this many bits per
+    /// second (`--fq-rate`, `SO_MAX_PACING_RATE`); `None`: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fq_rate: Option<u64>,
     #[serde(flatten)]
     pub sockets: SocketSettings,
 }
@@ -82,6 +87,8 @@ pub enum TcpSettingsError {
     Rcvlowat(u32),
     #[error("-M/--set-mss must be between 88 and 32767 bytes (the kernel's range), not {0}")]
     Mss(u32),
+    #[error("--fq-rate must be at least 8 bits/s (one byte a second), not {0}")]
+    FqRate(u64),
     #[error(
         "--rcvlowat is for bulk receiving; with -r the server answers each packet as it arrives"
     )]
@@ -157,6 +164,9 @@ impl TcpSettings {
         if let Some(mss) = self.mss.filter(|m| !MSS_RANGE.contains(m)) {
             return Err(TcpSettingsError::Mss(mss));
         }
+        if let Some(bits) = self.fq_rate.filter(|&b| b < 8) {
+            return Err(TcpSettingsError::FqRate(bits));
+        }
         if run.flows {
             let conflict = [
                 (self.zerocopy != ZeroCopy::Off, "with --zerocopy"),
@@ -182,6 +192,7 @@ impl TcpSettings {
             (self.quickack, "with --quickack"),
             (self.io_uring, "with --io-uring"),
             (self.sockets.epoll, "with --epoll"),
+            (self.fq_rate.is_some(), "with --fq-rate"),
         ]
         .into_iter()
         .find_map(|(set, flag)| set.then_some(flag))
@@ -194,6 +205,9 @@ impl TcpSettings {
         let mut sockets = self.sockets.labels();
         if let Some(mss) = self.mss {
             sockets.setup += &format!(" mss={mss}");
+        }
+        if let Some(bits) = self.fq_rate {
+            sockets.setup += &format!(" fq_rate={}", bit_rate(bits as f64 / 8.0));
         }
         HeaderLabels {
             engine: if self.io_uring {
