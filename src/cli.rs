@@ -3,12 +3,14 @@
 //! server runs the library's same validation on the settings a client sends.
 
 use crate::measure::{Mode, Output, Table};
+use crate::redirect::LinePrefix;
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, CommandFactory, FromArgMatches, Parser};
 use fperf::auth::AuthKey;
 use fperf::client::ClientConfig;
 use fperf::exporter::{Allow, ExporterConfig};
 use fperf::family::IpFamily;
+use fperf::json::DocLabels;
 use fperf::limits::Limits;
 use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
 use fperf::percentiles::{Percentiles, PercentilesError};
@@ -338,6 +340,29 @@ pub struct Cli {
           num_args = 0..=1, require_equals = true, default_missing_value = "%c ",
           conflicts_with_all = ["json", "json_stream"])]
     timestamps: Option<String>,
+
+    /// Begin each line fperf prints with "TITLE:  ", as iperf3's -T (after the time of
+    /// --timestamps); with --json the client's document holds it as "title" instead.
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Output",
+        short = 'T',
+        long,
+        value_name = "TITLE",
+        conflicts_with = "json_stream"
+    )]
+    title: Option<String>,
+
+    /// Put TEXT in the client's --json document as "extra_data", as iperf3's
+    /// --extra-data: a label for the scripts that collect the documents.
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Output",
+        long,
+        value_name = "TEXT",
+        requires = "json"
+    )]
+    extra_data: Option<String>,
 
     /// Print one JSON object per line per event (start, interval, end).
     #[arg(hide_short_help = true, help_heading = "Output", long, conflicts_with_all = ["server", "json", "sweep"])]
@@ -1498,9 +1523,14 @@ impl Cli {
         Cli::from_arg_matches(&matches)
     }
 
-    /// Where output goes: `--logfile`, and the `--timestamps` format.
-    pub fn output_redirect(&self) -> (Option<&std::path::Path>, Option<&str>) {
-        (self.logfile.as_deref(), self.timestamps.as_deref())
+    /// Where output goes: `--logfile`, and what begins each line (`--timestamps`, and
+    /// `--title` unless the output is JSON, where the document holds the title).
+    pub fn output_redirect(&self) -> (Option<&std::path::Path>, LinePrefix) {
+        let prefix = LinePrefix {
+            time_format: self.timestamps.clone(),
+            title: self.title.clone().filter(|_| self.json.is_none()),
+        };
+        (self.logfile.as_deref(), prefix)
     }
 
     /// Every flag checked, and turned into what to run.
@@ -1536,6 +1566,12 @@ impl Cli {
             }
             if self.json == Some(JsonLayout::Iperf3) {
                 bail!("--json=iperf3 is the layout of a client's document; a server's is --json");
+            }
+            if self.json.is_some() && (self.title.is_some() || self.extra_data.is_some()) {
+                bail!(
+                    "-T/--title and --extra-data label a client's --json document; a server's \
+                     JSON lines carry the client's settings"
+                );
             }
             if self.one_off && self.guard.parallel > 1 {
                 bail!("-1/--one-off serves one test: --parallel does not apply");
@@ -1723,6 +1759,10 @@ impl Cli {
             sweep,
             table,
             server: (host, self.port()),
+            labels: DocLabels {
+                title: self.title.clone(),
+                extra_data: self.extra_data.clone(),
+            },
         })
     }
 }

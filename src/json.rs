@@ -372,11 +372,23 @@ impl SideDoc {
     }
 }
 
+/// What the user labelled a document with, as iperf3's `-T` and `--extra-data`; each
+/// key is present only when given.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DocLabels {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extra_data: Option<String>,
+}
+
 /// The `--json` document of one run.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunDoc {
     pub schema_version: u32,
     pub fperf_version: &'static str,
+    #[serde(flatten)]
+    pub labels: DocLabels,
     pub start: StartTime,
     /// The settings both ends ran with.
     pub settings: Settings,
@@ -392,6 +404,7 @@ impl RunDoc {
         RunDoc {
             schema_version: SCHEMA_VERSION,
             fperf_version: crate::VERSION,
+            labels: DocLabels::default(),
             start,
             settings: settings.clone(),
             interrupted: outcome.interrupted,
@@ -500,6 +513,8 @@ pub struct SweepSpecDoc {
 pub struct SweepDoc {
     pub schema_version: u32,
     pub fperf_version: &'static str,
+    #[serde(flatten)]
+    pub labels: DocLabels,
     pub sweep: SweepSpecDoc,
     pub records: Vec<SweepRecord>,
 }

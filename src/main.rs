@@ -97,14 +97,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (logfile, timestamps) = cli.output_redirect();
+    let (logfile, prefix) = cli.output_redirect();
     if let Some(path) = logfile {
         if let Err(e) = redirect::log_to(path) {
             eprintln!("fperf: error: {e:#}");
             return ExitCode::FAILURE;
         }
     }
-    let stamper = match timestamps.map(redirect::Stamper::install).transpose() {
+    let prefix = Some(prefix).filter(|p| !p.is_empty());
+    let stamper = match prefix.as_ref().map(redirect::Stamper::install).transpose() {
         Ok(stamper) => stamper,
         Err(e) => {
             eprintln!("fperf: error: {e:#}");

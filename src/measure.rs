@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 use fperf::client::{self, ClientConfig};
-use fperf::json::{self, RunDoc, StartTime, SweepDoc, SweepRecord};
+use fperf::json::{self, DocLabels, RunDoc, StartTime, SweepDoc, SweepRecord};
 use fperf::output::csv::Csv;
 use fperf::output::iperf3_json::Iperf3Json;
 use fperf::output::json::Json;
@@ -67,6 +67,8 @@ pub struct Output {
     /// Stderr is a terminal and stdout the report without interval lines: a progress
     /// line (or a sweep's step) shows on stderr while a run goes on.
     pub progress: bool,
+    /// `--title` and `--extra-data`, for the JSON documents.
+    pub labels: DocLabels,
 }
 
 impl Output {
@@ -90,10 +92,13 @@ impl Output {
         }
         match self.mode {
             Mode::Human if !sweep_run => sinks.push(Box::new(Text::new(Stdout))),
-            Mode::Json if !sweep_run => sinks.push(Box::new(Json::new(Stdout))),
+            Mode::Json if !sweep_run => {
+                sinks.push(Box::new(Json::new(Stdout, self.labels.clone())));
+            }
             Mode::Iperf3Json => {
                 let (host, port) = self.server.clone();
-                sinks.push(Box::new(Iperf3Json::new(Stdout, host, port)));
+                let sink = Iperf3Json::new(Stdout, host, port, self.labels.clone());
+                sinks.push(Box::new(sink));
             }
             Mode::JsonStream => sinks.push(Box::new(JsonStream::new(Stdout))),
             _ => {}
@@ -263,6 +268,7 @@ pub fn run_sweep(
         let doc = SweepDoc {
             schema_version: json::SCHEMA_VERSION,
             fperf_version: fperf::VERSION,
+            labels: output.labels.clone(),
             sweep: json::SweepSpecDoc {
                 parameter: sweep.param.name(),
                 values: sweep.values.clone(),

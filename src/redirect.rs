@@ -1,7 +1,7 @@
-//! Where the process's output goes: `--logfile` (stdout and stderr appended to a file)
-//! and `--timestamps` (each line of stdout begins with the wall-clock time), as
-//! iperf3's options of those names do. Both work on the file descriptors, so every
-//! line is covered, whichever part of fperf writes it.
+//! Where the process's output goes: `--logfile` (stdout and stderr appended to a file),
+//! `--timestamps` (each line of stdout begins with the wall-clock time) and `--title`
+//! (then with the title), as iperf3's options of those names do. They work on the file
+//! descriptors, so every line is covered, whichever part of fperf writes it.
 
 use anyhow::{Context, Result};
 use std::ffi::CString;
@@ -27,6 +27,21 @@ pub fn log_to(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// What begins each line of stdout: the time in a strftime format (`--timestamps`),
+/// then `TITLE:  ` (`--title`), in iperf3's order.
+#[derive(Clone, Debug, Default)]
+pub struct LinePrefix {
+    pub time_format: Option<String>,
+    pub title: Option<String>,
+}
+
+impl LinePrefix {
+    /// Whether lines get anything at all.
+    pub fn is_empty(&self) -> bool {
+        self.time_format.is_none() && self.title.is_none()
+    }
+}
+
 /// Stdout as a pipe, each line stamped by a thread on its way to where stdout went
 /// before. [`Stamper::finish`] writes out what is left.
 pub struct Stamper {
@@ -34,9 +49,13 @@ pub struct Stamper {
 }
 
 impl Stamper {
-    /// Stamps each line of stdout with the time in `format` (strftime's).
-    pub fn install(format: &str) -> Result<Stamper> {
-        let format = CString::new(format).context("--timestamps: the format has a NUL byte")?;
+    /// Begins each line of stdout with `prefix`.
+    pub fn install(prefix: &LinePrefix) -> Result<Stamper> {
+        let format = (prefix.time_format.as_deref())
+            .map(CString::new)
+            .transpose()
+            .context("--timestamps: the format has a NUL byte")?;
+        let title = prefix.title.as_ref().map(|t| format!("{t}:  "));
         let mut fds = [0; 2];
         // SAFETY: `fds` has room for the two descriptors pipe2 writes.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
@@ -58,7 +77,7 @@ impl Stamper {
         drop(writer);
         let thread = std::thread::Builder::new()
             .name("fperf-timestamps".into())
-            .spawn(move || stamp_lines(reader, original, &format))?;
+            .spawn(move || stamp_lines(reader, original, format.as_ref(), title.as_deref()))?;
         Ok(Stamper { thread })
     }
 
@@ -74,8 +93,8 @@ impl Stamper {
     }
 }
 
-/// Copies `from` to `to`, `format`'s time at the start of each line.
-fn stamp_lines(mut from: File, mut to: File, format: &CString) {
+/// Copies `from` to `to`, `format`'s time and then `title` at the start of each line.
+fn stamp_lines(mut from: File, mut to: File, format: Option<&CString>, title: Option<&str>) {
     let mut buf = [0u8; 8192];
     let mut line_start = true;
     loop {
@@ -86,7 +105,10 @@ fn stamp_lines(mut from: File, mut to: File, format: &CString) {
         let mut out = Vec::with_capacity(n + 64);
         for &byte in &buf[..n] {
             if line_start {
-                out.extend_from_slice(now(format).as_bytes());
+                if let Some(format) = format {
+                    out.extend_from_slice(now(format).as_bytes());
+                }
+                out.extend_from_slice(title.unwrap_or_default().as_bytes());
             }
             out.push(byte);
             line_start = byte == b'\n';

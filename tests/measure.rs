@@ -1414,6 +1414,65 @@ fn logfile_takes_the_report_and_timestamps_begin_each_line_with_the_time() {
     assert_eq!(volume(&unstamped, "sent").bytes, 2 * MB, "{text}");
 }
 
+#[test]
+fn title_begins_each_line_or_labels_the_json_with_extra_data_as_iperf3s() {
+    let server = Server::start(&[]);
+    let text = client_ok(
+        &server,
+        "127.0.0.1",
+        &[
+            "-m",
+            "2",
+            "-i",
+            "0.5",
+            "-T",
+            "rack 7",
+            "--timestamps=%H:%M:%S ",
+        ],
+    );
+    let stamp = regex::Regex::new(r"^\d\d:\d\d:\d\d rack 7:  ").unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+    assert!(lines.len() >= 4, "{text}");
+    for line in &lines {
+        assert!(stamp.is_match(line), "time, then title, begin: {line}");
+    }
+    let doc = json_run(
+        &server,
+        &["-m", "2", "-T", "rack 7", "--extra-data", "build 42"],
+    );
+    assert_eq!(doc["title"], "rack 7");
+    assert_eq!(doc["extra_data"], "build 42");
+    let sweep = json_run(
+        &server,
+        &["--sweep", "pktsize=1K,2K", "-m", "1", "--title", "rack 7"],
+    );
+    assert_eq!(sweep["title"], "rack 7");
+    assert!(sweep.get("extra_data").is_none(), "only when given");
+    let plain = json_run(&server, &["-m", "1"]);
+    assert!(plain.get("title").is_none() && plain.get("extra_data").is_none());
+    let out = client_ok(
+        &server,
+        "127.0.0.1",
+        &[
+            "-m",
+            "1",
+            "-T",
+            "rack 7",
+            "--extra-data",
+            "x",
+            "--json=iperf3",
+        ],
+    );
+    let doc: Value = serde_json::from_str(&out).expect("one JSON document");
+    assert_eq!(doc["title"], "rack 7", "iperf3's place for it");
+    assert_eq!(doc["extra_data"], "x");
+    refused(&["-c", "127.0.0.1", "--extra-data", "x"], "--json");
+    refused(
+        &["-s", "--json", "-T", "rack 7"],
+        "label a client's --json document",
+    );
+}
+
 /// Runs `fperf ARGS` under a pseudo-terminal (`script`), as a user at a terminal would;
 /// returns what the terminal showed.
 fn on_a_terminal(args: &[&str]) -> String {

@@ -10,7 +10,7 @@
 
 use super::{RunEnd, RunStart, Sink};
 use crate::client::StreamInfo;
-use crate::json::RunDoc;
+use crate::json::{DocLabels, RunDoc};
 use crate::results::{Figures, IntervalResult, Role, SideResult, StreamResult};
 use crate::settings::{Protocol, Settings, TransportSettings};
 use crate::stream::udp_wire::DatagramCounts;
@@ -27,15 +27,18 @@ pub struct Iperf3Json<W: Write> {
     host: String,
     port: u16,
     streams: Vec<StreamInfo>,
+    /// `title` and `extra_data`, top-level keys as in iperf3's document.
+    labels: DocLabels,
 }
 
 impl<W: Write> Iperf3Json<W> {
-    pub fn new(out: W, host: String, port: u16) -> Iperf3Json<W> {
+    pub fn new(out: W, host: String, port: u16, labels: DocLabels) -> Iperf3Json<W> {
         Iperf3Json {
             out,
             host,
             port,
             streams: Vec::new(),
+            labels,
         }
     }
 }
@@ -79,6 +82,9 @@ impl<W: Write> Sink for Iperf3Json<W> {
                 .collect(),
         );
         doc.insert("end".into(), view.end_section());
+        if let Value::Object(labels) = serde_json::to_value(&self.labels)? {
+            doc.extend(labels);
+        }
         let fperf = RunDoc::new(run.settings, run.start.clone(), run.outcome);
         doc.insert("fperf".into(), serde_json::to_value(fperf)?);
         serde_json::to_writer_pretty(&mut self.out, &Value::Object(doc))?;
