@@ -341,6 +341,18 @@ pub struct Cli {
           conflicts_with_all = ["json", "json_stream"])]
     timestamps: Option<String>,
 
+    /// Write this process's ID to FILE while it runs, as iperf3's -I (for a service
+    /// manager, or a script that stops the server later); the file is removed at exit.
+    /// Refused if FILE names a process that is still running.
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Output",
+        short = 'I',
+        long,
+        value_name = "FILE"
+    )]
+    pidfile: Option<std::path::PathBuf>,
+
     /// Begin each line fperf prints with "TITLE:  ", as iperf3's -T (after the time of
     /// --timestamps); with --json the client's document holds it as "title" instead.
     #[arg(
@@ -1521,6 +1533,11 @@ impl Cli {
             }
         }
         Cli::from_arg_matches(&matches)
+    }
+
+    /// `--pidfile`: where to write this process's ID.
+    pub fn pidfile(&self) -> Option<&std::path::Path> {
+        self.pidfile.as_deref()
     }
 
     /// Where output goes: `--logfile`, and what begins each line (`--timestamps`, and

@@ -33,6 +33,7 @@ macro_rules! outln {
 mod cli;
 mod generate;
 mod measure;
+mod pidfile;
 mod redirect;
 use fperf::server::{Server, ServerConfig, ServerEvent};
 use std::io::Write;
@@ -112,6 +113,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let pidfile = match cli.pidfile().map(pidfile::PidFile::create).transpose() {
+        Ok(pidfile) => pidfile,
+        Err(e) => {
+            eprintln!("fperf: error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     // Best effort: where it cannot be raised, a run of more flows than the limit allows
     // fails with the kernel's "too many open files", naming the cause.
     let _ = fperf::limits::raise_open_files_limit();
@@ -122,6 +130,7 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     };
+    drop(pidfile);
     if let Some(stamper) = stamper {
         stamper.finish();
     }

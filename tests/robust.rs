@@ -1047,6 +1047,48 @@ fn ctrl_c_on_the_server_exits_zero_even_mid_test() {
     assert!(TcpListener::bind(("127.0.0.1", server.port)).is_ok());
 }
 
+#[test]
+fn pidfile_names_the_running_process_and_goes_at_its_exit() {
+    let dir = std::env::temp_dir().join(format!("fperf-pidfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("fperf.pid");
+    let path_arg = path.to_string_lossy().into_owned();
+    let mut server = Server::start(&["--pidfile", &path_arg]);
+    let held = || std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(held(), format!("{}\n", server.pid()));
+    // A second server given the same file is refused, and leaves it as it was.
+    let other_port = port_block(1).to_string();
+    let out = run(
+        &["-s", "-p", &other_port, "--pidfile", &path_arg],
+        Duration::from_secs(10),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let want = format!("process {} is running and wrote it", server.pid());
+    assert!(err.contains(&want), "{err}");
+    assert_eq!(held(), format!("{}\n", server.pid()));
+    // A client's run writes and removes its own; the server's stays.
+    let client_path = dir.join("client.pid");
+    let client_arg = client_path.to_string_lossy().into_owned();
+    client_ok(&server, "127.0.0.1", &["-m", "1", "-I", &client_arg]);
+    assert!(!client_path.exists());
+    assert_eq!(held(), format!("{}\n", server.pid()));
+    // Stopped as a service manager stops it: the file goes with it.
+    // SAFETY: kill(2) on the server child's pid.
+    unsafe { libc::kill(server.pid() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(server.wait_exit(Duration::from_secs(5)), Some(0));
+    assert!(!path.exists(), "{}", held());
+    // A file left by a process that is gone is taken over (no pid is this high).
+    std::fs::write(&path, "999999999\n").expect("stale file");
+    let mut next = Server::start(&["--pidfile", &path_arg]);
+    assert_eq!(held(), format!("{}\n", next.pid()));
+    // SAFETY: as above.
+    unsafe { libc::kill(next.pid() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(next.wait_exit(Duration::from_secs(5)), Some(0));
+    assert!(!path.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Two network namespaces joined by a veth pair, deleted when dropped.
 struct Netns {
     server_ns: String,
