@@ -19,7 +19,7 @@ use crate::stream::affinity::{cpu_for, place_current_thread};
 use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::SocketBuffers;
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
-use crate::transport::{self, tcp::connect, ClientCtx};
+use crate::transport::{self, tcp::connect, ClientCtx, LocalEnd};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -634,7 +634,11 @@ pub(crate) fn connect_control(
     server: SocketAddr,
     kind: &str,
 ) -> Result<std::net::TcpStream> {
-    connect(server, (cfg.bind, None), None, cfg.connect_timeout).map_err(|e| match e.kind() {
+    let from = LocalEnd {
+        ip: cfg.bind,
+        port: None,
+    };
+    connect(server, from, None, cfg.connect_timeout).map_err(|e| match e.kind() {
         io::ErrorKind::TimedOut => anyhow!(
             "the {kind} server at {server} did not answer within {} ms (--connect-timeout)",
             cfg.connect_timeout.as_millis()

@@ -26,6 +26,7 @@ use crate::stream::Stream;
 use crate::sysinfo::{CpuUsage, TcpInfo};
 use crate::transport::nth_client_port;
 use crate::transport::tcp::connect;
+use crate::transport::LocalEnd;
 use crate::workload::Workload;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Map, Value};
@@ -247,7 +248,10 @@ pub fn run_observed(
     } else {
         let conns = (0..settings.nstreams)
             .map(|i| {
-                let from = (cfg.bind, nth_client_port(cfg.cport, u64::from(i))?);
+                let from = LocalEnd {
+                    ip: cfg.bind,
+                    port: nth_client_port(cfg.cport, u64::from(i))?,
+                };
                 let mut sock = connect(server, from, Some(settings), setup)
                     .with_context(|| format!("stream {i}: cannot connect to {server}"))?;
                 sock.write_all(cookie.bytes())?;

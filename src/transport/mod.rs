@@ -63,6 +63,14 @@ pub struct ServerCtx {
     pub abort: Arc<AtomicBool>,
 }
 
+/// Where a client's socket sends from: `-B`'s address and `--cport`'s port, each the
+/// kernel's choice where `None`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LocalEnd {
+    pub ip: Option<IpAddr>,
+    pub port: Option<u16>,
+}
+
 /// What the client side of a transport knows.
 pub struct ClientCtx {
     pub settings: Settings,

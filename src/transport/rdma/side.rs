@@ -6,7 +6,7 @@
 //! and JSON, at most [`control::MAX_FRAME`] bytes.
 
 use crate::control::{self, Message, PROTOCOL_VERSION};
-use crate::transport::{tcp, ClientCtx, ServerCtx};
+use crate::transport::{tcp, ClientCtx, LocalEnd, ServerCtx};
 use anyhow::{bail, Context, Result};
 use serde::{de::DeserializeOwned, Serialize};
 use std::io::{Read, Write};
@@ -39,7 +39,11 @@ pub(crate) fn read_json<T: DeserializeOwned>(sock: &mut TcpStream, timeout: Dura
 /// Client: opens the TCP side connection the RDMA details travel over, on the server's
 /// base port, and names it with a `DataHello` so the server routes it to the session.
 pub(crate) fn side_connection(ctx: &ClientCtx) -> Result<TcpStream> {
-    let mut sock = tcp::connect(ctx.server, (ctx.bind, None), None, ctx.setup_timeout)
+    let from = LocalEnd {
+        ip: ctx.bind,
+        port: None,
+    };
+    let mut sock = tcp::connect(ctx.server, from, None, ctx.setup_timeout)
         .with_context(|| format!("cannot connect to {} for the RDMA set-up", ctx.server))?;
     sock.set_write_timeout(Some(ctx.setup_timeout))?;
     control::write_frame(

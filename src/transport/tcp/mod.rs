@@ -7,7 +7,8 @@ pub mod crr;
 pub mod settings;
 
 use super::{
-    port_offset, stream_options, Acceptor, ClientCtx, DataConn, Refusal, ServerCtx, Transport,
+    port_offset, stream_options, Acceptor, ClientCtx, DataConn, LocalEnd, Refusal, ServerCtx,
+    Transport,
 };
 use crate::control::{self, Message, PROTOCOL_VERSION};
 use crate::pending::PendingCaps;
@@ -20,7 +21,7 @@ use settings::TcpSettings;
 use socket2::{Domain, SockRef, Socket, Type};
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{self, IpAddr, SocketAddr, TcpListener};
+use std::net::{self, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -352,7 +353,10 @@ pub(super) fn accept_data_conns(
 pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Result<net::TcpStream> {
     let offset = data_port_offset(&ctx.settings, stream);
     let addr = port_offset(ctx.server, ctx.server.port(), offset)?;
-    let from = (ctx.bind, ctx.client_port(stream, socket)?);
+    let from = LocalEnd {
+        ip: ctx.bind,
+        port: ctx.client_port(stream, socket)?,
+    };
     let mut sock = connect(addr, from, Some(&ctx.settings), ctx.setup_timeout)
         .with_context(|| format!("stream {stream}: cannot connect to {addr}"))?;
     crate::limits::set_user_timeout(&sock, ctx.stall_timeout)?;
@@ -422,24 +426,23 @@ pub fn read_data_hello(
     }
 }
 
-/// Connects to `addr` within `timeout`, from `bind` and `local_port` if given. A data
-/// connection passes the run's `settings`, whose socket options must be in place before
-/// the handshake.
+/// Connects to `addr` within `timeout`, from `from`. A data connection passes the run's
+/// `settings`, whose socket options must be in place before the handshake.
 pub fn connect(
     addr: SocketAddr,
-    (bind, local_port): (Option<IpAddr>, Option<u16>),
+    from: LocalEnd,
     settings: Option<&Settings>,
     timeout: Duration,
 ) -> io::Result<net::TcpStream> {
     let handshake = crate::stream::tcp::HandshakeOptions {
-        bind,
+        bind: from.ip,
         congestion: (settings.and_then(Settings::tcp)).and_then(|t| t.congestion.as_deref()),
         window: settings.and_then(Settings::tcp_window).map(|w| w as usize),
         tos: settings
             .and_then(|s| s.transport.sockets())
             .and_then(|s| s.tos),
         mss: (settings.and_then(Settings::tcp)).and_then(|t| t.mss),
-        local_port,
+        local_port: from.port,
     };
     handshake.connect(addr, Some(timeout))
 }
@@ -472,8 +475,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         let timeout = Duration::from_secs(5);
-        let data = connect(addr, (None, None), Some(&settings), timeout).expect("connect");
-        let control = connect(addr, (None, None), None, timeout).expect("connect");
+        let data = connect(addr, LocalEnd::default(), Some(&settings), timeout).expect("connect");
+        let control = connect(addr, LocalEnd::default(), None, timeout).expect("connect");
         let sizes = |s: &net::TcpStream| {
             let s = SockRef::from(s);
             (
@@ -493,11 +496,11 @@ mod tests {
         // of its default size (8 MiB at the default 6 MiB), as the control port's has.
         let window = MAX_WINDOW;
         let settings = windowed(window);
-        let ip = IpAddr::from([127, 0, 0, 1]);
+        let ip = std::net::IpAddr::from([127, 0, 0, 1]);
         let listener = bind_data_listener(SocketAddr::new(ip, 0), &settings).expect("listen");
         let addr = listener.local_addr().expect("addr");
         let timeout = Duration::from_secs(5);
-        let client = connect(addr, (None, None), Some(&settings), timeout).expect("connect");
+        let client = connect(addr, LocalEnd::default(), Some(&settings), timeout).expect("connect");
         let (server, _) = listener.accept().expect("accept");
         for (end, sock) in [("client", &client), ("server", &server)] {
             let short = crate::stream::sys::receive_window_short_of(sock, u64::from(window));
