@@ -244,6 +244,18 @@ pub struct Cli {
     )]
     bind: Option<IpAddr>,
 
+    /// Client: send through this network interface only (SO_BINDTODEVICE), as iperf3's
+    /// --bind-dev, whatever the routes say: the control connection and every data socket
+    /// (e.g. one NIC of several on the same subnet, or a VRF). Not with -R, where -D picks
+    /// the RDMA device.
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Roles",
+        long,
+        value_name = "DEV"
+    )]
+    bind_dev: Option<String>,
+
     /// Client: send from this local port, as iperf3's --cport (e.g. where a firewall
     /// admits only known ports): data socket k of the run (stream by stream, -n
     /// sockets each) uses PORT+k. The control connection's port stays the kernel's
@@ -1314,7 +1326,8 @@ impl Cli {
 
 /// An iperf3 habit among the arguments, with fperf's spelling: `-P N`, `-J`, `-f`, `-S`,
 /// `-v`, `-V` with a role, `-O`, `-N`, `-Z`, `-A`, `-k`, `--get-server-output`,
-/// `--rcv-timeout`, `--snd-timeout`, `--server-bitrate-limit`, `--forceflush`, `-D` with
+/// `--rcv-timeout`, `--snd-timeout`, `--server-bitrate-limit`, `--forceflush`,
+/// `-B ADDR%DEV`, `-D` with
 /// `-s`, `-n` with a size and `-t` with a duration. Checked before the flags are parsed,
 /// since some of these parse as something else in fperf (`-t` is its stream count, `-n`
 /// its sockets per stream, `-D` its RDMA device).
@@ -1389,6 +1402,11 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
                      whose data stops moving that long ends, on either end)"
                 ));
             }
+        }
+        if let Some((addr, dev)) = value(i, "-B").as_deref().and_then(|b| b.split_once('%')) {
+            return Some(format!(
+                "-B ADDR%DEV is iperf3's; fperf's is -B {addr} --bind-dev {dev}"
+            ));
         }
         if let Some(rate) = value(i, "--server-bitrate-limit") {
             return Some(format!(
@@ -1581,6 +1599,12 @@ impl Cli {
             if self.cport.is_some() {
                 bail!("--cport is a client option (use it with -c)");
             }
+            if self.bind_dev.is_some() {
+                bail!(
+                    "--bind-dev is a client option (use it with -c); a server listens where \
+                     -B says"
+                );
+            }
             if self.json == Some(JsonLayout::Iperf3) {
                 bail!("--json=iperf3 is the layout of a client's document; a server's is --json");
             }
@@ -1625,6 +1649,9 @@ impl Cli {
         }
         self.guard.check_client()?;
         self.check_cport(&settings)?;
+        if self.bind_dev.is_some() && settings.protocol() == Protocol::Rdma {
+            bail!("--bind-dev is for TCP and UDP; RDMA's device is -D (--rdmadev)");
+        }
         let output = self.output()?;
         // An iperf3 server does not give up after fperf's --idle-timeout.
         let paced = |s: &Settings| {
@@ -1653,6 +1680,7 @@ impl Cli {
                 },
                 client: Box::new(ClientConfig {
                     cport: self.cport,
+                    bind_device: self.bind_dev.clone(),
                     ..ClientConfig::new(ip.to_string(), self.port(), settings)
                 }),
                 output,
@@ -1662,6 +1690,7 @@ impl Cli {
         let mut client = ClientConfig::new(host, self.port(), settings);
         client.bind = self.bind;
         client.cport = self.cport;
+        client.bind_device = self.bind_dev.clone();
         client.family = family;
         client.stall_timeout = idle;
         if let Some(ms) = self.guard.connect_timeout {

@@ -39,6 +39,9 @@ pub struct ClientConfig {
     pub bind: Option<IpAddr>,
     /// The local port of the first data socket (`--cport`).
     pub cport: Option<u16>,
+    /// The network interface every socket sends through (`--bind-dev`,
+    /// `SO_BINDTODEVICE`).
+    pub bind_device: Option<String>,
     /// The family of the server's address to take (`-4`, `-6`).
     pub family: IpFamily,
     pub settings: Settings,
@@ -63,6 +66,7 @@ impl ClientConfig {
             port,
             bind: None,
             cport: None,
+            bind_device: None,
             family: IpFamily::Any,
             settings,
             connect_timeout: Duration::from_secs(10),
@@ -167,6 +171,7 @@ pub fn run_observed(
         server,
         bind: cfg.bind,
         cport: cfg.cport,
+        bind_device: cfg.bind_device.clone(),
         setup_timeout: cfg.control_timeout,
         stall_timeout: cfg.stall_timeout,
         abort: abort.clone(),
@@ -637,6 +642,7 @@ pub(crate) fn connect_control(
     let from = LocalEnd {
         ip: cfg.bind,
         port: None,
+        device: cfg.bind_device.as_deref(),
     };
     connect(server, from, None, cfg.connect_timeout).map_err(|e| match e.kind() {
         io::ErrorKind::TimedOut => anyhow!(

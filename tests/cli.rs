@@ -54,6 +54,10 @@ fn iperf3_habits_get_fperfs_spelling_and_flag_errors_exit_2() {
             "each line of its report as it is made",
         ),
         (vec!["--daemon"], "systemctl enable --now fperf"),
+        (
+            vec!["-B", "10.0.0.2%eth1"],
+            "fperf's is -B 10.0.0.2 --bind-dev eth1",
+        ),
         (vec!["-n", "500K"], "in whole MB"),
         (vec!["-t", "0"], "nstreams"),
         (vec!["-u", "-d"], "TCP option"),

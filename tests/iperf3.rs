@@ -812,7 +812,16 @@ fn an_fperf_client_sends_from_its_cport_to_an_iperf3_server() {
         let server = Iperf3Server::start();
         let first = port_block(2);
         let cport = first.to_string();
-        let mut args = vec!["-t", "2", "--time", "1", "--cport", &cport];
+        let mut args = vec![
+            "-t",
+            "2",
+            "--time",
+            "1",
+            "--cport",
+            &cport,
+            "--bind-dev",
+            "lo",
+        ];
         args.extend(protocol);
         let doc = fperf_against(server.port, &args);
         let theirs = server.document();

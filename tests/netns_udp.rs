@@ -591,3 +591,90 @@ fn dont_fragment_sends_whole_datagrams_with_df_or_refuses_the_size() {
         );
     }
 }
+
+/// The packet counters of the `in` chain of table `fperf_dev` in namespace `ns`.
+fn device_counts(ns: &str) -> Vec<u64> {
+    let text = sh(&[
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "nft",
+        "list",
+        "chain",
+        "inet",
+        "fperf_dev",
+        "in",
+    ]);
+    Regex::new(r"counter packets (\d+)")
+        .unwrap()
+        .captures_iter(&text)
+        .map(|c| c[1].parse().unwrap())
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn bind_dev_sends_every_socket_through_the_named_interface() {
+    require_root();
+    let ns = Netns::create();
+    // A second link beside the first, on a subnet of its own: the route to the server's
+    // address goes over the first.
+    let tag = ns.server.trim_start_matches("fperf-udp-s");
+    let (ws, wc) = (format!("fws{tag}"), format!("fwc{tag}"));
+    sh(&[
+        "ip", "link", "add", &ws, "netns", &ns.server, "type", "veth", "peer", "name", &wc,
+        "netns", &ns.client,
+    ]);
+    for (name, dev, ip) in [
+        (&ns.server, &ws, "10.99.1.1"),
+        (&ns.client, &wc, "10.99.1.2"),
+    ] {
+        sh(&[
+            "ip",
+            "-n",
+            name,
+            "addr",
+            "add",
+            &format!("{ip}/24"),
+            "dev",
+            dev,
+        ]);
+        sh(&["ip", "-n", name, "link", "set", dev, "up"]);
+    }
+    // The server counts, by the link they came in on, the TCP packets of its control
+    // port and stream 0's side connection, and the datagrams of stream 0.
+    let tcp = format!("tcp dport {PORT}-{}", PORT + 1);
+    let udp = format!("udp dport {PORT}");
+    ns.nft(&format!(
+        "table inet fperf_dev {{
+           chain in {{ type filter hook input priority 0; policy accept;
+             iifname \"{ws}\" {tcp} counter; iifname \"{ws}\" {udp} counter;
+             iifname != \"{ws}\" {tcp} counter; iifname != \"{ws}\" {udp} counter; }}
+         }}"
+    ));
+    let server = ns.server();
+    let datagrams = (1 << 20) / DATAGRAM;
+    ns.client(&["-m", "1", "-l", "1472"], &server);
+    let routed = device_counts(&ns.server);
+    assert_eq!(
+        routed[..2],
+        [0, 0],
+        "by the routes, the first link: {routed:?}"
+    );
+    assert!(routed[2] > 0 && routed[3] >= datagrams, "{routed:?}");
+    // Bound to the second link, every socket goes through it, against the routes.
+    let report = ns.client(&["-m", "1", "-l", "1472", "--bind-dev", &wc], &server);
+    let bound = device_counts(&ns.server);
+    assert!(bound[0] > 0, "TCP through the second link: {bound:?}");
+    assert!(bound[1] >= datagrams, "UDP through it: {bound:?}");
+    assert_eq!(bound[2..], routed[2..], "none through the first");
+    assert_eq!(bytes(&report, "sent"), 1 << 20, "{report}");
+    let out = ns.client_output(&["-m", "1", "--bind-dev", "nosuch0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot send through network interface nosuch0 (--bind-dev)"),
+        "{err}"
+    );
+}

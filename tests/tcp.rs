@@ -730,6 +730,35 @@ fn connect_timeout_bounds_the_wait_for_a_server_that_does_not_answer() {
 }
 
 #[test]
+fn bind_dev_names_the_interface_every_socket_goes_through() {
+    // Which link the packets take is measured in a namespace with two (netns_udp.rs);
+    // here, that every kind of socket takes the option, and the refusals.
+    let server = Server::start(&[]);
+    for way in [
+        &["-m", "1"][..],
+        &["-m", "1", "--reverse"],
+        &["-u", "-m", "1", "-b", "100M"],
+        &["--crr", "--transactions", "50"],
+    ] {
+        let mut args = way.to_vec();
+        args.extend(["--bind-dev", "lo"]);
+        client_ok(&server, "127.0.0.1", &args);
+    }
+    let out = client_run(&server, "127.0.0.1", &["-m", "1", "--bind-dev", "nosuch0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot send through network interface nosuch0 (--bind-dev)"),
+        "{err}"
+    );
+    refused(&["-s", "--bind-dev", "lo"], "--bind-dev is a client option");
+    refused(
+        &["-c", "127.0.0.1", "-R", "--bind-dev", "lo"],
+        "RDMA's device is -D",
+    );
+}
+
+#[test]
 fn cport_sends_each_data_socket_from_the_next_port_as_iperf3s() {
     let server = Server::start(&[]);
     let first = port_block(4);

@@ -233,7 +233,8 @@ pub fn run_observed(
         let ports = (0..settings.nstreams)
             .map(|i| nth_client_port(cfg.cport, u64::from(i)))
             .collect::<Result<Vec<_>>>()?;
-        let streams = udp::connect_streams(server, cfg.bind, &ports, true, setup, &abort)?;
+        let from = (cfg.bind, cfg.bind_device.as_deref());
+        let streams = udp::connect_streams(server, from, &ports, true, setup, &abort)?;
         for s in &streams {
             s.mark(tos)?;
             // Either way: an iperf3 server may not set DF on its own sockets.
@@ -251,6 +252,7 @@ pub fn run_observed(
                 let from = LocalEnd {
                     ip: cfg.bind,
                     port: nth_client_port(cfg.cport, u64::from(i))?,
+                    device: cfg.bind_device.as_deref(),
                 };
                 let mut sock = connect(server, from, Some(settings), setup)
                     .with_context(|| format!("stream {i}: cannot connect to {server}"))?;

@@ -308,10 +308,11 @@ pub fn accept_streams(
 
 /// Client: connects a UDP stream to `server` from each of `ports` (`None`: the
 /// kernel's choice), one after another, each waiting for the server's answer to its
-/// connect datagram.
+/// connect datagram. `from`: the address (`-B`) and network interface (`--bind-dev`) to
+/// send from, if given.
 pub fn connect_streams(
     server: SocketAddr,
-    bind: Option<IpAddr>,
+    (bind, device): (Option<IpAddr>, Option<&str>),
     ports: &[Option<u16>],
     wide: bool,
     within: Duration,
@@ -328,7 +329,12 @@ pub fn connect_streams(
                     SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port))
                 }
             };
-            let sock = UdpSocket::bind(local)?;
+            let sock = Socket::new(Domain::for_address(local), Type::DGRAM, None)?;
+            if let Some(name) = device {
+                crate::stream::sys::bind_device(&sock, name)?;
+            }
+            sock.bind(&local.into())?;
+            let sock = UdpSocket::from(sock);
             sock.connect(server)?;
             sock.set_read_timeout(Some(within))?;
             sock.send(&CONNECT_MSG)?;
@@ -364,7 +370,7 @@ mod tests {
         });
         let mut client = connect_streams(
             server_addr,
-            None,
+            (None, None),
             &[None],
             wide,
             Duration::from_secs(5),
@@ -443,9 +449,15 @@ mod tests {
             stranger.recv(&mut [0u8; 4]).is_err(),
             "the stranger got an answer"
         );
-        let mut client =
-            connect_streams(addr, None, &[None], false, Duration::from_secs(5), &abort)
-                .expect("the client's own stream");
+        let mut client = connect_streams(
+            addr,
+            (None, None),
+            &[None],
+            false,
+            Duration::from_secs(5),
+            &abort,
+        )
+        .expect("the client's own stream");
         let server = accept.join().expect("join").expect("accept");
         assert_eq!(server.len(), 1);
         assert_eq!(

@@ -47,6 +47,8 @@ fn header(session: u64, stream: u32, len: u32) -> [u8; HEADER_LEN] {
 pub struct CrrClient {
     server: SocketAddr,
     bind: Option<IpAddr>,
+    /// The network interface the connections go through (`--bind-dev`).
+    device: Option<String>,
     session: u64,
     stream: u32,
     /// Longest a connect or a read of the reply may take before the server is gone.
@@ -71,6 +73,7 @@ impl CrrClient {
         CrrClient {
             server,
             bind,
+            device: None,
             session,
             stream,
             stall,
@@ -81,6 +84,11 @@ impl CrrClient {
         }
     }
 
+    /// Its connections go through the network interface `device` (`--bind-dev`).
+    pub fn through(self, device: Option<String>) -> CrrClient {
+        CrrClient { device, ..self }
+    }
+
     fn open(&self) -> io::Result<TcpStream> {
         let handshake = super::tcp::HandshakeOptions {
             bind: self.bind,
@@ -89,6 +97,7 @@ impl CrrClient {
             tos: self.opts.tos,
             mss: self.opts.tcp.mss,
             local_port: None,
+            device: self.device.as_deref(),
         };
         let sock = handshake.connect(self.server, Some(self.stall))?;
         if self.opts.tcp.nodelay {
@@ -170,6 +179,7 @@ impl super::Stream for CrrClient {
                 tos: self.opts.tos,
                 mss: self.opts.tcp.mss,
                 local_port: None,
+                device: self.device.as_deref(),
             };
             let (server, nodelay) = (self.server, self.opts.tcp.nodelay);
             let open = || {
@@ -621,6 +631,7 @@ mod tests {
                 tos: None,
                 mss: None,
                 local_port: None,
+                device: None,
             };
             let mut s = handshake.connect(addr, None).expect("connect");
             // One write: the server may close as soon as it has read the header.

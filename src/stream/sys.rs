@@ -80,6 +80,19 @@ pub(crate) fn set_max_pacing_rate<S: AsFd>(sock: &S, bytes_per_sec: u64) -> io::
     }
 }
 
+/// Sends `sock`'s packets through the network interface `name` only
+/// (`SO_BINDTODEVICE`, `--bind-dev`), whatever the routes say.
+pub(crate) fn bind_device<S: AsFd>(sock: &S, name: &str) -> io::Result<()> {
+    SockRef::from(sock)
+        .bind_device(Some(name.as_bytes()))
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot send through network interface {name} (--bind-dev): {e}"),
+            )
+        })
+}
+
 /// Which socket buffer to size.
 #[derive(Clone, Copy)]
 pub(crate) enum Direction {

@@ -519,6 +519,7 @@ impl TcpStream {
             tos: opts.tos,
             mss: opts.tcp.mss,
             local_port: None,
+            device: None,
         };
         let socks = (0..opts.nsockets)
             .map(|_| handshake.connect(addr, None))
@@ -1075,6 +1076,8 @@ pub struct HandshakeOptions<'a> {
     pub mss: Option<u32>,
     /// `--cport`: the local port to connect from; `None`: the kernel's choice.
     pub local_port: Option<u16>,
+    /// `--bind-dev`: the network interface to send through; `None`: the route's.
+    pub device: Option<&'a str>,
 }
 
 impl HandshakeOptions<'_> {
@@ -1099,6 +1102,9 @@ impl HandshakeOptions<'_> {
             socket2::Type::STREAM,
             None,
         )?;
+        if let Some(name) = self.device {
+            super::sys::bind_device(&sock, name)?;
+        }
         if self.bind.is_some() || self.local_port.is_some() {
             let ip = self.bind.unwrap_or(match addr {
                 SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),

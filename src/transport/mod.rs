@@ -63,12 +63,13 @@ pub struct ServerCtx {
     pub abort: Arc<AtomicBool>,
 }
 
-/// Where a client's socket sends from: `-B`'s address and `--cport`'s port, each the
-/// kernel's choice where `None`.
+/// Where a client's socket sends from: `-B`'s address, `--cport`'s port and
+/// `--bind-dev`'s network interface, each the kernel's choice where `None`.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct LocalEnd {
+pub struct LocalEnd<'a> {
     pub ip: Option<IpAddr>,
     pub port: Option<u16>,
+    pub device: Option<&'a str>,
 }
 
 /// What the client side of a transport knows.
@@ -81,6 +82,8 @@ pub struct ClientCtx {
     pub bind: Option<IpAddr>,
     /// The local port of the first data socket (`--cport`); the others follow it.
     pub cport: Option<u16>,
+    /// The network interface every socket sends through (`--bind-dev`).
+    pub bind_device: Option<String>,
     pub setup_timeout: Duration,
     /// Longest a data connection may leave sent data unacknowledged before it fails
     /// (`TCP_USER_TIMEOUT` for TCP): bounds how long a vanished server can stall sends.

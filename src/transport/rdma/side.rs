@@ -42,6 +42,7 @@ pub(crate) fn side_connection(ctx: &ClientCtx) -> Result<TcpStream> {
     let from = LocalEnd {
         ip: ctx.bind,
         port: None,
+        device: None,
     };
     let mut sock = tcp::connect(ctx.server, from, None, ctx.setup_timeout)
         .with_context(|| format!("cannot connect to {} for the RDMA set-up", ctx.server))?;

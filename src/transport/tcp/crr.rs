@@ -58,7 +58,8 @@ impl Transport for CrrTransport {
                     ..tcp_stream_options(s, &self.0, ctx.abort.clone())
                 };
                 let stream =
-                    CrrClient::new(server, ctx.bind, ctx.session, i, ctx.stall_timeout, opts);
+                    CrrClient::new(server, ctx.bind, ctx.session, i, ctx.stall_timeout, opts)
+                        .through(ctx.bind_device.clone());
                 Ok(Box::new(stream) as Box<dyn Stream>)
             })
             .collect()

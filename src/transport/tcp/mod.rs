@@ -356,6 +356,7 @@ pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Resul
     let from = LocalEnd {
         ip: ctx.bind,
         port: ctx.client_port(stream, socket)?,
+        device: ctx.bind_device.as_deref(),
     };
     let mut sock = connect(addr, from, Some(&ctx.settings), ctx.setup_timeout)
         .with_context(|| format!("stream {stream}: cannot connect to {addr}"))?;
@@ -430,7 +431,7 @@ pub fn read_data_hello(
 /// `settings`, whose socket options must be in place before the handshake.
 pub fn connect(
     addr: SocketAddr,
-    from: LocalEnd,
+    from: LocalEnd<'_>,
     settings: Option<&Settings>,
     timeout: Duration,
 ) -> io::Result<net::TcpStream> {
@@ -443,6 +444,7 @@ pub fn connect(
             .and_then(|s| s.tos),
         mss: (settings.and_then(Settings::tcp)).and_then(|t| t.mss),
         local_port: from.port,
+        device: from.device,
     };
     handshake.connect(addr, Some(timeout))
 }

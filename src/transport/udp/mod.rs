@@ -72,11 +72,19 @@ fn check_datagram_sizes(settings: &Settings, ip: IpAddr) -> Result<()> {
     }
 }
 
-/// A UDP socket bound to `addr`, optionally sharing the port (SO_REUSEPORT).
-fn bind_udp(addr: SocketAddr, share_port: bool) -> io::Result<net::UdpSocket> {
+/// A UDP socket bound to `addr`, optionally sharing the port (SO_REUSEPORT), sending
+/// through the network interface `device` if given.
+fn bind_udp(
+    addr: SocketAddr,
+    share_port: bool,
+    device: Option<&str>,
+) -> io::Result<net::UdpSocket> {
     let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, None)?;
     if share_port {
         sock.set_reuse_port(true)?;
+    }
+    if let Some(name) = device {
+        crate::stream::sys::bind_device(&sock, name)?;
     }
     sock.bind(&addr.into())?;
     Ok(sock.into())
@@ -120,7 +128,7 @@ impl Transport for UdpTransport {
         let first = (0..ctx.settings.nstreams)
             .map(|i| {
                 let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, i)?;
-                bind_udp(addr, true)
+                bind_udp(addr, true, None)
                     .with_context(|| format!("cannot bind UDP {addr} for stream {i}"))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -150,7 +158,8 @@ impl Transport for UdpTransport {
             let mut socks = Vec::with_capacity(s.nsockets as usize);
             for k in 0..s.nsockets {
                 let port = ctx.client_port(i, k)?.unwrap_or(0);
-                let sock = bind_udp(SocketAddr::new(local_ip, port), false)
+                let from = SocketAddr::new(local_ip, port);
+                let sock = bind_udp(from, false, ctx.bind_device.as_deref())
                     .with_context(|| format!("stream {i}: cannot bind a UDP socket"))?;
                 sock.connect(server_udp)
                     .with_context(|| format!("stream {i}: cannot connect UDP to {server_udp}"))?;
@@ -228,7 +237,7 @@ impl Acceptor for UdpAcceptor {
                 }
                 let sock = match first.take() {
                     Some(sock) => sock,
-                    None => bind_udp(local, true)
+                    None => bind_udp(local, true, None)
                         .with_context(|| format!("stream {i}: cannot bind UDP {local}"))?,
                 };
                 sock.connect(addr)
