@@ -807,6 +807,13 @@ struct TcpArgs {
     #[arg(hide_short_help = true, short = 'M', long, value_name = "BYTES")]
     set_mss: Option<u32>,
 
+    /// IPv6 flow label (1 to 1048575) of the client's data packets, as iperf3's -L: the
+    /// client's data connections send with it (network gear may hash flows by it, e.g.
+    /// ECMP). Needs an IPv6 server address.
+    #[arg(hide_short_help = true, short = 'L', long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=0xFFFFF))]
+    flowlabel: Option<u32>,
+
     /// Cap each data connection's sending rate at RATE bits/s (e.g. 100M, 2.5G;
     /// K/M/G/T = 10^3..10^12), as iperf3's --fq-rate: both ends set SO_MAX_PACING_RATE
     /// on their data sockets and the kernel spaces the segments out (TCP's own pacing,
@@ -1013,6 +1020,7 @@ impl TcpArgs {
             (self.quickack, "--quickack"),
             (self.congestion.is_some(), "--congestion"),
             (self.set_mss.is_some(), "--set-mss"),
+            (self.flowlabel.is_some(), "--flowlabel"),
             (self.fq_rate.is_some(), "--fq-rate"),
             (self.rcvlowat.is_some(), "--rcvlowat"),
             (self.skip_rx_copy, "--skip-rx-copy"),
@@ -1035,6 +1043,7 @@ impl TcpArgs {
             skip_rx_copy: self.skip_rx_copy,
             io_uring: self.io_uring,
             mss: self.set_mss,
+            flowlabel: self.flowlabel,
             fq_rate: self.fq_rate.filter(|&b| b > 0),
             sockets,
         }

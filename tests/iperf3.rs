@@ -57,8 +57,13 @@ fn start(args: &[&str]) -> Both {
 /// (exited 0 and reported no error: iperf3 3.12 exits 0 after some errors) and its
 /// JSON document.
 fn iperf3(port: u16, args: &[&str]) -> (bool, Value) {
+    iperf3_to("127.0.0.1", port, args)
+}
+
+/// As [`iperf3`], to `host`.
+fn iperf3_to(host: &str, port: u16, args: &[&str]) -> (bool, Value) {
     let mut child = Command::new(iperf3_program())
-        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-J"])
+        .args(["-c", host, "-p", &port.to_string(), "-J"])
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -755,7 +760,7 @@ fn an_fperf_client_asks_an_iperf3_server_for_its_mss() {
 
 #[test]
 #[ignore = "needs iperf3"]
-fn an_iperf3_clients_fq_rate_paces_the_servers_sockets_too() {
+fn an_iperf3_clients_fq_rate_and_flow_label_are_served() {
     let both = start(&[]);
     let rate = 80e6;
     for (i, way) in [&[][..], &["-R"][..]].into_iter().enumerate() {
@@ -773,6 +778,9 @@ fn an_iperf3_clients_fq_rate_paces_the_servers_sockets_too() {
         let report = both.server.report(i + 1);
         assert!(report.contains(" fq_rate=80.0Mbit/s "), "{report}");
     }
+    // -L: the client labels its own packets, and the server serves the test.
+    let (ok, doc) = iperf3_to("::1", both.iperf3_port, &["-t", "1", "-L", "12345"]);
+    assert!(ok, "{doc}");
     // iperf3's own server would run it unpaced.
     let (ok, doc) = iperf3(both.iperf3_port, &["-u", "-t", "1", "--fq-rate", "80M"]);
     assert!(!ok);

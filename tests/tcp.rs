@@ -759,6 +759,31 @@ fn bind_dev_names_the_interface_every_socket_goes_through() {
 }
 
 #[test]
+fn flowlabel_runs_to_an_ipv6_server_and_is_refused_otherwise() {
+    // That every data packet carries it is counted on the wire in netns_tos.rs.
+    let server = Server::start(&[]);
+    for way in [&["-m", "1"][..], &["--crr", "--transactions", "20"]] {
+        let mut args = vec!["-L", "12345", "--json"];
+        args.extend_from_slice(way);
+        let text = client_ok(&server, "::1", &args);
+        let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(doc["settings"]["flowlabel"], 12345, "{way:?}");
+    }
+    let out = client_run(&server, "127.0.0.1", &["-m", "1", "-L", "5"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("-L/--flowlabel is IPv6's, and the server's address 127.0.0.1 is IPv4"),
+        "{err}"
+    );
+    refused(&["-c", "::1", "-L", "0"], "1..=1048575");
+    refused(
+        &["-c", "::1", "-u", "-L", "5"],
+        "--flowlabel is a TCP option",
+    );
+}
+
+#[test]
 fn cport_sends_each_data_socket_from_the_next_port_as_iperf3s() {
     let server = Server::start(&[]);
     let first = port_block(4);

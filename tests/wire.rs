@@ -155,6 +155,7 @@ fn settings() -> Settings {
             io_uring: true,
             mss: Some(1400),
             fq_rate: Some(250_000_000),
+            flowlabel: Some(0x12345),
             sockets: sockets(),
         }),
         ..Settings::default()

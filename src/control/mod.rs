@@ -40,7 +40,7 @@ use thiserror::Error;
 /// and figures `network_latency` and `app_latency`; `flows` may be UDP sockets; RDMA's
 /// ibverbs, cm and ofi may echo or send sized replies (a new data message kind). 12:
 /// the settings carry `sched`. 13: TCP settings carry `mss`, UDP settings
-/// `dont_fragment`. 14: TCP settings carry `fq_rate`.
+/// `dont_fragment`. 14: TCP settings carry `fq_rate` and `flowlabel`.
 pub const PROTOCOL_VERSION: u32 = 14;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;

@@ -157,6 +157,9 @@ fn params(settings: &Settings) -> Value {
         if let Some(rate) = tcp.fq_rate {
             p["fqrate"] = json!(rate);
         }
+        if let Some(label) = tcp.flowlabel {
+            p["flowlabel"] = json!(label);
+        }
     }
     p
 }
@@ -219,6 +222,7 @@ pub fn run_observed(
     settings.validate()?;
     check(settings).map_err(|e| anyhow!("{e}"))?;
     let server = resolve(&cfg.host, cfg.port, cfg.family)?;
+    crate::transport::tcp::check_flowlabel(settings, server)?;
     let setup = cfg.control_timeout;
     let mut control = connect_control(cfg, server, "iperf3")?;
     control.set_nodelay(true)?;
@@ -614,12 +618,14 @@ mod tests {
             transport: TransportSettings::Tcp(TcpSettings {
                 mss: Some(1000),
                 fq_rate: Some(50_000_000),
+                flowlabel: Some(7),
                 ..TcpSettings::default()
             }),
             ..Settings::default()
         };
         assert_eq!(params(&segmented)["MSS"], 1000);
         assert_eq!(params(&segmented)["fqrate"], 50_000_000, "bits/s");
+        assert_eq!(params(&segmented)["flowlabel"], 7);
         let whole = Settings {
             transport: TransportSettings::Udp(crate::transport::udp::settings::UdpSettings {
                 dont_fragment: true,

@@ -76,10 +76,10 @@ impl ParamsError {
 }
 
 /// Options iperf3 sends that this server does not carry out, with the flag a user
-/// typed for each.
-const UNSUPPORTED: [(&str, &str); 5] = [
+/// typed for each. (`flowlabel` is served as iperf3's own server serves it: the client
+/// labels its packets, and the server's stay unlabelled.)
+const UNSUPPORTED: [(&str, &str); 4] = [
     ("burst", "-b RATE/BURST"),
-    ("flowlabel", "-L/--flowlabel"),
     ("authtoken", "--username (RSA authentication)"),
     ("server_affinity", "-A (server affinity)"),
     ("mptcp", "--mptcp"),

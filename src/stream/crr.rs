@@ -98,6 +98,7 @@ impl CrrClient {
             mss: self.opts.tcp.mss,
             local_port: None,
             device: self.device.as_deref(),
+            flowlabel: self.opts.tcp.flowlabel,
         };
         let sock = handshake.connect(self.server, Some(self.stall))?;
         if self.opts.tcp.nodelay {
@@ -180,6 +181,7 @@ impl super::Stream for CrrClient {
                 mss: self.opts.tcp.mss,
                 local_port: None,
                 device: self.device.as_deref(),
+                flowlabel: self.opts.tcp.flowlabel,
             };
             let (server, nodelay) = (self.server, self.opts.tcp.nodelay);
             let open = || {
@@ -632,6 +634,7 @@ mod tests {
                 mss: None,
                 local_port: None,
                 device: None,
+                flowlabel: None,
             };
             let mut s = handshake.connect(addr, None).expect("connect");
             // One write: the server may close as soon as it has read the header.

@@ -93,6 +93,67 @@ pub(crate) fn bind_device<S: AsFd>(sock: &S, name: &str) -> io::Result<()> {
         })
 }
 
+/// The kernel's `struct in6_flowlabel_req` (linux/in6.h), which libc does not define.
+#[repr(C)]
+struct FlowLabelRequest {
+    dst: [u8; 16],
+    /// Network order.
+    label: u32,
+    action: u8,
+    share: u8,
+    flags: u16,
+    expires: u16,
+    linger: u16,
+    pad: u32,
+}
+
+/// Has `sock` send IPv6 packets to `dst` with the flow label `label` (its low 20 bits),
+/// as iperf3's `-L` does: the label is taken (created, shareable) and the socket sends
+/// the one its peer's address names (`IPV6_FLOWINFO_SEND`).
+pub(crate) fn take_flow_label<S: AsFd>(
+    sock: &S,
+    dst: std::net::Ipv6Addr,
+    label: u32,
+) -> io::Result<()> {
+    const IPV6_FL_A_GET: u8 = 0;
+    const IPV6_FL_S_ANY: u8 = 255;
+    const IPV6_FL_F_CREATE: u16 = 1;
+    let request = FlowLabelRequest {
+        dst: dst.octets(),
+        label: (label & 0xFFFFF).to_be(),
+        action: IPV6_FL_A_GET,
+        share: IPV6_FL_S_ANY,
+        flags: IPV6_FL_F_CREATE,
+        expires: 0,
+        linger: 0,
+        pad: 0,
+    };
+    // SAFETY: the pointer and length describe `request`, a live repr(C) struct laid out
+    // as the kernel's; the fd is borrowed from an open socket.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_fd().as_raw_fd(),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_FLOWLABEL_MGR,
+            (&request as *const FlowLabelRequest).cast(),
+            std::mem::size_of::<FlowLabelRequest>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("cannot take IPv6 flow label {label} (-L): {e}"),
+        ));
+    }
+    set_int_opt(
+        &sock.as_fd(),
+        libc::IPPROTO_IPV6,
+        libc::IPV6_FLOWINFO_SEND,
+        1,
+    )
+}
+
 /// Which socket buffer to size.
 #[derive(Clone, Copy)]
 pub(crate) enum Direction {

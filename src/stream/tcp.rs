@@ -83,6 +83,8 @@ pub struct TcpOptions {
     /// Both ends: the kernel paces each socket's sends to this many bits per second
     /// (`SO_MAX_PACING_RATE`); `None`: no cap.
     pub fq_rate: Option<u64>,
+    /// The connecting end: the IPv6 flow label its packets carry (`-L`).
+    pub flowlabel: Option<u32>,
 }
 
 /// The kernel time-outs a blocking-mode socket has, in ms (0: not set yet), kept so
@@ -520,6 +522,7 @@ impl TcpStream {
             mss: opts.tcp.mss,
             local_port: None,
             device: None,
+            flowlabel: None,
         };
         let socks = (0..opts.nsockets)
             .map(|_| handshake.connect(addr, None))
@@ -1078,6 +1081,8 @@ pub struct HandshakeOptions<'a> {
     pub local_port: Option<u16>,
     /// `--bind-dev`: the network interface to send through; `None`: the route's.
     pub device: Option<&'a str>,
+    /// `-L`: the IPv6 flow label the connection's packets carry.
+    pub flowlabel: Option<u32>,
 }
 
 impl HandshakeOptions<'_> {
@@ -1088,6 +1093,10 @@ impl HandshakeOptions<'_> {
         timeout: Option<Duration>,
     ) -> io::Result<net::TcpStream> {
         let sock = self.socket(addr)?;
+        let addr = match self.flowlabel {
+            Some(label) => labelled(&sock, addr, label)?,
+            None => addr,
+        };
         match timeout {
             Some(t) => sock.connect_timeout(&addr.into(), t)?,
             None => sock.connect(&addr.into())?,
@@ -1143,6 +1152,27 @@ impl HandshakeOptions<'_> {
         }
         Ok(sock)
     }
+}
+
+/// `addr` with the flow label `label`, which `sock` (not yet connected) is set to send
+/// (`IPV6_FLOWLABEL_MGR`, `IPV6_FLOWINFO_SEND`): the kernel sends the label an address
+/// carries only once the socket holds it.
+fn labelled(sock: &socket2::Socket, addr: SocketAddr, label: u32) -> io::Result<SocketAddr> {
+    let SocketAddr::V6(v6) = addr else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("-L/--flowlabel is IPv6's, and the server's address {addr} is IPv4 (use -6, or an IPv6 address)"),
+        ));
+    };
+    super::sys::take_flow_label(sock, *v6.ip(), label)?;
+    // `sin6_flowinfo` is in network order, and the address is copied into it as is.
+    let flowinfo = (label & 0xFFFFF).to_be();
+    Ok(SocketAddr::V6(std::net::SocketAddrV6::new(
+        *v6.ip(),
+        v6.port(),
+        flowinfo,
+        v6.scope_id(),
+    )))
 }
 
 /// Sets the congestion control algorithm `name` on a kernel socket; an error names

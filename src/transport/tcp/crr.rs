@@ -28,7 +28,7 @@ fn port_of(stream: u32) -> u32 {
 }
 
 impl Transport for CrrTransport {
-    /// `-C`: the kernel must have the algorithm, as for TCP.
+    /// `-C`: the kernel must have the algorithm, and `-L` an IPv6 server, as for TCP.
     fn check(&self, settings: &Settings, server: SocketAddr) -> Result<()> {
         TcpTransport(self.0.clone()).check(settings, server)
     }

@@ -55,7 +55,8 @@ impl Transport for TcpTransport {
 
     /// `-C`: the kernel must have the algorithm. Tried on a socket of its own before the
     /// server is contacted, so a name the kernel lacks never starts a test there.
-    fn check(&self, _settings: &Settings, server: SocketAddr) -> Result<()> {
+    fn check(&self, settings: &Settings, server: SocketAddr) -> Result<()> {
+        check_flowlabel(settings, server)?;
         if let Some(name) = &self.0.congestion {
             let probe = Socket::new(Domain::for_address(server), Type::STREAM, None)?;
             crate::stream::tcp::set_congestion(SockRef::from(&probe), name)?;
@@ -131,6 +132,19 @@ pub fn streams_over(
         .collect()
 }
 
+/// Refuses a `-L` flow label towards an IPv4 `server`, before anything is sent.
+pub fn check_flowlabel(settings: &Settings, server: SocketAddr) -> Result<()> {
+    let labelled = settings.tcp().and_then(|t| t.flowlabel).is_some();
+    if labelled && server.ip().to_canonical().is_ipv4() {
+        bail!(
+            "-L/--flowlabel is IPv6's, and the server's address {} is IPv4 (use -6, or an \
+             IPv6 address)",
+            server.ip()
+        );
+    }
+    Ok(())
+}
+
 /// The STREAM options of a TCP stream: the run's, with the TCP options both ends set.
 pub(super) fn tcp_stream_options(
     s: &Settings,
@@ -146,6 +160,7 @@ pub(super) fn tcp_stream_options(
             io_uring: tcp.io_uring,
             mss: tcp.mss,
             fq_rate: tcp.fq_rate,
+            flowlabel: tcp.flowlabel,
             // The receiving end's own (see `receiving_end`): on a sending socket a
             // low-water mark would hold back the reading of 1-byte MPRTT replies.
             ..TcpOptions::default()
@@ -445,6 +460,7 @@ pub fn connect(
         mss: (settings.and_then(Settings::tcp)).and_then(|t| t.mss),
         local_port: from.port,
         device: from.device,
+        flowlabel: (settings.and_then(Settings::tcp)).and_then(|t| t.flowlabel),
     };
     handshake.connect(addr, Some(timeout))
 }

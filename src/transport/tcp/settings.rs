@@ -30,6 +30,8 @@ pub const MAX_CONGESTION_NAME: usize = 15;
 /// The range of segment sizes `TCP_MAXSEG` takes (the kernel's `TCP_MIN_MSS` and
 /// `MAX_TCP_WINDOW`).
 pub const MSS_RANGE: std::ops::RangeInclusive<u32> = 88..=32767;
+/// IPv6 flow labels: 20 bits, 0 meaning none.
+pub const FLOW_LABELS: std::ops::RangeInclusive<u32> = 1..=0xFFFFF;
 
 /// The options of a TCP run, both ends' alike.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +70,10 @@ pub struct TcpSettings {
     /// second (`--fq-rate`, `SO_MAX_PACING_RATE`); `None`: no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fq_rate: Option<u64>,
+    /// The IPv6 flow label of the client's data connections (`-L`); `None`: the
+    /// kernel's (none, unless it makes them up itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flowlabel: Option<u32>,
     #[serde(flatten)]
     pub sockets: SocketSettings,
 }
@@ -89,6 +95,8 @@ pub enum TcpSettingsError {
     Mss(u32),
     #[error("--fq-rate must be at least 8 bits/s (one byte a second), not {0}")]
     FqRate(u64),
+    #[error("-L/--flowlabel must be between 1 and 1048575 (20 bits), not {0}")]
+    FlowLabel(u32),
     #[error(
         "--rcvlowat is for bulk receiving; with -r the server answers each packet as it arrives"
     )]
@@ -167,6 +175,9 @@ impl TcpSettings {
         if let Some(bits) = self.fq_rate.filter(|&b| b < 8) {
             return Err(TcpSettingsError::FqRate(bits));
         }
+        if let Some(label) = self.flowlabel.filter(|l| !FLOW_LABELS.contains(l)) {
+            return Err(TcpSettingsError::FlowLabel(label));
+        }
         if run.flows {
             let conflict = [
                 (self.zerocopy != ZeroCopy::Off, "with --zerocopy"),
@@ -208,6 +219,9 @@ impl TcpSettings {
         }
         if let Some(bits) = self.fq_rate {
             sockets.setup += &format!(" fq_rate={}", bit_rate(bits as f64 / 8.0));
+        }
+        if let Some(label) = self.flowlabel {
+            sockets.setup += &format!(" flowlabel={label}");
         }
         HeaderLabels {
             engine: if self.io_uring {
