@@ -115,22 +115,7 @@ fn every_data_packet_of_both_ends_carries_the_dscp_over_tcp_and_udp_v4_and_v6() 
              {rules} }}
          }}"
     ));
-    let mut server = Command::new("ip")
-        .args(["netns", "exec", &ns.0, fperf_bin(), "-s"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start fperf -s");
-    let server_out = collect(server.stdout.take().expect("stdout"));
-    let t0 = Instant::now();
-    while !server_out.lock().expect("out").contains("Server listening") {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let server = NsServer::start(&ns);
     let runs: [(&str, &[&str]); 6] = [
         ("127.0.0.1", &["-t", "2", "-m", "8"]),
         ("::1", &["-t", "2", "-m", "8"]),
@@ -151,8 +136,7 @@ fn every_data_packet_of_both_ends_carries_the_dscp_over_tcp_and_udp_v4_and_v6() 
         let report = ns.run(&all);
         assert!(report.contains(" tos=0xb8"), "the header says so: {report}");
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let counts = ns.counters("fperf_tos");
     assert_eq!(counts.len(), 16, "{counts:?}");
     for (i, (family, proto, _)) in cases.iter().enumerate() {

@@ -58,11 +58,35 @@ impl Netns {
         let (vs, vc) = (format!("fvs{tag}"), format!("fvc{tag}"));
         sh(&["ip", "netns", "add", &ns.server]);
         sh(&["ip", "netns", "add", &ns.client]);
+        ns.link((&vs, &vc), (SERVER_IP, CLIENT_IP));
+        for name in [&ns.server, &ns.client] {
+            sh(&["ip", "-n", name, "link", "set", "lo", "up"]);
+        }
+        ns
+    }
+
+    /// Joins the namespaces with a veth pair named `devices` (server's, client's), up,
+    /// with the addresses `ips` (each in a /24).
+    fn link(&self, devices: (&str, &str), ips: (&str, &str)) {
         sh(&[
-            "ip", "link", "add", &vs, "netns", &ns.server, "type", "veth", "peer", "name", &vc,
-            "netns", &ns.client,
+            "ip",
+            "link",
+            "add",
+            devices.0,
+            "netns",
+            &self.server,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            devices.1,
+            "netns",
+            &self.client,
         ]);
-        for (name, dev, ip) in [(&ns.server, &vs, SERVER_IP), (&ns.client, &vc, CLIENT_IP)] {
+        for (name, dev, ip) in [
+            (&self.server, devices.0, ips.0),
+            (&self.client, devices.1, ips.1),
+        ] {
             sh(&[
                 "ip",
                 "-n",
@@ -74,9 +98,7 @@ impl Netns {
                 dev,
             ]);
             sh(&["ip", "-n", name, "link", "set", dev, "up"]);
-            sh(&["ip", "-n", name, "link", "set", "lo", "up"]);
         }
-        ns
     }
 
     /// Loads an nftables rule set into the server's namespace.
@@ -622,26 +644,7 @@ fn bind_dev_sends_every_socket_through_the_named_interface() {
     // address goes over the first.
     let tag = ns.server.trim_start_matches("fperf-udp-s");
     let (ws, wc) = (format!("fws{tag}"), format!("fwc{tag}"));
-    sh(&[
-        "ip", "link", "add", &ws, "netns", &ns.server, "type", "veth", "peer", "name", &wc,
-        "netns", &ns.client,
-    ]);
-    for (name, dev, ip) in [
-        (&ns.server, &ws, "10.99.1.1"),
-        (&ns.client, &wc, "10.99.1.2"),
-    ] {
-        sh(&[
-            "ip",
-            "-n",
-            name,
-            "addr",
-            "add",
-            &format!("{ip}/24"),
-            "dev",
-            dev,
-        ]);
-        sh(&["ip", "-n", name, "link", "set", dev, "up"]);
-    }
+    ns.link((&ws, &wc), ("10.99.1.1", "10.99.1.2"));
     // The server counts, by the link they came in on, the TCP packets of its control
     // port and stream 0's side connection, and the datagrams of stream 0.
     let tcp = format!("tcp dport {PORT}-{}", PORT + 1);

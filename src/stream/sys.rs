@@ -40,15 +40,26 @@ pub(crate) fn set_int_opt(
     name: libc::c_int,
     value: libc::c_int,
 ) -> io::Result<()> {
-    // SAFETY: the pointer and length describe a live c_int on our stack; the fd is
-    // borrowed from an open socket.
+    set_opt(fd, level, name, &value)
+}
+
+/// Sets a socket option whose value is `value`, laid out as the kernel reads it (an
+/// integer, or a `repr(C)` struct).
+fn set_opt<T>(
+    fd: &impl AsRawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: the pointer and length describe `value`, borrowed for the call; the fd
+    // is borrowed from an open socket.
     let rc = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             level,
             name,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if rc < 0 {
@@ -62,22 +73,13 @@ pub(crate) fn set_int_opt(
 /// bytes per second. TCP paces to it on its own; UDP only under the fq qdisc. The
 /// kernel takes the 64-bit value since Linux 5.x and reads the low half before.
 pub(crate) fn set_max_pacing_rate<S: AsFd>(sock: &S, bytes_per_sec: u64) -> io::Result<()> {
-    // SAFETY: the pointer and length describe a live u64 on our stack; the fd is
-    // borrowed from an open socket.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_fd().as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_MAX_PACING_RATE,
-            (&bytes_per_sec as *const u64).cast(),
-            std::mem::size_of::<u64>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    let fd = sock.as_fd();
+    set_opt(
+        &fd,
+        libc::SOL_SOCKET,
+        libc::SO_MAX_PACING_RATE,
+        &bytes_per_sec,
+    )
 }
 
 /// Sends `sock`'s packets through the network interface `name` only
@@ -128,30 +130,14 @@ pub(crate) fn take_flow_label<S: AsFd>(
         linger: 0,
         pad: 0,
     };
-    // SAFETY: the pointer and length describe `request`, a live repr(C) struct laid out
-    // as the kernel's; the fd is borrowed from an open socket.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_fd().as_raw_fd(),
-            libc::IPPROTO_IPV6,
-            libc::IPV6_FLOWLABEL_MGR,
-            (&request as *const FlowLabelRequest).cast(),
-            std::mem::size_of::<FlowLabelRequest>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(
+    let fd = sock.as_fd();
+    set_opt(&fd, libc::IPPROTO_IPV6, libc::IPV6_FLOWLABEL_MGR, &request).map_err(|e| {
+        io::Error::new(
             e.kind(),
             format!("cannot take IPv6 flow label {label} (-L): {e}"),
-        ));
-    }
-    set_int_opt(
-        &sock.as_fd(),
-        libc::IPPROTO_IPV6,
-        libc::IPV6_FLOWINFO_SEND,
-        1,
-    )
+        )
+    })?;
+    set_int_opt(&fd, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO_SEND, 1)
 }
 
 /// Which socket buffer to size.
