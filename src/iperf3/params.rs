@@ -111,15 +111,8 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         None if udp => DEFAULT_UDP_LEN,
         None => DEFAULT_TCP_LEN,
     };
-    let window = params
-        .get("window")
-        .map(|_| number(params, "window", 1, u64::from(u32::MAX)))
-        .transpose()?;
-    let rate = params
-        .get("bandwidth")
-        .map(|_| number(params, "bandwidth", 0, u64::MAX))
-        .transpose()?
-        .filter(|&r| r > 0);
+    let window = optional(params, "window", 1, u64::from(u32::MAX))?;
+    let rate = optional(params, "bandwidth", 0, u64::MAX)?.filter(|&r| r > 0);
     let congestion = match params.get("congestion") {
         None => None,
         Some(Value::String(name)) => Some(name.clone()),
@@ -138,22 +131,14 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
     };
     let parallel = u32::try_from(parallel).unwrap_or(1);
     let nstreams = if bidir { 2 * parallel } else { parallel };
-    let tos = params
-        .get("TOS")
-        .map(|_| number(params, "TOS", 0, 255))
-        .transpose()?
-        .map(|t| t as u8);
+    let tos = optional(params, "TOS", 0, 255)?.map(|t| t as u8);
     let sockets = crate::transport::sockets::SocketSettings {
         window: window.map(|w| u32::try_from(w).unwrap_or(u32::MAX)),
         tos,
         ..Default::default()
     };
     // Bits per second, as the client's --fq-rate.
-    let fq_rate = params
-        .get("fqrate")
-        .map(|_| number(params, "fqrate", 0, u64::MAX))
-        .transpose()?
-        .filter(|&r| r > 0);
+    let fq_rate = optional(params, "fqrate", 0, u64::MAX)?.filter(|&r| r > 0);
     let transport = if udp {
         if congestion.is_some() {
             return Err(ParamsError::Settings("-C is a TCP option".into()));
@@ -165,19 +150,14 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
             ));
         }
         TransportSettings::Udp(UdpSettings {
-            dont_fragment: params
-                .get("dont_fragment")
-                .is_some_and(|v| v != &Value::from(0) && v != &Value::Bool(false)),
+            dont_fragment: flag(params, "dont_fragment"),
             sockets,
             ..UdpSettings::default()
         })
     } else {
         // The client sets its `-M` on its own sockets before connecting, and their
         // handshake announces it: this server's segments keep to it with no more done.
-        let mss = params
-            .get("MSS")
-            .map(|_| number(params, "MSS", 0, u64::from(u32::MAX)))
-            .transpose()?
+        let mss = optional(params, "MSS", 0, u64::from(u32::MAX))?
             .filter(|&m| m > 0)
             .map(|m| m as u32);
         TransportSettings::Tcp(TcpSettings {
@@ -186,9 +166,7 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
             mss,
             fq_rate,
             // The receiving end's reads discard the bytes in the kernel, as iperf3's.
-            skip_rx_copy: params
-                .get("skip_rx_copy")
-                .is_some_and(|v| v != &Value::from(0) && v != &Value::Bool(false)),
+            skip_rx_copy: flag(params, "skip_rx_copy"),
             sockets,
             ..TcpSettings::default()
         })
@@ -266,6 +244,26 @@ fn number(
         },
         Some(other) => Err(invalid(key, "a whole number", other)),
     }
+}
+
+/// The number under `key` as [`number`] reads it, or `None` where absent.
+fn optional(
+    params: &Map<String, Value>,
+    key: &'static str,
+    least: u64,
+    most: u64,
+) -> Result<Option<u64>, ParamsError> {
+    params
+        .get(key)
+        .map(|_| number(params, key, least, most))
+        .transpose()
+}
+
+/// Whether the option `key` is on: present, and neither 0 nor false (iperf3 writes 1).
+fn flag(params: &Map<String, Value>, key: &str) -> bool {
+    params
+        .get(key)
+        .is_some_and(|v| v != &Value::from(0) && v != &Value::Bool(false))
 }
 
 fn invalid(key: &'static str, what: &'static str, value: &Value) -> ParamsError {

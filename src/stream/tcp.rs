@@ -1161,7 +1161,7 @@ fn labelled(sock: &socket2::Socket, addr: SocketAddr, label: u32) -> io::Result<
     let SocketAddr::V6(v6) = addr else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("-L/--flowlabel is IPv6's, and the server's address {addr} is IPv4 (use -6, or an IPv6 address)"),
+            flowlabel_over_ipv4(addr.ip()),
         ));
     };
     super::sys::take_flow_label(sock, *v6.ip(), label)?;
@@ -1173,6 +1173,14 @@ fn labelled(sock: &socket2::Socket, addr: SocketAddr, label: u32) -> io::Result<
         flowinfo,
         v6.scope_id(),
     )))
+}
+
+/// Why `-L` cannot label packets to the IPv4 address `server`.
+pub fn flowlabel_over_ipv4(server: IpAddr) -> String {
+    format!(
+        "-L/--flowlabel is IPv6's, and the server's address {server} is IPv4 (use -6, or an \
+         IPv6 address)"
+    )
 }
 
 /// Sets the congestion control algorithm `name` on a kernel socket; an error names

@@ -136,11 +136,7 @@ pub fn streams_over(
 pub fn check_flowlabel(settings: &Settings, server: SocketAddr) -> Result<()> {
     let labelled = settings.tcp().and_then(|t| t.flowlabel).is_some();
     if labelled && server.ip().to_canonical().is_ipv4() {
-        bail!(
-            "-L/--flowlabel is IPv6's, and the server's address {} is IPv4 (use -6, or an \
-             IPv6 address)",
-            server.ip()
-        );
+        bail!(crate::stream::tcp::flowlabel_over_ipv4(server.ip()));
     }
     Ok(())
 }
