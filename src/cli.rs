@@ -211,7 +211,8 @@ pub struct Cli {
     /// Scheduling policy of both ends' data threads: auto runs a bulk test's (no -r,
     /// no -b) under SCHED_BATCH (header: sched=batch), so a reader woken by data waits
     /// for the writer on its core to block instead of preempting it mid-send, and the
-    /// others under the normal policy; normal or batch picks one for every test.
+    /// others under the normal policy; normal or batch picks one for every test. With
+    /// about as many streams as the machine has CPUs, normal can move more.
     #[arg(
         hide_short_help = true,
         help_heading = "Tuning",
