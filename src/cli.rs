@@ -174,7 +174,7 @@ pub struct Cli {
     mb: u64,
 
     /// Bytes per send (K, M, G are binary: 128K = 131072).
-    #[arg(help_heading = "Test", short = 'l', long, value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
+    #[arg(help_heading = "Test", short = 'l', long, alias = "length", value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
           value_parser = fperf::units::parse_bytes_u32)]
     pktsize: u32,
 
@@ -272,13 +272,20 @@ pub struct Cli {
         help_heading = "Roles",
         short = '4',
         long,
+        alias = "version4",
         conflicts_with = "ipv6"
     )]
     ipv4: bool,
 
     /// IPv6 only, as iperf3's -6: the client takes HOST's IPv6 address; the server
     /// listens on IPv6 alone; --loopback runs over ::1.
-    #[arg(hide_short_help = true, help_heading = "Roles", short = '6', long)]
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Roles",
+        short = '6',
+        long,
+        alias = "version6"
+    )]
     ipv6: bool,
 
     /// Server: also serve unmodified iperf3 clients (TCP and UDP), on this port (iperf3's own
@@ -786,7 +793,7 @@ struct WorkloadArgs {
 #[command(next_help_heading = "TCP options")]
 struct TcpArgs {
     /// Set TCP_NODELAY (disable Nagle's algorithm) on both ends.
-    #[arg(short = 'd', long)]
+    #[arg(short = 'd', long, alias = "no-delay")]
     nodelay: bool,
 
     /// Set TCP_QUICKACK (disable delayed ACKs) on both ends.
@@ -1334,11 +1341,11 @@ impl Cli {
     }
 }
 
-/// An iperf3 habit among the arguments, with fperf's spelling: `-P N`, `-J`, `-f`, `-S`,
-/// `-v`, `-V` with a role, `-O`, `-N`, `-Z`, `-A`, `-k`, `--get-server-output`,
-/// `--rcv-timeout`, `--snd-timeout`, `--server-bitrate-limit`, `--forceflush`,
-/// `-B ADDR%DEV`, `-D` with
-/// `-s`, `-n` with a size and `-t` with a duration. Checked before the flags are parsed,
+/// An iperf3 habit among the arguments, with fperf's spelling: `-P N`, `-J`, `-f`
+/// (`--format`), `-S`, `-v`, `-V` (`--verbose`, `--debug`) with a role, `-O`, `-N`, `-Z`,
+/// `-A`, `-k` (`--blockcount`), `--get-server-output`, `--rcv-timeout`, `--snd-timeout`,
+/// `--server-bitrate-limit`, `--forceflush`, `--udp-counters-64bit`, `-B ADDR%DEV`, `-D`
+/// with `-s`, `-n` with a size (`--bytes`) and `-t` with a duration. Checked before the flags are parsed,
 /// since some of these parse as something else in fperf (`-t` is its stream count, `-n`
 /// its sockets per stream, `-D` its RDMA device).
 pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
@@ -1366,13 +1373,16 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
         if arg == "--" {
             break;
         }
-        if arg == "-V" && runs {
-            return Some(
-                "-V alone prints fperf's version; iperf3's -V (more detail) is always on \
-                 here: the header names the settings in force and each end reports its CPU \
-                 time"
-                    .into(),
-            );
+        if (arg == "-V" && runs) || arg == "--verbose" || arg == "--debug" {
+            return Some(format!(
+                "{arg} is iperf3's; its more detail is always on here: the header names the \
+                 settings in force and each end reports its CPU time{}",
+                if arg == "-V" {
+                    " (-V alone prints fperf's version)"
+                } else {
+                    ""
+                }
+            ));
         }
         if arg == "-v" {
             return Some("-v is iperf3's; fperf's version is -V".into());
@@ -1444,27 +1454,45 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
                 None => format!("-A is iperf3's; fperf's is --cpu {cpus}"),
             });
         }
-        if value(i, "-k").is_some() {
-            return Some(
-                "-k is iperf3's; fperf's streams each send -m MB, or for --time seconds".into(),
-            );
+        for flag in ["-k", "--blockcount"] {
+            if value(i, flag).is_some() {
+                return Some(format!(
+                    "{flag} is iperf3's; fperf's streams each send -m MB, or for --time seconds"
+                ));
+            }
         }
-        if let Some(size) = value(i, "-n").filter(|v| v.ends_with(|c: char| c.is_alphabetic())) {
+        let bytes = value(i, "-n")
+            .filter(|v| v.ends_with(|c: char| c.is_alphabetic()))
+            .map(|size| {
+                let what = "-n is the number of sockets in each stream; iperf3's -n (bytes to \
+                            send) is";
+                (what, size)
+            })
+            .or_else(|| {
+                let what = "--bytes is iperf3's (bytes to send); fperf's is";
+                value(i, "--bytes").map(|size| (what, size))
+            });
+        if let Some((what, size)) = bytes {
             let per_stream = match fperf::units::parse_bytes(&size) {
                 Some(bytes) if bytes >= 1 << 20 && bytes % (1 << 20) == 0 => {
                     format!(": -m {}", bytes >> 20)
                 }
                 _ => ", in whole MB (2^20 bytes)".into(),
             };
-            return Some(format!(
-                "-n is the number of sockets in each stream; iperf3's -n (bytes to send) is \
-                 -m, MB per stream{per_stream}"
-            ));
+            return Some(format!("{what} -m, MB per stream{per_stream}"));
         }
-        if value(i, "-f").is_some() {
+        for flag in ["-f", "--format"] {
+            if value(i, flag).is_some() {
+                return Some(format!(
+                    "{flag} is iperf3's; fperf prints sizes in MB and GB and rates in bytes \
+                     and bits per second together"
+                ));
+            }
+        }
+        if arg == "--udp-counters-64bit" {
             return Some(
-                "-f is iperf3's; fperf prints sizes in MB and GB and rates in bytes and bits \
-                 per second together"
+                "--udp-counters-64bit is iperf3's; fperf's UDP counters are always 64 bits \
+                 (with --iperf3 too)"
                     .into(),
             );
         }

@@ -59,6 +59,22 @@ fn iperf3_habits_get_fperfs_spelling_and_flag_errors_exit_2() {
             "fperf's is -B 10.0.0.2 --bind-dev eth1",
         ),
         (vec!["-n", "500K"], "in whole MB"),
+        (
+            vec!["--bytes", "10M"],
+            "fperf's is -m, MB per stream: -m 10",
+        ),
+        (vec!["--bytes=1000"], "in whole MB"),
+        (vec!["--blockcount", "10"], "-m MB, or for --time seconds"),
+        (vec!["--format", "m"], "MB and GB"),
+        (vec!["--format=g"], "MB and GB"),
+        (
+            vec!["-V"],
+            "more detail is always on here: the header names the settings in force",
+        ),
+        (vec!["-V"], "(-V alone prints fperf's version)"),
+        (vec!["--verbose"], "--verbose is iperf3's; its more detail"),
+        (vec!["--debug"], "--debug is iperf3's; its more detail"),
+        (vec!["--udp-counters-64bit"], "always 64 bits"),
         (vec!["-t", "0"], "nstreams"),
         (vec!["-u", "-d"], "TCP option"),
         (vec!["--max-mb", "5"], "server option"),
@@ -71,6 +87,31 @@ fn iperf3_habits_get_fperfs_spelling_and_flag_errors_exit_2() {
         assert!(err.contains(want), "{args:?}: '{want}' not in {err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
+    // iperf3's long forms of options fperf has are accepted as they are.
+    let out = run(
+        &["--loopback", "--length", "1K", "--version6", "-m", "1"],
+        Duration::from_secs(20),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains("=> [::1]:") && text.contains("pkt_size=1024B"),
+        "{text}"
+    );
+    let out = run(
+        &[
+            "--loopback",
+            "--no-delay",
+            "--version4",
+            "-m",
+            "1",
+            "--json",
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json");
+    assert_eq!(doc["settings"]["nodelay"], true, "{doc}");
     // iperf3's daemon flag, given to a server, where fperf's -D names an RDMA device.
     let out = run(&["-s", "-p", "1", "-D"], Duration::from_secs(10));
     let err = String::from_utf8_lossy(&out.stderr);
