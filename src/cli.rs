@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, CommandFactory, FromArgMatches, Parser};
 use fperf::auth::AuthKey;
 use fperf::client::ClientConfig;
+use fperf::control::keepalive::ControlKeepalive;
 use fperf::exporter::{Allow, ExporterConfig};
 use fperf::family::IpFamily;
 use fperf::json::DocLabels;
@@ -1167,6 +1168,16 @@ struct Guard {
           value_parser = clap::value_parser!(u64).range(1..=600_000))]
     connect_timeout: Option<u64>,
 
+    /// TCP keepalive on the control connection, which carries nothing during a test, so
+    /// that NAT and firewalls that drop idle flows keep it, as iperf3's --cntl-ka:
+    /// seconds idle before the first probe, seconds between probes, probes unanswered
+    /// before the connection is given up. A part left out keeps the kernel's default
+    /// (--cntl-ka, --cntl-ka=60, --cntl-ka=60/5/3).
+    #[arg(hide_short_help = true, long, value_name = "IDLE/INTERVAL/COUNT", num_args = 0..=1,
+          require_equals = true, default_missing_value = "",
+          value_parser = ControlKeepalive::parse)]
+    cntl_ka: Option<ControlKeepalive>,
+
     /// Server: run up to N tests at once (default 1: one at a time, others are told
     /// "server busy"). Tests with several streams (-t > 1) or a TCP window (-w) still need
     /// the server alone.
@@ -1345,7 +1356,8 @@ impl Cli {
 /// (`--format`), `-S`, `-v`, `-V` (`--verbose`, `--debug`) with a role, `-O`, `-N`, `-Z`,
 /// `-A`, `-k` (`--blockcount`), `--get-server-output`, `--rcv-timeout`, `--snd-timeout`,
 /// `--server-bitrate-limit`, `--forceflush`, `--udp-counters-64bit`, `-B ADDR%DEV`, `-D`
-/// with `-s`, `-n` with a size (`--bytes`) and `-t` with a duration. Checked before the flags are parsed,
+/// with `-s`, `-n` with a size (`--bytes`), `-t` with a duration and `--cntl-ka` with
+/// its values after a space. Checked before the flags are parsed,
 /// since some of these parse as something else in fperf (`-t` is its stream count, `-n`
 /// its sockets per stream, `-D` its RDMA device).
 pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
@@ -1488,6 +1500,17 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
                      and bits per second together"
                 ));
             }
+        }
+        let ka_values =
+            |v: &&String| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '/');
+        if let Some(values) = args
+            .get(i + 1)
+            .filter(ka_values)
+            .filter(|_| arg == "--cntl-ka")
+        {
+            return Some(format!(
+                "--cntl-ka takes its values after '=': --cntl-ka={values}"
+            ));
         }
         if arg == "--udp-counters-64bit" {
             return Some(
@@ -1668,6 +1691,7 @@ impl Cli {
                     family,
                     port: self.port(),
                     idle_timeout: idle,
+                    control_keepalive: self.guard.cntl_ka,
                     limits: self.guard.limits(),
                     auth,
                     parallel: self.guard.parallel as usize,
@@ -1714,11 +1738,13 @@ impl Cli {
                 server: ServerConfig {
                     bind: Some(ip),
                     port: self.port(),
+                    control_keepalive: self.guard.cntl_ka,
                     ..ServerConfig::default()
                 },
                 client: Box::new(ClientConfig {
                     cport: self.cport,
                     bind_device: self.bind_dev.clone(),
+                    control_keepalive: self.guard.cntl_ka,
                     ..ClientConfig::new(ip.to_string(), self.port(), settings)
                 }),
                 output,
@@ -1734,6 +1760,7 @@ impl Cli {
         if let Some(ms) = self.guard.connect_timeout {
             client.connect_timeout = Duration::from_millis(ms);
         }
+        client.control_keepalive = self.guard.cntl_ka;
         client.auth = auth;
         if self.conf {
             return Ok(Config::Conf(Box::new(client)));

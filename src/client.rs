@@ -6,6 +6,7 @@
 //! client's socket buffers are never counted as sent.
 
 use crate::auth::{self, AuthKey};
+use crate::control::keepalive::ControlKeepalive;
 use crate::control::session::{ClientSession, ClientStep, SessionError};
 use crate::control::{Channel, ControlError, Message, PROTOCOL_VERSION};
 use crate::engine::{drive, receive, sending_end, Ceiling, Driven, Received};
@@ -48,6 +49,8 @@ pub struct ClientConfig {
     /// Longest wait for the server to answer the connection that opens a test
     /// (`--connect-timeout`).
     pub connect_timeout: Duration,
+    /// TCP keepalive on the control connection (`--cntl-ka`), if asked for.
+    pub control_keepalive: Option<ControlKeepalive>,
     /// Longest wait for the server during setup.
     pub control_timeout: Duration,
     /// Longest wait for the server's figures once everything was sent.
@@ -70,6 +73,7 @@ impl ClientConfig {
             family: IpFamily::Any,
             settings,
             connect_timeout: Duration::from_secs(10),
+            control_keepalive: None,
             control_timeout: Duration::from_secs(10),
             results_timeout: Duration::from_secs(30),
             stall_timeout: Duration::from_secs(10),
@@ -633,7 +637,7 @@ impl From<Received> for Moved {
 }
 
 /// Opens the control connection to the `kind` (fperf or iperf3) server at `server`,
-/// within the configuration's `--connect-timeout`.
+/// within the configuration's `--connect-timeout`, with its `--cntl-ka`.
 pub(crate) fn connect_control(
     cfg: &ClientConfig,
     server: SocketAddr,
@@ -644,13 +648,19 @@ pub(crate) fn connect_control(
         port: None,
         device: cfg.bind_device.as_deref(),
     };
-    connect(server, from, None, cfg.connect_timeout).map_err(|e| match e.kind() {
+    let sock = connect(server, from, None, cfg.connect_timeout).map_err(|e| match e.kind() {
         io::ErrorKind::TimedOut => anyhow!(
             "the {kind} server at {server} did not answer within {} ms (--connect-timeout)",
             cfg.connect_timeout.as_millis()
         ),
         _ => anyhow!(e).context(format!("cannot connect to the {kind} server at {server}")),
-    })
+    })?;
+    if let Some(keepalive) = cfg.control_keepalive {
+        keepalive
+            .apply(&sock)
+            .context("cannot turn on the control connection's keepalive (--cntl-ka)")?;
+    }
+    Ok(sock)
 }
 
 /// Asks the server for its system facts (`--conf`) without running a test.

@@ -437,6 +437,9 @@ fn run_session(
     config: &ServerConfig,
     events: &EventSender,
 ) -> Result<Served> {
+    if let Some(keepalive) = config.control_keepalive {
+        keepalive.apply(control.chan.socket())?;
+    }
     control.flush()?;
     let msg = control.chan.recv_message(config.control_timeout)?;
     let settings = match control.session.on_message(msg)? {

@@ -433,6 +433,79 @@ fn an_iperf3_clients_skip_rx_copy_is_served() {
     assert!(report.contains(" rx_copy=skipped "), "{report}");
 }
 
+/// Seconds left on the keepalive timer of each established TCP connection with `port`
+/// at one end, as `ss -o` shows it: (whether it is the server's end, seconds). A
+/// connection without keepalive is left out.
+fn keepalive_timers(port: u16) -> Vec<(bool, f64)> {
+    let filter = format!("( sport = :{port} or dport = :{port} )");
+    let table = sh(&["ss", "-tnoH", "state", "established", &filter]);
+    table
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let timer = fields.get(4)?.strip_prefix("timer:(keepalive,")?;
+            // "8sec", "3.492ms" (3 s 492 ms), "492ms".
+            let left = timer.split(',').next()?;
+            let secs = match left.strip_suffix("ms") {
+                Some(ms) => match ms.split_once('.') {
+                    Some((s, ms)) => s.parse::<f64>().ok()? + ms.parse::<f64>().ok()? / 1e3,
+                    None => ms.parse::<f64>().ok()? / 1e3,
+                },
+                None => left.strip_suffix("sec")?.parse().ok()?,
+            };
+            let server_end = fields[2].ends_with(&format!(":{port}"));
+            Some((server_end, secs))
+        })
+        .collect()
+}
+
+#[test]
+fn cntl_ka_keeps_each_ends_control_connection_alive_on_either_port() {
+    // UDP tests: the data takes no TCP connection that could carry a timer of its own.
+    let both = start(&["--cntl-ka=9/2/3"]);
+    for (port, kind) in [
+        (both.server.port, &[][..]),
+        (both.iperf3_port, &["--iperf3"]),
+    ] {
+        for client_ka in [Some("--cntl-ka=5/1/2"), None] {
+            let port_arg = port.to_string();
+            let mut args = vec!["-c", "127.0.0.1", "-p", &port_arg, "-u", "-b", "10M"];
+            args.extend_from_slice(&["--time", "3"]);
+            args.extend_from_slice(kind);
+            args.extend(client_ka);
+            let mut timers = Vec::new();
+            let out = run_with(&args, Duration::from_secs(30), |_| {
+                std::thread::sleep(Duration::from_millis(1500));
+                timers = keepalive_timers(port);
+            });
+            assert!(out.status.success(), "{args:?}: {out:?}");
+            // The server's 9 s, set a moment ago; the client's 5 s, or none.
+            let server: Vec<f64> = timers.iter().filter(|t| t.0).map(|t| t.1).collect();
+            let client: Vec<f64> = timers.iter().filter(|t| !t.0).map(|t| t.1).collect();
+            assert!(
+                server.len() == 1 && server[0] > 5.0 && server[0] <= 9.0,
+                "{args:?}: {timers:?}"
+            );
+            match client_ka {
+                Some(_) => assert!(
+                    client.len() == 1 && client[0] > 0.0 && client[0] <= 5.0,
+                    "{args:?}: {timers:?}"
+                ),
+                None => assert!(client.is_empty(), "{args:?}: {timers:?}"),
+            }
+        }
+    }
+    refused(
+        &["-c", "127.0.0.1", "--cntl-ka=0"],
+        "IDLE (seconds) is a whole number",
+    );
+    refused(&["-c", "127.0.0.1", "--cntl-ka=1/1/200"], "COUNT (probes)");
+    refused(
+        &["-c", "127.0.0.1", "--cntl-ka", "60"],
+        "--cntl-ka takes its values after '=': --cntl-ka=60",
+    );
+}
+
 #[test]
 fn a_server_with_a_key_refuses_to_open_an_iperf3_port() {
     let dir = std::env::temp_dir().join(format!("fperf-iperf3-key-{}", std::process::id()));

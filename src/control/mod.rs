@@ -11,6 +11,7 @@
 //! ([`session`]) do no I/O and are tested in memory; [`Channel`] carries frames over a
 //! socket with time-outs.
 
+pub mod keepalive;
 pub mod script;
 pub mod session;
 
@@ -358,6 +359,11 @@ impl Channel {
     /// The local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.sock.local_addr()
+    }
+
+    /// The socket, for options set after the connection is identified.
+    pub fn socket(&self) -> &TcpStream {
+        &self.sock
     }
 
     /// Gives the socket back, e.g. when the connection turned out to carry data.

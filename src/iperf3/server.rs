@@ -148,6 +148,9 @@ fn run_test(
     events: &EventSender,
 ) -> Result<()> {
     sock.set_nodelay(true)?;
+    if let Some(keepalive) = config.control_keepalive {
+        keepalive.apply(sock)?;
+    }
     wire::write_state(sock, State::ParamExchange)?;
     let deadline = Instant::now() + config.control_timeout;
     let params = match wire::read_json(sock, wire::MAX_PARAMS_BYTES, deadline) {

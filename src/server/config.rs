@@ -2,6 +2,7 @@
 //! ends (fperf's own protocol and iperf3's).
 
 use crate::auth::AuthKey;
+use crate::control::keepalive::ControlKeepalive;
 use crate::family::IpFamily;
 use crate::limits::Limits;
 use crate::results::{IntervalResult, SideResult};
@@ -21,6 +22,8 @@ pub struct ServerConfig {
     pub port: u16,
     /// Longest wait for a client's next control message during setup.
     pub control_timeout: Duration,
+    /// TCP keepalive on each test's control connection (`--cntl-ka`), if asked for.
+    pub control_keepalive: Option<ControlKeepalive>,
     /// Longest silence on the data streams before the test is abandoned.
     pub idle_timeout: Duration,
     /// What one test may ask for.
@@ -54,6 +57,7 @@ impl Default for ServerConfig {
             family: IpFamily::Any,
             port: crate::settings::DEFAULT_PORT,
             control_timeout: Duration::from_secs(10),
+            control_keepalive: None,
             idle_timeout: Duration::from_secs(10),
             limits: Limits::default(),
             auth: None,
