@@ -168,7 +168,7 @@ pub fn run_observed(
         None => None,
     };
     let mut control = ClientSession::new(cfg.settings.clone(), auth);
-    let session = open_session(&mut chan, &mut control, cfg.control_timeout)?;
+    let session = open_session(&mut chan, &mut control, server, cfg.control_timeout)?;
     let ctx = ClientCtx {
         settings: cfg.settings.clone(),
         session,
@@ -534,10 +534,19 @@ impl Inbox {
 /// Drives the session from `Hello` to the server's `Ready`: sends what it queues,
 /// feeds it the server's answers, and tells the server why when it gives up. Returns
 /// the session id data connections must present.
-fn open_session(chan: &mut Channel, session: &mut ClientSession, timeout: Duration) -> Result<u64> {
+fn open_session(
+    chan: &mut Channel,
+    session: &mut ClientSession,
+    server: SocketAddr,
+    timeout: Duration,
+) -> Result<u64> {
+    let mut first = true;
     loop {
         for msg in session.take_outbox() {
             chan.send(&msg)?;
+        }
+        if std::mem::take(&mut first) {
+            answers_as_fperf(chan, server, timeout)?;
         }
         let msg = chan.recv_message(timeout)?;
         match session.on_message(msg) {
@@ -550,6 +559,31 @@ fn open_session(chan: &mut Channel, session: &mut ClientSession, timeout: Durati
                 return Err(e.into());
             }
         }
+    }
+}
+
+/// Tells another program's answer to the client's first message apart from an fperf
+/// server's, whose frames begin with their length's high byte, always 0. An iperf3
+/// server takes that message's first bytes for its cookie and answers with one state
+/// byte; one that waits for more sends nothing.
+fn answers_as_fperf(chan: &Channel, server: SocketAddr, timeout: Duration) -> Result<()> {
+    match chan.peek_byte(timeout) {
+        // Closed: the next read says so.
+        Ok(Some(0) | None) => Ok(()),
+        Ok(Some(byte)) if crate::iperf3::wire::opens_a_servers_answer(byte) => bail!(
+            "the server at {server} is an iperf3 server (its answer says so): add --iperf3 \
+             to run against it"
+        ),
+        Ok(Some(_)) => bail!(
+            "the server at {server} does not speak fperf's protocol (another program on \
+             that port?)"
+        ),
+        Err(ControlError::Timeout) => bail!(
+            "the server at {server} took the connection but did not answer within {} s: is \
+             it fperf -s? (against an iperf3 server, add --iperf3)",
+            timeout.as_secs()
+        ),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -224,6 +224,22 @@ fn refuse_flood(sock: std::net::TcpStream) {
     }
 }
 
+/// What to log when an iperf3 client came to fperf's own port: its cookie's first four
+/// bytes, read as a frame's length, are far too large, and all cookie characters.
+fn iperf3_client_hint(e: &SessionError, config: &ServerConfig) -> Option<String> {
+    let SessionError::Control(ControlError::FrameTooLarge(len)) = e else {
+        return None;
+    };
+    let header = u32::try_from(*len).ok()?.to_be_bytes();
+    crate::iperf3::wire::cookie_chars(&header).then(|| {
+        let serving = match config.iperf3_port {
+            Some(port) => format!("this server serves them on port {port} (--iperf3-port)"),
+            None => "serve them with fperf -s --iperf3-port PORT".to_string(),
+        };
+        format!("an iperf3 client came to fperf's own port: {serving}")
+    })
+}
+
 /// Reads the first frame of a new connection and acts on it. `pending` counts the
 /// connection as unidentified until it has said what it is (and, with a key, proved it).
 fn greet(
@@ -319,7 +335,7 @@ fn greet(
                 if let Some(why) = e.to_peer() {
                     control.chan.send_error(&why);
                 }
-                return client_error(e.to_string());
+                return client_error(iperf3_client_hint(&e, config).unwrap_or(e.to_string()));
             }
         }
     }

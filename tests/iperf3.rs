@@ -433,6 +433,78 @@ fn an_iperf3_clients_skip_rx_copy_is_served() {
     assert!(report.contains(" rx_copy=skipped "), "{report}");
 }
 
+#[test]
+fn each_tool_on_the_others_port_is_told_what_to_run() {
+    // A server that answers as iperf3's does: one state byte (PARAM_EXCHANGE) after
+    // taking the first 37 bytes for its cookie.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let fake = std::thread::spawn(move || {
+        let (mut sock, _) = listener.accept().expect("accept");
+        let mut cookie = [0u8; 37];
+        sock.read_exact(&mut cookie).expect("cookie");
+        sock.write_all(&[9]).expect("PARAM_EXCHANGE");
+        sock.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let _ = sock.read_to_end(&mut Vec::new());
+    });
+    let t0 = Instant::now();
+    let out = run(
+        &["-c", "127.0.0.1", "-p", &port.to_string(), "-m", "1"],
+        Duration::from_secs(20),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("is an iperf3 server (its answer says so): add --iperf3"),
+        "{err}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    fake.join().expect("fake server");
+    // An iperf3 client's cookie on fperf's own port: the server says where they go.
+    let both = start(&[]);
+    let mut sock = TcpStream::connect(("127.0.0.1", both.server.port)).expect("connect");
+    let mut cookie = [b'k'; 37];
+    cookie[36] = 0;
+    sock.write_all(&cookie).expect("cookie");
+    logged(
+        &both.server,
+        &format!(
+            "an iperf3 client came to fperf's own port: this server serves them on port {} \
+             (--iperf3-port)",
+            both.iperf3_port
+        ),
+    );
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn fperf_and_iperf3_on_each_others_port_say_so() {
+    let iperf3_server = Iperf3Server::start();
+    let out = run(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &iperf3_server.port.to_string(),
+            "-m",
+            "1",
+        ],
+        Duration::from_secs(20),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("is an iperf3 server"), "{err}");
+    drop(iperf3_server);
+    let server = Server::start(&[]);
+    let (ran, _) = iperf3(server.port, &["-t", "1"]);
+    assert!(!ran);
+    logged(
+        &server,
+        "an iperf3 client came to fperf's own port: serve them with fperf -s --iperf3-port",
+    );
+}
+
 /// Seconds left on the keepalive timer of each established TCP connection with `port`
 /// at one end, as `ss -o` shows it: (whether it is the server's end, seconds). A
 /// connection without keepalive is left out.

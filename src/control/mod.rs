@@ -351,6 +351,19 @@ impl Channel {
         }
     }
 
+    /// The first byte waiting on the connection, left there: waits up to `timeout` for
+    /// it; `None` if the peer closed the connection.
+    pub fn peek_byte(&self, timeout: Duration) -> Result<Option<u8>, ControlError> {
+        let mut byte = [0u8; 1];
+        self.sock
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+        match self.sock.peek(&mut byte) {
+            Ok(0) => Ok(None),
+            Ok(_) => Ok(Some(byte[0])),
+            Err(e) => Err(read_error(e)),
+        }
+    }
+
     /// The peer's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.sock.peer_addr()

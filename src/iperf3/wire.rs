@@ -18,6 +18,23 @@ pub const MAX_PARAMS_BYTES: u32 = 8 << 10;
 /// 50 KiB.
 pub const MAX_RESULTS_BYTES: u32 = 256 << 10;
 
+/// Whether every byte of `bytes` is one a cookie is made of (`[a-z2-7]`).
+pub fn cookie_chars(bytes: &[u8]) -> bool {
+    bytes.iter().all(|b| matches!(b, b'a'..=b'z' | b'2'..=b'7'))
+}
+
+/// Whether `byte` is one an iperf3 server sends first to a new client: `PARAM_EXCHANGE`,
+/// or `ACCESS_DENIED` or `SERVER_ERROR` when it is busy or failing.
+pub fn opens_a_servers_answer(byte: u8) -> bool {
+    [
+        State::ParamExchange,
+        State::AccessDenied,
+        State::ServerError,
+    ]
+    .iter()
+    .any(|state| state.byte() == byte)
+}
+
 /// A test's cookie: the first bytes on its control connection and on each of its TCP
 /// data connections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,8 +44,7 @@ impl Cookie {
     /// The cookie in `bytes`, if it is one as iperf3 makes them.
     pub fn parse(bytes: [u8; COOKIE_LEN]) -> Option<Cookie> {
         let (text, nul) = bytes.split_at(COOKIE_LEN - 1);
-        let valid = nul == [0] && text.iter().all(|b| matches!(b, b'a'..=b'z' | b'2'..=b'7'));
-        valid.then_some(Cookie(bytes))
+        (nul == [0] && cookie_chars(text)).then_some(Cookie(bytes))
     }
 
     /// A fresh cookie, as an iperf3 client makes one.
