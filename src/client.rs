@@ -705,6 +705,7 @@ pub fn conf(cfg: &ClientConfig) -> Result<SystemFacts> {
     chan.send(&Message::Conf {
         version: PROTOCOL_VERSION,
     })?;
+    answers_as_fperf(&chan, server, cfg.control_timeout)?;
     match chan.recv(cfg.control_timeout)? {
         Message::Facts { facts } => Ok(facts),
         other => Err(ControlError::unexpected("facts", &other).into()),
@@ -728,12 +729,16 @@ pub fn mesh_test(
     };
     let mut session = ClientSession::mesh(peer.to_owned(), cfg.settings.clone(), auth);
     let mut timeout = cfg.control_timeout;
+    let mut first = true;
     loop {
         for msg in session.take_outbox() {
             chan.send(&msg)?;
             if matches!(msg, Message::MeshTest { .. }) {
                 timeout = wait;
             }
+        }
+        if std::mem::take(&mut first) {
+            answers_as_fperf(&chan, server, timeout)?;
         }
         let msg = chan.recv_message(timeout)?;
         match session.on_message(msg) {

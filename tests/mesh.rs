@@ -250,8 +250,9 @@ fn a_host_that_is_down_or_refuses_is_marked_and_the_rest_completes() {
     assert!(pair_error(&doc, &down, ha).contains("cannot connect"));
     assert!(pair_error(&doc, ha, &down).contains("cannot connect"));
     // Not an fperf server, as the coordinator's target and as the tested peer.
-    assert!(pair_error(&doc, &impostor_addr, ha).contains("control"));
-    assert!(pair_error(&doc, hb, &impostor_addr).contains("control"));
+    let not_fperf = "does not speak fperf's protocol";
+    assert!(pair_error(&doc, &impostor_addr, ha).contains(not_fperf));
+    assert!(pair_error(&doc, hb, &impostor_addr).contains(not_fperf));
     // A wrong key: the coordinator's to the server, and one server's to another.
     assert!(pair_error(&doc, &hosts[5], ha).contains("authentication"));
     assert!(pair_error(&doc, ha, &hosts[5]).contains("authentication"));
