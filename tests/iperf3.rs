@@ -433,6 +433,23 @@ fn an_iperf3_clients_skip_rx_copy_is_served() {
     assert!(report.contains(" rx_copy=skipped "), "{report}");
 }
 
+/// Runs `fperf -c` without `--iperf3` against the iperf3 server on `port`: it stops at
+/// once, saying what to add.
+fn told_to_add_iperf3(port: u16) {
+    let t0 = Instant::now();
+    let out = run(
+        &["-c", "127.0.0.1", "-p", &port.to_string(), "-m", "1"],
+        Duration::from_secs(20),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("is an iperf3 server (its answer says so): add --iperf3"),
+        "{err}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
 #[test]
 fn each_tool_on_the_others_port_is_told_what_to_run() {
     // A server that answers as iperf3's does: one state byte (PARAM_EXCHANGE) after
@@ -448,18 +465,7 @@ fn each_tool_on_the_others_port_is_told_what_to_run() {
             .expect("timeout");
         let _ = sock.read_to_end(&mut Vec::new());
     });
-    let t0 = Instant::now();
-    let out = run(
-        &["-c", "127.0.0.1", "-p", &port.to_string(), "-m", "1"],
-        Duration::from_secs(20),
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("is an iperf3 server (its answer says so): add --iperf3"),
-        "{err}"
-    );
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    told_to_add_iperf3(port);
     fake.join().expect("fake server");
     // An iperf3 client's cookie on fperf's own port: the server says where they go.
     let both = start(&[]);
@@ -481,20 +487,7 @@ fn each_tool_on_the_others_port_is_told_what_to_run() {
 #[ignore = "needs iperf3"]
 fn fperf_and_iperf3_on_each_others_port_say_so() {
     let iperf3_server = Iperf3Server::start();
-    let out = run(
-        &[
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &iperf3_server.port.to_string(),
-            "-m",
-            "1",
-        ],
-        Duration::from_secs(20),
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("is an iperf3 server"), "{err}");
+    told_to_add_iperf3(iperf3_server.port);
     drop(iperf3_server);
     let server = Server::start(&[]);
     let (ran, _) = iperf3(server.port, &["-t", "1"]);
