@@ -1473,17 +1473,14 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
                 ));
             }
         }
-        let bytes = value(i, "-n")
-            .filter(|v| v.ends_with(|c: char| c.is_alphabetic()))
-            .map(|size| {
-                let what = "-n is the number of sockets in each stream; iperf3's -n (bytes to \
-                            send) is";
-                (what, size)
-            })
-            .or_else(|| {
-                let what = "--bytes is iperf3's (bytes to send); fperf's is";
-                value(i, "--bytes").map(|size| (what, size))
-            });
+        let bytes = match value(i, "-n").filter(|v| v.ends_with(|c: char| c.is_alphabetic())) {
+            Some(size) => Some((
+                "-n is the number of sockets in each stream; iperf3's -n (bytes to send) is",
+                size,
+            )),
+            None => value(i, "--bytes")
+                .map(|size| ("--bytes is iperf3's (bytes to send); fperf's is", size)),
+        };
         if let Some((what, size)) = bytes {
             let per_stream = match fperf::units::parse_bytes(&size) {
                 Some(bytes) if bytes >= 1 << 20 && bytes % (1 << 20) == 0 => {
@@ -1503,14 +1500,12 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
         }
         let ka_values =
             |v: &&String| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '/');
-        if let Some(values) = args
-            .get(i + 1)
-            .filter(ka_values)
-            .filter(|_| arg == "--cntl-ka")
-        {
-            return Some(format!(
-                "--cntl-ka takes its values after '=': --cntl-ka={values}"
-            ));
+        if arg == "--cntl-ka" {
+            if let Some(values) = args.get(i + 1).filter(ka_values) {
+                return Some(format!(
+                    "--cntl-ka takes its values after '=': --cntl-ka={values}"
+                ));
+            }
         }
         if arg == "--udp-counters-64bit" {
             return Some(
