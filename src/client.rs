@@ -490,7 +490,7 @@ struct Inbox {
     /// When the run started, which the server's intervals keep pace with.
     started: Instant,
     server_intervals: Vec<IntervalResult>,
-    /// With `--bidir`, when the server said it had read the client's data.
+    /// When the server said it had read the client's data.
     client_data_received: Option<Instant>,
     /// What ended the run (normally the server's figures) and when it arrived.
     last_word: Option<(Instant, Result<Box<SideResult>, SessionError>)>,

@@ -569,8 +569,10 @@ fn run_session(
     let max_mb = settings.time_ms.and(config.limits.max_mb);
     let mut watchdog = Watchdog::new(&watch, idle, config.limits.max_time, max_mb);
     let mut stopped = None;
-    // With --bidir: the streams carrying the client's data that have not ended yet.
-    let mut client_data_open = settings.first_server_stream();
+    // The streams carrying the client's data that have not ended yet. When the last
+    // ends, the client hears so at once: its sending time ends there, not after this
+    // end has gathered (and printed) its figures.
+    let mut client_data_open = Some(settings.client_data_streams()).filter(|&n| n > 0);
     loop {
         match meter_rx.recv_timeout(Duration::from_millis(20)) {
             Ok(msg) => {
@@ -578,7 +580,8 @@ fn run_session(
                     if !Role::Server.sends_on(&settings, *stream) {
                         client_data_open = open.checked_sub(1).filter(|&left| left > 0);
                         if client_data_open.is_none() {
-                            // The client's sending time ends here; its own streams go on.
+                            // The client's sending time ends here (with --bidir, this
+                            // end's streams go on).
                             control.session.client_data_received();
                             let _ = control.flush();
                         }

@@ -271,8 +271,11 @@ fn send_bytes(s: &mut TcpStream, n: u64) {
     s.shutdown(Shutdown::Write).unwrap();
 }
 
-/// The server's `Results`: bytes received per stream.
+/// The server's `Results`: bytes received per stream. The server first confirms that it
+/// read the client's data, which ends the client's sending time.
 fn results(control: &mut TcpStream) -> Vec<u64> {
+    let first = control::read_frame(control).expect("confirmation");
+    assert_eq!(first, Message::ClientDataReceived, "before its results");
     match control::read_frame(control).expect("results") {
         Message::Results { result } => result
             .streams

@@ -41,8 +41,9 @@ use thiserror::Error;
 /// and figures `network_latency` and `app_latency`; `flows` may be UDP sockets; RDMA's
 /// ibverbs, cm and ofi may echo or send sized replies (a new data message kind). 12:
 /// the settings carry `sched`. 13: TCP settings carry `mss`, UDP settings
-/// `dont_fragment`. 14: TCP settings carry `fq_rate` and `flowlabel`.
-pub const PROTOCOL_VERSION: u32 = 14;
+/// `dont_fragment`. 14: TCP settings carry `fq_rate` and `flowlabel`. 15: the server
+/// sends `ClientDataReceived` in every run where the client sends, not only `--bidir`.
+pub const PROTOCOL_VERSION: u32 = 15;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.
@@ -83,9 +84,9 @@ pub enum Message {
     UdpSockets { addrs: Vec<SocketAddr> },
     /// On a UDP stream's control connection: the sender sent everything it will send.
     UdpFinished { datagrams: u64, bytes: u64 },
-    /// Server → client, with `--bidir`: every stream carrying the client's data has read
-    /// its last byte (the end of the client's sending time; the server's own streams may
-    /// still be sending).
+    /// Server → client: every stream carrying the client's data has read its last byte
+    /// (the end of the client's sending time; with `--bidir` the server's own streams
+    /// may still be sending).
     ClientDataReceived,
     /// Server → client, during a run with `-i`: the server's figures of one interval.
     Interval { result: Box<IntervalResult> },

@@ -12,8 +12,8 @@
 //! The exchange: the client sends `Hello`; a server with a key answers `AuthChallenge`,
 //! the client `AuthResponse`, the server `AuthConfirm` (see [`crate::auth`]); the server
 //! sends `Welcome` with the session id, the client its `Settings`, the server `Ready`
-//! once its data streams listen. During the run the server sends `Interval`s and, with
-//! `--bidir`, `ClientDataReceived`; then `Results`. Either end may send `Error` instead
+//! once its data streams listen. During the run the server sends `Interval`s and, once
+//! it has read the client's data, `ClientDataReceived`; then `Results`. Either end may send `Error` instead
 //! of its next message. A message out of turn, a second copy of one, an unknown one or
 //! one from the wrong end fails the session with an error naming what was expected.
 
@@ -392,7 +392,7 @@ impl ServerSession {
         }
     }
 
-    /// With `--bidir`: every stream carrying the client's data has read its last byte.
+    /// Every stream carrying the client's data has read its last byte.
     pub fn client_data_received(&mut self) {
         if matches!(self.state, ServerState::Running) {
             self.outbox.push(Message::ClientDataReceived);
@@ -444,7 +444,7 @@ pub enum ClientStep {
     Connect { session: u64 },
     /// One interval of the server's figures.
     ServerInterval(Box<IntervalResult>),
-    /// With `--bidir`: the server has read the client's last byte.
+    /// The server has read the client's last byte.
     ClientDataReceived,
     /// The server's figures: the session is over.
     Results(Box<SideResult>),
@@ -646,7 +646,7 @@ impl ClientSession {
                 Ok(ClientStep::ServerInterval(result))
             }
             (ClientState::Running, Message::ClientDataReceived)
-                if self.settings.first_server_stream().is_some() =>
+                if self.settings.client_data_streams() > 0 =>
             {
                 Ok(ClientStep::ClientDataReceived)
             }
@@ -1212,13 +1212,26 @@ mod tests {
     }
 
     #[test]
-    fn a_client_data_mark_outside_bidir_is_refused() {
+    fn a_client_data_mark_is_taken_where_the_client_sends_and_refused_in_reverse() {
         let mut client = ClientSession::new(Settings::default(), None);
+        let mut server = ServerSession::new(Limits::default(), None);
+        open(&mut client, &mut server);
+        assert_eq!(
+            client
+                .on_message(Message::ClientDataReceived)
+                .expect("sent"),
+            ClientStep::ClientDataReceived
+        );
+        let reverse = Settings {
+            workload: Workload::Reverse,
+            ..Settings::default()
+        };
+        let mut client = ClientSession::new(reverse, None);
         let mut server = ServerSession::new(Limits::default(), None);
         open(&mut client, &mut server);
         let e = client
             .on_message(Message::ClientDataReceived)
-            .expect_err("not bidir");
+            .expect_err("reverse");
         assert!(e.to_string().contains("client_data_received"), "{e}");
     }
 

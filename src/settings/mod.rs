@@ -434,6 +434,14 @@ impl Settings {
         self.workload.behaviour().first_server_stream(self.nstreams)
     }
 
+    /// How many streams carry the client's data: all but with `--reverse` (none) and
+    /// `--bidir` (the first half).
+    pub fn client_data_streams(&self) -> u32 {
+        (0..self.nstreams)
+            .filter(|&i| !self.server_sends_on(i))
+            .count() as u32
+    }
+
     /// Whether the server sends on stream `stream`: with `--reverse` on all, with
     /// `--bidir` on the second half.
     pub fn server_sends_on(&self, stream: u32) -> bool {
