@@ -4,7 +4,8 @@
 //! `rconnect`) that make them.
 //!
 //! rsockets take no `SO_RCVTIMEO`/`SO_SNDTIMEO`, so the STREAM keeps them non-blocking
-//! and waits in `rpoll()` after `EAGAIN` (see [`super::tcp`]).
+//! and waits in `rpoll()` after `EAGAIN` (see [`super::tcp`]), polling without sleeping
+//! for up to `SPIN` first.
 
 use super::socket_calls::{std_to_sockaddr, DataSocket, SocketCalls};
 use std::io;
@@ -13,6 +14,13 @@ use std::sync::OnceLock;
 
 /// The library the calls come from.
 pub const LIBRARY: &str = "librdmacm.so.1";
+
+/// How long a wait on rsockets polls before it may sleep. `rpoll()` spins only 10 µs
+/// before it sleeps on the device's completion channel, and a round trip that waits
+/// there can wake several times slower than one that polls; perftest and rsockets'
+/// own `rstream` never stop polling, and fperf's verbs and libfabric paths spin before
+/// they nap.
+const SPIN: std::time::Duration = std::time::Duration::from_millis(20);
 
 type SocketFn = unsafe extern "C" fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int;
 type BindFn =
@@ -63,6 +71,7 @@ fn load() -> io::Result<Rsockets> {
         let calls = SocketCalls {
             name: "rsocket",
             kernel: false,
+            spin: SPIN,
             recv: symbol(&lib, "rrecv")?,
             send: symbol(&lib, "rsend")?,
             poll: symbol(&lib, "rpoll")?,

@@ -11,7 +11,7 @@ use std::io;
 use std::mem::size_of;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, RawFd};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 type RecvFn =
     unsafe extern "C" fn(libc::c_int, *mut libc::c_void, libc::size_t, libc::c_int) -> isize;
@@ -45,6 +45,8 @@ pub struct SocketCalls {
     /// Kernel sockets: `SO_RCVTIMEO`/`SO_SNDTIMEO`, `TCP_INFO`, `TCP_QUICKACK`,
     /// zero-copy and busy polling apply. rsockets support none of these.
     pub kernel: bool,
+    /// How long a wait polls without sleeping before it may sleep (zero: at once).
+    pub spin: Duration,
     pub recv: RecvFn,
     pub send: SendFn,
     pub poll: PollFn,
@@ -57,10 +59,14 @@ pub struct SocketCalls {
     pub getpeername: SockNameFn,
 }
 
+/// Polls a spinning wait makes before it yields between polls.
+const SPIN_POLLS: u32 = 200;
+
 /// The kernel's socket calls.
 pub static LIBC: SocketCalls = SocketCalls {
     name: "TCP",
     kernel: true,
+    spin: Duration::ZERO,
     recv: libc::recv,
     send: libc::send,
     poll: libc::poll,
@@ -116,10 +122,40 @@ impl DataSocket {
         check(unsafe { (self.calls.send)(self.fd, buf.as_ptr().cast(), buf.len(), flags) })
     }
 
-    /// `poll()` over `fds` (sockets of this one's kind) for up to `ms`; returns the
-    /// number of ready entries. EINTR counts as none ready.
+    /// `poll()` over `fds` (sockets of this one's kind) for up to `ms` (negative: with
+    /// no limit); returns the number of ready entries. EINTR counts as none ready. With
+    /// the table's `spin`, it first polls without sleeping for up to that long.
     pub fn poll(&self, fds: &mut [libc::pollfd], ms: i32) -> io::Result<usize> {
-        poll_with(self.calls, fds, ms)
+        let spin = self.calls.spin;
+        if spin.is_zero() || ms == 0 {
+            return poll_with(self.calls, fds, ms);
+        }
+        let limit = u64::try_from(ms).map_or(spin, |ms| spin.min(Duration::from_millis(ms)));
+        let start = Instant::now();
+        let mut polls = 0u32;
+        loop {
+            let ready = poll_with(self.calls, fds, 0)?;
+            if ready > 0 {
+                return Ok(ready);
+            }
+            if start.elapsed() >= limit {
+                let left = match ms {
+                    ..=-1 => ms,
+                    _ => {
+                        let spent = i32::try_from(start.elapsed().as_millis()).unwrap_or(ms);
+                        ms.saturating_sub(spent).max(0)
+                    }
+                };
+                return poll_with(self.calls, fds, left);
+            }
+            // Spin a little, then let whatever else waits for this CPU run.
+            polls += 1;
+            if polls < SPIN_POLLS {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// Waits until this socket is ready for `events` or `ms` pass; returns whether it
@@ -365,6 +401,100 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
         c.set_nodelay(true).expect("nodelay");
         assert!(!s.poll_one(libc::POLLIN, 0).expect("poll"));
+    }
+
+    mod spinning {
+        use super::*;
+        use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+        use std::sync::Mutex;
+
+        /// Calls of [`fake_poll`] so far, which one is ready (0: none), and the time-out
+        /// the last one was given.
+        static POLLS: AtomicU32 = AtomicU32::new(0);
+        static READY_AT: AtomicU32 = AtomicU32::new(0);
+        static LAST_MS: AtomicI32 = AtomicI32::new(0);
+        /// The cases share the counters above: one at a time.
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+        unsafe extern "C" fn fake_poll(
+            fds: *mut libc::pollfd,
+            _: libc::nfds_t,
+            ms: libc::c_int,
+        ) -> libc::c_int {
+            let n = POLLS.fetch_add(1, Ordering::SeqCst) + 1;
+            LAST_MS.store(ms, Ordering::SeqCst);
+            if n == READY_AT.load(Ordering::SeqCst) {
+                // SAFETY: `DataSocket::poll` passes its one-entry slice.
+                unsafe { (*fds).revents = libc::POLLIN };
+                1
+            } else {
+                0
+            }
+        }
+
+        unsafe extern "C" fn no_close(_: libc::c_int) -> libc::c_int {
+            0
+        }
+
+        /// Kernel calls but a counting `poll` (which touches no descriptor) and a
+        /// `close` that closes nothing, with a spin of 30 ms.
+        static SPINNING: SocketCalls = SocketCalls {
+            name: "spinning",
+            kernel: false,
+            spin: Duration::from_millis(30),
+            recv: libc::recv,
+            send: libc::send,
+            poll: fake_poll,
+            setsockopt: libc::setsockopt,
+            getsockopt: libc::getsockopt,
+            shutdown: libc::shutdown,
+            close: no_close,
+            fcntl: libc::fcntl,
+            getsockname: libc::getsockname,
+            getpeername: libc::getpeername,
+        };
+
+        /// Polls for `ms` with the `ready_at`th call ready; returns what the poll returned,
+        /// the calls made, the last call's time-out and the time taken.
+        fn poll(ms: i32, ready_at: u32) -> (usize, u32, i32, Duration) {
+            POLLS.store(0, Ordering::SeqCst);
+            READY_AT.store(ready_at, Ordering::SeqCst);
+            LAST_MS.store(0, Ordering::SeqCst);
+            // SAFETY: the table's calls never use the descriptor.
+            let sock = unsafe { DataSocket::from_raw(-1, &SPINNING) };
+            let mut fds = [libc::pollfd {
+                fd: -1,
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            let start = Instant::now();
+            let ready = sock.poll(&mut fds, ms).expect("poll");
+            let took = start.elapsed();
+            (
+                ready,
+                POLLS.load(Ordering::SeqCst),
+                LAST_MS.load(Ordering::SeqCst),
+                took,
+            )
+        }
+
+        #[test]
+        fn a_spinning_table_polls_without_sleeping_first_then_sleeps_for_what_is_left() {
+            let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+            // Ready while spinning: every call was one that does not sleep.
+            let (ready, calls, last, _) = poll(1000, 5);
+            assert_eq!((ready, calls, last), (1, 5, 0));
+            // Never ready: it spins 30 ms, then one call may sleep for the rest of 100 ms.
+            let (ready, calls, last, took) = poll(100, 0);
+            assert_eq!(ready, 0);
+            assert!(calls > 2, "{calls} polls");
+            assert!(took >= Duration::from_millis(30), "{took:?}");
+            assert!((1..=70).contains(&last), "then slept up to {last} ms");
+            // With no limit, the last call has none either.
+            assert_eq!(poll(-1, 0).2, -1);
+            // With nothing to wait for, one call and no spin.
+            assert_eq!(poll(0, 0).1, 1);
+        }
     }
 
     #[test]
