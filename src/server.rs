@@ -571,7 +571,7 @@ fn run_session(
     let mut stopped = None;
     // The streams carrying the client's data that have not ended yet. When the last
     // ends, the client hears so at once: its sending time ends there, not after this
-    // end has gathered (and printed) its figures.
+    // end has joined its threads and gathered its figures.
     let mut client_data_open = Some(settings.client_data_streams()).filter(|&n| n > 0);
     loop {
         match meter_rx.recv_timeout(Duration::from_millis(20)) {

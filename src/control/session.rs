@@ -13,9 +13,10 @@
 //! the client `AuthResponse`, the server `AuthConfirm` (see [`crate::auth`]); the server
 //! sends `Welcome` with the session id, the client its `Settings`, the server `Ready`
 //! once its data streams listen. During the run the server sends `Interval`s and, once
-//! it has read the client's data, `ClientDataReceived`; then `Results`. Either end may send `Error` instead
-//! of its next message. A message out of turn, a second copy of one, an unknown one or
-//! one from the wrong end fails the session with an error naming what was expected.
+//! it has read the client's data, `ClientDataReceived`; then `Results`. Either end may
+//! send `Error` instead of its next message. A message out of turn, a second copy of
+//! one, an unknown one or one from the wrong end fails the session with an error naming
+//! what was expected.
 
 use super::{check_version, printable, ControlError, Message, PROTOCOL_VERSION};
 use crate::auth::{self, AuthError, AuthKey, Exchange, NONCE_LEN};
