@@ -276,7 +276,7 @@ pub fn run_observed(
             let left = give_up.saturating_duration_since(Instant::now());
             match ctrl_rx.recv_timeout(left) {
                 Ok((_, Err(ControlError::Peer(msg)))) => break Some(msg),
-                Ok((_, Ok(Message::Interval { .. }))) => continue,
+                Ok((_, Ok(Message::Interval { .. } | Message::ClientDataReceived))) => continue,
                 _ => break None,
             }
         });

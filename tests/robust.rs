@@ -545,6 +545,29 @@ fn a_data_connection_after_the_streams_are_connected_is_refused_at_once() {
 }
 
 #[test]
+fn a_server_that_stops_a_test_says_why_and_never_that_it_has_the_data() {
+    // Stopped at its --max-mb, the server has not read all the client sends: its
+    // confirmation that it has the client's data must not come, only the reason.
+    let server = Server::start(&["--max-mb", "2"]);
+    let port = server.port;
+    let timed = Settings {
+        time_ms: Some(10_000),
+        ..settings(1, 1)
+    };
+    let (control, _, session) = open_session(port, &timed, None);
+    let mut data = data_conn(port, session, 0);
+    let buf = vec![0x5au8; 65536];
+    let mut sent = 0u64;
+    while sent < 256 * MB && data.write_all(&buf).is_ok() {
+        sent += buf.len() as u64;
+    }
+    assert!(sent < 256 * MB, "the server took {sent} bytes");
+    let said = replies(control);
+    assert!(is_error(&said, "--max-mb"), "{said:?}");
+    assert!(!said.contains(&Message::ClientDataReceived), "{said:?}");
+}
+
+#[test]
 fn junk_and_strangers_on_the_data_ports_do_not_disturb_a_test() {
     let server = Server::start(&[]);
     let port = server.port;
