@@ -501,7 +501,9 @@ fn a_server_whose_output_is_not_read_keeps_its_backlog_bounded_and_counts_the_re
             .filter(|l| l.starts_with(r#"{"event":"interval","side":"server""#))
             .count();
     }
-    assert!(sent_intervals > 1500, "{sent_intervals}");
+    // 1600 at full pace; on a two-core host running this file's other tests beside
+    // these four, the server has sent as few as 1386.
+    assert!(sent_intervals > 1200, "{sent_intervals}");
 
     let printed = collect(unread);
     let left_out_line = Regex::new(r"fperf: (\d+) interval reports were left out").unwrap();
