@@ -573,14 +573,14 @@ fn run_session(
     // ends, the client hears so at once: its sending time ends there, not after this
     // end has joined its threads and gathered its figures. Streams a stopped test ended
     // did not read all of it: the client then hears why instead.
-    let mut client_data_open = Some(settings.client_data_streams()).filter(|&n| n > 0);
+    let mut client_data_open = settings.client_data_streams();
     loop {
         match meter_rx.recv_timeout(Duration::from_millis(20)) {
             Ok(msg) => {
-                if let (MeterMsg::Done(stream), Some(open)) = (&msg, client_data_open) {
-                    if !Role::Server.sends_on(&settings, *stream) {
-                        client_data_open = open.checked_sub(1).filter(|&left| left > 0);
-                        if client_data_open.is_none() && !abort.load(Ordering::Relaxed) {
+                if let MeterMsg::Done(stream) = &msg {
+                    if client_data_open > 0 && !Role::Server.sends_on(&settings, *stream) {
+                        client_data_open -= 1;
+                        if client_data_open == 0 && !abort.load(Ordering::Relaxed) {
                             // The client's sending time ends here (with --bidir, this
                             // end's streams go on).
                             control.session.client_data_received();

@@ -138,13 +138,13 @@ impl DataSocket {
             if ready > 0 {
                 return Ok(ready);
             }
-            if start.elapsed() >= limit {
-                let left = match ms {
-                    ..=-1 => ms,
-                    _ => {
-                        let spent = i32::try_from(start.elapsed().as_millis()).unwrap_or(ms);
-                        ms.saturating_sub(spent).max(0)
-                    }
+            let spent = start.elapsed();
+            if spent >= limit {
+                let left = if ms < 0 {
+                    ms
+                } else {
+                    let spent = i32::try_from(spent.as_millis()).unwrap_or(ms);
+                    ms.saturating_sub(spent).max(0)
                 };
                 return poll_with(self.calls, fds, left);
             }
