@@ -962,8 +962,10 @@ struct RdmaArgs {
     ofi_provider: Option<String>,
 
     /// Move the data with RDMA WRITEs into the receiver's buffer ring (with
-    /// immediate data) instead of SEND/RECV. Replies (--echo, --response-size) are
-    /// written too with --rdma-api ibverbs or cm, and sent with --rdma-api ofi.
+    /// immediate data) instead of SEND/RECV. In round trips (-r, --echo,
+    /// --response-size) with --rdma-api ibverbs or cm, requests and answers are
+    /// written without immediate data and found by polling memory, as ib_write_lat
+    /// does; with --rdma-api ofi the answers are sent.
     #[arg(hide_short_help = true, long, requires = "rdma")]
     rdma_write: bool,
 }

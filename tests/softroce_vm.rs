@@ -115,6 +115,15 @@ fn cases() -> Vec<Case> {
                 replies: None,
                 header: header("write", true),
             });
+            // Requests written, each ACK written back: ibverbs and cm find both by
+            // polling ring memory, ofi by completions.
+            all.push(Case {
+                name: format!("{api}-mprtt-write"),
+                args: with(&["-r", "--rdma-write", "-m", "1", "-l", "1024"]),
+                bytes: MB,
+                replies: Some(1024),
+                header: header("write", false),
+            });
             // Echoes written back (ibverbs, cm) or sent (ofi) into the client's ring.
             all.push(Case {
                 name: format!("{api}-echo-write"),

@@ -9,7 +9,7 @@
 //! them alone.
 
 use bytes::Bytes;
-use std::ops::Deref;
+use std::ops::{Deref, Range};
 
 /// Bytes of send (and of receive) slots per endpoint, at most.
 const RING_BYTES: usize = 16 << 20;
@@ -172,24 +172,26 @@ impl SendSlots {
         }
     }
 
-    /// Readies send slot `to` of `region` (laid out as `layout`) with `answer`'s reply
-    /// to the request of `len` bytes in receive slot `from`: for an echo the request's
-    /// bytes, else what the slot holds. Returns the reply's length.
+    /// Readies send slot `to`, whose reply goes at byte `at` of `region`, with
+    /// `answer`'s reply to the request at `request` in `region`: for an echo the
+    /// request's bytes, for an ACK its one byte, else what the slot holds. Returns the
+    /// reply's length.
     pub fn stage_reply(
         &mut self,
         region: &mut [u8],
-        layout: &RingLayout,
         answer: Answer,
-        from: usize,
-        len: usize,
+        request: Range<usize>,
         to: usize,
+        at: usize,
     ) -> usize {
-        if answer == Answer::Echo {
-            let src = layout.offset(Slot::Recv(from));
-            region.copy_within(src..src + len, layout.offset(Slot::Send(to)));
-            if let Some(held) = self.held.get_mut(to) {
-                *held = None;
-            }
+        let len = request.len();
+        match answer {
+            Answer::Echo => region.copy_within(request, at),
+            Answer::Ack => region[at] = 1,
+            Answer::Sized(_) => return answer.reply_len(len),
+        }
+        if let Some(held) = self.held.get_mut(to) {
+            *held = None;
         }
         answer.reply_len(len)
     }
@@ -311,6 +313,44 @@ impl Imm {
             kind,
             credits: raw & IMM_CREDIT_MASK,
         })
+    }
+}
+
+/// Bytes of a [`Trailer`].
+pub const TRAILER_BYTES: usize = 12;
+
+/// What follows each message of a verbs MPRTT run over RDMA WRITE, which is written
+/// without immediate data, so the receiver gets no completion for it: the message ends
+/// at the end of its ring slot, followed by this trailer, and the receiver finds it by
+/// polling the slot's last bytes for the next sequence number, as `ib_write_lat` polls
+/// its buffer. Devices place a message's bytes in order (what `ib_write_lat` relies
+/// on too), so the sequence number, written last, lands last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trailer {
+    /// Bytes of the message before the trailer.
+    pub len: u32,
+    /// What the message is and the credits it returns, as immediate data says.
+    pub imm: u32,
+    /// The writer's count of such messages on this queue pair, this one included.
+    pub seq: u32,
+}
+
+impl Trailer {
+    pub fn encode(self) -> [u8; TRAILER_BYTES] {
+        let mut b = [0u8; TRAILER_BYTES];
+        b[..4].copy_from_slice(&self.len.to_le_bytes());
+        b[4..8].copy_from_slice(&self.imm.to_le_bytes());
+        b[8..].copy_from_slice(&self.seq.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: [u8; TRAILER_BYTES]) -> Trailer {
+        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        Trailer {
+            len: word(0),
+            imm: word(4),
+            seq: word(8),
+        }
     }
 }
 
@@ -520,21 +560,39 @@ mod tests {
         slots.fill(0, &mut region[send0..send0 + 8], &shared);
         let recv1 = layout.offset(Slot::Recv(1));
         region[recv1..recv1 + 8].copy_from_slice(b"XYZ12345");
-        let n = slots.stage_reply(&mut region, &layout, Answer::Echo, 1, 3, 0);
+        let request = recv1..recv1 + 3;
+        let n = slots.stage_reply(&mut region, Answer::Echo, request.clone(), 0, send0);
         assert_eq!((n, &region[send0..send0 + 8]), (3, &b"XYZdefgh"[..]));
         slots.fill(0, &mut region[send0..send0 + 8], &shared);
         assert_eq!(&region[send0..send0 + 8], b"abcdefgh");
-        // Other answers leave the slot as it is.
-        assert_eq!(
-            slots.stage_reply(&mut region, &layout, Answer::Ack, 1, 3, 0),
-            1
-        );
-        let sized = slots.stage_reply(&mut region, &layout, Answer::Sized(6), 1, 3, 0);
+        // A sized reply leaves the slot as it is.
+        let sized = slots.stage_reply(&mut region, Answer::Sized(6), request.clone(), 0, send0);
         assert_eq!((sized, &region[send0..send0 + 8]), (6, &b"abcdefgh"[..]));
         // ... and it still holds the shared bytes, so they are not copied in again.
         region[send0] = b'Q';
         slots.fill(0, &mut region[send0..send0 + 8], &shared);
         assert_eq!(&region[send0..send0 + 8], b"Qbcdefgh");
+        // An ACK is its one byte, here at the slot's end; the slot is filled again after.
+        let ack = slots.stage_reply(&mut region, Answer::Ack, request, 0, send0 + 7);
+        assert_eq!((ack, &region[send0..send0 + 8]), (1, &b"Qbcdefg\x01"[..]));
+        slots.fill(0, &mut region[send0..send0 + 8], &shared);
+        assert_eq!(&region[send0..send0 + 8], b"abcdefgh");
+    }
+
+    #[test]
+    fn a_trailer_reads_back_as_written() {
+        let t = Trailer {
+            len: 64,
+            imm: Imm {
+                kind: ImmKind::Reply,
+                credits: 3,
+            }
+            .encode(),
+            seq: u32::MAX,
+        };
+        let raw = t.encode();
+        assert_eq!(&raw[8..], &[0xff; 4], "the sequence number comes last");
+        assert_eq!(Trailer::decode(raw), t);
     }
 
     #[test]

@@ -31,7 +31,10 @@
 //! immediate data into the requester's next ring slot), from a send slot, against a
 //! credit like any message. Slots hold the larger of a packet and a reply, so a reply
 //! is one message. The requester checks the reply's length (and an echo's bytes) and
-//! re-posts its receive only then; its latency runs until the reply arrived.
+//! re-posts its receive only then; its latency runs until the reply arrived. With
+//! `--rdma-write`, requests, ACKs and replies are RDMA WRITEs without immediate data
+//! that end with a [`Trailer`] at the end of their ring slot, and each end finds them
+//! by polling that memory, as `ib_write_lat` does, rather than by a completion.
 //!
 //! End of stream: a FIN (a SEND whose 8-byte payload counts the data messages sent).
 //! RC delivers in order, so every data message arrived before the FIN; the count is
@@ -44,6 +47,7 @@
 use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
 use super::ring::CONTROL_SLOTS;
 use super::ring::{Answer, Credits, Imm, ImmKind, Packet, RemoteRing, RingLayout, SendSlots, Slot};
+use super::ring::{Trailer, TRAILER_BYTES};
 use super::ring::{CONTROL_SLOT_BYTES, CREDIT_RING_MIN, RING_SLOTS_MAX};
 use super::{Deadline, StreamOptions};
 use crate::stats::StreamStats;
@@ -65,7 +69,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv6Addr, TcpStream};
 use std::ptr;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use thiserror::Error;
@@ -304,11 +308,21 @@ fn answer_for(opts: &StreamOptions) -> Option<Answer> {
     Answer::new(opts.mprtt, opts.echo, opts.response_size)
 }
 
-/// The rings of a QP for `opts`: slots of a packet (or of a larger reply), but never
-/// smaller than a FIN's payload (a FIN lands in a receive slot like any SEND), and at
-/// least [`CREDIT_RING_MIN`] of them.
-fn layout_for(opts: &StreamOptions) -> RingLayout {
-    let slot_bytes = Answer::slot_bytes(answer_for(opts), opts.pktsize);
+/// Whether the messages of a STREAM with `opts` are RDMA WRITEs found by polling
+/// memory (see [`Trailer`]): MPRTT runs over RDMA WRITE.
+fn polled_for(opts: &StreamOptions, write: bool) -> bool {
+    write && answer_for(opts).is_some()
+}
+
+/// The rings of a QP for `opts` (over RDMA WRITE with `write`): slots of a packet (or
+/// of a larger reply) and, for polled messages, its trailer, but never smaller than a
+/// FIN's payload (a FIN lands in a receive slot like any SEND), and at least
+/// [`CREDIT_RING_MIN`] of them.
+fn layout_for(opts: &StreamOptions, write: bool) -> RingLayout {
+    let mut slot_bytes = Answer::slot_bytes(answer_for(opts), opts.pktsize);
+    if polled_for(opts, write) {
+        slot_bytes += TRAILER_BYTES;
+    }
     let mut layout = RingLayout::new(slot_bytes.max(FIN_BYTES));
     // Credits need a few receives to flow (see `Credits`); huge packets get them too.
     layout.send = layout.send.max(CREDIT_RING_MIN);
@@ -319,11 +333,12 @@ fn layout_for(opts: &StreamOptions) -> RingLayout {
 /// A received message not yet consumed.
 #[derive(Clone, Copy, Debug)]
 struct Ready {
-    /// Receive slot holding the data.
-    slot: usize,
+    /// Where its bytes start in the region.
+    off: usize,
     len: usize,
-    /// The receive request to post again once the data is consumed.
-    wqe: usize,
+    /// The receive request to post again once the data is consumed (none for a polled
+    /// message, which took no receive).
+    wqe: Option<usize>,
 }
 
 /// A completion copied out of the CQ (the poller borrows the CQ while it runs).
@@ -375,14 +390,14 @@ pub trait QpOps: Send {
     /// Posts a receive into `buf` (part of the registered region).
     fn post_recv(&mut self, wr_id: u64, buf: &mut [u8]) -> Result<(), VerbsError>;
     /// Posts `data` (part of the registered region) as a SEND, or an RDMA WRITE to
-    /// `write_to` (rkey, address), with immediate data `imm` (wire order); `inline`
-    /// copies it into the work request.
+    /// `write_to` (rkey, address), with immediate data `imm` (wire order) if any;
+    /// `inline` copies it into the work request.
     fn post_send(
         &mut self,
         wr_id: u64,
         data: &[u8],
         inline: bool,
-        imm: u32,
+        imm: Option<u32>,
         write_to: Option<(u32, u64)>,
     ) -> Result<(), VerbsError>;
     /// Appends the completions there are to `out`, without waiting. `region` is the
@@ -456,7 +471,7 @@ impl QpOps for SidewayQp {
         wr_id: u64,
         data: &[u8],
         inline: bool,
-        imm: u32,
+        imm: Option<u32>,
         write_to: Option<(u32, u64)>,
     ) -> Result<(), VerbsError> {
         let mut sge = ibv_sge {
@@ -469,21 +484,23 @@ impl QpOps for SidewayQp {
         wr.wr_id = wr_id;
         wr.sg_list = &mut sge;
         wr.num_sge = 1;
-        wr.imm_data_invalidated_rkey_union.imm_data = imm;
+        wr.imm_data_invalidated_rkey_union.imm_data = imm.unwrap_or(0);
         wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
         if inline {
             // The provider copies inline data into the work request during the call.
             wr.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
-        match write_to {
-            Some((rkey, addr)) => {
-                wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
-                wr.wr.rdma = rdma_t {
-                    remote_addr: addr,
-                    rkey,
-                };
-            }
-            None => wr.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM,
+        wr.opcode = match (write_to, imm) {
+            (Some(_), Some(_)) => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+            (Some(_), None) => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+            (None, Some(_)) => ibv_wr_opcode::IBV_WR_SEND_WITH_IMM,
+            (None, None) => ibv_wr_opcode::IBV_WR_SEND,
+        };
+        if let Some((rkey, addr)) = write_to {
+            wr.wr.rdma = rdma_t {
+                remote_addr: addr,
+                rkey,
+            };
         }
         let mut bad = ptr::null_mut();
         // SAFETY: the QP lives as long as `self`; the provider reads the request during
@@ -556,6 +573,11 @@ pub struct QpEndpoint {
     /// MPRTT: what answers each data message.
     answer: Option<Answer>,
     write: bool,
+    /// Data, ACKs and replies are RDMA WRITEs found by polling memory (see [`Trailer`]).
+    polled: bool,
+    /// Polled messages written to the peer, and found in this end's ring.
+    polled_sent: u32,
+    polled_found: u32,
     abort: Arc<AtomicBool>,
     peer: String,
     remote: Option<RemoteRing>,
@@ -592,8 +614,8 @@ impl QpEndpoint {
         init: Option<QueuePairAttribute>,
         keep: Option<Box<dyn Send>>,
     ) -> Result<QpEndpoint, VerbsError> {
-        let layout = layout_for(opts);
-        let region = vec![0u8; QpEndpoint::region_bytes(opts)];
+        let layout = layout_for(opts, write);
+        let region = vec![0u8; QpEndpoint::region_bytes(opts, write)];
         let pd = device
             .ctx
             .alloc_pd()
@@ -694,9 +716,10 @@ impl QpEndpoint {
         Ok(())
     }
 
-    /// Bytes of the region a QP for `opts` registers: the rings, then the inbox.
-    pub fn region_bytes(opts: &StreamOptions) -> usize {
-        let layout = layout_for(opts);
+    /// Bytes of the region a QP for `opts` (over RDMA WRITE with `write`) registers:
+    /// the rings, then the inbox.
+    pub fn region_bytes(opts: &StreamOptions, write: bool) -> usize {
+        let layout = layout_for(opts, write);
         layout.region_bytes() + layout.recv * CONTROL_SLOT_BYTES
     }
 
@@ -710,8 +733,8 @@ impl QpEndpoint {
         write: bool,
         max_inline: u32,
     ) -> Result<QpEndpoint, VerbsError> {
-        let layout = layout_for(opts);
-        if region.len() != QpEndpoint::region_bytes(opts) {
+        let layout = layout_for(opts, write);
+        if region.len() != QpEndpoint::region_bytes(opts, write) {
             return Err(VerbsError::Device("the region has the wrong size".into()));
         }
         let mut psn_bytes = [0u8; 4];
@@ -726,6 +749,9 @@ impl QpEndpoint {
             psn: u32::from_ne_bytes(psn_bytes) & PSN_MASK,
             answer: answer_for(opts),
             write,
+            polled: polled_for(opts, write),
+            polled_sent: 0,
+            polled_found: 0,
             abort: opts.abort.clone(),
             peer: String::new(),
             remote: None,
@@ -881,7 +907,147 @@ impl QpEndpoint {
         let inline = len as u32 <= self.max_inline && len > 0;
         let data = &self.region[off..off + len];
         self.ops
-            .post_send(wr_id, data, inline, imm.encode().to_be(), write_to)
+            .post_send(wr_id, data, inline, Some(imm.encode().to_be()), write_to)
+    }
+
+    /// Most bytes of a message in a ring slot (a polled message's trailer takes the
+    /// rest).
+    fn message_room(&self) -> usize {
+        if self.polled {
+            self.layout.slot_bytes - TRAILER_BYTES
+        } else {
+            self.layout.slot_bytes
+        }
+    }
+
+    /// Where a message of `len` bytes (at most [`Self::message_room`]) lies in the
+    /// region in `slot`: at the slot's start, or for a polled message so that it ends
+    /// where the slot's trailer begins.
+    fn message_offset(&self, slot: Slot, len: usize) -> usize {
+        let off = self.layout.offset(slot);
+        if self.polled {
+            off + self.message_room().saturating_sub(len)
+        } else {
+            off
+        }
+    }
+
+    /// Posts the polled message of `len` bytes at [`Self::message_offset`] in send
+    /// slot `i`, and its trailer, as an RDMA WRITE without immediate data to the same
+    /// place in the peer's next ring slot (paid for by [`Credits`]).
+    fn post_polled(&mut self, i: usize, len: usize, imm: Imm) -> Result<(), VerbsError> {
+        let Some(remote) = self.remote.as_mut() else {
+            return Err(VerbsError::Device("no peer ring to write to".into()));
+        };
+        let (_, slot_addr) = remote.take_uncounted();
+        let rkey = remote.key() as u32;
+        self.polled_sent = self.polled_sent.wrapping_add(1);
+        let trailer = Trailer {
+            len: len as u32,
+            imm: imm.encode(),
+            seq: self.polled_sent,
+        };
+        let slot = self.layout.offset(Slot::Send(i));
+        let end = slot + self.layout.slot_bytes;
+        self.region[end - TRAILER_BYTES..end].copy_from_slice(&trailer.encode());
+        let start = self.message_offset(Slot::Send(i), len);
+        let to = slot_addr + (start - slot) as u64;
+        let inline = (end - start) as u32 <= self.max_inline;
+        let wr_id = self.layout.index(Slot::Send(i)) as u64;
+        let data = &self.region[start..end];
+        self.ops
+            .post_send(wr_id, data, inline, None, Some((rkey, to)))
+    }
+
+    /// Takes the polled messages the peer wrote into this end's ring, in order: the
+    /// next one is there once its slot's trailer holds the next sequence number.
+    /// Returns how many there were.
+    fn find_written(&mut self) -> io::Result<usize> {
+        let mut found = 0;
+        loop {
+            let s = self.written_next;
+            let end = self.layout.offset(Slot::Recv(s)) + self.layout.slot_bytes;
+            let seq = self.polled_found.wrapping_add(1);
+            // SAFETY: the bytes lie inside the region, which the device writes behind
+            // the compiler's back: they are read afresh every time.
+            let at = |off: usize| unsafe {
+                ptr::read_volatile(self.region.as_ptr().add(off).cast::<[u8; 4]>())
+            };
+            if u32::from_le_bytes(at(end - 4)) != seq {
+                return Ok(found);
+            }
+            // The message and the rest of its trailer landed before its sequence
+            // number: read none of them before it.
+            fence(Ordering::Acquire);
+            let mut raw = [0u8; TRAILER_BYTES];
+            raw[..4].copy_from_slice(&at(end - TRAILER_BYTES));
+            raw[4..8].copy_from_slice(&at(end - 8));
+            let trailer = Trailer::decode(raw);
+            self.polled_found = seq;
+            self.written_next = (s + 1) % self.layout.recv;
+            self.take_written(s, trailer)?;
+            found += 1;
+        }
+    }
+
+    /// Handles the polled message found in ring slot `s`.
+    fn take_written(&mut self, s: usize, trailer: Trailer) -> io::Result<()> {
+        let imm = Imm::decode(trailer.imm).ok_or_else(|| {
+            VerbsError::Peer(format!(
+                "a message of unknown kind ({:#x}) from the peer",
+                trailer.imm
+            ))
+        })?;
+        self.credits
+            .returned(imm.credits)
+            .map_err(VerbsError::Peer)?;
+        let len = trailer.len as usize;
+        if len > self.message_room() {
+            return Err(
+                VerbsError::Peer("a message that does not fit this end's ring".into()).into(),
+            );
+        }
+        let ready = Ready {
+            off: self.message_offset(Slot::Recv(s), len),
+            len,
+            wqe: None,
+        };
+        match imm.kind {
+            ImmKind::Data | ImmKind::Reply => self.hold(imm.kind, ready),
+            ImmKind::Ack => {
+                self.acked()?;
+                // Nothing to consume: the slot is free again.
+                self.credits.reposted(1);
+                Ok(())
+            }
+            ImmKind::Fin | ImmKind::Credit => Err(VerbsError::Peer(
+                "a FIN or credit written into the ring, where they are sent".into(),
+            )
+            .into()),
+        }
+    }
+
+    /// Keeps a data message or a reply (`kind`) until it is consumed.
+    fn hold(&mut self, kind: ImmKind, ready: Ready) -> io::Result<()> {
+        if kind == ImmKind::Data {
+            self.msgs_received += 1;
+            self.ready.push_back(ready);
+            return Ok(());
+        }
+        if !self.awaiting || self.reply.is_some() {
+            return Err(VerbsError::Peer("a reply to no request from the peer".into()).into());
+        }
+        self.reply = Some(ready);
+        Ok(())
+    }
+
+    /// Counts an ACK from the peer, which must be due.
+    fn acked(&mut self) -> io::Result<()> {
+        if self.answer != Some(Answer::Ack) {
+            return Err(VerbsError::Peer("an ACK from the peer where none was due".into()).into());
+        }
+        self.acks += 1;
+        Ok(())
     }
 
     /// Reads the completions that are there, without waiting, and sends a credit-only
@@ -889,6 +1055,9 @@ impl QpEndpoint {
     fn poll(&mut self, stats: &mut StreamStats) -> io::Result<usize> {
         self.completions.clear();
         self.ops.poll(&mut self.region, &mut self.completions)?;
+        // After the CQ: a message sent before one whose completion is in hand has
+        // landed too (RC places them in order), so a FIN finds the data counted.
+        let found = if self.polled { self.find_written()? } else { 0 };
         let n = self.completions.len();
         // Read once, and only for a completion that records a latency: where the clock
         // is a system call, a read per empty poll would slow the polling itself.
@@ -898,7 +1067,7 @@ impl QpEndpoint {
             self.complete(c, &mut now, stats)?;
         }
         self.send_credit_if_due()?;
-        Ok(n)
+        Ok(n + found)
     }
 
     /// Sends a credit-only message if enough receives were re-posted unreported (and a
@@ -991,30 +1160,17 @@ impl QpEndpoint {
         let len = c.byte_len as usize;
         let written = c.opcode == WC_RECV_RDMA_WITH_IMM;
         match imm.kind {
-            ImmKind::Data => {
-                let slot = self.ring_slot(i, len, written, "a data message")?;
-                self.msgs_received += 1;
-                self.ready.push_back(Ready { slot, len, wqe: i });
-                // The receive is posted again once the application consumed the data.
-                return Ok(());
+            ImmKind::Data | ImmKind::Reply => {
+                let slot = self.ring_slot(i, len, written)?;
+                let ready = Ready {
+                    off: self.layout.offset(Slot::Recv(slot)),
+                    len,
+                    wqe: Some(i),
+                };
+                // The receive is posted again once the message was consumed.
+                return self.hold(imm.kind, ready);
             }
-            ImmKind::Reply => {
-                if !self.awaiting || self.reply.is_some() {
-                    return Err(
-                        VerbsError::Peer("a reply to no request from the peer".into()).into(),
-                    );
-                }
-                let slot = self.ring_slot(i, len, written, "a reply")?;
-                // The receive is posted again once the reply was checked.
-                self.reply = Some(Ready { slot, len, wqe: i });
-                return Ok(());
-            }
-            ImmKind::Ack if self.answer != Some(Answer::Ack) => {
-                return Err(
-                    VerbsError::Peer("an ACK from the peer where none was due".into()).into(),
-                );
-            }
-            ImmKind::Ack => self.acks += 1,
+            ImmKind::Ack => self.acked()?,
             ImmKind::Fin => {
                 let (off, cap) = self.wqe_buffer(i);
                 if written || len != FIN_BYTES || cap < FIN_BYTES {
@@ -1042,12 +1198,13 @@ impl QpEndpoint {
         Ok(())
     }
 
-    /// The ring slot holding a message (`what`) of `len` bytes that arrived in receive
-    /// request `i`: the request's own slot, or with RDMA WRITE the next one written.
-    fn ring_slot(&mut self, i: usize, len: usize, written: bool, what: &str) -> io::Result<usize> {
-        if written != self.write || len > self.layout.slot_bytes {
+    /// The ring slot holding a data message or reply of `len` bytes that arrived in
+    /// receive request `i`: the request's own slot, or with RDMA WRITE the next one
+    /// written. Polled messages never arrive so.
+    fn ring_slot(&mut self, i: usize, len: usize, written: bool) -> io::Result<usize> {
+        if self.polled || written != self.write || len > self.layout.slot_bytes {
             return Err(
-                VerbsError::Peer(format!("{what} that does not fit this end's ring")).into(),
+                VerbsError::Peer("a message that does not fit this end's ring".into()).into(),
             );
         }
         if !written {
@@ -1079,30 +1236,30 @@ impl QpEndpoint {
     ) -> io::Result<()> {
         self.wait_for(deadline, stats, |e| e.reply.is_some())?;
         stats.send_latency.record_since(start);
-        let Some(Ready { slot, len, wqe }) = self.reply.take() else {
+        let Some(Ready { off, len, wqe }) = self.reply.take() else {
             return Err(io::Error::other("reply vanished"));
         };
         self.awaiting = false;
-        let off = self.layout.offset(Slot::Recv(slot));
         answer
             .check(&self.region[off..off + len], request)
             .map_err(VerbsError::Peer)?;
-        self.post_recv(wqe)?;
+        if let Some(wqe) = wqe {
+            self.post_recv(wqe)?;
+        }
         self.credits.reposted(1);
         stats.bytes_received += len as u64;
         Ok(())
     }
 
-    /// Answers the request of `len` bytes in ring slot `slot` as `answer` says: an ACK,
-    /// or a reply from a send slot (the request's bytes for an echo), sent as data is.
+    /// Answers `request` as `answer` says: an ACK, or a reply from a send slot (the
+    /// request's bytes for an echo), sent as data is; polled, an ACK goes so too.
     fn answer_request(
         &mut self,
         answer: Answer,
-        slot: usize,
-        len: usize,
+        request: Ready,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        if answer == Answer::Ack {
+        if answer == Answer::Ack && !self.polled {
             self.control_send(ImmKind::Ack, &[1], Deadline::Never, stats)?;
             stats.bytes_sent += 1;
             return Ok(());
@@ -1113,19 +1270,30 @@ impl QpEndpoint {
         let (Some(i), Some(credits)) = (self.send_free.pop(), self.credits.take()) else {
             return Err(io::Error::other("send slot vanished"));
         };
-        let n = self
-            .send_slots
-            .stage_reply(&mut self.region, &self.layout, answer, slot, len, i);
-        let target = self.write_target();
+        let at = self.message_offset(Slot::Send(i), answer.reply_len(request.len));
+        let n = self.send_slots.stage_reply(
+            &mut self.region,
+            answer,
+            request.off..request.off + request.len,
+            i,
+            at,
+        );
         // Counted now, as an ACK is: the receiving end's figures are read once the FIN
         // arrived, which may be before this send's completion.
         self.send_len[i] = 0;
         stats.bytes_sent += n as u64;
-        let imm = Imm {
-            kind: ImmKind::Reply,
-            credits,
+        let kind = if answer == Answer::Ack {
+            ImmKind::Ack
+        } else {
+            ImmKind::Reply
         };
-        self.post(Slot::Send(i), n, imm, target)?;
+        let imm = Imm { kind, credits };
+        if self.polled {
+            self.post_polled(i, n, imm)?;
+        } else {
+            let target = self.write_target();
+            self.post(Slot::Send(i), n, imm, target)?;
+        }
         Ok(())
     }
 
@@ -1173,17 +1341,16 @@ impl RingEndpoint for QpEndpoint {
         deadline: Deadline,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        for chunk in packet.chunks(self.layout.slot_bytes) {
+        for chunk in packet.chunks(self.message_room()) {
             self.wait_for(deadline, stats, |e| {
                 !e.send_free.is_empty() && e.credits.available() >= 2
             })?;
             let (Some(i), Some(credits)) = (self.send_free.pop(), self.credits.take()) else {
                 return Err(io::Error::other("send slot vanished"));
             };
-            let off = self.layout.offset(Slot::Send(i));
-            let slot = &mut self.region[off..off + self.layout.slot_bytes];
+            let off = self.message_offset(Slot::Send(i), chunk.len());
+            let slot = &mut self.region[off..off + chunk.len()];
             self.send_slots.fill(i, slot, &chunk);
-            let target = self.write_target();
             // Before the post: a reply may arrive with the send's own completion.
             self.awaiting = matches!(self.answer, Some(Answer::Echo | Answer::Sized(_)));
             let start = Instant::now();
@@ -1193,7 +1360,12 @@ impl RingEndpoint for QpEndpoint {
                 kind: ImmKind::Data,
                 credits,
             };
-            self.post(Slot::Send(i), chunk.len(), imm, target)?;
+            if self.polled {
+                self.post_polled(i, chunk.len(), imm)?;
+            } else {
+                let target = self.write_target();
+                self.post(Slot::Send(i), chunk.len(), imm, target)?;
+            }
             self.msgs_sent += 1;
             match self.answer {
                 // Harvest completions at once so their latency is not inflated (an
@@ -1239,13 +1411,14 @@ impl RingEndpoint for QpEndpoint {
         if self.ready.is_empty() {
             self.poll(stats)?;
         }
-        let Some(&Ready { slot, len, wqe }) = self.ready.front() else {
+        let Some(&request) = self.ready.front() else {
             return Ok(None);
         };
         if let (0, Some(answer)) = (self.consumed, self.answer) {
-            self.answer_request(answer, slot, len, stats)?;
+            self.answer_request(answer, request, stats)?;
         }
-        let off = self.layout.offset(Slot::Recv(slot)) + self.consumed;
+        let Ready { off, len, wqe } = request;
+        let off = off + self.consumed;
         let n = (len - self.consumed).min(buf.len());
         if copy_out {
             buf[..n].copy_from_slice(&self.region[off..off + n]);
@@ -1254,7 +1427,9 @@ impl RingEndpoint for QpEndpoint {
         if self.consumed == len {
             self.consumed = 0;
             self.ready.pop_front();
-            self.post_recv(wqe)?;
+            if let Some(wqe) = wqe {
+                self.post_recv(wqe)?;
+            }
             self.credits.reposted(1);
             // A receiver draining a backlog polls no CQ: give the credits back now.
             self.send_credit_if_due()?;
@@ -1294,7 +1469,8 @@ mod tests {
     struct Msg {
         wr_id: u64,
         data: Vec<u8>,
-        imm: u32,
+        /// Immediate data; none for an RDMA WRITE the receiver gets no completion for.
+        imm: Option<u32>,
         /// RDMA WRITE: the offset in the receiver's region.
         write_to: Option<u64>,
     }
@@ -1347,7 +1523,7 @@ mod tests {
             wr_id: u64,
             data: &[u8],
             _inline: bool,
-            imm: u32,
+            imm: Option<u32>,
             write_to: Option<(u32, u64)>,
         ) -> Result<(), VerbsError> {
             let msg = Msg {
@@ -1368,38 +1544,43 @@ mod tests {
             out.extend(wire.done[self.side].drain(..));
             let base = region.as_ptr() as usize;
             while let Some(m) = wire.to[self.side].pop_front() {
-                let Some((wr_id, addr, cap)) = self.posted.pop_front() else {
-                    return Err(VerbsError::Peer(
-                        "RNR: a message found no posted receive".into(),
-                    ));
-                };
                 let n = m.data.len();
-                let opcode = match m.write_to {
-                    Some(off) => {
-                        let (start, bytes) = self.ring;
-                        if off < start || off + n as u64 > start + bytes {
-                            return Err(VerbsError::Peer("remote access error".into()));
-                        }
-                        let off = off as usize;
-                        region[off..off + n].copy_from_slice(&m.data);
-                        WC_RECV_RDMA_WITH_IMM
+                if let Some(off) = m.write_to {
+                    let (start, bytes) = self.ring;
+                    if off < start || off + n as u64 > start + bytes {
+                        return Err(VerbsError::Peer("remote access error".into()));
                     }
-                    None => {
+                    let off = off as usize;
+                    region[off..off + n].copy_from_slice(&m.data);
+                }
+                // Immediate data takes a receive and makes a completion; an RDMA WRITE
+                // without it only lands in memory.
+                if let Some(imm) = m.imm {
+                    let Some((wr_id, addr, cap)) = self.posted.pop_front() else {
+                        return Err(VerbsError::Peer(
+                            "RNR: a message found no posted receive".into(),
+                        ));
+                    };
+                    let opcode = if m.write_to.is_some() {
+                        WC_RECV_RDMA_WITH_IMM
+                    } else {
                         if n > cap {
                             return Err(VerbsError::Peer("local length error".into()));
                         }
                         let off = addr - base;
                         region[off..off + n].copy_from_slice(&m.data);
                         WC_RECV
-                    }
-                };
-                out.push(Completion {
-                    wr_id,
-                    opcode,
-                    byte_len: n as u32,
-                    imm: m.imm,
-                    ..Completion::default()
-                });
+                    };
+                    out.push(Completion {
+                        wr_id,
+                        opcode,
+                        byte_len: n as u32,
+                        imm,
+                        ..Completion::default()
+                    });
+                } else if m.write_to.is_none() {
+                    return Err(VerbsError::Peer("a SEND without immediate data".into()));
+                }
                 let sent = if m.write_to.is_some() {
                     WC_RDMA_WRITE
                 } else {
@@ -1418,7 +1599,7 @@ mod tests {
     /// Two connected endpoints over a stand-in wire.
     fn fake_pair(opts: &StreamOptions, write: bool) -> (QpEndpoint, QpEndpoint) {
         let wire = Arc::new(Mutex::new(Wire::default()));
-        let layout = layout_for(opts);
+        let layout = layout_for(opts, write);
         let mut ends: Vec<QpEndpoint> = (0..2)
             .map(|side| {
                 let ops = FakeQp {
@@ -1441,7 +1622,7 @@ mod tests {
                     gid: Gid { raw },
                     gid_index: 0,
                 };
-                let region = vec![0u8; QpEndpoint::region_bytes(opts)];
+                let region = vec![0u8; QpEndpoint::region_bytes(opts, write)];
                 let mut e = QpEndpoint::with_ops(Box::new(ops), port, region, opts, write, 64)
                     .expect("endpoint");
                 e.start(QueuePairAttribute::new()).expect("INIT");
@@ -1630,7 +1811,14 @@ mod tests {
                 response_size,
                 ..StreamOptions::default()
             };
-            assert_eq!(layout_for(&opts).slot_bytes, pktsize.max(response_size));
+            assert_eq!(
+                layout_for(&opts, false).slot_bytes,
+                pktsize.max(response_size)
+            );
+            assert_eq!(
+                layout_for(&opts, true).slot_bytes,
+                pktsize.max(response_size) + TRAILER_BYTES
+            );
             for write in [false, true] {
                 exchange(&opts, write, count, 0);
             }
@@ -1680,7 +1868,7 @@ mod tests {
             };
             let (mut a, mut b) = fake_pair(&opts, false);
             b.ops
-                .post_send(1 << 40, &bad, false, imm, None)
+                .post_send(1 << 40, &bad, false, Some(imm), None)
                 .expect("post");
             let mut stats = StreamStats::default();
             let deadline = Deadline::At(Instant::now() + std::time::Duration::from_secs(5));
@@ -1700,7 +1888,7 @@ mod tests {
         };
         let (mut a, mut b) = fake_pair(&opts, false);
         a.ops
-            .post_send(1 << 40, &[0; 300], false, reply(ImmKind::Reply), None)
+            .post_send(1 << 40, &[0; 300], false, Some(reply(ImmKind::Reply)), None)
             .expect("post");
         let e = b
             .try_recv(&mut [0; 1000], true, &mut StreamStats::default())
@@ -1755,15 +1943,18 @@ mod tests {
                     response_size,
                     ..StreamOptions::default()
                 };
-                // What the settings count a run by: the larger of packet and reply.
-                let slot = pktsize.max(response_size);
-                let region = QpEndpoint::region_bytes(&opts) as u64;
-                let bound = crate::stream::ring::endpoint_bytes_at_most(slot);
-                assert!(
-                    region <= bound,
-                    "{pktsize}, {response_size}: {region} > {bound}"
-                );
-                assert!(bound <= region + 64, "{pktsize}: the bound is loose");
+                for write in [false, true] {
+                    // What the settings count a run by: the larger of packet and reply,
+                    // and over RDMA WRITE a trailer.
+                    let slot = pktsize.max(response_size) + usize::from(write) * TRAILER_BYTES;
+                    let region = QpEndpoint::region_bytes(&opts, write) as u64;
+                    let bound = crate::stream::ring::endpoint_bytes_at_most(slot);
+                    assert!(
+                        region <= bound,
+                        "{pktsize}, {response_size}, {write}: {region} > {bound}"
+                    );
+                    assert!(bound <= region + 64, "{pktsize}: the bound is loose");
+                }
             }
         }
     }
@@ -1772,13 +1963,13 @@ mod tests {
     /// ways, with credit-only messages) while the receiver lags.
     #[test]
     fn the_smallest_ring_keeps_credits_flowing() {
-        for (write, mprtt) in [(false, false), (true, false), (false, true)] {
+        for (write, mprtt) in [(false, false), (true, false), (false, true), (true, true)] {
             let opts = StreamOptions {
                 pktsize: 6 << 20,
                 mprtt,
                 ..StreamOptions::default()
             };
-            assert_eq!(layout_for(&opts).recv, CREDIT_RING_MIN);
+            assert_eq!(layout_for(&opts, write).recv, CREDIT_RING_MIN);
             let (a, b) = fake_pair(&opts, write);
             let mut client = VerbsStream::from_endpoints(vec![a], opts.clone()).expect("a");
             let mut server = VerbsStream::from_endpoints(vec![b], opts.clone()).expect("b");
@@ -1880,12 +2071,86 @@ mod tests {
             let off = a.layout.offset(Slot::Control(0));
             a.region[off..off + 8].copy_from_slice(&5u64.to_le_bytes());
             a.ops
-                .post_send(1 << 40, &a.region[off..off + 8], false, imm.to_be(), None)
+                .post_send(
+                    1 << 40,
+                    &a.region[off..off + 8],
+                    false,
+                    Some(imm.to_be()),
+                    None,
+                )
                 .expect("post");
             let mut buf = [0u8; 100];
             let e = b.try_recv(&mut buf, true, &mut stats).expect_err("refused");
             assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted, "{e}");
         }
+    }
+
+    /// A peer that writes whatever trailer it likes into the first slot of this end's
+    /// ring, in an MPRTT run over RDMA WRITE, ends the stream with an error that says
+    /// what was wrong, not a panic.
+    #[test]
+    fn hostile_polled_messages_end_the_stream_with_an_error_not_a_panic() {
+        let opts = StreamOptions {
+            pktsize: 100,
+            mprtt: true,
+            ..StreamOptions::default()
+        };
+        let imm = |kind, credits| Imm { kind, credits }.encode();
+        let cases = [
+            (0xf000_0000, 1, "unknown kind"),
+            (imm(ImmKind::Data, 1_000), 1, "credits"),
+            (imm(ImmKind::Data, 0), 101, "does not fit"),
+            (imm(ImmKind::Data, 0), u32::MAX, "does not fit"),
+            (imm(ImmKind::Fin, 0), 8, "written into the ring"),
+            (imm(ImmKind::Credit, 0), 1, "written into the ring"),
+            (imm(ImmKind::Reply, 0), 1, "no request"),
+        ];
+        for (imm, len, says) in cases {
+            let (mut a, mut b) = fake_pair(&opts, true);
+            let slot = a.layout.offset(Slot::Send(0));
+            let end = slot + a.layout.slot_bytes;
+            let trailer = Trailer { len, imm, seq: 1 };
+            a.region[end - TRAILER_BYTES..end].copy_from_slice(&trailer.encode());
+            let (_, to) = a.remote.as_mut().expect("a peer ring").take_uncounted();
+            let to = to + (a.layout.slot_bytes - TRAILER_BYTES) as u64;
+            a.ops
+                .post_send(
+                    1 << 40,
+                    &a.region[end - TRAILER_BYTES..end],
+                    false,
+                    None,
+                    Some((7, to)),
+                )
+                .expect("post");
+            let e = b
+                .try_recv(&mut [0; 100], true, &mut StreamStats::default())
+                .expect_err("refused");
+            assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted, "{e}");
+            assert!(e.to_string().contains(says), "{says}: {e}");
+        }
+        // A trailer with any other sequence number is not a message (yet).
+        let (mut a, mut b) = fake_pair(&opts, true);
+        let slot = a.layout.offset(Slot::Send(0));
+        let end = slot + a.layout.slot_bytes;
+        let trailer = Trailer {
+            len: 1,
+            imm: imm(ImmKind::Data, 0),
+            seq: 2,
+        };
+        a.region[end - TRAILER_BYTES..end].copy_from_slice(&trailer.encode());
+        let (_, to) = a.remote.as_mut().expect("a peer ring").take_uncounted();
+        let to = to + (a.layout.slot_bytes - TRAILER_BYTES) as u64;
+        a.ops
+            .post_send(
+                1 << 40,
+                &a.region[end - TRAILER_BYTES..end],
+                false,
+                None,
+                Some((7, to)),
+            )
+            .expect("post");
+        let got = b.try_recv(&mut [0; 100], true, &mut StreamStats::default());
+        assert!(matches!(got, Ok(None)), "{got:?}");
     }
 
     fn good() -> QpDetails {

@@ -901,9 +901,14 @@ impl Endpoint {
             return Ok(());
         }
         let i = self.wait_until(Deadline::Never, stats, |e| e.send_free.pop())?;
-        let n = self
-            .send_slots
-            .stage_reply(&mut self.region, &self.layout, answer, slot, len, i);
+        let request = self.layout.offset(Slot::Recv(slot));
+        let n = self.send_slots.stage_reply(
+            &mut self.region,
+            answer,
+            request..request + len,
+            i,
+            self.layout.offset(Slot::Send(i)),
+        );
         // Counted now, as an ACK is: the receiving end's figures are read once the FIN
         // arrived, which may be before this send's completion.
         self.send_len[i] = 0;

@@ -3,7 +3,7 @@
 
 use crate::settings::labels::{HeaderLabels, Sample, Samples};
 use crate::settings::shape::RunShape;
-use crate::stream::ring::endpoint_bytes_at_most;
+use crate::stream::ring::{endpoint_bytes_at_most, TRAILER_BYTES};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use thiserror::Error;
@@ -70,11 +70,14 @@ pub enum RdmaSettingsError {
 impl RdmaSettings {
     /// Most bytes of registered packet buffers either end of the run holds: an
     /// endpoint's rings per socket, whose slots hold a packet or a larger
-    /// `--response-size` reply.
+    /// `--response-size` reply, and with RDMA WRITE round trips a trailer.
     pub fn buffer_bytes(&self, run: &RunShape) -> u64 {
         let endpoints = u64::from(run.nstreams) * u64::from(run.nsockets);
-        let slot = run.pktsize.max(run.response_size.unwrap_or(0));
-        endpoints * endpoint_bytes_at_most(slot as usize)
+        let mut slot = run.pktsize.max(run.response_size.unwrap_or(0)) as usize;
+        if self.write && run.mprtt {
+            slot += TRAILER_BYTES;
+        }
+        endpoints * endpoint_bytes_at_most(slot)
     }
 
     /// A sample per packet, but rsocket's, which are read as TCP's are.
