@@ -826,7 +826,9 @@ struct TcpArgs {
     /// Cap each data connection's sending rate at RATE bits/s (e.g. 100M, 2.5G;
     /// K/M/G/T = 10^3..10^12), as iperf3's --fq-rate: both ends set SO_MAX_PACING_RATE
     /// on their data sockets and the kernel spaces the segments out (TCP's own pacing,
-    /// or the fq qdisc's where it runs). Unlike -b, which sends whole packets on a
+    /// or the fq qdisc's where it runs). The sender keeps at most 50 ms of the rate
+    /// queued unsent, so the test ends on time (at low rates, use a small -l: a packet
+    /// still takes its time to leave). Unlike -b, which sends whole packets on a
     /// timer, it paces every segment; both may be given. Not with --crr.
     #[arg(hide_short_help = true, long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate)]
     fq_rate: Option<u64>,

@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const MB: u64 = 1 << 20;
 
@@ -685,6 +685,34 @@ fn fq_rate_caps_each_data_connections_rate_as_iperf3s() {
         "cannot be used with --fq-rate",
     );
     refused(&["-c", "127.0.0.1", "--fq-rate", "7"], "at least 8 bits/s");
+}
+
+/// At a low --fq-rate the kernel sends far slower than a socket takes data: the sender
+/// holds only a little unsent, so the test ends about on time, both ways, instead of
+/// waiting for megabytes to drain at the paced rate.
+#[test]
+fn a_run_paced_at_a_low_fq_rate_ends_about_on_time_both_ways() {
+    let server = Server::start(&[]);
+    let rate = 2e6;
+    for way in [&[][..], &["--reverse"][..]] {
+        let mut args = vec!["-t", "1", "--time", "1", "--fq-rate", "2M", "--json"];
+        args.extend_from_slice(way);
+        let started = Instant::now();
+        let text = client_ok(&server, "127.0.0.1", &args);
+        let took = started.elapsed();
+        // Loopback's 64 KB segments make the kernel pace in bursts of 128 KB, so a
+        // second moves about one burst more than the rate.
+        assert!(took < Duration::from_secs(6), "{way:?}: {took:?}");
+        let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        let receiver = if way.is_empty() { "server" } else { "client" };
+        let got = doc[receiver]["total"]["received_bits_per_second"]
+            .as_f64()
+            .expect("a rate");
+        assert!(
+            (0.5 * rate..=3.0 * rate).contains(&got),
+            "{way:?}: {got} bit/s"
+        );
+    }
 }
 
 #[test]

@@ -82,6 +82,20 @@ pub(crate) fn set_max_pacing_rate<S: AsFd>(sock: &S, bytes_per_sec: u64) -> io::
     )
 }
 
+/// Most time's worth of a paced TCP socket's rate it holds unsent (see
+/// [`bound_paced_backlog`]).
+const PACED_BACKLOG_MS: u64 = 50;
+
+/// Lets a TCP socket paced at `bytes_per_sec` (`--fq-rate`) hold at most about
+/// [`PACED_BACKLOG_MS`] of that rate unsent (`TCP_NOTSENT_LOWAT`): a write blocks while
+/// more waits. Otherwise the socket takes megabytes far faster than the pace sends
+/// them, and at low rates the end of a test waits seconds or minutes while they drain.
+pub(crate) fn bound_paced_backlog<S: AsRawFd>(sock: &S, bytes_per_sec: u64) -> io::Result<()> {
+    let bytes = bytes_per_sec.saturating_mul(PACED_BACKLOG_MS) / 1000;
+    let bytes = libc::c_int::try_from(bytes.max(1)).unwrap_or(libc::c_int::MAX);
+    set_int_opt(sock, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, bytes)
+}
+
 /// Sends `sock`'s packets through the network interface `name` only
 /// (`SO_BINDTODEVICE`, `--bind-dev`), whatever the routes say.
 pub(crate) fn bind_device<S: AsFd>(sock: &S, name: &str) -> io::Result<()> {

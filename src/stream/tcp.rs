@@ -36,7 +36,8 @@ use super::flows::{FlowSocket, Flows};
 use super::sender::{LazySenders, PacketSink, Senders};
 use super::socket_calls::DataSocket;
 use super::sys::{
-    receive_window_short_of, set_max_pacing_rate, set_tos, set_window, tcp_info, tcp_quickack,
+    bound_paced_backlog, receive_window_short_of, set_max_pacing_rate, set_tos, set_window,
+    tcp_info, tcp_quickack,
 };
 use super::uring::{no_wait, Ring};
 use super::zerocopy::{ZeroCopy, ZeroCopyWriter};
@@ -602,7 +603,9 @@ impl TcpStream {
                 set_tos(&s, tos)?;
             }
             if let Some(bits) = opts.tcp.fq_rate {
-                set_max_pacing_rate(&s, (bits / 8).max(1))?;
+                let rate = (bits / 8).max(1);
+                set_max_pacing_rate(&s, rate)?;
+                bound_paced_backlog(&s, rate)?;
             }
             if let Some(bytes) = opts.window {
                 set_window(&s, bytes)?;
