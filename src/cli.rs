@@ -311,7 +311,8 @@ pub struct Cli {
     transactions: Option<u64>,
 
     /// Print each side's figures every SECS seconds while the run goes on (and keep
-    /// them in --json and --csv). At least 0.01 s, and 0.002 s per stream.
+    /// them in --json and --csv). At least 0.01 s, and 0.002 s per stream; 0, as
+    /// iperf3's -i 0, prints none (nor the progress line).
     #[arg(
         hide_short_help = true,
         help_heading = "Test",
@@ -1249,6 +1250,9 @@ fn parse_percentiles(text: &str) -> Result<Percentiles, PercentilesError> {
 fn secs_to_ms(flag: &str, secs: Option<f64>) -> Result<Option<u64>> {
     match secs {
         None => Ok(None),
+        Some(s) if s > 0.0 && s < 0.0005 => {
+            bail!("--{flag} counts seconds in steps of 1 ms: {s} s is less than one")
+        }
         Some(s) if s.is_finite() && s >= 0.0 && s * 1000.0 < u64::MAX as f64 => {
             Ok(Some((s * 1000.0).round() as u64))
         }
@@ -1317,7 +1321,8 @@ impl Cli {
             time_ms: secs_to_ms("time", self.time)?,
             transactions: self.transactions,
             response_size: self.workload_opts.response_size,
-            interval_ms: secs_to_ms("interval", self.interval)?,
+            // iperf3's -i 0: no interval reports.
+            interval_ms: secs_to_ms("interval", self.interval.filter(|&s| s != 0.0))?,
             omit_ms: secs_to_ms("omit", self.omit)?,
             // 0: no target, as iperf3's -b 0.
             rate_bps: self.bitrate.filter(|&b| b > 0),
@@ -1640,8 +1645,10 @@ impl Cli {
         let mut settings = self.settings()?;
         if self.json == Some(JsonLayout::Iperf3) {
             fperf::output::iperf3_json::check(&settings)?;
-            // iperf3's layout always has intervals: iperf3's default is one a second.
-            settings.interval_ms.get_or_insert(1000);
+            // iperf3's layout has intervals unless -i 0: iperf3's default is one a second.
+            if self.interval.is_none() {
+                settings.interval_ms = Some(1000);
+            }
         }
         let auth = AuthKey::from_cli(self.guard.auth_key.as_deref())?;
         let idle = Duration::from_secs(self.guard.idle_timeout);
@@ -1908,6 +1915,21 @@ mod tests {
             panic!("client")
         };
         assert_eq!(client.settings.interval_ms, Some(500));
+        // iperf3's -i 0: no intervals (its layout then has none either).
+        let Ok(Config::Client { client, output }) = config(&["-c", "h", "-i", "0"]) else {
+            panic!("client")
+        };
+        assert_eq!(client.settings.interval_ms, None);
+        assert!(!output.progress, "-i 0 prints no progress line either");
+        let Ok(Config::Client { client, .. }) = config(&["-c", "h", "--json=iperf3", "-i", "0"])
+        else {
+            panic!("client")
+        };
+        assert_eq!(client.settings.interval_ms, None);
+        // Sub-millisecond values say so; the least of each flag is its own.
+        assert!(error(&["-c", "h", "-i", "0.0004"]).contains("less than one"));
+        assert!(error(&["-c", "h", "-i", "0.001"]).contains("between 10 ms and one week, not 1 ms"));
+        assert!(error(&["-c", "h", "--time", "0"]).contains("between 1 ms and one week, not 0 ms"));
         assert!(error(&["-c", "h", "--json=iperf3", "-r"]).contains("bulk runs only"));
         assert!(error(&["-c", "h", "--json=iperf3", "--sweep", "mb=1,2"]).contains("one run"));
         assert!(error(&["-c", "h", "--json=yaml"]).contains("invalid value"));

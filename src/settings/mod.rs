@@ -187,8 +187,12 @@ pub enum SettingsError {
     Mb(u64),
     #[error("the lock-free queue (-q 0) drives a single socket; --nsockets must be 1, not {0}")]
     LockFreeSockets(u32),
-    #[error("--{0} must be between {MIN_INTERVAL_MS} ms and one week, not {1} ms")]
-    Timing(&'static str, u64),
+    #[error("--{flag} must be between {least} ms and one week, not {asked} ms")]
+    Timing {
+        flag: &'static str,
+        least: u64,
+        asked: u64,
+    },
     #[error("-i must be at least {least} ms with {streams} streams (every stream reports every interval), not {asked} ms")]
     IntervalPerStream {
         asked: u64,
@@ -376,7 +380,11 @@ impl Settings {
         ] {
             if let Some(v) = value {
                 if !(min..=MAX_TIME_MS).contains(&v) {
-                    return Err(SettingsError::Timing(name, v));
+                    return Err(SettingsError::Timing {
+                        flag: name,
+                        least: min,
+                        asked: v,
+                    });
                 }
             }
         }
