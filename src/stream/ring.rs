@@ -4,9 +4,9 @@
 //! is laid out in slots ([`RingLayout`]), the peer's receive ring as an RDMA writer sees
 //! it ([`RemoteRing`]), and the credits that keep a verbs sender from ever overrunning
 //! the receives its peer posted ([`Credits`]), with the immediate data that carries
-//! them ([`Imm`]), what answers each MPRTT request ([`Answer`]), and what each send slot
-//! already holds ([`SendSlots`]). The STREAMs drive these; the unit tests below check
-//! them alone.
+//! them ([`Imm`]) or the trailer of a message found by polling ([`Trailer`]), what
+//! answers each MPRTT request ([`Answer`]), and what each send slot already holds
+//! ([`SendSlots`]). The STREAMs drive these; the unit tests below check them alone.
 
 use bytes::Bytes;
 use std::ops::{Deref, Range};

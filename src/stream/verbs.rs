@@ -27,14 +27,14 @@
 //!
 //! MPRTT: each data message is answered by one message (see [`Answer`]): the 1-byte
 //! ACK, a control message; or with `--echo` and `--response-size` a reply with a
-//! payload, which goes as data does (a SEND into a receive slot, or an RDMA WRITE with
-//! immediate data into the requester's next ring slot), from a send slot, against a
-//! credit like any message. Slots hold the larger of a packet and a reply, so a reply
-//! is one message. The requester checks the reply's length (and an echo's bytes) and
-//! re-posts its receive only then; its latency runs until the reply arrived. With
-//! `--rdma-write`, requests, ACKs and replies are RDMA WRITEs without immediate data
-//! that end with a [`Trailer`] at the end of their ring slot, and each end finds them
-//! by polling that memory, as `ib_write_lat` does, rather than by a completion.
+//! payload, which goes as data does (a SEND into a receive slot), from a send slot,
+//! against a credit like any message. Slots hold the larger of a packet and a reply,
+//! so a reply is one message. The requester checks the reply's length (and an echo's
+//! bytes) and re-posts its receive only then; its latency runs until the reply
+//! arrived. With `--rdma-write`, requests, ACKs and replies are RDMA WRITEs without
+//! immediate data, each ending with a [`Trailer`] at the end of its ring slot, and
+//! each end finds them by polling that memory, as `ib_write_lat` does, rather than by
+//! a completion.
 //!
 //! End of stream: a FIN (a SEND whose 8-byte payload counts the data messages sent).
 //! RC delivers in order, so every data message arrived before the FIN; the count is
@@ -1291,8 +1291,7 @@ impl QpEndpoint {
         if self.polled {
             self.post_polled(i, n, imm)?;
         } else {
-            let target = self.write_target();
-            self.post(Slot::Send(i), n, imm, target)?;
+            self.post(Slot::Send(i), n, imm, None)?;
         }
         Ok(())
     }
