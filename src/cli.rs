@@ -964,11 +964,11 @@ struct RdmaArgs {
     #[arg(hide_short_help = true, long, value_name = "NAME", requires = "rdma")]
     ofi_provider: Option<String>,
 
-    /// Move the data with RDMA WRITEs into the receiver's buffer ring (with
-    /// immediate data) instead of SEND/RECV. In round trips (-r, --echo,
-    /// --response-size) with --rdma-api ibverbs or cm, requests and answers are
-    /// written without immediate data and found by polling memory, as ib_write_lat
-    /// does; with --rdma-api ofi the answers are sent.
+    /// Move the data with RDMA WRITEs into the receiver's buffer ring instead of
+    /// SEND/RECV. With --rdma-api ibverbs or cm they carry no immediate data and the
+    /// receiver finds them by polling its memory, as ib_write_bw and ib_write_lat do;
+    /// in round trips (-r, --echo, --response-size) the answers are written too. With
+    /// --rdma-api ofi the writes carry immediate data and the answers are sent.
     #[arg(hide_short_help = true, long, requires = "rdma")]
     rdma_write: bool,
 }

@@ -43,8 +43,8 @@ use thiserror::Error;
 /// the settings carry `sched`. 13: TCP settings carry `mss`, UDP settings
 /// `dont_fragment`. 14: TCP settings carry `fq_rate` and `flowlabel`. 15: the server
 /// sends `ClientDataReceived` in every run where the client sends, not only `--bidir`.
-/// 16: ibverbs and cm round trips over RDMA WRITE write without immediate data, each
-/// message ending in a trailer the receiver polls for.
+/// 16: ibverbs and cm RDMA WRITEs carry no immediate data, each message ending in a
+/// trailer the receiver polls for, and round trips write their answers too.
 pub const PROTOCOL_VERSION: u32 = 16;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;

@@ -260,7 +260,7 @@ impl RemoteRing {
 /// What a verbs message is, in the top bits of its immediate data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ImmKind {
-    /// A data message (SEND, or RDMA WRITE with immediate into the next ring slot).
+    /// A data message (a SEND, or an RDMA WRITE into the next ring slot).
     Data,
     /// An MPRTT acknowledgement: one byte.
     Ack,
@@ -319,11 +319,10 @@ impl Imm {
 /// Bytes of a [`Trailer`].
 pub const TRAILER_BYTES: usize = 12;
 
-/// What follows each message of a verbs MPRTT run over RDMA WRITE, which is written
-/// without immediate data, so the receiver gets no completion for it: the message ends
-/// at the end of its ring slot, followed by this trailer, and the receiver finds it by
-/// polling the slot's last bytes for the next sequence number, as `ib_write_lat` polls
-/// its buffer. Devices place a message's bytes in order (what `ib_write_lat` relies
+/// What follows each message a verbs endpoint writes by RDMA WRITE, without immediate
+/// data, so the receiver gets no completion for it: the message ends at the end of its
+/// ring slot, followed by this trailer, and the receiver finds it by polling the slot's
+/// last bytes for the next sequence number, as `ib_write_lat` polls its buffer. Devices place a message's bytes in order (what `ib_write_lat` relies
 /// on too), so the sequence number, written last, lands last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Trailer {

@@ -11,13 +11,16 @@
 //! of receive slots, control slots, and (for RDMA WRITE) an inbox of small buffers for
 //! the SENDs that still arrive. A packet is copied into a free send slot and posted as a
 //! SEND with immediate data (inline when it fits the QP's `max_inline_data`), or with
-//! `--rdma-write` as an RDMA WRITE with immediate data into the peer's next ring slot
-//! (its rkey covers the receive ring alone). Every message's immediate data says what
-//! it is and returns credits ([`Imm`]); [`Credits`] keeps every sender within the
-//! receives its peer posted, so the receiver is never "not ready" (RNR retries are set
-//! to 0: an RNR would be a bug, and fails the run instead of being retried). A written
-//! slot is reused only once its credit came back, which the receiver gives only after
-//! the application consumed the slot.
+//! `--rdma-write` as an RDMA WRITE without immediate data into the peer's next ring slot
+//! (its rkey covers the receive ring alone), as perftest's `ib_write_bw` and
+//! `ib_write_lat` write: the message ends at the end of the slot, followed by a
+//! [`Trailer`], and the receiver takes no completion for it but finds it by polling the
+//! trailer's sequence number. Every message says what it is and returns credits in its
+//! immediate data or trailer ([`Imm`]); [`Credits`] keeps every sender within the
+//! receives (and ring slots) its peer has free, so the receiver is never "not ready"
+//! (RNR retries are set to 0: an RNR would be a bug, and fails the run instead of being
+//! retried). A written slot is reused only once its credit came back, which the
+//! receiver gives only after the application consumed the slot.
 //!
 //! Completions: the CQ is busy-polled (spin, then yield, then nap after ~20k idle polls,
 //! see [`Backoff`]), not waited for on a completion channel: the latency of an operation
@@ -31,10 +34,8 @@
 //! against a credit like any message. Slots hold the larger of a packet and a reply,
 //! so a reply is one message. The requester checks the reply's length (and an echo's
 //! bytes) and re-posts its receive only then; its latency runs until the reply
-//! arrived. With `--rdma-write`, requests, ACKs and replies are RDMA WRITEs without
-//! immediate data, each ending with a [`Trailer`] at the end of its ring slot, and
-//! each end finds them by polling that memory, as `ib_write_lat` does, rather than by
-//! a completion.
+//! arrived. With `--rdma-write`, requests, ACKs and replies are all written and found
+//! by polling, as `ib_write_lat` does.
 //!
 //! End of stream: a FIN (a SEND whose 8-byte payload counts the data messages sent).
 //! RC delivers in order, so every data message arrived before the FIN; the count is
@@ -308,19 +309,13 @@ fn answer_for(opts: &StreamOptions) -> Option<Answer> {
     Answer::new(opts.mprtt, opts.echo, opts.response_size)
 }
 
-/// Whether the messages of a STREAM with `opts` are RDMA WRITEs found by polling
-/// memory (see [`Trailer`]): MPRTT runs over RDMA WRITE.
-fn polled_for(opts: &StreamOptions, write: bool) -> bool {
-    write && answer_for(opts).is_some()
-}
-
 /// The rings of a QP for `opts` (over RDMA WRITE with `write`): slots of a packet (or
-/// of a larger reply) and, for polled messages, its trailer, but never smaller than a
-/// FIN's payload (a FIN lands in a receive slot like any SEND), and at least
-/// [`CREDIT_RING_MIN`] of them.
+/// of a larger reply) and, written, its trailer, but never smaller than a FIN's payload
+/// (a FIN lands in a receive slot like any SEND), and at least [`CREDIT_RING_MIN`] of
+/// them.
 fn layout_for(opts: &StreamOptions, write: bool) -> RingLayout {
     let mut slot_bytes = Answer::slot_bytes(answer_for(opts), opts.pktsize);
-    if polled_for(opts, write) {
+    if write {
         slot_bytes += TRAILER_BYTES;
     }
     let mut layout = RingLayout::new(slot_bytes.max(FIN_BYTES));
@@ -336,7 +331,7 @@ struct Ready {
     /// Where its bytes start in the region.
     off: usize,
     len: usize,
-    /// The receive request to post again once the data is consumed (none for a polled
+    /// The receive request to post again once the data is consumed (none for a written
     /// message, which took no receive).
     wqe: Option<usize>,
 }
@@ -347,8 +342,7 @@ pub struct Completion {
     pub wr_id: u64,
     /// `ibv_wc_status` (0 = success).
     pub status: u32,
-    /// `ibv_wc_opcode` ([`WC_SEND`], [`WC_RDMA_WRITE`], [`WC_RECV`],
-    /// [`WC_RECV_RDMA_WITH_IMM`]).
+    /// `ibv_wc_opcode` ([`WC_SEND`], [`WC_RDMA_WRITE`], [`WC_RECV`]).
     pub opcode: u32,
     pub byte_len: u32,
     /// Immediate data, in wire order.
@@ -376,7 +370,15 @@ fn status_name(status: u32) -> &'static str {
 pub const WC_SEND: u32 = 0;
 pub const WC_RDMA_WRITE: u32 = 1;
 pub const WC_RECV: u32 = 128;
-pub const WC_RECV_RDMA_WITH_IMM: u32 = 129;
+
+/// What a send work request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOp {
+    /// A SEND with immediate data (in wire order).
+    Send { imm: u32 },
+    /// An RDMA WRITE without immediate data to `addr` in the peer's region of `rkey`.
+    Write { rkey: u32, addr: u64 },
+}
 
 /// The verbs calls a [`QpEndpoint`] makes on its queue pair: [`SidewayQp`] on a device,
 /// or an in-memory stand-in in the unit tests (which checks that no message ever finds
@@ -389,16 +391,14 @@ pub trait QpOps: Send {
     fn ring(&self) -> (u64, u32);
     /// Posts a receive into `buf` (part of the registered region).
     fn post_recv(&mut self, wr_id: u64, buf: &mut [u8]) -> Result<(), VerbsError>;
-    /// Posts `data` (part of the registered region) as a SEND, or an RDMA WRITE to
-    /// `write_to` (rkey, address), with immediate data `imm` (wire order) if any;
-    /// `inline` copies it into the work request.
+    /// Posts `data` (part of the registered region) as `op` says; `inline` copies it
+    /// into the work request.
     fn post_send(
         &mut self,
         wr_id: u64,
         data: &[u8],
         inline: bool,
-        imm: Option<u32>,
-        write_to: Option<(u32, u64)>,
+        op: SendOp,
     ) -> Result<(), VerbsError>;
     /// Appends the completions there are to `out`, without waiting. `region` is the
     /// registered region (the stand-in delivers into it; a device already did).
@@ -471,8 +471,7 @@ impl QpOps for SidewayQp {
         wr_id: u64,
         data: &[u8],
         inline: bool,
-        imm: Option<u32>,
-        write_to: Option<(u32, u64)>,
+        op: SendOp,
     ) -> Result<(), VerbsError> {
         let mut sge = ibv_sge {
             addr: data.as_ptr() as u64,
@@ -484,23 +483,23 @@ impl QpOps for SidewayQp {
         wr.wr_id = wr_id;
         wr.sg_list = &mut sge;
         wr.num_sge = 1;
-        wr.imm_data_invalidated_rkey_union.imm_data = imm.unwrap_or(0);
         wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
         if inline {
             // The provider copies inline data into the work request during the call.
             wr.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
-        wr.opcode = match (write_to, imm) {
-            (Some(_), Some(_)) => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
-            (Some(_), None) => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-            (None, Some(_)) => ibv_wr_opcode::IBV_WR_SEND_WITH_IMM,
-            (None, None) => ibv_wr_opcode::IBV_WR_SEND,
-        };
-        if let Some((rkey, addr)) = write_to {
-            wr.wr.rdma = rdma_t {
-                remote_addr: addr,
-                rkey,
-            };
+        match op {
+            SendOp::Send { imm } => {
+                wr.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
+                wr.imm_data_invalidated_rkey_union.imm_data = imm;
+            }
+            SendOp::Write { rkey, addr } => {
+                wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+                wr.wr.rdma = rdma_t {
+                    remote_addr: addr,
+                    rkey,
+                };
+            }
         }
         let mut bad = ptr::null_mut();
         // SAFETY: the QP lives as long as `self`; the provider reads the request during
@@ -572,12 +571,11 @@ pub struct QpEndpoint {
     psn: u32,
     /// MPRTT: what answers each data message.
     answer: Option<Answer>,
+    /// `--rdma-write`: data, ACKs and replies are written, and found by polling.
     write: bool,
-    /// Data, ACKs and replies are RDMA WRITEs found by polling memory (see [`Trailer`]).
-    polled: bool,
-    /// Polled messages written to the peer, and found in this end's ring.
-    polled_sent: u32,
-    polled_found: u32,
+    /// Messages written to the peer, and found in this end's ring (see [`Trailer`]).
+    written_sent: u32,
+    written_found: u32,
     abort: Arc<AtomicBool>,
     peer: String,
     remote: Option<RemoteRing>,
@@ -749,9 +747,8 @@ impl QpEndpoint {
             psn: u32::from_ne_bytes(psn_bytes) & PSN_MASK,
             answer: answer_for(opts),
             write,
-            polled: polled_for(opts, write),
-            polled_sent: 0,
-            polled_found: 0,
+            written_sent: 0,
+            written_found: 0,
             abort: opts.abort.clone(),
             peer: String::new(),
             remote: None,
@@ -893,27 +890,22 @@ impl QpEndpoint {
         self.ops.post_recv(wr_id, &mut self.region[off..off + len])
     }
 
-    /// Posts `len` bytes of `slot` as a SEND (or, with `write_to`, an RDMA WRITE) with
-    /// immediate data `imm`; inline when it fits.
-    fn post(
-        &mut self,
-        slot: Slot,
-        len: usize,
-        imm: Imm,
-        write_to: Option<(u32, u64)>,
-    ) -> Result<(), VerbsError> {
+    /// Posts `len` bytes of `slot` as a SEND with immediate data `imm`; inline when it
+    /// fits.
+    fn post(&mut self, slot: Slot, len: usize, imm: Imm) -> Result<(), VerbsError> {
         let off = self.layout.offset(slot);
         let wr_id = self.layout.index(slot) as u64;
         let inline = len as u32 <= self.max_inline && len > 0;
         let data = &self.region[off..off + len];
+        let imm = imm.encode().to_be();
         self.ops
-            .post_send(wr_id, data, inline, Some(imm.encode().to_be()), write_to)
+            .post_send(wr_id, data, inline, SendOp::Send { imm })
     }
 
-    /// Most bytes of a message in a ring slot (a polled message's trailer takes the
+    /// Most bytes of a message in a ring slot (a written message's trailer takes the
     /// rest).
     fn message_room(&self) -> usize {
-        if self.polled {
+        if self.write {
             self.layout.slot_bytes - TRAILER_BYTES
         } else {
             self.layout.slot_bytes
@@ -921,53 +913,53 @@ impl QpEndpoint {
     }
 
     /// Where a message of `len` bytes (at most [`Self::message_room`]) lies in the
-    /// region in `slot`: at the slot's start, or for a polled message so that it ends
+    /// region in `slot`: at the slot's start, or for a written message so that it ends
     /// where the slot's trailer begins.
     fn message_offset(&self, slot: Slot, len: usize) -> usize {
         let off = self.layout.offset(slot);
-        if self.polled {
+        if self.write {
             off + self.message_room().saturating_sub(len)
         } else {
             off
         }
     }
 
-    /// Posts the polled message of `len` bytes at [`Self::message_offset`] in send
-    /// slot `i`, and its trailer, as an RDMA WRITE without immediate data to the same
-    /// place in the peer's next ring slot (paid for by [`Credits`]).
-    fn post_polled(&mut self, i: usize, len: usize, imm: Imm) -> Result<(), VerbsError> {
+    /// Posts the message of `len` bytes at [`Self::message_offset`] in send slot `i`,
+    /// and its trailer, as an RDMA WRITE without immediate data to the same place in
+    /// the peer's next ring slot (paid for by [`Credits`]).
+    fn post_written(&mut self, i: usize, len: usize, imm: Imm) -> Result<(), VerbsError> {
         let Some(remote) = self.remote.as_mut() else {
             return Err(VerbsError::Device("no peer ring to write to".into()));
         };
         let (_, slot_addr) = remote.take_uncounted();
         let rkey = remote.key() as u32;
-        self.polled_sent = self.polled_sent.wrapping_add(1);
+        self.written_sent = self.written_sent.wrapping_add(1);
         let trailer = Trailer {
             len: len as u32,
             imm: imm.encode(),
-            seq: self.polled_sent,
+            seq: self.written_sent,
         };
         let slot = self.layout.offset(Slot::Send(i));
         let end = slot + self.layout.slot_bytes;
         self.region[end - TRAILER_BYTES..end].copy_from_slice(&trailer.encode());
         let start = self.message_offset(Slot::Send(i), len);
-        let to = slot_addr + (start - slot) as u64;
+        let addr = slot_addr + (start - slot) as u64;
         let inline = (end - start) as u32 <= self.max_inline;
         let wr_id = self.layout.index(Slot::Send(i)) as u64;
         let data = &self.region[start..end];
         self.ops
-            .post_send(wr_id, data, inline, None, Some((rkey, to)))
+            .post_send(wr_id, data, inline, SendOp::Write { rkey, addr })
     }
 
-    /// Takes the polled messages the peer wrote into this end's ring, in order: the
-    /// next one is there once its slot's trailer holds the next sequence number.
-    /// Returns how many there were.
+    /// Takes the messages the peer wrote into this end's ring, in order: the next one
+    /// is there once its slot's trailer holds the next sequence number. Returns how
+    /// many there were.
     fn find_written(&mut self) -> io::Result<usize> {
         let mut found = 0;
         loop {
             let s = self.written_next;
             let end = self.layout.offset(Slot::Recv(s)) + self.layout.slot_bytes;
-            let seq = self.polled_found.wrapping_add(1);
+            let seq = self.written_found.wrapping_add(1);
             // SAFETY: the bytes lie inside the region, which the device writes behind
             // the compiler's back: they are read afresh every time.
             let at = |off: usize| unsafe {
@@ -983,14 +975,14 @@ impl QpEndpoint {
             raw[..4].copy_from_slice(&at(end - TRAILER_BYTES));
             raw[4..8].copy_from_slice(&at(end - 8));
             let trailer = Trailer::decode(raw);
-            self.polled_found = seq;
+            self.written_found = seq;
             self.written_next = (s + 1) % self.layout.recv;
             self.take_written(s, trailer)?;
             found += 1;
         }
     }
 
-    /// Handles the polled message found in ring slot `s`.
+    /// Handles the written message found in ring slot `s`.
     fn take_written(&mut self, s: usize, trailer: Trailer) -> io::Result<()> {
         let imm = Imm::decode(trailer.imm).ok_or_else(|| {
             VerbsError::Peer(format!(
@@ -1057,7 +1049,7 @@ impl QpEndpoint {
         self.ops.poll(&mut self.region, &mut self.completions)?;
         // After the CQ: a message sent before one whose completion is in hand has
         // landed too (RC places them in order), so a FIN finds the data counted.
-        let found = if self.polled { self.find_written()? } else { 0 };
+        let found = if self.write { self.find_written()? } else { 0 };
         let n = self.completions.len();
         // Read once, and only for a completion that records a latency: where the clock
         // is a system call, a read per empty poll would slow the polling itself.
@@ -1089,7 +1081,7 @@ impl QpEndpoint {
             kind: ImmKind::Credit,
             credits: carried,
         };
-        self.post(Slot::Control(i), 1, imm, None)
+        self.post(Slot::Control(i), 1, imm)
     }
 
     /// Handles one completion.
@@ -1132,7 +1124,7 @@ impl QpEndpoint {
                 self.send_free.push(i);
             }
             (Some(Slot::Control(i)), WC_SEND) => self.control_free.push(i),
-            (Some(Slot::Recv(i)), WC_RECV | WC_RECV_RDMA_WITH_IMM) => {
+            (Some(Slot::Recv(i)), WC_RECV) => {
                 self.received(i, c)?;
             }
             _ => {
@@ -1158,12 +1150,16 @@ impl QpEndpoint {
             .returned(imm.credits)
             .map_err(VerbsError::Peer)?;
         let len = c.byte_len as usize;
-        let written = c.opcode == WC_RECV_RDMA_WITH_IMM;
         match imm.kind {
             ImmKind::Data | ImmKind::Reply => {
-                let slot = self.ring_slot(i, len, written)?;
+                if self.write || len > self.layout.slot_bytes {
+                    return Err(VerbsError::Peer(
+                        "a message that does not fit this end's ring".into(),
+                    )
+                    .into());
+                }
                 let ready = Ready {
-                    off: self.layout.offset(Slot::Recv(slot)),
+                    off: self.layout.offset(Slot::Recv(i)),
                     len,
                     wqe: Some(i),
                 };
@@ -1173,7 +1169,7 @@ impl QpEndpoint {
             ImmKind::Ack => self.acked()?,
             ImmKind::Fin => {
                 let (off, cap) = self.wqe_buffer(i);
-                if written || len != FIN_BYTES || cap < FIN_BYTES {
+                if len != FIN_BYTES || cap < FIN_BYTES {
                     return Err(VerbsError::Peer("a malformed FIN from the peer".into()).into());
                 }
                 let mut count = [0u8; FIN_BYTES];
@@ -1190,38 +1186,9 @@ impl QpEndpoint {
             }
             ImmKind::Credit => {}
         }
-        if written {
-            return Err(VerbsError::Peer("an RDMA WRITE that carries no data".into()).into());
-        }
         self.post_recv(i)?;
         self.credits.reposted(1);
         Ok(())
-    }
-
-    /// The ring slot holding a data message or reply of `len` bytes that arrived in
-    /// receive request `i`: the request's own slot, or with RDMA WRITE the next one
-    /// written. Polled messages never arrive so.
-    fn ring_slot(&mut self, i: usize, len: usize, written: bool) -> io::Result<usize> {
-        if self.polled || written != self.write || len > self.layout.slot_bytes {
-            return Err(
-                VerbsError::Peer("a message that does not fit this end's ring".into()).into(),
-            );
-        }
-        if !written {
-            return Ok(i);
-        }
-        let s = self.written_next;
-        self.written_next = (s + 1) % self.layout.recv;
-        Ok(s)
-    }
-
-    /// With RDMA WRITE, where the next message goes: the peer's next ring slot (paid
-    /// for by [`Credits`]).
-    fn write_target(&mut self) -> Option<(u32, u64)> {
-        self.remote.as_mut().map(|r| {
-            let (_, addr) = r.take_uncounted();
-            (r.key() as u32, addr)
-        })
     }
 
     /// Waits for the reply to `request`, sent at `start`, and checks it (its length, an
@@ -1252,14 +1219,15 @@ impl QpEndpoint {
     }
 
     /// Answers `request` as `answer` says: an ACK, or a reply from a send slot (the
-    /// request's bytes for an echo), sent as data is; polled, an ACK goes so too.
+    /// request's bytes for an echo), sent as data is; with RDMA WRITE an ACK goes so
+    /// too.
     fn answer_request(
         &mut self,
         answer: Answer,
         request: Ready,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        if answer == Answer::Ack && !self.polled {
+        if answer == Answer::Ack && !self.write {
             self.control_send(ImmKind::Ack, &[1], Deadline::Never, stats)?;
             stats.bytes_sent += 1;
             return Ok(());
@@ -1288,10 +1256,10 @@ impl QpEndpoint {
             ImmKind::Reply
         };
         let imm = Imm { kind, credits };
-        if self.polled {
-            self.post_polled(i, n, imm)?;
+        if self.write {
+            self.post_written(i, n, imm)?;
         } else {
-            self.post(Slot::Send(i), n, imm, None)?;
+            self.post(Slot::Send(i), n, imm)?;
         }
         Ok(())
     }
@@ -1328,7 +1296,7 @@ impl QpEndpoint {
         };
         let off = self.layout.offset(Slot::Control(i));
         self.region[off..off + payload.len()].copy_from_slice(payload);
-        self.post(Slot::Control(i), payload.len(), Imm { kind, credits }, None)?;
+        self.post(Slot::Control(i), payload.len(), Imm { kind, credits })?;
         Ok(())
     }
 }
@@ -1359,11 +1327,10 @@ impl RingEndpoint for QpEndpoint {
                 kind: ImmKind::Data,
                 credits,
             };
-            if self.polled {
-                self.post_polled(i, chunk.len(), imm)?;
+            if self.write {
+                self.post_written(i, chunk.len(), imm)?;
             } else {
-                let target = self.write_target();
-                self.post(Slot::Send(i), chunk.len(), imm, target)?;
+                self.post(Slot::Send(i), chunk.len(), imm)?;
             }
             self.msgs_sent += 1;
             match self.answer {
@@ -1468,10 +1435,7 @@ mod tests {
     struct Msg {
         wr_id: u64,
         data: Vec<u8>,
-        /// Immediate data; none for an RDMA WRITE the receiver gets no completion for.
-        imm: Option<u32>,
-        /// RDMA WRITE: the offset in the receiver's region.
-        write_to: Option<u64>,
+        op: SendOp,
     }
 
     /// Two queue pairs' traffic: messages towards each side, and the send completions
@@ -1522,17 +1486,15 @@ mod tests {
             wr_id: u64,
             data: &[u8],
             _inline: bool,
-            imm: Option<u32>,
-            write_to: Option<(u32, u64)>,
+            op: SendOp,
         ) -> Result<(), VerbsError> {
+            if let SendOp::Write { rkey, .. } = op {
+                assert_eq!(rkey, 7, "the peer's rkey");
+            }
             let msg = Msg {
                 wr_id,
                 data: data.to_vec(),
-                imm,
-                write_to: write_to.map(|(key, addr)| {
-                    assert_eq!(key, 7, "the peer's rkey");
-                    addr
-                }),
+                op,
             };
             self.wire.lock().unwrap().to[1 - self.side].push_back(msg);
             Ok(())
@@ -1544,46 +1506,38 @@ mod tests {
             let base = region.as_ptr() as usize;
             while let Some(m) = wire.to[self.side].pop_front() {
                 let n = m.data.len();
-                if let Some(off) = m.write_to {
-                    let (start, bytes) = self.ring;
-                    if off < start || off + n as u64 > start + bytes {
-                        return Err(VerbsError::Peer("remote access error".into()));
-                    }
-                    let off = off as usize;
-                    region[off..off + n].copy_from_slice(&m.data);
-                }
-                // Immediate data takes a receive and makes a completion; an RDMA WRITE
-                // without it only lands in memory.
-                if let Some(imm) = m.imm {
-                    let Some((wr_id, addr, cap)) = self.posted.pop_front() else {
-                        return Err(VerbsError::Peer(
-                            "RNR: a message found no posted receive".into(),
-                        ));
-                    };
-                    let opcode = if m.write_to.is_some() {
-                        WC_RECV_RDMA_WITH_IMM
-                    } else {
+                let sent = match m.op {
+                    // A SEND takes a receive and makes a completion.
+                    SendOp::Send { imm } => {
+                        let Some((wr_id, addr, cap)) = self.posted.pop_front() else {
+                            return Err(VerbsError::Peer(
+                                "RNR: a message found no posted receive".into(),
+                            ));
+                        };
                         if n > cap {
                             return Err(VerbsError::Peer("local length error".into()));
                         }
                         let off = addr - base;
                         region[off..off + n].copy_from_slice(&m.data);
-                        WC_RECV
-                    };
-                    out.push(Completion {
-                        wr_id,
-                        opcode,
-                        byte_len: n as u32,
-                        imm,
-                        ..Completion::default()
-                    });
-                } else if m.write_to.is_none() {
-                    return Err(VerbsError::Peer("a SEND without immediate data".into()));
-                }
-                let sent = if m.write_to.is_some() {
-                    WC_RDMA_WRITE
-                } else {
-                    WC_SEND
+                        out.push(Completion {
+                            wr_id,
+                            opcode: WC_RECV,
+                            byte_len: n as u32,
+                            imm,
+                            ..Completion::default()
+                        });
+                        WC_SEND
+                    }
+                    // An RDMA WRITE only lands in memory.
+                    SendOp::Write { addr, .. } => {
+                        let (start, bytes) = self.ring;
+                        if addr < start || addr + n as u64 > start + bytes {
+                            return Err(VerbsError::Peer("remote access error".into()));
+                        }
+                        let off = addr as usize;
+                        region[off..off + n].copy_from_slice(&m.data);
+                        WC_RDMA_WRITE
+                    }
                 };
                 wire.done[1 - self.side].push_back(Completion {
                     wr_id: m.wr_id,
@@ -1867,7 +1821,7 @@ mod tests {
             };
             let (mut a, mut b) = fake_pair(&opts, false);
             b.ops
-                .post_send(1 << 40, &bad, false, Some(imm), None)
+                .post_send(1 << 40, &bad, false, SendOp::Send { imm })
                 .expect("post");
             let mut stats = StreamStats::default();
             let deadline = Deadline::At(Instant::now() + std::time::Duration::from_secs(5));
@@ -1887,7 +1841,14 @@ mod tests {
         };
         let (mut a, mut b) = fake_pair(&opts, false);
         a.ops
-            .post_send(1 << 40, &[0; 300], false, Some(reply(ImmKind::Reply)), None)
+            .post_send(
+                1 << 40,
+                &[0; 300],
+                false,
+                SendOp::Send {
+                    imm: reply(ImmKind::Reply),
+                },
+            )
             .expect("post");
         let e = b
             .try_recv(&mut [0; 1000], true, &mut StreamStats::default())
@@ -2074,8 +2035,7 @@ mod tests {
                     1 << 40,
                     &a.region[off..off + 8],
                     false,
-                    Some(imm.to_be()),
-                    None,
+                    SendOp::Send { imm: imm.to_be() },
                 )
                 .expect("post");
             let mut buf = [0u8; 100];
@@ -2085,10 +2045,10 @@ mod tests {
     }
 
     /// A peer that writes whatever trailer it likes into the first slot of this end's
-    /// ring, in an MPRTT run over RDMA WRITE, ends the stream with an error that says
-    /// what was wrong, not a panic.
+    /// ring, over RDMA WRITE, ends the stream with an error that says what was wrong,
+    /// not a panic.
     #[test]
-    fn hostile_polled_messages_end_the_stream_with_an_error_not_a_panic() {
+    fn hostile_written_messages_end_the_stream_with_an_error_not_a_panic() {
         let opts = StreamOptions {
             pktsize: 100,
             mprtt: true,
@@ -2117,8 +2077,7 @@ mod tests {
                     1 << 40,
                     &a.region[end - TRAILER_BYTES..end],
                     false,
-                    None,
-                    Some((7, to)),
+                    SendOp::Write { rkey: 7, addr: to },
                 )
                 .expect("post");
             let e = b
@@ -2144,12 +2103,31 @@ mod tests {
                 1 << 40,
                 &a.region[end - TRAILER_BYTES..end],
                 false,
-                None,
-                Some((7, to)),
+                SendOp::Write { rkey: 7, addr: to },
             )
             .expect("post");
         let got = b.try_recv(&mut [0; 100], true, &mut StreamStats::default());
         assert!(matches!(got, Ok(None)), "{got:?}");
+        // Data sent, not written, where data is written.
+        let (mut a, mut b) = fake_pair(&opts, true);
+        let data = Imm {
+            kind: ImmKind::Data,
+            credits: 0,
+        };
+        a.ops
+            .post_send(
+                1 << 40,
+                &[0; 8],
+                false,
+                SendOp::Send {
+                    imm: data.encode().to_be(),
+                },
+            )
+            .expect("post");
+        let e = b
+            .try_recv(&mut [0; 100], true, &mut StreamStats::default())
+            .expect_err("refused");
+        assert!(e.to_string().contains("does not fit"), "{e}");
     }
 
     fn good() -> QpDetails {

@@ -70,11 +70,11 @@ pub enum RdmaSettingsError {
 impl RdmaSettings {
     /// Most bytes of registered packet buffers either end of the run holds: an
     /// endpoint's rings per socket, whose slots hold a packet or a larger
-    /// `--response-size` reply, and with RDMA WRITE round trips a trailer.
+    /// `--response-size` reply, and written by verbs a trailer.
     pub fn buffer_bytes(&self, run: &RunShape) -> u64 {
         let endpoints = u64::from(run.nstreams) * u64::from(run.nsockets);
         let mut slot = run.pktsize.max(run.response_size.unwrap_or(0)) as usize;
-        if self.write && run.mprtt {
+        if self.write && self.api != RdmaApi::Ofi {
             slot += TRAILER_BYTES;
         }
         endpoints * endpoint_bytes_at_most(slot)
