@@ -2064,22 +2064,19 @@ mod tests {
             (imm(ImmKind::Credit, 0), 1, "written into the ring"),
             (imm(ImmKind::Reply, 0), 1, "no request"),
         ];
+        // Writes `trailer` alone where a message's trailer goes in the peer's next slot.
+        let write_trailer = |a: &mut QpEndpoint, trailer: Trailer| {
+            let end = a.layout.offset(Slot::Send(0)) + a.layout.slot_bytes;
+            a.region[end - TRAILER_BYTES..end].copy_from_slice(&trailer.encode());
+            let (_, slot) = a.remote.as_mut().expect("a peer ring").take_uncounted();
+            let addr = slot + (a.layout.slot_bytes - TRAILER_BYTES) as u64;
+            let write = SendOp::Write { rkey: 7, addr };
+            let bytes = &a.region[end - TRAILER_BYTES..end];
+            a.ops.post_send(1 << 40, bytes, false, write).expect("post");
+        };
         for (imm, len, says) in cases {
             let (mut a, mut b) = fake_pair(&opts, true);
-            let slot = a.layout.offset(Slot::Send(0));
-            let end = slot + a.layout.slot_bytes;
-            let trailer = Trailer { len, imm, seq: 1 };
-            a.region[end - TRAILER_BYTES..end].copy_from_slice(&trailer.encode());
-            let (_, to) = a.remote.as_mut().expect("a peer ring").take_uncounted();
-            let to = to + (a.layout.slot_bytes - TRAILER_BYTES) as u64;
-            a.ops
-                .post_send(
-                    1 << 40,
-                    &a.region[end - TRAILER_BYTES..end],
-                    false,
-                    SendOp::Write { rkey: 7, addr: to },
-                )
-                .expect("post");
+            write_trailer(&mut a, Trailer { len, imm, seq: 1 });
             let e = b
                 .try_recv(&mut [0; 100], true, &mut StreamStats::default())
                 .expect_err("refused");
@@ -2088,24 +2085,12 @@ mod tests {
         }
         // A trailer with any other sequence number is not a message (yet).
         let (mut a, mut b) = fake_pair(&opts, true);
-        let slot = a.layout.offset(Slot::Send(0));
-        let end = slot + a.layout.slot_bytes;
         let trailer = Trailer {
             len: 1,
             imm: imm(ImmKind::Data, 0),
             seq: 2,
         };
-        a.region[end - TRAILER_BYTES..end].copy_from_slice(&trailer.encode());
-        let (_, to) = a.remote.as_mut().expect("a peer ring").take_uncounted();
-        let to = to + (a.layout.slot_bytes - TRAILER_BYTES) as u64;
-        a.ops
-            .post_send(
-                1 << 40,
-                &a.region[end - TRAILER_BYTES..end],
-                false,
-                SendOp::Write { rkey: 7, addr: to },
-            )
-            .expect("post");
+        write_trailer(&mut a, trailer);
         let got = b.try_recv(&mut [0; 100], true, &mut StreamStats::default());
         assert!(matches!(got, Ok(None)), "{got:?}");
         // Data sent, not written, where data is written.
