@@ -953,10 +953,10 @@ impl QpEndpoint {
 
     /// Takes the messages the peer wrote into this end's ring, in order: the next one
     /// is there once its slot's trailer holds the next sequence number. Returns how
-    /// many there were.
+    /// many there were: at most a ring's worth, so a peer that writes on and on cannot
+    /// keep a poll going.
     fn find_written(&mut self) -> io::Result<usize> {
-        let mut found = 0;
-        loop {
+        for found in 0..self.layout.recv {
             let s = self.written_next;
             let end = self.layout.offset(Slot::Recv(s)) + self.layout.slot_bytes;
             let seq = self.written_found.wrapping_add(1);
@@ -978,8 +978,8 @@ impl QpEndpoint {
             self.written_found = seq;
             self.written_next = (s + 1) % self.layout.recv;
             self.take_written(s, trailer)?;
-            found += 1;
         }
+        Ok(self.layout.recv)
     }
 
     /// Handles the written message found in ring slot `s`.
@@ -1022,6 +1022,14 @@ impl QpEndpoint {
     /// Keeps a data message or a reply (`kind`) until it is consumed.
     fn hold(&mut self, kind: ImmKind, ready: Ready) -> io::Result<()> {
         if kind == ImmKind::Data {
+            // Credits keep a peer within the ring, but nothing stops one that writes
+            // more: the ring's worth is all that is ever held.
+            if self.ready.len() >= self.layout.recv {
+                return Err(VerbsError::Peer(
+                    "the peer wrote more messages than its credits allowed".into(),
+                )
+                .into());
+            }
             self.msgs_received += 1;
             self.ready.push_back(ready);
             return Ok(());
@@ -2093,6 +2101,36 @@ mod tests {
         write_trailer(&mut a, trailer);
         let got = b.try_recv(&mut [0; 100], true, &mut StreamStats::default());
         assert!(matches!(got, Ok(None)), "{got:?}");
+        // A peer that writes on beyond its credits, however fast: what is held stays
+        // within the ring.
+        let (mut a, mut b) = fake_pair(&opts, true);
+        let mut stats = StreamStats::default();
+        let recv = b.layout.recv as u32;
+        for seq in 1..=recv {
+            write_trailer(
+                &mut a,
+                Trailer {
+                    len: 1,
+                    imm: imm(ImmKind::Data, 0),
+                    seq,
+                },
+            );
+        }
+        assert_eq!(b.poll(&mut stats).expect("a ring's worth"), recv as usize);
+        let seq = recv + 1;
+        write_trailer(
+            &mut a,
+            Trailer {
+                len: 1,
+                imm: imm(ImmKind::Data, 0),
+                seq,
+            },
+        );
+        let e = b.poll(&mut stats).expect_err("refused");
+        assert!(
+            e.to_string().contains("more messages than its credits"),
+            "{e}"
+        );
         // Data sent, not written, where data is written.
         let (mut a, mut b) = fake_pair(&opts, true);
         let data = Imm {
