@@ -982,17 +982,23 @@ impl QpEndpoint {
         Ok(self.layout.recv)
     }
 
-    /// Handles the written message found in ring slot `s`.
-    fn take_written(&mut self, s: usize, trailer: Trailer) -> io::Result<()> {
-        let imm = Imm::decode(trailer.imm).ok_or_else(|| {
+    /// What a message from the peer says it is (`raw`, its immediate data or its
+    /// trailer's), once the credits it returns are taken back.
+    fn arrived(&mut self, raw: u32) -> io::Result<Imm> {
+        let imm = Imm::decode(raw).ok_or_else(|| {
             VerbsError::Peer(format!(
-                "a message of unknown kind ({:#x}) from the peer",
-                trailer.imm
+                "a message of unknown kind ({raw:#x}) from the peer"
             ))
         })?;
         self.credits
             .returned(imm.credits)
             .map_err(VerbsError::Peer)?;
+        Ok(imm)
+    }
+
+    /// Handles the written message found in ring slot `s`.
+    fn take_written(&mut self, s: usize, trailer: Trailer) -> io::Result<()> {
+        let imm = self.arrived(trailer.imm)?;
         let len = trailer.len as usize;
         if len > self.message_room() {
             return Err(
@@ -1148,15 +1154,7 @@ impl QpEndpoint {
 
     /// A message arrived in receive request `i`.
     fn received(&mut self, i: usize, c: Completion) -> io::Result<()> {
-        let imm = Imm::decode(u32::from_be(c.imm)).ok_or_else(|| {
-            VerbsError::Peer(format!(
-                "a message of unknown kind ({:#x}) from the peer",
-                c.imm
-            ))
-        })?;
-        self.credits
-            .returned(imm.credits)
-            .map_err(VerbsError::Peer)?;
+        let imm = self.arrived(u32::from_be(c.imm))?;
         let len = c.byte_len as usize;
         match imm.kind {
             ImmKind::Data | ImmKind::Reply => {
@@ -2106,26 +2104,16 @@ mod tests {
         let (mut a, mut b) = fake_pair(&opts, true);
         let mut stats = StreamStats::default();
         let recv = b.layout.recv as u32;
+        let data = |seq| Trailer {
+            len: 1,
+            imm: imm(ImmKind::Data, 0),
+            seq,
+        };
         for seq in 1..=recv {
-            write_trailer(
-                &mut a,
-                Trailer {
-                    len: 1,
-                    imm: imm(ImmKind::Data, 0),
-                    seq,
-                },
-            );
+            write_trailer(&mut a, data(seq));
         }
         assert_eq!(b.poll(&mut stats).expect("a ring's worth"), recv as usize);
-        let seq = recv + 1;
-        write_trailer(
-            &mut a,
-            Trailer {
-                len: 1,
-                imm: imm(ImmKind::Data, 0),
-                seq,
-            },
-        );
+        write_trailer(&mut a, data(recv + 1));
         let e = b.poll(&mut stats).expect_err("refused");
         assert!(
             e.to_string().contains("more messages than its credits"),
