@@ -364,8 +364,8 @@ pub struct Cli {
     timestamps: Option<String>,
 
     /// Write this process's ID to FILE while it runs, as iperf3's -I (for a service
-    /// manager, or a script that stops the server later); the file is removed at exit.
-    /// Refused if FILE names a process that is still running.
+    /// manager, or a script that stops the server later); the file is removed at exit,
+    /// a second Ctrl-C's too. Refused if FILE names a process that is still running.
     #[arg(
         hide_short_help = true,
         help_heading = "Output",

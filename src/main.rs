@@ -123,7 +123,8 @@ fn main() -> ExitCode {
     // Best effort: where it cannot be raised, a run of more flows than the limit allows
     // fails with the kernel's "too many open files", naming the cause.
     let _ = fperf::limits::raise_open_files_limit();
-    let code = match run(config) {
+    let removal = pidfile.as_ref().and_then(pidfile::PidFile::removal);
+    let code = match run(config, removal) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("fperf: error: {e:#}");
@@ -137,14 +138,25 @@ fn main() -> ExitCode {
     code
 }
 
-fn run(config: Config) -> Result<ExitCode> {
+/// Runs `config`; a second Ctrl-C ends the process at once, taking the pid file with it
+/// (`removal`).
+fn run(config: Config, removal: Option<pidfile::PidFileRemoval>) -> Result<ExitCode> {
     let interrupted = Arc::new(AtomicBool::new(false));
-    // A second Ctrl-C ends the process at once.
-    signal_hook::flag::register_conditional_shutdown(
-        signal_hook::consts::SIGINT,
-        130,
-        interrupted.clone(),
-    )?;
+    // Registered before the flag is set: the first Ctrl-C finds it unset and only sets
+    // it, the second ends the process.
+    let armed = interrupted.clone();
+    // SAFETY: the handler makes only async-signal-safe calls (an atomic load, the
+    // removal's open/read/close/unlink, _exit) and allocates nothing.
+    unsafe {
+        signal_hook::low_level::register(signal_hook::consts::SIGINT, move || {
+            if armed.load(Ordering::SeqCst) {
+                if let Some(r) = &removal {
+                    r.remove_now();
+                }
+                signal_hook::low_level::exit(130);
+            }
+        })
+    }?;
     signal_hook::flag::register(signal_hook::consts::SIGINT, interrupted.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, interrupted.clone())?;
     match config {

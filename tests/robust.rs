@@ -1124,6 +1124,57 @@ fn pidfile_names_the_running_process_and_goes_at_its_exit() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_second_ctrl_c_ends_the_process_at_once_and_still_removes_its_pidfile() {
+    let dir = std::env::temp_dir().join(format!("fperf-pidfile2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("client.pid");
+    let path_arg = path.to_string_lossy().into_owned();
+    let server = Server::start(&[]);
+    let port = server.port.to_string();
+    let server_pid = server.pid() as libc::pid_t;
+    let args = [
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--time",
+        "30",
+        "-i",
+        "0",
+        "-I",
+        &path_arg,
+    ];
+    let started = Instant::now();
+    let out = run_with(&args, Duration::from_secs(20), |child| {
+        let client = child.id() as libc::pid_t;
+        while !path.exists() && started.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: kill(2) on this test's own children. A stopped server never confirms
+        // the end of the test, so the first Ctrl-C's orderly end cannot finish: only
+        // the second can end the client.
+        unsafe {
+            libc::kill(server_pid, libc::SIGSTOP);
+            libc::kill(client, libc::SIGINT);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: as above.
+        unsafe { libc::kill(client, libc::SIGINT) };
+    });
+    // SAFETY: as above.
+    unsafe { libc::kill(server_pid, libc::SIGCONT) };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    assert!(
+        !stdout.contains("sent      :"),
+        "the run ended in order: {stdout}"
+    );
+    assert!(!path.exists(), "the pid file was left behind");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Two network namespaces joined by a veth pair, deleted when dropped.
 struct Netns {
     server_ns: String,
