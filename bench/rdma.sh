@@ -12,6 +12,9 @@
 #
 # Every tool's client runs on the VM's vCPU 0 and its server on vCPU 1 (fperf --cpu 0
 # --server-cpu 1, the peers under taskset); --no-pin leaves placement to the scheduler.
+# --lat-iters is the round trips of each perftest and rstream latency run (fi_pingpong's:
+# a fifth); by default 30000 per second of --time, about as many as fperf makes in its
+# time here, so that both tools' medians cover the same span.
 #
 # Workloads: send_64k send_1m write_64k write_1m (bandwidth), send_lat_2 send_lat_64
 # write_lat_2 write_lat_64 (round trips). Needs what run.sh needs (QEMU, a Debian kernel
@@ -22,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=3
 secs=2
-lat_iters=5000
+lat_iters=""
 only=""
 fperf=target/release/fperf
 pin=1
@@ -34,10 +37,11 @@ while [ $# -gt 0 ]; do
     --only) only="$2"; shift 2 ;;
     --fperf) fperf="$2"; shift 2 ;;
     --no-pin) pin=0; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "usage: bench/rdma.sh [--rounds N] [--time SECS] [--lat-iters N] [--only W1,W2] [--no-pin] [--fperf PATH]" >&2; exit 2 ;;
   esac
 done
+[ -n "$lat_iters" ] || lat_iters=$((30000 * ${secs//[!0-9]/0}))
 case "$rounds$secs$lat_iters" in *[!0-9]*) echo "bench/rdma.sh: --rounds, --time and --lat-iters take whole numbers" >&2; exit 2 ;; esac
 
 peers=(ib_send_bw ib_write_bw ib_send_lat ib_write_lat fi_pingpong rstream)
