@@ -138,12 +138,12 @@ fn main() -> ExitCode {
     code
 }
 
-/// Runs `config`; a second Ctrl-C ends the process at once, taking the pid file with it
-/// (`removal`).
+/// Runs `config`. A second Ctrl-C ends the process at once and removes the pid file
+/// (`removal`) as it goes.
 fn run(config: Config, removal: Option<pidfile::PidFileRemoval>) -> Result<ExitCode> {
     let interrupted = Arc::new(AtomicBool::new(false));
-    // Registered before the flag is set: the first Ctrl-C finds it unset and only sets
-    // it, the second ends the process.
+    // Registered before the handler that sets the flag, so the first Ctrl-C finds it
+    // unset (and sets it) and the second ends the process.
     let armed = interrupted.clone();
     // SAFETY: the handler makes only async-signal-safe calls (an atomic load, the
     // removal's open/read/close/unlink, _exit) and allocates nothing.
