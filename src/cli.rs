@@ -565,6 +565,23 @@ struct MeshArgs {
     #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate)]
     bitrate: Option<u64>,
 
+    /// Congestion control algorithm of every test's data sockets (TCP_CONGESTION),
+    /// e.g. cubic, bbr, reno; each host must have it. Default: each host's own.
+    #[arg(short = 'C', long, value_name = "ALGO", conflicts_with = "udp")]
+    congestion: Option<String>,
+
+    /// Cap each data connection's sending rate at RATE bits/s (SO_MAX_PACING_RATE), as
+    /// a client's --fq-rate: the kernel paces every segment.
+    #[arg(long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate,
+          conflicts_with = "udp")]
+    fq_rate: Option<u64>,
+
+    /// Socket buffer size of every test's data sockets on both hosts (SO_SNDBUF and
+    /// SO_RCVBUF), as a client's -w (K, M suffixes; at most 256M). Default: TCP
+    /// autotuning; UDP 16 MiB each way.
+    #[arg(short = 'w', long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
+    window: Option<u32>,
+
     /// Shared secret file the servers hold (or the secret in $FPERF_AUTH_KEY).
     #[arg(long, value_name = "FILE")]
     auth_key: Option<std::path::PathBuf>,
@@ -646,10 +663,22 @@ impl MeshArgs {
             (_, true) => Workload::RoundTrip(Reply::Echo),
             _ => Workload::Bulk,
         };
+        let sockets = SocketSettings {
+            window: self.window,
+            ..SocketSettings::default()
+        };
         let transport = if self.udp {
-            TransportSettings::Udp(UdpSettings::default())
+            TransportSettings::Udp(UdpSettings {
+                sockets,
+                ..UdpSettings::default()
+            })
         } else {
-            TransportSettings::Tcp(TcpSettings::default())
+            TransportSettings::Tcp(TcpSettings {
+                congestion: self.congestion.clone(),
+                fq_rate: self.fq_rate.filter(|&b| b > 0),
+                sockets,
+                ..TcpSettings::default()
+            })
         };
         let settings = Settings {
             nstreams: self.nstreams,

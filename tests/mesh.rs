@@ -350,6 +350,58 @@ fn the_coordinator_and_the_server_refuse_what_cannot_work_before_any_test() {
 }
 
 #[test]
+fn congestion_control_pacing_and_socket_buffers_reach_every_pair() {
+    let key = KeyFile::new("tcp-options", "the mesh's secret");
+    let servers = [mesh_server(&key), mesh_server(&key)];
+    let hosts: Vec<String> = servers.iter().map(address).collect();
+    let mut args = vec![
+        "--auth-key",
+        key.path(),
+        "--time",
+        "1",
+        "-C",
+        "reno",
+        "--fq-rate",
+        "40M",
+        "-w",
+        "16K",
+    ];
+    args.extend(hosts.iter().map(String::as_str));
+    let (code, doc, stderr) = mesh_json(&args);
+    assert_eq!(code, Some(0), "{stderr}");
+    let pairs = doc["pairs"].as_array().expect("pairs");
+    assert_eq!(pairs.len(), 2, "{doc:#}");
+    for pair in pairs {
+        for side in ["client", "server"] {
+            let stream = &pair[side]["streams"][0];
+            assert_eq!(stream["congestion"], "reno", "{side}: {pair:#}");
+        }
+        // The receiving server's 16K buffer bounds the window it offers the sender.
+        let window = pair["client"]["streams"][0]["figures"]["tcp"]["snd_wnd_bytes"]
+            .as_u64()
+            .expect("window");
+        assert!(window <= 32 << 10, "window {window}: {pair:#}");
+        let received = pair["server"]["total"]["bytes_received"]
+            .as_f64()
+            .expect("bytes");
+        let ns = pair["server"]["total"]["duration_ns"].as_f64().expect("ns");
+        let mbit = received * 8.0 / ns * 1e3;
+        assert!((20.0..=48.0).contains(&mbit), "{mbit} Mbit/s: {pair:#}");
+    }
+    // TCP's options with UDP, and a window of nothing, are refused before any test.
+    for (bad, why) in [
+        (vec!["-u", "-C", "reno"], "cannot be used with"),
+        (vec!["-u", "--fq-rate", "10M"], "cannot be used with"),
+        (vec!["-w", "0"], "--window must be between"),
+    ] {
+        let mut all = vec!["mesh", "--auth-key", key.path()];
+        all.extend(bad.iter().copied());
+        all.extend(hosts.iter().map(String::as_str));
+        refused(&all, why);
+    }
+}
+
+#[test]
 fn the_sending_servers_limits_bound_the_tests_it_runs_for_a_coordinator() {
     let key = KeyFile::new("limits", "the mesh's secret");
     let open = mesh_server(&key);
