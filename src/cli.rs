@@ -713,8 +713,9 @@ impl MeshArgs {
 #[command(
     after_help = "A probe's query: target=HOST[:PORT] (an fperf server), and \
                   optionally protocol=tcp|udp, duration=SECS (default 1), size=BYTES, \
-                  workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1. A probe \
-                  over the limits, or whose test fails, answers fperf_probe_success 0 and \
+                  workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, \
+                  percentiles=LIST, window=BYTES, congestion=ALGO (TCP), fq_rate=RATE \
+                  (TCP). A probe over the limits, or whose test fails, answers fperf_probe_success 0 and \
                   the reason is logged; more probes than --max-probes are answered 429."
 )]
 struct ExporterArgs {

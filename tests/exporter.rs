@@ -206,6 +206,30 @@ fn a_probe_runs_a_tcp_test_and_answers_with_both_ends_figures() {
 }
 
 #[test]
+fn a_probe_sets_the_window_congestion_control_and_pacing_it_asks_for() {
+    let server = Server::start(&[]);
+    let exporter = Exporter::start(&[]);
+    let m = exporter.probe(
+        &format!(
+            "target=127.0.0.1:{}&duration=1&window=16K&congestion=reno&fq_rate=40M",
+            server.port
+        ),
+        true,
+    );
+    assert_near(
+        "paced rate",
+        m.get(r#"fperf_received_bytes_per_second{end="server"}"#),
+        40e6 / 8.0,
+        0.3,
+    );
+    // The server's report names what its end of the test was set to.
+    let header = server.wait_for(|o| o.contains("new TCP connection"), Duration::from_secs(5));
+    for label in ["cc=reno", "window=16KB", "fq_rate=40.0Mbit/s"] {
+        assert!(header.contains(label), "{label}: {header}");
+    }
+}
+
+#[test]
 fn a_request_response_probe_gives_round_trip_percentiles_and_a_udp_one_its_loss() {
     let server = Server::start(&[]);
     let exporter = Exporter::start(&[]);

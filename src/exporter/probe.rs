@@ -10,6 +10,8 @@ use crate::percentiles::Percentiles;
 use crate::settings::{
     Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_NSTREAMS, MAX_PKTSIZE,
 };
+use crate::transport::sockets::SocketSettings;
+use crate::transport::tcp::settings::TcpSettings;
 use crate::transport::udp::settings::UdpSettings;
 use crate::workload::{Reply, Workload};
 use prometheus::Registry;
@@ -27,8 +29,8 @@ const LEAST_SETUP: Duration = Duration::from_millis(500);
 /// Taken off Prometheus's scrape time-out, so that the answer arrives before it gives up.
 const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
 /// The query parameters a probe takes.
-const PARAMETERS: &str =
-    "target, protocol, duration, size, workload, streams, bitrate, reverse, percentiles";
+const PARAMETERS: &str = "target, protocol, duration, size, workload, streams, bitrate, \
+                          reverse, percentiles, window, congestion, fq_rate";
 
 /// Why a probe did not measure.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -155,9 +157,37 @@ impl ProbeRequest {
             .map(|text| text.parse::<Percentiles>().map_err(|e| bad(e.to_string())))
             .transpose()?
             .unwrap_or_default();
+        let window = get("window")
+            .map(|text| {
+                crate::units::parse_bytes(text)
+                    .and_then(|b| u32::try_from(b).ok())
+                    .ok_or_else(|| bad(format!("window must be a number of bytes, not {text:?}")))
+            })
+            .transpose()?;
+        let sockets = SocketSettings {
+            window,
+            ..SocketSettings::default()
+        };
+        let congestion = get("congestion").map(str::to_owned);
+        let fq_rate = get("fq_rate")
+            .map(|text| crate::limits::parse_rate(text).map_err(|e| bad(format!("fq_rate: {e}"))))
+            .transpose()?;
         let transport = match protocol {
-            Protocol::Udp => TransportSettings::Udp(UdpSettings::default()),
-            _ => TransportSettings::Tcp(Default::default()),
+            Protocol::Udp => {
+                if congestion.is_some() || fq_rate.is_some() {
+                    return Err(bad("congestion and fq_rate are TCP's, not UDP's".into()));
+                }
+                TransportSettings::Udp(UdpSettings {
+                    sockets,
+                    ..UdpSettings::default()
+                })
+            }
+            _ => TransportSettings::Tcp(TcpSettings {
+                congestion,
+                fq_rate,
+                sockets,
+                ..TcpSettings::default()
+            }),
         };
         let settings = Settings {
             nstreams,
@@ -329,6 +359,16 @@ mod tests {
         assert_eq!((r.host.as_str(), r.port), ("::1", 5000));
         assert_eq!(r.settings.workload, Workload::Reverse);
         assert_eq!(r.settings.percentiles, Percentiles::default());
+        let r = parse("target=127.0.0.1&window=64K&congestion=reno&fq_rate=40M").expect("accepted");
+        let TransportSettings::Tcp(tcp) = &r.settings.transport else {
+            panic!("not TCP: {r:?}");
+        };
+        assert_eq!(tcp.sockets.window, Some(64 << 10));
+        assert_eq!(tcp.congestion.as_deref(), Some("reno"));
+        assert_eq!(tcp.fq_rate, Some(40_000_000));
+        let r = parse("target=127.0.0.1&protocol=udp&window=1M").expect("accepted");
+        let sockets = r.settings.transport.sockets().expect("sockets");
+        assert_eq!(sockets.window, Some(1 << 20));
         let r = parse("target=127.0.0.1&workload=rr&percentiles=50,99.99").expect("accepted");
         assert_eq!(r.settings.percentiles.as_slice(), [50.0, 99.99]);
         assert!(refusal("target=127.0.0.1&percentiles=0").contains("above 0"));
@@ -351,6 +391,13 @@ mod tests {
         assert!(refusal("target=127.0.0.1&protocol=sctp").contains("tcp or udp"));
         assert!(refusal("target=127.0.0.1&workload=rr&reverse=1").contains("reverse"));
         assert!(refusal("target=127.0.0.1&bitrate=fast").contains("bitrate"));
+        assert!(refusal("target=127.0.0.1&window=big").contains("window must be"));
+        assert!(refusal("target=127.0.0.1&window=0").contains("cannot run"));
+        assert!(refusal("target=127.0.0.1&window=1G").contains("cannot run"));
+        assert!(refusal("target=127.0.0.1&fq_rate=0").contains("fq_rate"));
+        assert!(refusal("target=127.0.0.1&congestion=a%2Fb").contains("cannot run"));
+        assert!(refusal("target=127.0.0.1&congestion=averyveryverylongname").contains("cannot run"));
+        assert!(refusal("target=127.0.0.1&protocol=udp&congestion=reno").contains("TCP's"));
         assert!(
             refusal("target=127.0.0.1&protocol=udp&size=60000&workload=crr").contains("cannot run")
         );
