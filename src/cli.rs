@@ -570,6 +570,11 @@ struct MeshArgs {
     #[arg(short = 'C', long, value_name = "ALGO", conflicts_with = "udp")]
     congestion: Option<String>,
 
+    /// Largest TCP segment of every test's data connections, in bytes (TCP_MAXSEG, 88
+    /// to 32767), as a client's -M. Default: the path's.
+    #[arg(short = 'M', long, value_name = "BYTES", conflicts_with = "udp")]
+    set_mss: Option<u32>,
+
     /// Cap each data connection's sending rate at RATE bits/s (SO_MAX_PACING_RATE), as
     /// a client's --fq-rate: the kernel paces every segment.
     #[arg(long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate,
@@ -675,6 +680,7 @@ impl MeshArgs {
         } else {
             TransportSettings::Tcp(TcpSettings {
                 congestion: self.congestion.clone(),
+                mss: self.set_mss,
                 fq_rate: self.fq_rate.filter(|&b| b > 0),
                 sockets,
                 ..TcpSettings::default()

@@ -350,7 +350,7 @@ fn the_coordinator_and_the_server_refuse_what_cannot_work_before_any_test() {
 }
 
 #[test]
-fn congestion_control_pacing_and_socket_buffers_reach_every_pair() {
+fn congestion_control_segment_size_pacing_and_socket_buffers_reach_every_pair() {
     let key = KeyFile::new("tcp-options", "the mesh's secret");
     let servers = [mesh_server(&key), mesh_server(&key)];
     let hosts: Vec<String> = servers.iter().map(address).collect();
@@ -363,6 +363,8 @@ fn congestion_control_pacing_and_socket_buffers_reach_every_pair() {
         "reno",
         "--fq-rate",
         "40M",
+        "-M",
+        "1000",
         "-w",
         "16K",
     ];
@@ -376,6 +378,11 @@ fn congestion_control_pacing_and_socket_buffers_reach_every_pair() {
             let stream = &pair[side]["streams"][0];
             assert_eq!(stream["congestion"], "reno", "{side}: {pair:#}");
         }
+        // The segment size in force keeps to -M (less any TCP options).
+        let mss = pair["client"]["streams"][0]["figures"]["tcp"]["mss"]
+            .as_u64()
+            .expect("mss");
+        assert!((900..=1000).contains(&mss), "mss {mss}: {pair:#}");
         // The receiving server's 16K buffer bounds the window it offers the sender.
         let window = pair["client"]["streams"][0]["figures"]["tcp"]["snd_wnd_bytes"]
             .as_u64()
@@ -392,6 +399,7 @@ fn congestion_control_pacing_and_socket_buffers_reach_every_pair() {
     for (bad, why) in [
         (vec!["-u", "-C", "reno"], "cannot be used with"),
         (vec!["-u", "--fq-rate", "10M"], "cannot be used with"),
+        (vec!["-M", "10"], "between 88 and 32767"),
         (vec!["-w", "0"], "--window must be between"),
     ] {
         let mut all = vec!["mesh", "--auth-key", key.path()];
