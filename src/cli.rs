@@ -720,8 +720,8 @@ impl MeshArgs {
     after_help = "A probe's query: target=HOST[:PORT] (an fperf server), and \
                   optionally protocol=tcp|udp, duration=SECS (default 1), size=BYTES, \
                   workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, \
-                  percentiles=LIST, window=BYTES, congestion=ALGO (TCP), fq_rate=RATE \
-                  (TCP). A probe over the limits, or whose test fails, answers \
+                  percentiles=LIST, window=BYTES, congestion=ALGO, mss=BYTES and \
+                  fq_rate=RATE (the last three TCP's). A probe over the limits, or whose test fails, answers \
                   fperf_probe_success 0 and the reason is logged; more probes than \
                   --max-probes are answered 429."
 )]

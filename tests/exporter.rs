@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{collect, fperf_bin, port_block, Server};
+use common::{collect, fperf_bin, port_block, tcp_info_mss, Server};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -206,12 +206,12 @@ fn a_probe_runs_a_tcp_test_and_answers_with_both_ends_figures() {
 }
 
 #[test]
-fn a_probe_sets_the_window_congestion_control_and_pacing_it_asks_for() {
+fn a_probe_sets_the_window_congestion_control_segment_size_and_pacing_it_asks_for() {
     let server = Server::start(&[]);
     let exporter = Exporter::start(&[]);
     let m = exporter.probe(
         &format!(
-            "target=127.0.0.1:{}&duration=1&window=16K&congestion=reno&fq_rate=40M",
+            "target=127.0.0.1:{}&duration=1&window=16K&congestion=reno&mss=1000&fq_rate=40M",
             server.port
         ),
         true,
@@ -222,11 +222,14 @@ fn a_probe_sets_the_window_congestion_control_and_pacing_it_asks_for() {
         40e6 / 8.0,
         0.3,
     );
-    // The server's report names what its end of the test was set to.
-    let header = server.wait_for(|o| o.contains("new TCP connection"), Duration::from_secs(5));
-    for label in ["cc=reno", "window=16KB", "fq_rate=40.0Mbit/s"] {
-        assert!(header.contains(label), "{label}: {header}");
+    // The server's report names what its end of the test was set to, and the segment
+    // size in force keeps to mss= (less any TCP options).
+    let report = server.wait_for(|o| o.contains("tcp_info"), Duration::from_secs(5));
+    for label in ["cc=reno", "window=16KB", "mss=1000", "fq_rate=40.0Mbit/s"] {
+        assert!(report.contains(label), "{label}: {report}");
     }
+    let mss = tcp_info_mss(&report);
+    assert!((900..=1000).contains(&mss), "mss {mss}: {report}");
 }
 
 #[test]

@@ -30,7 +30,7 @@ const LEAST_SETUP: Duration = Duration::from_millis(500);
 const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
 /// The query parameters a probe takes.
 const PARAMETERS: &str = "target, protocol, duration, size, workload, streams, bitrate, \
-                          reverse, percentiles, window, congestion, fq_rate";
+                          reverse, percentiles, window, congestion, mss, fq_rate";
 
 /// Why a probe did not measure.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -169,13 +169,21 @@ impl ProbeRequest {
             ..SocketSettings::default()
         };
         let congestion = get("congestion").map(str::to_owned);
+        let mss = get("mss")
+            .map(|text| {
+                text.parse::<u32>()
+                    .map_err(|_| bad(format!("mss must be a number of bytes, not {text:?}")))
+            })
+            .transpose()?;
         let fq_rate = get("fq_rate")
             .map(|text| crate::limits::parse_rate(text).map_err(|e| bad(format!("fq_rate: {e}"))))
             .transpose()?;
         let transport = match protocol {
             Protocol::Udp => {
-                if congestion.is_some() || fq_rate.is_some() {
-                    return Err(bad("congestion and fq_rate are TCP's, not UDP's".into()));
+                if congestion.is_some() || mss.is_some() || fq_rate.is_some() {
+                    return Err(bad(
+                        "congestion, mss and fq_rate are TCP's, not UDP's".into()
+                    ));
                 }
                 TransportSettings::Udp(UdpSettings {
                     sockets,
@@ -184,6 +192,7 @@ impl ProbeRequest {
             }
             _ => TransportSettings::Tcp(TcpSettings {
                 congestion,
+                mss,
                 fq_rate,
                 sockets,
                 ..TcpSettings::default()
@@ -359,12 +368,14 @@ mod tests {
         assert_eq!((r.host.as_str(), r.port), ("::1", 5000));
         assert_eq!(r.settings.workload, Workload::Reverse);
         assert_eq!(r.settings.percentiles, Percentiles::default());
-        let r = parse("target=127.0.0.1&window=64K&congestion=reno&fq_rate=40M").expect("accepted");
+        let r = parse("target=127.0.0.1&window=64K&congestion=reno&mss=1000&fq_rate=40M")
+            .expect("accepted");
         let TransportSettings::Tcp(tcp) = &r.settings.transport else {
             panic!("not TCP: {r:?}");
         };
         assert_eq!(tcp.sockets.window, Some(64 << 10));
         assert_eq!(tcp.congestion.as_deref(), Some("reno"));
+        assert_eq!(tcp.mss, Some(1000));
         assert_eq!(tcp.fq_rate, Some(40_000_000));
         let r = parse("target=127.0.0.1&protocol=udp&window=1M").expect("accepted");
         let sockets = r.settings.transport.sockets().expect("sockets");
@@ -395,6 +406,8 @@ mod tests {
         assert!(refusal("target=127.0.0.1&window=0").contains("cannot run"));
         assert!(refusal("target=127.0.0.1&window=1G").contains("cannot run"));
         assert!(refusal("target=127.0.0.1&fq_rate=0").contains("fq_rate"));
+        assert!(refusal("target=127.0.0.1&mss=1K").contains("mss must be"));
+        assert!(refusal("target=127.0.0.1&mss=10").contains("cannot run"));
         assert!(refusal("target=127.0.0.1&congestion=a%2Fb").contains("cannot run"));
         assert!(refusal("target=127.0.0.1&congestion=averyveryverylongname").contains("cannot run"));
         assert!(refusal("target=127.0.0.1&protocol=udp&congestion=reno").contains("TCP's"));
