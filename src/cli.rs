@@ -668,24 +668,14 @@ impl MeshArgs {
             (_, true) => Workload::RoundTrip(Reply::Echo),
             _ => Workload::Bulk,
         };
-        let sockets = SocketSettings {
-            window: self.window,
-            ..SocketSettings::default()
+        let tcp = TcpSettings {
+            congestion: self.congestion.clone(),
+            mss: self.set_mss,
+            fq_rate: self.fq_rate.filter(|&b| b > 0),
+            ..TcpSettings::default()
         };
-        let transport = if self.udp {
-            TransportSettings::Udp(UdpSettings {
-                sockets,
-                ..UdpSettings::default()
-            })
-        } else {
-            TransportSettings::Tcp(TcpSettings {
-                congestion: self.congestion.clone(),
-                mss: self.set_mss,
-                fq_rate: self.fq_rate.filter(|&b| b > 0),
-                sockets,
-                ..TcpSettings::default()
-            })
-        };
+        let transport = TransportSettings::over_sockets(self.udp, self.window, tcp)
+            .ok_or_else(|| anyhow::anyhow!("-C, -M and --fq-rate are TCP's, not UDP's"))?;
         let settings = Settings {
             nstreams: self.nstreams,
             pktsize: self.pktsize,

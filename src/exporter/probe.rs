@@ -10,9 +10,7 @@ use crate::percentiles::Percentiles;
 use crate::settings::{
     Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_NSTREAMS, MAX_PKTSIZE,
 };
-use crate::transport::sockets::SocketSettings;
 use crate::transport::tcp::settings::TcpSettings;
-use crate::transport::udp::settings::UdpSettings;
 use crate::workload::{Reply, Workload};
 use prometheus::Registry;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -164,10 +162,6 @@ impl ProbeRequest {
                     .ok_or_else(|| bad(format!("window must be a number of bytes, not {text:?}")))
             })
             .transpose()?;
-        let sockets = SocketSettings {
-            window,
-            ..SocketSettings::default()
-        };
         let congestion = get("congestion").map(str::to_owned);
         let mss = get("mss")
             .map(|text| {
@@ -178,26 +172,14 @@ impl ProbeRequest {
         let fq_rate = get("fq_rate")
             .map(|text| crate::limits::parse_rate(text).map_err(|e| bad(format!("fq_rate: {e}"))))
             .transpose()?;
-        let transport = match protocol {
-            Protocol::Udp => {
-                if congestion.is_some() || mss.is_some() || fq_rate.is_some() {
-                    return Err(bad(
-                        "congestion, mss and fq_rate are TCP's, not UDP's".into()
-                    ));
-                }
-                TransportSettings::Udp(UdpSettings {
-                    sockets,
-                    ..UdpSettings::default()
-                })
-            }
-            _ => TransportSettings::Tcp(TcpSettings {
-                congestion,
-                mss,
-                fq_rate,
-                sockets,
-                ..TcpSettings::default()
-            }),
+        let tcp = TcpSettings {
+            congestion,
+            mss,
+            fq_rate,
+            ..TcpSettings::default()
         };
+        let transport = TransportSettings::over_sockets(protocol == Protocol::Udp, window, tcp)
+            .ok_or_else(|| bad("congestion, mss and fq_rate are TCP's, not UDP's".into()))?;
         let settings = Settings {
             nstreams,
             pktsize,

@@ -39,6 +39,30 @@ pub enum TransportSettings {
 }
 
 impl TransportSettings {
+    /// The transport of a test whose only choices are TCP or UDP, both ends' socket
+    /// buffers (`window`; `None`: the defaults) and TCP's own options in `tcp`, as a mesh
+    /// pair's or an exporter probe's. `None` when UDP is asked for with one of TCP's
+    /// options.
+    pub fn over_sockets(
+        udp: bool,
+        window: Option<u32>,
+        tcp: TcpSettings,
+    ) -> Option<TransportSettings> {
+        let sockets = SocketSettings {
+            window,
+            ..SocketSettings::default()
+        };
+        if !udp {
+            return Some(TransportSettings::Tcp(TcpSettings { sockets, ..tcp }));
+        }
+        (tcp == TcpSettings::default()).then(|| {
+            TransportSettings::Udp(UdpSettings {
+                sockets,
+                ..UdpSettings::default()
+            })
+        })
+    }
+
     /// `protocol`'s settings, every option at its default.
     pub fn default_for(protocol: Protocol) -> TransportSettings {
         match protocol {
