@@ -711,9 +711,9 @@ impl MeshArgs {
                   optionally protocol=tcp|udp, duration=SECS (default 1), size=BYTES, \
                   workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, \
                   percentiles=LIST, window=BYTES, congestion=ALGO, mss=BYTES and \
-                  fq_rate=RATE (the last three TCP's). A probe over the limits, or whose test fails, answers \
-                  fperf_probe_success 0 and the reason is logged; more probes than \
-                  --max-probes are answered 429."
+                  fq_rate=RATE (the last three TCP's; a rate of 0 is none). A probe over \
+                  the limits, or whose test fails, answers fperf_probe_success 0 and the \
+                  reason is logged; more probes than --max-probes are answered 429."
 )]
 struct ExporterArgs {
     /// Address and port to answer HTTP on.

@@ -147,9 +147,7 @@ impl ProbeRequest {
                 .filter(|n| (1..=MAX_NSTREAMS).contains(n))
                 .ok_or_else(|| bad(format!("streams must be 1 to {MAX_NSTREAMS}, not {text:?}")))?,
         };
-        let rate_bps = get("bitrate")
-            .map(|text| crate::limits::parse_rate(text).map_err(|e| bad(format!("bitrate: {e}"))))
-            .transpose()?;
+        let rate_bps = optional_rate(get("bitrate"), "bitrate")?;
         // The round trip's percentile labels; the default set without it.
         let percentiles = get("percentiles")
             .map(|text| text.parse::<Percentiles>().map_err(|e| bad(e.to_string())))
@@ -169,9 +167,7 @@ impl ProbeRequest {
                     .map_err(|_| bad(format!("mss must be a number of bytes, not {text:?}")))
             })
             .transpose()?;
-        let fq_rate = get("fq_rate")
-            .map(|text| crate::limits::parse_rate(text).map_err(|e| bad(format!("fq_rate: {e}"))))
-            .transpose()?;
+        let fq_rate = optional_rate(get("fq_rate"), "fq_rate")?;
         let tcp = TcpSettings {
             congestion,
             mss,
@@ -218,6 +214,17 @@ impl ProbeRequest {
         }
         Ok(own.min(timeout))
     }
+}
+
+/// A probe's rate parameter `name`, as the command line's: 0 means none (no target, no
+/// cap), as a client's `-b 0` and `--fq-rate 0` do.
+fn optional_rate(text: Option<&str>, name: &str) -> Result<Option<u64>, ProbeError> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let rate = crate::limits::parse_target_rate(text)
+        .map_err(|e| ProbeError::Parameter(format!("{name}: {e}")))?;
+    Ok((rate > 0).then_some(rate))
 }
 
 /// Runs `request`'s test, giving up after `timeout`: its figures as metrics in
@@ -359,6 +366,13 @@ mod tests {
         assert_eq!(tcp.congestion.as_deref(), Some("reno"));
         assert_eq!(tcp.mss, Some(1000));
         assert_eq!(tcp.fq_rate, Some(40_000_000));
+        // 0 is no target and no cap, as on the command line.
+        let r = parse("target=127.0.0.1&bitrate=0&fq_rate=0").expect("accepted");
+        assert_eq!(r.settings.rate_bps, None);
+        let TransportSettings::Tcp(tcp) = &r.settings.transport else {
+            panic!("not TCP: {r:?}");
+        };
+        assert_eq!(tcp.fq_rate, None);
         let r = parse("target=127.0.0.1&protocol=udp&window=1M").expect("accepted");
         let sockets = r.settings.transport.sockets().expect("sockets");
         assert_eq!(sockets.window, Some(1 << 20));
@@ -387,7 +401,8 @@ mod tests {
         assert!(refusal("target=127.0.0.1&window=big").contains("window must be"));
         assert!(refusal("target=127.0.0.1&window=0").contains("cannot run"));
         assert!(refusal("target=127.0.0.1&window=1G").contains("cannot run"));
-        assert!(refusal("target=127.0.0.1&fq_rate=0").contains("fq_rate"));
+        assert!(refusal("target=127.0.0.1&fq_rate=fast").contains("fq_rate"));
+        assert!(refusal("target=127.0.0.1&bitrate=-1").contains("bitrate"));
         assert!(refusal("target=127.0.0.1&mss=1K").contains("mss must be"));
         assert!(refusal("target=127.0.0.1&mss=10").contains("cannot run"));
         assert!(refusal("target=127.0.0.1&congestion=a%2Fb").contains("cannot run"));
