@@ -587,6 +587,16 @@ struct MeshArgs {
     #[arg(short = 'w', long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
     window: Option<u32>,
 
+    /// IPv4 only: the coordinator reaches each server at its name's IPv4 address and
+    /// sends every test to the receiving host's IPv4 address.
+    #[arg(short = '4', long, conflicts_with = "ipv6")]
+    ipv4: bool,
+
+    /// IPv6 only: the coordinator reaches each server at its name's IPv6 address and
+    /// sends every test to the receiving host's IPv6 address.
+    #[arg(short = '6', long)]
+    ipv6: bool,
+
     /// Shared secret file the servers hold (or the secret in $FPERF_AUTH_KEY).
     #[arg(long, value_name = "FILE")]
     auth_key: Option<std::path::PathBuf>,
@@ -642,6 +652,18 @@ impl MeshArgs {
             .iter()
             .map(|n| MeshHost::parse(n, self.port).map_err(|e| anyhow::anyhow!(e)))
             .collect::<Result<Vec<_>>>()?;
+        let family = match (self.ipv4, self.ipv6) {
+            (true, _) => IpFamily::V4,
+            (_, true) => IpFamily::V6,
+            _ => IpFamily::Any,
+        };
+        for h in &hosts {
+            if let Ok(ip) = h.host.parse::<std::net::IpAddr>() {
+                family
+                    .check("the host", ip)
+                    .map_err(|e| anyhow::anyhow!(e))?;
+            }
+        }
         for (i, h) in hosts.iter().enumerate() {
             if hosts[..i]
                 .iter()
@@ -694,6 +716,7 @@ impl MeshArgs {
                 settings,
                 auth: Some(auth),
                 control_timeout: Duration::from_secs(10),
+                family,
                 outlier_below: self.outlier_below,
             },
             json: self.json,
@@ -1820,7 +1843,6 @@ impl Cli {
         })
     }
 
-    /// The IP family asked for: `-4`, `-6`, or either.
     /// Refuses a `--cport` that the run's data sockets cannot use: with a transport or
     /// workload that opens sockets of its own, or more sockets than ports above it.
     fn check_cport(&self, settings: &Settings) -> Result<()> {
@@ -1846,6 +1868,7 @@ impl Cli {
         Ok(())
     }
 
+    /// The IP family asked for: `-4`, `-6`, or either.
     fn family(&self) -> IpFamily {
         match (self.ipv4, self.ipv6) {
             (true, _) => IpFamily::V4,

@@ -754,6 +754,16 @@ pub fn mesh_test(
     }
 }
 
+/// `host` and `port` as `HOST:PORT`, an IPv6 address in brackets: what
+/// [`split_host_port`] reads.
+pub fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 /// `HOST`, `HOST:PORT`, `[IPv6]:PORT` or a bare IPv6 address, as host and port if
 /// given (the targets of `fperf exporter` and the hosts of `fperf mesh`).
 pub fn split_host_port(target: &str) -> Result<(String, Option<u16>), String> {

@@ -436,3 +436,95 @@ fn the_sending_servers_limits_bound_the_tests_it_runs_for_a_coordinator() {
     let (_, doc, _) = mesh_json(&["--auth-key", key.path(), "--time", "0.2", "-t", "3", &a, &b]);
     assert!(pair_error(&doc, &a, &b).contains("streams"));
 }
+
+#[test]
+fn dash_4_and_dash_6_keep_the_coordinators_and_the_senders_connections_to_one_family() {
+    let key = KeyFile::new("family", "the mesh's secret");
+    let servers: Vec<Server> = (0..2)
+        .map(|_| Server::start(&["--allow-mesh", "--auth-key", key.path(), "--json"]))
+        .collect();
+    let ports = [servers[0].port, servers[1].port];
+    // Each mesh run adds two lines to each server: the test it ran, the one it served.
+    let mesh_line = |k: usize, lines: usize| -> serde_json::Value {
+        let text = servers[k].wait_for(|o| o.lines().count() >= lines, Duration::from_secs(10));
+        text.lines()
+            .rev()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"))
+            })
+            .find(|l| l.get("mesh").is_some())
+            .unwrap_or_else(|| panic!("no mesh test in {text}"))
+    };
+    let mesh = |flag: &str, hosts: [String; 2]| {
+        let args = [
+            "--auth-key",
+            key.path(),
+            "--time",
+            "0.3",
+            flag,
+            &hosts[0],
+            &hosts[1],
+        ];
+        mesh_json(&args)
+    };
+
+    // -6: the coordinator reaches each server over IPv6, and the sender the receiver.
+    let (code, _, stderr) = mesh("-6", ports.map(|p| format!("[::1]:{p}")));
+    assert_eq!(code, Some(0), "{stderr}");
+    for k in 0..2 {
+        let ran = mesh_line(k, 2);
+        assert_eq!(
+            ran["mesh"]["towards"],
+            format!("[::1]:{}", ports[1 - k]),
+            "{ran}"
+        );
+        let coordinator = ran["mesh"]["coordinator"].as_str().unwrap_or_default();
+        assert!(coordinator.starts_with("[::1]:"), "{ran}");
+    }
+
+    // -4 with names: the sender is handed the receiver's IPv4 address, not its name.
+    let (code, _, stderr) = mesh("-4", ports.map(|p| format!("localhost:{p}")));
+    assert_eq!(code, Some(0), "{stderr}");
+    for k in 0..2 {
+        let ran = mesh_line(k, 4);
+        assert_eq!(
+            ran["mesh"]["towards"],
+            format!("127.0.0.1:{}", ports[1 - k]),
+            "{ran}"
+        );
+        let coordinator = ran["mesh"]["coordinator"].as_str().unwrap_or_default();
+        assert!(coordinator.starts_with("127.0.0.1:"), "{ran}");
+    }
+
+    // -6 with a name that has no IPv6 address: every pair fails and says why.
+    let localhost_v6 = std::net::ToSocketAddrs::to_socket_addrs(&("localhost", 1))
+        .map(|mut a| a.any(|a| a.is_ipv6()))
+        .unwrap_or(false);
+    let hosts = ports.map(|p| format!("localhost:{p}"));
+    let (code, doc, stderr) = mesh("-6", hosts.clone());
+    if localhost_v6 {
+        assert_eq!(code, Some(0), "{stderr}");
+        assert_eq!(
+            mesh_line(0, 6)["mesh"]["towards"],
+            format!("[::1]:{}", ports[1])
+        );
+    } else {
+        assert_ne!(code, Some(0), "{doc:#}");
+        for (from, to) in [(0, 1), (1, 0)] {
+            let error = pair_error(&doc, &hosts[from], &hosts[to]);
+            assert!(error.contains("no IPv6 address"), "{error}");
+        }
+    }
+
+    // An address of the other family is refused before any test.
+    let v6 = format!("[::1]:{}", ports[0]);
+    let v4 = format!("127.0.0.1:{}", ports[1]);
+    refused(
+        &["mesh", "--auth-key", key.path(), "-4", &v6, &v4],
+        "-4 asks for IPv4 alone, and the host ::1 is an IPv6 address",
+    );
+    refused(
+        &["mesh", "--auth-key", key.path(), "-6", &v6, &v4],
+        "-6 asks for IPv6 alone, and the host 127.0.0.1 is an IPv4 address",
+    );
+}

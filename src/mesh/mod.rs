@@ -11,6 +11,7 @@ pub mod report;
 
 use crate::auth::AuthKey;
 use crate::client::{self, ClientConfig};
+use crate::family::IpFamily;
 use crate::results::SideResult;
 use crate::settings::Settings;
 use pattern::{Pair, Pattern};
@@ -46,11 +47,7 @@ impl MeshHost {
 
     /// `HOST:PORT` as another server reaches it.
     fn address(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
-        }
+        client::join_host_port(&self.host, self.port)
     }
 }
 
@@ -65,6 +62,9 @@ pub struct MeshConfig {
     pub auth: Option<AuthKey>,
     /// Longest wait for a server during set-up.
     pub control_timeout: Duration,
+    /// The IP family of every connection (`-4`, `-6`); with one, the coordinator
+    /// resolves each receiving host's name and hands the sender its address.
+    pub family: IpFamily,
     /// Pairs below this share of the median are outliers (latency: above the median
     /// over this share).
     pub outlier_below: f64,
@@ -158,10 +158,17 @@ fn test_pair(config: &MeshConfig, (from, to): Pair) -> PairResult {
         connect_timeout: config.control_timeout,
         control_timeout: config.control_timeout,
         auth: config.auth.clone(),
+        family: config.family,
         ..ClientConfig::new(sender.host.clone(), sender.port, config.settings.clone())
     };
     let length = Duration::from_millis(config.settings.time_ms.unwrap_or(0));
-    let outcome = client::mesh_test(&client, &receiver.address(), length + TEST_ALLOWANCE)
+    // The sending server resolves a name as it likes; an address keeps it to the family.
+    let peer = match config.family {
+        IpFamily::Any => Ok(receiver.address()),
+        family => client::resolve(&receiver.host, receiver.port, family).map(|a| a.to_string()),
+    };
+    let outcome = peer
+        .and_then(|peer| client::mesh_test(&client, &peer, length + TEST_ALLOWANCE))
         .map_err(|e| format!("{e:#}"));
     PairResult { from, to, outcome }
 }

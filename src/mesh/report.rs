@@ -330,6 +330,7 @@ mod tests {
             },
             auth: None,
             control_timeout: Duration::from_secs(1),
+            family: crate::family::IpFamily::Any,
             outlier_below: 0.8,
         };
         let pairs = (0..n)

@@ -46,6 +46,7 @@ pub(super) fn run_test(
     config: &ServerConfig,
     events: &EventSender,
 ) -> Result<(SideResult, SideResult)> {
+    let towards = client::join_host_port(host, port);
     let limits = &config.limits;
     // The server's read cap becomes this client's send cap: an unpaced test is paced
     // to it, spread over the streams.
@@ -112,11 +113,11 @@ pub(super) fn run_test(
             .ok()
             .and_then(|w| w.clone())
             .unwrap_or_default();
-        bail!("the test towards {host}:{port} went past this server's {limit}");
+        bail!("the test towards {towards} went past this server's {limit}");
     }
     events.report(ServerEvent::MeshTest {
         coordinator,
-        peer: format!("{host}:{port}"),
+        peer: towards,
         settings,
         result: Box::new(outcome.client.clone()),
     });
