@@ -734,7 +734,8 @@ impl MeshArgs {
                   optionally protocol=tcp|udp, duration=SECS (default 1), size=BYTES, \
                   workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, \
                   percentiles=LIST, window=BYTES, congestion=ALGO, mss=BYTES and \
-                  fq_rate=RATE (the last three TCP's; a rate of 0 is none). A probe over \
+                  fq_rate=RATE (the last three TCP's; a rate of 0 is none), and family=4|6 \
+                  (IPv4 or IPv6 alone). A probe over \
                   the limits, or whose test fails, answers fperf_probe_success 0 and the \
                   reason is logged; more probes than --max-probes are answered 429."
 )]

@@ -670,3 +670,49 @@ fn prometheus_scrapes_a_probe_and_serves_the_bandwidth_series() {
     let up: serde_json::Value = serde_json::from_str(&up).expect("JSON");
     assert_eq!(up["data"]["result"][0]["value"][1], "1", "{up}");
 }
+
+#[test]
+fn a_probe_keeps_to_the_ip_family_it_asks_for() {
+    let server = Server::start(&["--json"]);
+    let port = server.port;
+    let exporter = Exporter::start(&[
+        "--allow",
+        &format!("localhost:{port}"),
+        "--allow",
+        &format!("[::1]:{port}"),
+    ]);
+    // Each test the server served is a line naming the client's address.
+    let client_of_test = |n: usize| -> String {
+        let text = server.wait_for(|o| o.lines().count() >= n, Duration::from_secs(10));
+        let line = text.lines().nth(n - 1).expect("the test's line");
+        let doc: serde_json::Value = serde_json::from_str(line).expect("JSON");
+        doc["client"].as_str().unwrap_or_default().to_owned()
+    };
+    exporter.probe(
+        &format!("target=localhost:{port}&family=4&duration=0.3"),
+        true,
+    );
+    assert!(client_of_test(1).starts_with("127.0.0.1:"));
+    exporter.probe(&format!("target=[::1]:{port}&family=6&duration=0.3"), true);
+    assert!(client_of_test(2).starts_with("[::1]:"));
+
+    let localhost_v6 = std::net::ToSocketAddrs::to_socket_addrs(&("localhost", 1))
+        .map(|mut a| a.any(|a| a.is_ipv6()))
+        .unwrap_or(false);
+    let query = format!("target=localhost:{port}&family=6&duration=0.3");
+    if localhost_v6 {
+        exporter.probe(&query, true);
+        assert!(client_of_test(3).starts_with("[::1]:"));
+    } else {
+        let (_, body) = exporter.get(&format!("/probe?{query}"));
+        assert!(body.contains("fperf_probe_success 0"), "{body}");
+        assert!(
+            exporter.logged(|l| l.contains("no IPv6 address")),
+            "{}",
+            exporter.stderr()
+        );
+    }
+    let (_, body) = exporter.get(&format!("/probe?target=[::1]:{port}&family=4"));
+    assert!(body.contains("fperf_probe_success 0"), "{body}");
+    assert!(body.contains("not an IPv4 address"), "{body}");
+}

@@ -237,6 +237,7 @@ fn usage() -> String {
          \x20   protocol=tcp|udp  duration=SECS  size=BYTES  workload=bulk|rr|echo|crr\n\
          \x20   streams=N  bitrate=RATE (e.g. 500M, 0 none)  reverse=1  percentiles=LIST\n\
          \x20   window=BYTES  congestion=ALGO  mss=BYTES  fq_rate=RATE (e.g. 1G, 0 none)\n\
+         \x20   family=4|6\n\
          GET /metrics                    the exporter's own counters\n\n\
          fperf {}\n",
         env!("CARGO_PKG_VERSION")

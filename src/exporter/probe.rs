@@ -3,6 +3,7 @@
 
 use super::{Allow, ExporterConfig, Place};
 use crate::client::{self, ClientConfig};
+use crate::family::IpFamily;
 use crate::json::StartTime;
 use crate::output::openmetrics::OpenMetrics;
 use crate::output::{Sink, Sinks};
@@ -13,6 +14,7 @@ use crate::settings::{
 use crate::transport::tcp::settings::TcpSettings;
 use crate::workload::{Reply, Workload};
 use prometheus::Registry;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -28,7 +30,7 @@ const LEAST_SETUP: Duration = Duration::from_millis(500);
 const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
 /// The query parameters a probe takes.
 const PARAMETERS: &str = "target, protocol, duration, size, workload, streams, bitrate, \
-                          reverse, percentiles, window, congestion, mss, fq_rate";
+                          reverse, percentiles, window, congestion, mss, fq_rate, family";
 
 /// Why a probe did not measure.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -52,6 +54,8 @@ pub struct ProbeRequest {
     pub target: String,
     pub host: String,
     pub port: u16,
+    /// The IP family the test keeps to (`family=4` or `6`), or either.
+    pub family: IpFamily,
     pub settings: Settings,
     pub duration: Duration,
 }
@@ -83,6 +87,19 @@ impl ProbeRequest {
         let (host, port) = split_target(target).map_err(bad)?;
         if !config.allow.allows(&host, port) {
             return Err(ProbeError::NotAllowed(target.to_owned()));
+        }
+        let family = match get("family") {
+            None => IpFamily::Any,
+            Some("4") => IpFamily::V4,
+            Some("6") => IpFamily::V6,
+            Some(other) => return Err(bad(format!("family must be 4 or 6, not {other:?}"))),
+        };
+        if let (Ok(ip), Some((_, name))) = (host.parse::<IpAddr>(), family.flag()) {
+            if !family.admits(ip) {
+                return Err(bad(format!(
+                    "family asks for {name} alone, and the target {ip} is not an {name} address"
+                )));
+            }
         }
         let protocol = match get("protocol").unwrap_or("tcp") {
             "tcp" => Protocol::Tcp,
@@ -193,6 +210,7 @@ impl ProbeRequest {
             target: target.to_owned(),
             host,
             port,
+            family,
             settings,
             duration,
         })
@@ -245,6 +263,7 @@ pub fn run(
         results_timeout: setup,
         stall_timeout: setup.max(Duration::from_secs(1)),
         auth: config.auth.clone(),
+        family: request.family,
         ..ClientConfig::new(request.host.clone(), request.port, request.settings.clone())
     };
     let abort = Arc::new(AtomicBool::new(false));
@@ -376,6 +395,9 @@ mod tests {
         let r = parse("target=127.0.0.1&protocol=udp&window=1M").expect("accepted");
         let sockets = r.settings.transport.sockets().expect("sockets");
         assert_eq!(sockets.window, Some(1 << 20));
+        assert_eq!(r.family, IpFamily::Any);
+        let r = parse("target=%5B::1%5D:5000&family=6").expect("accepted");
+        assert_eq!(r.family, IpFamily::V6);
         let r = parse("target=127.0.0.1&workload=rr&percentiles=50,99.99").expect("accepted");
         assert_eq!(r.settings.percentiles.as_slice(), [50.0, 99.99]);
         assert!(refusal("target=127.0.0.1&percentiles=0").contains("above 0"));
@@ -408,6 +430,9 @@ mod tests {
         assert!(refusal("target=127.0.0.1&congestion=a%2Fb").contains("cannot run"));
         assert!(refusal("target=127.0.0.1&congestion=averyveryverylongname").contains("cannot run"));
         assert!(refusal("target=127.0.0.1&protocol=udp&congestion=reno").contains("TCP's"));
+        assert!(refusal("target=127.0.0.1&family=5").contains("family must be 4 or 6"));
+        assert!(refusal("target=127.0.0.1&family=6").contains("not an IPv6 address"));
+        assert!(refusal("target=%5B::1%5D:5000&family=4").contains("not an IPv4 address"));
         assert!(
             refusal("target=127.0.0.1&protocol=udp&size=60000&workload=crr").contains("cannot run")
         );
