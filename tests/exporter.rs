@@ -696,11 +696,8 @@ fn a_probe_keeps_to_the_ip_family_it_asks_for() {
     exporter.probe(&format!("target=[::1]:{port}&family=6&duration=0.3"), true);
     assert!(client_of_test(2).starts_with("[::1]:"));
 
-    let localhost_v6 = std::net::ToSocketAddrs::to_socket_addrs(&("localhost", 1))
-        .map(|mut a| a.any(|a| a.is_ipv6()))
-        .unwrap_or(false);
     let query = format!("target=localhost:{port}&family=6&duration=0.3");
-    if localhost_v6 {
+    if common::localhost_has_ipv6() {
         exporter.probe(&query, true);
         assert!(client_of_test(3).starts_with("[::1]:"));
     } else {

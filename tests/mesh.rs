@@ -468,41 +468,30 @@ fn dash_4_and_dash_6_keep_the_coordinators_and_the_senders_connections_to_one_fa
         mesh_json(&args)
     };
 
+    // Each server's latest mesh test went to the other server at `ip`, and came from a
+    // coordinator at `ip`.
+    let over = |ip: &str, lines: usize| {
+        for k in 0..2 {
+            let ran = mesh_line(k, lines);
+            let towards = format!("{ip}:{}", ports[1 - k]);
+            assert_eq!(ran["mesh"]["towards"], towards, "{ran}");
+            let coordinator = ran["mesh"]["coordinator"].as_str().unwrap_or_default();
+            assert!(coordinator.starts_with(&format!("{ip}:")), "{ran}");
+        }
+    };
     // -6: the coordinator reaches each server over IPv6, and the sender the receiver.
     let (code, _, stderr) = mesh("-6", ports.map(|p| format!("[::1]:{p}")));
     assert_eq!(code, Some(0), "{stderr}");
-    for k in 0..2 {
-        let ran = mesh_line(k, 2);
-        assert_eq!(
-            ran["mesh"]["towards"],
-            format!("[::1]:{}", ports[1 - k]),
-            "{ran}"
-        );
-        let coordinator = ran["mesh"]["coordinator"].as_str().unwrap_or_default();
-        assert!(coordinator.starts_with("[::1]:"), "{ran}");
-    }
-
+    over("[::1]", 2);
     // -4 with names: the sender is handed the receiver's IPv4 address, not its name.
     let (code, _, stderr) = mesh("-4", ports.map(|p| format!("localhost:{p}")));
     assert_eq!(code, Some(0), "{stderr}");
-    for k in 0..2 {
-        let ran = mesh_line(k, 4);
-        assert_eq!(
-            ran["mesh"]["towards"],
-            format!("127.0.0.1:{}", ports[1 - k]),
-            "{ran}"
-        );
-        let coordinator = ran["mesh"]["coordinator"].as_str().unwrap_or_default();
-        assert!(coordinator.starts_with("127.0.0.1:"), "{ran}");
-    }
+    over("127.0.0.1", 4);
 
     // -6 with a name that has no IPv6 address: every pair fails and says why.
-    let localhost_v6 = std::net::ToSocketAddrs::to_socket_addrs(&("localhost", 1))
-        .map(|mut a| a.any(|a| a.is_ipv6()))
-        .unwrap_or(false);
     let hosts = ports.map(|p| format!("localhost:{p}"));
     let (code, doc, stderr) = mesh("-6", hosts.clone());
-    if localhost_v6 {
+    if common::localhost_has_ipv6() {
         assert_eq!(code, Some(0), "{stderr}");
         assert_eq!(
             mesh_line(0, 6)["mesh"]["towards"],

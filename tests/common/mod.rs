@@ -497,6 +497,13 @@ pub fn nft_in(namespace: &str, rules: &str) {
     );
 }
 
+/// Whether this host's name `localhost` has an IPv6 address (in /etc/hosts, most often).
+pub fn localhost_has_ipv6() -> bool {
+    std::net::ToSocketAddrs::to_socket_addrs(&("localhost", 1))
+        .map(|mut addrs| addrs.any(|a| a.is_ipv6()))
+        .unwrap_or(false)
+}
+
 /// Runs `fperf ARGS`; asserts it was refused as a flag error (exit 2) saying `why`.
 pub fn refused(args: &[&str], why: &str) {
     let out = run(args, Duration::from_secs(10));
