@@ -652,11 +652,7 @@ impl MeshArgs {
             .iter()
             .map(|n| MeshHost::parse(n, self.port).map_err(|e| anyhow::anyhow!(e)))
             .collect::<Result<Vec<_>>>()?;
-        let family = match (self.ipv4, self.ipv6) {
-            (true, _) => IpFamily::V4,
-            (_, true) => IpFamily::V6,
-            _ => IpFamily::Any,
-        };
+        let family = IpFamily::from_flags(self.ipv4, self.ipv6);
         for h in &hosts {
             if let Ok(ip) = h.host.parse::<std::net::IpAddr>() {
                 family
@@ -735,9 +731,9 @@ impl MeshArgs {
                   workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, \
                   percentiles=LIST, window=BYTES, congestion=ALGO, mss=BYTES and \
                   fq_rate=RATE (the last three TCP's; a rate of 0 is none), and family=4|6 \
-                  (IPv4 or IPv6 alone). A probe over \
-                  the limits, or whose test fails, answers fperf_probe_success 0 and the \
-                  reason is logged; more probes than --max-probes are answered 429."
+                  (IPv4 or IPv6 alone). A probe over the limits, or whose test fails, \
+                  answers fperf_probe_success 0 and the reason is logged; more probes \
+                  than --max-probes are answered 429."
 )]
 struct ExporterArgs {
     /// Address and port to answer HTTP on.
@@ -1871,11 +1867,7 @@ impl Cli {
 
     /// The IP family asked for: `-4`, `-6`, or either.
     fn family(&self) -> IpFamily {
-        match (self.ipv4, self.ipv6) {
-            (true, _) => IpFamily::V4,
-            (_, true) => IpFamily::V6,
-            _ => IpFamily::Any,
-        }
+        IpFamily::from_flags(self.ipv4, self.ipv6)
     }
 
     /// The base port: `-p`, or the default of the server's kind.

@@ -14,6 +14,15 @@ pub enum IpFamily {
 }
 
 impl IpFamily {
+    /// The family `-4` and `-6` ask for (at most one of them is given), or either.
+    pub fn from_flags(ipv4: bool, ipv6: bool) -> IpFamily {
+        match (ipv4, ipv6) {
+            (true, _) => IpFamily::V4,
+            (_, true) => IpFamily::V6,
+            _ => IpFamily::Any,
+        }
+    }
+
     /// Whether `ip` is of this family.
     pub fn admits(self, ip: IpAddr) -> bool {
         match self {
