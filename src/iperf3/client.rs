@@ -41,8 +41,8 @@ pub const DEFAULT_PORT: u16 = 5201;
 /// How often the client looks at the control connection and its streams while the
 /// test runs.
 const TICK: Duration = Duration::from_millis(20);
-/// How long a UDP stream's receiver goes on once the client ended the test: datagrams
-/// still on their way arrive, and the server sends no more.
+/// How long a UDP stream's receiver goes on once the server said it stopped sending:
+/// the datagrams still on their way arrive.
 const UDP_DRAIN: Duration = Duration::from_millis(250);
 
 /// Why a run cannot go to an iperf3 server, if it cannot: checked before connecting.
@@ -317,15 +317,24 @@ pub fn run_observed(
     let ended_at = Instant::now();
     let seconds = results::test_seconds(settings, start, ended_at);
     wire::write_state(&mut control, State::TestEnd)?;
-    // The server closes its TCP streams now, which ends the receiving ones; UDP has no
-    // end to read, so the datagrams already on their way get a moment to arrive.
-    let give_up = Instant::now() + if udp { UDP_DRAIN } else { setup };
+    // The server closes its TCP streams now, which ends the receiving ones. UDP has no
+    // end to read: its streams read on until the server's next word says it stopped
+    // sending, and a moment more for the datagrams still on their way.
+    let mut give_up = Instant::now() + setup;
+    let mut server_stopped = false;
     while !workers.iter().all(|w| w.is_finished()) {
         take_intervals(&mut collector, observer);
         if Instant::now() > give_up {
             abort.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        std::thread::sleep(TICK);
+        if server_stopped {
+            std::thread::sleep(TICK);
+        } else if peek_state(&mut control)? {
+            server_stopped = true;
+            if udp {
+                give_up = give_up.min(Instant::now() + UDP_DRAIN);
+            }
+        }
     }
     let mut moved = Vec::with_capacity(workers.len());
     for (i, w) in workers.into_iter().enumerate() {
@@ -358,7 +367,12 @@ pub fn run_observed(
     expect(&mut control, State::DisplayResults, Instant::now() + setup)?;
     let _ = wire::write_state(&mut control, State::IperfDone);
     let warm_ups: Vec<DatagramCounts> = moved.iter().map(|m| m.warm_up).collect();
-    let server = server_result(settings, &theirs, &warm_ups)?;
+    let (server, server_sent) = server_result(settings, &theirs, &warm_ups)?;
+    for (m, sent) in moved.iter_mut().zip(server_sent) {
+        if let Some(sent) = sent {
+            count_unseen_as_lost(&mut m.stats.datagrams, &m.warm_up, sent);
+        }
+    }
     let (client, send_latency) = client_result(
         settings,
         &moved,
@@ -452,12 +466,13 @@ fn own_results(
 /// The iperf3 server's figures, as fperf reports a server's, from its results message:
 /// checked as any peer's figures are. Its packet counts run from the start of the
 /// test: the warm-up's (`-O`) come off, as it says them (3.13 and later) or as this
-/// end counted them (`warm_ups`, by stream).
+/// end counted them (`warm_ups`, by stream). With them, by stream, the datagrams it
+/// says it sent from the start of the test, where it sent on that stream.
 fn server_result(
     settings: &Settings,
     theirs: &Map<String, Value>,
     warm_ups: &[DatagramCounts],
-) -> Result<SideResult> {
+) -> Result<(SideResult, Vec<Option<u64>>)> {
     let impossible = |why: String| anyhow!("the iperf3 server sent impossible figures: {why}");
     let streams = theirs
         .get("streams")
@@ -474,6 +489,7 @@ fn server_result(
     let mut totals = SideTotals::new(settings.first_server_stream());
     let mut results = Vec::with_capacity(streams.len());
     let mut seen = vec![false; settings.nstreams as usize];
+    let mut sent_in_all = vec![None; settings.nstreams as usize];
     for stream in streams {
         let id = stream.get("id").and_then(Value::as_u64).unwrap_or(0);
         let index = (0..settings.nstreams)
@@ -510,6 +526,7 @@ fn server_result(
             if sending {
                 let omitted = given("omitted_packets").unwrap_or(warm_up.peer_sent);
                 d.sent = count("packets").saturating_sub(omitted);
+                sent_in_all[index as usize] = given("packets");
             } else {
                 // iperf3's receiver: the highest number seen, and those missing below.
                 let omitted = given("omitted_packets").unwrap_or(warm_up.sent);
@@ -569,7 +586,7 @@ fn server_result(
     };
     let wall = total.duration_ns;
     let cpu_us = |p: f64| (p / 100.0 * wall as f64 / 1000.0) as u64;
-    Ok(SideResult {
+    let server = SideResult {
         role: Role::Server,
         total,
         reverse_total,
@@ -581,7 +598,20 @@ fn server_result(
             counts: None,
         }),
         intervals: Vec::new(),
-    })
+    };
+    Ok((server, sent_in_all))
+}
+
+/// A receiving stream's loss counted from the numbers misses the datagrams the server
+/// sent after the highest one that arrived in time. With the server's own count of what
+/// it sent on the stream (`sent_in_all`, the warm-up's included), they count as lost
+/// too: every datagram sent was received or lost, as in fperf's own tests. `counted`:
+/// the stream's counts after its `warm_up`.
+fn count_unseen_as_lost(counted: &mut DatagramCounts, warm_up: &DatagramCounts, sent_in_all: u64) {
+    let numbered = warm_up.peer_sent.saturating_add(counted.peer_sent);
+    let unseen = sent_in_all.saturating_sub(numbered);
+    counted.peer_sent = counted.peer_sent.saturating_add(unseen);
+    counted.lost = counted.lost.saturating_add(unseen);
 }
 
 #[cfg(test)]
@@ -738,6 +768,41 @@ mod tests {
     }
 
     #[test]
+    fn datagrams_the_server_sent_after_the_last_one_seen_count_as_lost() {
+        let s = Settings {
+            workload: Workload::Reverse,
+            transport: TransportSettings::Udp(Default::default()),
+            rate_bps: Some(1_000_000),
+            ..Settings::default()
+        };
+        let theirs = json!({"streams": [{"id": 1, "bytes": 14_000, "packets": 10,
+                                         "omitted_packets": 2, "end_time": 1.0}]});
+        let theirs = theirs.as_object().expect("object");
+        let (_, sent) = server_result(&s, theirs, &[]).expect("valid");
+        assert_eq!(sent, [Some(10)], "the warm-up's datagrams included");
+        // This end saw numbers 1 to 2 in the warm-up and 3 to 8 after it, 5 missing.
+        let warm_up = DatagramCounts {
+            peer_sent: 2,
+            received: 2,
+            ..DatagramCounts::default()
+        };
+        let mut counted = DatagramCounts {
+            peer_sent: 6,
+            received: 5,
+            lost: 1,
+            ..DatagramCounts::default()
+        };
+        count_unseen_as_lost(&mut counted, &warm_up, 10);
+        assert_eq!(
+            (counted.peer_sent, counted.received, counted.lost),
+            (8, 5, 3)
+        );
+        // A count below what this end saw takes nothing away.
+        count_unseen_as_lost(&mut counted, &warm_up, 4);
+        assert_eq!((counted.peer_sent, counted.lost), (8, 3));
+    }
+
+    #[test]
     fn a_servers_impossible_or_unknown_streams_are_refused() {
         let s = Settings {
             nstreams: 2,
@@ -752,7 +817,7 @@ mod tests {
         };
         let ok = doc(json!([{"id":1,"bytes":1048576,"end_time":1.0},
                             {"id":3,"bytes":1000,"retransmits":18446744073709551615u64,"end_time":1.0}]));
-        let r = server_result(&s, &ok, &[]).expect("valid");
+        let (r, _) = server_result(&s, &ok, &[]).expect("valid");
         assert_eq!(r.total.bytes_received, 1_048_576 + 1000);
         assert!(
             r.streams.iter().all(|s| s.figures.tcp.is_none()),
