@@ -36,7 +36,14 @@ impl Drop for KeyFile {
 
 /// A mesh server with `key`.
 fn mesh_server(key: &KeyFile) -> Server {
-    Server::start(&["--allow-mesh", "--auth-key", key.path()])
+    mesh_server_with(key, &[])
+}
+
+/// A mesh server with `key` and the options `more`.
+fn mesh_server_with(key: &KeyFile, more: &[&str]) -> Server {
+    let mut args = vec!["--allow-mesh", "--auth-key", key.path()];
+    args.extend_from_slice(more);
+    Server::start(&args)
 }
 
 fn address(server: &Server) -> String {
@@ -70,7 +77,7 @@ fn pair_error(doc: &serde_json::Value, from: &str, to: &str) -> String {
 fn a_json_server_prints_a_line_for_each_mesh_test_it_ran() {
     let key = KeyFile::new("json", "the mesh's secret");
     let servers: Vec<Server> = (0..2)
-        .map(|_| Server::start(&["--allow-mesh", "--auth-key", key.path(), "--json"]))
+        .map(|_| mesh_server_with(&key, &["--json"]))
         .collect();
     let hosts: Vec<String> = servers.iter().map(address).collect();
     let mut args = vec!["--auth-key", key.path(), "--time", "0.3"];
@@ -270,7 +277,7 @@ fn ring_incast_and_one_to_all_measure_their_pairs_only() {
     let key = KeyFile::new("patterns", "the mesh's secret");
     // An incast's receiver takes its senders' tests at once.
     let servers: Vec<Server> = (0..4)
-        .map(|_| Server::start(&["--allow-mesh", "--auth-key", key.path(), "--parallel", "2"]))
+        .map(|_| mesh_server_with(&key, &["--parallel", "2"]))
         .collect();
     let hosts: Vec<String> = servers.iter().map(address).collect();
     let measured = |pattern: &str| -> Vec<(usize, usize)> {
@@ -441,7 +448,7 @@ fn the_sending_servers_limits_bound_the_tests_it_runs_for_a_coordinator() {
 fn dash_4_and_dash_6_keep_the_coordinators_and_the_senders_connections_to_one_family() {
     let key = KeyFile::new("family", "the mesh's secret");
     let servers: Vec<Server> = (0..2)
-        .map(|_| Server::start(&["--allow-mesh", "--auth-key", key.path(), "--json"]))
+        .map(|_| mesh_server_with(&key, &["--json"]))
         .collect();
     let ports = [servers[0].port, servers[1].port];
     // Each mesh run adds two lines to each server: the test it ran, the one it served.
