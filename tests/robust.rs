@@ -502,8 +502,9 @@ fn a_server_whose_output_is_not_read_keeps_its_backlog_bounded_and_counts_the_re
             .count();
     }
     // 1600 at full pace; on a two-core host running this file's other tests beside
-    // these four, the server has sent as few as 1386.
-    assert!(sent_intervals > 1200, "{sent_intervals}");
+    // these four, the server has sent as few as 1149. Tests that waited on the unread
+    // output would stop once its pipe is full, after a few dozen lines.
+    assert!(sent_intervals > 800, "{sent_intervals}");
 
     let printed = collect(unread);
     let left_out_line = Regex::new(r"fperf: (\d+) interval reports were left out").unwrap();
