@@ -118,13 +118,14 @@ pub fn peer_alive(sock: &TcpStream) -> io::Result<()> {
 /// One connected endpoint of an RDMA STREAM.
 pub trait RingEndpoint: Send + 'static {
     /// Sends one packet (as many messages as slots it fills); with MPRTT waits for the
-    /// ACK of each. Counts bytes and per-operation latency into `stats`.
+    /// ACK of each. Counts bytes and per-operation latency into `stats`. Returns when
+    /// the last reply arrived, as read for its round trip (`None` without replies).
     fn send_packet(
         &mut self,
         packet: Packet<'_>,
         deadline: Deadline,
         stats: &mut StreamStats,
-    ) -> io::Result<()>;
+    ) -> io::Result<Option<Instant>>;
     /// Waits until every posted send completed, then tells the peer the stream ended.
     fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()>;
     /// Whether the peer ended the stream and every message it sent was consumed.
@@ -172,6 +173,7 @@ impl<E: RingEndpoint> PacketSink for SharedEndpoint<E> {
     ) -> io::Result<()> {
         self.lock()?
             .send_packet(Packet::Borrowed(buf), deadline, stats)
+            .map(drop)
     }
 
     fn send_shared(
@@ -182,6 +184,7 @@ impl<E: RingEndpoint> PacketSink for SharedEndpoint<E> {
     ) -> io::Result<()> {
         self.lock()?
             .send_packet(Packet::Shared(buf.clone()), deadline, stats)
+            .map(drop)
     }
 }
 
@@ -195,6 +198,8 @@ pub struct EndpointStream<E: RingEndpoint> {
     local: String,
     peer: String,
     watch: Option<Arc<TcpStream>>,
+    /// When the last synchronous send's last reply arrived ([`Stream::last_send_end`]).
+    last_send_end: Option<Instant>,
 }
 
 impl<E: RingEndpoint> EndpointStream<E> {
@@ -202,9 +207,11 @@ impl<E: RingEndpoint> EndpointStream<E> {
     fn send_now(&mut self, packet: Packet<'_>, timeout: Timeout) -> io::Result<usize> {
         self.opts.check_abort()?;
         let n = packet.len();
-        self.endpoints[0]
-            .lock()?
-            .send_packet(packet, timeout.deadline(), &mut self.stats)?;
+        self.last_send_end = None;
+        self.last_send_end =
+            self.endpoints[0]
+                .lock()?
+                .send_packet(packet, timeout.deadline(), &mut self.stats)?;
         Ok(n)
     }
 
@@ -267,6 +274,7 @@ impl<E: RingEndpoint> EndpointStream<E> {
             local,
             peer,
             watch,
+            last_send_end: None,
         })
     }
 }
@@ -309,6 +317,10 @@ impl<E: RingEndpoint> Stream for EndpointStream<E> {
 
     fn recv_counted(&mut self, buf: &mut [u8], timeout: Timeout) -> io::Result<usize> {
         self.receive(buf, timeout, false)
+    }
+
+    fn last_send_end(&self) -> Option<Instant> {
+        self.last_send_end
     }
 
     fn last_recv_end(&self) -> Option<Instant> {

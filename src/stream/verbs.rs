@@ -1198,7 +1198,7 @@ impl QpEndpoint {
     }
 
     /// Waits for the reply to `request`, sent at `start`, and checks it (its length, an
-    /// echo's bytes); only then is its receive posted again.
+    /// echo's bytes); only then is its receive posted again. Returns when it arrived.
     fn await_reply(
         &mut self,
         answer: Answer,
@@ -1206,9 +1206,9 @@ impl QpEndpoint {
         start: Instant,
         deadline: Deadline,
         stats: &mut StreamStats,
-    ) -> io::Result<()> {
+    ) -> io::Result<Instant> {
         self.wait_for(deadline, stats, |e| e.reply.is_some())?;
-        stats.send_latency.record_since(start);
+        let arrived = stats.send_latency.record_since(start);
         let Some(Ready { off, len, wqe }) = self.reply.take() else {
             return Err(io::Error::other("reply vanished"));
         };
@@ -1221,7 +1221,7 @@ impl QpEndpoint {
         }
         self.credits.reposted(1);
         stats.bytes_received += len as u64;
-        Ok(())
+        Ok(arrived)
     }
 
     /// Answers `request` as `answer` says: an ACK, or a reply from a send slot (the
@@ -1313,7 +1313,8 @@ impl RingEndpoint for QpEndpoint {
         packet: Packet<'_>,
         deadline: Deadline,
         stats: &mut StreamStats,
-    ) -> io::Result<()> {
+    ) -> io::Result<Option<Instant>> {
+        let mut answered = None;
         for chunk in packet.chunks(self.message_room()) {
             self.wait_for(deadline, stats, |e| {
                 !e.send_free.is_empty() && e.credits.available() >= 2
@@ -1339,22 +1340,23 @@ impl RingEndpoint for QpEndpoint {
                 self.post(Slot::Send(i), chunk.len(), imm)?;
             }
             self.msgs_sent += 1;
-            match self.answer {
+            answered = match self.answer {
                 // Harvest completions at once so their latency is not inflated (an
                 // answered send's latency is its round trip, polled for below).
                 None => {
                     self.poll(stats)?;
+                    None
                 }
                 Some(Answer::Ack) => {
                     self.wait_for(deadline, stats, |e| e.acks > 0)?;
                     self.acks -= 1;
                     stats.bytes_received += 1;
-                    stats.send_latency.record_since(start);
+                    Some(stats.send_latency.record_since(start))
                 }
-                Some(answer) => self.await_reply(answer, &chunk, start, deadline, stats)?,
-            }
+                Some(answer) => Some(self.await_reply(answer, &chunk, start, deadline, stats)?),
+            };
         }
-        Ok(())
+        Ok(answered)
     }
 
     fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()> {
@@ -1630,14 +1632,27 @@ mod tests {
             .collect();
         let want: Vec<u8> = packets.concat();
         let want_lens: Vec<usize> = packets.iter().map(Bytes::len).collect();
+        let answered = answer_for(&opts).is_some();
         let t = std::thread::spawn(move || {
             for (i, p) in packets.iter().enumerate() {
+                let before = Instant::now();
                 if i % 2 == 0 {
                     client
                         .send_shared(p, Timeout::Millis(10_000))
                         .expect("send");
                 } else {
                     client.send(p, Timeout::Millis(10_000)).expect("send");
+                }
+                // An answered send ends when its reply arrived, as read for its round
+                // trip: the sending loop takes its time from there.
+                let ended = client.last_send_end();
+                assert_eq!(
+                    ended.is_some(),
+                    answered,
+                    "a send's end where it has a reply"
+                );
+                if let Some(t) = ended {
+                    assert!(before <= t && t <= Instant::now());
                 }
             }
             client

@@ -870,9 +870,9 @@ impl Endpoint {
         start: Instant,
         deadline: Deadline,
         stats: &mut StreamStats,
-    ) -> io::Result<()> {
+    ) -> io::Result<Instant> {
         let (slot, len) = self.wait_until(deadline, stats, |e| e.reply.take())?;
-        stats.send_latency.record_since(start);
+        let arrived = stats.send_latency.record_since(start);
         self.awaiting = false;
         let off = self.layout.offset(Slot::Recv(slot));
         answer
@@ -880,7 +880,7 @@ impl Endpoint {
             .map_err(OfiError::Peer)?;
         self.post_recv(slot)?;
         stats.bytes_received += len as u64;
-        Ok(())
+        Ok(arrived)
     }
 
     /// Answers the request of `len` bytes in receive slot `slot` as `answer` says: an
@@ -986,7 +986,8 @@ impl RingEndpoint for Endpoint {
         packet: Packet<'_>,
         deadline: Deadline,
         stats: &mut StreamStats,
-    ) -> io::Result<()> {
+    ) -> io::Result<Option<Instant>> {
+        let mut answered = None;
         for chunk in packet.chunks(self.layout.slot_bytes) {
             let i = self.wait_until(deadline, stats, |e| e.send_free.pop())?;
             let off = self.layout.offset(Slot::Send(i));
@@ -1003,22 +1004,23 @@ impl RingEndpoint for Endpoint {
                 self.post_send(Slot::Send(i), chunk.len(), None, stats)?;
             }
             self.msgs_sent += 1;
-            match self.answer {
+            answered = match self.answer {
                 // Harvest completions at once so their latency is not inflated (an
                 // answered send's latency is its round trip, polled for below).
                 None => {
                     self.poll(stats)?;
+                    None
                 }
                 Some(Answer::Ack) => {
                     self.wait_until(deadline, stats, |e| (e.acks > 0).then_some(()))?;
                     self.acks -= 1;
                     stats.bytes_received += 1;
-                    stats.send_latency.record_since(start);
+                    Some(stats.send_latency.record_since(start))
                 }
-                Some(answer) => self.await_reply(answer, &chunk, start, deadline, stats)?,
-            }
+                Some(answer) => Some(self.await_reply(answer, &chunk, start, deadline, stats)?),
+            };
         }
-        Ok(())
+        Ok(answered)
     }
 
     fn finish(&mut self, deadline: Deadline, stats: &mut StreamStats) -> io::Result<()> {
@@ -1204,10 +1206,20 @@ mod tests {
         };
         let t = std::thread::spawn(move || {
             for (i, p) in packets.iter().enumerate() {
+                let before = Instant::now();
                 if i % 2 == 0 {
                     client.send_shared(p, Timeout::Forever).expect("send");
                 } else {
                     client.send(p, Timeout::Forever).expect("send");
+                }
+                let ended = client.last_send_end();
+                assert_eq!(
+                    ended.is_some(),
+                    answer.is_some(),
+                    "a send's end where it has a reply"
+                );
+                if let Some(t) = ended {
+                    assert!(before <= t && t <= Instant::now());
                 }
             }
             client
