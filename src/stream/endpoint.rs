@@ -207,6 +207,7 @@ impl<E: RingEndpoint> EndpointStream<E> {
     fn send_now(&mut self, packet: Packet<'_>, timeout: Timeout) -> io::Result<usize> {
         self.opts.check_abort()?;
         let n = packet.len();
+        // A failed send leaves no end behind.
         self.last_send_end = None;
         self.last_send_end =
             self.endpoints[0]
