@@ -62,7 +62,25 @@ impl Backoff {
     /// TCP connection the ends swapped their details over, kept open for the run) is
     /// checked: end of file means the peer stopped, and the wait fails with
     /// `ConnectionAborted` rather than waiting for completions that will never come.
+    #[inline]
     pub fn wait(
+        &mut self,
+        deadline: Deadline,
+        abort: &AtomicBool,
+        watch: Option<&TcpStream>,
+    ) -> io::Result<()> {
+        // The first steps only spin: they stay inline in the polling loop, so that a
+        // completion that lands while spinning is seen a few instructions later.
+        if self.spins % DEADLINE_EVERY != 0 && self.spins < SPINS {
+            self.spins += 1;
+            return super::check_abort(abort);
+        }
+        self.idle_step(deadline, abort, watch)
+    }
+
+    /// The rest of [`Backoff::wait`]: the deadline, then yielding, then napping.
+    #[inline(never)]
+    fn idle_step(
         &mut self,
         deadline: Deadline,
         abort: &AtomicBool,
@@ -172,7 +190,7 @@ impl<E: RingEndpoint> PacketSink for SharedEndpoint<E> {
         stats: &mut StreamStats,
     ) -> io::Result<()> {
         self.lock()?
-            .send_packet(Packet::Borrowed(buf), deadline, stats)
+            .send_packet(Packet::borrowed(buf), deadline, stats)
             .map(drop)
     }
 
@@ -183,14 +201,53 @@ impl<E: RingEndpoint> PacketSink for SharedEndpoint<E> {
         stats: &mut StreamStats,
     ) -> io::Result<()> {
         self.lock()?
-            .send_packet(Packet::Shared(buf.clone()), deadline, stats)
+            .send_packet(Packet::shared(buf), deadline, stats)
             .map(drop)
+    }
+}
+
+/// A STREAM's endpoints: owned while only the STREAM's own thread uses them, and
+/// shared (each behind a lock) once sender threads start, which send on them too. A
+/// synchronous round trip takes no lock, so it pays no atomic operations for one.
+enum Endpoints<E> {
+    Owned(Vec<E>),
+    Shared(Vec<SharedEndpoint<E>>),
+}
+
+impl<E: RingEndpoint> Endpoints<E> {
+    fn len(&self) -> usize {
+        match self {
+            Endpoints::Owned(v) => v.len(),
+            Endpoints::Shared(v) => v.len(),
+        }
+    }
+
+    /// Runs `f` on endpoint `k`, locked if it is shared.
+    fn with<R>(&mut self, k: usize, f: impl FnOnce(&mut E) -> io::Result<R>) -> io::Result<R> {
+        match self {
+            Endpoints::Owned(v) => f(&mut v[k]),
+            Endpoints::Shared(v) => f(&mut *v[k].lock()?),
+        }
+    }
+
+    /// Handles to the endpoints, which stay shared from now on.
+    fn share(&mut self) -> Vec<SharedEndpoint<E>> {
+        let shared: Vec<SharedEndpoint<E>> =
+            match std::mem::replace(self, Endpoints::Owned(Vec::new())) {
+                Endpoints::Owned(v) => v
+                    .into_iter()
+                    .map(|e| SharedEndpoint(Arc::new(Mutex::new(e))))
+                    .collect(),
+                Endpoints::Shared(v) => v,
+            };
+        *self = Endpoints::Shared(shared.clone());
+        shared
     }
 }
 
 /// One end of an RDMA STREAM over endpoints of type `E`.
 pub struct EndpointStream<E: RingEndpoint> {
-    endpoints: Vec<SharedEndpoint<E>>,
+    endpoints: Endpoints<E>,
     opts: StreamOptions,
     senders: LazySenders,
     stats: StreamStats,
@@ -209,10 +266,10 @@ impl<E: RingEndpoint> EndpointStream<E> {
         let n = packet.len();
         // A failed send leaves no end behind.
         self.last_send_end = None;
-        self.last_send_end =
-            self.endpoints[0]
-                .lock()?
-                .send_packet(packet, timeout.deadline(), &mut self.stats)?;
+        let stats = &mut self.stats;
+        self.last_send_end = self
+            .endpoints
+            .with(0, |ep| ep.send_packet(packet, timeout.deadline(), stats))?;
         Ok(n)
     }
 
@@ -226,13 +283,15 @@ impl<E: RingEndpoint> EndpointStream<E> {
             let mut open = 0;
             for step in 0..n_eps {
                 let k = (self.cursor + step) % n_eps;
-                let mut ep = self.endpoints[k].lock()?;
-                if ep.at_eof() {
-                    continue;
-                }
-                open += 1;
-                if let Some(n) = ep.try_recv(buf, copy_out, &mut self.stats)? {
-                    drop(ep);
+                let stats = &mut self.stats;
+                let got = self.endpoints.with(k, |ep| {
+                    if ep.at_eof() {
+                        return Ok(None);
+                    }
+                    open += 1;
+                    ep.try_recv(buf, copy_out, stats)
+                })?;
+                if let Some(n) = got {
                     self.cursor = k;
                     let now = Instant::now();
                     self.stats
@@ -262,12 +321,8 @@ impl<E: RingEndpoint> EndpointStream<E> {
                 ))
             }
         };
-        let endpoints: Vec<SharedEndpoint<E>> = endpoints
-            .into_iter()
-            .map(|e| SharedEndpoint(Arc::new(Mutex::new(e))))
-            .collect();
         Ok(EndpointStream {
-            endpoints,
+            endpoints: Endpoints::Owned(endpoints),
             opts,
             senders: LazySenders::NotStarted,
             stats: StreamStats::default(),
@@ -294,17 +349,17 @@ impl<E: RingEndpoint> Stream for EndpointStream<E> {
     }
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
-        self.send_now(Packet::Borrowed(buf), timeout)
+        self.send_now(Packet::borrowed(buf), timeout)
     }
 
     fn send_shared(&mut self, buf: &Bytes, timeout: Timeout) -> io::Result<usize> {
-        self.send_now(Packet::Shared(buf.clone()), timeout)
+        self.send_now(Packet::shared(buf), timeout)
     }
 
     fn send_submit(&mut self, buf: Bytes, timeout: Timeout) -> io::Result<()> {
-        let (endpoints, opts) = (&self.endpoints, &self.opts);
+        let (endpoints, opts) = (&mut self.endpoints, &self.opts);
         self.senders
-            .get_or_start(|| Senders::start(opts.queue, endpoints.clone(), opts.abort.clone()))?
+            .get_or_start(|| Senders::start(opts.queue, endpoints.share(), opts.abort.clone()))?
             .submit(buf, timeout)
     }
 
@@ -336,10 +391,9 @@ impl<E: RingEndpoint> Stream for EndpointStream<E> {
     fn finish_sending(&mut self, timeout: Timeout) -> io::Result<()> {
         let mut result = self.senders.finish(timeout, &mut self.stats);
         let deadline = timeout.deadline();
-        for e in &self.endpoints {
-            let finished = e
-                .lock()
-                .and_then(|mut ep| ep.finish(deadline, &mut self.stats));
+        for k in 0..self.endpoints.len() {
+            let stats = &mut self.stats;
+            let finished = self.endpoints.with(k, |ep| ep.finish(deadline, stats));
             if result.is_ok() {
                 result = finished;
             }

@@ -400,9 +400,10 @@ pub trait QpOps: Send {
         inline: bool,
         op: SendOp,
     ) -> Result<(), VerbsError>;
-    /// Appends the completions there are to `out`, without waiting. `region` is the
-    /// registered region (the stand-in delivers into it; a device already did).
-    fn poll(&mut self, region: &mut [u8], out: &mut Vec<Completion>) -> Result<(), VerbsError>;
+    /// Reads the completions there are into `out`, as many as fit, without waiting;
+    /// returns how many. `region` is the registered region (the stand-in delivers into
+    /// it; a device already did).
+    fn poll(&mut self, region: &mut [u8], out: &mut [Completion]) -> Result<usize, VerbsError>;
 }
 
 /// Completions read from the CQ per poll.
@@ -509,20 +510,17 @@ impl QpOps for SidewayQp {
         posted("ibv_post_send", ret)
     }
 
-    fn poll(&mut self, _region: &mut [u8], out: &mut Vec<Completion>) -> Result<(), VerbsError> {
-        // SAFETY: the CQ lives as long as `self`; the provider writes at most
-        // POLL_BATCH entries into `polled`, which holds that many.
-        let n = unsafe {
-            ibv_poll_cq(
-                self.cq.cq().as_ptr(),
-                POLL_BATCH as i32,
-                self.polled.as_mut_ptr(),
-            )
-        };
+    fn poll(&mut self, _region: &mut [u8], out: &mut [Completion]) -> Result<usize, VerbsError> {
+        let want = out.len().min(self.polled.len());
+        // SAFETY: the CQ lives as long as `self`; the provider writes at most `want`
+        // entries into `polled`, which holds that many.
+        let n =
+            unsafe { ibv_poll_cq(self.cq.cq().as_ptr(), want as i32, self.polled.as_mut_ptr()) };
         let n = usize::try_from(n)
-            .map_err(|_| dev_err("ibv_poll_cq", io::Error::from_raw_os_error(-n)))?;
-        for wc in &self.polled[..n.min(POLL_BATCH)] {
-            out.push(Completion {
+            .map_err(|_| dev_err("ibv_poll_cq", io::Error::from_raw_os_error(-n)))?
+            .min(want);
+        for (wc, c) in self.polled[..n].iter().zip(out.iter_mut()) {
+            *c = Completion {
                 wr_id: wc.wr_id,
                 status: wc.status,
                 opcode: wc.opcode,
@@ -531,9 +529,9 @@ impl QpOps for SidewayQp {
                 // the completion carries immediate data, and fperf reads it only then.
                 imm: unsafe { wc.imm_data_invalidated_rkey_union.imm_data },
                 vendor_err: wc.vendor_err,
-            });
+            };
         }
-        Ok(())
+        Ok(n)
     }
 }
 
@@ -599,7 +597,8 @@ pub struct QpEndpoint {
     acks: u64,
     msgs_received: u64,
     fin: Option<u64>,
-    completions: Vec<Completion>,
+    /// Where a poll's completions land.
+    completions: [Completion; POLL_BATCH],
 }
 
 impl QpEndpoint {
@@ -768,7 +767,7 @@ impl QpEndpoint {
             acks: 0,
             msgs_received: 0,
             fin: None,
-            completions: Vec::with_capacity(layout.contexts() + layout.recv),
+            completions: [Completion::default(); POLL_BATCH],
         })
     }
 
@@ -1059,12 +1058,16 @@ impl QpEndpoint {
     /// Reads the completions that are there, without waiting, and sends a credit-only
     /// message if one is due. Returns how many completions there were.
     fn poll(&mut self, stats: &mut StreamStats) -> io::Result<usize> {
-        self.completions.clear();
-        self.ops.poll(&mut self.region, &mut self.completions)?;
+        let n = self.ops.poll(&mut self.region, &mut self.completions)?;
         // After the CQ: a message sent before one whose completion is in hand has
         // landed too (RC places them in order), so a FIN finds the data counted.
         let found = if self.write { self.find_written()? } else { 0 };
-        let n = self.completions.len();
+        if n + found == 0 {
+            // Nothing changed since the last poll, which sent any credits that were due
+            // (as does every other place that re-posts a receive): a waiting end polls
+            // over and over, so an empty poll does no more.
+            return Ok(0);
+        }
         // Read once, and only for a completion that records a latency: where the clock
         // is a system call, a read per empty poll would slow the polling itself.
         let mut now = None;
@@ -1220,6 +1223,7 @@ impl QpEndpoint {
             self.post_recv(wqe)?;
         }
         self.credits.reposted(1);
+        self.send_credit_if_due()?;
         stats.bytes_received += len as u64;
         Ok(arrived)
     }
@@ -1508,11 +1512,22 @@ mod tests {
             Ok(())
         }
 
-        fn poll(&mut self, region: &mut [u8], out: &mut Vec<Completion>) -> Result<(), VerbsError> {
+        fn poll(&mut self, region: &mut [u8], out: &mut [Completion]) -> Result<usize, VerbsError> {
             let mut wire = self.wire.lock().unwrap();
-            out.extend(wire.done[self.side].drain(..));
+            let mut n_out = 0;
+            while n_out < out.len() {
+                let Some(c) = wire.done[self.side].pop_front() else {
+                    break;
+                };
+                out[n_out] = c;
+                n_out += 1;
+            }
             let base = region.as_ptr() as usize;
-            while let Some(m) = wire.to[self.side].pop_front() {
+            // Messages that would make completions wait until there is room for them.
+            while n_out < out.len() {
+                let Some(m) = wire.to[self.side].pop_front() else {
+                    break;
+                };
                 let n = m.data.len();
                 let sent = match m.op {
                     // A SEND takes a receive and makes a completion.
@@ -1527,13 +1542,14 @@ mod tests {
                         }
                         let off = addr - base;
                         region[off..off + n].copy_from_slice(&m.data);
-                        out.push(Completion {
+                        out[n_out] = Completion {
                             wr_id,
                             opcode: WC_RECV,
                             byte_len: n as u32,
                             imm,
                             ..Completion::default()
-                        });
+                        };
+                        n_out += 1;
                         WC_SEND
                     }
                     // An RDMA WRITE only lands in memory.
@@ -1553,7 +1569,7 @@ mod tests {
                     ..Completion::default()
                 });
             }
-            Ok(())
+            Ok(n_out)
         }
     }
 
@@ -1847,7 +1863,7 @@ mod tests {
             let mut stats = StreamStats::default();
             let deadline = Deadline::At(Instant::now() + std::time::Duration::from_secs(5));
             let e = a
-                .send_packet(Packet::Borrowed(&request), deadline, &mut stats)
+                .send_packet(Packet::borrowed(&request), deadline, &mut stats)
                 .expect_err("refused");
             assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted, "{e}");
             assert!(e.to_string().contains(says), "{e}");
@@ -1984,7 +2000,7 @@ mod tests {
     }
 
     #[test]
-    fn several_queue_pairs_feed_one_stream_through_the_sender_threads() {
+    fn several_queue_pairs_feed_one_stream_directly_and_through_the_sender_threads() {
         let opts = StreamOptions {
             pktsize: 512,
             nsockets: 2,
@@ -1995,13 +2011,23 @@ mod tests {
         let mut client = VerbsStream::from_endpoints(vec![a1, a2], opts.clone()).expect("a");
         let mut server = VerbsStream::from_endpoints(vec![b1, b2], opts.clone()).expect("b");
         let t = std::thread::spawn(move || {
+            // Sent directly before and after the sender threads start, and queued in
+            // between: the endpoints change hands on the way.
             for i in 0..2000u32 {
                 let p = bytes::Bytes::from(vec![(i % 256) as u8; 512]);
-                client
-                    .send_submit(p, Timeout::Millis(10_000))
-                    .expect("submit");
+                if (500..1500).contains(&i) {
+                    client
+                        .send_submit(p, Timeout::Millis(10_000))
+                        .expect("submit");
+                } else {
+                    client
+                        .send_shared(&p, Timeout::Millis(10_000))
+                        .expect("send");
+                }
+                if i == 1499 {
+                    client.sender_drain(Timeout::Millis(10_000)).expect("drain");
+                }
             }
-            client.sender_drain(Timeout::Millis(10_000)).expect("drain");
             client
                 .finish_sending(Timeout::Millis(10_000))
                 .expect("finish");

@@ -1326,7 +1326,7 @@ mod tests {
         let peer = post_and_progress(b, spoilt, done.clone());
         let mut stats = StreamStats::default();
         let e = a
-            .send_packet(Packet::Borrowed(&request), deadline(), &mut stats)
+            .send_packet(Packet::borrowed(&request), deadline(), &mut stats)
             .expect_err("refused");
         done.store(true, Ordering::Relaxed);
         let mut b = peer.join().expect("join");
