@@ -117,6 +117,7 @@ pub struct Packet<'a> {
 }
 
 impl<'a> Packet<'a> {
+    /// Plain bytes.
     pub fn borrowed(bytes: &'a [u8]) -> Packet<'a> {
         Packet {
             bytes,
@@ -173,10 +174,9 @@ impl SendSlots {
             slot[..chunk.len()].copy_from_slice(chunk);
             return;
         };
-        if let (Some(_), Some(h)) = (chunk.shared, held.as_ref()) {
-            if h.as_ptr() == chunk.as_ptr() && h.len() == chunk.len() {
-                return;
-            }
+        let same = |h: &Bytes| h.as_ptr() == chunk.as_ptr() && h.len() == chunk.len();
+        if chunk.shared.is_some() && held.as_ref().is_some_and(same) {
+            return;
         }
         slot[..chunk.len()].copy_from_slice(chunk);
         *held = chunk.shared.map(|b| b.slice_ref(chunk.bytes));
