@@ -170,16 +170,16 @@ impl SendSlots {
     /// Puts `chunk` into send slot `i`, whose bytes are `slot` (at least as long),
     /// unless the slot already holds exactly those bytes.
     pub fn fill(&mut self, i: usize, slot: &mut [u8], chunk: &Packet<'_>) {
-        let Some(held) = self.held.get_mut(i) else {
-            slot[..chunk.len()].copy_from_slice(chunk);
-            return;
-        };
         let same = |h: &Bytes| h.as_ptr() == chunk.as_ptr() && h.len() == chunk.len();
-        if chunk.shared.is_some() && held.as_ref().is_some_and(same) {
+        let held = self.held.get_mut(i);
+        let holds = held.as_deref().and_then(Option::as_ref);
+        if chunk.shared.is_some() && holds.is_some_and(same) {
             return;
         }
         slot[..chunk.len()].copy_from_slice(chunk);
-        *held = chunk.shared.map(|b| b.slice_ref(chunk.bytes));
+        if let Some(held) = held {
+            *held = chunk.shared.map(|b| b.slice_ref(chunk.bytes));
+        }
     }
 
     /// Readies send slot `to`, whose reply goes at byte `at` of `region`, with

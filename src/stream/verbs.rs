@@ -1523,7 +1523,7 @@ mod tests {
                 n_out += 1;
             }
             let base = region.as_ptr() as usize;
-            // Messages that would make completions wait until there is room for them.
+            // A message is delivered only while there is room for the completion it makes.
             while n_out < out.len() {
                 let Some(m) = wire.to[self.side].pop_front() else {
                     break;
