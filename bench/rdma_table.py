@@ -102,7 +102,8 @@ def main(path):
             fig = parse_rstream(body, "_lat_" in w)
         else:
             fig = parse_perftest(body)
-        if rc != 0 or fig is None or not all(map(math.isfinite, fig.values())):
+        # perftest now and then reports 0 for a run it completed (1 MiB, -n): no figure.
+        if rc != 0 or fig is None or not all(math.isfinite(v) and v > 0 for v in fig.values()):
             failed.setdefault(key, []).append((rnd, rc, body.strip().splitlines()[-3:]))
             continue
         runs[key][rnd] = fig
