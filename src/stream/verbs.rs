@@ -1055,8 +1055,9 @@ impl QpEndpoint {
         Ok(())
     }
 
-    /// Reads the completions that are there, without waiting, and sends a credit-only
-    /// message if one is due. Returns how many completions there were.
+    /// Reads the completions that are there, without waiting, and, if there were any,
+    /// sends a credit-only message if one is due. Returns how many completions there
+    /// were.
     fn poll(&mut self, stats: &mut StreamStats) -> io::Result<usize> {
         let n = self.ops.poll(&mut self.region, &mut self.completions)?;
         // After the CQ: a message sent before one whose completion is in hand has
@@ -1080,7 +1081,8 @@ impl QpEndpoint {
     }
 
     /// Sends a credit-only message if enough receives were re-posted unreported (and a
-    /// control slot is free; else the next poll does).
+    /// control slot is free; else the poll that finds a control slot's completion
+    /// does).
     fn send_credit_if_due(&mut self) -> Result<(), VerbsError> {
         if !self.credits.credit_due() {
             return Ok(());
