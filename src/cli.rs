@@ -66,7 +66,7 @@ pub enum Config {
 #[derive(Parser, Debug)]
 #[command(
     name = "fperf",
-    version,
+    version = fperf::VERSION_TEXT,
     about,
     long_about = None,
     after_help = "The options above are fperf's original ones. Every option, grouped by \

@@ -8,7 +8,7 @@
 use crate::auth::{self, AuthKey};
 use crate::control::keepalive::ControlKeepalive;
 use crate::control::session::{ClientSession, ClientStep, SessionError};
-use crate::control::{Channel, ControlError, Message, PROTOCOL_VERSION};
+use crate::control::{Channel, ControlError, Message, PROTOCOL_MAJOR};
 use crate::engine::{drive, receive, sending_end, Ceiling, Driven, Received};
 use crate::family::IpFamily;
 use crate::interval::{Collector, Meter, Schedule};
@@ -703,7 +703,7 @@ pub fn conf(cfg: &ClientConfig) -> Result<SystemFacts> {
     let sock = connect_control(cfg, server, "fperf")?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
     chan.send(&Message::Conf {
-        version: PROTOCOL_VERSION,
+        version: PROTOCOL_MAJOR,
     })?;
     answers_as_fperf(&chan, server, cfg.control_timeout)?;
     match chan.recv(cfg.control_timeout)? {

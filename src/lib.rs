@@ -100,6 +100,7 @@ pub mod csv;
 pub mod engine;
 pub mod exporter;
 pub mod family;
+pub mod features;
 pub mod interval;
 pub mod iperf3;
 pub mod json;
@@ -125,3 +126,24 @@ pub mod workload;
 
 /// The fperf version, as reported to peers and in reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// What `fperf --version` prints after the name: the software's version and the
+/// control protocol's (a test checks that it names [`control::PROTOCOL_MAJOR`] and
+/// [`control::PROTOCOL_MINOR`]).
+pub const VERSION_TEXT: &str = concat!(env!("CARGO_PKG_VERSION"), " (protocol 16.1)");
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_version_text_names_this_protocol() {
+        assert_eq!(
+            super::VERSION_TEXT,
+            format!(
+                "{} (protocol {}.{})",
+                super::VERSION,
+                super::control::PROTOCOL_MAJOR,
+                super::control::PROTOCOL_MINOR
+            )
+        );
+    }
+}

@@ -7,7 +7,7 @@
 mod common;
 use common::*;
 use fperf::auth::{self, AuthKey};
-use fperf::control::{self, Message, PROTOCOL_VERSION};
+use fperf::control::{self, Message, PROTOCOL_MAJOR};
 use fperf::settings::Settings;
 use fperf::workload::{Reply, Workload};
 use regex::Regex;
@@ -197,8 +197,10 @@ fn is_error(m: &[Message], needle: &str) -> bool {
 
 fn hello() -> Message {
     Message::Hello {
-        version: PROTOCOL_VERSION,
+        version: PROTOCOL_MAJOR,
         software: "test".into(),
+        minor: 0,
+        features: None,
     }
 }
 
@@ -250,7 +252,7 @@ fn data_conn(port: u16, session: u64, stream: u32) -> TcpStream {
     control::write_frame(
         &mut s,
         &Message::DataHello {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             session,
             stream,
             socket: 0,
@@ -324,6 +326,8 @@ fn junk_on_the_control_port_gets_an_error_and_the_server_keeps_serving() {
             frame(&Message::Hello {
                 version: 99,
                 software: "x".into(),
+                minor: 0,
+                features: None,
             }),
             "version",
         ),
@@ -601,7 +605,7 @@ fn junk_and_strangers_on_the_data_ports_do_not_disturb_a_test() {
     control::write_frame(
         &mut other,
         &Message::DataHello {
-            version: PROTOCOL_VERSION + 1,
+            version: PROTOCOL_MAJOR + 1,
             session,
             stream: 0,
             socket: 0,
@@ -1468,9 +1472,11 @@ fn hostile_server(
         let mut chan = control::Channel::new(s, t).unwrap();
         assert!(matches!(chan.recv(t).unwrap(), Message::Hello { .. }));
         chan.send(&Message::Welcome {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             software: "fake".into(),
             session: 9,
+            minor: 0,
+            features: None,
         })
         .unwrap();
         assert!(matches!(chan.recv(t).unwrap(), Message::Settings { .. }));

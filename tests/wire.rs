@@ -1,15 +1,19 @@
 //! The control protocol's encoding, pinned per protocol version.
 //!
-//! `tests/wire/v{PROTOCOL_VERSION}.json` holds one frame body of every message, every
-//! optional field present. Each is decoded with this build's types and encoded again:
-//! the result must be the same JSON. A change to a type that travels in a message
-//! (settings, results, intervals, system facts) changes it and fails here, so the
-//! protocol cannot change by accident. Such a change comes with a new
-//! `PROTOCOL_VERSION` (an older peer is then refused by name), and
-//! `FPERF_BLESS_WIRE=1 cargo test --test wire` records the new version's file; it never
-//! overwrites an existing version's.
+//! `tests/wire/v{MAJOR}.{MINOR}.json` holds one frame body of every message, every
+//! optional field present, as that protocol version (and so the release that brought
+//! it) writes them; `v{N}.json` are the versions from before the major/minor split.
+//! - The current version's file must decode and encode again to the same JSON: a change
+//!   to a type that travels in a message (settings, results, intervals, system facts)
+//!   changes it and fails here, so the protocol cannot change by accident. Such a change
+//!   comes with a new `PROTOCOL_MINOR` (or, if older peers could not survive it, a new
+//!   `PROTOCOL_MAJOR`), and `FPERF_BLESS_WIRE=1 cargo test --test wire` records the new
+//!   version's file; it never overwrites an existing version's.
+//! - Every earlier minor's file of the same major must still decode, keeping every field
+//!   it has: a peer of that release is understood in full.
+//! - Other majors' hellos are refused, naming both versions.
 
-use fperf::control::{self, Message, PROTOCOL_VERSION};
+use fperf::control::{self, Message, PROTOCOL_MAJOR, PROTOCOL_MINOR};
 use fperf::results::{Figures, IntervalResult, Role, SideResult, StreamInterval, StreamResult};
 use fperf::settings::{QueueKind, SchedPolicy, Settings, TransportSettings};
 use fperf::stats::LatencySummary;
@@ -24,8 +28,37 @@ use fperf::workload::{Reply, Workload};
 use serde_json::Value;
 use std::path::PathBuf;
 
+fn wire_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/wire")
+}
+
 fn golden_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/wire/v{PROTOCOL_VERSION}.json"))
+    wire_dir().join(format!("v{PROTOCOL_MAJOR}.{PROTOCOL_MINOR}.json"))
+}
+
+/// The recorded files: (major, minor, path); minor `None` for the versions from before
+/// the split.
+fn recorded() -> Vec<(u32, Option<u32>, PathBuf)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(wire_dir()).expect("tests/wire") {
+        let path = entry.expect("entry").path();
+        let name = path.file_stem().and_then(|n| n.to_str()).unwrap_or("");
+        let Some(version) = name.strip_prefix('v') else {
+            continue;
+        };
+        let (major, minor) = match version.split_once('.') {
+            Some((a, b)) => (a.parse().expect("major"), Some(b.parse().expect("minor"))),
+            None => (version.parse().expect("version"), None),
+        };
+        out.push((major, minor, path));
+    }
+    out.sort();
+    out
+}
+
+fn read_golden(path: &std::path::Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("golden file");
+    serde_json::from_str(&text).expect("golden JSON")
 }
 
 fn latency() -> LatencySummary {
@@ -223,19 +256,23 @@ fn messages() -> Vec<Message> {
     };
     vec![
         Message::Hello {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             software: "fperf".into(),
+            minor: PROTOCOL_MINOR,
+            features: Some(vec!["rx_timestamps".into(), "mss".into()]),
         },
         Message::DataHello {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             session: u64::MAX,
             stream: 1,
             socket: 2,
         },
         Message::Welcome {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             software: "fperf".into(),
             session: 7,
+            minor: PROTOCOL_MINOR,
+            features: Some(fperf::features::supported_names()),
         },
         Message::Settings {
             settings: settings(),
@@ -283,7 +320,7 @@ fn messages() -> Vec<Message> {
             result: Box::new(interval()),
         },
         Message::Conf {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
         },
         Message::Facts { facts: facts() },
         Message::AuthChallenge {
@@ -324,14 +361,13 @@ fn every_message_encodes_as_this_protocol_version_recorded() {
         let text = serde_json::to_string_pretty(&all).expect("json") + "\n";
         std::fs::write(&path, text).expect("write the golden file");
     }
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; a new PROTOCOL_VERSION needs its encoding recorded: \
-             FPERF_BLESS_WIRE=1 cargo test --test wire",
-            path.display()
-        )
-    });
-    let golden: Vec<Value> = serde_json::from_str(&text).expect("golden JSON");
+    assert!(
+        path.exists(),
+        "{}: a new protocol version needs its encoding recorded: \
+         FPERF_BLESS_WIRE=1 cargo test --test wire",
+        path.display()
+    );
+    let golden = read_golden(&path);
     let kinds: Vec<String> = messages().iter().map(control::kind).collect();
     let golden_kinds: Vec<String> = golden
         .iter()
@@ -339,18 +375,94 @@ fn every_message_encodes_as_this_protocol_version_recorded() {
         .collect();
     assert_eq!(
         golden_kinds, kinds,
-        "the messages of protocol version {PROTOCOL_VERSION} changed: bump PROTOCOL_VERSION"
+        "the messages of protocol {PROTOCOL_MAJOR}.{PROTOCOL_MINOR} changed: raise PROTOCOL_MINOR"
     );
     for recorded in golden {
         let decoded = control::decode(&serde_json::to_vec(&recorded).expect("bytes"))
-            .unwrap_or_else(|e| {
-                panic!("version {PROTOCOL_VERSION}'s {recorded} no longer decodes: {e}; bump PROTOCOL_VERSION")
-            });
+            .unwrap_or_else(|e| panic!("{recorded} no longer decodes: {e}; raise PROTOCOL_MINOR"));
         assert_eq!(
             body(&decoded),
             recorded,
-            "the encoding of a version {PROTOCOL_VERSION} message changed: bump PROTOCOL_VERSION"
+            "the encoding of a protocol {PROTOCOL_MAJOR}.{PROTOCOL_MINOR} message changed: \
+             raise PROTOCOL_MINOR"
         );
+    }
+}
+
+/// Whether every field of `recorded` is in `again` with the same value.
+fn keeps_every_field(recorded: &Value, again: &Value) -> bool {
+    match (recorded, again) {
+        (Value::Object(r), Value::Object(a)) => r
+            .iter()
+            .all(|(k, v)| a.get(k).is_some_and(|w| keeps_every_field(v, w))),
+        (Value::Array(r), Value::Array(a)) => {
+            r.len() == a.len() && r.iter().zip(a).all(|(v, w)| keeps_every_field(v, w))
+        }
+        (r, a) => r == a,
+    }
+}
+
+#[test]
+fn every_earlier_minor_of_this_major_is_understood_in_full() {
+    let earlier: Vec<_> = recorded()
+        .into_iter()
+        .filter(|(major, minor, _)| {
+            *major == PROTOCOL_MAJOR && minor.is_some_and(|m| m < PROTOCOL_MINOR)
+        })
+        .collect();
+    assert!(!earlier.is_empty(), "the first minor's samples are kept");
+    for (_, minor, path) in earlier {
+        for recorded in read_golden(&path) {
+            let decoded = control::decode(&serde_json::to_vec(&recorded).expect("bytes"))
+                .unwrap_or_else(|e| panic!("16.{minor:?}'s {recorded} does not decode: {e}"));
+            assert!(
+                keeps_every_field(&recorded, &body(&decoded)),
+                "a field of protocol {PROTOCOL_MAJOR}.{minor:?}'s {recorded} is lost: it would \
+                 be ignored"
+            );
+        }
+    }
+}
+
+#[test]
+fn other_majors_hellos_are_refused_naming_both_versions() {
+    let others: Vec<_> = recorded()
+        .into_iter()
+        .filter(|(major, _, _)| *major != PROTOCOL_MAJOR)
+        .collect();
+    assert!(others.len() >= 10, "the versions before the split are kept");
+    for (major, _, path) in others {
+        let hello = read_golden(&path)
+            .into_iter()
+            .find(|m| m["type"] == "hello")
+            .expect("a hello");
+        let Message::Hello { version, .. } =
+            control::decode(&serde_json::to_vec(&hello).expect("bytes")).expect("hello decodes")
+        else {
+            panic!("not a hello");
+        };
+        assert_eq!(version, major);
+        let e = control::check_version(version).expect_err("another major");
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("protocol {PROTOCOL_MAJOR}."))
+                && text.contains(&format!("peer {major}")),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn unknown_informational_fields_from_a_newer_minor_are_ignored() {
+    for msg in messages() {
+        let mut v = body(&msg);
+        v["from_a_newer_minor"] = Value::from(1);
+        if let Some(settings) = v.get_mut("settings") {
+            settings["a_newer_report_field"] = Value::from("x");
+        }
+        let decoded = control::decode(&serde_json::to_vec(&v).expect("bytes"))
+            .unwrap_or_else(|e| panic!("{v} with unknown fields: {e}"));
+        assert_eq!(decoded, msg);
     }
 }
 

@@ -23,29 +23,21 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
-/// Version of the control protocol; both ends must speak the same one, and a peer on
-/// another is refused by name. The encoding of every message, the types inside them
-/// included, is recorded per version (tests/wire.rs): a change to any of them must come
-/// with a new version. 2: the settings `reverse`, `crr` and `bidir` and the
-/// `ClientDataReceived` message, which a version-1 server would have ignored (and then
-/// waited out its idle time-out). 3: the settings carry only their own transport's
-/// options. 4: TCP figures carry the send window, MSS and path MTU. 5: TCP and UDP
-/// settings carry the TOS byte. 6: the client answers `Results` with its own figures
-/// (`ClientResults`), for the server's report. 7: CPU figures carry the context switches,
-/// page faults and peak memory (`counts`); a UDP sender's figures, its wait for the
-/// peer's confirmation (`drain_ns`). 8: a mesh coordinator asks a server for a test
-/// towards another server (`MeshTest`, answered by `MeshResult`). 9: the settings carry
-/// `transactions`. 10: the settings carry `flows`, `percentiles` and `response_size`,
-/// each latency figure the values at those percentiles (`percentiles`) instead of fixed
-/// p50/p90/p99/p99.9, and UDP runs may echo. 11: UDP settings carry `rx_timestamps`
-/// and figures `network_latency` and `app_latency`; `flows` may be UDP sockets; RDMA's
-/// ibverbs, cm and ofi may echo or send sized replies (a new data message kind). 12:
-/// the settings carry `sched`. 13: TCP settings carry `mss`, UDP settings
-/// `dont_fragment`. 14: TCP settings carry `fq_rate` and `flowlabel`. 15: the server
-/// sends `ClientDataReceived` in every run where the client sends, not only `--bidir`.
-/// 16: ibverbs and cm RDMA WRITEs carry no immediate data, each message ending in a
-/// trailer the receiver polls for, and round trips write their answers too.
-pub const PROTOCOL_VERSION: u32 = 16;
+/// Major version of the control protocol: peers of the same major talk, whatever their
+/// minors, and a peer of another major is refused by name. Until the major/minor split,
+/// every change bumped this one number (2: `reverse`, `crr`, `bidir`; 6: the client's
+/// own figures; 8: mesh tests; 10: `flows`, `percentiles`, `response_size`; 11:
+/// `rx_timestamps`; 16: RDMA WRITEs end in a trailer; and so on). 16.0 is the first
+/// protocol negotiated by minor and features.
+pub const PROTOCOL_MAJOR: u32 = 16;
+/// Minor version: adding an optional field or message raises it. A field that changes
+/// what is measured also comes with a [`crate::features::Feature`], so that an older
+/// peer refuses the test instead of ignoring the field. 1: `Hello` and `Welcome` carry
+/// the minor and the features.
+pub const PROTOCOL_MINOR: u32 = 1;
+/// Most features one `Hello` or `Welcome` may list, and the longest name of one.
+pub const MAX_FEATURES: usize = 64;
+const MAX_FEATURE_NAME: usize = 64;
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.
@@ -55,8 +47,16 @@ pub const HEADER_LEN: usize = 4;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
-    /// Client → server, first frame of a control connection.
-    Hello { version: u32, software: String },
+    /// Client → server, first frame of a control connection: the protocol's major
+    /// version, then (from minor 1 on) its minor and the features the test needs.
+    Hello {
+        version: u32,
+        software: String,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        minor: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        features: Option<Vec<String>>,
+    },
     /// Client → server, first frame of a data connection.
     DataHello {
         version: u32,
@@ -64,11 +64,16 @@ pub enum Message {
         stream: u32,
         socket: u32,
     },
-    /// Server → client: the session is open.
+    /// Server → client: the session is open. From minor 1 on it says the server's minor
+    /// and every feature it supports; a server that lists none supports those of minor 0.
     Welcome {
         version: u32,
         software: String,
         session: u64,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        minor: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        features: Option<Vec<String>>,
     },
     /// Client → server: what to run.
     Settings { settings: Settings },
@@ -129,8 +134,13 @@ pub enum ControlError {
     FrameTooLarge(usize),
     #[error("malformed control frame: {0}")]
     Malformed(String),
-    #[error("protocol version mismatch: this fperf speaks version {ours}, the peer {theirs}")]
+    #[error(
+        "protocol version mismatch: this fperf speaks protocol {ours}.{PROTOCOL_MINOR}, the \
+         peer {theirs}.x; peers talk only within one major version: upgrade the older end"
+    )]
     VersionMismatch { ours: u32, theirs: u32 },
+    #[error("the peer listed more than {MAX_FEATURES} features, or a name over 64 bytes")]
+    TooManyFeatures,
     #[error("{0}")]
     Peer(String),
     #[error("unexpected control message: expected {expected}, got {got}")]
@@ -185,16 +195,36 @@ pub fn printable(text: &str) -> String {
     out
 }
 
-/// Checks a peer's protocol version.
+/// Checks a peer's protocol major version.
 pub fn check_version(theirs: u32) -> Result<(), ControlError> {
-    if theirs == PROTOCOL_VERSION {
+    if theirs == PROTOCOL_MAJOR {
         Ok(())
     } else {
         Err(ControlError::VersionMismatch {
-            ours: PROTOCOL_VERSION,
+            ours: PROTOCOL_MAJOR,
             theirs,
         })
     }
+}
+
+/// Checks the size of a peer's feature list: a frame is bounded, but what is kept of it
+/// is bounded further.
+pub fn check_features(features: Option<&[String]>) -> Result<(), ControlError> {
+    match features {
+        Some(f) if f.len() > MAX_FEATURES || f.iter().any(|n| n.len() > MAX_FEATURE_NAME) => {
+            Err(ControlError::TooManyFeatures)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The protocol version a peer announced, as `MAJOR.MINOR`.
+pub fn protocol_text(major: u32, minor: u32) -> String {
+    format!("{major}.{minor}")
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A short name of a message, for errors.
@@ -414,6 +444,14 @@ mod tests {
         roundtrip(Message::Hello {
             version: 1,
             software: "fperf 0.1".into(),
+            minor: 0,
+            features: None,
+        });
+        roundtrip(Message::Hello {
+            version: 16,
+            software: "fperf 0.2".into(),
+            minor: 1,
+            features: Some(vec!["rx_timestamps".into()]),
         });
         roundtrip(Message::DataHello {
             version: 1,
@@ -425,6 +463,8 @@ mod tests {
             version: 1,
             software: "x".into(),
             session: u64::MAX,
+            minor: 7,
+            features: Some(Vec::new()),
         });
         roundtrip(Message::Settings {
             settings: Settings::default(),
@@ -512,8 +552,8 @@ mod tests {
 
     #[test]
     fn version_mismatch_is_named() {
-        let e = check_version(PROTOCOL_VERSION + 1).expect_err("mismatch");
+        let e = check_version(PROTOCOL_MAJOR + 1).expect_err("mismatch");
         assert!(e.to_string().contains("version"), "{e}");
-        assert!(check_version(PROTOCOL_VERSION).is_ok());
+        assert!(check_version(PROTOCOL_MAJOR).is_ok());
     }
 }

@@ -4,7 +4,7 @@
 //! explores even without a nightly toolchain.
 
 use super::session::{ClientSession, ClientStep, ServerSession, ServerStep};
-use super::{decode, Message, PROTOCOL_VERSION};
+use super::{decode, Message, PROTOCOL_MAJOR};
 use crate::auth::{self, AuthKey, NONCE_LEN};
 use crate::limits::Limits;
 use crate::percentiles::Percentiles;
@@ -70,9 +70,20 @@ impl Cursor<'_> {
 
     fn version(&mut self) -> u32 {
         match self.u8() % 4 {
-            0 => PROTOCOL_VERSION - 1,
+            0 => PROTOCOL_MAJOR - 1,
             1 => self.u32(),
-            _ => PROTOCOL_VERSION,
+            _ => PROTOCOL_MAJOR,
+        }
+    }
+
+    /// No list (a minor-0 peer), this build's own, or made-up names, as many as a peer
+    /// may list or one more.
+    fn features(&mut self) -> Option<Vec<String>> {
+        match self.u8() % 4 {
+            0 => None,
+            1 => Some(crate::features::supported_names()),
+            2 => Some((0..=super::MAX_FEATURES).map(|_| self.text()).collect()),
+            _ => Some((0..self.u8() % 4).map(|_| self.text()).collect()),
         }
     }
 
@@ -169,6 +180,8 @@ impl Cursor<'_> {
             0 => Message::Hello {
                 version: self.version(),
                 software: self.text(),
+                minor: self.u32(),
+                features: self.features(),
             },
             1 => Message::DataHello {
                 version: self.version(),
@@ -180,6 +193,8 @@ impl Cursor<'_> {
                 version: self.version(),
                 software: self.text(),
                 session: self.u64(),
+                minor: self.u32(),
+                features: self.features(),
             },
             3 => Message::Settings {
                 settings: self.settings(),

@@ -18,8 +18,12 @@
 //! one, an unknown one or one from the wrong end fails the session with an error naming
 //! what was expected.
 
-use super::{check_version, printable, ControlError, Message, PROTOCOL_VERSION};
+use super::{
+    check_features, check_version, printable, protocol_text, ControlError, Message, PROTOCOL_MAJOR,
+    PROTOCOL_MINOR,
+};
 use crate::auth::{self, AuthError, AuthKey, Exchange, NONCE_LEN};
+use crate::features::{self, Feature};
 use crate::limits::{LimitError, Limits};
 use crate::results::{IntervalResult, SideResult};
 use crate::settings::{Settings, SettingsError};
@@ -69,6 +73,31 @@ pub enum SessionError {
     MeshPeer(String),
     #[error("the server sent impossible figures for the mesh test: {0}")]
     ImpossibleMeshFigures(String),
+    /// The server lacks a feature the test needs.
+    #[error(
+        "the server ({server}, protocol {server_protocol}) does not support {option}; upgrade \
+         it or leave the option out (this client: {}, protocol {})",
+        software(),
+        protocol_text(PROTOCOL_MAJOR, PROTOCOL_MINOR)
+    )]
+    ServerLacks {
+        option: &'static str,
+        server: String,
+        server_protocol: String,
+    },
+    /// The client asked for a feature this server does not know.
+    #[error(
+        "this server ({}, protocol {}) does not support the option the client ({client}, \
+         protocol {client_protocol}) calls \"{feature}\"; upgrade the server or leave that \
+         option out",
+        software(),
+        protocol_text(PROTOCOL_MAJOR, PROTOCOL_MINOR)
+    )]
+    ClientNeedsUnknown {
+        feature: String,
+        client: String,
+        client_protocol: String,
+    },
 }
 
 impl SessionError {
@@ -89,7 +118,7 @@ impl SessionError {
 }
 
 /// The software name both ends announce.
-fn software() -> String {
+pub fn software() -> String {
     format!("fperf {}", crate::VERSION)
 }
 
@@ -171,6 +200,27 @@ pub struct ServerSession {
     /// Whether a mesh coordinator holding the key may ask for tests towards other
     /// servers.
     allow_mesh: bool,
+    /// What the client's `Hello` said of itself: its software (printable), its protocol
+    /// version, and the features its test needs.
+    client: Option<PeerHello>,
+}
+
+/// What a peer's first message said of it, kept for checks and messages.
+#[derive(Debug)]
+struct PeerHello {
+    software: String,
+    protocol: String,
+    features: Option<Vec<String>>,
+}
+
+impl PeerHello {
+    fn new(software: &str, minor: u32, features: Option<Vec<String>>) -> Self {
+        PeerHello {
+            software: printable(software),
+            protocol: protocol_text(PROTOCOL_MAJOR, minor),
+            features,
+        }
+    }
 }
 
 impl ServerSession {
@@ -185,6 +235,7 @@ impl ServerSession {
             outbox: Vec::new(),
             test: None,
             allow_mesh: false,
+            client: None,
         }
     }
 
@@ -248,8 +299,18 @@ impl ServerSession {
     fn step(&mut self, msg: Message) -> Result<ServerStep, SessionError> {
         let msg = no_error(msg)?;
         match (&self.state, msg) {
-            (ServerState::First, Message::Hello { version, .. }) => {
+            (
+                ServerState::First,
+                Message::Hello {
+                    version,
+                    software,
+                    minor,
+                    features,
+                },
+            ) => {
                 check_version(version)?;
+                check_features(features.as_deref())?;
+                self.client = Some(PeerHello::new(&software, minor, features));
                 match &self.auth {
                     Some((_, server_nonce)) => {
                         self.outbox.push(Message::AuthChallenge {
@@ -304,6 +365,7 @@ impl ServerSession {
                 Err(ControlError::unexpected("auth_response", &other).into())
             }
             (ServerState::AwaitSettings, Message::Settings { settings }) => {
+                self.check_client_features()?;
                 settings.validate()?;
                 self.limits.check(&settings)?;
                 self.state = ServerState::SettingUp;
@@ -315,6 +377,7 @@ impl ServerSession {
                     return Err(SessionError::MeshNotAllowed);
                 }
                 let (host, port) = mesh_peer(&peer).map_err(SessionError::MeshPeer)?;
+                self.check_client_features()?;
                 settings.validate()?;
                 self.limits.check(&settings)?;
                 self.state = ServerState::MeshRunning;
@@ -348,6 +411,27 @@ impl ServerSession {
         }
     }
 
+    /// Refuses a test whose `Hello` named a feature this server does not know: the
+    /// client's settings may then hold a field this build would silently ignore.
+    fn check_client_features(&self) -> Result<(), SessionError> {
+        let Some(client) = &self.client else {
+            return Ok(());
+        };
+        let unknown = client
+            .features
+            .iter()
+            .flatten()
+            .find(|name| Feature::from_name(name).is_none());
+        match unknown {
+            Some(name) => Err(SessionError::ClientNeedsUnknown {
+                feature: printable(name),
+                client: client.software.clone(),
+                client_protocol: client.protocol.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// The settings of the test this session accepted.
     pub fn test(&self) -> Option<&Settings> {
         self.test.as_ref()
@@ -370,9 +454,11 @@ impl ServerSession {
             _ => public_session,
         };
         self.outbox.push(Message::Welcome {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             software: software(),
             session: public_session,
+            minor: PROTOCOL_MINOR,
+            features: Some(features::supported_names()),
         });
         self.state = ServerState::AwaitSettings;
         Some(session)
@@ -476,16 +562,25 @@ impl ClientSession {
     /// A session that will ask for `settings`, proving with `auth` the key it holds
     /// (the nonce beside it must be fresh randomness); its `Hello` is in the outbox.
     pub fn new(settings: Settings, auth: Option<(AuthKey, [u8; NONCE_LEN])>) -> Self {
+        let hello = Message::Hello {
+            version: PROTOCOL_MAJOR,
+            software: software(),
+            minor: PROTOCOL_MINOR,
+            features: Some(
+                settings
+                    .needed_features()
+                    .into_iter()
+                    .map(|f| f.name().to_string())
+                    .collect(),
+            ),
+        };
         ClientSession {
             state: ClientState::AwaitWelcome { exchange: None },
             settings,
             auth,
             session: None,
             last_interval: None,
-            outbox: vec![Message::Hello {
-                version: PROTOCOL_VERSION,
-                software: software(),
-            }],
+            outbox: vec![hello],
             mesh_peer: None,
         }
     }
@@ -596,7 +691,11 @@ impl ClientSession {
             (
                 ClientState::AwaitWelcome { exchange },
                 Message::Welcome {
-                    version, session, ..
+                    version,
+                    session,
+                    software,
+                    minor,
+                    features,
                 },
             ) => {
                 let session = match (&self.auth, exchange) {
@@ -605,6 +704,20 @@ impl ClientSession {
                     (None, _) => session,
                 };
                 check_version(version)?;
+                check_features(features.as_deref())?;
+                let server = PeerHello::new(&software, minor, features);
+                if let Some(f) = self
+                    .settings
+                    .needed_features()
+                    .into_iter()
+                    .find(|&f| !features::peer_supports(server.features.as_deref(), f))
+                {
+                    return Err(SessionError::ServerLacks {
+                        option: f.option(),
+                        server: server.software,
+                        server_protocol: server.protocol,
+                    });
+                }
                 self.session = Some(session);
                 let settings = self.settings.clone();
                 match &self.mesh_peer {
@@ -782,6 +895,8 @@ mod tests {
         Message::Hello {
             version,
             software: "peer".into(),
+            minor: 0,
+            features: None,
         }
     }
 
@@ -1098,9 +1213,11 @@ mod tests {
         let mut client = ClientSession::new(Settings::default(), Some((key("k"), [2; 32])));
         let e = client
             .on_message(Message::Welcome {
-                version: PROTOCOL_VERSION,
+                version: PROTOCOL_MAJOR,
                 software: "x".into(),
                 session: 1,
+                minor: 0,
+                features: None,
             })
             .expect_err("unauthenticated server");
         assert!(matches!(e, SessionError::ServerHasNoKey), "{e}");
@@ -1110,7 +1227,7 @@ mod tests {
     fn other_protocol_versions_are_refused_by_both_ends() {
         let mut server = ServerSession::new(Limits::default(), None);
         let e = server
-            .on_message(hello(PROTOCOL_VERSION + 1))
+            .on_message(hello(PROTOCOL_MAJOR + 1))
             .expect_err("newer client");
         assert!(e.to_string().contains("version"), "{e}");
         let mut server = ServerSession::new(Limits::default(), None);
@@ -1128,6 +1245,8 @@ mod tests {
                 version: 1,
                 software: "old".into(),
                 session: 1,
+                minor: 0,
+                features: None,
             })
             .expect_err("older server");
         assert!(e.to_string().contains("version"), "{e}");
@@ -1137,7 +1256,7 @@ mod tests {
     fn the_first_frame_says_what_a_connection_is() {
         let mut server = ServerSession::new(Limits::default(), None);
         let step = server.on_message(Message::DataHello {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             session: 9,
             stream: 0,
             socket: 3,
@@ -1151,12 +1270,12 @@ mod tests {
             }
         );
         // Handed on: nothing more on this connection is the session's.
-        assert!(server.on_message(hello(PROTOCOL_VERSION)).is_err());
+        assert!(server.on_message(hello(PROTOCOL_MAJOR)).is_err());
         let mut server = ServerSession::new(Limits::default(), None);
         assert_eq!(
             server
                 .on_message(Message::Conf {
-                    version: PROTOCOL_VERSION
+                    version: PROTOCOL_MAJOR
                 })
                 .expect("conf"),
             ServerStep::Conf
@@ -1168,7 +1287,7 @@ mod tests {
         let cases: Vec<(Vec<Message>, &str)> = vec![
             (vec![Message::Ready], "expected hello"),
             (
-                vec![hello(PROTOCOL_VERSION), hello(PROTOCOL_VERSION)],
+                vec![hello(PROTOCOL_MAJOR), hello(PROTOCOL_MAJOR)],
                 "expected nothing",
             ),
             (
@@ -1191,9 +1310,11 @@ mod tests {
         let mut client = ClientSession::new(Settings::default(), None);
         assert!(client.on_message(Message::Ready).is_err());
         let welcome = Message::Welcome {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             software: "x".into(),
             session: 1,
+            minor: 0,
+            features: None,
         };
         let mut client = ClientSession::new(Settings::default(), None);
         client.on_message(welcome.clone()).expect("welcome");
@@ -1202,9 +1323,11 @@ mod tests {
         let mut client = ClientSession::new(Settings::default(), None);
         client
             .on_message(Message::Welcome {
-                version: PROTOCOL_VERSION,
+                version: PROTOCOL_MAJOR,
                 software: "x".into(),
                 session: 1,
+                minor: 0,
+                features: None,
             })
             .expect("welcome");
         assert!(client
@@ -1259,7 +1382,7 @@ mod tests {
             ),
         ] {
             let mut server = ServerSession::new(limits.clone(), None);
-            server.on_message(hello(PROTOCOL_VERSION)).expect("hello");
+            server.on_message(hello(PROTOCOL_MAJOR)).expect("hello");
             server.welcome(1).expect("welcome");
             let e = server
                 .on_message(Message::Settings { settings })
@@ -1291,21 +1414,151 @@ mod tests {
         assert_eq!(e.to_string(), "server: busy\\n\\u{1b}[2J");
     }
 
+    fn rx_timestamps_test() -> Settings {
+        use crate::settings::TransportSettings;
+        use crate::transport::udp::settings::UdpSettings;
+        Settings {
+            transport: TransportSettings::Udp(UdpSettings {
+                rx_timestamps: true,
+                ..UdpSettings::default()
+            }),
+            ..Settings::default()
+        }
+    }
+
+    fn welcome_listing(minor: u32, features: Option<Vec<String>>) -> Message {
+        Message::Welcome {
+            version: PROTOCOL_MAJOR,
+            software: "fperf 9.9.9".into(),
+            session: 1,
+            minor,
+            features,
+        }
+    }
+
+    #[test]
+    fn the_hello_lists_the_features_the_test_needs() {
+        let mut client = ClientSession::new(rx_timestamps_test(), None);
+        let outbox = client.take_outbox();
+        let [Message::Hello {
+            minor, features, ..
+        }] = outbox.as_slice()
+        else {
+            panic!("one hello");
+        };
+        assert_eq!(*minor, PROTOCOL_MINOR);
+        assert_eq!(
+            features.as_deref(),
+            Some(&["rx_timestamps".to_string()][..])
+        );
+    }
+
+    #[test]
+    fn a_server_lacking_a_needed_feature_is_refused_before_any_data_naming_both_versions() {
+        let mut client = ClientSession::new(rx_timestamps_test(), None);
+        client.take_outbox();
+        let e = client
+            .on_message(welcome_listing(3, Some(vec!["reverse".into()])))
+            .expect_err("the server lacks rx_timestamps");
+        let text = e.to_string();
+        assert!(
+            text.contains(
+                "the server (fperf 9.9.9, protocol 16.3) does not support --rx-timestamps"
+            ) && text.contains(&format!(
+                "this client: fperf {}, protocol {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}",
+                crate::VERSION
+            )),
+            "{text}"
+        );
+        assert!(client.take_outbox().is_empty(), "no settings were sent");
+        // The same test against a server that supports it, or against a first-minor
+        // server that lists nothing (it supports every feature of minor 0).
+        for features in [Some(vec!["rx_timestamps".into()]), None] {
+            let mut client = ClientSession::new(rx_timestamps_test(), None);
+            client.take_outbox();
+            client
+                .on_message(welcome_listing(0, features))
+                .expect("supported");
+            assert!(matches!(
+                client.take_outbox().as_slice(),
+                [Message::Settings { .. }]
+            ));
+        }
+    }
+
+    #[test]
+    fn a_newer_minor_client_talks_and_an_unknown_feature_is_refused_naming_both_versions() {
+        let newer = |features: Vec<String>| Message::Hello {
+            version: PROTOCOL_MAJOR,
+            software: "fperf 9.9.9".into(),
+            minor: PROTOCOL_MINOR + 5,
+            features: Some(features),
+        };
+        let mut server = ServerSession::new(Limits::default(), None);
+        server
+            .on_message(newer(vec!["rx_timestamps".into()]))
+            .expect("hello");
+        server.welcome(1).expect("welcome");
+        assert!(matches!(
+            server.take_outbox().as_slice(),
+            [Message::Welcome { minor: PROTOCOL_MINOR, features: Some(f), .. }] if f.len() == Feature::ALL.len()
+        ));
+        server
+            .on_message(Message::Settings {
+                settings: rx_timestamps_test(),
+            })
+            .expect("a known feature");
+
+        let mut server = ServerSession::new(Limits::default(), None);
+        server
+            .on_message(newer(vec!["warp_drive".into()]))
+            .expect("hello");
+        server.welcome(1).expect("welcome");
+        let e = server
+            .on_message(Message::Settings {
+                settings: Settings::default(),
+            })
+            .expect_err("an unknown feature");
+        let text = e.to_peer().expect("told to the client");
+        assert!(
+            text.contains("\"warp_drive\"")
+                && text.contains(&format!("protocol {PROTOCOL_MAJOR}.{}", PROTOCOL_MINOR + 5))
+                && text.contains(&format!("protocol {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}")),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_long_feature_list_is_refused() {
+        let mut server = ServerSession::new(Limits::default(), None);
+        let e = server
+            .on_message(Message::Hello {
+                version: PROTOCOL_MAJOR,
+                software: "x".into(),
+                minor: 1,
+                features: Some(vec!["reverse".into(); super::super::MAX_FEATURES + 1]),
+            })
+            .expect_err("too many");
+        assert!(e.to_string().contains("features"), "{e}");
+    }
+
     /// Every message either end could be sent, well-formed or hostile.
     fn all_messages() -> Vec<Message> {
         vec![
-            hello(PROTOCOL_VERSION),
+            hello(PROTOCOL_MAJOR),
             hello(u32::MAX),
             Message::DataHello {
-                version: PROTOCOL_VERSION,
+                version: PROTOCOL_MAJOR,
                 session: u64::MAX,
                 stream: u32::MAX,
                 socket: u32::MAX,
             },
             Message::Welcome {
-                version: PROTOCOL_VERSION,
+                version: PROTOCOL_MAJOR,
                 software: "\u{0}".into(),
                 session: 0,
+                minor: 0,
+                features: None,
             },
             Message::Settings {
                 settings: Settings::default(),
@@ -1384,7 +1637,7 @@ mod tests {
         let wait = |s: &mut ServerSession, secs| s.wait_limit(Duration::from_secs(secs));
         assert_eq!(wait(&mut server, 0).expect("first"), Some(IDENTIFY_WITHIN));
         assert_eq!(
-            server.on_message(hello(PROTOCOL_VERSION)).expect("hello"),
+            server.on_message(hello(PROTOCOL_MAJOR)).expect("hello"),
             ServerStep::Continue
         );
         // Challenged 4 s after arrival: 1 s left for the response, not a new time-out.
@@ -1403,7 +1656,7 @@ mod tests {
         ));
         // Once identified, each wait is the driver's control time-out.
         let mut known = ServerSession::new(Limits::default(), None);
-        known.on_message(hello(PROTOCOL_VERSION)).expect("hello");
+        known.on_message(hello(PROTOCOL_MAJOR)).expect("hello");
         assert_eq!(wait(&mut known, 60).expect("identified"), None);
         assert!(matches!(
             known.timed_out(),

@@ -10,6 +10,7 @@ pub mod labels;
 pub mod shape;
 pub mod transport;
 
+use crate::features::Feature;
 use crate::percentiles::{Percentiles, PercentilesError};
 use crate::transport::rdma::settings::RdmaSettingsError;
 use crate::transport::tcp::settings::{TcpSettings, TcpSettingsError};
@@ -243,6 +244,44 @@ pub enum SettingsError {
 }
 
 impl Settings {
+    /// The features of the peer this test needs beyond the protocol's major version
+    /// (see [`crate::features`]), each once, in a fixed order.
+    pub fn needed_features(&self) -> Vec<Feature> {
+        let mut out = Vec::new();
+        match self.workload {
+            Workload::Reverse => out.push(Feature::Reverse),
+            Workload::Bidir => out.push(Feature::Bidir),
+            Workload::Crr => out.push(Feature::Crr),
+            Workload::RoundTrip(Reply::Echo) if self.protocol() == Protocol::Udp => {
+                out.push(Feature::UdpEcho)
+            }
+            Workload::Bulk | Workload::RoundTrip(_) => {}
+        }
+        if self.transactions.is_some() {
+            out.push(Feature::Transactions);
+        }
+        if self.response_size.is_some() {
+            out.push(Feature::ResponseSize);
+        }
+        if self.flows {
+            out.push(Feature::Flows);
+        }
+        if !self.sched.is_auto() {
+            out.push(Feature::Sched);
+        }
+        if self.percentiles != Percentiles::default() {
+            out.push(Feature::Percentiles);
+        }
+        match &self.transport {
+            TransportSettings::Tcp(t) => t.features(&mut out),
+            TransportSettings::Udp(u) => u.features(&mut out),
+            TransportSettings::Rdma(r) => r.features(&mut out),
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// The protocol of the data streams.
     pub fn protocol(&self) -> Protocol {
         self.transport.protocol()

@@ -1,6 +1,7 @@
 //! The options that TCP and UDP share because both move data through kernel sockets:
 //! how a thread waits for its sockets, and how large their buffers are.
 
+use crate::features::Feature;
 use crate::settings::labels::HeaderLabels;
 use crate::units::pkt_size;
 use serde::{Deserialize, Serialize};
@@ -77,6 +78,13 @@ pub enum SocketSettingsError {
 }
 
 impl SocketSettings {
+    /// The features of the peer these options need (see [`crate::features`]).
+    pub fn features(&self, out: &mut Vec<Feature>) {
+        if self.tos.is_some() {
+            out.push(Feature::Tos);
+        }
+    }
+
     /// Checks the options against each other.
     pub fn validate(&self) -> Result<(), SocketSettingsError> {
         if self.epoll && self.busy_poll {

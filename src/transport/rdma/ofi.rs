@@ -7,7 +7,7 @@
 
 use super::settings::RdmaSettings;
 use super::side::{read_json, routed_side_connection, side_connection, write_json};
-use crate::control::{self, PROTOCOL_VERSION};
+use crate::control::{self, PROTOCOL_MAJOR};
 use crate::settings::Settings;
 use crate::stream::ofi::{self, Endpoint, EndpointDetails, Info, OfiStream, OfiTarget};
 use crate::stream::{Stream, StreamOptions};
@@ -168,7 +168,7 @@ pub(super) fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dy
     write_json(
         &mut sock,
         &ClientDetails {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             endpoints: details(&endpoints),
         },
     )?;
@@ -225,7 +225,7 @@ mod tests {
     #[test]
     fn connection_details_roundtrip_as_json() {
         let c = ClientDetails {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             endpoints: vec![vec![details(1), details(2)], vec![details(3), details(4)]],
         };
         let back: ClientDetails =

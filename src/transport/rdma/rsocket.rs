@@ -10,7 +10,7 @@
 //! refused before anything is sent.
 
 use super::settings::RdmaSettings;
-use crate::control::{self, Message, PROTOCOL_VERSION};
+use crate::control::{self, Message, PROTOCOL_MAJOR};
 use crate::stream::affinity::cpu_for;
 use crate::stream::rsocket_sys::rsockets;
 use crate::stream::socket_calls::DataSocket;
@@ -114,7 +114,7 @@ pub fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dyn Strea
             control::write_frame(
                 &mut io,
                 &Message::DataHello {
-                    version: PROTOCOL_VERSION,
+                    version: PROTOCOL_MAJOR,
                     session: ctx.session,
                     stream,
                     socket,

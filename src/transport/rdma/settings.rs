@@ -1,6 +1,7 @@
 //! RDMA's own options: the programming interface, the device or libfabric provider,
 //! and how the data moves (SEND/RECV or RDMA WRITE).
 
+use crate::features::Feature;
 use crate::settings::labels::{HeaderLabels, Sample, Samples};
 use crate::settings::shape::RunShape;
 use crate::stream::ring::{endpoint_bytes_at_most, TRAILER_BYTES};
@@ -68,6 +69,13 @@ pub enum RdmaSettingsError {
 }
 
 impl RdmaSettings {
+    /// The features of the peer these options need (see [`crate::features`]).
+    pub fn features(&self, out: &mut Vec<Feature>) {
+        if self.write {
+            out.push(Feature::RdmaWriteTrailer);
+        }
+    }
+
     /// Most bytes of registered packet buffers either end of the run holds: an
     /// endpoint's rings per socket, whose slots hold a packet or a larger
     /// `--response-size` reply, and written by verbs a trailer.

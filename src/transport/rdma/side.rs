@@ -5,7 +5,7 @@
 //! data connection. Frames on it are the control protocol's: a 4-byte big-endian length
 //! and JSON, at most [`control::MAX_FRAME`] bytes.
 
-use crate::control::{self, Message, PROTOCOL_VERSION};
+use crate::control::{self, Message, PROTOCOL_MAJOR};
 use crate::transport::{tcp, ClientCtx, LocalEnd, ServerCtx};
 use anyhow::{bail, Context, Result};
 use serde::{de::DeserializeOwned, Serialize};
@@ -50,7 +50,7 @@ pub(crate) fn side_connection(ctx: &ClientCtx) -> Result<TcpStream> {
     control::write_frame(
         &mut sock,
         &Message::DataHello {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             session: ctx.session,
             stream: 0,
             socket: 0,

@@ -23,7 +23,7 @@
 
 use super::settings::{RdmaApi, RdmaSettings};
 use super::side::{read_json, routed_side_connection, side_connection, write_json};
-use crate::control::{self, PROTOCOL_VERSION};
+use crate::control::{self, PROTOCOL_MAJOR};
 use crate::settings::Settings;
 use crate::stream::verbs::{device_names, QpDetails, QpEndpoint, VerbsDevice, VerbsStream};
 use crate::stream::{Stream, StreamOptions};
@@ -176,7 +176,7 @@ pub fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dyn Strea
     write_json(
         &mut sock,
         &VerbsClientDetails {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             qps: details(&qps),
         },
     )?;
@@ -491,7 +491,7 @@ mod tests {
     #[test]
     fn details_frames_roundtrip_as_json() {
         let c = VerbsClientDetails {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             qps: vec![vec![qp(1), qp(2)], vec![qp(3), qp(4)]],
         };
         let back: VerbsClientDetails =

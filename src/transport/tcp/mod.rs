@@ -10,7 +10,7 @@ use super::{
     port_offset, stream_options, Acceptor, ClientCtx, DataConn, LocalEnd, Refusal, ServerCtx,
     Transport,
 };
-use crate::control::{self, Message, PROTOCOL_VERSION};
+use crate::control::{self, Message, PROTOCOL_MAJOR};
 use crate::pending::PendingCaps;
 use crate::results::Role;
 use crate::settings::{Settings, TransportSettings};
@@ -375,7 +375,7 @@ pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Resul
     control::write_frame(
         &mut sock,
         &Message::DataHello {
-            version: PROTOCOL_VERSION,
+            version: PROTOCOL_MAJOR,
             session: ctx.session,
             stream,
             socket,

@@ -2,6 +2,7 @@
 //! of them, and the tuning each end derives from them (the receive low-water mark and
 //! the reads' nap while data flows).
 
+use crate::features::Feature;
 use crate::settings::labels::{HeaderLabels, Sample, Samples};
 use crate::settings::shape::RunShape;
 use crate::stream::zerocopy::ZeroCopy;
@@ -122,6 +123,20 @@ pub fn read_sample(run: &RunShape) -> Sample {
 }
 
 impl TcpSettings {
+    /// The features of the peer these options need (see [`crate::features`]).
+    pub fn features(&self, out: &mut Vec<Feature>) {
+        if self.mss.is_some() {
+            out.push(Feature::Mss);
+        }
+        if self.fq_rate.is_some() {
+            out.push(Feature::FqRate);
+        }
+        if self.flowlabel.is_some() {
+            out.push(Feature::FlowLabel);
+        }
+        self.sockets.features(out);
+    }
+
     /// Most bytes of packet buffers either end of the run allocates: each stream's
     /// read buffer, and `copies` packets per socket to send from (or to echo).
     pub fn buffer_bytes(&self, run: &RunShape, copies: u64) -> u64 {

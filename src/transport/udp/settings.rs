@@ -1,6 +1,7 @@
 //! UDP's own options: datagrams per system call (and GSO/GRO), the ACK time-out of
 //! MPRTT, their checks, and the batch size each end derives from them.
 
+use crate::features::Feature;
 use crate::settings::labels::{HeaderLabels, Sample, Samples};
 use crate::settings::shape::{RunShape, MAX_FOOTPRINT};
 use crate::stream::udp_batch::{gro_slots, GRO_SLOT_BYTES};
@@ -118,6 +119,17 @@ pub enum UdpSettingsError {
 }
 
 impl UdpSettings {
+    /// The features of the peer these options need (see [`crate::features`]).
+    pub fn features(&self, out: &mut Vec<Feature>) {
+        if self.rx_timestamps {
+            out.push(Feature::RxTimestamps);
+        }
+        if self.dont_fragment {
+            out.push(Feature::DontFragment);
+        }
+        self.sockets.features(out);
+    }
+
     /// Checks every option, against each other and against the run.
     pub fn validate(&self, run: &RunShape) -> Result<(), UdpSettingsError> {
         self.sockets.validate()?;

@@ -1,0 +1,306 @@
+//! Mixed versions, for real.
+//!
+//! - Every host: a peer of a newer minor, whose messages carry fields and features this
+//!   build has never seen, talks to this build's server; a feature it does not know is
+//!   refused before any data flows.
+//! - `needs_previous_release::`: this build against the previous release, both ways
+//!   (its client against this server, this client against its server) for TCP, UDP and
+//!   reverse, and one mesh pair each way. `scripts/compat-check.sh` builds the previous
+//!   release from the repository's history (CHANGELOG.md names its commit) and runs them
+//!   with `FPERF_PREVIOUS` set to its binary.
+
+mod common;
+use common::*;
+use fperf::control::{self, Message, PROTOCOL_MAJOR, PROTOCOL_MINOR};
+use serde_json::{json, Value};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Sends `frame` (JSON) as one control frame.
+fn send_raw(sock: &mut TcpStream, body: &Value) {
+    let bytes = serde_json::to_vec(body).expect("json");
+    let mut frame = (bytes.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&bytes);
+    std::io::Write::write_all(sock, &frame).expect("send");
+}
+
+fn newer_hello(features: &[&str]) -> Value {
+    json!({
+        "type": "hello",
+        "version": PROTOCOL_MAJOR,
+        "software": "fperf 99.0.0",
+        "minor": PROTOCOL_MINOR + 7,
+        "features": features,
+        "a_field_of_a_newer_minor": {"nested": [1, 2, 3]},
+    })
+}
+
+#[test]
+fn a_newer_minor_peer_with_unknown_fields_is_welcomed_and_told_what_this_server_supports() {
+    let server = Server::start(&[]);
+    let t = Duration::from_secs(10);
+    let mut sock = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    sock.set_read_timeout(Some(t)).expect("time-out");
+    send_raw(&mut sock, &newer_hello(&["reverse"]));
+    match control::read_frame(&mut sock).expect("an answer") {
+        Message::Welcome {
+            version,
+            minor,
+            features: Some(features),
+            ..
+        } => {
+            assert_eq!((version, minor), (PROTOCOL_MAJOR, PROTOCOL_MINOR));
+            assert!(features.iter().any(|f| f == "reverse"), "{features:?}");
+        }
+        other => panic!("not a welcome: {other:?}"),
+    }
+}
+
+#[test]
+fn a_feature_this_server_does_not_know_is_refused_before_any_data_naming_both_versions() {
+    let server = Server::start(&[]);
+    let t = Duration::from_secs(10);
+    let mut sock = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    sock.set_read_timeout(Some(t)).expect("time-out");
+    send_raw(&mut sock, &newer_hello(&["reverse", "teleport"]));
+    assert!(matches!(
+        control::read_frame(&mut sock).expect("an answer"),
+        Message::Welcome { .. }
+    ));
+    // The settings of a newer client: a field this build does not know beside them.
+    let mut settings =
+        serde_json::to_value(fperf::settings::Settings::default()).expect("settings");
+    settings["teleport_distance"] = json!(42);
+    send_raw(
+        &mut sock,
+        &json!({"type": "settings", "settings": settings}),
+    );
+    match control::read_frame(&mut sock).expect("an answer") {
+        Message::Error { message } => {
+            let ours = format!("protocol {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}");
+            let theirs = format!("protocol {PROTOCOL_MAJOR}.{}", PROTOCOL_MINOR + 7);
+            assert!(
+                message.contains("\"teleport\"")
+                    && message.contains(&ours)
+                    && message.contains(&theirs)
+                    && message.contains("fperf 99.0.0"),
+                "{message}"
+            );
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn fperf_version_names_the_protocol() {
+    let out = run(&["--version"], Duration::from_secs(10));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        format!(
+            "fperf {} (protocol {PROTOCOL_MAJOR}.{PROTOCOL_MINOR})",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+}
+
+/// The previous release's binary, from `FPERF_PREVIOUS`.
+fn previous() -> PathBuf {
+    let path = std::env::var_os("FPERF_PREVIOUS")
+        .map(PathBuf::from)
+        .expect("FPERF_PREVIOUS names the previous release's binary (scripts/compat-check.sh)");
+    assert!(path.exists(), "{}", path.display());
+    path
+}
+
+fn current() -> PathBuf {
+    PathBuf::from(fperf_bin())
+}
+
+/// A server of either release, killed on drop.
+struct AnyServer {
+    child: Child,
+    port: u16,
+    output: Arc<Mutex<String>>,
+}
+
+impl AnyServer {
+    fn start(bin: &PathBuf, args: &[&str]) -> AnyServer {
+        let port = port_block(12);
+        let mut child = Command::new(bin)
+            .args(["-s", "-p", &port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start a server");
+        let output = collect(child.stdout.take().expect("stdout"));
+        let _errors = collect(child.stderr.take().expect("stderr"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "{} did not listen",
+                bin.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        AnyServer {
+            child,
+            port,
+            output,
+        }
+    }
+
+    fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for AnyServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `bin ARGS` to its end (at most 60 s); its JSON document.
+fn json_of(bin: &PathBuf, args: &[&str]) -> Value {
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    let (out, out_done) = collect_joinable(child.stdout.take().expect("stdout"));
+    let (err, err_done) = collect_joinable(child.stderr.take().expect("stderr"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{} {args:?} did not finish", bin.display());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = (out_done.join(), err_done.join());
+    let (out, err) = (out.lock().unwrap().clone(), err.lock().unwrap().clone());
+    assert!(
+        status.success(),
+        "{} {args:?}: {status}\n{out}\n{err}",
+        bin.display()
+    );
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"))
+}
+
+fn total(doc: &Value, side: &str, field: &str) -> u64 {
+    doc[side]["total"][field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{side}.total.{field}: {doc:#}"))
+}
+
+/// One client of `client` against a server of `server`, both ways of every workload.
+fn tests_between(client: &PathBuf, server: &PathBuf) {
+    let s = AnyServer::start(server, &[]);
+    let port = s.port.to_string();
+    let base = ["-c", "127.0.0.1", "-p", port.as_str(), "--json"];
+    let with =
+        |more: &[&str]| -> Vec<String> { base.iter().chain(more).map(|a| a.to_string()).collect() };
+    let run = |more: &[&str]| {
+        let args = with(more);
+        json_of(client, &args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let mib = 1 << 20;
+
+    let tcp = run(&["-m", "8"]);
+    assert_eq!(total(&tcp, "client", "bytes_sent"), 8 * mib, "TCP");
+    assert_eq!(total(&tcp, "server", "bytes_received"), 8 * mib, "TCP");
+
+    let reverse = run(&["--reverse", "-m", "8"]);
+    assert_eq!(total(&reverse, "server", "bytes_sent"), 8 * mib, "reverse");
+    assert_eq!(
+        total(&reverse, "client", "bytes_received"),
+        8 * mib,
+        "reverse"
+    );
+
+    // 1 KiB datagrams divide 2 MiB: every datagram is whole.
+    let udp = run(&["-u", "-l", "1024", "-m", "2", "-b", "100M"]);
+    assert_eq!(total(&udp, "client", "bytes_sent"), 2 * mib, "UDP");
+    let datagrams = &udp["server"]["total"]["datagrams"];
+    let count = |k: &str| {
+        datagrams[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{k}: {udp:#}"))
+    };
+    assert_eq!(count("peer_sent"), 2048, "UDP: {datagrams}");
+    assert_eq!(count("received") + count("lost"), 2048, "UDP: {datagrams}");
+    assert_eq!(
+        total(&udp, "server", "bytes_received"),
+        count("received") * 1024,
+        "UDP"
+    );
+    drop(s);
+}
+
+#[test]
+#[ignore = "needs the previous release's binary: scripts/compat-check.sh"]
+fn needs_previous_release_its_client_against_this_server() {
+    tests_between(&previous(), &current());
+}
+
+#[test]
+#[ignore = "needs the previous release's binary: scripts/compat-check.sh"]
+fn needs_previous_release_this_client_against_its_server() {
+    tests_between(&current(), &previous());
+}
+
+#[test]
+#[ignore = "needs the previous release's binary: scripts/compat-check.sh"]
+fn needs_previous_release_a_mesh_pair_each_way() {
+    let key = std::env::temp_dir().join(format!("fperf-compat-{}.key", std::process::id()));
+    std::fs::write(&key, "the fleet's secret").expect("key");
+    let key_path = key.to_str().expect("path");
+    let mesh_args = ["--allow-mesh", "--auth-key", key_path];
+    let old = AnyServer::start(&previous(), &mesh_args);
+    let new = AnyServer::start(&current(), &mesh_args);
+    let (a, b) = (old.address(), new.address());
+    for coordinator in [current(), previous()] {
+        let doc = json_of(
+            &coordinator,
+            &[
+                "mesh",
+                "--json",
+                "--auth-key",
+                key_path,
+                "--time",
+                "0.5",
+                &a,
+                &b,
+            ],
+        );
+        let pairs = doc["pairs"].as_array().expect("pairs");
+        assert_eq!(pairs.len(), 2, "{doc:#}");
+        for pair in pairs {
+            assert!(pair["error"].is_null(), "{pair:#}");
+            let sent = pair["client"]["total"]["bytes_sent"]
+                .as_u64()
+                .expect("sent");
+            let received = pair["server"]["total"]["bytes_received"]
+                .as_u64()
+                .expect("received");
+            assert!(sent > 0 && sent == received, "{pair:#}");
+        }
+    }
+    assert!(old.output.lock().unwrap().contains("mesh test for"));
+    assert!(new.output.lock().unwrap().contains("mesh test for"));
+    let _ = std::fs::remove_file(&key);
+}
