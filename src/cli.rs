@@ -18,7 +18,7 @@ use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
     Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PKTSIZE,
-    DEFAULT_PORT, MAX_NSTREAMS, MAX_PKTSIZE,
+    DEFAULT_PORT, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
 };
 use fperf::stream::zerocopy::ZeroCopy;
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
@@ -120,7 +120,9 @@ pub struct Cli {
         short = 't',
         long,
         value_name = "N",
-        default_value_t = 1
+        default_value_t = 1,
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NSTREAMS))
     )]
     nstreams: u32,
 
@@ -134,7 +136,9 @@ pub struct Cli {
         short = 'n',
         long,
         value_name = "N",
-        default_value_t = 1
+        default_value_t = 1,
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NSOCKETS))
     )]
     nsockets: u32,
 
@@ -178,7 +182,7 @@ pub struct Cli {
 
     /// Bytes per send (K, M, G are binary: 128K = 131072).
     #[arg(help_heading = "Test", short = 'l', long, alias = "length", value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
-          value_parser = parse_pktsize)]
+          value_parser = parse_pktsize, allow_negative_numbers = true)]
     pktsize: u32,
 
     /// Queue inside a STREAM: 1 = mutex, 0 = lock-free.
@@ -1070,11 +1074,16 @@ fn flags_given(given: &[(bool, &'static str)]) -> Vec<&'static str> {
 /// Refuses the options `given`, which belong to `owner`'s transports, not to `protocol`.
 fn refuse_foreign(given: &[&str], owner: &str, protocol: Protocol) -> Result<()> {
     let with = protocol.name();
+    // iperf3's -R is fperf's --reverse.
+    let hint = match protocol {
+        Protocol::Rdma => " (fperf's -R is RDMA; iperf3's -R, data from the server, is --reverse)",
+        _ => "",
+    };
     match given {
         [] => Ok(()),
-        [flag] => bail!("{flag} is a {owner} option; it cannot be used with {with}"),
+        [flag] => bail!("{flag} is a {owner} option; it cannot be used with {with}{hint}"),
         [first @ .., last] => bail!(
-            "{} and {last} are {owner} options; they cannot be used with {with}",
+            "{} and {last} are {owner} options; they cannot be used with {with}{hint}",
             first.join(", ")
         ),
     }
@@ -1881,14 +1890,25 @@ pub fn parse_every_problem(args: &[OsString]) -> Parsed {
 
 /// clap's message on one line, in users' words, with where to look.
 fn clap_message(e: &clap::Error) -> String {
-    // clap's message may span lines (e.g. a list of missing flags): keep it to one.
+    // clap's message may span lines (e.g. a list of missing flags), and a tip may
+    // follow it (a similar flag's name): keep them, on one line, and leave the usage.
     let text = e.render().to_string();
-    let message: Vec<&str> = text
+    let mut parts = text.split("\n\n").take_while(|p| {
+        let p = p.trim_start();
+        !p.starts_with("Usage:") && !p.starts_with("For more information")
+    });
+    let message: Vec<&str> = parts
+        .next()
+        .unwrap_or_default()
         .lines()
-        .take_while(|l| !l.trim().is_empty())
         .map(str::trim)
         .collect();
+    let tips: Vec<&str> = parts.flat_map(str::lines).map(str::trim).collect();
     let message = plain_number_error(e, message.join(" "));
+    let message = match tips.is_empty() {
+        true => message,
+        false => format!("{message}; {}", tips.join("; ")),
+    };
     format!(
         "{} (see fperf --help)",
         message.trim_start_matches("error: ")
@@ -1929,10 +1949,18 @@ fn without_offender(args: &[OsString], e: &clap::Error) -> Option<Vec<OsString>>
         fewer.drain(from..(from + count).min(args.len()));
         fewer
     };
-    // An unknown argument is named as given (`--bogus`, of `--bogus=1` too).
+    // An unknown argument is named as given (`--bogus`, of `--bogus=1` too). fperf's
+    // own options take no bare words (its commands' hosts aside): one that follows is
+    // the unknown option's value.
     let given = |a: &String| a == named || a.starts_with(&format!("{named}="));
-    if let Some(i) = text.iter().skip(1).position(given) {
-        return Some(without(i + 1, 1));
+    if let Some(i) = text.iter().skip(1).position(given).map(|i| i + 1) {
+        let in_command = text.get(1).is_some_and(|a| a == "mesh" || a == "exporter");
+        let with_value = !in_command
+            && text[i] == *named
+            && text
+                .get(i + 1)
+                .is_some_and(|next| !next.starts_with('-') && next != "mesh" && next != "exporter");
+        return Some(without(i, if with_value { 2 } else { 1 }));
     }
     // A known option is named by its long form, as `--time <SECS>`: find how it was
     // written, here or in a subcommand.

@@ -639,6 +639,22 @@ fn every_flag_problem_of_a_command_line_is_reported_at_once() {
         assert!(err.contains(want), "'{want}' not in:\n{err}");
     }
     assert_eq!(err.trim().lines().count(), 4, "a line each:\n{err}");
+    // A mistyped option gets the one meant; an unknown one's value is not a problem of
+    // its own; a negative count is out of the counts' range, not an unknown option.
+    let out = run(
+        &["-c", "127.0.0.1", "--bidr", "-x", "3", "-t", "-1"],
+        Duration::from_secs(10),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for want in [
+        "unexpected argument '--bidr' found; tip: a similar argument exists: '--bidir'",
+        "unexpected argument '-x' found",
+        "'-1' for '--nstreams <N>': -1 is not in 1..=256",
+    ] {
+        assert!(err.contains(want), "'{want}' not in:\n{err}");
+    }
+    assert_eq!(err.trim().lines().count(), 3, "a line each:\n{err}");
 }
 
 /// Times take units, and an IPv6 address in brackets is an address.
