@@ -311,8 +311,8 @@ pub struct Cli {
 
     /// Bound the run by time: each stream sends for SECS seconds.
     ///
-    /// Each stream sends for SECS seconds instead of --mb MB. SECS is a number of
-    /// seconds, or a number with a unit: ms, s, m or h (e.g. 500ms, 2s, 1.5m).
+    /// It replaces --mb's bound. SECS is a number of seconds, or a number with a unit:
+    /// ms, s, m or h (e.g. 500ms, 2s, 1.5m).
     #[arg(help_heading = "Test", long, value_name = "SECS", conflicts_with_all = ["mb", "server"],
           allow_negative_numbers = true, value_parser = parse_seconds)]
     time: Option<f64>,
