@@ -500,6 +500,13 @@ fn short_help_fits_a_screen_and_starts_with_what_a_newcomer_needs() {
         assert!(listed.iter().any(|f| f == rest), "-h lacks {rest}: {short}");
     }
     assert!(!short.contains("original"), "{short}");
+    // The commands' summaries are whole sentences.
+    assert!(
+        short.contains(
+            "exporter  Serve fperf tests to Prometheus: each scrape of /probe runs one test\n"
+        ),
+        "{short}"
+    );
     assert!(
         short.contains("fperf --help"),
         "a pointer to the rest: {short}"
