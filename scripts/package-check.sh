@@ -12,7 +12,7 @@
 #     with no capabilities, serves a test on loopback and exits 0 on SIGTERM;
 #   - the exporter, with its options in /etc/default/fperf, run likewise, answers a
 #     probe that tests an fperf server;
-#   - the man pages (fperf, fperf-exporter) format without warnings (man -l);
+#   - the man pages (fperf, fperf-exporter, fperf-mesh) format without warnings (man -l);
 #   - the bash, zsh and fish completions load and complete a flag;
 #   - the service units (the server's and the exporter's) pass `systemd-analyze
 #     verify`, and each one's sandbox rates an exposure of at most 2.0 in
@@ -177,7 +177,7 @@ unprivileged_exporter() {
 }
 man_page() {
   local err page flag
-  for page in fperf:--max-memory fperf-exporter:--max-probes; do
+  for page in fperf:--max-memory fperf-exporter:--max-probes fperf-mesh:--fail-on-outliers; do
     flag="${page#*:}" page="${page%%:*}"
     err="$(MANWIDTH=80 MANPAGER=cat man --warnings -E UTF-8 -l "$root/usr/share/man/man1/$page.1.gz" 2>&1 >"$root/man.out")"
     [ -z "$err" ] || { echo "$page.1: $err"; return 1; }

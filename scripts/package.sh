@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Debian package target/debian/fperf_VERSION_amd64.deb: the binary, its man
-# page and bash, zsh and fish completions (written by the binary itself, so they match
-# its --help), the service units fperf.service and fperf-exporter.service and their
+# pages (fperf, fperf-mesh, fperf-exporter) and bash, zsh and fish completions
+# (written by the binary itself, so they match its --help), the service units fperf.service and fperf-exporter.service and their
 # options in /etc/default/fperf. Installs cargo-deb first if it is missing. Prints the package's
 # path.
 set -euo pipefail
@@ -18,6 +18,7 @@ generated=target/generated
 mkdir -p "$generated"
 "$fperf" --generate man >"$generated/fperf.1"
 "$fperf" --generate man-exporter >"$generated/fperf-exporter.1"
+"$fperf" --generate man-mesh >"$generated/fperf-mesh.1"
 "$fperf" --generate complete-bash >"$generated/fperf.bash"
 "$fperf" --generate complete-zsh >"$generated/_fperf"
 "$fperf" --generate complete-fish >"$generated/fperf.fish"

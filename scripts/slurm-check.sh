@@ -169,7 +169,7 @@ if [ "${1:-}" = -s ]; then
   key="$(printf '%s\n' "$@" | sed -n '/^--auth-key$/{n;p}')"
   echo "server $(printf '%q ' "$@")key=$(stat -c %a "$key" 2>/dev/null) localid=$SLURM_LOCALID" >>"$log"
   trap 'echo "server stopped $SLURM_LOCALID" >>"$log"; exit 0' TERM
-  echo "Server listening ...."
+  echo "Server listening on 0.0.0.0:28444"
   while :; do sleep 0.2; done
 fi
 [ "${1:-}" = mesh ] || exit 2

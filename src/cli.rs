@@ -18,7 +18,7 @@ use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
     Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PKTSIZE,
-    DEFAULT_PORT, MAX_NSTREAMS,
+    DEFAULT_PORT, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
 };
 use fperf::stream::zerocopy::ZeroCopy;
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
@@ -26,6 +26,7 @@ use fperf::transport::sockets::SocketSettings;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::settings::{UdpSettings, DEFAULT_ACK_TIMEOUT_MS};
 use fperf::workload::{Reply, Workload, WorkloadError};
+use std::ffi::OsString;
 use std::fs::File;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -69,14 +70,13 @@ pub enum Config {
     version = fperf::VERSION_TEXT,
     about,
     long_about = None,
-    after_help = "The options above are fperf's original ones. Every option, grouped by \
-                  topic: fperf --help (or man fperf). iperf3 users: fperf's -t is the \
-                  number of streams (--time SECS for a time), and -R is RDMA (--reverse \
-                  for data from the server).",
-    after_long_help = "fperf -h lists the original options only. What each figure of the \
+    after_help = "Every option, grouped by topic: fperf --help (or man fperf). iperf3 \
+                  users: fperf's -t is the number of streams (--time SECS for a time), \
+                  and -R is RDMA (--reverse for data from the server).",
+    after_long_help = "fperf -h lists the options most runs need. What each figure of the \
                        reports means: the README's \"What the figures mean\"."
 )]
-#[command(group(ArgGroup::new("role").required(true).args(["server", "client", "loopback"])))]
+#[command(group(ArgGroup::new("role").required(true).args(["server", "client", "loopback", "generate"])))]
 #[command(
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
@@ -93,12 +93,13 @@ pub struct Cli {
     one_off: bool,
 
     /// Run as client against HOST (name, IPv4 or IPv6 address).
-    #[arg(help_heading = "Roles", short = 'c', long, value_name = "HOST")]
+    #[arg(help_heading = "Roles", short = 'c', long, value_name = "HOST", value_parser = parse_host)]
     client: Option<String>,
 
-    /// Run server and client in this process over loopback (127.0.0.1, or ::1 with -6),
-    /// printing both reports.
-    #[arg(hide_short_help = true, help_heading = "Roles", long)]
+    /// Run server and client in this process, over loopback.
+    ///
+    /// The server listens on 127.0.0.1 (::1 with -6) and both reports are printed.
+    #[arg(help_heading = "Roles", long)]
     loopback: bool,
 
     /// Client: the server is an unmodified iperf3 server (`iperf3 -s`): run a TCP or UDP
@@ -119,7 +120,9 @@ pub struct Cli {
         short = 't',
         long,
         value_name = "N",
-        default_value_t = 1
+        default_value_t = 1,
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NSTREAMS))
     )]
     nstreams: u32,
 
@@ -128,11 +131,14 @@ pub struct Cli {
     /// Each has its own sender thread. With more than one the client sends through
     /// the queue (send_submit).
     #[arg(
+        hide_short_help = true,
         help_heading = "Test",
         short = 'n',
         long,
         value_name = "N",
-        default_value_t = 1
+        default_value_t = 1,
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NSOCKETS))
     )]
     nsockets: u32,
 
@@ -176,14 +182,14 @@ pub struct Cli {
 
     /// Bytes per send (K, M, G are binary: 128K = 131072).
     #[arg(help_heading = "Test", short = 'l', long, alias = "length", value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
-          value_parser = fperf::units::parse_bytes_u32)]
+          value_parser = parse_pktsize, allow_negative_numbers = true)]
     pktsize: u32,
 
     /// Queue inside a STREAM: 1 = mutex, 0 = lock-free.
     ///
     /// The lock-free queue is single-producer single-consumer: one socket, always
     /// asynchronous sending.
-    #[arg(help_heading = "Test", short = 'q', long, value_name = "0|1", default_value_t = 1,
+    #[arg(hide_short_help = true, help_heading = "Test", short = 'q', long, value_name = "0|1", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(0..=1))]
     qtype: u8,
 
@@ -224,10 +230,12 @@ pub struct Cli {
     )]
     sched: String,
 
-    /// Base port: control and stream 0; stream i uses PORT+i (TCP with -w: stream 0
-    /// uses PORT+N). Default 28444; with --iperf3, iperf3's 5201.
+    /// The server's port (default 28444; with --iperf3, iperf3's 5201).
+    ///
+    /// The control connection and stream 0 use PORT; stream i uses PORT+i, TCP and
+    /// UDP (TCP with -w or --flows: stream 0 uses PORT+N; --crr: stream i uses
+    /// PORT+1+i). A server prints the ports its tests may use.
     #[arg(
-        hide_short_help = true,
         help_heading = "Roles",
         short = 'p',
         long,
@@ -242,7 +250,8 @@ pub struct Cli {
         help_heading = "Roles",
         short = 'B',
         long,
-        value_name = "ADDR"
+        value_name = "ADDR",
+        value_parser = parse_ip
     )]
     bind: Option<IpAddr>,
 
@@ -300,8 +309,12 @@ pub struct Cli {
     )]
     iperf3_port: Option<u16>,
 
-    /// Bound the run by time: each stream sends for SECS seconds instead of --mb MB.
-    #[arg(hide_short_help = true, help_heading = "Test", long, value_name = "SECS", conflicts_with_all = ["mb", "server"])]
+    /// Bound the run by time: each stream sends for SECS seconds.
+    ///
+    /// It replaces --mb's bound. SECS is a number of seconds, or a number with a unit:
+    /// ms, s, m or h (e.g. 500ms, 2s, 1.5m).
+    #[arg(help_heading = "Test", long, value_name = "SECS", conflicts_with_all = ["mb", "server"],
+          allow_negative_numbers = true, value_parser = parse_seconds)]
     time: Option<f64>,
 
     /// With -r, --echo or --crr: each stream ends after N round trips (requests
@@ -310,36 +323,44 @@ pub struct Cli {
           conflicts_with_all = ["mb", "time", "server"], value_parser = clap::value_parser!(u64).range(1..))]
     transactions: Option<u64>,
 
-    /// Print each side's figures every SECS seconds while the run goes on (and keep
-    /// them in --json and --csv). At least 0.01 s, and 0.002 s per stream; 0, as
-    /// iperf3's -i 0, prints none (nor the progress line).
+    /// Print each side's figures every SECS seconds while the run goes on.
+    ///
+    /// They are kept in --json and --csv too. At least 0.01 s, and 0.002 s per stream;
+    /// 0, as iperf3's -i 0, prints none (nor the progress line). Units as --time's.
     #[arg(
-        hide_short_help = true,
         help_heading = "Test",
         short = 'i',
         long,
         value_name = "SECS",
-        conflicts_with = "server"
+        conflicts_with = "server",
+        allow_negative_numbers = true,
+        value_parser = parse_seconds
     )]
     interval: Option<f64>,
 
-    /// Leave the first SECS seconds (warm-up) out of the totals.
+    /// Leave the first SECS seconds (warm-up) out of the totals, as iperf3's -O (units
+    /// as --time's).
     #[arg(
         hide_short_help = true,
         help_heading = "Test",
         long,
         value_name = "SECS",
-        conflicts_with = "server"
+        conflicts_with = "server",
+        allow_negative_numbers = true,
+        value_parser = parse_seconds
     )]
     omit: Option<f64>,
 
-    /// Print one JSON document for the run (both ends' figures) and nothing else on
-    /// stdout. Layout: docs/json.md. --json=iperf3 writes it in the layout of iperf3's
-    /// -J, with a line per second unless -i says otherwise. A server prints one
-    /// document per test, each on one line (JSON Lines).
-    #[arg(hide_short_help = true, help_heading = "Output", 
+    /// Print one JSON document for the run instead of the text report.
+    ///
+    /// The document holds both ends' figures and is all that goes to stdout. Layout:
+    /// docs/json.md. --json=iperf3 writes it in the layout of iperf3's -J, with a line
+    /// per second unless -i says otherwise. A server prints one document per test,
+    /// each on one line (JSON Lines).
+    #[arg(help_heading = "Output",
         long,
         value_name = "LAYOUT",
+        hide_possible_values = true,
         num_args = 0..=1,
         require_equals = true,
         default_missing_value = "fperf"
@@ -461,13 +482,26 @@ pub struct Cli {
           requires = "sweep", conflicts_with_all = ["json", "tests"])]
     table: Option<Table>,
 
-    /// Target rate of each stream in bits/s (e.g. 100M, 2.5G; K/M/G/T = 10^3..10^12):
-    /// the client paces its sends to it, whole packets (-l) at a time, so at a slow rate
-    /// one packet must go within --idle-timeout. Default (or 0, as iperf3's -b 0): as fast
-    /// as possible.
-    #[arg(hide_short_help = true, help_heading = "Test", short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate,
+    /// Target rate of each stream in bits/s, e.g. 100M (default: no limit).
+    ///
+    /// K/M/G/T = 10^3..10^12. The client paces its sends to it, whole packets (-l) at a
+    /// time, so at a slow rate one packet must go within --idle-timeout. 0, as iperf3's
+    /// -b 0: as fast as possible.
+    #[arg(help_heading = "Test", short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate,
           conflicts_with = "server")]
     bitrate: Option<u64>,
+
+    /// Write the man page or a shell's completions to stdout, then exit: fperf's page
+    /// (man), fperf mesh's (man-mesh), fperf exporter's (man-exporter), or completions
+    /// for bash, zsh or fish (complete-bash, complete-zsh, complete-fish).
+    #[arg(
+        hide_short_help = true,
+        help_heading = "Output",
+        long,
+        value_name = "WHAT",
+        exclusive = true
+    )]
+    generate: Option<Generate>,
 
     #[command(flatten)]
     workload_opts: WorkloadArgs,
@@ -494,13 +528,13 @@ pub struct Cli {
 /// Commands beside the server's and client's roles.
 #[derive(clap::Subcommand, Debug)]
 enum Command {
-    /// Serve fperf tests to Prometheus: each scrape of /probe runs one
+    /// Serve fperf tests to Prometheus: each scrape of /probe runs one test.
     ///
     /// Each scrape of /probe?target=HOST[:PORT] runs a test against that fperf server
     /// and answers with both ends' figures, as Prometheus's blackbox exporter answers
     /// with its probes'.
     Exporter(ExporterArgs),
-    /// Measure between many fperf servers: a matrix of every pair
+    /// Measure between many fperf servers: a matrix of every pair.
     ///
     /// Each pair's test is run by the sending host's server towards the receiving
     /// host's, at this coordinator's request; the servers run with --allow-mesh and the
@@ -514,8 +548,8 @@ enum Command {
     after_help = "Patterns: all-pairs (every ordered pair, in rounds where no host is \
                   in two tests), ring (each host towards the next), incast:K (K senders \
                   at once into each host in turn; the servers need --parallel K), one-to-all:HOST (HOST towards each \
-                  other host). Exit status 1 with --fail-on-outliers when a pair failed \
-                  or stands out."
+                  other host). Exit status 1 when a pair failed (their count goes to \
+                  stderr), and with --fail-on-outliers when a pair stands out."
 )]
 struct MeshArgs {
     /// The fperf servers, as HOST or HOST:PORT ([IPv6]:PORT).
@@ -535,8 +569,9 @@ struct MeshArgs {
           value_parser = clap::value_parser!(u16).range(1..))]
     port: u16,
 
-    /// Each pair's test length in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    /// Each pair's test length in seconds (or with a unit: 500ms, 2s, 1m).
+    #[arg(long, value_name = "SECS", default_value_t = 2.0, allow_negative_numbers = true,
+          value_parser = parse_seconds)]
     time: f64,
 
     /// Data streams per test.
@@ -549,7 +584,7 @@ struct MeshArgs {
 
     /// Bytes per send (K, M, G = 2^10, 2^20, 2^30).
     #[arg(short = 'l', long, value_name = "SIZE", default_value_t = DEFAULT_PKTSIZE,
-          value_parser = fperf::units::parse_bytes_u32)]
+          value_parser = parse_pktsize)]
     pktsize: u32,
 
     /// A latency matrix: each packet answered by 1 byte (median round trip per pair).
@@ -618,7 +653,7 @@ struct MeshArgs {
     #[arg(long, value_name = "SHARE", default_value_t = 0.8)]
     outlier_below: f64,
 
-    /// Exit with status 1 when a pair failed or is an outlier.
+    /// Exit with status 1 when a pair is an outlier too (a failed pair always makes it 1).
     #[arg(long)]
     fail_on_outliers: bool,
 }
@@ -824,10 +859,12 @@ struct WorkloadArgs {
     #[arg(hide_short_help = true, long)]
     crr: bool,
 
-    /// TCP or UDP bulk in reverse, as iperf3's -R (here -R is RDMA): the server sends
-    /// and the client receives, with the same flags and figures; the client's report is
-    /// then the receiving end's (with UDP its loss, reordering and jitter)
-    #[arg(hide_short_help = true, long)]
+    /// Data from the server to the client, as iperf3's -R (fperf's -R is RDMA).
+    ///
+    /// TCP or UDP bulk in reverse: the server sends and the client receives, with the
+    /// same flags and figures; the client's report is then the receiving end's (with
+    /// UDP its loss, reordering and jitter).
+    #[arg(long)]
     reverse: bool,
 
     /// TCP bulk both ways at once, as iperf3's --bidir: -t N streams carry the client's
@@ -842,13 +879,13 @@ struct WorkloadArgs {
 #[command(next_help_heading = "TCP options")]
 struct TcpArgs {
     /// Set TCP_NODELAY (disable Nagle's algorithm) on both ends.
-    #[arg(short = 'd', long, alias = "no-delay")]
+    #[arg(hide_short_help = true, short = 'd', long, alias = "no-delay")]
     nodelay: bool,
 
     /// Set TCP_QUICKACK (disable delayed ACKs) on both ends.
     ///
     /// It is re-armed after every receive, since Linux clears it.
-    #[arg(short = 'a', long)]
+    #[arg(hide_short_help = true, short = 'a', long)]
     quickack: bool,
 
     /// Congestion control algorithm for both ends' data sockets (TCP_CONGESTION),
@@ -997,7 +1034,13 @@ struct UdpArgs {
 #[command(next_help_heading = "RDMA options")]
 struct RdmaArgs {
     /// RDMA device name (default: the first one found).
-    #[arg(short = 'D', long, value_name = "DEV", requires = "rdma")]
+    #[arg(
+        hide_short_help = true,
+        short = 'D',
+        long,
+        value_name = "DEV",
+        requires = "rdma"
+    )]
     rdmadev: Option<String>,
 
     /// RDMA programming interface: ibverbs (raw verbs, the default), cm (verbs
@@ -1031,11 +1074,16 @@ fn flags_given(given: &[(bool, &'static str)]) -> Vec<&'static str> {
 /// Refuses the options `given`, which belong to `owner`'s transports, not to `protocol`.
 fn refuse_foreign(given: &[&str], owner: &str, protocol: Protocol) -> Result<()> {
     let with = protocol.name();
+    // iperf3's -R is fperf's --reverse.
+    let hint = match protocol {
+        Protocol::Rdma => " (fperf's -R is RDMA; iperf3's -R, data from the server, is --reverse)",
+        _ => "",
+    };
     match given {
         [] => Ok(()),
-        [flag] => bail!("{flag} is a {owner} option; it cannot be used with {with}"),
+        [flag] => bail!("{flag} is a {owner} option; it cannot be used with {with}{hint}"),
         [first @ .., last] => bail!(
-            "{} and {last} are {owner} options; they cannot be used with {with}",
+            "{} and {last} are {owner} options; they cannot be used with {with}{hint}",
             first.join(", ")
         ),
     }
@@ -1263,9 +1311,9 @@ impl Guard {
         }
     }
 
-    /// Refuses server-only options on a client.
-    fn check_client(&self) -> Result<()> {
-        let server_only = [
+    /// The server-only options given, each with its problem on a client.
+    fn server_options_given(&self) -> Vec<String> {
+        [
             (self.max_mb.is_some(), "--max-mb"),
             (self.max_time.is_some(), "--max-time"),
             (self.max_streams.is_some(), "--max-streams"),
@@ -1280,17 +1328,86 @@ impl Guard {
             ),
             (self.parallel != 1, "--parallel"),
             (self.allow_mesh, "--allow-mesh"),
-        ];
-        if let Some((_, flag)) = server_only.iter().find(|(given, _)| *given) {
-            bail!("{flag} is a server option (use it with -s)");
-        }
-        Ok(())
+        ]
+        .into_iter()
+        .filter(|&(given, _)| given)
+        .map(|(_, flag)| format!("{flag} is a server option (use it with -s)"))
+        .collect()
     }
 }
 
 /// `--percentiles LIST`, checked (clap names the flag in its message).
 fn parse_percentiles(text: &str) -> Result<Percentiles, PercentilesError> {
     text.parse()
+}
+
+/// A time as users write it (clap's value parser): seconds, or a number ending in ms, s,
+/// sec, m or h (`500ms`, `2s`, `1.5m`), in seconds.
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let (number, scale) = [
+        ("ms", 0.001),
+        ("sec", 1.0),
+        ("s", 1.0),
+        ("m", 60.0),
+        ("h", 3600.0),
+    ]
+    .iter()
+    .find_map(|&(unit, scale)| t.strip_suffix(unit).map(|n| (n, scale)))
+    .unwrap_or((t, 1.0));
+    let value = number
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite())
+        .ok_or_else(|| {
+            "not a time: give seconds (10, 0.5) or a number with a unit, ms, s, m or h (500ms, \
+         2s, 1.5m)"
+                .to_string()
+        })?;
+    if value < 0.0 {
+        return Err("a time cannot be negative: give 0 or more seconds (e.g. 10 or 2s)".into());
+    }
+    Ok(value * scale)
+}
+
+/// `-c HOST` (clap's value parser): a name or address, an IPv6 one also in brackets
+/// (`[::1]`), as mesh hosts and exporter targets are written.
+fn parse_host(text: &str) -> Result<String, String> {
+    let Some(inside) = text.strip_prefix('[') else {
+        return Ok(text.to_owned());
+    };
+    match inside.strip_suffix(']') {
+        Some(ip) if ip.parse::<std::net::Ipv6Addr>().is_ok() => Ok(ip.to_owned()),
+        _ => Err(format!(
+            "'{text}' is not an IPv6 address in brackets: give it as [::1] (or ::1), and \
+             the port with -p"
+        )),
+    }
+}
+
+/// `-B ADDR` (clap's value parser): an IP address, an IPv6 one also in brackets.
+fn parse_ip(text: &str) -> Result<IpAddr, String> {
+    let inside = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    inside.parse().map_err(|_| {
+        format!("'{text}' is not an IP address: give one of this host's, e.g. 192.0.2.1 or ::1")
+    })
+}
+
+/// `-l BYTES` (clap's value parser): a byte count up to the largest packet fperf sends.
+fn parse_pktsize(text: &str) -> Result<u32, String> {
+    let bytes = fperf::units::parse_bytes(text).ok_or_else(|| {
+        format!("'{text}' is not a byte count (digits, optionally ending in K, M or G)")
+    })?;
+    if bytes > u64::from(MAX_PKTSIZE) {
+        return Err(format!(
+            "a packet is at most 64M ({MAX_PKTSIZE} bytes): give -l 64M or less"
+        ));
+    }
+    // At most MAX_PKTSIZE, so it fits.
+    Ok(bytes as u32)
 }
 
 /// Seconds from the command line as whole milliseconds.
@@ -1408,20 +1525,75 @@ impl Cli {
     }
 }
 
-/// An iperf3 habit among the arguments, with fperf's spelling: `-P N`, `-J`, `-f`
+/// The iperf3 habits among the arguments, with fperf's spelling: `-P N`, `-J`, `-f`
 /// (`--format`), `-S`, `-v`, `-V` (`--verbose`, `--debug`) with a role, `-O`, `-N`, `-Z`,
 /// `-A`, `-k` (`--blockcount`), `--get-server-output`, `--rcv-timeout`, `--snd-timeout`,
 /// `--server-bitrate-limit`, `--forceflush`, `--udp-counters-64bit`, `-B ADDR%DEV`, `-D`
 /// with `-s`, `-n` with a size (`--bytes`), `-t` with a duration and `--cntl-ka` with
 /// its values after a space. Checked before the flags are parsed,
 /// since some of these parse as something else in fperf (`-t` is its stream count, `-n`
-/// its sockets per stream, `-D` its RDMA device).
-pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
-    let args: Vec<String> = args
+/// its sockets per stream, `-D` its RDMA device). Returns a hint for each, and the
+/// arguments without them (nor their values), so that the rest can be checked too.
+pub fn iperf3_habits(args: &[OsString]) -> (Vec<String>, Vec<OsString>) {
+    let text: Vec<String> = args
         .iter()
         .skip(1)
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    // -V with a role: iperf3's "more detail", where fperf's -V would print its version
+    // and run nothing.
+    let runs = text
+        .iter()
+        .any(|a| ["-c", "-s", "--client", "--server", "--loopback"].contains(&a.as_str()));
+    let mut hints = Vec::new();
+    let mut rest: Vec<OsString> = args.iter().take(1).cloned().collect();
+    let mut i = 0;
+    while i < text.len() {
+        if text[i] == "--" {
+            rest.extend(args.iter().skip(i + 1).cloned());
+            break;
+        }
+        match habit_at(&text, i, runs) {
+            Some(hint) => {
+                hints.push(hint);
+                // The habit's value, when it came as the next argument.
+                let with_value =
+                    HABITS_WITH_VALUES.contains(&text[i].as_str()) && i + 1 < text.len();
+                i += if with_value { 2 } else { 1 };
+            }
+            None => {
+                rest.extend(args.get(i + 1).cloned());
+                i += 1;
+            }
+        }
+    }
+    (hints, rest)
+}
+
+/// The habits of [`iperf3_habits`] that take a value, as the next argument when given
+/// apart.
+const HABITS_WITH_VALUES: [&str; 16] = [
+    "-P",
+    "-S",
+    "-O",
+    "-A",
+    "-k",
+    "--blockcount",
+    "-n",
+    "--bytes",
+    "-f",
+    "--format",
+    "--rcv-timeout",
+    "--snd-timeout",
+    "-B",
+    "--server-bitrate-limit",
+    "-t",
+    "--cntl-ka",
+];
+
+/// The iperf3 habit at `args[i]`, if it is one; `runs`: a role is among the arguments.
+fn habit_at(args: &[String], i: usize, runs: bool) -> Option<String> {
+    let arg = &args[i];
     // An option's value and the option, `-P 4` or `-P4`.
     let value = |i: usize, flag: &str| -> Option<String> {
         let arg = &args[i];
@@ -1432,15 +1604,7 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
             .filter(|rest| !rest.is_empty())
             .map(|rest| rest.trim_start_matches('=').to_string())
     };
-    // -V with a role: iperf3's "more detail", where fperf's -V would print its version
-    // and run nothing.
-    let runs = args
-        .iter()
-        .any(|a| ["-c", "-s", "--client", "--server", "--loopback"].contains(&a.as_str()));
-    for (i, arg) in args.iter().enumerate() {
-        if arg == "--" {
-            break;
-        }
+    {
         if (arg == "-V" && runs) || arg == "--verbose" || arg == "--debug" {
             return Some(format!(
                 "{arg} is iperf3's; its more detail is always on here: the header names the \
@@ -1599,6 +1763,23 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
     None
 }
 
+/// What `--generate` writes to stdout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Generate {
+    /// fperf(1), in roff (`man -l -` reads it).
+    Man,
+    /// fperf-mesh(1).
+    ManMesh,
+    /// fperf-exporter(1).
+    ManExporter,
+    /// bash's completions.
+    CompleteBash,
+    /// zsh's completions.
+    CompleteZsh,
+    /// fish's completions.
+    CompleteFish,
+}
+
 /// The layout of `--json`'s document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum JsonLayout {
@@ -1627,15 +1808,207 @@ const TEST_HEADINGS: [&str; 7] = [
 /// client's other outputs conflict with `-s` in their own definitions.
 const CLIENT_ONLY: [&str; 3] = ["iperf3", "conf", "table"];
 
+/// The options `-h` lists first, in this order: what a newcomer needs.
+const FIRST_OPTIONS: [&str; 9] = [
+    "server", "client", "time", "port", "interval", "bitrate", "reverse", "json", "loopback",
+];
+
+/// The command line's definition as `-h` shows it: [`FIRST_OPTIONS`] first, under no
+/// heading, then the other options `-h` keeps under their topics. `--help` keeps every
+/// option under its topic.
+fn short_help_command() -> clap::Command {
+    FIRST_OPTIONS
+        .iter()
+        .enumerate()
+        .fold(Cli::command(), |cmd, (order, id)| {
+            cmd.mut_arg(*id, |arg| {
+                arg.help_heading(None::<&str>).display_order(order)
+            })
+        })
+}
+
+/// Whether the arguments ask for the short help (`-h`, before any `--`).
+fn asks_short_help(args: &[OsString]) -> bool {
+    args.iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .any(|a| a == "-h")
+}
+
+/// What the command line comes to.
+pub enum Parsed {
+    /// The flags parsed; [`Cli::config`] checks how they go together.
+    Run(Box<Cli>),
+    /// --help or --version, to print (exit status 0).
+    Shown(clap::Error),
+    /// Every problem found with the flags, a line each (exit status 2).
+    Refused(Vec<String>),
+}
+
+/// Most problems reported from one command line.
+const MAX_PROBLEMS: usize = 32;
+
+/// Parses the command line and, when something is wrong with it, finds every problem
+/// rather than the first: iperf3's habits, then each flag clap refuses (taken out and
+/// the rest parsed again, as clap stops at the first), then how the remaining flags go
+/// together ([`Cli::config`]).
+pub fn parse_every_problem(args: &[OsString]) -> Parsed {
+    let (hints, mut rest) = iperf3_habits(args);
+    let mut problems: Vec<String> = hints
+        .into_iter()
+        .map(|hint| format!("{hint} (see fperf --help)"))
+        .collect();
+    while problems.len() < MAX_PROBLEMS {
+        match Cli::parse_args(&rest) {
+            Ok(cli) if problems.is_empty() => return Parsed::Run(Box::new(cli)),
+            Ok(cli) => {
+                if let Err(e) = cli.config() {
+                    let text = format!("{e:#}");
+                    problems.extend(text.lines().map(|line| format!("error: {line}")));
+                }
+                break;
+            }
+            Err(e) if !e.use_stderr() => return Parsed::Shown(e),
+            // Missing since a refused value was taken out (e.g. -c's): already said.
+            Err(e)
+                if e.kind() == clap::error::ErrorKind::MissingRequiredArgument
+                    && rest.len() < args.len() =>
+            {
+                break
+            }
+            Err(e) => {
+                problems.push(clap_message(&e));
+                match without_offender(&rest, &e) {
+                    Some(fewer) => rest = fewer,
+                    None => break,
+                }
+            }
+        }
+    }
+    Parsed::Refused(problems)
+}
+
+/// clap's message on one line, in users' words, with where to look.
+fn clap_message(e: &clap::Error) -> String {
+    // clap's message may span lines (e.g. a list of missing flags), and a tip may
+    // follow it (a similar flag's name): keep them, on one line, and leave the usage.
+    let text = e.render().to_string();
+    let mut parts = text.split("\n\n").take_while(|p| {
+        let p = p.trim_start();
+        !p.starts_with("Usage:") && !p.starts_with("For more information")
+    });
+    let message: Vec<&str> = parts
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .collect();
+    let tips: Vec<&str> = parts.flat_map(str::lines).map(str::trim).collect();
+    let message = plain_number_error(e, message.join(" "));
+    let message = match tips.is_empty() {
+        true => message,
+        false => format!("{message}; {}", tips.join("; ")),
+    };
+    format!(
+        "{} (see fperf --help)",
+        message.trim_start_matches("error: ")
+    )
+}
+
+/// clap passes on Rust's own words for a number that does not parse ("invalid digit
+/// found in string"): `message` with them in users' words.
+fn plain_number_error(e: &clap::Error, message: String) -> String {
+    use std::error::Error;
+    use std::num::{IntErrorKind, ParseIntError};
+    let Some(parse) = e.source().and_then(|s| s.downcast_ref::<ParseIntError>()) else {
+        return message;
+    };
+    let plain = match parse.kind() {
+        IntErrorKind::Empty => "a whole number is needed",
+        IntErrorKind::InvalidDigit => "not a whole number",
+        IntErrorKind::PosOverflow | IntErrorKind::NegOverflow => "too large a number",
+        _ => return message,
+    };
+    message.replace(&parse.to_string(), plain)
+}
+
+/// `args` without the argument that clap's error `e` names (and its value), so that
+/// parsing them again finds the next problem; None when `e` names none (e.g. a missing
+/// role) or it cannot be found.
+fn without_offender(args: &[OsString], e: &clap::Error) -> Option<Vec<OsString>> {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(named)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let text: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let without = |from: usize, count: usize| -> Vec<OsString> {
+        let mut fewer = args.to_vec();
+        fewer.drain(from..(from + count).min(args.len()));
+        fewer
+    };
+    // An unknown argument is named as given (`--bogus`, of `--bogus=1` too). fperf's
+    // own options take no bare words (its commands' hosts aside): one that follows is
+    // the unknown option's value.
+    let given = |a: &String| a == named || a.starts_with(&format!("{named}="));
+    if let Some(i) = text.iter().skip(1).position(given).map(|i| i + 1) {
+        let in_command = text.get(1).is_some_and(|a| a == "mesh" || a == "exporter");
+        let with_value = !in_command
+            && text[i] == *named
+            && text
+                .get(i + 1)
+                .is_some_and(|next| !next.starts_with('-') && next != "mesh" && next != "exporter");
+        return Some(without(i, if with_value { 2 } else { 1 }));
+    }
+    // A known option is named by its long form, as `--time <SECS>`: find how it was
+    // written, here or in a subcommand.
+    let long = named.split_whitespace().next()?.strip_prefix("--")?;
+    let cmd = Cli::command();
+    let arg = cmd
+        .get_arguments()
+        .chain(cmd.get_subcommands().flat_map(clap::Command::get_arguments))
+        .find(|a| a.get_long() == Some(long))?;
+    let mut names: Vec<String> = vec![format!("--{long}")];
+    names.extend(
+        arg.get_all_aliases()
+            .unwrap_or_default()
+            .iter()
+            .map(|a| format!("--{a}")),
+    );
+    let short = arg.get_short().map(|c| format!("-{c}"));
+    names.extend(short.clone());
+    let takes_value = arg.get_action().takes_values() && !arg.is_require_equals_set();
+    text.iter().enumerate().skip(1).find_map(|(i, a)| {
+        if names.contains(a) {
+            Some(without(i, if takes_value { 2 } else { 1 }))
+        } else {
+            let joined = names
+                .iter()
+                .any(|n| n.starts_with("--") && a.starts_with(&format!("{n}=")))
+                || short
+                    .as_ref()
+                    .is_some_and(|s| a.starts_with(s.as_str()) && !a.starts_with("--"));
+            joined.then(|| without(i, 1))
+        }
+    })
+}
+
 impl Cli {
     /// Parses the command line as `try_parse_from` does, refusing with `-s` every
     /// option that describes a test.
     pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
     where
         I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
+        T: Into<OsString> + Clone,
     {
-        let mut command = Cli::command();
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let mut command = if asks_short_help(&args) {
+            short_help_command()
+        } else {
+            Cli::command()
+        };
         let matches = command.try_get_matches_from_mut(args)?;
         if matches.get_flag("server") {
             let given = command.get_arguments().find(|arg| {
@@ -1665,6 +2038,11 @@ impl Cli {
         Cli::from_arg_matches(&matches)
     }
 
+    /// `--generate`: what to write instead of running.
+    pub fn generate(&self) -> Option<Generate> {
+        self.generate
+    }
+
     /// `--pidfile`: where to write this process's ID.
     pub fn pidfile(&self) -> Option<&std::path::Path> {
         self.pidfile.as_deref()
@@ -1680,8 +2058,84 @@ impl Cli {
         (self.logfile.as_deref(), prefix)
     }
 
-    /// Every flag checked, and turned into what to run.
+    /// Every flag checked, and turned into what to run. The error names every option
+    /// given to the wrong role, a line each, beside the first other problem.
     pub fn config(&self) -> Result<Config> {
+        let mut problems = self.misplaced_options();
+        let checked = self.checked_config();
+        if problems.is_empty() {
+            return checked;
+        }
+        if let Err(e) = checked {
+            problems.push(format!("{e:#}"));
+        }
+        bail!("{}", problems.join("\n"))
+    }
+
+    /// The options given that belong to the other role (a server's to a client, or a
+    /// client's to a server).
+    fn misplaced_options(&self) -> Vec<String> {
+        if self.command.is_some() {
+            return Vec::new();
+        }
+        let problems: Vec<(bool, &str)> = if self.server {
+            vec![
+                (
+                    self.guard.connect_timeout.is_some(),
+                    "--connect-timeout is a client option (use it with -c)",
+                ),
+                (
+                    self.cport.is_some(),
+                    "--cport is a client option (use it with -c)",
+                ),
+                (
+                    self.bind_dev.is_some(),
+                    "--bind-dev is a client option (use it with -c); a server listens where \
+                     -B says",
+                ),
+                (
+                    self.json == Some(JsonLayout::Iperf3),
+                    "--json=iperf3 is the layout of a client's document; a server's is --json",
+                ),
+                (
+                    self.json.is_some() && (self.title.is_some() || self.extra_data.is_some()),
+                    "-T/--title and --extra-data label a client's --json document; a server's \
+                     JSON lines carry the client's settings",
+                ),
+                (
+                    self.one_off && self.guard.parallel > 1,
+                    "-1/--one-off serves one test: --parallel does not apply",
+                ),
+            ]
+        } else {
+            vec![
+                (
+                    self.iperf3_port.is_some(),
+                    "--iperf3-port is a server option (use it with -s)",
+                ),
+                (
+                    self.one_off,
+                    "-1/--one-off is a server option (use it with -s)",
+                ),
+                (
+                    self.bind_dev.is_some() && self.rdma,
+                    "--bind-dev is for TCP and UDP; RDMA's device is -D (--rdmadev)",
+                ),
+            ]
+        };
+        let mut found: Vec<String> = problems
+            .into_iter()
+            .filter(|&(given, _)| given)
+            .map(|(_, problem)| problem.to_owned())
+            .collect();
+        if !self.server {
+            found.extend(self.guard.server_options_given());
+        }
+        found
+    }
+
+    /// [`Cli::config`] but for the options of the other role.
+    fn checked_config(&self) -> Result<Config> {
         match &self.command {
             Some(Command::Exporter(args)) => return Ok(Config::Exporter(args.config()?)),
             Some(Command::Mesh(args)) => return Ok(Config::Mesh(Box::new(args.run()?))),
@@ -1707,30 +2161,6 @@ impl Cli {
             }
         }
         if self.server {
-            if self.guard.connect_timeout.is_some() {
-                bail!("--connect-timeout is a client option (use it with -c)");
-            }
-            if self.cport.is_some() {
-                bail!("--cport is a client option (use it with -c)");
-            }
-            if self.bind_dev.is_some() {
-                bail!(
-                    "--bind-dev is a client option (use it with -c); a server listens where \
-                     -B says"
-                );
-            }
-            if self.json == Some(JsonLayout::Iperf3) {
-                bail!("--json=iperf3 is the layout of a client's document; a server's is --json");
-            }
-            if self.json.is_some() && (self.title.is_some() || self.extra_data.is_some()) {
-                bail!(
-                    "-T/--title and --extra-data label a client's --json document; a server's \
-                     JSON lines carry the client's settings"
-                );
-            }
-            if self.one_off && self.guard.parallel > 1 {
-                bail!("-1/--one-off serves one test: --parallel does not apply");
-            }
             if self.guard.allow_mesh && auth.is_none() {
                 bail!(
                     "--allow-mesh needs --auth-key (or ${}): only a coordinator that proves \
@@ -1756,17 +2186,7 @@ impl Cli {
                 json: self.json.is_some(),
             });
         }
-        if self.iperf3_port.is_some() {
-            bail!("--iperf3-port is a server option (use it with -s)");
-        }
-        if self.one_off {
-            bail!("-1/--one-off is a server option (use it with -s)");
-        }
-        self.guard.check_client()?;
         self.check_cport(&settings)?;
-        if self.bind_dev.is_some() && settings.protocol() == Protocol::Rdma {
-            bail!("--bind-dev is for TCP and UDP; RDMA's device is -D (--rdmadev)");
-        }
         let output = self.output()?;
         // An iperf3 server does not give up after fperf's --idle-timeout.
         let paced = |s: &Settings| {

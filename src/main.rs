@@ -2,12 +2,13 @@
 //! server or client, with reports printed here.
 
 use anyhow::{bail, Context, Result};
-use cli::{Cli, Config};
+use cli::Config;
 use fperf::client::{self, ClientConfig, ClientOutcome};
 use fperf::exporter::{Exporter, ExporterEvent};
 use fperf::log_limit::{LogLimit, LogVerdict};
 use fperf::mesh::MeshEvent;
 use fperf::report;
+use fperf::settings::MAX_NSTREAMS;
 use fperf::sysinfo;
 use measure::Output;
 
@@ -41,61 +42,33 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// clap passes on Rust's own words for a number that does not parse ("invalid digit
-/// found in string"): `message` with them in users' words.
-fn plain_number_error(e: &clap::Error, message: String) -> String {
-    use std::error::Error;
-    use std::num::{IntErrorKind, ParseIntError};
-    let Some(parse) = e.source().and_then(|s| s.downcast_ref::<ParseIntError>()) else {
-        return message;
-    };
-    let plain = match parse.kind() {
-        IntErrorKind::Empty => "a whole number is needed",
-        IntErrorKind::InvalidDigit => "not a whole number",
-        IntErrorKind::PosOverflow | IntErrorKind::NegOverflow => "too large a number",
-        _ => return message,
-    };
-    message.replace(&parse.to_string(), plain)
-}
-
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if let Some(code) = generate::run_if_asked(&args) {
-        return code;
-    }
-    if let Some(hint) = cli::iperf3_habit(&args) {
-        eprintln!("fperf: {hint} (see fperf --help)");
-        return ExitCode::from(2);
-    }
-    let cli = match Cli::parse_args(&args) {
-        Ok(c) => c,
-        Err(e) if !e.use_stderr() => {
+    // A flag error exits 2, as one that does not parse; a failed run exits 1.
+    let refused = |problems: &[String]| {
+        for problem in problems {
+            eprintln!("fperf: {problem}");
+        }
+        ExitCode::from(2)
+    };
+    let cli = match cli::parse_every_problem(&args) {
+        cli::Parsed::Run(cli) => cli,
+        cli::Parsed::Shown(help) => {
             // --help and --version.
-            let _ = e.print();
+            let _ = help.print();
             return ExitCode::SUCCESS;
         }
-        Err(e) => {
-            // clap's message may span lines (e.g. a list of missing flags): keep it to one.
-            let text = e.render().to_string();
-            let message: Vec<&str> = text
-                .lines()
-                .take_while(|l| !l.trim().is_empty())
-                .map(str::trim)
-                .collect();
-            let message = plain_number_error(&e, message.join(" "));
-            eprintln!(
-                "fperf: {} (see fperf --help)",
-                message.trim_start_matches("error: ")
-            );
-            return ExitCode::from(2);
-        }
+        cli::Parsed::Refused(problems) => return refused(&problems),
     };
-    // A flag error exits 2, as one that does not parse; a failed run exits 1.
+    if let Some(what) = cli.generate() {
+        return generate::write_stdout(what);
+    }
     let config = match cli.config() {
         Ok(config) => config,
         Err(e) => {
-            eprintln!("fperf: error: {e:#}");
-            return ExitCode::from(2);
+            let text = format!("{e:#}");
+            let problems: Vec<String> = text.lines().map(|l| format!("error: {l}")).collect();
+            return refused(&problems);
         }
     };
     let (logfile, prefix) = cli.output_redirect();
@@ -158,11 +131,20 @@ fn run(config: Config, removal: Option<pidfile::PidFileRemoval>) -> Result<ExitC
         })
     }?;
     signal_hook::flag::register(signal_hook::consts::SIGINT, interrupted.clone())?;
+    // Registered before the flag's handler, so that a run the flag stops finds it set.
+    // SAFETY: the handler makes one atomic store.
+    unsafe {
+        signal_hook::low_level::register(signal_hook::consts::SIGTERM, || {
+            fperf::output::text::SIGTERM_RECEIVED.store(true, Ordering::Relaxed);
+        })
+    }?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, interrupted.clone())?;
     match config {
         Config::Server { server, json } => {
             let one_off = server.one_off;
+            let streams = server.limits.max_streams.unwrap_or(MAX_NSTREAMS);
             let server = Server::bind(server)?;
+            let listening = Listening::of(&server, streams)?;
             let mut out = std::io::stdout();
             // Whether the last test failed: an error since the last test began.
             let mut failed = false;
@@ -180,13 +162,13 @@ fn run(config: Config, removal: Option<pidfile::PidFileRemoval>) -> Result<ExitC
             } else {
                 let mut printer = ServerPrinter {
                     one_off,
+                    listening,
                     ..ServerPrinter::default()
                 };
                 server.run(&interrupted, &mut |ev| {
                     note(&ev);
                     printer.print(&mut out, ev)
                 })?;
-                end_open_line(&mut printer.line_open, &mut out);
             }
             Ok(ExitCode::from(u8::from(one_off && failed)))
         }
@@ -274,11 +256,21 @@ fn run_mesh(run: &cli::MeshRun, abort: &AtomicBool) -> Result<ExitCode> {
     if abort.load(Ordering::Relaxed) {
         return Ok(ExitCode::from(130));
     }
-    if report.pairs.iter().all(|p| p.outcome.is_err()) {
-        bail!("no pair could be measured");
+    let failed = report.pairs.iter().filter(|p| p.outcome.is_err()).count();
+    if failed > 0 && failed == report.pairs.len() {
+        bail!("no pair could be measured ({failed} of {failed} failed)");
     }
-    let flagged = run.fail_on_outliers && !report.outliers.is_empty();
-    Ok(if flagged {
+    if failed > 0 {
+        eprintln!(
+            "fperf mesh: {failed} of {} pairs failed (each named above)",
+            report.pairs.len()
+        );
+    }
+    let outliers = report.outliers.len();
+    if run.fail_on_outliers && outliers > 0 {
+        eprintln!("fperf mesh: {outliers} outliers flagged (--fail-on-outliers)");
+    }
+    Ok(if failed > 0 || (run.fail_on_outliers && outliers > 0) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
@@ -421,11 +413,43 @@ fn loopback(
     code
 }
 
+/// What a server says when it listens: the first time where it listens and which ports
+/// its tests may use, after that where it listens.
+#[derive(Default)]
+struct Listening {
+    first: String,
+    again: String,
+}
+
+impl Listening {
+    /// The lines of `server`, whose tests open at most `streams` streams. A test uses
+    /// the base port and, stream i, the TCP and UDP ports base+i; with -w or --flows
+    /// stream 0 uses base+N, and --crr's stream i base+1+i: the highest is base+N.
+    fn of(server: &Server, streams: u32) -> Result<Listening> {
+        let addr = server.local_addr()?;
+        let port = u32::from(addr.port());
+        let last = (port + streams.min(MAX_NSTREAMS)).min(u32::from(u16::MAX));
+        let again = format!("Server listening on {addr}");
+        let iperf3 = match server.iperf3_addr().transpose()? {
+            Some(iperf3) => format!("; iperf3 clients on {iperf3} (TCP and UDP)"),
+            None => String::new(),
+        };
+        let first = format!(
+            "{again}; its tests use TCP and UDP ports {port}-{last}: stream i on {port}+i \
+             (--crr: {port}+1+i; -w, --flows: stream 0 on {port}+N of N streams){iperf3}"
+        );
+        Ok(Listening { first, again })
+    }
+}
+
 /// Prints server events in the original report layout.
 #[derive(Default)]
 struct ServerPrinter {
-    /// `Server listening ....` was printed and its line is still open.
-    line_open: bool,
+    /// What the server says when it listens.
+    listening: Listening,
+    /// `Server listening on ...` was the last line printed: the next test's header
+    /// follows it.
+    listening_shown: bool,
     in_test: bool,
     /// The server of `--loopback`: its report follows the client's, without the wait
     /// for clients.
@@ -435,7 +459,7 @@ struct ServerPrinter {
     /// A one-off server (`-1`): it says it listens once, and stops after a test
     /// instead of listening again.
     one_off: bool,
-    /// `Server listening ....` was printed once.
+    /// `Server listening on ...` was printed once.
     listened: bool,
 }
 
@@ -449,10 +473,8 @@ impl ServerPrinter {
                     let _ = writeln!(out);
                 }
                 let again = self.one_off && self.listened;
-                if !self.line_open && !self.loopback && !again {
-                    let _ = write!(out, "Server listening ....");
-                    self.line_open = true;
-                    self.listened = true;
+                if !self.listening_shown && !self.loopback && !again {
+                    self.say_listening(out);
                 }
             }
             ServerEvent::Started {
@@ -470,24 +492,26 @@ impl ServerPrinter {
                     rcvlowat,
                     rx_nap,
                 );
-                // The header goes on `Server listening ....`'s line (begun again after
+                // The header follows `Server listening on ...` (said again after
                 // interval lines of tests in parallel); under --loopback there is none.
-                let opening = match (self.loopback, self.line_open) {
-                    (true, _) => "Server:",
-                    (false, true) => "",
-                    (false, false) => "Server listening ....",
-                };
-                let _ = write!(out, "{opening}{header}");
-                self.line_open = false;
+                if self.loopback {
+                    let _ = write!(out, "Server:{header}");
+                } else {
+                    if !self.listening_shown {
+                        self.say_listening(out);
+                    }
+                    let _ = write!(out, "{}", header.trim_start());
+                }
+                self.listening_shown = false;
             }
             ServerEvent::Interval {
                 settings,
                 result,
                 client,
             } => {
-                // Tests in parallel: the line says whose it is, on a line of its own.
+                // Tests in parallel: the line says whose it is.
                 if let Some(client) = client {
-                    end_open_line(&mut self.line_open, out);
+                    self.listening_shown = false;
                     let _ = write!(out, "{client}: ");
                 }
                 let line = report::interval_line(fperf::results::Role::Server, &settings, &result);
@@ -505,57 +529,57 @@ impl ServerPrinter {
                 settings,
                 result,
             } => {
-                if std::mem::take(&mut self.line_open) {
-                    let _ = writeln!(out);
-                }
+                self.listening_shown = false;
                 self.in_test = true;
                 let _ = writeln!(out, "mesh test for {coordinator} towards {peer}:");
                 let _ = write!(out, "{}", report::peer_line(&settings, &result, 9));
             }
             ServerEvent::ClientError { peer, error } => {
-                let line_open = &mut self.line_open;
                 let wrote = log_limited(
                     &mut self.errors,
                     "fperf",
                     "client errors",
                     &format!("client {peer}: {error}"),
-                    || end_open_line(line_open, out),
+                    || {
+                        let _ = out.flush();
+                    },
                 );
                 if wrote {
-                    self.reopen_line(out);
+                    self.say_listening_again(out);
                 }
             }
             ServerEvent::LeftOut { intervals, errors } => {
                 self.errors.count_left_out(errors);
                 if intervals > 0 {
-                    end_open_line(&mut self.line_open, out);
+                    let _ = out.flush();
                     eprintln!(
                         "fperf: {intervals} interval reports were left out: the output did \
                          not keep up with them"
                     );
-                    self.reopen_line(out);
+                    self.say_listening_again(out);
                 }
             }
         }
         let _ = out.flush();
     }
 
-    /// After a line on stderr: between tests, `Server listening ....` again.
-    fn reopen_line(&mut self, out: &mut dyn Write) {
+    /// `Server listening on ...`, with the ports tests use the first time.
+    fn say_listening(&mut self, out: &mut dyn Write) {
+        let line = match self.listened {
+            true => &self.listening.again,
+            false => &self.listening.first,
+        };
+        let _ = writeln!(out, "{line}");
+        self.listening_shown = true;
+        self.listened = true;
+    }
+
+    /// After a line on stderr: between tests, `Server listening on ...` again.
+    fn say_listening_again(&mut self, out: &mut dyn Write) {
         if !self.in_test && !self.loopback && !self.one_off {
-            let _ = write!(out, "Server listening ....");
-            self.line_open = true;
+            self.say_listening(out);
         }
     }
-}
-
-/// Ends `Server listening ....`'s line if it is open, and flushes: a line of its own
-/// follows, on stdout or stderr.
-fn end_open_line(line_open: &mut bool, out: &mut dyn Write) {
-    if std::mem::take(line_open) {
-        let _ = writeln!(out);
-    }
-    let _ = out.flush();
 }
 
 /// Prints each test a server ran as one JSON document on one line (`fperf -s --json`);

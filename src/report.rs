@@ -412,7 +412,7 @@ fn receive_label(rcvlowat: Option<u32>, rx_nap: Option<Duration>) -> String {
     mark + &nap
 }
 
-/// The server's connection line, completing `Server listening ....`. `congestion` and
+/// The server's connection line, after `Server listening on ...`. `congestion` and
 /// `rcvlowat`, `rx_nap`: the algorithm, receive low-water mark and nap while data flows
 /// that the server's sockets use (TCP).
 pub fn server_header(

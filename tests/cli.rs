@@ -286,13 +286,11 @@ fn invalid_combinations_are_refused() {
         "--ack-timeout",
     );
     // Port 0 would listen on a port nobody is told, or connect nowhere.
-    for args in [
-        &["-s", "-p", "0"][..],
-        &["-c", "::1", "-p", "0"],
-        &["mesh", "-p", "0", "a", "b"],
-    ] {
+    for args in [&["-s", "-p", "0"][..], &["-c", "::1", "-p", "0"]] {
         refused(args, "0 is not in 1..=65535");
     }
+    // The mesh's missing key is named too, on a line of its own.
+    common::refused(&["mesh", "-p", "0", "a", "b"], "0 is not in 1..=65535");
     refused(&["-s", "--iperf3-port", "0"], "0 is not in 1..=65535");
     // A CPU this host lacks (no test machine has 1024) is refused before connecting,
     // with the CPUs it has; --loopback's server runs here too.
@@ -470,27 +468,45 @@ fn help_and_the_readme_reference_name_the_same_flags() {
 }
 
 #[test]
-fn short_help_lists_the_original_flags_a_line_each_and_long_help_groups_every_flag() {
+fn short_help_fits_a_screen_and_starts_with_what_a_newcomer_needs() {
     let short = stdout_of(&["-h"]);
-    let original = [
+    assert!(short.lines().count() <= 60, "{short}");
+    // The options, in the order -h lists them.
+    let listed: Vec<String> = regex::Regex::new(r"(?m)^\s+(?:-\w, )?(--[a-z0-9][a-z0-9-]*)")
+        .unwrap()
+        .captures_iter(&short)
+        .map(|c| c[1].to_string())
+        .collect();
+    let first = [
         "--server",
         "--client",
+        "--time",
+        "--port",
+        "--interval",
+        "--bitrate",
+        "--reverse",
+        "--json",
+        "--loopback",
+    ];
+    assert_eq!(listed[..first.len()], first, "{short}");
+    for rest in [
         "--nstreams",
-        "--nsockets",
         "--udp",
-        "--rdma",
         "--mb",
         "--pktsize",
-        "--qtype",
         "--mprtt",
-        "--nodelay",
-        "--quickack",
-        "--rdmadev",
         "--help",
-        "--version",
-    ];
-    let want: std::collections::BTreeSet<String> = original.iter().map(|f| f.to_string()).collect();
-    assert_eq!(help_flags(&short), want, "{short}");
+    ] {
+        assert!(listed.iter().any(|f| f == rest), "-h lacks {rest}: {short}");
+    }
+    assert!(!short.contains("original"), "{short}");
+    // The commands' summaries are whole sentences.
+    assert!(
+        short.contains(
+            "exporter  Serve fperf tests to Prometheus: each scrape of /probe runs one test\n"
+        ),
+        "{short}"
+    );
     assert!(
         short.contains("fperf --help"),
         "a pointer to the rest: {short}"
@@ -501,7 +517,7 @@ fn short_help_lists_the_original_flags_a_line_each_and_long_help_groups_every_fl
         .lines()
         .filter(|l| l.trim_start().starts_with('-'))
         .count();
-    assert_eq!(option_lines, original.len(), "{short}");
+    assert_eq!(option_lines, listed.len(), "{short}");
     assert!(
         short.lines().all(|l| !l.starts_with("          ")),
         "more than a line for an option: {short}"
@@ -521,5 +537,216 @@ fn short_help_lists_the_original_flags_a_line_each_and_long_help_groups_every_fl
     ] {
         assert!(long.contains(heading), "no {heading} heading:\n{long}");
     }
-    assert!(help_flags(&long).len() > 2 * original.len());
+    assert!(help_flags(&long).len() > 2 * listed.len());
+    assert!(long.contains("--generate <WHAT>"), "{long}");
+    assert!(!long.contains("original"), "{long}");
+}
+
+/// The man pages, as the package ships them: every option with its description, and
+/// examples; fperf mesh has its own page.
+#[test]
+fn the_man_pages_describe_every_option_and_give_examples() {
+    for (what, name) in [
+        ("man", "fperf"),
+        ("man-mesh", "fperf-mesh"),
+        ("man-exporter", "fperf-exporter"),
+    ] {
+        let page = stdout_of(&["--generate", what]);
+        assert!(page.contains(&format!(".TH {name} 1")), "{what}: {page}");
+        assert!(page.contains(".SH EXAMPLES\n.TP\n"), "{what}: no examples");
+        // clap_mangen writes each option as `.TP` then its flags, then its description
+        // (the next `.TP`, or the section's end, comes right after the flags when the
+        // description is empty); each topic of --help is a section of its own.
+        let options = &page[page.find(".SH OPTIONS").expect("OPTIONS")..];
+        let end = [".SH SUBCOMMANDS", ".SH EXTRA", ".SH EXAMPLES"]
+            .iter()
+            .filter_map(|s| options.find(s))
+            .min()
+            .unwrap_or(options.len());
+        let options = &options[..end];
+        let entries: Vec<&str> = options.split("\n.TP\n").skip(1).collect();
+        assert!(entries.len() > 3, "{what}: {options}");
+        for entry in entries {
+            let mut lines = entry.lines();
+            let flags = lines.next().unwrap_or_default();
+            let text: String = lines.filter(|l| !l.starts_with('.')).collect();
+            assert!(text.trim().len() > 10, "{what}: {flags} has no description");
+        }
+    }
+    let fperf = stdout_of(&["--generate", "man"]);
+    assert!(fperf.contains("fperf\\-mesh(1)"), "{fperf}");
+    assert!(
+        fperf.contains("\\-\\-time") && fperf.contains("with a unit: ms, s, m or h"),
+        "--time's units"
+    );
+}
+
+/// A command line with many mistakes gets every one of them in one run, each with its
+/// fix, and exit status 2.
+#[test]
+fn every_flag_problem_of_a_command_line_is_reported_at_once() {
+    let out = run(
+        &[
+            "-c",
+            "127.0.0.1",
+            "-P",
+            "4",
+            "--time",
+            "-1",
+            "-l",
+            "10G",
+            "--bogus",
+            "-J",
+            "-i",
+            "2x",
+        ],
+        Duration::from_secs(10),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    for want in [
+        "fperf's streams are -t 4",
+        "'-1' for '--time <SECS>': a time cannot be negative: give 0 or more seconds",
+        "'10G' for '--pktsize <BYTES>': a packet is at most 64M (67108864 bytes): give -l \
+         64M or less",
+        "'--bogus'",
+        "fperf's JSON is --json",
+        "'2x' for '--interval <SECS>': not a time: give seconds (10, 0.5) or a number with \
+         a unit, ms, s, m or h",
+    ] {
+        assert!(err.contains(want), "'{want}' not in:\n{err}");
+    }
+    assert_eq!(err.trim().lines().count(), 6, "a line each:\n{err}");
+    assert!(err.lines().all(|l| l.starts_with("fperf: ")), "{err}");
+    assert!(!err.contains("4294967295"), "{err}");
+    // Options of the other role, all named, with what the flags need besides.
+    let out = run(
+        &[
+            "-c",
+            "127.0.0.1",
+            "--max-mb",
+            "5",
+            "--parallel",
+            "2",
+            "-1",
+            "-t",
+            "0",
+        ],
+        Duration::from_secs(10),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for want in [
+        "-1/--one-off is a server option (use it with -s)",
+        "--max-mb is a server option (use it with -s)",
+        "--parallel is a server option (use it with -s)",
+        "nstreams",
+    ] {
+        assert!(err.contains(want), "'{want}' not in:\n{err}");
+    }
+    assert_eq!(err.trim().lines().count(), 4, "a line each:\n{err}");
+    // A mistyped option gets the one meant; an unknown one's value is not a problem of
+    // its own; a negative count is out of the counts' range, not an unknown option.
+    let out = run(
+        &["-c", "127.0.0.1", "--bidr", "-x", "3", "-t", "-1"],
+        Duration::from_secs(10),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for want in [
+        "unexpected argument '--bidr' found; tip: a similar argument exists: '--bidir'",
+        "unexpected argument '-x' found",
+        "'-1' for '--nstreams <N>': -1 is not in 1..=256",
+    ] {
+        assert!(err.contains(want), "'{want}' not in:\n{err}");
+    }
+    assert_eq!(err.trim().lines().count(), 3, "a line each:\n{err}");
+}
+
+/// Times take units, and an IPv6 address in brackets is an address.
+#[test]
+fn times_take_units_and_a_bracketed_ipv6_address_is_accepted() {
+    let port = port_block(4).to_string();
+    let started = std::time::Instant::now();
+    let out = run(
+        &["--loopback", "-p", &port, "--time", "300ms", "--json"],
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json");
+    assert_eq!(doc["settings"]["time_ms"], 300, "{doc}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let out = run(
+        &["--loopback", "-p", &port, "--time", "0.005m", "--json"],
+        Duration::from_secs(20),
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json");
+    assert_eq!(doc["settings"]["time_ms"], 300, "{doc}");
+    let server = Server::start(&["-B", "[::1]"]);
+    let text = client_ok(&server, "[::1]", &["-m", "1"]);
+    assert!(text.contains("=> [::1]:"), "{text}");
+    refused(&["-c", "[::1"], "is not an IPv6 address in brackets");
+}
+
+/// A run stopped by SIGTERM says so, not that Ctrl-C stopped it.
+#[test]
+fn a_run_stopped_by_sigterm_says_so() {
+    let server = Server::start(&[]);
+    let port = server.port.to_string();
+    let out = run_with(
+        &["-c", "127.0.0.1", "-p", &port, "--time", "30"],
+        Duration::from_secs(20),
+        |child| {
+            std::thread::sleep(Duration::from_millis(1500));
+            // SAFETY: signalling our own child process by its pid.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        },
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("(stopped by SIGTERM: the figures cover what was sent until then)"),
+        "{out:?}"
+    );
+    assert!(!text.contains("Ctrl-C"), "{text}");
+}
+
+/// The server says where it listens and which ports its tests use, on a line of its own.
+#[test]
+fn the_server_names_its_address_and_the_ports_its_tests_use() {
+    let server = Server::start(&["-B", "127.0.0.1", "--max-streams", "4"]);
+    let text = server.wait_for(|o| o.contains('\n'), Duration::from_secs(10));
+    let p = server.port;
+    assert_eq!(
+        text.lines().next().unwrap_or_default(),
+        format!(
+            "Server listening on 127.0.0.1:{p}; its tests use TCP and UDP ports {p}-{}: \
+             stream i on {p}+i (--crr: {p}+1+i; -w, --flows: stream 0 on {p}+N of N streams)",
+            p + 4
+        ),
+        "{text}"
+    );
+    assert!(text.ends_with('\n'), "{text:?}");
+    // A test's report follows on lines of its own, and the server listens again.
+    client_ok(&server, "127.0.0.1", &["-m", "1"]);
+    let text = server.wait_for(
+        |o| o.ends_with(&format!("Server listening on 127.0.0.1:{p}\n")),
+        Duration::from_secs(10),
+    );
+    assert!(
+        text.contains("N streams)\nnew TCP connection from 127.0.0.1:"),
+        "{text}"
+    );
+    // Without a cap on streams, a test may open 256.
+    let server = Server::start(&[]);
+    let text = server.wait_for(|o| o.contains('\n'), Duration::from_secs(10));
+    let p = server.port;
+    assert!(
+        text.starts_with("Server listening on ")
+            && text.contains(&format!(
+                ":{p}; its tests use TCP and UDP ports {p}-{}",
+                p + 256
+            )),
+        "{text}"
+    );
 }

@@ -272,6 +272,33 @@ fn a_host_that_is_down_or_refuses_is_marked_and_the_rest_completes() {
     assert!(stderr.contains("failed"), "{stderr}");
 }
 
+/// A pair that fails makes the exit status 1, without --fail-on-outliers, and stderr
+/// counts the failed pairs.
+#[test]
+fn a_mesh_with_a_failed_pair_exits_1_and_counts_them() {
+    let key = KeyFile::new("count", "the mesh's secret");
+    let (a, b) = (mesh_server(&key), mesh_server(&key));
+    // A loopback port nobody listens on.
+    let down = format!("127.0.0.1:{}", port_block(1));
+    let (ha, hb) = (address(&a), address(&b));
+    let args = ["--auth-key", key.path(), "--time", "0.2", &ha, &hb, &down];
+    let (code, doc, stderr) = mesh_json(&args);
+    assert_eq!(code, Some(1), "{stderr}");
+    // Towards the host that is down and from it: 4 of the 6 ordered pairs.
+    assert!(
+        stderr.contains("fperf mesh: 4 of 6 pairs failed"),
+        "{stderr}"
+    );
+    assert!(
+        doc["matrix"][0][1].as_f64().is_some_and(|v| v > 0.0),
+        "{doc:#}"
+    );
+    // Without it, the same servers' mesh exits 0.
+    let (code, _, stderr) = mesh_json(&["--auth-key", key.path(), "--time", "0.2", &ha, &hb]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("pairs failed"), "{stderr}");
+}
+
 #[test]
 fn ring_incast_and_one_to_all_measure_their_pairs_only() {
     let key = KeyFile::new("patterns", "the mesh's secret");

@@ -204,7 +204,13 @@ fn a_slow_link_shows_its_rate_and_is_flagged_and_a_host_that_is_down_is_marked()
     let (code, doc, stderr) = mesh.run(&args);
     let wall = started.elapsed().as_secs_f64();
     let _ = std::fs::remove_file(&key);
-    assert_eq!(code, Some(0), "{stderr}");
+    // The host that is down fails its pairs, each way: the exit status says so, and
+    // stderr counts them.
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("fperf mesh: 10 of 30 pairs failed"),
+        "{stderr}"
+    );
 
     // Six hosts: ten rounds of three tests, not thirty tests one after another.
     let rounds = doc["rounds"].as_u64().expect("rounds") as f64;

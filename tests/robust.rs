@@ -1590,8 +1590,7 @@ fn parallel_tests_when_allowed_and_several_streams_need_the_server_alone() {
     }
     // The tests' interval lines interleave, so each names its test's client, as the
     // test's report does at its end, on a line of its own.
-    let header =
-        Regex::new(r"(?m)^Server listening \.\.\.\. new TCP connection from (\S+)\. ").unwrap();
+    let header = Regex::new(r"(?m)^new TCP connection from (\S+)\. ").unwrap();
     let clients: BTreeSet<&str> = header
         .captures_iter(&out)
         .map(|c| c.get(1).unwrap().as_str())

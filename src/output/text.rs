@@ -8,6 +8,11 @@ use crate::results::{IntervalResult, Role};
 use crate::settings::Settings;
 use anyhow::Result;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set by the command's SIGTERM handler: a run cut short then says SIGTERM stopped it,
+/// not Ctrl-C. A signal handler can only reach a static.
+pub static SIGTERM_RECEIVED: AtomicBool = AtomicBool::new(false);
 
 /// The human report, written to `out` (flushed after each event).
 pub struct Text<W: Write> {
@@ -58,10 +63,17 @@ impl<W: Write> Sink for Text<W> {
         )?;
         if run.outcome.interrupted {
             let moved = Role::Client.moved(run.settings);
-            writeln!(
-                self.out,
-                "(interrupted: the figures cover what was {moved} before Ctrl-C)"
-            )?;
+            if SIGTERM_RECEIVED.load(Ordering::Relaxed) {
+                writeln!(
+                    self.out,
+                    "(stopped by SIGTERM: the figures cover what was {moved} until then)"
+                )?;
+            } else {
+                writeln!(
+                    self.out,
+                    "(interrupted: the figures cover what was {moved} before Ctrl-C)"
+                )?;
+            }
         }
         Ok(self.out.flush()?)
     }

@@ -72,7 +72,7 @@ impl Default for ServerConfig {
 /// What the server tells its caller.
 #[derive(Debug)]
 pub enum ServerEvent {
-    /// Waiting for the next client (`Server listening ....`).
+    /// Waiting for the next client (`Server listening on ...`).
     Listening,
     /// A test was set up: its settings and the client's data address.
     Started {

@@ -150,7 +150,7 @@ impl Server {
 
     /// Waits for the report of the `n`th test (1-based) and returns that report's text.
     /// A client's error (a connection that never said hello, a refused test) reprints
-    /// `Server listening ....` with no test between: only sections with a test's header
+    /// `Server listening on ...` with no test between: only sections with a test's header
     /// count, each complete once the next `Server listening` starts.
     pub fn report(&self, n: usize) -> String {
         let reports = |o: &str| -> Vec<String> {
