@@ -287,3 +287,37 @@ fn user_docs_speak_to_users() {
     );
     assert!(!root().join("docs/bench-history.md").exists());
 }
+
+/// Every option `--help` lists (of fperf, `fperf mesh` and `fperf exporter`) is on its
+/// page, by its short or its long name.
+#[test]
+fn every_option_of_the_help_is_documented() {
+    let option = Regex::new(r"(?m)^\s+(?:-(\w), )?--([a-z0-9-]+)").unwrap();
+    for (command, page) in [
+        (vec!["--help"], "docs/reference.md"),
+        (vec!["mesh", "--help"], "docs/mesh.md"),
+        (vec!["exporter", "--help"], "docs/exporter.md"),
+    ] {
+        let out = run(&command, Duration::from_secs(10));
+        let help = String::from_utf8_lossy(&out.stdout);
+        let text = std::fs::read_to_string(root().join(page)).expect("page");
+        let mut missing = Vec::new();
+        for c in option.captures_iter(&help) {
+            let long = format!("--{}", &c[2]);
+            if ["--help", "--version"].contains(&long.as_str()) {
+                continue;
+            }
+            let named = |name: &str| {
+                ["`", " ", "=", "["]
+                    .iter()
+                    .any(|end| text.contains(&format!("`{name}{end}")))
+            };
+            let short = c.get(1).map(|s| format!("-{}", s.as_str()));
+            if !named(&long) && !short.is_some_and(|s| named(&s)) {
+                missing.push(long);
+            }
+        }
+        assert!(help.contains("Usage"), "{help}");
+        assert!(missing.is_empty(), "{page} lacks {missing:?}");
+    }
+}
