@@ -9,7 +9,7 @@ use fperf::output::csv::Csv;
 use fperf::output::iperf3_json::Iperf3Json;
 use fperf::output::json::Json;
 use fperf::output::json_stream::JsonStream;
-use fperf::output::plot::{run_label, Plot};
+use fperf::output::plot::{hosts, plot_title, run_label, Plot};
 use fperf::output::progress::{Progress, ERASE_LINE};
 use fperf::output::sfnt::{Preamble, Sfnt};
 use fperf::output::text::Text;
@@ -112,7 +112,8 @@ impl Output {
             )?));
         }
         if let Some(path) = self.plot.as_ref().filter(|_| !sweep_run) {
-            sinks.push(Box::new(Plot::new(path.clone())));
+            let server = fperf::client::join_host_port(&self.server.0, self.server.1);
+            sinks.push(Box::new(Plot::new(path.clone(), server)));
         }
         if let Some(step) = sweep.filter(|_| self.table == Table::Sfnt) {
             let preamble = step.first.then(|| Preamble {
@@ -181,6 +182,9 @@ pub fn run_sweep(
     let mut rows: Vec<Vec<SweepRow>> = Vec::new();
     let runs = sweep.values.len() * tests.len();
     let mut stopped = false;
+    let server = client::join_host_port(&output.server.0, output.server.1);
+    // The plot's title names the ends as the first run found them.
+    let mut ends = None;
     for (step, &value) in sweep.values.iter().enumerate() {
         let mut record = SweepRecord {
             value,
@@ -220,6 +224,7 @@ pub fn run_sweep(
                 eprint!("{ERASE_LINE}");
             }
             sinks.end(&outcome)?;
+            ends.get_or_insert_with(|| hosts(&outcome, &server));
             value_rows.push(SweepRow::new(value, &settings, &outcome.client.total));
             let doc = RunDoc::new(&settings, start, &outcome);
             match test {
@@ -247,11 +252,10 @@ pub fn run_sweep(
             [None] => vec!["bandwidth"],
             _ => sweep.tests.iter().map(|t| t.name()).collect(),
         };
-        let title = format!(
-            "fperf {}: {} by {}",
-            run_label(&cfg.settings, Some(sweep.param)),
-            what.join(", "),
-            sweep.param.name()
+        let title = plot_title(
+            ends.as_deref().unwrap_or(&server),
+            &run_label(&cfg.settings, Some(sweep.param)),
+            &format!("{} by {}", what.join(", "), sweep.param.name()),
         );
         let series: Vec<fperf::plot::Series> = tests
             .iter()

@@ -2,11 +2,14 @@
 //!
 //! A run draws its latency distribution as HdrHistogram's plotter does: latency
 //! against percentile, the percentile axis spread by its nines (90%, 99%, 99.9%, ...)
-//! so the tail is as wide as the body. A sweep draws one line per figure against the
-//! swept value (latency percentiles with `-r`, bandwidth otherwise).
+//! so the tail is as wide as the body, and the latency axis logarithmic so a long tail
+//! does not flatten the median. A sweep draws one line per figure against the swept
+//! value (latency percentiles with `-r`, bandwidth otherwise).
 
 use crate::sweep::{SweepParam, SweepRow, SweepTest};
 use anyhow::{anyhow, Context, Result};
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -45,6 +48,28 @@ fn percentile_label(x: &f64) -> String {
     format!("{p:.decimals$}%")
 }
 
+/// Where the percentile axis up to `end` nines is labelled: the median, then each nine.
+fn percentile_ticks(end: f64) -> Vec<f64> {
+    let mut ticks = vec![0.0, nines(0.5, u64::MAX)];
+    ticks.extend((1..=end.floor() as u32).map(f64::from));
+    ticks
+}
+
+/// A microsecond figure as an axis label: no more digits than its value needs.
+fn micros_label(us: &f64) -> String {
+    let text = format!("{us:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    text.to_string()
+}
+
+/// The whole decades around `lo..hi` (both above 0): a log axis over them has a label at
+/// each end at least.
+fn decades(lo: f64, hi: f64) -> (f64, f64) {
+    let floor = 10f64.powf(lo.log10().floor());
+    let ceil = 10f64.powf(hi.log10().ceil());
+    (floor, if ceil > floor { ceil } else { floor * 10.0 })
+}
+
 /// Draws the distribution `curve` ((quantile, ns) points of `count` samples, see
 /// [`crate::stats::LatencyStats::quantile_curve`]) of the latency named `label`.
 pub fn latency_distribution(
@@ -65,14 +90,14 @@ pub fn latency_distribution(
             .collect(),
     };
     let x_end = nines(1.0, count);
-    let x: Axis = (
-        "percentile",
-        &percentile_label,
-        0.0..x_end,
-        x_end.ceil() as usize + 1,
-    );
-    let y_desc = format!("{label} (us)");
-    draw(path, title, &x, &[(&y_desc, &[line])])
+    let x = Axis {
+        desc: "percentile",
+        label: &percentile_label,
+        range: 0.0..x_end,
+        ticks: percentile_ticks(x_end),
+    };
+    let y_desc = format!("{label} (us, log scale)");
+    draw(path, title, &x, &[(&y_desc, Scale::Log, &[line])])
 }
 
 /// One test's figures in a sweep's picture: a row per value.
@@ -85,14 +110,17 @@ pub struct Series {
 }
 
 /// Draws a sweep: the p50, p99 and mean round trip of each series that timed round
-/// trips (`-r`) against the value, and the bandwidth of each bulk one. Bandwidth and
-/// round trips together get a panel each, one above the other, on the same x axis. A
-/// size swept over a wide range goes on a log2 axis.
+/// trips (`-r`) against the value (on a log axis), and the bandwidth of each bulk one.
+/// Bandwidth and round trips together get a panel each, one above the other, on the
+/// same x axis. A size swept over a wide range goes on a log2 axis.
 pub fn sweep(path: &Path, title: &str, param: SweepParam, series: &[Series]) -> Result<()> {
-    let values = series.iter().flat_map(|s| s.rows.iter().map(|r| r.value));
-    let Some((lo, hi)) = values.fold(None, |acc: Option<(u64, u64)>, v| {
-        Some(acc.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))))
-    }) else {
+    let mut values: Vec<u64> = series
+        .iter()
+        .flat_map(|s| s.rows.iter().map(|r| r.value))
+        .collect();
+    values.sort_unstable();
+    values.dedup();
+    let (Some(&lo), Some(&hi)) = (values.first(), values.last()) else {
         return Err(anyhow!("--plot: the sweep has no values to draw"));
     };
     let log2 = lo > 0 && hi / lo >= 4;
@@ -129,81 +157,164 @@ pub fn sweep(path: &Path, title: &str, param: SweepParam, series: &[Series]) -> 
     };
     let (x0, x1) = (x_of(lo), x_of(hi));
     // One value still needs a range to draw in.
-    let x_range = if x1 > x0 { x0..x1 } else { x0 - 1.0..x1 + 1.0 };
-    let points = series.iter().map(|s| s.rows.len()).max().unwrap_or(0);
-    let ticks = if log2 {
-        (x1 - x0) as usize + 1
+    let range = if x1 > x0 { x0..x1 } else { x0 - 1.0..x1 + 1.0 };
+    let ticks: Vec<f64> = if log2 {
+        (x0.ceil() as i64..=x1.floor() as i64)
+            .map(|p| p as f64)
+            .collect()
     } else {
-        points.min(12)
+        // Every value, or every k-th of many, so that at most 12 are labelled.
+        let step = values.len().div_ceil(12).max(1);
+        values.iter().step_by(step).map(|&v| x_of(v)).collect()
     };
-    let x: Axis = (param.column(), &label, x_range, ticks.max(2));
-    let panels: Vec<(&str, &[Line])> = [("Gbit/s", &bandwidth), ("round trip (us)", &round_trips)]
-        .into_iter()
-        .filter(|(_, lines)| !lines.is_empty())
-        .map(|(y, lines)| (y, lines.as_slice()))
-        .collect();
+    let x = Axis {
+        desc: param.column(),
+        label: &label,
+        range,
+        ticks,
+    };
+    // Round trips on a log axis, so that a tail's spike leaves the medians readable.
+    let panels: Vec<(&str, Scale, &[Line])> = [
+        ("Gbit/s", Scale::FromZero, &bandwidth),
+        ("round trip (us, log scale)", Scale::Log, &round_trips),
+    ]
+    .into_iter()
+    .filter(|(_, _, lines)| !lines.is_empty())
+    .map(|(y, scale, lines)| (y, scale, lines.as_slice()))
+    .collect();
     draw(path, title, &x, &panels)
 }
 
-/// The x axis: its name, its label for a position, its range and how many labels.
-type Axis<'a> = (
-    &'a str,
-    &'a dyn Fn(&f64) -> String,
-    std::ops::Range<f64>,
-    usize,
-);
+/// The x axis: its name, its label for a position, its range and where it is labelled.
+struct Axis<'a> {
+    desc: &'a str,
+    label: &'a dyn Fn(&f64) -> String,
+    range: std::ops::Range<f64>,
+    ticks: Vec<f64>,
+}
 
-/// Draws `panels` (each its y axis's name and its lines) one above the other, all on
+/// How a panel's y axis runs.
+#[derive(Clone, Copy)]
+enum Scale {
+    /// Linear, from 0 to the highest point.
+    FromZero,
+    /// Logarithmic, over the whole decades the points span.
+    Log,
+}
+
+/// A linear axis labelled at the positions given, not at plotters' round numbers.
+struct Ticked {
+    linear: RangedCoordf64,
+    ticks: Vec<f64>,
+}
+
+impl Ranged for Ticked {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.linear.map(value, limit)
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        // The labelled positions get the grid's bold lines; no light ones between.
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.ticks.clone()
+        }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.linear.range()
+    }
+}
+
+/// Draws `panels` (each its y axis's name, scale and lines) one above the other, all on
 /// the x axis `x`, under `title`.
-fn draw(path: &Path, title: &str, x: &Axis<'_>, panels: &[(&str, &[Line])]) -> Result<()> {
+fn draw(path: &Path, title: &str, x: &Axis<'_>, panels: &[(&str, Scale, &[Line])]) -> Result<()> {
     let fail = |e: &dyn std::fmt::Display| anyhow!("{e}");
     let height = SIZE.1 * panels.len().max(1) as u32;
     let root = SVGBackend::new(path, (SIZE.0, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(&e))?;
     let root = root
-        .titled(title, ("sans-serif", 18))
+        .titled(title, ("sans-serif", 16))
         .map_err(|e| fail(&e))?;
     let areas = root.split_evenly((panels.len().max(1), 1));
-    for ((y_desc, lines), area) in panels.iter().zip(&areas) {
-        draw_panel(area, x, y_desc, lines).map_err(|e| fail(&e))?;
+    for ((y_desc, scale, lines), area) in panels.iter().zip(&areas) {
+        draw_panel(area, x, y_desc, *scale, lines).map_err(|e| fail(&e))?;
     }
     root.present()
         .with_context(|| format!("cannot write --plot file {}", path.display()))
 }
 
 type Panel<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+type PanelError = DrawingAreaErrorKind<std::io::Error>;
 
-/// One chart: `lines` against the x axis `x` and a y axis named `y_desc` from 0.
+/// One chart: `lines` against the x axis `x` and a y axis named `y_desc`.
 fn draw_panel(
     area: &Panel<'_>,
     x: &Axis<'_>,
     y_desc: &str,
+    scale: Scale,
     lines: &[Line],
-) -> std::result::Result<(), DrawingAreaErrorKind<std::io::Error>> {
-    let (x_desc, x_label, x_range, x_ticks) = x;
-    let y_max = lines
-        .iter()
-        .flat_map(|l| l.points.iter().map(|p| p.1))
-        .fold(0.0f64, f64::max);
-    let y_range = 0.0..(y_max * 1.05).max(f64::MIN_POSITIVE);
-    let mut chart = ChartBuilder::on(area)
+) -> std::result::Result<(), PanelError> {
+    let ys = || lines.iter().flat_map(|l| l.points.iter().map(|p| p.1));
+    let y_max = ys().fold(0.0f64, f64::max);
+    let x_coord = Ticked {
+        linear: x.range.clone().into(),
+        ticks: x.ticks.clone(),
+    };
+    let mut builder = ChartBuilder::on(area);
+    builder
         .margin(12)
         // Room for the last x label, centred on the axis's end.
         .margin_right(36)
         .x_label_area_size(44)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x_range.clone(), y_range)?;
+        .y_label_area_size(70);
+    match scale {
+        Scale::FromZero => {
+            let y_range = 0.0..(y_max * 1.05).max(f64::MIN_POSITIVE);
+            let chart = builder.build_cartesian_2d(x_coord, y_range)?;
+            finish_panel(chart, x, y_desc, lines, 0.0)
+        }
+        Scale::Log => {
+            // A zero latency (below the clock's resolution) sits on the axis's floor.
+            let y_min = ys().filter(|&y| y > 0.0).fold(f64::MAX, f64::min);
+            let (lo, hi) = if y_min <= y_max {
+                decades(y_min, y_max)
+            } else {
+                (1.0, 10.0)
+            };
+            let chart = builder.build_cartesian_2d(x_coord, (lo..hi).log_scale())?;
+            finish_panel(chart, x, y_desc, lines, lo)
+        }
+    }
+}
+
+/// Draws the axes, `lines` (each point at least `floor` high) and their legend.
+fn finish_panel<'a, Y>(
+    mut chart: ChartContext<'a, SVGBackend<'a>, Cartesian2d<Ticked, Y>>,
+    x: &Axis<'_>,
+    y_desc: &str,
+    lines: &[Line],
+    floor: f64,
+) -> std::result::Result<(), PanelError>
+where
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
     chart
         .configure_mesh()
-        .x_desc(*x_desc)
+        .x_desc(x.desc)
         .y_desc(y_desc)
-        .x_labels(*x_ticks)
-        .x_label_formatter(x_label)
+        .x_label_formatter(x.label)
+        .y_label_formatter(&micros_label)
+        .y_labels(12)
         .draw()?;
     for (line, color) in lines.iter().zip(COLORS.iter().cycle()) {
         chart
             .draw_series(LineSeries::new(
-                line.points.iter().copied(),
+                line.points.iter().map(|&(x, y)| (x, y.max(floor))),
                 color.stroke_width(2),
             ))?
             .label(line.label.as_str())
@@ -291,6 +402,54 @@ mod tests {
         }
         assert!(latency_distribution(&path, "t", "mprtt", &[], 0).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_long_tail_leaves_the_median_readable_on_a_log_latency_axis() {
+        let dir = std::env::temp_dir().join(format!("fperf-plot-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tail.svg");
+        // A 16 ms maximum over a body of tens of microseconds.
+        let curve = [
+            (0.0, 10_000),
+            (0.5, 20_000),
+            (0.9, 30_000),
+            (0.99, 80_000),
+            (0.999, 2_000_000),
+            (1.0, 16_000_000),
+        ];
+        latency_distribution(&path, "tail", "latency", &curve, 100_000).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let text = |t: &str| svg.contains(&format!(">{t}<")) || svg.contains(&format!(">\n{t}\n<"));
+        let labels = [
+            "50%",
+            "90%",
+            "99%",
+            "99.9%",
+            "99.99%",
+            "latency (us, log scale)",
+        ];
+        let decades = ["10", "100", "1000", "10000", "100000"];
+        for label in labels.iter().chain(&decades) {
+            assert!(text(label), "no label {label}: {svg}");
+        }
+        let data = &polylines(&svg)[0];
+        // p50 (20 us) and p99 (80 us) lie far apart, not flat on the axis's floor.
+        let (p50, p99) = (data[1].1, data[3].1);
+        assert!(p50 - p99 > 40.0, "p50 at y={p50}, p99 at y={p99}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn axis_labels_read_as_figures() {
+        assert_eq!(micros_label(&100.0), "100");
+        assert_eq!(micros_label(&0.5), "0.5");
+        assert_eq!(micros_label(&12.25), "12.25");
+        assert_eq!(decades(3.0, 16_000.0), (1.0, 100_000.0));
+        assert_eq!(decades(10.0, 10.0), (10.0, 100.0));
+        let ticks = percentile_ticks(3.0);
+        let labels: Vec<String> = ticks.iter().map(percentile_label).collect();
+        assert_eq!(labels, ["0%", "50%", "90%", "99%", "99.9%"]);
     }
 
     #[test]

@@ -660,6 +660,21 @@ fn plot_draws_the_latency_distribution_and_the_sweep() {
     let packets = MB.div_ceil(1000);
     assert!(svg.starts_with("<svg"), "{svg}");
     assert!(svg.contains("TCP -r, 1000 B packets, 1 stream(s): mprtt by percentile"));
+    // The title names fperf's version and both ends; the axes say what they are.
+    let version = format!("fperf {}, ", env!("CARGO_PKG_VERSION"));
+    let server_at = format!(" to 127.0.0.1:{}", server.port);
+    assert!(svg.contains(&version) && svg.contains(&server_at), "{svg}");
+    for label in [
+        "50%",
+        "90%",
+        "99%",
+        "99.9%",
+        "mprtt (us, log scale)",
+        "percentile",
+    ] {
+        let text = |t: &str| svg.contains(&format!(">{t}<")) || svg.contains(&format!(">\n{t}\n<"));
+        assert!(text(label), "no {label}: {svg}");
+    }
     assert!(
         svg.contains(&format!("mprtt (client, {packets} samples)")),
         "{svg}"
@@ -685,6 +700,7 @@ fn plot_draws_the_latency_distribution_and_the_sweep() {
         ],
     );
     let svg = std::fs::read_to_string(&sweep).expect("the sweep's picture");
+    assert!(svg.contains(&version) && svg.contains(&server_at), "{svg}");
     // p50, p99 and mean, a point per size, then their legend strokes.
     assert_eq!(svg_line_points(&svg), [3, 3, 3, 2, 2, 2], "{svg}");
 
@@ -923,7 +939,7 @@ fn plot_of_a_sweep_of_tests_draws_bandwidth_and_round_trip() {
     client_ok(&server, "127.0.0.1", &args);
     let svg = std::fs::read_to_string(&path).expect("the sweep's picture");
     assert!(svg.contains("bw, rr by pktsize"), "{svg}");
-    assert!(svg.contains("Gbit/s") && svg.contains("round trip (us)"));
+    assert!(svg.contains("Gbit/s") && svg.contains("round trip (us, log scale)"));
     // The bandwidth panel: its line, a point per size, and legend stroke; then the
     // round trip panel's p50, p99 and mean, and their strokes.
     assert_eq!(svg_line_points(&svg), [3, 2, 3, 3, 3, 2, 2, 2], "{svg}");

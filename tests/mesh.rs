@@ -175,6 +175,23 @@ fn every_pair_of_three_servers_is_measured_by_its_sender_and_reported_in_a_matri
     assert!(rows.starts_with("from,to,value,unit,error\n"));
     let picture = std::fs::read_to_string(&svg).expect("the heatmap");
     assert!(picture.starts_with("<svg") && picture.matches("<rect").count() > 9);
+    let version = format!(
+        "fperf {} mesh: received bandwidth",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(picture.contains(&version), "{picture}");
+    for text in [
+        "senders",
+        "receivers",
+        "Gbit/s",
+        "x failed",
+        hosts[2].as_str(),
+    ] {
+        assert!(
+            picture.contains(text),
+            "no {text} in the heatmap: {picture}"
+        );
+    }
     let _ = (std::fs::remove_file(&csv), std::fs::remove_file(&svg));
 
     // The text report: the matrix with each host as a row and a column.

@@ -1,7 +1,7 @@
 //! The bulk paths' data buffers: allocated once per stream, on their own pages.
 //!
 //! Why page-aligned: the kernel copies socket data to and from user memory with
-//! `rep movsb`, which on the AMD EPYC of docs/bench-history.md ran at 60% of its speed when
+//! `rep movsb`, which on an AMD EPYC test VM ran at 60% of its speed when
 //! the destination was 16 bytes past a cache-line boundary (75 against 125 GB/s for 128
 //! KiB in cache), and that is where glibc's `malloc` puts a block of 128 KiB (16 bytes
 //! into an `mmap`ed page). A receive buffer starting on a page lets at least the first
