@@ -438,15 +438,12 @@ fn stdout_of(args: &[&str]) -> String {
 }
 
 #[test]
-fn help_and_the_readme_reference_name_the_same_flags() {
+fn help_and_the_reference_page_name_the_same_flags() {
     let help = help_flags(&stdout_of(&["--help"]));
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let start = readme.find("\n## Reference").expect("a Reference section");
-    let reference = &readme[start + 1..];
-    let end = reference[3..]
-        .find("\n## ")
-        .map_or(reference.len(), |i| i + 3);
+    let reference =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference.md"))
+            .expect("docs/reference.md");
+    let end = reference.len();
     // The first cell of each table row, `|` escaped as `\|` inside it.
     let first_cell = regex::Regex::new(r"(?m)^\|((?:[^|\\]|\\.)*)\|").unwrap();
     let flag = regex::Regex::new(r"--[a-z0-9][a-z0-9-]*").unwrap();
@@ -462,8 +459,8 @@ fn help_and_the_readme_reference_name_the_same_flags() {
     let unknown: Vec<_> = documented.difference(&help).collect();
     assert!(
         undocumented.is_empty() && unknown.is_empty(),
-        "in --help, not in the README's reference: {undocumented:?}; \
-         in the reference, not in --help: {unknown:?}"
+        "in --help, not in docs/reference.md: {undocumented:?}; \
+         in docs/reference.md, not in --help: {unknown:?}"
     );
 }
 
