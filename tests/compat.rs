@@ -14,10 +14,8 @@ use common::*;
 use fperf::control::{self, Message, PROTOCOL_MAJOR, PROTOCOL_MINOR};
 use serde_json::{json, Value};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Sends `frame` (JSON) as one control frame.
 fn send_raw(sock: &mut TcpStream, body: &Value) {
@@ -120,85 +118,29 @@ fn current() -> PathBuf {
     PathBuf::from(fperf_bin())
 }
 
-/// A server of either release, killed on drop.
-struct AnyServer {
-    child: Child,
-    port: u16,
-    output: Arc<Mutex<String>>,
+fn server_of(program: &Path, args: &[&str]) -> Server {
+    Server::start_program(program.to_str().expect("a UTF-8 path"), args)
 }
 
-impl AnyServer {
-    fn start(bin: &PathBuf, args: &[&str]) -> AnyServer {
-        let port = port_block(12);
-        let mut child = Command::new(bin)
-            .args(["-s", "-p", &port.to_string()])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start a server");
-        let output = collect(child.stdout.take().expect("stdout"));
-        let _errors = collect(child.stderr.take().expect("stderr"));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "{} did not listen",
-                bin.display()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        AnyServer {
-            child,
-            port,
-            output,
-        }
-    }
-
-    fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
+fn address(server: &Server) -> String {
+    format!("127.0.0.1:{}", server.port)
 }
 
-impl Drop for AnyServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Runs `bin ARGS` to its end (at most 60 s); its JSON document.
-fn json_of(bin: &PathBuf, args: &[&str]) -> Value {
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start");
-    let (out, out_done) = collect_joinable(child.stdout.take().expect("stdout"));
-    let (err, err_done) = collect_joinable(child.stderr.take().expect("stderr"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{} {args:?} did not finish", bin.display());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let _ = (out_done.join(), err_done.join());
-    let (out, err) = (out.lock().unwrap().clone(), err.lock().unwrap().clone());
-    assert!(
-        status.success(),
-        "{} {args:?}: {status}\n{out}\n{err}",
-        bin.display()
+/// Runs `program ARGS` to its end (at most 60 s); asserts it succeeded; its JSON
+/// document.
+fn json_of(program: &Path, args: &[&str]) -> Value {
+    let bin = program.to_str().expect("a UTF-8 path");
+    let out = run_program(bin, args, Duration::from_secs(60), |_| {});
+    let (text, errors) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
     );
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"))
+    assert!(
+        out.status.success(),
+        "{bin} {args:?}: {}\n{text}\n{errors}",
+        out.status
+    );
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}\n{errors}"))
 }
 
 fn total(doc: &Value, side: &str, field: &str) -> u64 {
@@ -208,8 +150,8 @@ fn total(doc: &Value, side: &str, field: &str) -> u64 {
 }
 
 /// One client of `client` against a server of `server`, both ways of every workload.
-fn tests_between(client: &PathBuf, server: &PathBuf) {
-    let s = AnyServer::start(server, &[]);
+fn tests_between(client: &Path, server: &Path) {
+    let s = server_of(server, &[]);
     let port = s.port.to_string();
     let base = ["-c", "127.0.0.1", "-p", port.as_str(), "--json"];
     let with =
@@ -270,9 +212,9 @@ fn needs_previous_release_a_mesh_pair_each_way() {
     std::fs::write(&key, "the fleet's secret").expect("key");
     let key_path = key.to_str().expect("path");
     let mesh_args = ["--allow-mesh", "--auth-key", key_path];
-    let old = AnyServer::start(&previous(), &mesh_args);
-    let new = AnyServer::start(&current(), &mesh_args);
-    let (a, b) = (old.address(), new.address());
+    let old = server_of(&previous(), &mesh_args);
+    let new = server_of(&current(), &mesh_args);
+    let (a, b) = (address(&old), address(&new));
     for coordinator in [current(), previous()] {
         let doc = json_of(
             &coordinator,
@@ -300,7 +242,8 @@ fn needs_previous_release_a_mesh_pair_each_way() {
             assert!(sent > 0 && sent == received, "{pair:#}");
         }
     }
-    assert!(old.output.lock().unwrap().contains("mesh test for"));
-    assert!(new.output.lock().unwrap().contains("mesh test for"));
+    for server in [old, new] {
+        server.wait_for(|o| o.contains("mesh test for"), Duration::from_secs(5));
+    }
     let _ = std::fs::remove_file(&key);
 }

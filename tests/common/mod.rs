@@ -78,10 +78,15 @@ pub fn collect_joinable(
 impl Server {
     /// Starts a server on a fresh port block with `args` added; waits until it listens.
     pub fn start(args: &[&str]) -> Server {
+        Server::start_program(fperf_bin(), args)
+    }
+
+    /// [`Server::start`] with another fperf binary (another release's).
+    pub fn start_program(program: &str, args: &[&str]) -> Server {
         // Checking a port and binding it are two steps: something else can take the
         // port between them. Then the next free block is tried.
         for _ in 0..5 {
-            if let Some(s) = Server::try_start_on(port_block(12), args) {
+            if let Some(s) = Server::try_start_on(program, port_block(12), args) {
                 return s;
             }
         }
@@ -89,8 +94,8 @@ impl Server {
     }
 
     /// Starts a server on `port`; `None` if the port was taken when it bound.
-    fn try_start_on(port: u16, args: &[&str]) -> Option<Server> {
-        let child = Command::new(fperf_bin())
+    fn try_start_on(program: &str, port: u16, args: &[&str]) -> Option<Server> {
+        let child = Command::new(program)
             .args(["-s", "-p", &port.to_string()])
             .args(args)
             .stdin(Stdio::null())
@@ -209,8 +214,18 @@ pub fn run(args: &[&str], timeout: Duration) -> Output {
 /// then waits for it to exit, killing it after `timeout` from the start (then
 /// panicking); returns its status and everything it printed.
 pub fn run_with(args: &[&str], timeout: Duration, meanwhile: impl FnOnce(&Child)) -> Output {
+    run_program(fperf_bin(), args, timeout, meanwhile)
+}
+
+/// [`run_with`] with another fperf binary (another release's).
+pub fn run_program(
+    program: &str,
+    args: &[&str],
+    timeout: Duration,
+    meanwhile: impl FnOnce(&Child),
+) -> Output {
     let deadline = Instant::now() + timeout;
-    let mut child = Command::new(fperf_bin())
+    let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
