@@ -8,6 +8,9 @@
 #   needs_rdma_device::                an RDMA device (/sys/class/infiniband)
 #   needs_no_rdma_device::             no RDMA device (the errors saying how to add one)
 #   tests/softroce_vm.rs               QEMU and a kernel package for the Soft-RoCE VM
+#   tests/compat.rs needs_previous_release::
+#                                      the previous release's binary, which
+#                                      scripts/compat-check.sh builds from git history
 #   tests/iperf3.rs                    the iperf3 program (Debian's, then a current
 #                                      release that scripts/iperf3-current.sh fetches)
 #   tests/exporter.rs                  promtool and prometheus (Debian's prometheus)
@@ -64,6 +67,12 @@ case "$current_rc" in
   3) not_run+=("the iperf3 tests against a current release: $(tail -n 1 target/iperf3-current.log)") ;;
   *) cat target/iperf3-current.log >&2; exit "$current_rc" ;;
 esac
+# This build against the previous release, both ways (built from this repository's
+# history; CHANGELOG.md names its commit).
+scripts/compat-check.sh | tee target/compat-check.log
+while IFS= read -r why; do
+  not_run+=("the mixed-version check: ${why#compat check: skipped: }")
+done < <(grep '^compat check: skipped: ' target/compat-check.log || true)
 # The Debian package, installed into a scratch directory and checked there, and the
 # container image made from it.
 scripts/package-check.sh | tee target/package-check.log
