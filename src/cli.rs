@@ -756,6 +756,15 @@ struct ExporterArgs {
     #[arg(long, value_name = "TARGET")]
     allow: Vec<String>,
 
+    /// A name this exporter is reached by, besides its address (repeat for more):
+    /// requests whose Host or Origin header names anything else are refused (HTTP 403),
+    /// so that no web page can make a browser probe through it. Always accepted: the
+    /// listening address; with a loopback address, localhost and loopback addresses;
+    /// listening on every address (0.0.0.0, [::]), any IP address. Requests from
+    /// another site's page (Sec-Fetch-Site) are refused too.
+    #[arg(long, value_name = "NAME")]
+    host_name: Vec<String>,
+
     /// Shared secret file the fperf servers ask for (as the client's --auth-key; or
     /// the secret in $FPERF_AUTH_KEY).
     #[arg(long, value_name = "FILE")]
@@ -787,6 +796,7 @@ impl ExporterArgs {
             max_probes: self.max_probes as usize,
             allow,
             auth: AuthKey::from_cli(self.auth_key.as_deref())?,
+            host_names: self.host_name.clone(),
         })
     }
 }

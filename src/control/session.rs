@@ -18,9 +18,10 @@
 //! one, an unknown one or one from the wrong end fails the session with an error naming
 //! what was expected.
 
-use super::{check_version, printable, ControlError, Message, PROTOCOL_VERSION};
+use super::{check_version, ControlError, Message, PROTOCOL_VERSION};
 use crate::auth::{self, AuthError, AuthKey, Exchange, NONCE_LEN};
 use crate::limits::{LimitError, Limits};
+use crate::peer_text::printable;
 use crate::results::{IntervalResult, SideResult};
 use crate::settings::{Settings, SettingsError};
 use std::time::Duration;
@@ -678,7 +679,7 @@ impl ClientSession {
 }
 
 /// A mesh test's peer, `HOST:PORT` or `[IPv6]:PORT`, as host and port.
-fn mesh_peer(peer: &str) -> Result<(String, u16), String> {
+pub fn mesh_peer(peer: &str) -> Result<(String, u16), String> {
     let (host, port) = peer
         .rsplit_once(':')
         .ok_or_else(|| format!("{:?} is not HOST:PORT", printable(peer)))?;
