@@ -530,3 +530,48 @@ fn dash_4_and_dash_6_keep_the_coordinators_and_the_senders_connections_to_one_fa
         "-6 asks for IPv6 alone, and the host 127.0.0.1 is an IPv4 address",
     );
 }
+
+#[test]
+fn a_servers_error_cannot_add_lines_or_escapes_to_the_mesh_output() {
+    let key = KeyFile::new("forger", "the mesh's secret");
+    let honest = mesh_server(&key);
+    // Answers every connection's first frame with an error full of escapes and lines.
+    let forger = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let forger_addr = forger.local_addr().expect("address").to_string();
+    std::thread::spawn(move || {
+        for mut conn in forger.incoming().flatten() {
+            let mut len = [0u8; 4];
+            if std::io::Read::read_exact(&mut conn, &mut len).is_err() {
+                continue;
+            }
+            let mut body = vec![0u8; u32::from_be_bytes(len).min(1 << 16) as usize];
+            let _ = std::io::Read::read_exact(&mut conn, &mut body);
+            let error = serde_json::json!({"type": "error",
+                "message": "x\u{1b}[2J\nfperf mesh: 10.0.0.1:1 -> 10.0.0.2:1 failed: forged"});
+            let body = error.to_string();
+            let _ = conn.write_all(&(body.len() as u32).to_be_bytes());
+            let _ = conn.write_all(body.as_bytes());
+        }
+    });
+    let hosts = [forger_addr.clone(), address(&honest)];
+    let (_, doc, stderr) = mesh_json(&[
+        "--auth-key",
+        key.path(),
+        "--time",
+        "0.2",
+        &hosts[0],
+        &hosts[1],
+    ]);
+    let error = pair_error(&doc, &hosts[0], &hosts[1]);
+    assert!(
+        error.contains("x\\u{1b}[2J\\nfperf mesh: 10.0.0.1:1 -> 10.0.0.2:1 failed: forged"),
+        "{error}"
+    );
+    assert!(!stderr.contains('\x1b'), "{stderr}");
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.starts_with("fperf mesh: 10.0.0.1:1")),
+        "{stderr}"
+    );
+}
