@@ -733,7 +733,10 @@ impl MeshArgs {
                   fq_rate=RATE (the last three TCP's; a rate of 0 is none), and family=4|6 \
                   (IPv4 or IPv6 alone). A probe over the limits, or whose test fails, \
                   answers fperf_probe_success 0 and the reason is logged; more probes \
-                  than --max-probes are answered 429."
+                  than --max-probes are answered 429. The answer says why a target's test \
+                  failed only when --allow names the targets: otherwise every such failure \
+                  answers alike, after the probe's whole time-out, so that no one can tell \
+                  a closed port from another program's through the exporter."
 )]
 struct ExporterArgs {
     /// Address and port to answer HTTP on.
