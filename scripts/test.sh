@@ -94,18 +94,24 @@ case "$vm_rc" in
   3) not_run+=("the Soft-RoCE VM: ${vm_why#softroce: }") ;;
   *) echo "$vm_why" >&2; exit "$vm_rc" ;;
 esac
-# The session fuzzer for a bounded time where a nightly toolchain is (cargo-fuzz needs
-# one); tests/props.rs drives the same generator on every host.
+# The fuzzers for a bounded time each where a nightly toolchain is (cargo-fuzz needs
+# one): the control sessions, an iperf3 peer's messages, the exporter's requests and a
+# mesh coordinator's request. tests/props.rs drives the same code on every host.
+fuzzers=(session iperf3 exporter mesh)
 if ! cargo +nightly --version >/dev/null 2>&1; then
-  not_run+=("the session fuzzer: no nightly toolchain (tests/props.rs drives its generator)")
+  not_run+=("the fuzzers (${fuzzers[*]}): no nightly toolchain (tests/props.rs drives the same code)")
 elif ! command -v cargo-fuzz >/dev/null 2>&1 && ! cargo install --locked cargo-fuzz; then
-  not_run+=("the session fuzzer: cargo-fuzz could not be installed (tests/props.rs drives its generator)")
-elif (cd fuzz && cargo +nightly fuzz run session -- -max_total_time="${FPERF_FUZZ_SECS:-60}" \
-    -rss_limit_mb=2048 >../target/fuzz-session.log 2>&1); then
-  echo "session fuzzer: $(tail -n 1 target/fuzz-session.log)"
+  not_run+=("the fuzzers (${fuzzers[*]}): cargo-fuzz could not be installed (tests/props.rs drives the same code)")
 else
-  tail -n 60 target/fuzz-session.log
-  exit 1
+  for fuzzer in "${fuzzers[@]}"; do
+    if (cd fuzz && cargo +nightly fuzz run "$fuzzer" -- -max_total_time="${FPERF_FUZZ_SECS:-60}" \
+        -rss_limit_mb=2048 >"../target/fuzz-$fuzzer.log" 2>&1); then
+      echo "$fuzzer fuzzer: $(tail -n 1 "target/fuzz-$fuzzer.log")"
+    else
+      tail -n 60 "target/fuzz-$fuzzer.log"
+      exit 1
+    fi
+  done
 fi
 for why in "${not_run[@]}"; do
   echo "not run here (listed above as ignored or skipped): $why"

@@ -768,7 +768,10 @@ impl MeshArgs {
                   fq_rate=RATE (the last three TCP's; a rate of 0 is none), and family=4|6 \
                   (IPv4 or IPv6 alone). A probe over the limits, or whose test fails, \
                   answers fperf_probe_success 0 and the reason is logged; more probes \
-                  than --max-probes are answered 429."
+                  than --max-probes are answered 429. The answer says why a target's test \
+                  failed only when --allow names the targets: otherwise every such failure \
+                  answers alike, after the probe's whole time-out, so that no one can tell \
+                  a closed port from another program's through the exporter."
 )]
 struct ExporterArgs {
     /// Address and port to answer HTTP on.
@@ -790,6 +793,15 @@ struct ExporterArgs {
     /// on loopback.
     #[arg(long, value_name = "TARGET")]
     allow: Vec<String>,
+
+    /// A name this exporter is reached by, besides its address (repeat for more):
+    /// requests whose Host or Origin header names anything else are refused (HTTP 403),
+    /// so that no web page can make a browser probe through it. Always accepted: the
+    /// listening address; with a loopback address, localhost and loopback addresses;
+    /// listening on every address (0.0.0.0, [::]), any IP address. Requests from
+    /// another site's page (Sec-Fetch-Site) are refused too.
+    #[arg(long, value_name = "NAME")]
+    host_name: Vec<String>,
 
     /// Shared secret file the fperf servers ask for (as the client's --auth-key; or
     /// the secret in $FPERF_AUTH_KEY).
@@ -822,6 +834,7 @@ impl ExporterArgs {
             max_probes: self.max_probes as usize,
             allow,
             auth: AuthKey::from_cli(self.auth_key.as_deref())?,
+            host_names: self.host_name.clone(),
         })
     }
 }

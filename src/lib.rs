@@ -18,7 +18,7 @@
 //! - [`server`] and [`client`]: the two roles that drive a run; [`iperf3`]: iperf3's
 //!   protocol, so that an fperf server serves unmodified iperf3 clients;
 //! - [`limits`], [`auth`] and [`sessions`]: what a server allows, its shared-key check,
-//!   and which tests it runs at once;
+//!   and which tests it runs at once; [`peer_text`]: a peer's text made safe to show;
 //! - [`exporter`]: a Prometheus exporter that runs a client's test for each scrape;
 //! - [`mesh`]: measuring between many servers, each pair's test run by the sending
 //!   host's server at a coordinator's request.
@@ -108,6 +108,7 @@ pub mod limits;
 pub mod log_limit;
 pub mod mesh;
 pub mod output;
+pub mod peer_text;
 pub mod pending;
 pub mod percentiles;
 pub mod plot;

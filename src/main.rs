@@ -7,6 +7,7 @@ use fperf::client::{self, ClientConfig, ClientOutcome};
 use fperf::exporter::{Exporter, ExporterEvent};
 use fperf::log_limit::{LogLimit, LogVerdict};
 use fperf::mesh::MeshEvent;
+use fperf::peer_text::printable;
 use fperf::report;
 use fperf::settings::MAX_NSTREAMS;
 use fperf::sysinfo;
@@ -287,11 +288,14 @@ fn log_exporter_event(limit: &Mutex<LogLimit>, event: ExporterEvent) {
         ExporterEvent::ProbeFailed {
             target: None,
             reason,
-        } => format!("probe failed: {reason}"),
+        } => format!("probe failed: {}", printable(&reason.to_string())),
         ExporterEvent::ProbeFailed {
             target: Some(target),
             reason,
-        } => format!("probe of {target:?} failed: {reason}"),
+        } => format!(
+            "probe of {target:?} failed: {}",
+            printable(&reason.to_string())
+        ),
         ExporterEvent::ProbeRefused { max } => {
             format!("probe refused: {max} probes are running (--max-probes)")
         }

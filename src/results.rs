@@ -172,11 +172,14 @@ impl Figures {
 pub struct StreamResult {
     /// Stream index: the stream uses port `base + index`.
     pub index: u32,
+    /// The addresses, as that end wrote them (a peer's made printable as read).
+    #[serde(deserialize_with = "crate::peer_text::deserialize")]
     pub local: String,
+    #[serde(deserialize_with = "crate::peer_text::deserialize")]
     pub peer: String,
     /// TCP: the congestion control algorithm this end's sockets used, as the kernel
     /// reported it.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::peer_text::deserialize_option")]
     pub congestion: Option<String>,
     /// TCP, the server's streams: the receive low-water mark (`SO_RCVLOWAT`) of its
     /// sockets, as the kernel reported it.

@@ -7,20 +7,26 @@
 
 use serde::{Deserialize, Serialize};
 
-/// What one end reports about its machine (qperf's `conf`).
+/// What one end reports about its machine (qperf's `conf`); a peer's facts are made
+/// printable as they are read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SystemFacts {
     /// Host name.
+    #[serde(default, deserialize_with = "crate::peer_text::deserialize_option")]
     pub hostname: Option<String>,
     /// CPU model name as /proc/cpuinfo gives it.
+    #[serde(default, deserialize_with = "crate::peer_text::deserialize_option")]
     pub cpu_model: Option<String>,
     /// Logical CPUs online.
     pub cpu_cores: Option<u32>,
     /// Operating system and kernel release, e.g. `Linux 6.1.0-18-amd64`.
+    #[serde(default, deserialize_with = "crate::peer_text::deserialize_option")]
     pub kernel: Option<String>,
     /// Machine architecture, e.g. `x86_64`.
+    #[serde(deserialize_with = "crate::peer_text::deserialize")]
     pub arch: String,
     /// The fperf version of this end.
+    #[serde(deserialize_with = "crate::peer_text::deserialize")]
     pub fperf_version: String,
 }
 

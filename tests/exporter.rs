@@ -713,3 +713,163 @@ fn a_probe_keeps_to_the_ip_family_it_asks_for() {
     assert!(body.contains("fperf_probe_success 0"), "{body}");
     assert!(body.contains("not an IPv4 address"), "{body}");
 }
+
+/// The status and body of `request`, sent as it is (its head's last line included).
+fn raw_request(addr: SocketAddr, request: &str) -> (u16, String) {
+    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read time-out");
+    conn.write_all(request.as_bytes()).expect("send request");
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).expect("read answer");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("headers end");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status code");
+    (status, body.to_owned())
+}
+
+#[test]
+fn requests_for_another_host_or_from_another_sites_page_are_refused() {
+    let server = Server::start(&[]);
+    let exporter = Exporter::start(&["--host-name", "metrics.example"]);
+    let addr = exporter.addr;
+    let probe = format!("/probe?target=127.0.0.1:{}&duration=0.2", server.port);
+    let get = |headers: &str| {
+        raw_request(
+            addr,
+            &format!("GET {probe} HTTP/1.1\r\n{headers}Connection: close\r\n\r\n"),
+        )
+    };
+    for (headers, why) in [
+        // DNS rebinding: a page's own name, pointed at the exporter's address.
+        ("Host: rebound.example:{port}\r\n", "Host"),
+        ("Host: 127.0.0.1:1\r\n", "Host"),
+        ("Host: {addr}\r\nOrigin: http://evil.example\r\n", "Origin"),
+        ("Host: {addr}\r\nOrigin: null\r\n", "Origin"),
+        (
+            "Host: {addr}\r\nSec-Fetch-Site: cross-site\r\n",
+            "Sec-Fetch-Site",
+        ),
+        (
+            "Host: {addr}\r\nSec-Fetch-Site: same-site\r\n",
+            "Sec-Fetch-Site",
+        ),
+    ] {
+        let headers = headers
+            .replace("{port}", &addr.port().to_string())
+            .replace("{addr}", &addr.to_string());
+        let (status, body) = get(&headers);
+        assert_eq!(status, 403, "{headers}: {body}");
+        assert!(body.contains(why), "{headers}: {body}");
+    }
+    // Nothing ran: the refused requests never reached a probe.
+    let own = Metrics::parse(&exporter.get("/metrics").1);
+    assert_eq!(
+        own.get(r#"fperf_exporter_probes_total{result="success"}"#),
+        0.0
+    );
+    assert_eq!(
+        own.get(r#"fperf_exporter_probes_total{result="failure"}"#),
+        0.0
+    );
+    // Its own address, localhost, a name it was given, and its own page's origin.
+    for headers in [
+        format!("Host: {addr}\r\n"),
+        format!("Host: localhost:{}\r\n", addr.port()),
+        "Host: metrics.example\r\n".to_owned(),
+        format!("Host: {addr}\r\nOrigin: http://{addr}\r\nSec-Fetch-Site: same-origin\r\n"),
+        String::new(),
+    ] {
+        let (status, body) = get(&headers);
+        assert_eq!(status, 200, "{headers}: {body}");
+        assert_eq!(
+            Metrics::parse(&body).get("fperf_probe_success"),
+            1.0,
+            "{headers}: {body}"
+        );
+    }
+}
+
+#[test]
+fn a_closed_port_and_a_listener_that_is_no_fperf_server_answer_alike() {
+    // One port nothing listens on, one whose listener closes each connection at once,
+    // one whose listener takes connections and never answers.
+    let closed = port_block(1);
+    let closing = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let closing_port = closing.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        for conn in closing.incoming() {
+            drop(conn);
+        }
+    });
+    let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let silent_port = silent.local_addr().expect("address").port();
+    let exporter = Exporter::start(&[]);
+    let probes: Vec<_> = [closed, closing_port, silent_port]
+        .into_iter()
+        .map(|port| {
+            let addr = exporter.addr;
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let path = format!("/probe?target=127.0.0.1:{port}&duration=0.2");
+                let (status, body) = http_get(addr, &path, &[]);
+                (status, body, started.elapsed())
+            })
+        })
+        .collect();
+    let answers: Vec<(u16, String, Duration)> = probes
+        .into_iter()
+        .map(|p| p.join().expect("probe"))
+        .collect();
+    let (status, body, _) = &answers[0];
+    assert_eq!(*status, 200);
+    assert_eq!(Metrics::parse(body).get("fperf_probe_success"), 0.0);
+    assert!(
+        !body.contains("cannot connect") && !body.contains("refused"),
+        "{body}"
+    );
+    for (other_status, other, took) in &answers {
+        assert_eq!(
+            (other_status, other),
+            (status, body),
+            "the same answer for each"
+        );
+        // Each took the probe's whole time-out (0.2 s and 5 s of set-up).
+        assert!(
+            *took >= Duration::from_millis(5100),
+            "answered after {took:?}"
+        );
+    }
+    // The exporter's own log still says why each failed.
+    assert!(exporter
+        .logged(|l| l.contains(&format!("127.0.0.1:{closed}")) && l.contains("cannot connect")));
+    drop(silent);
+}
+
+#[test]
+fn a_bad_parameter_cannot_add_lines_to_the_page_or_the_log() {
+    let exporter = Exporter::start(&[]);
+    let forged = "x%0Afperf_probe_success%201%0A%1B%5B2J";
+    let (status, body) = exporter.get(&format!("/probe?target=127.0.0.1:1&{forged}=1"));
+    assert_eq!(status, 200);
+    let successes: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("fperf_probe_success"))
+        .collect();
+    assert_eq!(successes, ["fperf_probe_success 0"], "{body}");
+    assert!(!body.contains('\x1b'), "{body}");
+    assert!(
+        body.contains("unknown parameter x\\nfperf_probe_success 1\\n"),
+        "{body}"
+    );
+    assert!(exporter.logged(|l| l.contains("unknown parameter x\\nfperf_probe_success")));
+    let log = exporter.stderr();
+    assert!(!log.contains('\x1b'), "{log}");
+    assert!(
+        !log.lines().any(|l| l.starts_with("fperf_probe_success")),
+        "{log}"
+    );
+}

@@ -1206,3 +1206,80 @@ fn an_fperf_clients_warm_up_stays_out_of_an_iperf3_servers_udp_counts() {
         }
     }
 }
+
+/// An iperf3 client spoken by hand: connects to the iperf3 `port`, sends `cookie` and
+/// `params`, and returns the control connection after the state byte that answered.
+fn raw_params(port: u16, cookie: &[u8; 37], params: &[u8]) -> (TcpStream, u8) {
+    let mut control = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    control
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    control.write_all(cookie).expect("cookie");
+    let mut state = [0u8; 1];
+    control.read_exact(&mut state).expect("PARAM_EXCHANGE");
+    assert_eq!(state, [9]);
+    control
+        .write_all(&(params.len() as u32).to_be_bytes())
+        .expect("length");
+    control.write_all(params).expect("params");
+    control.read_exact(&mut state).expect("an answer");
+    (control, state[0])
+}
+
+#[test]
+fn a_bad_value_with_wide_characters_is_refused_and_the_server_goes_on() {
+    let both = start(&[]);
+    // The value's JSON text has a multi-byte character across the 64th byte, where
+    // an error message was once cut.
+    for (i, pad) in (0..4).enumerate() {
+        let value = format!("{}{}", "a".repeat(60 + pad), "\u{e9}\u{1f600}".repeat(20));
+        let params = serde_json::json!({"tcp": true, "time": value}).to_string();
+        let mut cookie = [b'a' + i as u8; 37];
+        cookie[36] = 0;
+        let (mut control, state) = raw_params(both.iperf3_port, &cookie, params.as_bytes());
+        assert_eq!(state, 0xfe, "SERVER_ERROR");
+        let mut code = [0u8; 8];
+        control.read_exact(&mut code).expect("error code and errno");
+        assert_eq!(
+            i32::from_be_bytes([code[0], code[1], code[2], code[3]]),
+            114
+        );
+    }
+    logged(&both.server, "parameter time must be a whole number");
+    // Still serving.
+    let mut cookie = [b'z'; 37];
+    cookie[36] = 0;
+    let (_, state) = raw_params(both.iperf3_port, &cookie, br#"{"tcp":true,"time":1}"#);
+    assert_eq!(state, 10, "CREATE_STREAMS");
+}
+
+#[test]
+fn an_iperf3_clients_version_cannot_add_lines_or_escapes_to_the_report() {
+    let both = start(&[]);
+    let port = both.iperf3_port;
+    let mut cookie = [b'v'; 37];
+    cookie[36] = 0;
+    let params = serde_json::json!({"tcp": true, "time": 5,
+        "client_version": "3.1\n\u{1b}[2J[SUM] forged"})
+    .to_string();
+    let (mut control, state) = raw_params(port, &cookie, params.as_bytes());
+    assert_eq!(state, 10, "CREATE_STREAMS");
+    let mut data = TcpStream::connect(("127.0.0.1", port)).expect("data");
+    data.write_all(&cookie).expect("data cookie");
+    let mut go = [0u8; 2];
+    control
+        .read_exact(&mut go)
+        .expect("TEST_START, TEST_RUNNING");
+    assert_eq!(go, [1, 2]);
+    data.write_all(&vec![7u8; 1 << 20]).expect("data");
+    control.write_all(&[12]).expect("CLIENT_TERMINATE");
+    drop(data);
+    let report = both.server.report(1);
+    assert!(
+        report.contains("(iperf3 3.1\\n\\u{1b}[2J[SUM] forged client)"),
+        "{report}"
+    );
+    let out = both.server.stdout() + &both.server.stderr();
+    assert!(!out.contains('\x1b'), "{out}");
+    assert!(!out.contains("\n[SUM] forged"), "{out}");
+}

@@ -270,16 +270,22 @@ fn a_host_that_is_down_or_refuses_is_marked_and_the_rest_completes() {
     );
     // A server without --allow-mesh refuses to test for a coordinator.
     assert!(pair_error(&doc, &hosts[2], ha).contains("--allow-mesh"));
-    // A host that is down: its own tests and the tests towards it.
+    // A host that is down, as the coordinator's target; not an fperf server; a wrong
+    // key: the coordinator, which named them, hears why.
     assert!(pair_error(&doc, &down, ha).contains("cannot connect"));
-    assert!(pair_error(&doc, ha, &down).contains("cannot connect"));
-    // Not an fperf server, as the coordinator's target and as the tested peer.
     let not_fperf = "does not speak fperf's protocol";
     assert!(pair_error(&doc, &impostor_addr, ha).contains(not_fperf));
-    assert!(pair_error(&doc, hb, &impostor_addr).contains(not_fperf));
-    // A wrong key: the coordinator's to the server, and one server's to another.
     assert!(pair_error(&doc, &hosts[5], ha).contains("authentication"));
-    assert!(pair_error(&doc, ha, &hosts[5]).contains("authentication"));
+    // The same as the peer a server tests towards: the coordinator hears the same of
+    // each, or a key holder could scan ports through a server.
+    let towards = |from: &str, to: &str| pair_error(&doc, from, to).replace(to, "PEER");
+    let alike = towards(ha, &down);
+    assert!(
+        alike.contains("no fperf server with this server's key answered there"),
+        "{alike}"
+    );
+    assert_eq!(towards(hb, &impostor_addr), alike.replace(ha, hb));
+    assert_eq!(towards(ha, &hosts[5]), alike);
     let outliers = doc["outliers"].as_array().expect("outliers");
     assert!(outliers.iter().any(|o| o["from"] == down.as_str()
         && o["reason"]
@@ -566,5 +572,50 @@ fn dash_4_and_dash_6_keep_the_coordinators_and_the_senders_connections_to_one_fa
     refused(
         &["mesh", "--auth-key", key.path(), "-6", &v6, &v4],
         "-6 asks for IPv6 alone, and the host 127.0.0.1 is an IPv4 address",
+    );
+}
+
+#[test]
+fn a_servers_error_cannot_add_lines_or_escapes_to_the_mesh_output() {
+    let key = KeyFile::new("forger", "the mesh's secret");
+    let honest = mesh_server(&key);
+    // Answers every connection's first frame with an error full of escapes and lines.
+    let forger = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let forger_addr = forger.local_addr().expect("address").to_string();
+    std::thread::spawn(move || {
+        for mut conn in forger.incoming().flatten() {
+            let mut len = [0u8; 4];
+            if std::io::Read::read_exact(&mut conn, &mut len).is_err() {
+                continue;
+            }
+            let mut body = vec![0u8; u32::from_be_bytes(len).min(1 << 16) as usize];
+            let _ = std::io::Read::read_exact(&mut conn, &mut body);
+            let error = serde_json::json!({"type": "error",
+                "message": "x\u{1b}[2J\nfperf mesh: 10.0.0.1:1 -> 10.0.0.2:1 failed: forged"});
+            let body = error.to_string();
+            let _ = conn.write_all(&(body.len() as u32).to_be_bytes());
+            let _ = conn.write_all(body.as_bytes());
+        }
+    });
+    let hosts = [forger_addr.clone(), address(&honest)];
+    let (_, doc, stderr) = mesh_json(&[
+        "--auth-key",
+        key.path(),
+        "--time",
+        "0.2",
+        &hosts[0],
+        &hosts[1],
+    ]);
+    let error = pair_error(&doc, &hosts[0], &hosts[1]);
+    assert!(
+        error.contains("x\\u{1b}[2J\\nfperf mesh: 10.0.0.1:1 -> 10.0.0.2:1 failed: forged"),
+        "{error}"
+    );
+    assert!(!stderr.contains('\x1b'), "{stderr}");
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.starts_with("fperf mesh: 10.0.0.1:1")),
+        "{stderr}"
     );
 }

@@ -199,7 +199,7 @@ proptest! {
     /// Error text a peer controls never breaks a log line.
     #[test]
     fn peer_text_prints_on_one_line(text in any::<String>(), body in proptest::collection::vec(any::<u8>(), 0..256)) {
-        let shown = control::printable(&text);
+        let shown = fperf::peer_text::printable(&text);
         prop_assert!(!shown.chars().any(char::is_control), "{:?}", shown);
         if let Err(e) = control::decode(&body) {
             prop_assert!(!e.to_string().chars().any(char::is_control), "{}", e);

@@ -15,6 +15,7 @@ pub mod keepalive;
 pub mod script;
 pub mod session;
 
+use crate::peer_text::printable;
 use crate::results::{IntervalResult, SideResult};
 use crate::settings::Settings;
 use serde::{Deserialize, Serialize};
@@ -172,27 +173,6 @@ pub fn frame_len(header: [u8; HEADER_LEN]) -> Result<usize, ControlError> {
 pub fn decode(body: &[u8]) -> Result<Message, ControlError> {
     // serde's messages quote the offending input (e.g. an unknown message type).
     serde_json::from_slice(body).map_err(|e| ControlError::Malformed(printable(&e.to_string())))
-}
-
-/// Longest peer-supplied text shown in an error or a log line.
-const MAX_SHOWN: usize = 300;
-
-/// `text` made safe to print as part of one log line: control characters (line breaks,
-/// terminal escapes) escaped, and cut to [`MAX_SHOWN`] characters.
-pub fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len().min(MAX_SHOWN + 3));
-    for (i, c) in text.chars().enumerate() {
-        if i == MAX_SHOWN {
-            out.push_str("...");
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Checks a peer's protocol major version.
@@ -542,9 +522,6 @@ mod tests {
 
     #[test]
     fn peer_text_is_made_printable() {
-        assert_eq!(printable("a\nb\x1b[2J"), "a\\nb\\u{1b}[2J");
-        let long = "x".repeat(1000);
-        assert_eq!(printable(&long).len(), MAX_SHOWN + 3);
         let body = br#"{"type":"evil\n\u001b[31m"}"#;
         let e = decode(body).expect_err("unknown type").to_string();
         assert!(!e.contains('\n') && !e.contains('\x1b'), "{e}");

@@ -19,12 +19,13 @@
 //! what was expected.
 
 use super::{
-    check_features, check_version, printable, protocol_text, ControlError, Message, PROTOCOL_MAJOR,
+    check_features, check_version, protocol_text, ControlError, Message, PROTOCOL_MAJOR,
     PROTOCOL_MINOR,
 };
 use crate::auth::{self, AuthError, AuthKey, Exchange, NONCE_LEN};
 use crate::features::{self, Feature};
 use crate::limits::{LimitError, Limits};
+use crate::peer_text::printable;
 use crate::results::{IntervalResult, SideResult};
 use crate::settings::{Settings, SettingsError};
 use std::time::Duration;
@@ -791,7 +792,7 @@ impl ClientSession {
 }
 
 /// A mesh test's peer, `HOST:PORT` or `[IPv6]:PORT`, as host and port.
-fn mesh_peer(peer: &str) -> Result<(String, u16), String> {
+pub fn mesh_peer(peer: &str) -> Result<(String, u16), String> {
     let (host, port) = peer
         .rsplit_once(':')
         .ok_or_else(|| format!("{:?} is not HOST:PORT", printable(peer)))?;

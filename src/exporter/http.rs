@@ -94,6 +94,7 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
@@ -107,7 +108,7 @@ fn reason(status: u16) -> &'static str {
 
 /// Why no request was read from a connection.
 #[derive(Debug)]
-enum Unread {
+pub(super) enum Unread {
     /// Not HTTP/1.x.
     Malformed,
     /// A head beyond [`MAX_HEAD`] or [`MAX_HEADERS`].
@@ -120,7 +121,7 @@ enum Unread {
 
 impl Unread {
     /// What tells the peer, if it is still there.
-    fn answer(&self) -> Option<Response> {
+    pub(super) fn answer(&self) -> Option<Response> {
         match self {
             Unread::Malformed => Some(Response::text(400, "not an HTTP/1.x request\n")),
             Unread::TooLarge => Some(Response::text(
@@ -167,28 +168,33 @@ fn read_request(sock: &mut TcpStream, deadline: Instant) -> Result<Request, Unre
             Err(_) => return Err(Unread::Gone),
         };
         head.extend_from_slice(&chunk[..n]);
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut parsed = httparse::Request::new(&mut headers);
-        match parsed.parse(&head) {
-            Ok(httparse::Status::Complete(_)) => {
-                return Ok(Request {
-                    method: parsed.method.unwrap_or_default().to_owned(),
-                    target: parsed.path.unwrap_or_default().to_owned(),
-                    headers: parsed
-                        .headers
-                        .iter()
-                        .map(|h| {
-                            let value = String::from_utf8_lossy(h.value).into_owned();
-                            (h.name.to_owned(), value)
-                        })
-                        .collect(),
-                })
-            }
-            Ok(httparse::Status::Partial) if head.len() > MAX_HEAD => return Err(Unread::TooLarge),
-            Ok(httparse::Status::Partial) => {}
-            Err(httparse::Error::TooManyHeaders) => return Err(Unread::TooLarge),
-            Err(_) => return Err(Unread::Malformed),
+        if let Some(request) = parse_head(&head)? {
+            return Ok(request);
         }
+    }
+}
+
+/// The request in `head`, once it is whole (`None` until then).
+pub(super) fn parse_head(head: &[u8]) -> Result<Option<Request>, Unread> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut headers);
+    match parsed.parse(head) {
+        Ok(httparse::Status::Complete(_)) => Ok(Some(Request {
+            method: parsed.method.unwrap_or_default().to_owned(),
+            target: parsed.path.unwrap_or_default().to_owned(),
+            headers: parsed
+                .headers
+                .iter()
+                .map(|h| {
+                    let value = String::from_utf8_lossy(h.value).into_owned();
+                    (h.name.to_owned(), value)
+                })
+                .collect(),
+        })),
+        Ok(httparse::Status::Partial) if head.len() > MAX_HEAD => Err(Unread::TooLarge),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(Unread::TooLarge),
+        Err(_) => Err(Unread::Malformed),
     }
 }
 

@@ -7,13 +7,16 @@
 //! may test. A probe never outlasts Prometheus's scrape time-out. What any connection
 //! may cost is bounded by the HTTP front end (the `http` module).
 
+mod guard;
 mod http;
 pub mod probe;
 
 use crate::auth::AuthKey;
 use crate::output::openmetrics::{self, CONTENT_TYPE};
+use crate::peer_text::printable;
 use crate::pending::Crowded;
 use anyhow::{Context, Result};
+use guard::Guard;
 use http::{Handler, HttpListener, Request, Response};
 use probe::{ProbeError, ProbeRequest};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
@@ -51,6 +54,9 @@ pub struct ExporterConfig {
     pub allow: Allow,
     /// The key fperf servers ask for, if they do.
     pub auth: Option<AuthKey>,
+    /// Names the exporter is reached by (`--host-name`), besides its address: requests
+    /// whose `Host` or `Origin` names something else are refused.
+    pub host_names: Vec<String>,
 }
 
 impl Default for ExporterConfig {
@@ -61,6 +67,7 @@ impl Default for ExporterConfig {
             max_probes: DEFAULT_MAX_PROBES,
             allow: Allow::Any,
             auth: None,
+            host_names: Vec::new(),
         }
     }
 }
@@ -90,6 +97,8 @@ pub struct Exporter {
 /// What every request's thread reads.
 struct Shared {
     config: ExporterConfig,
+    /// Whom requests may be addressed to, and from.
+    guard: Guard,
     counters: Counters,
     running: AtomicUsize,
 }
@@ -99,9 +108,11 @@ impl Exporter {
     pub fn bind(config: ExporterConfig) -> Result<Exporter> {
         let http = HttpListener::bind(config.listen)
             .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let listening = http.local_addr().unwrap_or(config.listen);
         Ok(Exporter {
             http,
             shared: Arc::new(Shared {
+                guard: Guard::new(listening, &config.host_names),
                 config,
                 counters: Counters::new()?,
                 running: AtomicUsize::new(0),
@@ -129,6 +140,13 @@ impl Exporter {
 
 /// The answer to one request.
 fn answer(shared: &Arc<Shared>, request: Request, log: &Log) -> Response {
+    if let Err(refusal) = shared.guard.check(
+        request.header("Host"),
+        request.header("Origin"),
+        request.header("Sec-Fetch-Site"),
+    ) {
+        return Response::text(403, format!("{refusal}\n"));
+    }
     if request.method != "GET" {
         return Response::text(405, "only GET is answered\n");
     }
@@ -147,6 +165,46 @@ fn answer(shared: &Arc<Shared>, request: Request, log: &Log) -> Response {
     }
 }
 
+/// What the exporter makes of a request head before it runs anything: the probe it
+/// would run, or the status and text of the answer it would give at once (none while
+/// the head is not whole). The exporter's whole reading of a request, without a socket.
+pub fn read_request(
+    head: &[u8],
+    config: &ExporterConfig,
+) -> Option<Result<ProbeRequest, (u16, String)>> {
+    let request = match http::parse_head(head) {
+        Ok(request) => request?,
+        Err(unread) => {
+            let answer = unread.answer()?;
+            return Some(Err((
+                answer.status,
+                String::from_utf8_lossy(&answer.body).into(),
+            )));
+        }
+    };
+    let guard = Guard::new(config.listen, &config.host_names);
+    let headers = ["Host", "Origin", "Sec-Fetch-Site"].map(|name| request.header(name));
+    if let Err(refusal) = guard.check(headers[0], headers[1], headers[2]) {
+        return Some(Err((403, refusal.to_string())));
+    }
+    if request.method != "GET" {
+        return Some(Err((405, "only GET is answered".into())));
+    }
+    let (path, query) = request
+        .target
+        .split_once('?')
+        .unwrap_or((&request.target, ""));
+    if path != "/probe" {
+        return Some(Err((404, "not a probe".into())));
+    }
+    let timeout = scrape_timeout(&request);
+    Some(
+        ProbeRequest::parse(query, config)
+            .and_then(|probe| probe.timeout(timeout).map(|_| probe))
+            .map_err(|reason| (200, failure_comment(&reason, config))),
+    )
+}
+
 /// Runs a probe, or refuses it when `max_probes` run.
 fn probe(shared: &Arc<Shared>, request: &Request, query: &str, log: &Log) -> Response {
     let (config, counters) = (&shared.config, &shared.counters);
@@ -159,8 +217,10 @@ fn probe(shared: &Arc<Shared>, request: &Request, query: &str, log: &Log) -> Res
     let started = Instant::now();
     let registry = Registry::new();
     let parsed = ProbeRequest::parse(query, config);
+    let mut waited = None;
     let result = parsed.clone().and_then(|probe| {
         let timeout = probe.timeout(scrape_timeout(request))?;
+        waited = Some(timeout);
         probe::run(&probe, config, timeout, &registry, place)
     });
     let target = match &parsed {
@@ -170,6 +230,7 @@ fn probe(shared: &Arc<Shared>, request: &Request, query: &str, log: &Log) -> Res
             .find(|(name, _)| name == "target")
             .map(|(_, target)| target),
     };
+    let mut elapsed = started.elapsed();
     let mut text = Vec::new();
     if let Err(reason) = &result {
         log(ExporterEvent::ProbeFailed {
@@ -177,9 +238,12 @@ fn probe(shared: &Arc<Shared>, request: &Request, query: &str, log: &Log) -> Res
             reason,
         });
         // A comment: Prometheus skips it, a person reading the page sees why.
-        text = format!("# probe failed: {reason}\n").into_bytes();
+        text = failure_comment(reason, config).into_bytes();
+        if hides_why(reason, config) {
+            // Every such failure took the probe's whole time-out, and says so alike.
+            elapsed = waited.unwrap_or(elapsed);
+        }
     }
-    let elapsed = started.elapsed();
     counters.record(result.is_ok(), elapsed);
     match probe_outcome(&registry, result.is_ok(), elapsed) {
         Ok(page) => {
@@ -188,6 +252,23 @@ fn probe(shared: &Arc<Shared>, request: &Request, query: &str, log: &Log) -> Res
         }
         Err(e) => Response::text(500, format!("{e:#}\n")),
     }
+}
+
+/// Whether the page keeps why a probe's test failed to itself: unless `--allow` names
+/// the targets, a reason would tell a closed port from a listener that is no fperf
+/// server, and the exporter would scan ports for anyone who can reach it.
+fn hides_why(reason: &ProbeError, config: &ExporterConfig) -> bool {
+    matches!(reason, ProbeError::Test(_) | ProbeError::TimedOut(_)) && !config.allow.names_targets()
+}
+
+/// The page's comment on a failed probe, one line.
+fn failure_comment(reason: &ProbeError, config: &ExporterConfig) -> String {
+    if hides_why(reason, config) {
+        return "# probe failed: the target did not run an fperf test to its end (the \
+                exporter's log says why; to say it here, name the targets with --allow)\n"
+            .to_owned();
+    }
+    format!("# probe failed: {}\n", printable(&reason.to_string()))
 }
 
 /// A page of metrics.

@@ -17,7 +17,7 @@ use prometheus::Registry;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// How long a probe's test runs when the query does not say.
@@ -247,7 +247,10 @@ fn optional_rate(text: Option<&str>, name: &str) -> Result<Option<u64>, ProbeErr
 
 /// Runs `request`'s test, giving up after `timeout`: its figures as metrics in
 /// `registry`. A test that runs past the time-out is told to stop, and keeps `place`
-/// (the probe's place among those running at once) until it has.
+/// (the probe's place among those running at once) until it has. A failed test of a
+/// target that `--allow` does not name answers only once its time-out has passed, as
+/// one that never answered would: how soon it failed would tell a closed port from a
+/// listener that is no fperf server.
 pub fn run(
     request: &ProbeRequest,
     config: &ExporterConfig,
@@ -255,6 +258,7 @@ pub fn run(
     registry: &Registry,
     place: Place,
 ) -> Result<(), ProbeError> {
+    let started = Instant::now();
     // Every wait of the test fits in what the probe has left after its test.
     let setup = timeout.saturating_sub(request.duration).max(LEAST_SETUP);
     let client = ClientConfig {
@@ -268,8 +272,11 @@ pub fn run(
     };
     let abort = Arc::new(AtomicBool::new(false));
     let (done, outcome) = mpsc::sync_channel(1);
+    // The test's thread and this one each hold the place: the probe keeps it while
+    // either still works on it.
+    let place = Arc::new(place);
     let test = {
-        let (abort, registry) = (abort.clone(), registry.clone());
+        let (abort, registry, place) = (abort.clone(), registry.clone(), place.clone());
         move || {
             let result = measure(&client, abort, registry);
             // Given back before the answer goes: a scraper that reads the exporter's
@@ -282,13 +289,18 @@ pub fn run(
         .name("fperf-probe".into())
         .spawn(test)
         .map_err(|e| ProbeError::Test(format!("cannot start the test: {e}")))?;
-    match outcome.recv_timeout(timeout) {
+    let result = match outcome.recv_timeout(timeout) {
         Ok(result) => result,
         Err(_) => {
             abort.store(true, Ordering::Relaxed);
             Err(ProbeError::TimedOut(timeout))
         }
+    };
+    if result.is_err() && !config.allow.names_targets() {
+        std::thread::sleep((started + timeout).saturating_duration_since(Instant::now()));
     }
+    drop(place);
+    result
 }
 
 /// One test against the target, its end recorded into `registry`.
@@ -321,6 +333,12 @@ fn parse_seconds(text: &str) -> Option<Duration> {
 }
 
 impl Allow {
+    /// Whether probes may test only the targets named (`--allow`): then a failed probe
+    /// may say why it failed, as it tells nothing of a target no one named.
+    pub fn names_targets(&self) -> bool {
+        matches!(self, Allow::Only(_))
+    }
+
     /// Whether a probe may test `host` on `port`.
     pub fn allows(&self, host: &str, port: u16) -> bool {
         match self {

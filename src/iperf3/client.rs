@@ -468,7 +468,7 @@ fn own_results(
 /// test: the warm-up's (`-O`) come off, as it says them (3.13 and later) or as this
 /// end counted them (`warm_ups`, by stream). With them, by stream, the datagrams it
 /// says it sent from the start of the test, where it sent on that stream.
-fn server_result(
+pub fn server_result(
     settings: &Settings,
     theirs: &Map<String, Value>,
     warm_ups: &[DatagramCounts],
@@ -569,7 +569,7 @@ fn server_result(
             congestion: theirs
                 .get("congestion_used")
                 .and_then(Value::as_str)
-                .map(|s| s.chars().take(16).collect()),
+                .map(|s| crate::peer_text::printable(&s.chars().take(16).collect::<String>())),
             rcvlowat: None,
             rx_nap_us: None,
             figures,

@@ -10,3 +10,29 @@ pub mod results;
 pub(crate) mod server;
 pub mod udp;
 pub mod wire;
+
+use crate::stats::StreamStats;
+use crate::stream::udp_wire::DatagramCounts;
+use serde_json::{Map, Value};
+
+/// What this crate reads from an iperf3 peer's JSON messages, from their bytes: a
+/// client's parameters (`params`) as the server reads them, then a results message
+/// (`results`) as each end reads the other's, for the test those parameters make. The
+/// fuzz target and the property tests drive the readers through it.
+pub fn read_messages(params: &[u8], results: &[u8]) -> Result<params::Iperf3Test, String> {
+    let asked: Map<String, Value> = serde_json::from_slice(params).map_err(|e| e.to_string())?;
+    let test = params::parse(&asked).map_err(|e| e.to_string())?;
+    let Ok(theirs) = serde_json::from_slice::<Map<String, Value>>(results) else {
+        return Ok(test);
+    };
+    let streams = test.run.nstreams as usize;
+    let mut stats = vec![StreamStats::default(); streams];
+    let warm_ups = vec![DatagramCounts::default(); streams];
+    let received = (0..)
+        .zip(stats.iter_mut())
+        .zip(&warm_ups)
+        .map(|((i, s), w)| (i, s, w));
+    results::count_losses(&test.run, received, &theirs);
+    client::server_result(&test.run, &theirs, &warm_ups).map_err(|e| format!("{e:#}"))?;
+    Ok(test)
+}

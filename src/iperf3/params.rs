@@ -6,6 +6,7 @@
 //! options it knows but does not carry out are refused by name.
 
 use super::wire::ErrorCode;
+use crate::peer_text::printable;
 use crate::settings::{Settings, TransportSettings, MB};
 use crate::transport::tcp::settings::TcpSettings;
 use crate::transport::udp::settings::UdpSettings;
@@ -37,7 +38,7 @@ pub struct Iperf3Test {
     pub run: Settings,
     /// Streams per direction (`-P`).
     pub parallel: u32,
-    /// The client's version, as it says (`client_version`).
+    /// The client's version, as it says (`client_version`), made printable.
     pub client_version: Option<String>,
     /// UDP packet numbers are 64-bit (`--udp-counters-64bit`).
     pub wide_counters: bool,
@@ -119,7 +120,7 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         Some(other) => return Err(invalid("congestion", "a name", other)),
     };
     let client_version = match params.get("client_version") {
-        Some(Value::String(v)) => Some(v.chars().take(32).collect()),
+        Some(Value::String(v)) => Some(printable(&v.chars().take(32).collect::<String>())),
         _ => None,
     };
     let bidir = params.contains_key("bidirectional");
@@ -266,9 +267,9 @@ fn flag(params: &Map<String, Value>, key: &str) -> bool {
         .is_some_and(|v| v != &Value::from(0) && v != &Value::Bool(false))
 }
 
+/// The error for a parameter's bad `value`, which is shown as JSON, made printable.
 fn invalid(key: &'static str, what: &'static str, value: &Value) -> ParamsError {
-    let mut value = value.to_string();
-    value.truncate(64);
+    let value = printable(&value.to_string());
     ParamsError::Invalid { key, what, value }
 }
 
@@ -383,6 +384,33 @@ mod tests {
             };
             assert_eq!(udp.dont_fragment, whole, "{flag}");
         }
+    }
+
+    #[test]
+    fn a_bad_value_with_wide_characters_is_quoted_whole_and_printable() {
+        // A cut on a byte index would fall inside the multi-byte characters.
+        for pad in 0..8 {
+            let value = format!(
+                "{}{}",
+                "a".repeat(pad),
+                "\u{e9}\u{1f600}\n\u{1b}[2J".repeat(40)
+            );
+            let e = parse(&params(json!({"tcp":true,"time":value}))).expect_err("refused");
+            let text = e.to_string();
+            assert!(
+                text.contains("parameter time must be a whole number"),
+                "{text}"
+            );
+            assert!(!text.contains('\n') && !text.contains('\x1b'), "{text}");
+        }
+        let test = parse(&params(
+            json!({"tcp":true,"client_version":"3.1\n\u{1b}[31mforged"}),
+        ))
+        .expect("served");
+        assert_eq!(
+            test.client_version.as_deref(),
+            Some("3.1\\n\\u{1b}[31mforged")
+        );
     }
 
     #[test]

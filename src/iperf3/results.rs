@@ -1,12 +1,13 @@
 //! One end's half of iperf3's results exchange: the message each end sends the other
-//! once the test ended, in iperf3's layout, from fperf's figures.
+//! once the test ended, in iperf3's layout, from fperf's figures; and what a server
+//! takes from the client's.
 
 use super::wire;
 use crate::settings::{Protocol, Settings};
 use crate::stats::StreamStats;
 use crate::stream::udp_wire::DatagramCounts;
 use crate::sysinfo::{CpuUsage, TcpInfo};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
 
 /// One stream's figures, as the results message carries them.
@@ -98,6 +99,46 @@ pub fn message<'a>(
         doc["congestion_used"] = Value::String(cc);
     }
     doc
+}
+
+/// Server, UDP: the datagrams the client says it sent on each stream the server
+/// received (`received`: by stream index, its figures after the warm-up and the
+/// warm-up's), from the client's results (`theirs`), make the loss exact (sent less
+/// received once); a count no run can have is left out. The client counts from the
+/// start of the test: its warm-up's count (`-O`) comes off, as it says it (3.13 and
+/// later) or as the server saw it by the packets' numbers (3.12).
+pub fn count_losses<'a>(
+    settings: &Settings,
+    received: impl Iterator<Item = (u32, &'a mut StreamStats, &'a DatagramCounts)>,
+    theirs: &Map<String, Value>,
+) {
+    let most = settings.most_bytes() / u64::from(settings.pktsize.max(1));
+    let Some(streams) = theirs.get("streams").and_then(Value::as_array) else {
+        return;
+    };
+    for (index, stats, warm_up) in received {
+        if settings.server_sends_on(index) {
+            continue;
+        }
+        let id = u64::from(wire::stream_id(index));
+        let Some(theirs) = streams
+            .iter()
+            .find(|s| s.get("id").and_then(Value::as_u64) == Some(id))
+        else {
+            continue;
+        };
+        let count = |key: &str| theirs.get(key).and_then(Value::as_u64);
+        let warm_up = count("omitted_packets").unwrap_or(warm_up.peer_sent);
+        let sent = count("packets")
+            .map(|p| p.saturating_sub(warm_up))
+            .filter(|&p| p <= most);
+        if let Some(sent) = sent {
+            let d = &mut stats.datagrams;
+            let unique = d.received.saturating_sub(d.duplicates);
+            d.peer_sent = sent;
+            d.lost = sent.saturating_sub(unique);
+        }
+    }
 }
 
 #[cfg(test)]

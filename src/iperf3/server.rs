@@ -244,7 +244,10 @@ fn run_test(
         .map_err(|e| anyhow!("reading its results: {e}"))?;
     let mut per_stream = per_stream;
     if test.run.protocol() == Protocol::Udp {
-        count_losses(&test.run, &mut per_stream, &theirs);
+        let received = per_stream
+            .iter_mut()
+            .map(|(i, r)| (*i, &mut r.stats, &r.warm_up));
+        results::count_losses(&test.run, received, &theirs);
     }
     let result = side_result(&test.run, &per_stream, cpu_start);
     report(events, registered, started, &test, &result);
@@ -339,45 +342,6 @@ fn udp_streams(
         .into_iter()
         .map(|s| Box::new(s) as Box<dyn Stream>)
         .collect())
-}
-
-/// UDP: the datagrams the client says it sent on each stream the server received,
-/// from its results, make the loss exact (sent less received once); a count no run
-/// can have is left out. The client counts from the start of the test: its warm-up's
-/// count (`-O`) comes off, as it says it (3.13 and later) or as the server saw it by
-/// the packets' numbers (3.12).
-fn count_losses(
-    settings: &Settings,
-    per_stream: &mut [(u32, Received)],
-    theirs: &serde_json::Map<String, Value>,
-) {
-    let most = settings.most_bytes() / u64::from(settings.pktsize.max(1));
-    let Some(streams) = theirs.get("streams").and_then(Value::as_array) else {
-        return;
-    };
-    for (index, received) in per_stream.iter_mut() {
-        if settings.server_sends_on(*index) {
-            continue;
-        }
-        let id = u64::from(wire::stream_id(*index));
-        let Some(theirs) = streams
-            .iter()
-            .find(|s| s.get("id").and_then(Value::as_u64) == Some(id))
-        else {
-            continue;
-        };
-        let count = |key: &str| theirs.get(key).and_then(Value::as_u64);
-        let warm_up = count("omitted_packets").unwrap_or(received.warm_up.peer_sent);
-        let sent = count("packets")
-            .map(|p| p.saturating_sub(warm_up))
-            .filter(|&p| p <= most);
-        if let Some(sent) = sent {
-            let d = &mut received.stats.datagrams;
-            let unique = d.received.saturating_sub(d.duplicates);
-            d.peer_sent = sent;
-            d.lost = sent.saturating_sub(unique);
-        }
-    }
 }
 
 /// Waits for the test's `nstreams` data connections and puts them in the order they

@@ -225,7 +225,8 @@ pub enum MessageError {
     TooLarge(u32, u32),
     #[error("an empty message")]
     Empty,
-    #[error("a message that is not a JSON object: {0}")]
+    /// serde's text quotes the message (a string where an object belongs).
+    #[error("a message that is not a JSON object: {}", crate::peer_text::printable(&.0.to_string()))]
     NotJson(#[from] serde_json::Error),
 }
 
@@ -295,6 +296,17 @@ mod tests {
         let mut frame = [0u8; COOKIE_LEN];
         frame[..4].copy_from_slice(&100u32.to_be_bytes());
         assert!(Cookie::parse(frame).is_none());
+    }
+
+    #[test]
+    fn a_message_that_is_no_object_is_quoted_printable() {
+        let not_json = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(
+            b"\"forged\\n\\u001b[2J\"",
+        )
+        .expect_err("a string, not an object");
+        let shown = MessageError::from(not_json).to_string();
+        assert!(shown.contains("forged\\n\\u{1b}[2J"), "{shown}");
+        assert!(!shown.chars().any(char::is_control), "{shown}");
     }
 
     #[test]

@@ -169,6 +169,6 @@ fn test_pair(config: &MeshConfig, (from, to): Pair) -> PairResult {
     };
     let outcome = peer
         .and_then(|peer| client::mesh_test(&client, &peer, length + TEST_ALLOWANCE))
-        .map_err(|e| format!("{e:#}"));
+        .map_err(|e| crate::peer_text::printable(&format!("{e:#}")));
     PairResult { from, to, outcome }
 }

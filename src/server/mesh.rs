@@ -21,12 +21,15 @@ use std::time::{Duration, Instant};
 /// How often a mesh test is checked against the server's limits.
 const LIMITS_POLL: Duration = Duration::from_millis(50);
 
-/// The bytes a mesh test's streams have sent, once they start.
+/// The bytes a mesh test's streams have sent, once they start, and whether the other
+/// server proved the key and took the test's streams.
 #[derive(Clone, Default)]
-struct Watched(Arc<Mutex<Option<Arc<TestWatch>>>>);
+struct Watched(Arc<Mutex<Option<Arc<TestWatch>>>>, Arc<AtomicBool>);
 
 impl RunObserver for Watched {
-    fn connected(&mut self, _streams: &[StreamInfo]) {}
+    fn connected(&mut self, _streams: &[StreamInfo]) {
+        self.1.store(true, Ordering::Relaxed);
+    }
 
     fn started(&mut self, watch: &Arc<TestWatch>) {
         if let Ok(mut w) = self.0.lock() {
@@ -104,9 +107,30 @@ pub(super) fn run_test(
     }
     registered.streams_connected();
     let mut observer = watched.clone();
+    let started = Instant::now();
     let outcome = client::run_observed(&client, abort, &mut observer);
     drop(ended);
-    let outcome = outcome?;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        // Until the other end proved the key, the coordinator learns only that no fperf
+        // server of the mesh answered, and after the same time whatever failed: a
+        // closed port, a silent one and a listener of another kind look alike, so that
+        // no key holder can scan ports through this server. This server's log says why.
+        Err(e) if !watched.1.load(Ordering::Relaxed) => {
+            events.client_error(
+                coordinator,
+                format!("the mesh test towards {towards}: {e:#}"),
+            );
+            let alike = started + config.control_timeout;
+            std::thread::sleep(alike.saturating_duration_since(Instant::now()));
+            bail!(
+                "the test towards {towards} did not start: no fperf server with this \
+                 server's key answered there within {} s",
+                config.control_timeout.as_secs()
+            );
+        }
+        Err(e) => return Err(e),
+    };
     if outcome.interrupted {
         let limit = stopped
             .lock()
