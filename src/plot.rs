@@ -515,7 +515,7 @@ mod tests {
         let sizes: Vec<usize> = lines.iter().map(Vec::len).collect();
         assert_eq!(sizes, [4, 2, 4, 4, 4, 2, 2, 2], "{svg}");
         assert!(svg.contains("bw bandwidth") && svg.contains("rr p99"));
-        assert!(svg.contains("Gbit/s") && svg.contains("round trip (us)"));
+        assert!(svg.contains("Gbit/s") && svg.contains("round trip (us, log scale)"));
         let lowest = |l: &Vec<(f64, f64)>| l.iter().map(|p| p.1).fold(0.0, f64::max);
         let highest = |l: &Vec<(f64, f64)>| l.iter().map(|p| p.1).fold(f64::MAX, f64::min);
         assert!(lowest(&lines[0]) < f64::from(SIZE.1), "{:?}", lines[0]);
