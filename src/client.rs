@@ -383,6 +383,7 @@ pub(crate) fn start_streams(
                             &abort,
                             progress,
                             Role::Client,
+                            None,
                         )
                         .map(Moved::from)
                     } else {
