@@ -17,8 +17,8 @@ use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
 use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
-    Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PKTSIZE,
-    DEFAULT_PORT, MAX_NSTREAMS,
+    default_pktsize, Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB,
+    DEFAULT_PKTSIZE, DEFAULT_PORT, DEFAULT_TIME_MS, MAX_NSTREAMS,
 };
 use fperf::stream::zerocopy::ZeroCopy;
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
@@ -170,14 +170,20 @@ pub struct Cli {
     #[arg(help_heading = "Test", short = 'R', long)]
     rdma: bool,
 
-    /// MB (2^20 bytes) to send per stream.
-    #[arg(help_heading = "Test", short = 'm', long, value_name = "N", default_value_t = DEFAULT_MB)]
-    mb: u64,
+    /// MB (2^20 bytes) to send per stream [default: a run of 10 s].
+    ///
+    /// Without -m, --time or --transactions a run lasts 10 s, and a sweep's runs share
+    /// 10 s (each 0.2 to 2 s).
+    #[arg(help_heading = "Test", short = 'm', long, value_name = "N")]
+    mb: Option<u64>,
 
-    /// Bytes per send (K, M, G are binary: 128K = 131072).
-    #[arg(help_heading = "Test", short = 'l', long, alias = "length", value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
+    /// Bytes per send (K, M, G binary) [default: 32K; 1472 with -u; 1 with -r]
+    ///
+    /// K, M and G are binary: 128K = 131072. Default: 32K; with -u 1472 (1452 over IPv6), a datagram that a 1500-byte MTU
+    /// carries whole; with -r, --echo or --crr 1, as qperf, netperf and neper send.
+    #[arg(help_heading = "Test", short = 'l', long, alias = "length", value_name = "BYTES",
           value_parser = fperf::units::parse_bytes_u32)]
-    pktsize: u32,
+    pktsize: Option<u32>,
 
     /// Queue inside a STREAM: 1 = mutex, 0 = lock-free.
     ///
@@ -301,6 +307,7 @@ pub struct Cli {
     iperf3_port: Option<u16>,
 
     /// Bound the run by time: each stream sends for SECS seconds instead of --mb MB.
+    /// Default: 10 s (plus --omit) unless -m or --transactions is given.
     #[arg(hide_short_help = true, help_heading = "Test", long, value_name = "SECS", conflicts_with_all = ["mb", "server"])]
     time: Option<f64>,
 
@@ -489,6 +496,11 @@ pub struct Cli {
 
     #[command(subcommand)]
     command: Option<Command>,
+
+    /// The streams of a `-t N` given as a bare number, which an iperf3 user may have
+    /// meant as seconds (set by [`Cli::parse_args`]).
+    #[arg(skip)]
+    bare_t: Option<String>,
 }
 
 /// Commands beside the server's and client's roles.
@@ -1361,11 +1373,13 @@ impl Cli {
                 nstreams
             },
             nsockets,
-            mb: self.mb,
-            pktsize: self.pktsize,
+            mb: self.mb.unwrap_or(DEFAULT_MB),
+            pktsize: self
+                .pktsize
+                .unwrap_or_else(|| default_pktsize(protocol, workload.mprtt(), self.over_ipv6())),
             workload,
             queue,
-            time_ms: secs_to_ms("time", self.time)?,
+            time_ms: self.time_ms()?,
             transactions: self.transactions,
             response_size: self.workload_opts.response_size,
             // iperf3's -i 0: no interval reports.
@@ -1386,6 +1400,48 @@ impl Cli {
         };
         s.validate()?;
         Ok(s)
+    }
+
+    /// Whether the run is known to go over IPv6 before the server's name is resolved:
+    /// `-6`, or an IPv6 address as the server or `-B`.
+    fn over_ipv6(&self) -> bool {
+        let literal_v6 = |host: &str| {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            host.parse::<IpAddr>().is_ok_and(|ip| ip.is_ipv6())
+        };
+        self.ipv6
+            || self.bind.is_some_and(|ip| ip.is_ipv6())
+            || self.client.as_deref().is_some_and(literal_v6)
+    }
+
+    /// Neither `-m`, `--time` nor `--transactions` bounds the run (nor a sweep of `mb`):
+    /// it lasts [`DEFAULT_TIME_MS`], or a sweep's runs share it.
+    fn length_defaulted(&self) -> bool {
+        let sweeps_mb = (self.sweep.as_deref())
+            .and_then(|spec| fperf::sweep::parse(spec).ok())
+            .is_some_and(|sweep| sweep.param == fperf::sweep::SweepParam::Mb);
+        self.mb.is_none() && self.time.is_none() && self.transactions.is_none() && !sweeps_mb
+    }
+
+    /// `--time` in ms, or where nothing bounds the run the default time (with a sweep,
+    /// each run's share of it), after `--omit`'s warm-up.
+    fn time_ms(&self) -> Result<Option<u64>> {
+        let given = secs_to_ms("time", self.time)?;
+        if !self.length_defaulted() {
+            return Ok(given);
+        }
+        let runs = (self.sweep.as_deref())
+            .and_then(|spec| fperf::sweep::parse(spec).ok())
+            .map(|sweep| {
+                let tests = match &self.tests {
+                    Some(list) => fperf::sweep::parse_tests(list).map_or(1, |t| t.len()),
+                    None => 1,
+                };
+                sweep.values.len() * tests.max(1)
+            });
+        let ms = runs.map_or(DEFAULT_TIME_MS, fperf::settings::sweep_run_ms);
+        let omit = secs_to_ms("omit", self.omit)?.unwrap_or(0);
+        Ok(Some(ms.saturating_add(omit)))
     }
 
     /// `protocol`'s own settings, refusing the options of other transports.
@@ -1599,6 +1655,22 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<String> {
     None
 }
 
+/// The value of a `-t` among `args` that is a bare number (`-t 10`, `-t10`, `-t=10`),
+/// which iperf3's users type for seconds.
+fn bare_streams(args: &[std::ffi::OsString]) -> Option<String> {
+    let args: Vec<String> = (args.iter())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    args.iter().enumerate().find_map(|(i, arg)| {
+        let value = match arg.strip_prefix("-t") {
+            Some("") => args.get(i + 1)?.clone(),
+            Some(rest) => rest.trim_start_matches('=').to_owned(),
+            None => return None,
+        };
+        (!value.is_empty() && value.bytes().all(|b| b.is_ascii_digit())).then_some(value)
+    })
+}
+
 /// The layout of `--json`'s document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum JsonLayout {
@@ -1635,6 +1707,8 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        let bare_t = bare_streams(&args);
         let mut command = Cli::command();
         let matches = command.try_get_matches_from_mut(args)?;
         if matches.get_flag("server") {
@@ -1662,7 +1736,9 @@ impl Cli {
                 ));
             }
         }
-        Cli::from_arg_matches(&matches)
+        let mut cli = Cli::from_arg_matches(&matches)?;
+        cli.bare_t = bare_t;
+        Ok(cli)
     }
 
     /// `--pidfile`: where to write this process's ID.
@@ -1763,11 +1839,24 @@ impl Cli {
             bail!("-1/--one-off is a server option (use it with -s)");
         }
         self.guard.check_client()?;
+        if let Some(n) = self.bare_t.as_deref().filter(|_| self.time.is_none()) {
+            // On stderr, before the test starts: scripts that read stdout see no change.
+            eprintln!(
+                "fperf: note: -t {n} means {n} streams (fperf's -t counts streams); for a run \
+                 of {n} seconds, as iperf3's -t, give --time {n}"
+            );
+        }
         self.check_cport(&settings)?;
         if self.bind_dev.is_some() && settings.protocol() == Protocol::Rdma {
             bail!("--bind-dev is for TCP and UDP; RDMA's device is -D (--rdmadev)");
         }
-        let output = self.output()?;
+        let mut output = self.output()?;
+        output.length_defaulted = self.length_defaulted();
+        if output.length_defaulted && output.sweep.is_some() {
+            if let Some(note) = crate::measure::length_note(&settings) {
+                eprintln!("fperf: note: each run of the sweep runs {note}");
+            }
+        }
         // An iperf3 server does not give up after fperf's --idle-timeout.
         let paced = |s: &Settings| {
             if self.iperf3 {
@@ -1815,6 +1904,11 @@ impl Cli {
         }
         client.control_keepalive = self.guard.cntl_ka;
         client.auth = auth;
+        client.datagram_for_family = self.pktsize.is_none()
+            && self.sweep.is_none()
+            && client.settings.protocol() == Protocol::Udp
+            && !client.settings.workload.mprtt()
+            && !self.over_ipv6();
         if self.conf {
             return Ok(Config::Conf(Box::new(client)));
         }
@@ -1919,6 +2013,7 @@ impl Cli {
             sweep,
             table,
             server: (host, self.port()),
+            length_defaulted: false,
             labels: DocLabels {
                 title: self.title.clone(),
                 extra_data: self.extra_data.clone(),
@@ -2035,6 +2130,96 @@ mod tests {
             config(&["-c", "h", "--conf"]),
             Ok(Config::Conf(_))
         ));
+    }
+
+    /// The client's settings and header note of `args`.
+    fn client_of(args: &[&str]) -> (Settings, Option<String>, bool) {
+        let (client, output) = match config(args) {
+            Ok(Config::Client { client, output }) => (client, output),
+            Ok(Config::Loopback { client, output, .. }) => (client, output),
+            _ => panic!("{args:?}: not a client"),
+        };
+        let note = (output.length_defaulted)
+            .then(|| crate::measure::length_note(&client.settings))
+            .flatten();
+        (client.settings, note, client.datagram_for_family)
+    }
+
+    #[test]
+    fn a_run_given_no_length_lasts_ten_seconds_in_sizes_that_fit_its_workload() {
+        for (args, pktsize) in [
+            (&["-c", "h"][..], 32768),
+            (&["-c", "h", "-r"][..], 1),
+            (&["-c", "h", "--echo"][..], 1),
+            (&["-c", "h", "--crr"][..], 1),
+            (&["-c", "h", "-u", "--echo"][..], 1),
+            (&["-c", "h", "-u"][..], 1472),
+            (&["-c", "h", "-u", "--reverse"][..], 1472),
+            (&["-c", "::1", "-u"][..], 1452),
+            (&["-c", "[::1]", "-u"][..], 1452),
+            (&["-c", "h", "-6", "-u"][..], 1452),
+            (&["--loopback", "-6", "-u"][..], 1452),
+            (&["-c", "h", "-u", "-l", "32K"][..], 32768),
+        ] {
+            let (settings, note, _) = client_of(args);
+            assert_eq!(settings.pktsize, pktsize, "{args:?}");
+            assert_eq!(settings.time_ms, Some(10_000), "{args:?}");
+            assert_eq!(
+                note.as_deref(),
+                Some("for 10 s (default; -m or --time to change)"),
+                "{args:?}"
+            );
+        }
+        // A name's family is known once it resolves: the client then fits the datagram.
+        assert!(client_of(&["-c", "h", "-u"]).2);
+        assert!(!client_of(&["-c", "::1", "-u"]).2);
+        assert!(!client_of(&["-c", "h", "-u", "-l", "1000"]).2);
+        assert!(!client_of(&["-c", "h"]).2);
+        // The warm-up comes on top.
+        assert_eq!(
+            client_of(&["-c", "h", "--omit", "2"]).0.time_ms,
+            Some(12_000)
+        );
+        // A length given is kept, and the header says nothing.
+        for (args, time_ms, mb) in [
+            (&["-c", "h", "-m", "5"][..], None, 5),
+            (&["-c", "h", "--time", "3"][..], Some(3000), DEFAULT_MB),
+            (
+                &["-c", "h", "-r", "--transactions", "9"][..],
+                None,
+                DEFAULT_MB,
+            ),
+            (&["-c", "h", "--sweep", "mb=1,2"][..], None, DEFAULT_MB),
+        ] {
+            let (settings, note, _) = client_of(args);
+            assert_eq!((settings.time_ms, settings.mb), (time_ms, mb), "{args:?}");
+            assert_eq!(note, None, "{args:?}");
+        }
+        // A sweep shares the 10 s among its runs: 17 sizes times 2 tests.
+        let (settings, note, _) =
+            client_of(&["-c", "h", "--sweep", "pktsize=1..64K", "--tests", "bw,echo"]);
+        assert_eq!(settings.time_ms, Some(294));
+        assert_eq!(
+            note.as_deref(),
+            Some("for 0.294 s (default; -m or --time to change)")
+        );
+    }
+
+    #[test]
+    fn a_bare_number_after_t_is_noticed() {
+        let bare = |args: &[&str]| {
+            let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+            bare_streams(&args)
+        };
+        assert_eq!(
+            bare(&["fperf", "-c", "h", "-t", "10"]).as_deref(),
+            Some("10")
+        );
+        assert_eq!(bare(&["fperf", "-c", "h", "-t10"]).as_deref(), Some("10"));
+        assert_eq!(bare(&["fperf", "-c", "h", "-t=4"]).as_deref(), Some("4"));
+        assert_eq!(bare(&["fperf", "-c", "h", "--nstreams", "10"]), None);
+        assert_eq!(bare(&["fperf", "-c", "h", "--time", "10"]), None);
+        assert_eq!(bare(&["fperf", "-c", "h", "-t", "1.5"]), None);
     }
 
     #[test]
