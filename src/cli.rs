@@ -60,8 +60,8 @@ pub enum Config {
 
 /// 'fperf' measures UDP/TCP/RDMA bandwidth and latency.
 ///
-/// Start `fperf -s` on one host, then `fperf -c HOST` on another: the client sends
-/// --mb MB per stream and both ends print what they measured. `fperf --loopback` runs
+/// Start `fperf -s` on one host, then `fperf -c HOST` on another: the client sends for
+/// 10 s (--time SECS, or -m MB per stream) and both ends print what they measured. `fperf --loopback` runs
 /// both ends in one process on 127.0.0.1.
 #[derive(Parser, Debug)]
 #[command(

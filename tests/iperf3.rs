@@ -992,7 +992,7 @@ fn an_iperf3_clients_fq_rate_and_flow_label_are_served() {
             "{way:?}: two streams at 80M each, not {got}"
         );
         let report = both.server.report(i + 1);
-        assert!(report.contains(" fq_rate=80.0Mbit/s "), "{report}");
+        assert!(report.contains(" fq_rate=80.0Mbit/s"), "{report}");
     }
     // -L: the client labels its own packets, and the server serves the test.
     let (ok, doc) = iperf3_to("::1", both.iperf3_port, &["-t", "1", "-L", "12345"]);
