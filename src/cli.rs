@@ -1839,7 +1839,9 @@ impl Cli {
             bail!("-1/--one-off is a server option (use it with -s)");
         }
         self.guard.check_client()?;
-        if let Some(n) = self.bare_t.as_deref().filter(|_| self.time.is_none()) {
+        // Not where fperf's own -m, --time or --transactions bound the run: that user
+        // knows fperf's flags.
+        if let Some(n) = self.bare_t.as_deref().filter(|_| self.length_defaulted()) {
             // On stderr, before the test starts: scripts that read stdout see no change.
             eprintln!(
                 "fperf: note: -t {n} means {n} streams (fperf's -t counts streams); for a run \

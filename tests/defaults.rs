@@ -122,19 +122,20 @@ fn a_run_its_first_second_says_is_long_says_so_on_stderr() {
 #[test]
 fn a_bare_t_is_streams_and_stderr_says_so() {
     let server = Server::start(&[]);
-    let out = client_run(&server, "127.0.0.1", &["-t", "2", "-m", "1"]);
+    let out = client_run(&server, "127.0.0.1", &["-t", "2"]);
     assert!(out.status.success(), "{out:?}");
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(
         stderr.contains("-t 2 means 2 streams") && stderr.contains("--time 2"),
         "{stderr}"
     );
-    assert!(!stdout.contains("--time"), "{stdout}");
+    assert!(!stdout.contains("means 2 streams"), "{stdout}");
     assert!(stdout.contains("STREAM 1 "), "two streams ran:\n{stdout}");
-    // Not with --time given, nor with --nstreams.
+    // Not where -m or --time bounds the run, nor with --nstreams.
     for args in [
         &["-t", "2", "--time", "0.2"][..],
-        &["--nstreams", "2", "-m", "1"][..],
+        &["-t", "2", "-m", "1"][..],
+        &["--nstreams", "2", "--time", "0.2"][..],
     ] {
         let out = client_run(&server, "127.0.0.1", args);
         assert!(out.status.success(), "{out:?}");
