@@ -129,13 +129,14 @@ pub fn sweep_run_ms(runs: usize) -> u64 {
 /// Whether `SCHED_BATCH` suits an unpaced bulk test of `streams` data threads on a
 /// machine of `cpus` CPUs (`--sched auto`). It costs where the threads about match the
 /// CPUs: measured on loopback (both ends' threads on one machine), 16 streams on 16
-/// CPUs, 8 on 8 and 4 on 4 moved 6-16% less under it, while 1, 4 and 8 streams on 16
-/// CPUs and 16 on 8 were level, and 1 on 2 and 4 on 2 moved up to 1.6x more
-/// (docs/tuning.md). So: the normal policy where `cpus / 2 < streams <= cpus`, batch
-/// otherwise.
+/// CPUs, 8 on 8, 4 on 4 and 2 on 2 moved 6-22% less under it, while 1, 4 and 8 streams
+/// on 16 CPUs and 16 on 8 were level, and 1 on 2, 1 on 1, 2 on 1 and 4 on 2 moved up to
+/// 1.6x more (docs/tuning.md). So: the normal policy where `cpus / 2 < streams <= cpus`
+/// with at least 2 streams, batch otherwise.
 pub fn batch_suits(streams: u32, cpus: usize) -> bool {
     let streams = streams as usize;
-    !(streams * 2 > cpus && streams <= cpus)
+    let about_one_per_cpu = streams >= 2 && streams * 2 > cpus && streams <= cpus;
+    !about_one_per_cpu
 }
 
 /// The CPUs this process may run on (its affinity mask and CPU quota), 1 if unknown.
@@ -974,7 +975,9 @@ mod tests {
             (1, 2, true),
             (2, 2, false),
             (4, 2, true),
-            (1, 1, false),
+            (1, 1, true),
+            (2, 1, true),
+            (3, 4, false),
             (256, 1, true),
         ] {
             assert_eq!(batch_suits(streams, cpus), batch, "{streams} on {cpus}");
