@@ -217,9 +217,10 @@ pub struct Cli {
 
     /// Scheduling policy of both ends' data threads: auto runs a bulk test's (no -r,
     /// no -b) under SCHED_BATCH (header: sched=batch), so a reader woken by data waits
-    /// for the writer on its core to block instead of preempting it mid-send, and the
-    /// others under the normal policy; normal or batch picks one for every test. With
-    /// about as many streams as the machine has CPUs, normal can move more.
+    /// for the writer on its core to block instead of preempting it mid-send, unless
+    /// its streams about match the CPUs of that end (at least 2 streams, more than half
+    /// as many as CPUs and no more), where the normal policy moves more; the others
+    /// run under the normal policy. normal or batch picks one for every test.
     #[arg(
         hide_short_help = true,
         help_heading = "Tuning",
