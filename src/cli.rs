@@ -18,7 +18,7 @@ use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
     default_pktsize, Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB,
-    DEFAULT_PKTSIZE, DEFAULT_PORT, DEFAULT_TIME_MS, MAX_NSTREAMS,
+    DEFAULT_PORT, DEFAULT_TIME_MS, MAX_NSTREAMS,
 };
 use fperf::stream::zerocopy::ZeroCopy;
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
@@ -560,10 +560,10 @@ struct MeshArgs {
     #[arg(short = 'u', long)]
     udp: bool,
 
-    /// Bytes per send (K, M, G = 2^10, 2^20, 2^30).
-    #[arg(short = 'l', long, value_name = "SIZE", default_value_t = DEFAULT_PKTSIZE,
-          value_parser = fperf::units::parse_bytes_u32)]
-    pktsize: u32,
+    /// Bytes per send (K, M, G = 2^10, 2^20, 2^30) [default: 32K; 1472 with -u, 1452
+    /// with -u -6; 1 with -r or --echo].
+    #[arg(short = 'l', long, value_name = "SIZE", value_parser = fperf::units::parse_bytes_u32)]
+    pktsize: Option<u32>,
 
     /// A latency matrix: each packet answered by 1 byte (median round trip per pair).
     #[arg(short = 'r', long, conflicts_with = "echo")]
@@ -707,9 +707,11 @@ impl MeshArgs {
         };
         let transport = TransportSettings::over_sockets(self.udp, self.window, tcp)
             .ok_or_else(|| anyhow::anyhow!("-C, -M and --fq-rate are TCP's, not UDP's"))?;
+        let protocol = transport.protocol();
         let settings = Settings {
             nstreams: self.nstreams,
-            pktsize: self.pktsize,
+            pktsize: (self.pktsize)
+                .unwrap_or_else(|| default_pktsize(protocol, workload.mprtt(), self.ipv6)),
             workload,
             time_ms: secs_to_ms("time", Some(self.time))?,
             // 0: no target, as iperf3's -b 0.
@@ -2206,6 +2208,29 @@ mod tests {
             note.as_deref(),
             Some("for 0.294 s (default; -m or --time to change)")
         );
+    }
+
+    #[test]
+    fn a_mesh_sends_datagrams_that_fit_the_mtu_and_small_requests() {
+        let key = std::env::temp_dir().join(format!("fperf-cli-{}.key", std::process::id()));
+        std::fs::write(&key, "the mesh's secret").expect("key file");
+        let key_path = key.to_str().expect("path").to_owned();
+        for (args, pktsize) in [
+            (&["-u"][..], 1472),
+            (&["-u", "-6"][..], 1452),
+            (&["-r"][..], 1),
+            (&["--echo", "-u"][..], 1),
+            (&[][..], 32768),
+            (&["-u", "-l", "8K"][..], 8192),
+        ] {
+            let mut all = vec!["mesh", "h1", "h2", "--auth-key", &key_path];
+            all.extend_from_slice(args);
+            let Ok(Config::Mesh(run)) = config(&all) else {
+                panic!("{all:?}: not a mesh")
+            };
+            assert_eq!(run.config.settings.pktsize, pktsize, "{all:?}");
+        }
+        let _ = std::fs::remove_file(&key);
     }
 
     #[test]
