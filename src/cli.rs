@@ -742,7 +742,7 @@ impl MeshArgs {
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "A probe's query: target=HOST[:PORT] (an fperf server), and \
-                  optionally protocol=tcp|udp, duration=SECS (default 1), size=BYTES, \
+                  optionally protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
                   workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, \
                   percentiles=LIST, window=BYTES, congestion=ALGO, mss=BYTES and \
                   fq_rate=RATE (the last three TCP's; a rate of 0 is none), and family=4|6 \
