@@ -12,10 +12,18 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Runs `fperf --loopback ARGS` on ports of its own, killed after `timeout`.
+fn loopback(args: &[&str], timeout: Duration) -> std::process::Output {
+    let port = port_block(2).to_string();
+    let mut all = vec!["--loopback", "-p", &port];
+    all.extend_from_slice(args);
+    run(&all, timeout)
+}
+
 #[test]
 fn an_echo_run_given_no_length_lasts_ten_seconds_in_one_byte_requests() {
     let t0 = Instant::now();
-    let out = run(&["--loopback", "--echo"], Duration::from_secs(25));
+    let out = loopback(&["--echo"], Duration::from_secs(25));
     let took = t0.elapsed();
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{out:?}");
@@ -32,19 +40,13 @@ fn an_echo_run_given_no_length_lasts_ten_seconds_in_one_byte_requests() {
 
 #[test]
 fn a_length_given_leaves_the_header_as_it_was() {
-    let out = run(
-        &["--loopback", "-r", "--time", "0.3"],
-        Duration::from_secs(20),
-    );
+    let out = loopback(&["-r", "--time", "0.3"], Duration::from_secs(20));
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     let header = stdout.lines().next().unwrap_or_default();
     assert!(header.contains(" pkt_size=1B "), "{header}");
     assert!(!header.contains("default"), "{header}");
-    let out = run(
-        &["--loopback", "--echo", "-l", "64", "-m", "1"],
-        Duration::from_secs(30),
-    );
+    let out = loopback(&["--echo", "-l", "64", "-m", "1"], Duration::from_secs(30));
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.contains(" pkt_size=64B "), "{stdout}");
@@ -68,8 +70,8 @@ fn udp_datagrams_fit_the_mtu_and_are_not_lost_on_loopback() {
     // the size before, lost 15%).
     let mut runs = Vec::new();
     for _ in 0..3 {
-        let out = run(
-            &["--loopback", "-u", "--reverse", "--time", "2", "--json"],
+        let out = loopback(
+            &["-u", "--reverse", "--time", "2", "--json"],
             Duration::from_secs(30),
         );
         assert!(out.status.success(), "{out:?}");
@@ -87,10 +89,7 @@ fn udp_datagrams_fit_the_mtu_and_are_not_lost_on_loopback() {
         "lost of sent: {runs:?}"
     );
     if localhost_has_ipv6() {
-        let out = run(
-            &["--loopback", "-6", "-u", "--time", "0.5"],
-            Duration::from_secs(30),
-        );
+        let out = loopback(&["-6", "-u", "--time", "0.5"], Duration::from_secs(30));
         assert!(out.status.success(), "{out:?}");
         assert!(text(&out.stdout).contains(" pkt_size=1452B "), "{out:?}");
     }
