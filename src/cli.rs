@@ -17,8 +17,8 @@ use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
 use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
-    Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PKTSIZE,
-    DEFAULT_PORT, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
+    default_pktsize, Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB,
+    DEFAULT_PORT, DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
 };
 use fperf::stream::zerocopy::ZeroCopy;
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
@@ -61,8 +61,8 @@ pub enum Config {
 
 /// 'fperf' measures UDP/TCP/RDMA bandwidth and latency.
 ///
-/// Start `fperf -s` on one host, then `fperf -c HOST` on another: the client sends
-/// --mb MB per stream and both ends print what they measured. `fperf --loopback` runs
+/// Start `fperf -s` on one host, then `fperf -c HOST` on another: the client sends for
+/// 10 s (--time SECS, or -m MB per stream) and both ends print what they measured. `fperf --loopback` runs
 /// both ends in one process on 127.0.0.1.
 #[derive(Parser, Debug)]
 #[command(
@@ -176,14 +176,21 @@ pub struct Cli {
     #[arg(help_heading = "Test", short = 'R', long)]
     rdma: bool,
 
-    /// MB (2^20 bytes) to send per stream.
-    #[arg(help_heading = "Test", short = 'm', long, value_name = "N", default_value_t = DEFAULT_MB)]
-    mb: u64,
+    /// MB (2^20 bytes) to send per stream [default: a run of 10 s].
+    ///
+    /// Without -m, --time or --transactions a run lasts 10 s, and a sweep's runs share
+    /// 10 s (each 0.2 to 2 s).
+    #[arg(help_heading = "Test", short = 'm', long, value_name = "N")]
+    mb: Option<u64>,
 
-    /// Bytes per send (K, M, G are binary: 128K = 131072).
-    #[arg(help_heading = "Test", short = 'l', long, alias = "length", value_name = "BYTES", default_value_t = DEFAULT_PKTSIZE,
+    /// Bytes per send (K, M, G binary) [default: 32K; 1472 with -u; 1 with -r]
+    ///
+    /// K, M and G are binary: 128K = 131072. Default: 32K; with -u 1472 (1452 over IPv6), a
+    /// datagram that a 1500-byte MTU carries whole; with -r, --echo or --crr 1, as qperf,
+    /// netperf and neper send.
+    #[arg(help_heading = "Test", short = 'l', long, alias = "length", value_name = "BYTES",
           value_parser = parse_pktsize, allow_negative_numbers = true)]
-    pktsize: u32,
+    pktsize: Option<u32>,
 
     /// Queue inside a STREAM: 1 = mutex, 0 = lock-free.
     ///
@@ -217,9 +224,10 @@ pub struct Cli {
 
     /// Scheduling policy of both ends' data threads: auto runs a bulk test's (no -r,
     /// no -b) under SCHED_BATCH (header: sched=batch), so a reader woken by data waits
-    /// for the writer on its core to block instead of preempting it mid-send, and the
-    /// others under the normal policy; normal or batch picks one for every test. With
-    /// about as many streams as the machine has CPUs, normal can move more.
+    /// for the writer on its core to block instead of preempting it mid-send, unless
+    /// its streams about match the CPUs of that end (at least 2 streams, more than half
+    /// as many as CPUs and no more), where the normal policy moves more; the others
+    /// run under the normal policy. normal or batch picks one for every test.
     #[arg(
         hide_short_help = true,
         help_heading = "Tuning",
@@ -309,10 +317,11 @@ pub struct Cli {
     )]
     iperf3_port: Option<u16>,
 
-    /// Bound the run by time: each stream sends for SECS seconds.
+    /// Bound the run by time: each stream sends for SECS seconds [default: 10 s].
     ///
-    /// It replaces --mb's bound. SECS is a number of seconds, or a number with a unit:
-    /// ms, s, m or h (e.g. 500ms, 2s, 1.5m).
+    /// It replaces --mb's bound. Without -m, --time or --transactions a run lasts 10 s
+    /// (plus --omit). SECS is a number of seconds, or a number with a unit: ms, s, m or h
+    /// (e.g. 500ms, 2s, 1.5m).
     #[arg(help_heading = "Test", long, value_name = "SECS", conflicts_with_all = ["mb", "server"],
           allow_negative_numbers = true, value_parser = parse_seconds)]
     time: Option<f64>,
@@ -523,6 +532,11 @@ pub struct Cli {
 
     #[command(subcommand)]
     command: Option<Command>,
+
+    /// The streams of a `-t N` given as a bare number, which an iperf3 user may have
+    /// meant as seconds (set by [`Cli::parse_args`]).
+    #[arg(skip)]
+    bare_t: Option<String>,
 }
 
 /// Commands beside the server's and client's roles.
@@ -582,10 +596,10 @@ struct MeshArgs {
     #[arg(short = 'u', long)]
     udp: bool,
 
-    /// Bytes per send (K, M, G = 2^10, 2^20, 2^30).
-    #[arg(short = 'l', long, value_name = "SIZE", default_value_t = DEFAULT_PKTSIZE,
-          value_parser = parse_pktsize)]
-    pktsize: u32,
+    /// Bytes per send (K, M, G = 2^10, 2^20, 2^30) [default: 32K; 1472 with -u, 1452
+    /// with -u -6; 1 with -r or --echo].
+    #[arg(short = 'l', long, value_name = "SIZE", value_parser = parse_pktsize)]
+    pktsize: Option<u32>,
 
     /// A latency matrix: each packet answered by 1 byte (median round trip per pair).
     #[arg(short = 'r', long, conflicts_with = "echo")]
@@ -729,9 +743,11 @@ impl MeshArgs {
         };
         let transport = TransportSettings::over_sockets(self.udp, self.window, tcp)
             .ok_or_else(|| anyhow::anyhow!("-C, -M and --fq-rate are TCP's, not UDP's"))?;
+        let protocol = transport.protocol();
         let settings = Settings {
             nstreams: self.nstreams,
-            pktsize: self.pktsize,
+            pktsize: (self.pktsize)
+                .unwrap_or_else(|| default_pktsize(protocol, workload.mprtt(), self.ipv6)),
             workload,
             time_ms: secs_to_ms("time", Some(self.time))?,
             // 0: no target, as iperf3's -b 0.
@@ -762,7 +778,7 @@ impl MeshArgs {
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "A probe's query: target=HOST[:PORT] (an fperf server), and \
-                  optionally protocol=tcp|udp, duration=SECS (default 1), size=BYTES, \
+                  optionally protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
                   workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, \
                   percentiles=LIST, window=BYTES, congestion=ALGO, mss=BYTES and \
                   fq_rate=RATE (the last three TCP's; a rate of 0 is none), and family=4|6 \
@@ -1491,11 +1507,13 @@ impl Cli {
                 nstreams
             },
             nsockets,
-            mb: self.mb,
-            pktsize: self.pktsize,
+            mb: self.mb.unwrap_or(DEFAULT_MB),
+            pktsize: self
+                .pktsize
+                .unwrap_or_else(|| default_pktsize(protocol, workload.mprtt(), self.over_ipv6())),
             workload,
             queue,
-            time_ms: secs_to_ms("time", self.time)?,
+            time_ms: self.time_ms()?,
             transactions: self.transactions,
             response_size: self.workload_opts.response_size,
             // iperf3's -i 0: no interval reports.
@@ -1516,6 +1534,48 @@ impl Cli {
         };
         s.validate()?;
         Ok(s)
+    }
+
+    /// Whether the run is known to go over IPv6 before the server's name is resolved:
+    /// `-6`, or an IPv6 address as the server or `-B`.
+    fn over_ipv6(&self) -> bool {
+        let literal_v6 = |host: &str| {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            host.parse::<IpAddr>().is_ok_and(|ip| ip.is_ipv6())
+        };
+        self.ipv6
+            || self.bind.is_some_and(|ip| ip.is_ipv6())
+            || self.client.as_deref().is_some_and(literal_v6)
+    }
+
+    /// Neither `-m`, `--time` nor `--transactions` bounds the run (nor a sweep of `mb`):
+    /// it lasts [`DEFAULT_TIME_MS`], or a sweep's runs share it.
+    fn length_defaulted(&self) -> bool {
+        let sweeps_mb = (self.sweep.as_deref())
+            .and_then(|spec| fperf::sweep::parse(spec).ok())
+            .is_some_and(|sweep| sweep.param == fperf::sweep::SweepParam::Mb);
+        self.mb.is_none() && self.time.is_none() && self.transactions.is_none() && !sweeps_mb
+    }
+
+    /// `--time` in ms, or where nothing bounds the run the default time (with a sweep,
+    /// each run's share of it), after `--omit`'s warm-up.
+    fn time_ms(&self) -> Result<Option<u64>> {
+        let given = secs_to_ms("time", self.time)?;
+        if !self.length_defaulted() {
+            return Ok(given);
+        }
+        let runs = (self.sweep.as_deref())
+            .and_then(|spec| fperf::sweep::parse(spec).ok())
+            .map(|sweep| {
+                let tests = match &self.tests {
+                    Some(list) => fperf::sweep::parse_tests(list).map_or(1, |t| t.len()),
+                    None => 1,
+                };
+                sweep.values.len() * tests.max(1)
+            });
+        let ms = runs.map_or(DEFAULT_TIME_MS, fperf::settings::sweep_run_ms);
+        let omit = secs_to_ms("omit", self.omit)?.unwrap_or(0);
+        Ok(Some(ms.saturating_add(omit)))
     }
 
     /// `protocol`'s own settings, refusing the options of other transports.
@@ -1793,6 +1853,22 @@ pub enum Generate {
     CompleteFish,
 }
 
+/// The value of a `-t` among `args` that is a bare number (`-t 10`, `-t10`, `-t=10`),
+/// which iperf3's users type for seconds.
+fn bare_streams(args: &[OsString]) -> Option<String> {
+    let args: Vec<String> = (args.iter())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    args.iter().enumerate().find_map(|(i, arg)| {
+        let value = match arg.strip_prefix("-t") {
+            Some("") => args.get(i + 1)?.clone(),
+            Some(rest) => rest.trim_start_matches('=').to_owned(),
+            None => return None,
+        };
+        (!value.is_empty() && value.bytes().all(|b| b.is_ascii_digit())).then_some(value)
+    })
+}
+
 /// The layout of `--json`'s document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum JsonLayout {
@@ -2017,6 +2093,7 @@ impl Cli {
         T: Into<OsString> + Clone,
     {
         let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let bare_t = bare_streams(&args);
         let mut command = if asks_short_help(&args) {
             short_help_command()
         } else {
@@ -2048,7 +2125,9 @@ impl Cli {
                 ));
             }
         }
-        Cli::from_arg_matches(&matches)
+        let mut cli = Cli::from_arg_matches(&matches)?;
+        cli.bare_t = bare_t;
+        Ok(cli)
     }
 
     /// `--generate`: what to write instead of running.
@@ -2199,8 +2278,23 @@ impl Cli {
                 json: self.json.is_some(),
             });
         }
+        // Not where fperf's own -m, --time or --transactions bound the run: that user
+        // knows fperf's flags.
+        if let Some(n) = self.bare_t.as_deref().filter(|_| self.length_defaulted()) {
+            // On stderr, before the test starts: scripts that read stdout see no change.
+            eprintln!(
+                "fperf: note: -t {n} means {n} streams (fperf's -t counts streams); for a run \
+                 of {n} seconds, as iperf3's -t, give --time {n}"
+            );
+        }
         self.check_cport(&settings)?;
-        let output = self.output()?;
+        let mut output = self.output()?;
+        output.length_defaulted = self.length_defaulted();
+        if output.length_defaulted && output.sweep.is_some() {
+            if let Some(note) = crate::measure::length_note(&settings) {
+                eprintln!("fperf: note: each run of the sweep runs {note}");
+            }
+        }
         // An iperf3 server does not give up after fperf's --idle-timeout.
         let paced = |s: &Settings| {
             if self.iperf3 {
@@ -2248,6 +2342,11 @@ impl Cli {
         }
         client.control_keepalive = self.guard.cntl_ka;
         client.auth = auth;
+        client.datagram_for_family = self.pktsize.is_none()
+            && self.sweep.is_none()
+            && client.settings.protocol() == Protocol::Udp
+            && !client.settings.workload.mprtt()
+            && !self.over_ipv6();
         if self.conf {
             return Ok(Config::Conf(Box::new(client)));
         }
@@ -2352,6 +2451,7 @@ impl Cli {
             sweep,
             table,
             server: (host, self.port()),
+            length_defaulted: false,
             labels: DocLabels {
                 title: self.title.clone(),
                 extra_data: self.extra_data.clone(),
@@ -2468,6 +2568,119 @@ mod tests {
             config(&["-c", "h", "--conf"]),
             Ok(Config::Conf(_))
         ));
+    }
+
+    /// The client's settings and header note of `args`.
+    fn client_of(args: &[&str]) -> (Settings, Option<String>, bool) {
+        let (client, output) = match config(args) {
+            Ok(Config::Client { client, output }) => (client, output),
+            Ok(Config::Loopback { client, output, .. }) => (client, output),
+            _ => panic!("{args:?}: not a client"),
+        };
+        let note = (output.length_defaulted)
+            .then(|| crate::measure::length_note(&client.settings))
+            .flatten();
+        (client.settings, note, client.datagram_for_family)
+    }
+
+    #[test]
+    fn a_run_given_no_length_lasts_ten_seconds_in_sizes_that_fit_its_workload() {
+        for (args, pktsize) in [
+            (&["-c", "h"][..], 32768),
+            (&["-c", "h", "-r"][..], 1),
+            (&["-c", "h", "--echo"][..], 1),
+            (&["-c", "h", "--crr"][..], 1),
+            (&["-c", "h", "-u", "--echo"][..], 1),
+            (&["-c", "h", "-u"][..], 1472),
+            (&["-c", "h", "-u", "--reverse"][..], 1472),
+            (&["-c", "::1", "-u"][..], 1452),
+            (&["-c", "[::1]", "-u"][..], 1452),
+            (&["-c", "h", "-6", "-u"][..], 1452),
+            (&["--loopback", "-6", "-u"][..], 1452),
+            (&["-c", "h", "-u", "-l", "32K"][..], 32768),
+        ] {
+            let (settings, note, _) = client_of(args);
+            assert_eq!(settings.pktsize, pktsize, "{args:?}");
+            assert_eq!(settings.time_ms, Some(10_000), "{args:?}");
+            assert_eq!(
+                note.as_deref(),
+                Some("for 10 s (default; -m or --time to change)"),
+                "{args:?}"
+            );
+        }
+        // A name's family is known once it resolves: the client then fits the datagram.
+        assert!(client_of(&["-c", "h", "-u"]).2);
+        assert!(!client_of(&["-c", "::1", "-u"]).2);
+        assert!(!client_of(&["-c", "h", "-u", "-l", "1000"]).2);
+        assert!(!client_of(&["-c", "h"]).2);
+        // The warm-up comes on top.
+        assert_eq!(
+            client_of(&["-c", "h", "--omit", "2"]).0.time_ms,
+            Some(12_000)
+        );
+        // A length given is kept, and the header says nothing.
+        for (args, time_ms, mb) in [
+            (&["-c", "h", "-m", "5"][..], None, 5),
+            (&["-c", "h", "--time", "3"][..], Some(3000), DEFAULT_MB),
+            (
+                &["-c", "h", "-r", "--transactions", "9"][..],
+                None,
+                DEFAULT_MB,
+            ),
+            (&["-c", "h", "--sweep", "mb=1,2"][..], None, DEFAULT_MB),
+        ] {
+            let (settings, note, _) = client_of(args);
+            assert_eq!((settings.time_ms, settings.mb), (time_ms, mb), "{args:?}");
+            assert_eq!(note, None, "{args:?}");
+        }
+        // A sweep shares the 10 s among its runs: 17 sizes times 2 tests.
+        let (settings, note, _) =
+            client_of(&["-c", "h", "--sweep", "pktsize=1..64K", "--tests", "bw,echo"]);
+        assert_eq!(settings.time_ms, Some(294));
+        assert_eq!(
+            note.as_deref(),
+            Some("for 0.294 s (default; -m or --time to change)")
+        );
+    }
+
+    #[test]
+    fn a_mesh_sends_datagrams_that_fit_the_mtu_and_small_requests() {
+        let key = std::env::temp_dir().join(format!("fperf-cli-{}.key", std::process::id()));
+        std::fs::write(&key, "the mesh's secret").expect("key file");
+        let key_path = key.to_str().expect("path").to_owned();
+        for (args, pktsize) in [
+            (&["-u"][..], 1472),
+            (&["-u", "-6"][..], 1452),
+            (&["-r"][..], 1),
+            (&["--echo", "-u"][..], 1),
+            (&[][..], 32768),
+            (&["-u", "-l", "8K"][..], 8192),
+        ] {
+            let mut all = vec!["mesh", "h1", "h2", "--auth-key", &key_path];
+            all.extend_from_slice(args);
+            let Ok(Config::Mesh(run)) = config(&all) else {
+                panic!("{all:?}: not a mesh")
+            };
+            assert_eq!(run.config.settings.pktsize, pktsize, "{all:?}");
+        }
+        let _ = std::fs::remove_file(&key);
+    }
+
+    #[test]
+    fn a_bare_number_after_t_is_noticed() {
+        let bare = |args: &[&str]| {
+            let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+            bare_streams(&args)
+        };
+        assert_eq!(
+            bare(&["fperf", "-c", "h", "-t", "10"]).as_deref(),
+            Some("10")
+        );
+        assert_eq!(bare(&["fperf", "-c", "h", "-t10"]).as_deref(), Some("10"));
+        assert_eq!(bare(&["fperf", "-c", "h", "-t=4"]).as_deref(), Some("4"));
+        assert_eq!(bare(&["fperf", "-c", "h", "--nstreams", "10"]), None);
+        assert_eq!(bare(&["fperf", "-c", "h", "--time", "10"]), None);
+        assert_eq!(bare(&["fperf", "-c", "h", "-t", "1.5"]), None);
     }
 
     #[test]

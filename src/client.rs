@@ -59,6 +59,9 @@ pub struct ClientConfig {
     pub stall_timeout: Duration,
     /// The shared key to prove to the server, if any.
     pub auth: Option<AuthKey>,
+    /// The UDP datagram size is the default for IPv4: once the server's address is
+    /// known to be IPv6, it becomes IPv6's, so that no datagram goes in fragments.
+    pub datagram_for_family: bool,
 }
 
 impl ClientConfig {
@@ -78,6 +81,7 @@ impl ClientConfig {
             results_timeout: Duration::from_secs(30),
             stall_timeout: Duration::from_secs(10),
             auth: None,
+            datagram_for_family: false,
         }
     }
 }
@@ -152,12 +156,16 @@ pub fn run_observed(
     observer: &mut dyn RunObserver,
 ) -> Result<ClientOutcome> {
     cfg.settings.validate()?;
+    let server = resolve(&cfg.host, cfg.port, cfg.family)?;
+    let mut settings = cfg.settings.clone();
+    if cfg.datagram_for_family && server.is_ipv6() {
+        settings.pktsize = crate::settings::UDP_DATAGRAM_IPV6;
+    }
     // Fails at once when this host lacks what the transport needs (e.g. RDMA).
     let cfg = &ClientConfig {
-        settings: transport::prepare(&cfg.settings)?,
+        settings: transport::prepare(&settings)?,
         ..cfg.clone()
     };
-    let server = resolve(&cfg.host, cfg.port, cfg.family)?;
     let transport = transport::for_settings(&cfg.settings);
     transport.check(&cfg.settings, server)?;
     let sock = connect_control(cfg, server, "fperf")?;
@@ -383,6 +391,7 @@ pub(crate) fn start_streams(
                             &abort,
                             progress,
                             Role::Client,
+                            None,
                         )
                         .map(Moved::from)
                     } else {

@@ -12,7 +12,7 @@ use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::{Stream, Timeout};
 use crate::sysinfo::TcpInfo;
 use std::io;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// What driving one stream produced.
@@ -53,6 +53,11 @@ pub(crate) fn sending_end(
 /// `progress`, the test's watch and this stream's index, hears of every packet sent (and
 /// on a server may pace to its rate cap). On the server (`role`), a peer that resets
 /// the stream ended the test early; on the client it is a failure.
+///
+/// `shared_budget`: bytes that every stream holding it may still send, together (an
+/// iperf3 client's `-n`): each send takes its bytes from it, the last one cut to what
+/// is left, and once it is spent the stream stays open, sending nothing, until `abort`
+/// (the client ends the test once it has read them all).
 pub(crate) fn drive(
     stream: &mut dyn Stream,
     settings: &Settings,
@@ -60,6 +65,7 @@ pub(crate) fn drive(
     abort: &AtomicBool,
     progress: (&TestWatch, usize),
     role: Role,
+    shared_budget: Option<&AtomicU64>,
 ) -> io::Result<Driven> {
     let pkt = settings.pktsize as usize;
     // Time-bounded runs have no byte limit; u64::MAX bytes is never reached.
@@ -73,7 +79,14 @@ pub(crate) fn drive(
     let mut sent_bytes = 0u64;
     let mut result = Ok(());
     'sending: while left > 0 {
-        let n = left.min(pkt as u64) as usize;
+        let mut n = left.min(pkt as u64) as usize;
+        if let Some(budget) = shared_budget {
+            n = take_from(budget, n);
+            if n == 0 {
+                wait_for(abort);
+                break;
+            }
+        }
         let sent = if asynchronous {
             // Without a schedule the clock is not read here at all.
             let wait = if timed {
@@ -110,6 +123,12 @@ pub(crate) fn drive(
             }
             true
         };
+        if !sent {
+            // Not sent: its bytes go back for a later send.
+            if let Some(budget) = shared_budget {
+                budget.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
         if sent {
             left -= n as u64;
             sent_bytes += n as u64;
@@ -175,6 +194,23 @@ pub(crate) fn drive(
         handed_over,
         warm_up: totals.warm_up,
     })
+}
+
+/// Takes up to `n` bytes from `budget`: how many it had.
+fn take_from(budget: &AtomicU64, n: usize) -> usize {
+    let before = budget
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+            Some(left.saturating_sub(n as u64))
+        })
+        .unwrap_or(0);
+    before.min(n as u64) as usize
+}
+
+/// Waits until `abort` is set.
+fn wait_for(abort: &AtomicBool) {
+    while !abort.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// When a wait from `now` must end: the meter's next boundary or the deadline, if any.

@@ -10,7 +10,7 @@ use fperf::output::iperf3_json::Iperf3Json;
 use fperf::output::json::Json;
 use fperf::output::json_stream::JsonStream;
 use fperf::output::plot::{hosts, plot_title, run_label, Plot};
-use fperf::output::progress::{Progress, ERASE_LINE};
+use fperf::output::progress::{Forecast, Progress, ERASE_LINE};
 use fperf::output::sfnt::{Preamble, Sfnt};
 use fperf::output::text::Text;
 use fperf::output::{Sink, Sinks};
@@ -69,6 +69,17 @@ pub struct Output {
     pub progress: bool,
     /// `--title` and `--extra-data`, for the JSON documents.
     pub labels: DocLabels,
+    /// Nothing bounded the run: it lasts the default time, and the header says so.
+    pub length_defaulted: bool,
+}
+
+/// What a header says of a run that was given no length: how long it lasts.
+pub fn length_note(settings: &Settings) -> Option<String> {
+    let ms = settings.time_ms?;
+    Some(format!(
+        "for {} s (default; -m or --time to change)",
+        ms as f64 / 1000.0
+    ))
 }
 
 impl Output {
@@ -90,8 +101,14 @@ impl Output {
                 Box::new(std::io::stderr()),
             )));
         }
+        if let Some(forecast) = Forecast::new(settings).filter(|_| !sweep_run) {
+            sinks.push(Box::new(forecast));
+        }
         match self.mode {
-            Mode::Human if !sweep_run => sinks.push(Box::new(Text::new(Stdout))),
+            Mode::Human if !sweep_run => {
+                let note = length_note(settings).filter(|_| self.length_defaulted);
+                sinks.push(Box::new(Text::new(Stdout, note)));
+            }
             Mode::Json if !sweep_run => {
                 sinks.push(Box::new(Json::new(Stdout, self.labels.clone())));
             }

@@ -114,16 +114,18 @@ fn sample_label(settings: &Settings, role: Role) -> String {
 }
 
 /// The client's header line(s): one line for a single stream, one per stream else.
-/// `congestion`: the algorithm the client's sockets use (TCP).
+/// `congestion`: the algorithm the client's sockets use (TCP); `length`: how long the
+/// run lasts, where it was given no length.
 pub fn client_header(
     settings: &Settings,
     streams: &[(u32, String, String)],
     congestion: Option<&str>,
+    length: Option<&str>,
 ) -> String {
     let proto = settings.protocol().name();
     let own = settings.transport.labels();
     let tail = format!(
-        "pkt_size={}B {} {}={}{}{}{}{}{}{}{}",
+        "pkt_size={}B {} {}={}{}{}{}{}{}{}{}{}",
         settings.pktsize,
         settings.mode_label(),
         // With --flows each stream is a thread, and its sockets its flows.
@@ -136,6 +138,7 @@ pub fn client_header(
         sched_label(settings),
         sample_label(settings, Role::Client),
         own.caveat,
+        length.map_or_else(String::new, |l| format!(" {l}")),
     );
     let mut out = String::new();
     if let [(_, _, peer)] = streams {
@@ -662,11 +665,11 @@ mod tests {
         let s = Settings::default();
         let streams = [(0, "127.0.0.1:1".into(), "127.0.0.1:28444".into())];
         assert_eq!(
-            client_header(&s, &streams, None),
+            client_header(&s, &streams, None, None),
             "TCP CLIENT => 127.0.0.1:28444 pkt_size=32768B sync(no-queue) nsockets=1 sched=batch\n"
         );
         assert_eq!(
-            client_header(&s, &streams, Some("cubic")),
+            client_header(&s, &streams, Some("cubic"), None),
             "TCP CLIENT => 127.0.0.1:28444 pkt_size=32768B sync(no-queue) nsockets=1 cc=cubic \
              sched=batch\n"
         );

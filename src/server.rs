@@ -699,7 +699,15 @@ fn send_back(
     watch: (&TestWatch, usize),
 ) -> io::Result<Received> {
     let names = StreamNames::of(&*stream);
-    let driven = crate::engine::drive(&mut *stream, settings, meter, abort, watch, Role::Server)?;
+    let driven = crate::engine::drive(
+        &mut *stream,
+        settings,
+        meter,
+        abort,
+        watch,
+        Role::Server,
+        None,
+    )?;
     let idle_ms = u32::try_from(idle.as_millis()).unwrap_or(u32::MAX).max(1);
     let mut scratch = [0u8; 64];
     let confirmed = if driven.peer_closed {

@@ -40,7 +40,7 @@ fn tcp_moves_and_echoes_every_byte() {
 
 #[test]
 fn udp_counts_every_datagram_and_ack() {
-    let doc = run_json(&["-u", "-m", "4", "-n", "2", "--epoll"]);
+    let doc = run_json(&["-u", "-l", "32K", "-m", "4", "-n", "2", "--epoll"]);
     let received = &doc["server"]["total"]["datagrams"];
     assert_eq!(
         json_u64(&doc, &["client", "total", "datagrams", "sent"]),

@@ -113,7 +113,17 @@ fn echoing_flows_return_every_byte_and_the_short_last_request() {
 #[test]
 fn udp_flows_account_for_every_datagram() {
     // Bulk: each thread's batches go to its flows in turn.
-    let doc = run_json(&["-u", "-m", "8", "--flows", "1000", "--threads", "2"]);
+    let doc = run_json(&[
+        "-u",
+        "-l",
+        "32K",
+        "-m",
+        "8",
+        "--flows",
+        "1000",
+        "--threads",
+        "2",
+    ]);
     assert_eq!(json_u64(&doc, &["settings", "nsockets"]), 500);
     let client = &doc["client"]["total"];
     let server = &doc["server"]["total"];

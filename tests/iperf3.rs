@@ -188,6 +188,81 @@ fn bidir_omit_window_congestion_and_intervals_are_served() {
     assert!(report.contains("cc=cubic"), "{report}");
 }
 
+#[test]
+#[ignore = "needs iperf3"]
+fn an_iperf3_client_receives_exactly_the_bytes_it_asked_for() {
+    let both = start(&[]);
+    // 128 MiB in whole 128 KiB writes, and a volume whose last write is cut short,
+    // over one stream and over three that share it.
+    for args in [
+        &["-R", "-n", "128M"][..],
+        &["-R", "-n", "10000000", "-P", "3"][..],
+    ] {
+        let asked: u64 = if args[2] == "128M" {
+            128 * MB
+        } else {
+            10_000_000
+        };
+        let (ok, doc) = iperf3(both.iperf3_port, args);
+        assert!(ok, "{args:?}: {doc}");
+        assert_eq!(
+            bytes(&doc, &["end", "sum_received", "bytes"]),
+            asked,
+            "{args:?}"
+        );
+        assert_eq!(
+            bytes(&doc, &["end", "sum_sent", "bytes"]),
+            asked,
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn both_ways_by_bytes_the_server_sends_no_more_than_asked() {
+    let both = start(&[]);
+    // iperf3's client ends a --bidir test once it has sent its own bytes, so the
+    // server's direction may end short of them, never past them.
+    let asked = 20_000_000;
+    let (ok, doc) = iperf3(both.iperf3_port, &["--bidir", "-n", "20000000", "-P", "2"]);
+    assert!(ok, "{doc}");
+    let report = both.server.report(1);
+    let sent = volume(&report, "sent").bytes;
+    assert!(sent <= asked, "{sent}\n{report}");
+    assert_eq!(
+        bytes(&doc, &["end", "sum_sent_bidir_reverse", "bytes"]),
+        sent,
+        "{report}"
+    );
+    assert!(bytes(&doc, &["end", "sum_received_bidir_reverse", "bytes"]) <= sent);
+    assert_eq!(
+        bytes(&doc, &["end", "sum_received", "bytes"]),
+        volume(&report, "received").bytes,
+        "{report}"
+    );
+}
+
+#[test]
+#[ignore = "needs iperf3"]
+fn an_iperf3_udp_client_receives_exactly_the_bytes_it_asked_for() {
+    let both = start(&[]);
+    // 1000 datagrams of 1000 bytes at 1 Gbit/s into a 4 MB buffer, which holds them
+    // all: the client has every one and ends the test, by which time a server that
+    // sent until then had sent more.
+    let (ok, doc) = iperf3(
+        both.iperf3_port,
+        &[
+            "-u", "-R", "-b", "1G", "-l", "1000", "-w", "4M", "-n", "1000000",
+        ],
+    );
+    assert!(ok, "{doc}");
+    assert_eq!(bytes(&doc, &["end", "sum", "bytes"]), 1_000_000, "{doc}");
+    assert_eq!(bytes(&doc, &["end", "sum", "packets"]), 1000, "{doc}");
+    let report = both.server.report(1);
+    assert_eq!(datagrams(&report, "sent="), 1000, "{report}");
+}
+
 /// A number in the `datagrams` line of a UDP report: `field` is `sent=`, `received=`...
 fn datagrams(report: &str, field: &str) -> u64 {
     let line = report
@@ -917,7 +992,7 @@ fn an_iperf3_clients_fq_rate_and_flow_label_are_served() {
             "{way:?}: two streams at 80M each, not {got}"
         );
         let report = both.server.report(i + 1);
-        assert!(report.contains(" fq_rate=80.0Mbit/s "), "{report}");
+        assert!(report.contains(" fq_rate=80.0Mbit/s"), "{report}");
     }
     // -L: the client labels its own packets, and the server serves the test.
     let (ok, doc) = iperf3_to("::1", both.iperf3_port, &["-t", "1", "-L", "12345"]);

@@ -1627,7 +1627,10 @@ fn each_latency_says_whether_a_sample_is_a_packet_a_batch_or_a_read() {
     let lat = |side: &Value, which: &str| side["total"][format!("{which}_latency")].clone();
     // UDP in batches of 64: 16 MB is 512 datagrams, so 8 sendmmsg() batches, one
     // sample each; the receiver's samples are its recvmmsg() reads, none of 0 ns.
-    let doc = json_run(&server, &["-u", "-m", "16", "--udp-batch", "64"]);
+    let doc = json_run(
+        &server,
+        &["-u", "-l", "32K", "-m", "16", "--udp-batch", "64"],
+    );
     let (c, s) = (&doc["client"], &doc["server"]);
     let batch = serde_json::json!({"per": "batch", "datagrams": 64});
     assert_eq!(per(c, "send"), batch, "{c:#}");
@@ -1639,7 +1642,7 @@ fn each_latency_says_whether_a_sample_is_a_packet_a_batch_or_a_read() {
     let client_text = client_ok(
         &server,
         "127.0.0.1",
-        &["-u", "-m", "16", "--udp-batch", "64"],
+        &["-u", "-l", "32K", "-m", "16", "--udp-batch", "64"],
     );
     let server_text = server.report(2);
     for text in [&client_text, &server_text] {
@@ -1648,7 +1651,7 @@ fn each_latency_says_whether_a_sample_is_a_packet_a_batch_or_a_read() {
     let (_, min, _) = latency(&server_text, "latency");
     assert!(min > 0.0, "{server_text}");
     // One datagram per call: a sample per datagram, and no label.
-    let doc = json_run(&server, &["-u", "-m", "4", "--udp-batch", "1"]);
+    let doc = json_run(&server, &["-u", "-l", "32K", "-m", "4", "--udp-batch", "1"]);
     let packet = serde_json::json!({"per": "packet"});
     assert_eq!(per(&doc["client"], "send"), packet);
     assert_eq!(u(&lat(&doc["client"], "send")["count"]), 128);

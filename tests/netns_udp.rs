@@ -479,7 +479,7 @@ fn mprtt_gives_up_naming_the_packet() {
     let ns = Netns::create();
     ns.drop_share(100, false);
     let server = ns.server();
-    let out = ns.client_output(&["-r", "-m", "1", "--ack-timeout", "10"]);
+    let out = ns.client_output(&["-r", "-l", "32K", "-m", "1", "--ack-timeout", "10"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a dead link must fail the run");
     assert!(

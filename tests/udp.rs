@@ -93,11 +93,12 @@ fn default_size_counts_match_and_the_server_serves_again() {
         let s = server.report(n);
         let first = c.lines().next().unwrap();
         let want = format!(
-            "UDP CLIENT => 127.0.0.1:{} pkt_size=32768B sync(no-queue) nsockets=1 sched=batch latency=per-batch(64)",
+            "UDP CLIENT => 127.0.0.1:{} pkt_size=1472B sync(no-queue) nsockets=1 sched=batch latency=per-batch(64)",
             server.port
         );
         assert_eq!(first, want);
-        assert_exact(&c, &s, 16 * MB, 512);
+        // Datagrams of 1472 bytes, which a 1500-byte MTU carries whole; the last one short.
+        assert_exact(&c, &s, 16 * MB, (16 * MB).div_ceil(1472));
         assert_eq!(
             received_datagrams(&s).out_of_order,
             0,
@@ -106,7 +107,7 @@ fn default_size_counts_match_and_the_server_serves_again() {
         assert!(received_datagrams(&s).jitter.ends_with("us"), "{s}");
         assert!(s.contains("\nnew UDP connection from 127.0.0.1:"), "{s}");
         assert!(
-            s.contains(". pkt_size(32KB) sched=batch latency=per-batch(64)\n"),
+            s.contains(". pkt_size(1472B) sched=batch latency=per-batch(64)\n"),
             "{s}"
         );
         latency(&c, "latency");
@@ -121,7 +122,11 @@ fn default_size_counts_match_and_the_server_serves_again() {
 #[test]
 fn four_sockets_send_through_the_mutex_queue() {
     let server = Server::start(&[]);
-    let c = client_ok(&server, "127.0.0.1", &["-u", "-n", "4", "-m", "16"]);
+    let c = client_ok(
+        &server,
+        "127.0.0.1",
+        &["-u", "-l", "32K", "-n", "4", "-m", "16"],
+    );
     let s = server.report(1);
     assert!(
         c.lines()
@@ -144,7 +149,11 @@ fn submit_latency_present(c: &str) {
 #[test]
 fn lockfree_queue() {
     let server = Server::start(&[]);
-    let c = client_ok(&server, "127.0.0.1", &["-u", "-q", "0", "-m", "16"]);
+    let c = client_ok(
+        &server,
+        "127.0.0.1",
+        &["-u", "-l", "32K", "-q", "0", "-m", "16"],
+    );
     let s = server.report(1);
     assert!(
         c.lines()
@@ -161,7 +170,11 @@ fn lockfree_queue() {
 #[test]
 fn two_streams_use_consecutive_ports() {
     let server = Server::start(&[]);
-    let c = client_ok(&server, "127.0.0.1", &["-u", "-t", "2", "-m", "8"]);
+    let c = client_ok(
+        &server,
+        "127.0.0.1",
+        &["-u", "-l", "32K", "-t", "2", "-m", "8"],
+    );
     let s = server.report(1);
     assert_exact(&c, &s, 16 * MB, 512);
     for k in 0..2u16 {
@@ -368,6 +381,8 @@ fn the_senders_rate_covers_its_sending_time_and_the_drain_is_reported_apart() {
     // count as sending time.
     let args = [
         "-u",
+        "-l",
+        "32K",
         "-b",
         "200M",
         "-m",
@@ -423,6 +438,8 @@ fn a_server_that_stops_acknowledging_fails_the_run_naming_the_time_waited() {
         &port,
         "-u",
         "-r",
+        "-l",
+        "32K",
         "--ack-timeout",
         "50",
         "--time",

@@ -120,18 +120,6 @@ impl ProbeRequest {
                 config.max_duration
             )));
         }
-        let pktsize = match get("size") {
-            None => crate::settings::DEFAULT_PKTSIZE,
-            Some(text) => crate::units::parse_bytes(text)
-                .and_then(|b| u32::try_from(b).ok())
-                .filter(|b| (1..=MAX_PKTSIZE).contains(b))
-                .ok_or_else(|| {
-                    bad(format!(
-                        "size must be 1 to {MAX_PKTSIZE} bytes (K, M and G are 2^10, 2^20, \
-                         2^30), not {text:?}"
-                    ))
-                })?,
-        };
         let reverse = match get("reverse") {
             None | Some("0" | "false") => false,
             Some("1" | "true") => true,
@@ -155,6 +143,24 @@ impl ProbeRequest {
                     "workload must be bulk, rr, echo or crr, not {other:?}"
                 )))
             }
+        };
+        let pktsize = match get("size") {
+            // Over IPv6 when asked, or to an IPv6 address (a name's family is the
+            // client's to find; it fits the datagram then).
+            None => crate::settings::default_pktsize(
+                protocol,
+                workload.mprtt(),
+                family == IpFamily::V6 || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_ipv6()),
+            ),
+            Some(text) => crate::units::parse_bytes(text)
+                .and_then(|b| u32::try_from(b).ok())
+                .filter(|b| (1..=MAX_PKTSIZE).contains(b))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "size must be 1 to {MAX_PKTSIZE} bytes (K, M and G are 2^10, 2^20, \
+                         2^30), not {text:?}"
+                    ))
+                })?,
         };
         let nstreams = match get("streams") {
             None => 1,
@@ -370,6 +376,21 @@ mod tests {
         match parse(query) {
             Ok(r) => panic!("{query} was accepted as {r:?}"),
             Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_probe_given_no_size_sends_what_its_workload_and_family_fit() {
+        for (query, size) in [
+            ("target=127.0.0.1", 32768),
+            ("target=127.0.0.1&workload=rr", 1),
+            ("target=127.0.0.1&protocol=udp&workload=echo", 1),
+            ("target=127.0.0.1&protocol=udp", 1472),
+            ("target=%5B::1%5D:5000&protocol=udp", 1452),
+            ("target=%5B::1%5D:5000&protocol=udp&family=6", 1452),
+        ] {
+            let r = parse(query).expect("accepted");
+            assert_eq!(r.settings.pktsize, size, "{query}");
         }
     }
 

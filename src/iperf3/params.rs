@@ -42,6 +42,9 @@ pub struct Iperf3Test {
     pub client_version: Option<String>,
     /// UDP packet numbers are 64-bit (`--udp-counters-64bit`).
     pub wide_counters: bool,
+    /// With `-n` or `-k`: the bytes the server sends over all its sending streams
+    /// (`-R`, or `--bidir`'s server half), exactly, as iperf3's own server does.
+    pub volume: Option<u64>,
 }
 
 /// Why a parameter message cannot be served.
@@ -223,6 +226,7 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         parallel,
         client_version,
         wide_counters: params.contains_key("udp_counters_64bit"),
+        volume,
     })
 }
 

@@ -29,7 +29,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -209,7 +209,14 @@ fn run_test(
         config.limits.max_rate,
         abort.clone(),
     ));
-    let workers = start_workers(&test.run, streams, &watch, &abort, config.idle_timeout)?;
+    let budget = Arc::new(AtomicU64::new(test.volume.unwrap_or(u64::MAX)));
+    let workers = start_workers(
+        &test.run,
+        streams,
+        (&watch, &abort),
+        test.volume.map(|_| budget),
+        config.idle_timeout,
+    )?;
     wire::write_state(sock, State::TestStart)?;
     wire::write_state(sock, State::TestRunning)?;
     let ended = wait_for_end(sock, &watch, &workers, config);
@@ -371,12 +378,13 @@ fn collect_streams(
 type Worker = JoinHandle<io::Result<Received>>;
 
 /// One thread per stream: receiving, or with `-R` and on `--bidir`'s second half
-/// sending until the client ends the test.
+/// sending until the client ends the test, and with `budget` (`-n`, `-k`) no more than
+/// its bytes, all sending streams together.
 fn start_workers(
     settings: &Settings,
     streams: Vec<Box<dyn Stream>>,
-    watch: &Arc<TestWatch>,
-    abort: &Arc<AtomicBool>,
+    (watch, abort): (&Arc<TestWatch>, &Arc<AtomicBool>),
+    budget: Option<Arc<AtomicU64>>,
     idle: Duration,
 ) -> Result<Vec<Worker>> {
     let schedule = crate::interval::Schedule::new(settings, Instant::now());
@@ -387,12 +395,14 @@ fn start_workers(
             let sending = Role::Server.sends_on(settings, i as u32);
             let meter = Meter::new(i as u32, schedule, None);
             let (watch, abort, settings) = (watch.clone(), abort.clone(), settings.clone());
+            let budget = budget.clone();
             std::thread::Builder::new()
                 .name(format!("fperf-iperf3-{i}"))
                 .spawn(move || {
                     crate::stream::affinity::place_current_thread(None, settings.batch_threads())?;
                     if sending {
-                        send_until_end(stream, &settings, meter, &abort, (&watch, i))
+                        let budget = budget.as_deref();
+                        send_until_end(stream, &settings, meter, &abort, (&watch, i), budget)
                     } else {
                         let pkt = settings.pktsize as usize;
                         receive(stream, pkt, None, idle, meter, (&watch, i))
@@ -405,15 +415,25 @@ fn start_workers(
 
 /// Sends on a stream until the client ends the test (the abort flag), as an iperf3
 /// server does with `-R`: the client, not the server, knows when the test is over.
+/// With `budget`, the bytes are taken from it (see [`drive`]).
 fn send_until_end(
     mut stream: Box<dyn Stream>,
     settings: &Settings,
     meter: Meter,
     abort: &AtomicBool,
     watch: (&TestWatch, usize),
+    budget: Option<&AtomicU64>,
 ) -> io::Result<Received> {
     let names = StreamNames::of(&*stream);
-    let driven = drive(&mut *stream, settings, meter, abort, watch, Role::Server)?;
+    let driven = drive(
+        &mut *stream,
+        settings,
+        meter,
+        abort,
+        watch,
+        Role::Server,
+        budget,
+    )?;
     Ok(Received::sent(driven, names, Instant::now()))
 }
 

@@ -105,6 +105,114 @@ impl Bounds {
     }
 }
 
+/// A run bounded by volume that its first second's rate says will last longer than
+/// this gets a note on stderr.
+pub const LONG_RUN: Duration = Duration::from_secs(300);
+
+/// After the first second of a run bounded by volume (`-m`, `--transactions`), a note
+/// on stderr if at that second's rate the run would last more than [`LONG_RUN`]: how
+/// long, and how to bound it. Whatever stdout and stderr are.
+pub struct Forecast {
+    bounds: Bounds,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Forecast {
+    /// A forecast for a run of `settings`; `None` for a run bounded by time.
+    pub fn new(settings: &Settings) -> Option<Forecast> {
+        let bounds = Bounds::of(settings);
+        bounds.time.is_none().then(|| Forecast {
+            bounds,
+            stop: Arc::new(AtomicBool::new(false)),
+            thread: None,
+        })
+    }
+
+    fn finish(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Sink for Forecast {
+    fn started(&mut self, watch: &Arc<TestWatch>) {
+        let (watch, stop, bounds) = (Arc::clone(watch), Arc::clone(&self.stop), self.bounds);
+        self.thread = std::thread::Builder::new()
+            .name("fperf-forecast".into())
+            .spawn(move || {
+                let start = Instant::now();
+                while start.elapsed() < EVERY {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let elapsed = start.elapsed();
+                let moved = watch.total();
+                let rate = moved as f64 / elapsed.as_secs_f64();
+                if let Some(note) = bounds.long_run_note(elapsed, moved, rate) {
+                    // Over the progress line, if one is drawn: it is drawn again.
+                    use std::io::IsTerminal;
+                    let erase = if std::io::stderr().is_terminal() {
+                        ERASE_LINE
+                    } else {
+                        ""
+                    };
+                    eprintln!("{erase}fperf: note: {note}");
+                }
+            })
+            .ok();
+    }
+
+    fn end(&mut self, _run: &RunEnd) -> Result<()> {
+        self.finish();
+        Ok(())
+    }
+
+    fn close(&mut self) -> Result<()> {
+        self.finish();
+        Ok(())
+    }
+}
+
+impl Drop for Forecast {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl Bounds {
+    /// What to tell the user when, after `elapsed`, having moved `moved` bytes at `rate`
+    /// bytes/s, the run would last longer than [`LONG_RUN`].
+    fn long_run_note(&self, elapsed: Duration, moved: u64, rate: f64) -> Option<String> {
+        let bytes = self.bytes?;
+        let total = elapsed + self.left(elapsed, moved, rate)?;
+        (total > LONG_RUN).then(|| {
+            format!(
+                "at its first second's rate ({}) this run of {} takes about {}; \
+                 --time SECS or a smaller -m bounds it (Ctrl-C ends it with the figures so far)",
+                bit_rate(rate),
+                size(bytes as f64),
+                duration_words(total)
+            )
+        })
+    }
+}
+
+/// `d` in the largest unit that keeps it above 1: "7 min", "2.2 h", "3.1 days".
+fn duration_words(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    match secs {
+        s if s < 120.0 => format!("{s:.0} s"),
+        s if s < 7200.0 => format!("{:.0} min", s / 60.0),
+        s if s < 172_800.0 => format!("{:.1} h", s / 3600.0),
+        s => format!("{:.1} days", s / 86_400.0),
+    }
+}
+
 /// Rewrites the line every [`EVERY`] until `stop`, then erases it.
 fn draw(mut out: Box<dyn Write + Send>, watch: &TestWatch, stop: &AtomicBool, bounds: Bounds) {
     let start = Instant::now();
@@ -167,5 +275,26 @@ mod tests {
             Some(Duration::from_secs(6))
         );
         assert_eq!(sized.left(Duration::from_secs(1), 400, 0.0), None);
+    }
+
+    #[test]
+    fn a_run_forecast_past_five_minutes_says_so_and_how_to_bound_it() {
+        let ten_gib = Bounds {
+            time: None,
+            bytes: Some(10 << 30),
+        };
+        let second = Duration::from_secs(1);
+        // 1 MB/s: about 3 hours.
+        let note = ten_gib
+            .long_run_note(second, 1 << 20, f64::from(1 << 20))
+            .expect("a note");
+        assert!(note.contains("2.8 h") && note.contains("--time"), "{note}");
+        // 1 GB/s: 10 s.
+        assert_eq!(
+            ten_gib.long_run_note(second, 1 << 30, f64::from(1 << 30)),
+            None
+        );
+        assert_eq!(duration_words(Duration::from_secs(400)), "7 min");
+        assert_eq!(duration_words(Duration::from_secs(400_000)), "4.6 days");
     }
 }

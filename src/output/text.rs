@@ -17,11 +17,13 @@ pub static SIGTERM_RECEIVED: AtomicBool = AtomicBool::new(false);
 /// The human report, written to `out` (flushed after each event).
 pub struct Text<W: Write> {
     out: W,
+    /// What the header adds: how long a run lasts that was given no length.
+    length_note: Option<String>,
 }
 
 impl<W: Write> Text<W> {
-    pub fn new(out: W) -> Text<W> {
-        Text { out }
+    pub fn new(out: W, length_note: Option<String>) -> Text<W> {
+        Text { out, length_note }
     }
 }
 
@@ -36,7 +38,7 @@ impl<W: Write> Sink for Text<W> {
         write!(
             self.out,
             "{}",
-            client_header(run.settings, &list, congestion)
+            client_header(run.settings, &list, congestion, self.length_note.as_deref())
         )?;
         Ok(self.out.flush()?)
     }

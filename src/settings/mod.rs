@@ -23,10 +23,26 @@ pub use transport::{Protocol, TransportSettings};
 
 /// Default base port: data stream `i` uses `DEFAULT_PORT + i`.
 pub const DEFAULT_PORT: u16 = 28444;
-/// Default bytes per send.
+/// Default bytes per send of bulk TCP and RDMA.
 pub const DEFAULT_PKTSIZE: u32 = 32768;
-/// Default MB (2^20 B) to send per stream.
+/// Default bytes per request of `-r`, `--echo` and `--crr`: 1, as qperf's `tcp_lat`,
+/// netperf's `TCP_RR` and neper's `tcp_rr` send (docs/tuning.md).
+pub const DEFAULT_REQUEST_SIZE: u32 = 1;
+/// Default UDP datagram over IPv4: a 1500-byte Ethernet MTU less the IPv4 (20) and UDP
+/// (8) headers, so that no datagram is sent in fragments.
+pub const UDP_DATAGRAM_IPV4: u32 = 1472;
+/// Default UDP datagram over IPv6: the MTU less the IPv6 (40) and UDP (8) headers.
+pub const UDP_DATAGRAM_IPV6: u32 = 1452;
+/// MB (2^20 B) per stream that a run bounded by volume sends when `-m` is not given
+/// (a sweep of `mb` sets it for each run).
 pub const DEFAULT_MB: u64 = 10240;
+/// How long a run lasts when neither `-m`, `--time` nor `--transactions` bounds it.
+pub const DEFAULT_TIME_MS: u64 = 10_000;
+/// A sweep without a bound shares [`DEFAULT_TIME_MS`] out among its runs, each at least
+/// this long (shorter runs would measure their start more than their rate)...
+pub const SWEEP_RUN_MIN_MS: u64 = 200;
+/// ...and at most this long.
+pub const SWEEP_RUN_MAX_MS: u64 = 2_000;
 /// Most sockets one STREAM may hold.
 pub const MAX_NSOCKETS: u32 = 100;
 /// Most data streams one run may open.
@@ -75,7 +91,8 @@ impl QueueKind {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SchedPolicy {
-    /// `SCHED_BATCH` for an unpaced bulk test, the normal policy for the others
+    /// `SCHED_BATCH` for an unpaced bulk test unless its streams about match the
+    /// CPUs ([`batch_suits`]), the normal policy for the others
     /// ([`Settings::batch_threads`]).
     #[default]
     Auto,
@@ -89,6 +106,44 @@ impl SchedPolicy {
     fn is_auto(&self) -> bool {
         *self == SchedPolicy::Auto
     }
+}
+
+/// The bytes per send when `-l` is not given: small requests for a request/response
+/// workload (`mprtt`), as its peers send; for UDP bulk data a datagram that fits a
+/// 1500-byte MTU unfragmented (over IPv6 if `ipv6`); else [`DEFAULT_PKTSIZE`].
+pub fn default_pktsize(protocol: Protocol, mprtt: bool, ipv6: bool) -> u32 {
+    match (protocol, mprtt, ipv6) {
+        (_, true, _) => DEFAULT_REQUEST_SIZE,
+        (Protocol::Udp, false, false) => UDP_DATAGRAM_IPV4,
+        (Protocol::Udp, false, true) => UDP_DATAGRAM_IPV6,
+        _ => DEFAULT_PKTSIZE,
+    }
+}
+
+/// How long each of a sweep's `runs` runs lasts when nothing bounds them: the default
+/// run's time shared out, within [`SWEEP_RUN_MIN_MS`]..=[`SWEEP_RUN_MAX_MS`].
+pub fn sweep_run_ms(runs: usize) -> u64 {
+    let runs = u64::try_from(runs.max(1)).unwrap_or(u64::MAX);
+    (DEFAULT_TIME_MS / runs).clamp(SWEEP_RUN_MIN_MS, SWEEP_RUN_MAX_MS)
+}
+
+/// Whether `SCHED_BATCH` suits an unpaced bulk test of `streams` data threads on a
+/// machine of `cpus` CPUs (`--sched auto`). It costs where the threads about match the
+/// CPUs: measured on loopback (both ends' threads on one machine), 16 streams on 16
+/// CPUs, 8 on 8, 4 on 4 and 2 on 2 moved 6-22% less under it, while 1, 4 and 8 streams
+/// on 16 CPUs and 16 on 8 were level, and 1 on 2, 1 on 1, 2 on 1 and 4 on 2 moved up to
+/// 1.6x more (docs/tuning.md). So: the normal policy where `cpus / 2 < streams <= cpus`
+/// with at least 2 streams, batch otherwise.
+pub fn batch_suits(streams: u32, cpus: usize) -> bool {
+    let streams = streams as usize;
+    let about_one_per_cpu = streams >= 2 && streams * 2 > cpus && streams <= cpus;
+    !about_one_per_cpu
+}
+
+/// The CPUs this process may run on (its affinity mask and CPU quota), 1 if unknown.
+fn usable_cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Everything both ends must agree on for one run.
@@ -307,11 +362,16 @@ impl Settings {
     /// data) does not preempt the one running there mid-write; it runs when that one
     /// blocks or at the next tick. Not with MPRTT (`-r`, `--echo`, `--crr`), whose
     /// round trips are the wake-ups being measured, nor with `-b`, whose packets are
-    /// due at set times. `--sched normal` or `batch` decides for every test. Every
+    /// due at set times, nor where the streams about match this end's CPUs
+    /// ([`batch_suits`]). `--sched normal` or `batch` decides for every test. Every
     /// transport's threads follow it. docs/tuning.md has what it buys.
     pub fn batch_threads(&self) -> bool {
         match self.sched {
-            SchedPolicy::Auto => !self.workload.mprtt() && self.rate_bps.is_none(),
+            SchedPolicy::Auto => {
+                !self.workload.mprtt()
+                    && self.rate_bps.is_none()
+                    && batch_suits(self.nstreams, usable_cpus())
+            }
             SchedPolicy::Normal => false,
             SchedPolicy::Batch => true,
         }
@@ -940,9 +1000,47 @@ mod tests {
     }
 
     #[test]
+    fn batch_is_left_out_where_the_streams_about_match_the_cpus() {
+        // The many-core table's rows (16 CPUs) and the emulated smaller machines.
+        for (streams, cpus, batch) in [
+            (1, 16, true),
+            (4, 16, true),
+            (8, 16, true),
+            (16, 16, false),
+            (8, 8, false),
+            (16, 8, true),
+            (4, 4, false),
+            (8, 4, true),
+            (1, 2, true),
+            (2, 2, false),
+            (4, 2, true),
+            (1, 1, true),
+            (2, 1, true),
+            (3, 4, false),
+            (256, 1, true),
+        ] {
+            assert_eq!(batch_suits(streams, cpus), batch, "{streams} on {cpus}");
+        }
+    }
+
+    #[test]
+    fn defaults_fit_the_workload() {
+        assert_eq!(default_pktsize(Protocol::Udp, false, false), 1472);
+        assert_eq!(default_pktsize(Protocol::Udp, false, true), 1452);
+        assert_eq!(default_pktsize(Protocol::Udp, true, false), 1);
+        assert_eq!(default_pktsize(Protocol::Tcp, true, true), 1);
+        assert_eq!(default_pktsize(Protocol::Tcp, false, false), 32768);
+        assert_eq!(default_pktsize(Protocol::Rdma, false, false), 32768);
+        assert_eq!(sweep_run_ms(1), 2000);
+        assert_eq!(sweep_run_ms(34), 294);
+        assert_eq!(sweep_run_ms(1000), 200);
+    }
+
+    #[test]
     fn bulk_data_threads_run_batch_and_round_trips_and_paced_ones_do_not() {
-        assert!(Settings::default().batch_threads());
-        assert!(udp().batch_threads());
+        let one_stream = batch_suits(1, usable_cpus());
+        assert_eq!(Settings::default().batch_threads(), one_stream);
+        assert_eq!(udp().batch_threads(), one_stream);
         let mprtt = Settings {
             workload: ACK,
             ..Settings::default()
