@@ -16,6 +16,7 @@ use crate::settings::Settings;
 use crate::stats::LatencySummary;
 use crate::stream::udp_wire::DatagramCounts;
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use schemars::generate::SchemaSettings;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -33,11 +34,14 @@ fn finite(x: f64) -> f64 {
 }
 
 /// When a run started.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "start")]
+#[schemars(deny_unknown_fields)]
 pub struct StartTime {
     /// Nanoseconds since the Unix epoch.
     pub unix_ns: u64,
     /// The same instant as RFC 3339 UTC text, to the second.
+    #[schemars(regex(pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"))]
     pub utc: String,
 }
 
@@ -106,7 +110,9 @@ fn civil_date(secs: u64) -> (i64, i64, i64) {
 /// (`--percentiles`), in `percentiles` and, for the four reported by default, also under
 /// the keys documents have always had (`p50_ns`, `p90_ns`, `p99_ns`, `p999_ns`), which
 /// are left out when not reported.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "latency")]
+#[schemars(deny_unknown_fields)]
 pub struct LatencyDoc {
     pub count: u64,
     pub min_ns: u64,
@@ -143,7 +149,9 @@ impl LatencyDoc {
 }
 
 /// Figures with their derived rates.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "figures")]
+#[schemars(deny_unknown_fields)]
 pub struct FiguresDoc {
     pub bytes_sent: u64,
     pub bytes_received: u64,
@@ -218,7 +226,9 @@ impl FiguresDoc {
 
 /// CPU time with seconds next to the exact microseconds, and the process's other
 /// counts (`null` where the end did not say: an iperf3 peer).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "cpu")]
+#[schemars(deny_unknown_fields)]
 pub struct CpuDoc {
     pub user_us: u64,
     pub system_us: u64,
@@ -250,7 +260,9 @@ impl CpuDoc {
 }
 
 /// One stream of one side.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "stream")]
+#[schemars(deny_unknown_fields)]
 pub struct StreamDoc {
     pub index: u32,
     pub local: String,
@@ -265,7 +277,9 @@ pub struct StreamDoc {
 }
 
 /// One stream's share of an interval.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "stream_interval")]
+#[schemars(deny_unknown_fields)]
 pub struct StreamIntervalDoc {
     pub index: u32,
     pub start_ns: u64,
@@ -285,7 +299,9 @@ impl StreamIntervalDoc {
 }
 
 /// One interval of one side.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "interval")]
+#[schemars(deny_unknown_fields)]
 pub struct IntervalDoc {
     pub index: u32,
     /// Since the side's start.
@@ -328,7 +344,9 @@ impl IntervalDoc {
 }
 
 /// Everything one side measured.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "side")]
+#[schemars(deny_unknown_fields)]
 pub struct SideDoc {
     pub role: Role,
     pub system: Option<SystemFacts>,
@@ -374,17 +392,24 @@ impl SideDoc {
 
 /// What the user labelled a document with, as iperf3's `-T` and `--extra-data`; each
 /// key is present only when given.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct DocLabels {
+    /// `-T`/`--title`, present only when given.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub title: Option<String>,
+    /// `--extra-data`, present only when given.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub extra_data: Option<String>,
 }
 
 /// The `--json` document of one run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "run")]
+#[schemars(deny_unknown_fields)]
 pub struct RunDoc {
+    #[schemars(extend("const" = SCHEMA_VERSION))]
     pub schema_version: u32,
     pub fperf_version: &'static str,
     #[serde(flatten)]
@@ -415,8 +440,11 @@ impl RunDoc {
 }
 
 /// One line of `fperf -s --json`: a test the server ran, as the server saw it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "server_test")]
+#[schemars(deny_unknown_fields)]
 pub struct ServerTestDoc {
+    #[schemars(extend("const" = SCHEMA_VERSION))]
     pub schema_version: u32,
     pub fperf_version: &'static str,
     /// When the test ended.
@@ -444,8 +472,11 @@ impl ServerTestDoc {
 
 /// One line of `fperf -s --json` for a test a mesh coordinator asked this server to run
 /// towards another server: the test as this end, its client, saw it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "server_mesh_test")]
+#[schemars(deny_unknown_fields)]
 pub struct ServerMeshTestDoc {
+    #[schemars(extend("const" = SCHEMA_VERSION))]
     pub schema_version: u32,
     pub fperf_version: &'static str,
     /// When the test ended.
@@ -458,7 +489,9 @@ pub struct ServerMeshTestDoc {
 }
 
 /// Who asked for a mesh test, and towards which server it ran.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "mesh_test")]
+#[schemars(deny_unknown_fields)]
 pub struct MeshTestDoc {
     pub coordinator: String,
     pub towards: String,
@@ -487,7 +520,9 @@ impl ServerMeshTestDoc {
 }
 
 /// One value of a sweep.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "sweep_record")]
+#[schemars(deny_unknown_fields)]
 pub struct SweepRecord {
     pub value: u64,
     /// The run of the value (without `--tests`).
@@ -499,7 +534,9 @@ pub struct SweepRecord {
 }
 
 /// What a sweep varied.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "sweep_spec")]
+#[schemars(deny_unknown_fields)]
 pub struct SweepSpecDoc {
     pub parameter: &'static str,
     pub values: Vec<u64>,
@@ -509,8 +546,11 @@ pub struct SweepSpecDoc {
 }
 
 /// The `--json` document of a sweep: one record per value.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "sweep")]
+#[schemars(deny_unknown_fields)]
 pub struct SweepDoc {
+    #[schemars(extend("const" = SCHEMA_VERSION))]
     pub schema_version: u32,
     pub fperf_version: &'static str,
     #[serde(flatten)]
@@ -520,7 +560,9 @@ pub struct SweepDoc {
 }
 
 /// A stream as connected, for the `start` event.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "stream_info")]
+#[schemars(deny_unknown_fields)]
 pub struct StreamInfoDoc {
     pub index: u32,
     pub local: String,
@@ -532,11 +574,13 @@ pub struct StreamInfoDoc {
 /// One line of `--json-stream`.
 // Built a few times per run and serialized at once: boxing the large variant buys nothing.
 #[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "event", deny_unknown_fields)]
 #[serde(tag = "event", rename_all = "lowercase")]
 pub enum Event {
     /// The data streams are connected.
     Start {
+        #[schemars(extend("const" = SCHEMA_VERSION))]
         schema_version: u32,
         fperf_version: &'static str,
         start: StartTime,
@@ -572,6 +616,54 @@ impl Event {
                 })
                 .collect(),
         }
+    }
+}
+
+/// The JSON Schema (draft 2020-12) of the documents above, as committed in
+/// `docs/fperf-result.schema.json`: its root is a run or sweep document (`--json`);
+/// `$defs/event` is one line of `--json-stream`, and `$defs/server_test` and
+/// `$defs/server_mesh_test` are the lines of `fperf -s --json`.
+pub fn result_schema() -> serde_json::Value {
+    let mut generator = SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator();
+    let run = generator.subschema_for::<RunDoc>();
+    let sweep = generator.subschema_for::<SweepDoc>();
+    // The documents printed one per line are only referred to from `$defs`.
+    generator.subschema_for::<Event>();
+    generator.subschema_for::<ServerTestDoc>();
+    generator.subschema_for::<ServerMeshTestDoc>();
+    let defs = generator.take_definitions(true);
+    let mut schema = serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://fperf.invalid/fperf-result.schema.json",
+        "title": "fperf --json output",
+        "description": "A run document, or a sweep document (with --sweep). Lines of \
+            --json-stream follow $defs/event, lines of fperf -s --json $defs/server_test \
+            or $defs/server_mesh_test. See docs/json.md.",
+        "oneOf": [run, sweep],
+        "$defs": defs,
+    });
+    as_prose(&mut schema);
+    schema
+}
+
+/// Each description in `schema` as one line of prose: the doc comments it comes from
+/// are wrapped, and say `None` where a document has `null`.
+fn as_prose(schema: &mut serde_json::Value) {
+    match schema {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                match value {
+                    serde_json::Value::String(text) if key == "description" => {
+                        *text = text.replace('\n', " ").replace("`None`", "`null`");
+                    }
+                    _ => as_prose(value),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(as_prose),
+        _ => {}
     }
 }
 

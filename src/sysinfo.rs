@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 
 /// What one end reports about its machine (qperf's `conf`); a peer's facts are made
 /// printable as they are read.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "system")]
+#[schemars(deny_unknown_fields)]
 pub struct SystemFacts {
     /// Host name.
     #[serde(default, deserialize_with = "crate::peer_text::deserialize_option")]
@@ -200,7 +202,11 @@ impl CpuUsage {
 }
 
 /// TCP's own figures for the sockets of a stream (or of all streams), from `TCP_INFO`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
+)]
+#[schemars(rename = "tcp_info")]
+#[schemars(deny_unknown_fields)]
 pub struct TcpInfo {
     /// Sockets these figures cover.
     pub sockets: u32,

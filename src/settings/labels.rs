@@ -14,7 +14,8 @@ pub struct HeaderLabels {
 }
 
 /// What one latency sample covers, where a transport's calls move more than one packet.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[schemars(rename = "sample")]
 #[serde(tag = "per", rename_all = "snake_case")]
 pub enum Sample {
     /// One packet: one send of it, or one receive that returns it.

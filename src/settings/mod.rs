@@ -50,8 +50,9 @@ pub const MIN_INTERVAL_PER_STREAM_MS: u64 = 2;
 /// one week, in ms.
 pub const MAX_TIME_MS: u64 = 7 * 24 * 3600 * 1000;
 
-/// The queue between `send_submit()` and a STREAM's sender threads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The queue that hands each stream's packets to its sender threads (`-q`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "queue")]
 #[serde(rename_all = "lowercase")]
 pub enum QueueKind {
     /// A mutex-protected queue holding up to 10000 requests (`-q 1`, the default).
@@ -72,11 +73,13 @@ impl QueueKind {
 }
 
 /// The scheduling policy of both ends' data threads (`--sched`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
+)]
+#[schemars(rename = "sched")]
 #[serde(rename_all = "lowercase")]
 pub enum SchedPolicy {
-    /// `SCHED_BATCH` for an unpaced bulk test, the normal policy for the others
-    /// ([`Settings::batch_threads`]).
+    /// `SCHED_BATCH` for an unpaced bulk test, the normal policy for the others.
     #[default]
     Auto,
     /// The normal policy for every test.
@@ -92,11 +95,13 @@ impl SchedPolicy {
 }
 
 /// Everything both ends must agree on for one run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "settings", deny_unknown_fields)]
 pub struct Settings {
-    /// Data STREAMs, each driven by its own thread; stream `i` uses port `port + i`.
+    /// Data streams, each driven by its own thread; stream i uses the server's port
+    /// plus i.
     pub nstreams: u32,
-    /// Sockets inside each STREAM.
+    /// Sockets inside each stream.
     pub nsockets: u32,
     /// MB (2^20 B) to send per stream.
     pub mb: u64,

@@ -183,7 +183,9 @@ pub enum Arrival {
 }
 
 /// Datagram figures of one end (or of several streams merged).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "datagrams")]
+#[schemars(deny_unknown_fields)]
 pub struct DatagramCounts {
     /// Datagrams this end sent (each packet once, retransmissions not included).
     pub sent: u64,
@@ -204,7 +206,7 @@ pub struct DatagramCounts {
     /// was told to send (a stranger's).
     pub foreign: u64,
     /// Interarrival jitter (RFC 3550), ns; the largest of merged streams. `None`
-    /// when no datagram carried a send time (datagrams below [`HEADER_LEN`] bytes).
+    /// when no datagram carried a send time (datagrams too short to hold one).
     pub jitter_ns: Option<f64>,
     /// Socket buffer sizes asked for and granted by the kernel (smallest when merged).
     pub rcvbuf: BufferGrant,
@@ -212,7 +214,11 @@ pub struct DatagramCounts {
 }
 
 /// A socket buffer size asked for and the size the kernel granted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
+)]
+#[schemars(rename = "buffer_grant")]
+#[schemars(deny_unknown_fields)]
 pub struct BufferGrant {
     pub requested: u64,
     pub granted: u64,

@@ -31,7 +31,9 @@ pub enum Reply {
 }
 
 /// What a run does with its data streams.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
+)]
 #[serde(try_from = "WorkloadFlags", into = "WorkloadFlags")]
 pub enum Workload {
     /// The client sends, the server receives.
@@ -151,7 +153,9 @@ pub enum WorkloadError {
 
 /// How a workload travels and appears in `--json`: one flag per workload, as the
 /// command line has them (`mprtt` is set by every request/response workload).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
+)]
 struct WorkloadFlags {
     mprtt: bool,
     #[serde(default)]

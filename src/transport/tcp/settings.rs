@@ -35,7 +35,8 @@ pub const MSS_RANGE: std::ops::RangeInclusive<u32> = 88..=32767;
 pub const FLOW_LABELS: std::ops::RangeInclusive<u32> = 1..=0xFFFFF;
 
 /// The options of a TCP run, both ends' alike.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "tcp_settings")]
 pub struct TcpSettings {
     /// TCP_NODELAY on both ends (`-d`).
     #[serde(default)]
@@ -51,7 +52,10 @@ pub struct TcpSettings {
     #[serde(default)]
     pub congestion: Option<String>,
     /// The receiving end's `SO_RCVLOWAT` (`--rcvlowat`), the bytes that must have
-    /// arrived before a read wakes; `None`: see [`TcpSettings::rcvlowat_bytes`].
+    /// arrived before a read wakes; `None`: the server's default by its cores (with two
+    /// per stream and no rate, 128 KiB or one packet if larger, at most half the
+    /// window; with one per stream or a rate, one packet; else the kernel's 1, as with
+    /// `-r`).
     #[serde(default)]
     pub rcvlowat: Option<u32>,
     /// The receiving end's reads discard the bytes in the kernel (`MSG_TRUNC`) instead
