@@ -15,6 +15,7 @@ use crate::settings::labels::Sample;
 use crate::settings::Settings;
 use crate::stats::LatencySummary;
 use crate::stream::udp_wire::DatagramCounts;
+use crate::sweep::{SweepParam, SweepTest};
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
 use schemars::generate::SchemaSettings;
 use serde::Serialize;
@@ -106,28 +107,35 @@ fn civil_date(secs: u64) -> (i64, i64, i64) {
     (year, month, day)
 }
 
-/// One latency distribution: its exact figures, then each percentile the run reported
-/// (`--percentiles`), in `percentiles` and, for the four reported by default, also under
-/// the keys documents have always had (`p50_ns`, `p90_ns`, `p99_ns`, `p999_ns`), which
-/// are left out when not reported.
+/// One latency distribution in nanoseconds: count, min, max, mean and stddev exact
+/// (an interval's min and max within the histogram's 0.1%), percentiles from an HDR
+/// histogram (3 significant digits). Each percentile the run reported is in
+/// `percentiles`; the four reported by default are also under `p50_ns`, `p90_ns`,
+/// `p99_ns` and `p999_ns`, which are left out when not reported.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "latency")]
 #[schemars(deny_unknown_fields)]
 pub struct LatencyDoc {
+    /// Samples.
     pub count: u64,
     pub min_ns: u64,
     pub max_ns: u64,
     pub mean_ns: f64,
     pub stddev_ns: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
     pub p50_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
     pub p90_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
     pub p99_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
     pub p999_ns: Option<u64>,
-    /// `{"percentile": 99.99, "ns": N}` for each, in the order asked.
+    /// Each percentile the run reported (`--percentiles`; by default 50, 90, 99 and
+    /// 99.9), in the order asked, with its figure in ns.
     pub percentiles: PercentileValues,
 }
 
@@ -148,7 +156,8 @@ impl LatencyDoc {
     }
 }
 
-/// Figures with their derived rates.
+/// What one end measured over a span: exact bytes and nanoseconds, and the rates
+/// derived from them (0 over zero time).
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "figures")]
 #[schemars(deny_unknown_fields)]
@@ -160,28 +169,33 @@ pub struct FiguresDoc {
     /// bytes_sent × 8 / seconds (0 over zero time).
     pub sent_bits_per_second: f64,
     pub received_bits_per_second: f64,
-    /// The client's round trips per second with `-r`; `None` otherwise.
+    /// The client's round trips per second with `-r` (`send_latency.count / seconds`);
+    /// `None` on the server and without `-r`.
     pub transactions_per_second: Option<f64>,
     pub send_latency: Option<LatencyDoc>,
-    /// What one sample of `send_latency` covers: a packet, a batch or a read.
+    /// What one sample of `send_latency` covers; `None` when `send_latency` is.
     pub send_latency_per: Option<Sample>,
     pub recv_latency: Option<LatencyDoc>,
-    /// What one sample of `recv_latency` covers.
+    /// What one sample of `recv_latency` covers; `None` when `recv_latency` is.
     pub recv_latency_per: Option<Sample>,
     pub submit_latency: Option<LatencyDoc>,
-    /// `--rx-timestamps` (UDP, receiving end): each datagram's time from the sender's
-    /// send to the kernel's receipt here (one way: the clocks must agree).
+    /// `--rx-timestamps`, a receiving UDP end only (absent elsewhere): each datagram's
+    /// time from the send time in its header to the kernel's receipt here; one way, so
+    /// the two hosts' clocks must agree.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "LatencyDoc")]
     pub network_latency: Option<LatencyDoc>,
-    /// `--rx-timestamps`: each datagram's time from the kernel's receipt to the read
-    /// that returned it.
+    /// `--rx-timestamps`, a receiving UDP end only (absent elsewhere): each datagram's
+    /// time from the kernel's receipt to the read that returned it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "LatencyDoc")]
     pub app_latency: Option<LatencyDoc>,
     pub retries: u64,
     pub tcp: Option<TcpInfo>,
     /// UDP datagram accounting; `None` for stream transports.
     pub datagrams: Option<DatagramCounts>,
-    /// A UDP sender: the wait from its last send to the peer's confirmation, not in
+    /// A UDP sender: the wait from its last send to the peer's confirmation that it had
+    /// everything (up to the receiver's quiet time when datagrams were lost), not in
     /// `duration_ns`; `None` elsewhere.
     pub drain_ns: Option<u64>,
 }
@@ -224,8 +238,9 @@ impl FiguresDoc {
     }
 }
 
-/// CPU time with seconds next to the exact microseconds, and the process's other
-/// counts (`null` where the end did not say: an iperf3 peer).
+/// CPU time of the process (`getrusage`), exact microseconds and seconds; context
+/// switches and page faults during the same span; the process's peak resident memory
+/// since it started. The counts are `null` where the end did not say (an iperf3 peer).
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "cpu")]
 #[schemars(deny_unknown_fields)]
@@ -267,11 +282,17 @@ pub struct StreamDoc {
     pub index: u32,
     pub local: String,
     pub peer: String,
-    /// TCP: the congestion control algorithm this end's sockets used.
+    /// TCP: the congestion control algorithm of this end's sockets, as the kernel
+    /// reports it (`TCP_CONGESTION`); `None` for UDP and RDMA.
     pub congestion: Option<String>,
-    /// TCP, the server's streams: the receive low-water mark of its sockets.
+    /// TCP, the server's streams: the receive low-water mark of its sockets, as the
+    /// kernel reports it (`SO_RCVLOWAT`: the server's default or `--rcvlowat`, as the
+    /// kernel capped it); `None` on the client and for UDP and RDMA.
     pub rcvlowat: Option<u32>,
-    /// TCP, the receiving end's streams: how long a read naps while data flows, in us.
+    /// TCP, the receiving end's streams (the server's; with `--reverse` or `--bidir`'s
+    /// second half the client's): how long a read that finds no data naps, in
+    /// microseconds, while data flows, before it reads once more and only then sleeps
+    /// on the socket; `None` where reads do not nap.
     pub rx_nap_us: Option<u32>,
     pub figures: FiguresDoc,
 }
@@ -298,7 +319,8 @@ impl StreamIntervalDoc {
     }
 }
 
-/// One interval of one side.
+/// One side's figures for one reporting interval (`-i`); times since that side's
+/// start.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "interval")]
 #[schemars(deny_unknown_fields)]
@@ -313,8 +335,10 @@ pub struct IntervalDoc {
     pub omitted: bool,
     /// All streams; with `--bidir` the ones carrying the client's data.
     pub total: FiguresDoc,
-    /// With `--bidir`, the streams carrying the server's data (absent otherwise).
+    /// `--bidir` only: the streams that carried the server's data, together (`total`
+    /// then covers the client's data streams).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "FiguresDoc")]
     pub reverse_total: Option<FiguresDoc>,
     pub streams: Vec<StreamIntervalDoc>,
     /// CPU time of the process from the side's start to the end of the interval.
@@ -353,8 +377,10 @@ pub struct SideDoc {
     pub cpu: Option<CpuDoc>,
     /// All streams; with `--bidir` the ones carrying the client's data.
     pub total: FiguresDoc,
-    /// With `--bidir`, the streams carrying the server's data (absent otherwise).
+    /// `--bidir` only: the streams that carried the server's data, together (`total`
+    /// then covers the client's data streams).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "FiguresDoc")]
     pub reverse_total: Option<FiguresDoc>,
     pub streams: Vec<StreamDoc>,
     pub intervals: Vec<IntervalDoc>,
@@ -523,13 +549,16 @@ impl ServerMeshTestDoc {
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "sweep_record")]
 #[schemars(deny_unknown_fields)]
+#[schemars(transform = one_run_or_tests)]
 pub struct SweepRecord {
     pub value: u64,
     /// The run of the value (without `--tests`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "RunDoc")]
     pub result: Option<RunDoc>,
     /// With `--tests`: each test's run of the value, by the test's name.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("propertyNames" = sweep_tests_schema(), "minProperties" = 1))]
     pub tests: BTreeMap<&'static str, RunDoc>,
 }
 
@@ -538,11 +567,28 @@ pub struct SweepRecord {
 #[schemars(rename = "sweep_spec")]
 #[schemars(deny_unknown_fields)]
 pub struct SweepSpecDoc {
+    /// The option the sweep varied.
+    #[schemars(extend("enum" = SweepParam::ALL.map(SweepParam::name)))]
     pub parameter: &'static str,
+    #[schemars(length(min = 1))]
     pub values: Vec<u64>,
     /// `--tests`, in the order given.
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1), extend("items" = sweep_tests_schema()))]
     pub tests: Vec<&'static str>,
+}
+
+/// The names `--tests` takes.
+fn sweep_tests_schema() -> serde_json::Value {
+    serde_json::json!({ "enum": SweepTest::ALL.map(SweepTest::name) })
+}
+
+/// A sweep record has the value's run, or with `--tests` each test's.
+fn one_run_or_tests(schema: &mut schemars::Schema) {
+    schema.insert(
+        "oneOf".into(),
+        serde_json::json!([{ "required": ["result"] }, { "required": ["tests"] }]),
+    );
 }
 
 /// The `--json` document of a sweep: one record per value.
@@ -567,7 +613,8 @@ pub struct StreamInfoDoc {
     pub index: u32,
     pub local: String,
     pub peer: String,
-    /// TCP: the congestion control algorithm of the client's sockets.
+    /// TCP: the congestion control algorithm of the client's sockets, as the kernel
+    /// reports it (`TCP_CONGESTION`); `None` for UDP and RDMA.
     pub congestion: Option<String>,
 }
 
@@ -691,6 +738,55 @@ mod tests {
         assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
         assert_eq!(http_date(951_782_400), "Tue, 29 Feb 2000 00:00:00 GMT");
         assert_eq!(http_date(1_700_000_000), "Tue, 14 Nov 2023 22:13:20 GMT");
+    }
+
+    /// The schema speaks to users: its definitions are named as the documents' keys
+    /// are, and its descriptions are single lines without links into the code.
+    #[test]
+    fn the_schema_names_no_code() {
+        fn descriptions(v: &serde_json::Value, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(map) => {
+                    for (key, value) in map {
+                        match value {
+                            serde_json::Value::String(s) if key == "description" => {
+                                out.push(s.clone())
+                            }
+                            _ => descriptions(value, out),
+                        }
+                    }
+                }
+                serde_json::Value::Array(items) => items.iter().for_each(|v| descriptions(v, out)),
+                _ => {}
+            }
+        }
+        let schema = result_schema();
+        let defs = schema["$defs"].as_object().expect("$defs");
+        for name in [
+            "run",
+            "sweep",
+            "event",
+            "server_test",
+            "figures",
+            "settings",
+        ] {
+            assert!(defs.contains_key(name), "no $defs/{name}");
+        }
+        for name in defs.keys() {
+            assert!(
+                name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "$defs/{name}"
+            );
+        }
+        let mut texts = Vec::new();
+        descriptions(&schema, &mut texts);
+        assert!(texts.len() > 50, "{}", texts.len());
+        for text in texts {
+            assert!(
+                !text.contains('\n') && !text.contains("[`") && !text.contains("`None`"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

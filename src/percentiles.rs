@@ -145,7 +145,13 @@ pub enum PercentilesError {
 /// two alike.
 // The bounds and uniqueness hold once `Percentiles::check` passed.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, schemars::JsonSchema, Deserialize)]
-#[schemars(rename = "percentiles")]
+#[schemars(
+    rename = "percentiles",
+    extend(
+        "minItems" = 1,
+        "items" = serde_json::json!({"type": "number", "exclusiveMinimum": 0, "maximum": 100})
+    )
+)]
 #[serde(transparent)]
 pub struct Percentiles(BoundedList<f64>);
 
@@ -228,6 +234,7 @@ pub fn quantile(percentile: f64) -> f64 {
 #[schemars(deny_unknown_fields)]
 pub struct PercentileValue {
     /// Above 0 and at most 100.
+    #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 100))]
     pub percentile: f64,
     pub ns: u64,
 }

@@ -117,11 +117,13 @@ pub struct Settings {
     /// `--transactions`: with a request/response workload, each stream ends after this
     /// many round trips instead of `mb` MB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
     pub transactions: Option<u64>,
     /// `--response-size`: with `-r`, the server answers each request with this many
     /// bytes instead of the 1-byte ACK (with `--echo` it may only name the request's
     /// own size). `None`: the workload's own reply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32")]
     pub response_size: Option<u32>,
     /// `-i`: both ends report figures every this many ms while the run goes on.
     #[serde(default)]
@@ -144,7 +146,9 @@ pub struct Settings {
     /// one epoll set, on both ends; `nstreams` is then the number of threads.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub flows: bool,
-    /// `--sched`: the policy both ends' data threads run under.
+    /// `--sched`: the policy both ends' data threads run under, for every test; absent
+    /// with the default (`SCHED_BATCH` for an unpaced bulk test, the normal policy
+    /// otherwise).
     #[serde(default, skip_serializing_if = "SchedPolicy::is_auto")]
     pub sched: SchedPolicy,
     /// `--percentiles`: the percentiles of every latency both ends report.

@@ -193,7 +193,9 @@ pub struct DatagramCounts {
     pub peer_sent: u64,
     /// Datagrams read, duplicates included.
     pub received: u64,
+    /// Datagrams that arrived more than once (counted again in `received`).
     pub duplicates: u64,
+    /// Datagrams that arrived after one sent later.
     pub out_of_order: u64,
     /// `peer_sent - (received - duplicates)`, never negative.
     pub lost: u64,
@@ -210,10 +212,12 @@ pub struct DatagramCounts {
     pub jitter_ns: Option<f64>,
     /// Socket buffer sizes asked for and granted by the kernel (smallest when merged).
     pub rcvbuf: BufferGrant,
+    /// The send buffer's, as `rcvbuf`.
     pub sndbuf: BufferGrant,
 }
 
-/// A socket buffer size asked for and the size the kernel granted.
+/// A socket buffer size asked for and the size the kernel granted, in bytes (0 and 0:
+/// not set).
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
 )]

@@ -70,14 +70,17 @@ pub struct TcpSettings {
     /// handshake, so the server's segments keep to it too (`-M`, `TCP_MAXSEG`);
     /// `None`: the path's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32")]
     pub mss: Option<u32>,
     /// Both ends' data sockets: the kernel paces each one's sends to this many bits per
     /// second (`--fq-rate`, `SO_MAX_PACING_RATE`); `None`: no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
     pub fq_rate: Option<u64>,
     /// The IPv6 flow label of the client's data connections (`-L`); `None`: the
     /// kernel's (none, unless it makes them up itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32")]
     pub flowlabel: Option<u32>,
     #[serde(flatten)]
     pub sockets: SocketSettings,

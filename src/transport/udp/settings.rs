@@ -58,7 +58,8 @@ pub struct UdpSettings {
     /// The receiver takes coalesced datagrams with UDP GRO (`--gro`).
     #[serde(default)]
     pub gro: bool,
-    /// With MPRTT: ms to wait for an ACK before sending a datagram again.
+    /// Request/response (`-r`): ms to wait for an ACK before sending a datagram again
+    /// (`--ack-timeout`).
     #[serde(default = "default_ack_timeout_ms")]
     pub ack_timeout_ms: u32,
     /// The receiving end reads each datagram's kernel receive time and splits its
