@@ -120,7 +120,9 @@ pub struct LatencyDoc {
     pub count: u64,
     pub min_ns: u64,
     pub max_ns: u64,
+    #[schemars(range(min = 0.0))]
     pub mean_ns: f64,
+    #[schemars(range(min = 0.0))]
     pub stddev_ns: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "u64")]
@@ -165,12 +167,16 @@ pub struct FiguresDoc {
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub duration_ns: u64,
+    #[schemars(range(min = 0.0))]
     pub seconds: f64,
     /// bytes_sent × 8 / seconds (0 over zero time).
+    #[schemars(range(min = 0.0))]
     pub sent_bits_per_second: f64,
+    #[schemars(range(min = 0.0))]
     pub received_bits_per_second: f64,
     /// The client's round trips per second with `-r` (`send_latency.count / seconds`);
     /// `None` on the server and without `-r`.
+    #[schemars(range(min = 0.0))]
     pub transactions_per_second: Option<f64>,
     pub send_latency: Option<LatencyDoc>,
     /// What one sample of `send_latency` covers; `None` when `send_latency` is.
@@ -247,7 +253,9 @@ impl FiguresDoc {
 pub struct CpuDoc {
     pub user_us: u64,
     pub system_us: u64,
+    #[schemars(range(min = 0.0))]
     pub user_seconds: f64,
+    #[schemars(range(min = 0.0))]
     pub system_seconds: f64,
     pub voluntary_context_switches: Option<u64>,
     pub involuntary_context_switches: Option<u64>,
@@ -329,7 +337,9 @@ pub struct IntervalDoc {
     /// Since the side's start.
     pub start_ns: u64,
     pub end_ns: u64,
+    #[schemars(range(min = 0.0))]
     pub start_seconds: f64,
+    #[schemars(range(min = 0.0))]
     pub end_seconds: f64,
     /// Began inside the warm-up (`--omit`): not part of the totals.
     pub omitted: bool,

@@ -25,6 +25,7 @@ pub struct SocketSettings {
     /// Both socket buffers (`SO_SNDBUF`, `SO_RCVBUF`) of every data socket on both
     /// ends, in bytes (`-w`); `None`: the kernel's autotuning (TCP) or UDP's own size.
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_WINDOW))]
     pub window: Option<u32>,
     /// The IP TOS byte (IPv6 traffic class) every data socket of both ends marks its
     /// packets with (`--tos`, `--dscp`); `None`: the kernel's, 0.

@@ -57,6 +57,7 @@ pub struct TcpSettings {
     /// window; with one per stream or a rate, one packet; else the kernel's 1, as with
     /// `-r`).
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_RCVLOWAT))]
     pub rcvlowat: Option<u32>,
     /// The receiving end's reads discard the bytes in the kernel (`MSG_TRUNC`) instead
     /// of copying them out (`--skip-rx-copy`).
@@ -71,16 +72,19 @@ pub struct TcpSettings {
     /// `None`: the path's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "u32")]
+    #[schemars(range(min = *MSS_RANGE.start(), max = *MSS_RANGE.end()))]
     pub mss: Option<u32>,
     /// Both ends' data sockets: the kernel paces each one's sends to this many bits per
     /// second (`--fq-rate`, `SO_MAX_PACING_RATE`); `None`: no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "u64")]
+    #[schemars(range(min = 8))]
     pub fq_rate: Option<u64>,
     /// The IPv6 flow label of the client's data connections (`-L`); `None`: the
     /// kernel's (none, unless it makes them up itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "u32")]
+    #[schemars(range(min = *FLOW_LABELS.start(), max = *FLOW_LABELS.end()))]
     pub flowlabel: Option<u32>,
     #[serde(flatten)]
     pub sockets: SocketSettings,
