@@ -500,9 +500,11 @@ pub struct Cli {
           conflicts_with = "server")]
     bitrate: Option<u64>,
 
-    /// Write the man page or a shell's completions to stdout, then exit: fperf's page
-    /// (man), fperf mesh's (man-mesh), fperf exporter's (man-exporter), or completions
-    /// for bash, zsh or fish (complete-bash, complete-zsh, complete-fish).
+    /// Write the man page, a shell's completions or the JSON output's schema to stdout,
+    /// then exit: fperf's page (man), fperf mesh's (man-mesh), fperf exporter's
+    /// (man-exporter), completions for bash, zsh or fish (complete-bash, complete-zsh,
+    /// complete-fish), or the JSON Schema of --json's documents and --json-stream's
+    /// lines (json-schema).
     #[arg(
         hide_short_help = true,
         help_heading = "Output",
@@ -1851,6 +1853,8 @@ pub enum Generate {
     CompleteZsh,
     /// fish's completions.
     CompleteFish,
+    /// The JSON Schema of `--json`'s documents and `--json-stream`'s lines.
+    JsonSchema,
 }
 
 /// The value of a `-t` among `args` that is a bare number (`-t 10`, `-t10`, `-t=10`),

@@ -1,5 +1,6 @@
 //! `fperf --generate WHAT`: the man pages and the shell completions, written from the
-//! same clap definition as `--help`, so the packaged copies never drift from it.
+//! same clap definition as `--help`, so the packaged copies never drift from it; and the
+//! JSON Schema of the JSON output, written from the types that print it.
 
 use crate::cli::{Cli, Generate};
 use clap::{Command, CommandFactory};
@@ -109,6 +110,10 @@ fn write(what: Generate, mut cmd: Command, out: &mut dyn Write) -> io::Result<()
         Generate::CompleteBash => Shell::Bash,
         Generate::CompleteZsh => Shell::Zsh,
         Generate::CompleteFish => Shell::Fish,
+        Generate::JsonSchema => {
+            let schema = fperf::json::to_document(&fperf::json::result_schema());
+            return writeln!(out, "{schema}");
+        }
     };
     // clap_complete panics when its writer fails; a buffer cannot, and a closed stdout
     // is then an error like any other.

@@ -15,7 +15,9 @@ use crate::settings::labels::Sample;
 use crate::settings::Settings;
 use crate::stats::LatencySummary;
 use crate::stream::udp_wire::DatagramCounts;
+use crate::sweep::{SweepParam, SweepTest};
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use schemars::generate::SchemaSettings;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -33,11 +35,14 @@ fn finite(x: f64) -> f64 {
 }
 
 /// When a run started.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "start")]
+#[schemars(deny_unknown_fields)]
 pub struct StartTime {
     /// Nanoseconds since the Unix epoch.
     pub unix_ns: u64,
     /// The same instant as RFC 3339 UTC text, to the second.
+    #[schemars(regex(pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"))]
     pub utc: String,
 }
 
@@ -102,26 +107,37 @@ fn civil_date(secs: u64) -> (i64, i64, i64) {
     (year, month, day)
 }
 
-/// One latency distribution: its exact figures, then each percentile the run reported
-/// (`--percentiles`), in `percentiles` and, for the four reported by default, also under
-/// the keys documents have always had (`p50_ns`, `p90_ns`, `p99_ns`, `p999_ns`), which
-/// are left out when not reported.
-#[derive(Clone, Debug, Serialize)]
+/// One latency distribution in nanoseconds: count, min, max, mean and stddev exact
+/// (an interval's min and max within the histogram's 0.1%), percentiles from an HDR
+/// histogram (3 significant digits). Each percentile the run reported is in
+/// `percentiles`; the four reported by default are also under `p50_ns`, `p90_ns`,
+/// `p99_ns` and `p999_ns`, which are left out when not reported.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "latency")]
+#[schemars(deny_unknown_fields)]
 pub struct LatencyDoc {
+    /// Samples.
     pub count: u64,
     pub min_ns: u64,
     pub max_ns: u64,
+    #[schemars(range(min = 0.0))]
     pub mean_ns: f64,
+    #[schemars(range(min = 0.0))]
     pub stddev_ns: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
     pub p50_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
     pub p90_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
     pub p99_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
     pub p999_ns: Option<u64>,
-    /// `{"percentile": 99.99, "ns": N}` for each, in the order asked.
+    /// Each percentile the run reported (`--percentiles`; by default 50, 90, 99 and
+    /// 99.9), in the order asked, with its figure in ns.
     pub percentiles: PercentileValues,
 }
 
@@ -142,38 +158,50 @@ impl LatencyDoc {
     }
 }
 
-/// Figures with their derived rates.
-#[derive(Clone, Debug, Serialize)]
+/// What one end measured over a span: exact bytes and nanoseconds, and the rates
+/// derived from them (0 over zero time).
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "figures")]
+#[schemars(deny_unknown_fields)]
 pub struct FiguresDoc {
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub duration_ns: u64,
+    #[schemars(range(min = 0.0))]
     pub seconds: f64,
     /// bytes_sent × 8 / seconds (0 over zero time).
+    #[schemars(range(min = 0.0))]
     pub sent_bits_per_second: f64,
+    #[schemars(range(min = 0.0))]
     pub received_bits_per_second: f64,
-    /// The client's round trips per second with `-r`; `None` otherwise.
+    /// The client's round trips per second with `-r` (`send_latency.count / seconds`);
+    /// `None` on the server and without `-r`.
+    #[schemars(range(min = 0.0))]
     pub transactions_per_second: Option<f64>,
     pub send_latency: Option<LatencyDoc>,
-    /// What one sample of `send_latency` covers: a packet, a batch or a read.
+    /// What one sample of `send_latency` covers; `None` when `send_latency` is.
     pub send_latency_per: Option<Sample>,
     pub recv_latency: Option<LatencyDoc>,
-    /// What one sample of `recv_latency` covers.
+    /// What one sample of `recv_latency` covers; `None` when `recv_latency` is.
     pub recv_latency_per: Option<Sample>,
     pub submit_latency: Option<LatencyDoc>,
-    /// `--rx-timestamps` (UDP, receiving end): each datagram's time from the sender's
-    /// send to the kernel's receipt here (one way: the clocks must agree).
+    /// `--rx-timestamps`, a receiving UDP end only (absent elsewhere): each datagram's
+    /// time from the send time in its header to the kernel's receipt here; one way, so
+    /// the two hosts' clocks must agree.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "LatencyDoc")]
     pub network_latency: Option<LatencyDoc>,
-    /// `--rx-timestamps`: each datagram's time from the kernel's receipt to the read
-    /// that returned it.
+    /// `--rx-timestamps`, a receiving UDP end only (absent elsewhere): each datagram's
+    /// time from the kernel's receipt to the read that returned it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "LatencyDoc")]
     pub app_latency: Option<LatencyDoc>,
     pub retries: u64,
     pub tcp: Option<TcpInfo>,
     /// UDP datagram accounting; `None` for stream transports.
     pub datagrams: Option<DatagramCounts>,
-    /// A UDP sender: the wait from its last send to the peer's confirmation, not in
+    /// A UDP sender: the wait from its last send to the peer's confirmation that it had
+    /// everything (up to the receiver's quiet time when datagrams were lost), not in
     /// `duration_ns`; `None` elsewhere.
     pub drain_ns: Option<u64>,
 }
@@ -216,13 +244,18 @@ impl FiguresDoc {
     }
 }
 
-/// CPU time with seconds next to the exact microseconds, and the process's other
-/// counts (`null` where the end did not say: an iperf3 peer).
-#[derive(Clone, Debug, Serialize)]
+/// CPU time of the process (`getrusage`), exact microseconds and seconds; context
+/// switches and page faults during the same span; the process's peak resident memory
+/// since it started. The counts are `null` where the end did not say (an iperf3 peer).
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "cpu")]
+#[schemars(deny_unknown_fields)]
 pub struct CpuDoc {
     pub user_us: u64,
     pub system_us: u64,
+    #[schemars(range(min = 0.0))]
     pub user_seconds: f64,
+    #[schemars(range(min = 0.0))]
     pub system_seconds: f64,
     pub voluntary_context_switches: Option<u64>,
     pub involuntary_context_switches: Option<u64>,
@@ -250,22 +283,32 @@ impl CpuDoc {
 }
 
 /// One stream of one side.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "stream")]
+#[schemars(deny_unknown_fields)]
 pub struct StreamDoc {
     pub index: u32,
     pub local: String,
     pub peer: String,
-    /// TCP: the congestion control algorithm this end's sockets used.
+    /// TCP: the congestion control algorithm of this end's sockets, as the kernel
+    /// reports it (`TCP_CONGESTION`); `None` for UDP and RDMA.
     pub congestion: Option<String>,
-    /// TCP, the server's streams: the receive low-water mark of its sockets.
+    /// TCP, the server's streams: the receive low-water mark of its sockets, as the
+    /// kernel reports it (`SO_RCVLOWAT`: the server's default or `--rcvlowat`, as the
+    /// kernel capped it); `None` on the client and for UDP and RDMA.
     pub rcvlowat: Option<u32>,
-    /// TCP, the receiving end's streams: how long a read naps while data flows, in us.
+    /// TCP, the receiving end's streams (the server's; with `--reverse` or `--bidir`'s
+    /// second half the client's): how long a read that finds no data naps, in
+    /// microseconds, while data flows, before it reads once more and only then sleeps
+    /// on the socket; `None` where reads do not nap.
     pub rx_nap_us: Option<u32>,
     pub figures: FiguresDoc,
 }
 
 /// One stream's share of an interval.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "stream_interval")]
+#[schemars(deny_unknown_fields)]
 pub struct StreamIntervalDoc {
     pub index: u32,
     pub start_ns: u64,
@@ -284,21 +327,28 @@ impl StreamIntervalDoc {
     }
 }
 
-/// One interval of one side.
-#[derive(Clone, Debug, Serialize)]
+/// One side's figures for one reporting interval (`-i`); times since that side's
+/// start.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "interval")]
+#[schemars(deny_unknown_fields)]
 pub struct IntervalDoc {
     pub index: u32,
     /// Since the side's start.
     pub start_ns: u64,
     pub end_ns: u64,
+    #[schemars(range(min = 0.0))]
     pub start_seconds: f64,
+    #[schemars(range(min = 0.0))]
     pub end_seconds: f64,
     /// Began inside the warm-up (`--omit`): not part of the totals.
     pub omitted: bool,
     /// All streams; with `--bidir` the ones carrying the client's data.
     pub total: FiguresDoc,
-    /// With `--bidir`, the streams carrying the server's data (absent otherwise).
+    /// `--bidir` only: the streams that carried the server's data, together (`total`
+    /// then covers the client's data streams).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "FiguresDoc")]
     pub reverse_total: Option<FiguresDoc>,
     pub streams: Vec<StreamIntervalDoc>,
     /// CPU time of the process from the side's start to the end of the interval.
@@ -328,15 +378,19 @@ impl IntervalDoc {
 }
 
 /// Everything one side measured.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "side")]
+#[schemars(deny_unknown_fields)]
 pub struct SideDoc {
     pub role: Role,
     pub system: Option<SystemFacts>,
     pub cpu: Option<CpuDoc>,
     /// All streams; with `--bidir` the ones carrying the client's data.
     pub total: FiguresDoc,
-    /// With `--bidir`, the streams carrying the server's data (absent otherwise).
+    /// `--bidir` only: the streams that carried the server's data, together (`total`
+    /// then covers the client's data streams).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "FiguresDoc")]
     pub reverse_total: Option<FiguresDoc>,
     pub streams: Vec<StreamDoc>,
     pub intervals: Vec<IntervalDoc>,
@@ -374,17 +428,24 @@ impl SideDoc {
 
 /// What the user labelled a document with, as iperf3's `-T` and `--extra-data`; each
 /// key is present only when given.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct DocLabels {
+    /// `-T`/`--title`, present only when given.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub title: Option<String>,
+    /// `--extra-data`, present only when given.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub extra_data: Option<String>,
 }
 
 /// The `--json` document of one run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "run")]
+#[schemars(deny_unknown_fields)]
 pub struct RunDoc {
+    #[schemars(extend("const" = SCHEMA_VERSION))]
     pub schema_version: u32,
     pub fperf_version: &'static str,
     #[serde(flatten)]
@@ -415,8 +476,11 @@ impl RunDoc {
 }
 
 /// One line of `fperf -s --json`: a test the server ran, as the server saw it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "server_test")]
+#[schemars(deny_unknown_fields)]
 pub struct ServerTestDoc {
+    #[schemars(extend("const" = SCHEMA_VERSION))]
     pub schema_version: u32,
     pub fperf_version: &'static str,
     /// When the test ended.
@@ -444,8 +508,11 @@ impl ServerTestDoc {
 
 /// One line of `fperf -s --json` for a test a mesh coordinator asked this server to run
 /// towards another server: the test as this end, its client, saw it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "server_mesh_test")]
+#[schemars(deny_unknown_fields)]
 pub struct ServerMeshTestDoc {
+    #[schemars(extend("const" = SCHEMA_VERSION))]
     pub schema_version: u32,
     pub fperf_version: &'static str,
     /// When the test ended.
@@ -458,7 +525,9 @@ pub struct ServerMeshTestDoc {
 }
 
 /// Who asked for a mesh test, and towards which server it ran.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "mesh_test")]
+#[schemars(deny_unknown_fields)]
 pub struct MeshTestDoc {
     pub coordinator: String,
     pub towards: String,
@@ -487,30 +556,57 @@ impl ServerMeshTestDoc {
 }
 
 /// One value of a sweep.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "sweep_record")]
+#[schemars(deny_unknown_fields)]
+#[schemars(transform = one_run_or_tests)]
 pub struct SweepRecord {
     pub value: u64,
     /// The run of the value (without `--tests`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "RunDoc")]
     pub result: Option<RunDoc>,
     /// With `--tests`: each test's run of the value, by the test's name.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("propertyNames" = sweep_tests_schema(), "minProperties" = 1))]
     pub tests: BTreeMap<&'static str, RunDoc>,
 }
 
 /// What a sweep varied.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "sweep_spec")]
+#[schemars(deny_unknown_fields)]
 pub struct SweepSpecDoc {
+    /// The option the sweep varied.
+    #[schemars(extend("enum" = SweepParam::ALL.map(SweepParam::name)))]
     pub parameter: &'static str,
+    #[schemars(length(min = 1))]
     pub values: Vec<u64>,
     /// `--tests`, in the order given.
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1), extend("items" = sweep_tests_schema()))]
     pub tests: Vec<&'static str>,
 }
 
+/// The names `--tests` takes.
+fn sweep_tests_schema() -> serde_json::Value {
+    serde_json::json!({ "enum": SweepTest::ALL.map(SweepTest::name) })
+}
+
+/// A sweep record has the value's run, or with `--tests` each test's.
+fn one_run_or_tests(schema: &mut schemars::Schema) {
+    schema.insert(
+        "oneOf".into(),
+        serde_json::json!([{ "required": ["result"] }, { "required": ["tests"] }]),
+    );
+}
+
 /// The `--json` document of a sweep: one record per value.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "sweep")]
+#[schemars(deny_unknown_fields)]
 pub struct SweepDoc {
+    #[schemars(extend("const" = SCHEMA_VERSION))]
     pub schema_version: u32,
     pub fperf_version: &'static str,
     #[serde(flatten)]
@@ -520,23 +616,28 @@ pub struct SweepDoc {
 }
 
 /// A stream as connected, for the `start` event.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "stream_info")]
+#[schemars(deny_unknown_fields)]
 pub struct StreamInfoDoc {
     pub index: u32,
     pub local: String,
     pub peer: String,
-    /// TCP: the congestion control algorithm of the client's sockets.
+    /// TCP: the congestion control algorithm of the client's sockets, as the kernel
+    /// reports it (`TCP_CONGESTION`); `None` for UDP and RDMA.
     pub congestion: Option<String>,
 }
 
 /// One line of `--json-stream`.
 // Built a few times per run and serialized at once: boxing the large variant buys nothing.
 #[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "event", deny_unknown_fields)]
 #[serde(tag = "event", rename_all = "lowercase")]
 pub enum Event {
     /// The data streams are connected.
     Start {
+        #[schemars(extend("const" = SCHEMA_VERSION))]
         schema_version: u32,
         fperf_version: &'static str,
         start: StartTime,
@@ -575,6 +676,54 @@ impl Event {
     }
 }
 
+/// The JSON Schema (draft 2020-12) of the documents above, as committed in
+/// `docs/fperf-result.schema.json`: its root is a run or sweep document (`--json`);
+/// `$defs/event` is one line of `--json-stream`, and `$defs/server_test` and
+/// `$defs/server_mesh_test` are the lines of `fperf -s --json`.
+pub fn result_schema() -> serde_json::Value {
+    let mut generator = SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator();
+    let run = generator.subschema_for::<RunDoc>();
+    let sweep = generator.subschema_for::<SweepDoc>();
+    // The documents printed one per line are only referred to from `$defs`.
+    generator.subschema_for::<Event>();
+    generator.subschema_for::<ServerTestDoc>();
+    generator.subschema_for::<ServerMeshTestDoc>();
+    let defs = generator.take_definitions(true);
+    let mut schema = serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://fperf.invalid/fperf-result.schema.json",
+        "title": "fperf --json output",
+        "description": "A run document, or a sweep document (with --sweep). Lines of \
+            --json-stream follow $defs/event, lines of fperf -s --json $defs/server_test \
+            or $defs/server_mesh_test. See docs/json.md.",
+        "oneOf": [run, sweep],
+        "$defs": defs,
+    });
+    as_prose(&mut schema);
+    schema
+}
+
+/// Each description in `schema` as one line of prose: the doc comments it comes from
+/// are wrapped, and say `None` where a document has `null`.
+fn as_prose(schema: &mut serde_json::Value) {
+    match schema {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                match value {
+                    serde_json::Value::String(text) if key == "description" => {
+                        *text = text.replace('\n', " ").replace("`None`", "`null`");
+                    }
+                    _ => as_prose(value),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(as_prose),
+        _ => {}
+    }
+}
+
 /// `value` as one line of JSON.
 pub fn to_line<T: Serialize>(value: &T) -> String {
     // Serializing these typed documents cannot fail: every map key is a string.
@@ -599,6 +748,55 @@ mod tests {
         assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
         assert_eq!(http_date(951_782_400), "Tue, 29 Feb 2000 00:00:00 GMT");
         assert_eq!(http_date(1_700_000_000), "Tue, 14 Nov 2023 22:13:20 GMT");
+    }
+
+    /// The schema speaks to users: its definitions are named as the documents' keys
+    /// are, and its descriptions are single lines without links into the code.
+    #[test]
+    fn the_schema_names_no_code() {
+        fn descriptions(v: &serde_json::Value, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(map) => {
+                    for (key, value) in map {
+                        match value {
+                            serde_json::Value::String(s) if key == "description" => {
+                                out.push(s.clone())
+                            }
+                            _ => descriptions(value, out),
+                        }
+                    }
+                }
+                serde_json::Value::Array(items) => items.iter().for_each(|v| descriptions(v, out)),
+                _ => {}
+            }
+        }
+        let schema = result_schema();
+        let defs = schema["$defs"].as_object().expect("$defs");
+        for name in [
+            "run",
+            "sweep",
+            "event",
+            "server_test",
+            "figures",
+            "settings",
+        ] {
+            assert!(defs.contains_key(name), "no $defs/{name}");
+        }
+        for name in defs.keys() {
+            assert!(
+                name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "$defs/{name}"
+            );
+        }
+        let mut texts = Vec::new();
+        descriptions(&schema, &mut texts);
+        assert!(texts.len() > 50, "{}", texts.len());
+        for text in texts {
+            assert!(
+                !text.contains('\n') && !text.contains("[`") && !text.contains("`None`"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

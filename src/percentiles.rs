@@ -6,8 +6,10 @@
 //! end hold an unbounded list (a longer array is refused while decoding), and a fixed
 //! capacity keeps the summaries that carry them `Copy`.
 
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 use std::str::FromStr;
@@ -77,6 +79,26 @@ impl<T: Serialize> Serialize for BoundedList<T> {
     }
 }
 
+// Written by hand to match the Serialize impl above: an array of at most
+// MAX_PERCENTILES items.
+impl<T: JsonSchema> JsonSchema for BoundedList<T> {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        format!("list_of_{}", T::schema_name()).into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "array",
+            "items": generator.subschema_for::<T>(),
+            "maxItems": MAX_PERCENTILES,
+        })
+    }
+}
+
 impl<'de, T: Deserialize<'de> + Copy + Default> Deserialize<'de> for BoundedList<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct ListVisitor<T>(PhantomData<T>);
@@ -120,8 +142,16 @@ pub enum PercentilesError {
 }
 
 /// The percentiles a run reports, in the order asked: each above 0 and at most 100, no
-/// two alike (once [`Percentiles::check`] passed).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+/// two alike.
+// The bounds and uniqueness hold once `Percentiles::check` passed.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(
+    rename = "percentiles",
+    extend(
+        "minItems" = 1,
+        "items" = serde_json::json!({"type": "number", "exclusiveMinimum": 0, "maximum": 100})
+    )
+)]
 #[serde(transparent)]
 pub struct Percentiles(BoundedList<f64>);
 
@@ -199,9 +229,12 @@ pub fn quantile(percentile: f64) -> f64 {
 }
 
 /// One percentile of a latency distribution.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "percentile_value")]
+#[schemars(deny_unknown_fields)]
 pub struct PercentileValue {
     /// Above 0 and at most 100.
+    #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 100))]
     pub percentile: f64,
     pub ns: u64,
 }

@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 /// Which end produced a result.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "role")]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Client,

@@ -30,6 +30,14 @@ pub enum SweepParam {
 }
 
 impl SweepParam {
+    /// Every option a sweep can vary.
+    pub const ALL: [SweepParam; 4] = [
+        SweepParam::PktSize,
+        SweepParam::NSockets,
+        SweepParam::NStreams,
+        SweepParam::Mb,
+    ];
+
     fn from_name(name: &str) -> Option<SweepParam> {
         match name {
             "pktsize" | "l" => Some(SweepParam::PktSize),
@@ -84,6 +92,9 @@ pub enum SweepTest {
 }
 
 impl SweepTest {
+    /// Every test of `--tests`.
+    pub const ALL: [SweepTest; 3] = [SweepTest::Bw, SweepTest::Rr, SweepTest::Echo];
+
     /// Its name in `--tests`, in the table's column titles and in the JSON.
     pub fn name(self) -> &'static str {
         match self {

@@ -7,9 +7,11 @@
 
 use serde::{Deserialize, Serialize};
 
-/// What one end reports about its machine (qperf's `conf`); a peer's facts are made
-/// printable as they are read.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// One end's machine (`--conf`); `None` where the system does not say.
+// A peer's facts are made printable as they are read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "system")]
+#[schemars(deny_unknown_fields)]
 pub struct SystemFacts {
     /// Host name.
     #[serde(default, deserialize_with = "crate::peer_text::deserialize_option")]
@@ -199,8 +201,15 @@ impl CpuUsage {
     }
 }
 
-/// TCP's own figures for the sockets of a stream (or of all streams), from `TCP_INFO`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// `TCP_INFO` of a stream's sockets (or of all streams'): retransmits added up (since
+/// the connections opened, after `--omit`, or within an interval), congestion windows
+/// and the peers' send windows added up in bytes, round-trip times as means in
+/// microseconds, the smallest MSS and path MTU (0: the kernel did not say).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
+)]
+#[schemars(rename = "tcp_info")]
+#[schemars(deny_unknown_fields)]
 pub struct TcpInfo {
     /// Sockets these figures cover.
     pub sockets: u32,

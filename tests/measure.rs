@@ -1,5 +1,5 @@
-//! Measurement depth end to end: `--json` and `--json-stream` (validated against
-//! docs/fperf-result.schema.json), `--time`, `-i`, `--omit`, `--csv`, `--conf` and
+//! Measurement depth end to end: `--json`, `--json-stream` and `fperf -s --json`
+//! (validated against docs/fperf-result.schema.json, which must be the generated one), `--time`, `-i`, `--omit`, `--csv`, `--conf` and
 //! `--sweep`, with real `fperf -s` / `fperf -c` processes on loopback.
 
 mod common;
@@ -44,14 +44,64 @@ fn assert_valid(schema: &Value, doc: &Value) {
     assert!(errors.is_empty(), "{errors:#?}\n{doc:#}");
 }
 
-/// The schema of one `--json-stream` line.
-fn event_schema() -> Value {
+/// The schema of one line of output: `event` for `--json-stream`, `server_test` for
+/// `fperf -s --json`.
+fn line_schema(def: &str) -> Value {
     let s = schema();
     serde_json::json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$ref": "#/$defs/event",
+        "$ref": format!("#/$defs/{def}"),
         "$defs": s["$defs"].clone(),
     })
+}
+
+#[test]
+fn committed_schema_is_the_one_the_output_types_generate() {
+    let out = std::process::Command::new(fperf_bin())
+        .args(["--generate", "json-schema"])
+        .output()
+        .expect("fperf runs");
+    assert!(out.status.success(), "{out:?}");
+    let generated = String::from_utf8(out.stdout).expect("UTF-8");
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/fperf-result.schema.json"
+    ))
+    .expect("schema file");
+    assert!(
+        generated == committed,
+        "docs/fperf-result.schema.json is not what the output types generate; regenerate \
+         it with: cargo run -- --generate json-schema > docs/fperf-result.schema.json"
+    );
+}
+
+#[test]
+fn schema_rejects_a_real_document_with_a_wrong_field() {
+    let server = Server::start(&[]);
+    let doc = json_run(&server, &["-m", "4"]);
+    let validator = jsonschema::validator_for(&schema()).expect("schema compiles");
+    assert!(validator.is_valid(&doc));
+    let bytes = u(&doc["client"]["total"]["bytes_sent"]);
+    assert_eq!(bytes, 4 * MB);
+    let mut wrong_type = doc.clone();
+    wrong_type["client"]["total"]["bytes_sent"] = Value::String(bytes.to_string());
+    assert!(
+        !validator.is_valid(&wrong_type),
+        "bytes_sent as a string passed"
+    );
+    let mut unknown = doc.clone();
+    unknown["server"]["total"]["bytes_lost"] = Value::from(0);
+    assert!(!validator.is_valid(&unknown), "an unknown figure passed");
+    let mut bad_setting = doc.clone();
+    bad_setting["settings"]["protocol"] = Value::from("sctp");
+    assert!(
+        !validator.is_valid(&bad_setting),
+        "an unknown protocol passed"
+    );
+    let mut bad_event = serde_json::json!({"event": "end", "result": doc});
+    assert!(jsonschema::is_valid(&line_schema("event"), &bad_event));
+    bad_event["result"]["client"]["intervals"] = Value::from("none");
+    assert!(!jsonschema::is_valid(&line_schema("event"), &bad_event));
 }
 
 /// Every number in `v` (recursively).
@@ -426,7 +476,7 @@ fn json_stream_prints_start_intervals_and_end_events() {
         "127.0.0.1",
         &["--time", "1", "-i", "0.5", "--json-stream"],
     );
-    let schema = event_schema();
+    let schema = line_schema("event");
     let events: Vec<Value> = out
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
@@ -1392,6 +1442,8 @@ fn a_json_server_prints_one_document_per_test_on_one_line_each() {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
     assert_eq!(docs.len(), 2, "{text}");
+    let line = line_schema("server_test");
+    docs.iter().for_each(|d| assert_valid(&line, d));
     assert_eq!(u(&docs[0]["server"]["total"]["bytes_received"]), 3 * MB);
     assert_eq!(docs[0]["settings"]["protocol"], "tcp");
     assert_eq!(docs[1]["settings"]["protocol"], "udp");

@@ -92,6 +92,14 @@ fn a_json_server_prints_a_line_for_each_mesh_test_it_ran() {
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
             .collect();
         assert_eq!(lines.len(), 2, "{text}");
+        for line in &lines {
+            let def = if line.get("mesh").is_some() {
+                "server_mesh_test"
+            } else {
+                "server_test"
+            };
+            assert_valid_line(def, line);
+        }
         let ran = lines
             .iter()
             .find(|l| l.get("mesh").is_some())
@@ -114,6 +122,24 @@ fn a_json_server_prints_a_line_for_each_mesh_test_it_ran() {
             .iter()
             .any(|l| l["server"]["total"]["bytes_received"].as_u64() > Some(0)));
     }
+}
+
+/// Checks one line of `fperf -s --json` against `$defs/DEF` of the result schema.
+fn assert_valid_line(def: &str, line: &serde_json::Value) {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/fperf-result.schema.json"
+    ))
+    .expect("schema file");
+    let schema: serde_json::Value = serde_json::from_str(&text).expect("schema is JSON");
+    let line_schema = serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$ref": format!("#/$defs/{def}"),
+        "$defs": schema["$defs"].clone(),
+    });
+    let validator = jsonschema::validator_for(&line_schema).expect("schema compiles");
+    let errors: Vec<String> = validator.iter_errors(line).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{def}: {errors:#?}\n{line:#}");
 }
 
 #[test]

@@ -13,8 +13,11 @@ pub struct HeaderLabels {
     pub caveat: &'static str,
 }
 
-/// What one latency sample covers, where a transport's calls move more than one packet.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+/// What one latency sample covers: one packet; one system call over a batch of up to
+/// `datagrams` datagrams (UDP); or one read of up to `bytes` bytes, which may hold
+/// several packets (TCP).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[schemars(rename = "sample")]
 #[serde(tag = "per", rename_all = "snake_case")]
 pub enum Sample {
     /// One packet: one send of it, or one receive that returns it.

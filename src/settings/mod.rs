@@ -66,8 +66,9 @@ pub const MIN_INTERVAL_PER_STREAM_MS: u64 = 2;
 /// one week, in ms.
 pub const MAX_TIME_MS: u64 = 7 * 24 * 3600 * 1000;
 
-/// The queue between `send_submit()` and a STREAM's sender threads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The queue that hands each stream's packets to its sender threads (`-q`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "queue")]
 #[serde(rename_all = "lowercase")]
 pub enum QueueKind {
     /// A mutex-protected queue holding up to 10000 requests (`-q 1`, the default).
@@ -88,12 +89,14 @@ impl QueueKind {
 }
 
 /// The scheduling policy of both ends' data threads (`--sched`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
+)]
+#[schemars(rename = "sched")]
 #[serde(rename_all = "lowercase")]
 pub enum SchedPolicy {
-    /// `SCHED_BATCH` for an unpaced bulk test unless its streams about match the
-    /// CPUs ([`batch_suits`]), the normal policy for the others
-    /// ([`Settings::batch_threads`]).
+    /// `SCHED_BATCH` for an unpaced bulk test unless its streams about match the CPUs;
+    /// the normal policy for the others.
     #[default]
     Auto,
     /// The normal policy for every test.
@@ -147,11 +150,13 @@ fn usable_cpus() -> usize {
 }
 
 /// Everything both ends must agree on for one run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "settings", deny_unknown_fields)]
 pub struct Settings {
-    /// Data STREAMs, each driven by its own thread; stream `i` uses port `port + i`.
+    /// Data streams, each driven by its own thread; stream i uses the server's port
+    /// plus i.
     pub nstreams: u32,
-    /// Sockets inside each STREAM.
+    /// Sockets inside each stream.
     pub nsockets: u32,
     /// MB (2^20 B) to send per stream.
     pub mb: u64,
@@ -167,11 +172,13 @@ pub struct Settings {
     /// `--transactions`: with a request/response workload, each stream ends after this
     /// many round trips instead of `mb` MB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
     pub transactions: Option<u64>,
     /// `--response-size`: with `-r`, the server answers each request with this many
     /// bytes instead of the 1-byte ACK (with `--echo` it may only name the request's
     /// own size). `None`: the workload's own reply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32")]
     pub response_size: Option<u32>,
     /// `-i`: both ends report figures every this many ms while the run goes on.
     #[serde(default)]
@@ -194,7 +201,9 @@ pub struct Settings {
     /// one epoll set, on both ends; `nstreams` is then the number of threads.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub flows: bool,
-    /// `--sched`: the policy both ends' data threads run under.
+    /// `--sched`: the policy both ends' data threads run under, for every test; absent
+    /// with the default (`SCHED_BATCH` for an unpaced bulk test, the normal policy
+    /// otherwise).
     #[serde(default, skip_serializing_if = "SchedPolicy::is_auto")]
     pub sched: SchedPolicy,
     /// `--percentiles`: the percentiles of every latency both ends report.

@@ -9,8 +9,9 @@ use crate::transport::udp::settings::UdpSettings;
 use serde::{Deserialize, Serialize};
 
 /// The transport of the data streams.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[schemars(rename = "protocol")]
 pub enum Protocol {
     Tcp,
     Udp,
@@ -30,8 +31,9 @@ impl Protocol {
 
 /// One transport's own settings: the options only it has, with their defaults, checks
 /// and tuning. Which one it is names the protocol of the run.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
 #[serde(tag = "protocol", rename_all = "lowercase")]
+#[schemars(rename = "transport_settings")]
 pub enum TransportSettings {
     Tcp(TcpSettings),
     Udp(UdpSettings),

@@ -183,7 +183,9 @@ pub enum Arrival {
 }
 
 /// Datagram figures of one end (or of several streams merged).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "datagrams")]
+#[schemars(deny_unknown_fields)]
 pub struct DatagramCounts {
     /// Datagrams this end sent (each packet once, retransmissions not included).
     pub sent: u64,
@@ -191,7 +193,9 @@ pub struct DatagramCounts {
     pub peer_sent: u64,
     /// Datagrams read, duplicates included.
     pub received: u64,
+    /// Datagrams that arrived more than once (counted again in `received`).
     pub duplicates: u64,
+    /// Datagrams that arrived after one sent later.
     pub out_of_order: u64,
     /// `peer_sent - (received - duplicates)`, never negative.
     pub lost: u64,
@@ -204,15 +208,21 @@ pub struct DatagramCounts {
     /// was told to send (a stranger's).
     pub foreign: u64,
     /// Interarrival jitter (RFC 3550), ns; the largest of merged streams. `None`
-    /// when no datagram carried a send time (datagrams below [`HEADER_LEN`] bytes).
+    /// when no datagram carried a send time (datagrams too short to hold one).
     pub jitter_ns: Option<f64>,
     /// Socket buffer sizes asked for and granted by the kernel (smallest when merged).
     pub rcvbuf: BufferGrant,
+    /// The send buffer's, as `rcvbuf`.
     pub sndbuf: BufferGrant,
 }
 
-/// A socket buffer size asked for and the size the kernel granted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// A socket buffer size asked for and the size the kernel granted, in bytes (0 and 0:
+/// not set).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
+)]
+#[schemars(rename = "buffer_grant")]
+#[schemars(deny_unknown_fields)]
 pub struct BufferGrant {
     pub requested: u64,
     pub granted: u64,

@@ -21,7 +21,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 /// How a TCP sender hands bytes to the kernel (`--zerocopy`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
+)]
+#[schemars(rename = "zerocopy")]
 #[serde(rename_all = "lowercase")]
 pub enum ZeroCopy {
     /// Plain `write()`: the kernel copies the buffer.

@@ -12,7 +12,8 @@ use thiserror::Error;
 pub const MAX_WINDOW: u32 = 256 << 20;
 
 /// The socket options of a TCP or UDP run.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "socket_settings")]
 pub struct SocketSettings {
     /// Spin on non-blocking calls instead of sleeping in `poll()` (`--busy-poll`).
     #[serde(default)]
@@ -22,9 +23,9 @@ pub struct SocketSettings {
     #[serde(default)]
     pub epoll: bool,
     /// Both socket buffers (`SO_SNDBUF`, `SO_RCVBUF`) of every data socket on both
-    /// ends, in bytes (`-w`); `None`: the kernel's autotuning (TCP) or the UDP STREAM's
-    /// own size.
+    /// ends, in bytes (`-w`); `None`: the kernel's autotuning (TCP) or UDP's own size.
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_WINDOW))]
     pub window: Option<u32>,
     /// The IP TOS byte (IPv6 traffic class) every data socket of both ends marks its
     /// packets with (`--tos`, `--dscp`); `None`: the kernel's, 0.

@@ -31,7 +31,9 @@ pub enum Reply {
 }
 
 /// What a run does with its data streams.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
+)]
 #[serde(try_from = "WorkloadFlags", into = "WorkloadFlags")]
 pub enum Workload {
     /// The client sends, the server receives.
@@ -151,15 +153,27 @@ pub enum WorkloadError {
 
 /// How a workload travels and appears in `--json`: one flag per workload, as the
 /// command line has them (`mprtt` is set by every request/response workload).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
+)]
 struct WorkloadFlags {
+    /// Request/response (`-r`, `--echo`, `--crr`): each packet waited for its reply
+    /// before the next was sent.
     mprtt: bool,
+    /// `--echo`: the server answered each packet with the packet itself.
     #[serde(default)]
     echo: bool,
+    /// `--crr`: every packet was a TCP connection of its own (connect, request, 1-byte
+    /// reply, close); `send_latency` is that whole connection.
     #[serde(default)]
     crr: bool,
+    /// `--reverse`: the server sent and the client received; each side's figures are
+    /// its own end's.
     #[serde(default)]
     reverse: bool,
+    /// `--bidir`: TCP bulk both ways at once; the first half of the streams carried the
+    /// client's data and the rest the server's. Each side's `total` covers the client's
+    /// data streams and `reverse_total` the server's.
     #[serde(default)]
     bidir: bool,
 }

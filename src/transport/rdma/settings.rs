@@ -13,7 +13,10 @@ use thiserror::Error;
 pub const MAX_RDMA_NAME: usize = 128;
 
 /// Which RDMA programming interface `-R` uses.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
+)]
+#[schemars(rename = "rdma_api")]
 #[serde(rename_all = "lowercase")]
 pub enum RdmaApi {
     /// Raw verbs (libibverbs), the original default.
@@ -41,7 +44,8 @@ impl RdmaApi {
 
 /// The options of an RDMA run. The client pins the device and provider it resolved
 /// before the server sees them.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "rdma_settings")]
 pub struct RdmaSettings {
     /// The programming interface (`--rdma-api`).
     #[serde(default, rename = "rdma_api")]

@@ -35,7 +35,8 @@ pub const MSS_RANGE: std::ops::RangeInclusive<u32> = 88..=32767;
 pub const FLOW_LABELS: std::ops::RangeInclusive<u32> = 1..=0xFFFFF;
 
 /// The options of a TCP run, both ends' alike.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "tcp_settings")]
 pub struct TcpSettings {
     /// TCP_NODELAY on both ends (`-d`).
     #[serde(default)]
@@ -51,8 +52,12 @@ pub struct TcpSettings {
     #[serde(default)]
     pub congestion: Option<String>,
     /// The receiving end's `SO_RCVLOWAT` (`--rcvlowat`), the bytes that must have
-    /// arrived before a read wakes; `None`: see [`TcpSettings::rcvlowat_bytes`].
+    /// arrived before a read wakes; `None`: the server's default by its cores (with two
+    /// per stream and no rate, 128 KiB or one packet if larger, at most half the
+    /// window; with one per stream or a rate, one packet; else the kernel's 1, as with
+    /// `-r`).
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_RCVLOWAT))]
     pub rcvlowat: Option<u32>,
     /// The receiving end's reads discard the bytes in the kernel (`MSG_TRUNC`) instead
     /// of copying them out (`--skip-rx-copy`).
@@ -66,14 +71,20 @@ pub struct TcpSettings {
     /// handshake, so the server's segments keep to it too (`-M`, `TCP_MAXSEG`);
     /// `None`: the path's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32")]
+    #[schemars(range(min = *MSS_RANGE.start(), max = *MSS_RANGE.end()))]
     pub mss: Option<u32>,
     /// Both ends' data sockets: the kernel paces each one's sends to this many bits per
     /// second (`--fq-rate`, `SO_MAX_PACING_RATE`); `None`: no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u64")]
+    #[schemars(range(min = 8))]
     pub fq_rate: Option<u64>,
     /// The IPv6 flow label of the client's data connections (`-L`); `None`: the
     /// kernel's (none, unless it makes them up itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32")]
+    #[schemars(range(min = *FLOW_LABELS.start(), max = *FLOW_LABELS.end()))]
     pub flowlabel: Option<u32>,
     #[serde(flatten)]
     pub sockets: SocketSettings,

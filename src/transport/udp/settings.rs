@@ -45,10 +45,11 @@ pub fn socket_buffer(flows: Option<usize>) -> usize {
 }
 
 /// The options of a UDP run, both ends' alike.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[schemars(rename = "udp_settings")]
 pub struct UdpSettings {
-    /// Datagrams per `sendmmsg()`/`recvmmsg()` (`--udp-batch`); `None`: see
-    /// [`UdpSettings::batch_size`].
+    /// Datagrams per `sendmmsg()`/`recvmmsg()` (`--udp-batch`); `None`: 1 with `-r` or
+    /// `-b`, else as many as fit fperf's bound on batch buffers.
     #[serde(default, rename = "udp_batch")]
     pub batch: Option<u32>,
     /// The sender hands the kernel runs of datagrams as one UDP GSO message (`--gso`).
@@ -57,7 +58,8 @@ pub struct UdpSettings {
     /// The receiver takes coalesced datagrams with UDP GRO (`--gro`).
     #[serde(default)]
     pub gro: bool,
-    /// With MPRTT: ms to wait for an ACK before sending a datagram again.
+    /// Request/response (`-r`): ms to wait for an ACK before sending a datagram again
+    /// (`--ack-timeout`).
     #[serde(default = "default_ack_timeout_ms")]
     pub ack_timeout_ms: u32,
     /// The receiving end reads each datagram's kernel receive time and splits its
