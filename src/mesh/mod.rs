@@ -23,6 +23,39 @@ use std::time::{Duration, Instant};
 /// at both servers.
 const TEST_ALLOWANCE: Duration = Duration::from_secs(30);
 
+/// Most hosts one mesh measures between: its matrix then holds at most 1024 x 1024
+/// figures (16 MiB).
+pub const MOST_HOSTS: usize = 1024;
+/// Most tests one mesh runs: each pair's figures at both ends are kept for the report
+/// (a few KiB each).
+pub const MOST_PAIRS: usize = 16_384;
+
+/// Refuses a mesh of more hosts than one coordinator measures between.
+pub fn check_hosts(hosts: usize) -> Result<(), String> {
+    if hosts > MOST_HOSTS {
+        return Err(format!(
+            "a mesh measures at most {MOST_HOSTS} hosts, not {hosts}: split the hosts \
+             into several meshes"
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a mesh of more hosts or tests than one coordinator keeps in bounded memory,
+/// before anything is made for it.
+pub fn check_size(hosts: usize, pattern: &Pattern) -> Result<(), String> {
+    check_hosts(hosts)?;
+    let pairs = pattern.pair_count(hosts);
+    if pairs > MOST_PAIRS {
+        return Err(format!(
+            "a mesh runs at most {MOST_PAIRS} tests, and this pattern makes {pairs} \
+             among {hosts} hosts: use fewer hosts or another --pattern (ring, incast:K, \
+             one-to-all:HOST)"
+        ));
+    }
+    Ok(())
+}
+
 /// One host of the mesh: its fperf server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MeshHost {

@@ -44,6 +44,19 @@ impl Pattern {
         }
     }
 
+    /// How many tests the pattern makes among `n` hosts, counted without making them.
+    pub fn pair_count(&self, n: usize) -> usize {
+        if n < 2 {
+            return 0;
+        }
+        match *self {
+            Pattern::AllPairs => n.saturating_mul(n - 1),
+            Pattern::Ring => n,
+            Pattern::Incast(k) => n.saturating_mul(k),
+            Pattern::OneToAll(_) => n - 1,
+        }
+    }
+
     /// The pattern's tests among `n` hosts, round by round.
     pub fn rounds(&self, n: usize) -> Vec<Vec<Pair>> {
         if n < 2 {
@@ -145,6 +158,23 @@ mod tests {
             assert_eq!(pairs, want);
             assert!(rounds.len() <= 3, "{n}: {rounds:?}");
         }
+    }
+
+    #[test]
+    fn the_pair_count_is_the_rounds_pairs() {
+        for n in 0..=9 {
+            let patterns = [
+                Pattern::AllPairs,
+                Pattern::Ring,
+                Pattern::Incast(1),
+                Pattern::OneToAll(0),
+            ];
+            for p in patterns {
+                let made: usize = p.rounds(n).iter().map(Vec::len).sum();
+                assert_eq!(p.pair_count(n), made, "{p:?} of {n}");
+            }
+        }
+        assert_eq!(Pattern::AllPairs.pair_count(10_000), 99_990_000);
     }
 
     #[test]
