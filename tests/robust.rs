@@ -1485,22 +1485,24 @@ fn hostile_server(
     (port, fake)
 }
 
+/// The server's figures for a test, claiming `bytes_received`.
+fn server_side(bytes_received: u64) -> fperf::results::SideResult {
+    let doc = serde_json::json!({
+        "role": "server",
+        "total": {"bytes_sent": 0, "bytes_received": bytes_received, "duration_ns": 1_000_000,
+                  "send_latency": null, "recv_latency": null, "submit_latency": null,
+                  "retries": 0, "tcp": null},
+        "reverse_total": null, "streams": [], "system": null, "cpu": null, "intervals": []
+    });
+    serde_json::from_value(doc).unwrap()
+}
+
 #[test]
 fn a_client_ends_the_run_when_the_server_sends_impossible_figures() {
-    let side = |bytes_received| {
-        let doc = serde_json::json!({
-            "role": "server",
-            "total": {"bytes_sent": 0, "bytes_received": bytes_received, "duration_ns": 1_000_000,
-                      "send_latency": null, "recv_latency": null, "submit_latency": null,
-                      "retries": 0, "tcp": null},
-            "reverse_total": null, "streams": [], "system": null, "cpu": null, "intervals": []
-        });
-        serde_json::from_value(doc).unwrap()
-    };
     let (port, fake) = hostile_server(
         |_| {},
         Message::Results {
-            result: Box::new(side(u64::MAX)),
+            result: Box::new(server_side(u64::MAX)),
         },
     );
     let out = run(
@@ -1511,9 +1513,12 @@ fn a_client_ends_the_run_when_the_server_sends_impossible_figures() {
     assert!(!out.status.success());
     assert!(err.contains("the server sent impossible figures"), "{err}");
     fake.join().unwrap();
+}
 
-    // Intervals faster than they can happen (a flood, each a new index) end the run too,
-    // and cost the client bounded memory meanwhile.
+/// A server that floods interval reports, each a new index, faster than the client's
+/// `-i` asks for, ends a 30 s run at once, at bounded memory meanwhile.
+#[test]
+fn a_server_flooding_interval_reports_cannot_hold_the_client() {
     let (port, fake) = hostile_server(
         |chan| {
             for index in 0..200_000u32 {
@@ -1531,28 +1536,32 @@ fn a_client_ends_the_run_when_the_server_sends_impossible_figures() {
             }
         },
         Message::Results {
-            result: Box::new(side(1 << 20)),
+            result: Box::new(server_side(1 << 20)),
         },
     );
+    let t0 = Instant::now();
     let out = run(
         &[
             "-c",
             "127.0.0.1",
             "-p",
             &port.to_string(),
-            "-m",
-            "1",
+            "--time",
+            "30",
             "-i",
             "1",
         ],
-        Duration::from_secs(30),
+        Duration::from_secs(40),
     );
+    let took = t0.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("the server sent impossible figures: interval"),
+        err.contains("the server sent too many interval reports"),
         "{err}"
     );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(took < Duration::from_secs(5), "the client took {took:?}");
     fake.join().unwrap();
 }
 
