@@ -1725,7 +1725,7 @@ fn resident(pid: u32) -> u64 {
     kib << 10
 }
 
-/// After the densest interval test the defaults allow (196 streams, each with its
+/// After the densest interval test the defaults allow (216 streams, each with its
 /// interval histograms), the server goes back to within docs/limits.md's 18 MiB of its
 /// baseline.
 #[test]
@@ -1737,7 +1737,7 @@ fn the_servers_memory_returns_after_the_densest_interval_test() {
         client_ok(
             &server,
             "127.0.0.1",
-            &["-t", "196", "-i", "0.512", "--time", "2"],
+            &["-t", "216", "-i", "0.512", "--time", "2"],
         );
         server.report(n);
         std::thread::sleep(Duration::from_millis(500));

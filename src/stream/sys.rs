@@ -178,32 +178,31 @@ impl Direction {
     }
 }
 
-/// Whether this process runs its local user's own tests (`fperf -c`), whose socket
-/// buffers may go past the host's maximum; a server's, a mesh server's and an
-/// exporter's tests are a peer's, and never do.
+/// Whether this process runs its local user's own tests (`fperf -c`), whose windows
+/// may go past the host's maximum; a server's, a mesh server's and an exporter's tests
+/// are a peer's, and their windows never do.
 static LOCAL_USERS_OWN: AtomicBool = AtomicBool::new(false);
 
-/// This process runs its local user's own tests: see [`size_buffer`].
+/// This process runs its local user's own tests: see [`set_window`].
 pub fn allow_forced_buffers() {
     LOCAL_USERS_OWN.store(true, Ordering::Relaxed);
 }
 
-/// Asks for `size` bytes of socket buffer. For the local user's own tests (see
-/// [`allow_forced_buffers`]) first with the `*FORCE` option, which lets root exceed
-/// `net.core.{r,w}mem_max`; else, or if that fails, with the plain one, which the
-/// kernel caps there. Returns what was asked and what the kernel granted (so a cap is
-/// reported).
+/// Asks for `size` bytes of socket buffer. With `force`, first with the `*FORCE`
+/// option, which lets root exceed `net.core.{r,w}mem_max`; else, or if that fails,
+/// with the plain one, which the kernel caps there. Returns what was asked and what
+/// the kernel granted (so a cap is reported).
 pub(crate) fn size_buffer<S: AsFd + AsRawFd>(
     sock: &S,
     dir: Direction,
     size: usize,
+    force: bool,
 ) -> io::Result<BufferGrant> {
     let (forced, plain) = match dir {
         Direction::Receive => (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
         Direction::Send => (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
     };
     let value = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
-    let force = LOCAL_USERS_OWN.load(Ordering::Relaxed);
     if !force || set_int_opt(sock, libc::SOL_SOCKET, forced, value).is_err() {
         set_int_opt(sock, libc::SOL_SOCKET, plain, value)?;
     }
@@ -219,18 +218,20 @@ pub(crate) fn size_buffer<S: AsFd + AsRawFd>(
     })
 }
 
-/// `--window`: both socket buffers of a data socket at `size` bytes; returns the
+/// `--window`: both socket buffers of a data socket at `size` bytes, past the host's
+/// maximum only for the local user's own tests ([`allow_forced_buffers`]); returns the
 /// receive and send grants. Less than asked is an error, as in iperf3: figures measured
 /// with a smaller window would answer another question than the one asked.
 pub(crate) fn set_window<S: AsFd + AsRawFd>(
     sock: &S,
     size: usize,
 ) -> io::Result<(BufferGrant, BufferGrant)> {
+    let own = LOCAL_USERS_OWN.load(Ordering::Relaxed);
     let mut grants = [BufferGrant::default(); 2];
     for (grant, dir) in grants.iter_mut().zip([Direction::Receive, Direction::Send]) {
-        *grant = size_buffer(sock, dir, size)?;
+        *grant = size_buffer(sock, dir, size, own)?;
         if grant.capped() {
-            let how = match LOCAL_USERS_OWN.load(Ordering::Relaxed) {
+            let how = match own {
                 true => format!("raise {} or run as root", dir.sysctl()),
                 // A peer's test never goes past the host's maximum.
                 false => format!("the most {} allows on the server's host", dir.sysctl()),

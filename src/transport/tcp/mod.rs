@@ -111,7 +111,7 @@ impl Acceptor for TcpAcceptor {
 fn hold_buffers_to(sock: &net::TcpStream, cap: u64) -> io::Result<()> {
     let size = usize::try_from(cap / 2).unwrap_or(usize::MAX);
     for dir in [Direction::Receive, Direction::Send] {
-        crate::stream::sys::size_buffer(sock, dir, size)?;
+        crate::stream::sys::size_buffer(sock, dir, size, false)?;
     }
     Ok(())
 }
