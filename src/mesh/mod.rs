@@ -138,17 +138,19 @@ pub fn run(
     abort: &AtomicBool,
     on_event: &mut dyn FnMut(MeshEvent),
 ) -> MeshReport {
-    let rounds = config.pattern.rounds(config.hosts.len());
-    let total: usize = rounds.iter().map(Vec::len).sum();
+    let n = config.hosts.len();
+    let rounds = config.pattern.round_count(n);
+    let total = config.pattern.pair_count(n);
     let started = Instant::now();
-    let mut results = Vec::with_capacity(total);
-    for (index, round) in rounds.iter().enumerate() {
+    let mut results = Vec::with_capacity(total.min(MOST_PAIRS));
+    for index in 0..rounds {
         if abort.load(Ordering::Relaxed) {
             break;
         }
+        let round = config.pattern.round(n, index);
         on_event(MeshEvent::Round {
             index: index + 1,
-            rounds: rounds.len(),
+            rounds,
             pairs: round.len(),
             done: results.len(),
             total,
@@ -160,7 +162,7 @@ pub fn run(
                 .collect();
             tests
                 .into_iter()
-                .zip(round)
+                .zip(&round)
                 .map(|(test, &(from, to))| {
                     test.join().unwrap_or_else(|_| PairResult {
                         from,
@@ -181,7 +183,7 @@ pub fn run(
             }
         }
     }
-    MeshReport::new(config, rounds.len(), results, started.elapsed())
+    MeshReport::new(config, rounds, results, started.elapsed())
 }
 
 /// One pair's third-party test.
