@@ -699,6 +699,7 @@ impl MeshArgs {
         if names.len() < 2 {
             bail!("fperf mesh needs at least two servers (HOST[:PORT]... or --hostfile FILE)");
         }
+        fperf::mesh::check_hosts(names.len()).map_err(|e| anyhow::anyhow!(e))?;
         let hosts = names
             .iter()
             .map(|n| MeshHost::parse(n, self.port).map_err(|e| anyhow::anyhow!(e)))
@@ -720,6 +721,7 @@ impl MeshArgs {
             }
         }
         let pattern = Pattern::parse(&self.pattern, &names).map_err(|e| anyhow::anyhow!(e))?;
+        fperf::mesh::check_size(hosts.len(), &pattern).map_err(|e| anyhow::anyhow!(e))?;
         let auth = AuthKey::from_cli(self.auth_key.as_deref())?.ok_or_else(|| {
             anyhow::anyhow!(
                 "fperf mesh needs the servers' key: --auth-key FILE (or ${})",

@@ -24,7 +24,7 @@ use crate::transport::{self, tcp::connect, ClientCtx, LocalEnd};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -170,6 +170,10 @@ pub fn run_observed(
     transport.check(&cfg.settings, server)?;
     let sock = connect_control(cfg, server, "fperf")?;
     crate::limits::set_user_timeout(&sock, cfg.stall_timeout)?;
+    // The run stops on the caller's abort, and on its own when the server misbehaves,
+    // without stopping the caller's next run.
+    let stop = RunStop::linked_to(abort)?;
+    let abort = stop.flag.clone();
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
     let auth = match &cfg.auth {
         Some(key) => Some((key.clone(), auth::nonce()?)),
@@ -252,6 +256,16 @@ pub fn run_observed(
         while let Ok(m) = ctrl_rx.try_recv() {
             inbox.take(m, observer);
         }
+        if inbox.server_misbehaved() {
+            abort.store(true, Ordering::Relaxed);
+        }
+    }
+    // A server that misbehaved ended the run at once: its streams' figures mean nothing.
+    if let Some(e) = inbox.take_misbehaviour() {
+        for w in workers {
+            let _ = w.join();
+        }
+        return Err(e.into());
     }
     for r in collector.flush() {
         observer.interval(Role::Client, &r);
@@ -484,6 +498,42 @@ pub(crate) fn client_result(
     (client, totals.client_data_send_latency().clone())
 }
 
+/// One run's stop flag, set when the caller's abort flag is (polled by a small thread
+/// while the run lasts) or by the run itself.
+struct RunStop {
+    flag: Arc<AtomicBool>,
+    ended: Arc<AtomicBool>,
+}
+
+impl RunStop {
+    /// How soon the caller's abort reaches the run.
+    const POLL: Duration = Duration::from_millis(20);
+
+    fn linked_to(abort: Arc<AtomicBool>) -> io::Result<RunStop> {
+        let flag = Arc::new(AtomicBool::new(abort.load(Ordering::Relaxed)));
+        let ended = Arc::new(AtomicBool::new(false));
+        let (f, e) = (flag.clone(), ended.clone());
+        std::thread::Builder::new()
+            .name("fperf-abort".into())
+            .spawn(move || {
+                while !e.load(Ordering::Relaxed) {
+                    if abort.load(Ordering::Relaxed) {
+                        f.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                    std::thread::sleep(Self::POLL);
+                }
+            })?;
+        Ok(RunStop { flag, ended })
+    }
+}
+
+impl Drop for RunStop {
+    fn drop(&mut self) {
+        self.ended.store(true, Ordering::Relaxed);
+    }
+}
+
 struct ShutdownOnDrop(std::net::TcpStream);
 
 impl Drop for ShutdownOnDrop {
@@ -506,6 +556,37 @@ struct Inbox {
 }
 
 impl Inbox {
+    /// Whether the server sent what no real server sends (a flood, impossible figures,
+    /// a message out of place), which ends the run at once; a server that gave up or
+    /// went away is judged once the streams end.
+    fn server_misbehaved(&self) -> bool {
+        match &self.last_word {
+            Some((_, Err(SessionError::Control(e)))) => !matches!(
+                e,
+                ControlError::Peer(_)
+                    | ControlError::Closed
+                    | ControlError::Timeout
+                    | ControlError::Io(_)
+            ),
+            Some((_, Err(_))) => true,
+            _ => false,
+        }
+    }
+
+    /// What the server did wrong, if it misbehaved (see [`Inbox::server_misbehaved`]).
+    fn take_misbehaviour(&mut self) -> Option<SessionError> {
+        if !self.server_misbehaved() {
+            return None;
+        }
+        match self.last_word.take() {
+            Some((_, Err(e))) => Some(e),
+            other => {
+                self.last_word = other;
+                None
+            }
+        }
+    }
+
     fn take(
         &mut self,
         (at, msg): (Instant, Result<Message, ControlError>),

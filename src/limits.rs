@@ -126,6 +126,102 @@ pub fn server_memory_bytes(s: &Settings) -> u64 {
         .saturating_add(threads * THREAD_BYTES)
 }
 
+/// What the kernel lets each TCP socket's buffers grow to by autotuning, each way:
+/// the maximum of `net.ipv4.tcp_rmem` and of `net.ipv4.tcp_wmem`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelBuffers {
+    pub receive: u64,
+    pub send: u64,
+}
+
+impl KernelBuffers {
+    /// Linux's own defaults, where the host's cannot be read.
+    pub const LINUX_DEFAULTS: KernelBuffers = KernelBuffers {
+        receive: 6 << 20,
+        send: 4 << 20,
+    };
+
+    /// This host's.
+    pub fn of_host() -> KernelBuffers {
+        let most = |path: &str| {
+            std::fs::read_to_string(path)
+                .ok()
+                .and_then(|text| text.split_whitespace().nth(2)?.parse::<u64>().ok())
+        };
+        KernelBuffers {
+            receive: most("/proc/sys/net/ipv4/tcp_rmem")
+                .unwrap_or(KernelBuffers::LINUX_DEFAULTS.receive),
+            send: most("/proc/sys/net/ipv4/tcp_wmem").unwrap_or(KernelBuffers::LINUX_DEFAULTS.send),
+        }
+    }
+}
+
+/// Fewest bytes a data socket's kernel buffer is held to when the budget shares out:
+/// a receive buffer much smaller stalls TCP (its window falls under one segment, 64 KiB
+/// on loopback), so a test whose share would be less is refused instead. A thousand
+/// flows need 125 MiB of it.
+pub const LEAST_SOCKET_BUFFER: u64 = 128 << 10;
+
+/// What a TCP test's data sockets may make the server's kernel hold, within what
+/// `left` of the budget leaves them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketBuffers {
+    /// For all the test's data sockets together.
+    pub bytes: u64,
+    /// The buffer, each way, the server holds each data socket to, where autotuning
+    /// could take more than the socket's share; `None`: autotuning's maximum fits (or
+    /// the window is the client's `-w`).
+    pub cap: Option<u64>,
+}
+
+/// The kernel's part of a TCP test: each data socket's buffer the way its data goes
+/// (the server's send buffer on a stream it sends on, its receive buffer on one it
+/// receives on, both for request and response), at the window `-w` asks for (the
+/// kernel keeps twice what is set, for its bookkeeping), or where none is set at
+/// autotuning's maximum, held down to an equal share of `left` when that is less. The
+/// other way carries only acknowledgements. `None` for a test not over TCP.
+pub fn socket_buffers(
+    s: &Settings,
+    left: u64,
+    kernel: KernelBuffers,
+) -> Option<Result<SocketBuffers, u64>> {
+    s.tcp()?;
+    let per_stream = u64::from(s.nsockets);
+    let both_ways = s.workload.mprtt();
+    let (mut sending, mut receiving) = (0u64, 0u64);
+    for k in 0..s.nstreams {
+        if both_ways || s.server_sends_on(k) {
+            sending += per_stream;
+        }
+        if both_ways || !s.server_sends_on(k) {
+            receiving += per_stream;
+        }
+    }
+    let buffers = sending + receiving;
+    if let Some(window) = s.tcp_window() {
+        let bytes = buffers.saturating_mul(2 * u64::from(window));
+        return Some(match bytes <= left {
+            true => Ok(SocketBuffers { bytes, cap: None }),
+            false => Err(bytes),
+        });
+    }
+    let autotuned = sending * kernel.send + receiving * kernel.receive;
+    let share = left / buffers.max(1);
+    Some(if autotuned <= left {
+        Ok(SocketBuffers {
+            bytes: autotuned,
+            cap: None,
+        })
+    } else if share >= LEAST_SOCKET_BUFFER {
+        Ok(SocketBuffers {
+            bytes: buffers * share,
+            cap: Some(share),
+        })
+    } else {
+        Err(buffers * LEAST_SOCKET_BUFFER)
+    })
+}
+
 /// A test asked for more than the server allows.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum LimitError {
@@ -151,9 +247,9 @@ pub enum LimitError {
     )]
     Time { asked_ms: u64, max_ms: u64 },
     #[error(
-        "the test needs {asked} MiB of the server for its packet buffers, latency histograms \
-         and threads (by its streams, sockets, packet size and -i) but this server allows at \
-         most {max} MiB per test (--max-memory)"
+        "the test needs {asked} MiB of the server for its packet buffers, latency histograms, \
+         threads and the kernel's socket buffers (by its streams, sockets, packet size, -i \
+         and -w) but this server allows at most {max} MiB per test (--max-memory)"
     )]
     Memory { asked: u64, max: u64 },
     #[error(
@@ -164,6 +260,15 @@ pub enum LimitError {
 }
 
 impl Limits {
+    /// The buffer, each way, the server holds each of a TCP test's data sockets to, so
+    /// that what the kernel holds for them stays within `--max-memory` (see
+    /// [`socket_buffers`]); `None` where autotuning fits or `-w` sets it.
+    pub fn socket_buffer_cap(&self, s: &Settings) -> Option<u64> {
+        let budget = self.max_memory_mib.saturating_mul(1 << 20);
+        let left = budget.saturating_sub(server_memory_bytes(s));
+        socket_buffers(s, left, KernelBuffers::of_host())?.ok()?.cap
+    }
+
     /// Checks validated settings against the limits; the first one exceeded is returned.
     pub fn check(&self, s: &Settings) -> Result<(), LimitError> {
         if let Some(max) = self.max_streams {
@@ -183,7 +288,15 @@ impl Limits {
             });
         }
         let memory = server_memory_bytes(s);
-        if memory > self.max_memory_mib.saturating_mul(1 << 20) {
+        let budget = self.max_memory_mib.saturating_mul(1 << 20);
+        let kernel =
+            match socket_buffers(s, budget.saturating_sub(memory), KernelBuffers::of_host()) {
+                Some(Ok(buffers)) => buffers.bytes,
+                Some(Err(needed)) => needed,
+                None => 0,
+            };
+        let memory = memory.saturating_add(kernel);
+        if memory > budget {
             return Err(LimitError::Memory {
                 asked: memory.div_ceil(1 << 20),
                 max: self.max_memory_mib,
@@ -483,6 +596,16 @@ impl<'a> Watchdog<'a> {
     }
 }
 
+/// Hands the memory the allocator keeps free back to the system (glibc keeps what
+/// freed threads and large frees leave in its arenas until asked).
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Makes the kernel fail a TCP connection whose sent data stays unacknowledged for
 /// `timeout` (`TCP_USER_TIMEOUT`): a peer that vanished (killed host, pulled cable)
 /// then turns a blocked send into an error instead of hours of retransmissions.
@@ -508,7 +631,7 @@ mod tests {
         );
         assert_eq!((limit.rlim_cur, limit.rlim_max), (now, now));
     }
-    use crate::workload::Workload;
+    use crate::workload::{Reply, Workload};
 
     #[test]
     fn a_rate_that_leaves_the_data_silent_past_the_idle_time_out_is_refused() {
@@ -644,23 +767,29 @@ mod tests {
             let e = limits.check(&settings).expect_err(what);
             assert!(matches!(e, LimitError::Memory { .. }), "{what}: {e}");
             assert!(e.to_string().contains("--max-memory"), "{what}: {e}");
-            let asked = server_memory_bytes(&settings);
+            // TCP's sockets each need their least kernel buffer besides.
+            let least = match settings.tcp() {
+                Some(_) => u64::from(settings.nstreams) * LEAST_SOCKET_BUFFER,
+                None => 0,
+            };
+            let asked = server_memory_bytes(&settings) + least;
             let raised = Limits {
                 max_memory_mib: asked.div_ceil(1 << 20),
                 ..Limits::default()
             };
             assert_eq!(raised.check(&settings), Ok(()), "{what}");
         }
-        // Intervals hold each histogram three times: 240 streams of them fit, 256 not.
+        // Intervals hold each histogram three times: 216 streams of them fit with their
+        // sockets' kernel buffers, 220 not.
         let intervals = |nstreams| Settings {
             interval_ms: Some(512),
             ..run(nstreams, 32 << 10, tcp())
         };
-        assert_eq!(limits.check(&intervals(240)), Ok(()));
-        assert!(server_memory_bytes(&intervals(240)) > 3 * 240 * histogram_bytes());
+        assert_eq!(limits.check(&intervals(216)), Ok(()));
+        assert!(server_memory_bytes(&intervals(216)) > 3 * 216 * histogram_bytes());
         let e = limits
-            .check(&intervals(256))
-            .expect_err("256 streams with -i");
+            .check(&intervals(220))
+            .expect_err("220 streams with -i");
         assert!(matches!(e, LimitError::Memory { .. }), "{e}");
         // A server that sends through sender threads counts each one's figures.
         let reverse = |nsockets| Settings {
@@ -683,6 +812,70 @@ mod tests {
             ))
         };
         assert_eq!(stamped(true) - stamped(false), 8 * 2 * histogram_bytes());
+    }
+
+    #[test]
+    fn the_kernels_socket_buffers_count_and_are_shared_out_within_the_budget() {
+        use crate::settings::TransportSettings;
+        const MIB: u64 = 1 << 20;
+        let kernel = KernelBuffers {
+            receive: 6 * MIB,
+            send: 4 * MIB,
+        };
+        let tcp = |nstreams, nsockets, window: Option<u32>, workload| {
+            let mut transport = crate::transport::tcp::settings::TcpSettings::default();
+            transport.sockets.window = window;
+            Settings {
+                nstreams,
+                nsockets,
+                workload,
+                transport: TransportSettings::Tcp(transport),
+                ..Settings::default()
+            }
+        };
+        let bulk = |nstreams, nsockets, window| tcp(nstreams, nsockets, window, Workload::Bulk);
+        // Room for autotuning's maximum: nothing held down; the receive buffer counts
+        // where the server receives, the send buffer where it sends, both for MPRTT.
+        let fits = |bytes| Some(Ok(SocketBuffers { bytes, cap: None }));
+        assert_eq!(
+            socket_buffers(&bulk(4, 1, None), 200 * MIB, kernel),
+            fits(24 * MIB)
+        );
+        let reverse = tcp(4, 1, None, Workload::Reverse);
+        assert_eq!(socket_buffers(&reverse, 200 * MIB, kernel), fits(16 * MIB));
+        let rr = tcp(4, 1, None, Workload::RoundTrip(Reply::Ack));
+        assert_eq!(socket_buffers(&rr, 200 * MIB, kernel), fits(40 * MIB));
+        // 512 sockets share 200 MiB: 400 KiB each.
+        let shared = socket_buffers(&bulk(128, 4, None), 200 * MIB, kernel)
+            .expect("TCP")
+            .expect("fits");
+        assert_eq!(shared.cap, Some(400 << 10));
+        assert!(shared.bytes <= 200 * MIB);
+        // Too little for the least buffer each: refused, with what it would need.
+        assert_eq!(
+            socket_buffers(&bulk(256, 4, None), 100 * MIB, kernel),
+            Some(Err(1024 * LEAST_SOCKET_BUFFER))
+        );
+        // A window counts twice, and is never held down.
+        assert_eq!(
+            socket_buffers(&bulk(1, 1, Some(16 << 20)), 200 * MIB, kernel),
+            fits(32 * MIB)
+        );
+        assert_eq!(
+            socket_buffers(&bulk(1, 1, Some(256 << 20)), 200 * MIB, kernel),
+            Some(Err(512 * MIB))
+        );
+        // -w 256M is refused with the budget named; UDP holds no TCP buffers.
+        let e = Limits::default()
+            .check(&bulk(1, 1, Some(256 << 20)))
+            .expect_err("-w 256M");
+        assert!(e.to_string().contains("--max-memory"), "{e}");
+        assert!(e.to_string().contains("socket buffers"), "{e}");
+        let udp = Settings {
+            transport: TransportSettings::Udp(Default::default()),
+            ..Settings::default()
+        };
+        assert_eq!(socket_buffers(&udp, 0, kernel), None);
     }
 
     #[test]

@@ -140,6 +140,14 @@ fn run(config: Config, removal: Option<pidfile::PidFileRemoval>) -> Result<ExitC
         })
     }?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, interrupted.clone())?;
+    // The local user's own tests may ask for buffers past the host's maximum (as root);
+    // a server's, a mesh's and an exporter's tests are others' and never do.
+    if matches!(
+        config,
+        Config::Client { .. } | Config::Iperf3 { .. } | Config::Loopback { .. }
+    ) {
+        fperf::stream::allow_forced_buffers();
+    }
     match config {
         Config::Server { server, json } => {
             let one_off = server.one_off;

@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Why a connection was refused a slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +39,18 @@ pub struct PendingCaps {
     total: usize,
     /// Pending connections per address, no entry at zero: at most `total` entries.
     counts: Mutex<HashMap<IpAddr, usize>>,
+    /// Signalled when a place is freed, for connections waiting for one.
+    freed: Condvar,
+    /// Connections waiting for a place (see [`PendingCaps::wait_turn`]).
+    waiting: AtomicUsize,
+    most_waiting: usize,
+}
+
+/// A connection's turn to wait for a place; dropping it ends the wait.
+#[derive(Debug)]
+pub struct WaitTurn {
+    caps: Arc<PendingCaps>,
+    source: IpAddr,
 }
 
 /// A pending connection's place; dropping it frees the place.
@@ -49,10 +63,19 @@ pub struct PendingSlot {
 impl PendingCaps {
     /// Room for `per_source` pending connections per address, `total` in all.
     pub fn new(per_source: usize, total: usize) -> Arc<PendingCaps> {
+        PendingCaps::letting_wait(per_source, total, 0)
+    }
+
+    /// As [`new`](Self::new), and beyond the caps `most_waiting` wanted connections may
+    /// wait for a place.
+    pub fn letting_wait(per_source: usize, total: usize, most_waiting: usize) -> Arc<PendingCaps> {
         Arc::new(PendingCaps {
             per_source,
             total,
             counts: Mutex::new(HashMap::new()),
+            freed: Condvar::new(),
+            waiting: AtomicUsize::new(0),
+            most_waiting,
         })
     }
 
@@ -64,8 +87,37 @@ impl PendingCaps {
 
     /// A place for a connection from `source`, or why there is none.
     pub fn claim(self: &Arc<Self>, source: IpAddr) -> Result<PendingSlot, Crowded> {
-        let source = source.to_canonical();
         let mut by_source = self.lock();
+        self.claim_locked(&mut by_source, source)
+    }
+
+    /// A turn to wait for a place, for a connection the caller knows is wanted (a
+    /// running test's own), or `crowded` when `most_waiting` already wait.
+    pub fn wait_turn(
+        self: &Arc<Self>,
+        source: IpAddr,
+        crowded: Crowded,
+    ) -> Result<WaitTurn, Crowded> {
+        let taken = self
+            .waiting
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.most_waiting).then_some(n + 1)
+            });
+        match taken {
+            Ok(_) => Ok(WaitTurn {
+                caps: self.clone(),
+                source,
+            }),
+            Err(_) => Err(crowded),
+        }
+    }
+
+    fn claim_locked(
+        self: &Arc<Self>,
+        by_source: &mut HashMap<IpAddr, usize>,
+        source: IpAddr,
+    ) -> Result<PendingSlot, Crowded> {
+        let source = source.to_canonical();
         if by_source.values().sum::<usize>() >= self.total {
             return Err(Crowded::Total(self.total));
         }
@@ -90,6 +142,51 @@ impl Drop for PendingSlot {
                 by_source.remove(&self.source);
             }
         }
+        drop(by_source);
+        self.caps.freed.notify_all();
+    }
+}
+
+impl WaitTurn {
+    /// How often a waiting connection asks `wanted` whether it still is.
+    const RECHECK: Duration = Duration::from_millis(50);
+
+    /// Waits until `deadline` for a place, while `wanted` says the connection still is;
+    /// `Crowded` if none came.
+    pub fn wait(
+        self,
+        deadline: Instant,
+        wanted: impl Fn() -> bool,
+    ) -> Result<PendingSlot, Crowded> {
+        let caps = &self.caps;
+        let mut by_source = caps.lock();
+        loop {
+            let crowded = match caps.claim_locked(&mut by_source, self.source) {
+                Ok(slot) => return Ok(slot),
+                Err(crowded) => crowded,
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(crowded);
+            }
+            by_source = caps
+                .freed
+                .wait_timeout(by_source, left.min(Self::RECHECK))
+                .map(|(guard, _)| guard)
+                .unwrap_or_else(|e| e.into_inner().0);
+            // `wanted` may take other locks: asked without this one held.
+            drop(by_source);
+            if !wanted() {
+                return Err(crowded);
+            }
+            by_source = caps.lock();
+        }
+    }
+}
+
+impl Drop for WaitTurn {
+    fn drop(&mut self) {
+        self.caps.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -125,5 +222,42 @@ mod tests {
             .collect();
         drop(slots);
         assert!(caps.lock().is_empty());
+    }
+
+    #[test]
+    fn a_wanted_connection_waits_for_a_place_and_the_waiting_are_bounded() {
+        let caps = PendingCaps::letting_wait(1, 4, 1);
+        let a: IpAddr = [10, 0, 0, 1].into();
+        let first = caps.claim(a).expect("first");
+        let crowded = caps.claim(a).expect_err("crowded");
+        let turn = caps.wait_turn(a, crowded).expect("a turn");
+        assert_eq!(
+            caps.wait_turn(a, crowded).err(),
+            Some(crowded),
+            "one may wait"
+        );
+        let freer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(first);
+        });
+        let started = Instant::now();
+        let slot = turn
+            .wait(started + Duration::from_secs(5), || true)
+            .expect("the freed place");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        freer.join().expect("freer");
+        // No longer wanted, or past its deadline: no place.
+        let crowded = caps.claim(a).expect_err("crowded again");
+        let turn = caps.wait_turn(a, crowded).expect("the turn was given back");
+        let started = Instant::now();
+        assert!(turn
+            .wait(started + Duration::from_secs(5), || false)
+            .is_err());
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let turn = caps.wait_turn(a, crowded).expect("a turn");
+        assert!(turn
+            .wait(Instant::now() + Duration::from_millis(60), || true)
+            .is_err());
+        drop(slot);
     }
 }

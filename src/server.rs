@@ -25,7 +25,7 @@ use crate::engine::{receive, Ceiling, Received, StreamNames};
 use crate::family::IpFamily;
 use crate::interval::MeterMsg;
 use crate::limits::{TestWatch, Watchdog};
-use crate::pending::{PendingCaps, PendingSlot};
+use crate::pending::{PendingCaps, PendingSlot, WaitTurn};
 use crate::results::{Role, SideResult};
 use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::Settings;
@@ -91,7 +91,11 @@ impl Server {
     /// `on_event` from this thread.
     pub fn run(&self, stop: &AtomicBool, on_event: &mut dyn FnMut(ServerEvent)) -> Result<()> {
         let active: ActiveSession = Sessions::new(self.config.parallel);
-        let pending = PendingCaps::new(MAX_PENDING_PER_SOURCE, MAX_PENDING_GREETERS);
+        let pending = PendingCaps::letting_wait(
+            MAX_PENDING_PER_SOURCE,
+            MAX_PENDING_GREETERS,
+            MOST_WAITING_FOR_A_PLACE,
+        );
         let (events_tx, events_rx) = events::channel();
         on_event(ServerEvent::Listening);
         // The listeners, fperf's own and iperf3's, each with its poll entry.
@@ -142,13 +146,20 @@ impl Server {
     ) {
         match listener.accept() {
             Ok((sock, peer)) => {
-                let slot = match pending.claim(peer.ip()) {
-                    Ok(slot) => slot,
+                // A running test's own client may open its connections faster than they
+                // are identified (hundreds of sockets): those beyond the caps wait for a
+                // place in their greeter's thread. Anyone else's are refused at once.
+                let place = pending.claim(peer.ip()).map(Place::Now).or_else(|crowded| {
+                    if active.connecting_from(peer.ip()) {
+                        pending.wait_turn(peer.ip(), crowded).map(Place::Turn)
+                    } else {
+                        Err(crowded)
+                    }
+                });
+                let place = match place {
+                    Ok(place) => place,
                     Err(crowded) => {
-                        match front {
-                            Front::Fperf => refuse_flood(sock),
-                            Front::Iperf3 => crate::iperf3::server::refuse_flood(sock),
-                        }
+                        refuse_crowded(sock, front);
                         on_event(ServerEvent::ClientError {
                             peer: crate::stream::canonical(peer).to_string(),
                             error: format!("refused: {crowded}"),
@@ -161,11 +172,29 @@ impl Server {
                     (active.clone(), events_tx.clone(), self.config.clone());
                 let _ = std::thread::Builder::new()
                     .name("fperf-greeter".into())
-                    .spawn(move || match front {
-                        Front::Fperf => greet(sock, peer, slot, &active, &events, &config),
-                        Front::Iperf3 => crate::iperf3::server::greet(
-                            sock, peer, accepted, slot, &active, &events, &config,
-                        ),
+                    .spawn(move || {
+                        let slot = match place {
+                            Place::Now(slot) => slot,
+                            Place::Turn(turn) => {
+                                let until = accepted + config.control_timeout;
+                                match turn.wait(until, || active.connecting_from(peer.ip())) {
+                                    Ok(slot) => slot,
+                                    Err(crowded) => {
+                                        refuse_crowded(sock, front);
+                                        return events.client_error(
+                                            crate::stream::canonical(peer).to_string(),
+                                            format!("refused: {crowded}"),
+                                        );
+                                    }
+                                }
+                            }
+                        };
+                        match front {
+                            Front::Fperf => greet(sock, peer, slot, &active, &events, &config),
+                            Front::Iperf3 => crate::iperf3::server::greet(
+                                sock, peer, accepted, slot, &active, &events, &config,
+                            ),
+                        }
                     });
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -173,6 +202,24 @@ impl Server {
             // Running out of descriptors must not end the server: wait and retry.
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
+    }
+}
+
+/// Most connections of running tests' clients waiting at once for a place among the
+/// pending ones: as many as a test may have sockets.
+const MOST_WAITING_FOR_A_PLACE: usize = 1024;
+
+/// A new connection's place among the pending ones: now, or its turn to wait for one.
+enum Place {
+    Now(PendingSlot),
+    Turn(WaitTurn),
+}
+
+/// Tells a connection beyond the pending caps why it is dropped, in its front's words.
+fn refuse_crowded(sock: std::net::TcpStream, front: Front) {
+    match front {
+        Front::Fperf => refuse_flood(sock),
+        Front::Iperf3 => crate::iperf3::server::refuse_flood(sock),
     }
 }
 
@@ -297,23 +344,22 @@ fn greet(
                 stream,
                 socket,
             }) => {
-                let route = match active.route(session) {
-                    Ok(_) if stream != 0 => Err("data connection for another stream's port"),
-                    other => other,
+                if stream != 0 {
+                    let e = "data connection for another stream's port";
+                    control.chan.send_error(e);
+                    return client_error(e.into());
+                }
+                let conn = DataConn {
+                    stream,
+                    socket,
+                    sock: control.chan.into_socket(),
+                    accepted: arrived,
                 };
-                match route {
-                    Ok(tx) => {
-                        let _ = tx.send(DataConn {
-                            stream,
-                            socket,
-                            sock: control.chan.into_socket(),
-                            accepted: arrived,
-                        });
+                if let Err((e, conn)) = active.deliver(session, conn) {
+                    if let Ok(mut chan) = Channel::new(conn.sock, config.control_timeout) {
+                        chan.send_error(e);
                     }
-                    Err(e) => {
-                        control.chan.send_error(e);
-                        client_error(e.into());
-                    }
+                    client_error(e.into());
                 }
                 return;
             }
@@ -359,6 +405,7 @@ fn greet(
             return client_error(format!("refused: {busy}"));
         }
     };
+    registered.client_at(peer.ip());
     // Dropped last, once everything of the test was sent.
     let _ended = active.end_mark();
     let outcome = run_session(&mut control, &registered, rx, tx, config, events);
@@ -465,6 +512,9 @@ fn run_session(
             port,
             settings,
         } => {
+            // A mesh test takes no data connections here: any that names it closes.
+            registered.streams_connected_from(&routed);
+            drop(routed);
             let (client, server) =
                 mesh::run_test(control, registered, &host, port, *settings, config, events)?;
             return Ok(Served::Mesh {
@@ -496,6 +546,7 @@ fn run_session(
         },
         setup_timeout: config.control_timeout,
         abort: abort.clone(),
+        socket_buffer_cap: config.limits.socket_buffer_cap(&settings),
     };
     let transport = transport::for_settings(&settings);
     let acceptor = transport.listen(&ctx)?;
@@ -507,7 +558,7 @@ fn run_session(
     control.session.ready();
     control.flush()?;
     let streams = acceptor.accept(&ctx)?;
-    registered.streams_connected();
+    registered.streams_connected_from(&ctx.routed);
     let from = streams.first().map_or_else(String::new, |s| s.peer_addr());
     let facts = streams.first().map(|s| s.facts()).unwrap_or_default();
     let (congestion, rcvlowat, rx_nap) = (facts.congestion, facts.rcvlowat, facts.rx_nap);

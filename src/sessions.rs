@@ -12,8 +12,9 @@
 //! no failure path can leave the server "busy" forever.
 
 use crate::transport::DataConn;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// One running test.
@@ -25,6 +26,8 @@ struct Running {
     route: Option<Sender<DataConn>>,
     /// It listens on ports after the base port and needs the server alone.
     alone: bool,
+    /// Where its client connects from, once known.
+    client: Option<IpAddr>,
 }
 
 /// The running tests of one server.
@@ -106,6 +109,7 @@ impl Sessions {
             id,
             route: Some(route),
             alone: false,
+            client: None,
         });
         Ok(SessionGuard {
             sessions: self.clone(),
@@ -120,18 +124,39 @@ impl Sessions {
             .unwrap_or(false)
     }
 
-    /// Where data connections for session `id` go, or why there is no place for one.
-    pub fn route(&self, id: u64) -> Result<Sender<DataConn>, &'static str> {
-        let running = self
-            .lock()
-            .map_err(|_| "server state poisoned by a panic")?;
-        let test = running
-            .iter()
-            .find(|r| r.id == id)
-            .ok_or("data connection for no running test")?;
-        test.route
-            .clone()
-            .ok_or("data connection for a test whose data streams are all connected")
+    /// Hands data connection `conn` to session `id`, or says why there is no place for
+    /// it (and gives it back). Handed over under the registry's lock, so none arrives
+    /// once [`SessionGuard::streams_connected`] has returned.
+    pub fn deliver(&self, id: u64, conn: DataConn) -> Result<(), (&'static str, DataConn)> {
+        let running = match self.lock() {
+            Ok(running) => running,
+            Err(_) => return Err(("server state poisoned by a panic", conn)),
+        };
+        let Some(test) = running.iter().find(|r| r.id == id) else {
+            return Err(("data connection for no running test", conn));
+        };
+        let Some(route) = &test.route else {
+            return Err((
+                "data connection for a test whose data streams are all connected",
+                conn,
+            ));
+        };
+        // A test that stopped waiting has dropped its end: the connection closes here.
+        let _ = route.send(conn);
+        Ok(())
+    }
+
+    /// Whether a running test whose streams are still connecting has its client at
+    /// `ip`: that client's connections wait for a place among the pending ones.
+    pub fn connecting_from(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.lock()
+            .map(|running| {
+                running
+                    .iter()
+                    .any(|r| r.route.is_some() && r.client == Some(ip))
+            })
+            .unwrap_or(false)
     }
 
     /// Holds back other tests' reports while one test sends its report events.
@@ -160,6 +185,15 @@ impl SessionGuard {
         Ok(())
     }
 
+    /// The test's client connects from `ip`.
+    pub fn client_at(&self, ip: IpAddr) {
+        if let Ok(mut running) = self.sessions.lock() {
+            for r in running.iter_mut().filter(|r| r.id == self.id) {
+                r.client = Some(ip.to_canonical());
+            }
+        }
+    }
+
     /// The test's data streams are all connected: refuses every later data connection
     /// that names it, so none is held until the test ends.
     pub fn streams_connected(&self) {
@@ -168,6 +202,13 @@ impl SessionGuard {
                 r.route = None;
             }
         }
+    }
+
+    /// As [`streams_connected`](Self::streams_connected), and closes at once the
+    /// connections `routed` holds beyond those the test took.
+    pub fn streams_connected_from(&self, routed: &Receiver<DataConn>) {
+        self.streams_connected();
+        while routed.try_recv().is_ok() {}
     }
 
     /// The id data connections of this session present.
@@ -204,6 +245,10 @@ pub struct EndMark(Arc<Sessions>);
 
 impl Drop for EndMark {
     fn drop(&mut self) {
+        // The test's buffers, histograms and threads are gone by now: what the
+        // allocator kept of them goes back to the system, so the server returns to
+        // its baseline between tests.
+        crate::limits::release_freed_memory();
         self.0.ended.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -213,15 +258,38 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
+    /// A data connection over loopback, with its far end (to see it closed).
+    fn conn() -> (DataConn, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let far =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (sock, _) = listener.accept().expect("accept");
+        let conn = DataConn {
+            stream: 0,
+            socket: 0,
+            sock,
+            accepted: std::time::Instant::now(),
+        };
+        (conn, far)
+    }
+
+    /// Whether the far end of a connection sees it closed.
+    fn closed(mut far: std::net::TcpStream) -> bool {
+        use std::io::Read;
+        far.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("timeout");
+        matches!(far.read(&mut [0u8; 1]), Ok(0))
+    }
+
     #[test]
     fn one_at_a_time_by_default() {
         let s = Sessions::new(1);
         let (tx, _rx) = mpsc::channel();
         let a = s.open(1, tx.clone()).expect("first");
         assert!(s.open(2, tx.clone()).expect_err("busy").contains("busy"));
-        assert!(s.route(1).is_ok() && s.route(2).is_err());
+        assert!(s.deliver(1, conn().0).is_ok() && s.deliver(2, conn().0).is_err());
         drop(a);
-        assert!(s.route(1).is_err(), "no state left behind");
+        assert!(s.deliver(1, conn().0).is_err(), "no state left behind");
         let _b = s.open(2, tx).expect("free again");
     }
 
@@ -240,13 +308,41 @@ mod tests {
     #[test]
     fn data_connections_are_routed_only_until_the_streams_are_connected() {
         let s = Sessions::new(1);
+        let (tx, rx) = mpsc::channel();
+        let a = s.open(7, tx).expect("open");
+        let (taken, _taken_far) = conn();
+        let (extra, extra_far) = conn();
+        assert!(s.deliver(7, taken).is_ok());
+        assert!(s.deliver(7, extra).is_ok());
+        assert!(rx.try_recv().is_ok(), "the one the test takes");
+        // The one beyond what the test took is closed as the streams are connected.
+        a.streams_connected_from(&rx);
+        assert!(closed(extra_far));
+        let (late, late_far) = conn();
+        let (why, late) = s
+            .deliver(7, late)
+            .expect_err("a late connection is refused");
+        assert!(why.contains("all connected"), "{why}");
+        drop(late);
+        assert!(closed(late_far));
+        let (why, _) = s.deliver(8, conn().0).expect_err("unknown");
+        assert!(why.contains("no running test"));
+    }
+
+    #[test]
+    fn only_a_connecting_tests_client_may_wait_for_a_place() {
+        let s = Sessions::new(1);
         let (tx, _rx) = mpsc::channel();
         let a = s.open(7, tx).expect("open");
-        assert!(s.route(7).is_ok());
+        let client: IpAddr = [10, 0, 0, 1].into();
+        assert!(!s.connecting_from(client), "not known yet");
+        a.client_at(client);
+        assert!(s.connecting_from(client));
+        let mapped: IpAddr = std::net::Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped().into();
+        assert!(s.connecting_from(mapped));
+        assert!(!s.connecting_from([10, 0, 0, 2].into()));
         a.streams_connected();
-        let late = s.route(7).expect_err("a late connection is refused");
-        assert!(late.contains("all connected"), "{late}");
-        assert!(s.route(8).expect_err("unknown").contains("no running test"));
+        assert!(!s.connecting_from(client), "its streams are connected");
     }
 
     #[test]

@@ -508,6 +508,67 @@ fn an_iperf3_clients_skip_rx_copy_is_served() {
     assert!(report.contains(" rx_copy=skipped "), "{report}");
 }
 
+/// Connections with a test's cookie beyond its streams, sent while the streams are set
+/// up, are closed at once, not held until the test ends.
+#[test]
+fn extra_connections_with_a_tests_cookie_are_closed_at_once() {
+    let both = start(&[]);
+    let port = both.iperf3_port;
+    let mut cookie = [b'x'; 37];
+    cookie[36] = 0;
+    let mut control = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    control
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    control.write_all(&cookie).expect("cookie");
+    let mut state = [0u8; 1];
+    control.read_exact(&mut state).expect("PARAM_EXCHANGE");
+    assert_eq!(state, [9]);
+    let params = br#"{"tcp":true,"time":10,"parallel":1,"len":65536}"#;
+    control
+        .write_all(&(params.len() as u32).to_be_bytes())
+        .expect("length");
+    control.write_all(params).expect("params");
+    control.read_exact(&mut state).expect("CREATE_STREAMS");
+    assert_eq!(state, [10]);
+    // One stream, 21 connections with its cookie at once.
+    let data: Vec<TcpStream> = (0..21)
+        .map(|_| {
+            let mut d = TcpStream::connect(("127.0.0.1", port)).expect("data");
+            d.write_all(&cookie).expect("data cookie");
+            d
+        })
+        .collect();
+    let mut go = [0u8; 2];
+    control
+        .read_exact(&mut go)
+        .expect("TEST_START, TEST_RUNNING");
+    assert_eq!(go, [1, 2]);
+    // Every one but the stream's is closed (after at most a refusal byte) within 3 s;
+    // the stream's stays open for the test's 10 s.
+    let started = Instant::now();
+    let closed = data
+        .into_iter()
+        .filter(|d| {
+            let left = Duration::from_secs(3).saturating_sub(started.elapsed());
+            d.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .expect("timeout");
+            let mut d = d;
+            let mut buf = [0u8; 8];
+            loop {
+                match d.read(&mut buf) {
+                    Ok(0) => return true,
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+                    Err(_) => return false,
+                }
+            }
+        })
+        .count();
+    assert_eq!(closed, 20, "{}", both.server.stderr());
+    control.write_all(&[12]).expect("CLIENT_TERMINATE");
+}
+
 /// Runs `fperf -c` without `--iperf3` against the iperf3 server on `port`: it stops at
 /// once, saying what to add.
 fn told_to_add_iperf3(port: u16) {

@@ -645,3 +645,57 @@ fn a_servers_error_cannot_add_lines_or_escapes_to_the_mesh_output() {
         "{stderr}"
     );
 }
+
+/// A mesh of more hosts or tests than a coordinator keeps in bounded memory is refused
+/// at once, with the bound named, before any pair is made.
+#[test]
+fn a_mesh_too_large_to_keep_is_refused_at_once() {
+    let key = KeyFile::new("huge", "the mesh's secret");
+    let file = std::env::temp_dir().join(format!("fperf-mesh-{}-huge.hosts", std::process::id()));
+    let mut text = String::new();
+    for i in 0..10_000u32 {
+        text.push_str(&format!("127.0.{}.{}:5201\n", i / 250, 1 + i % 250));
+    }
+    std::fs::write(&file, text).expect("write hosts");
+    let hostfile = file.to_str().expect("UTF-8 path");
+    for pattern in ["all-pairs", "ring"] {
+        let started = std::time::Instant::now();
+        let out = run(
+            &[
+                "mesh",
+                "--auth-key",
+                key.path(),
+                "--pattern",
+                pattern,
+                "--hostfile",
+                hostfile,
+            ],
+            Duration::from_secs(30),
+        );
+        let took = started.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{pattern}: {err}");
+        assert!(
+            err.contains("a mesh measures at most 1024 hosts, not 10000"),
+            "{pattern}: {err}"
+        );
+        assert!(took < Duration::from_secs(3), "{pattern}: took {took:?}");
+    }
+    // Within the hosts, too many tests: all-pairs of 200 hosts is 39,800.
+    let mut text = String::new();
+    for i in 0..200u32 {
+        text.push_str(&format!("127.0.0.{}:5201\n", 1 + i));
+    }
+    std::fs::write(&file, text).expect("write hosts");
+    let out = run(
+        &["mesh", "--auth-key", key.path(), "--hostfile", hostfile],
+        Duration::from_secs(30),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("at most 16384 tests, and this pattern makes 39800 among 200 hosts"),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(&file);
+}

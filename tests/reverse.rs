@@ -244,3 +244,123 @@ fn ctrl_c_on_a_receiving_udp_client_ends_both_reports() {
         "{text}\n{report}"
     );
 }
+
+/// The host's TCP memory, in bytes (`/proc/net/sockstat`'s `TCP: mem`, in pages).
+fn tcp_memory() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/sockstat").expect("sockstat");
+    let pages: u64 = text
+        .lines()
+        .find(|l| l.starts_with("TCP:"))
+        .and_then(|l| l.split_whitespace().skip_while(|w| *w != "mem").nth(1))
+        .and_then(|n| n.parse().ok())
+        .expect("TCP: mem");
+    // SAFETY: sysconf has no memory effects.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
+}
+
+/// A client with no key asks `server` for a reverse test of 8 streams of 32 sockets,
+/// connects them with small receive buffers of its own, and never reads. Returns the host's
+/// TCP memory before and at its highest while the test lasts, and how long the server
+/// took to end it.
+fn reverse_client_that_never_reads(server: &Server) -> (u64, u64, Duration) {
+    use fperf::control::{self, Channel, Message, PROTOCOL_MAJOR};
+    let before = tcp_memory();
+    let t = Duration::from_secs(10);
+    let sock = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    let mut chan = Channel::new(sock, t).expect("channel");
+    chan.send(&Message::Hello {
+        version: PROTOCOL_MAJOR,
+        software: "test".into(),
+        minor: 0,
+        features: None,
+    })
+    .expect("hello");
+    let Message::Welcome { session, .. } = chan.recv(t).expect("welcome") else {
+        panic!("no welcome")
+    };
+    let (nstreams, nsockets) = (8, 32);
+    let settings = fperf::settings::Settings {
+        nstreams,
+        nsockets,
+        time_ms: Some(60_000),
+        workload: fperf::workload::Workload::Reverse,
+        ..Default::default()
+    };
+    chan.send(&Message::Settings { settings })
+        .expect("settings");
+    assert_eq!(chan.recv(t).expect("ready"), Message::Ready);
+    let data: Vec<std::net::TcpStream> = (0..nstreams * nsockets)
+        .map(|k| {
+            let (stream, socket) = (k / nsockets, k % nsockets);
+            let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                .expect("socket");
+            // Its own side small, so what the host holds is the server's.
+            sock.set_recv_buffer_size(16 << 10).expect("rcvbuf");
+            let port = server.port + stream as u16;
+            sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
+                .expect("data connect");
+            let mut sock: std::net::TcpStream = sock.into();
+            control::write_frame(
+                &mut sock,
+                &Message::DataHello {
+                    version: PROTOCOL_MAJOR,
+                    session,
+                    stream,
+                    socket,
+                },
+            )
+            .expect("data hello");
+            sock
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let mut most = before;
+    // The server must give up within its idle time-out (3 s) and close its sockets.
+    let ended = loop {
+        most = most.max(tcp_memory());
+        if server.stderr().contains("no data moved") || started.elapsed() > Duration::from_secs(20)
+        {
+            break started.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(data);
+    drop(chan);
+    (before, most, ended)
+}
+
+/// The kernel's socket buffers count against `--max-memory`: a reverse test whose client
+/// never reads makes the host's TCP memory grow by no more than the budget, and ends
+/// within the idle time-out; a window past the budget is refused.
+#[test]
+fn a_reverse_client_that_never_reads_holds_the_kernel_within_the_budget() {
+    let server = Server::start(&["--idle-timeout", "3"]);
+    let (before, most, ended) = reverse_client_that_never_reads(&server);
+    let grew = most.saturating_sub(before);
+    eprintln!(
+        "TCP memory: {} MiB before, {} MiB at most (+{} MiB); ended after {ended:?}",
+        before >> 20,
+        most >> 20,
+        grew >> 20
+    );
+    assert!(grew <= 256 * MB, "the host's TCP memory grew by {grew} B");
+    assert!(
+        ended < Duration::from_secs(8),
+        "{ended:?}: {}",
+        server.stderr()
+    );
+    // Without the budget (one far beyond every buffer) the same client takes more.
+    let unbounded = Server::start(&["--idle-timeout", "3", "--max-memory", "1000000"]);
+    let (before, most, _) = reverse_client_that_never_reads(&unbounded);
+    eprintln!(
+        "without the kernel's part held to the budget: {} MiB before, {} MiB at most",
+        before >> 20,
+        most >> 20
+    );
+    // A window whose buffers alone pass the budget is refused, the budget named.
+    let out = client_run(&server, "127.0.0.1", &["-w", "128M", "-m", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("--max-memory"), "{err}");
+    assert!(err.contains("socket buffers"), "{err}");
+}

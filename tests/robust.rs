@@ -689,6 +689,101 @@ fn connect_from(source: [u8; 4], port: u16) -> TcpStream {
     sock.into()
 }
 
+/// A data connection of socket `socket` of stream 0 that introduced itself.
+fn data_socket(port: u16, session: u64, socket: u32) -> TcpStream {
+    let mut s = connect(port);
+    control::write_frame(
+        &mut s,
+        &Message::DataHello {
+            version: PROTOCOL_MAJOR,
+            session,
+            stream: 0,
+            socket,
+        },
+    )
+    .unwrap();
+    s
+}
+
+/// Connections of a running test's own client wait for a place on the base port, where
+/// its address's places are all taken (here by silent connections from that address,
+/// as a loaded host's slow greeters would hold them), instead of being refused.
+#[test]
+fn a_tests_own_connections_wait_for_a_place_on_the_base_port() {
+    let server = Server::start(&[]);
+    let port = server.port;
+    let sockets = 40;
+    let wanted = Settings {
+        nsockets: sockets,
+        ..settings(1, 1)
+    };
+    let (mut control, _, session) = open_session(port, &wanted, None);
+    // Every place of the client's address taken, for the identification time (5 s).
+    let silent: Vec<TcpStream> = (0..32).map(|_| connect(port)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let mut data: Vec<TcpStream> = (0..sockets)
+        .map(|socket| data_socket(port, session, socket))
+        .collect();
+    send_bytes(&mut data[0], MB);
+    for s in &data[1..] {
+        s.shutdown(Shutdown::Write).unwrap();
+    }
+    assert_eq!(results(&mut control), vec![MB], "{}", server.stderr());
+    assert!(t0.elapsed() < Duration::from_secs(9), "{:?}", t0.elapsed());
+    assert!(
+        !server.stderr().contains("refused: too many"),
+        "{}",
+        server.stderr()
+    );
+    drop(silent);
+}
+
+/// A client of 4 streams of 100 sockets each, its stream 0's all through the base port,
+/// passes every time beside a CPU hog.
+#[test]
+fn a_hundred_sockets_a_stream_pass_on_a_loaded_host() {
+    let server = Server::start(&[]);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let hogs: Vec<_> = (0..cores)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 1u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                }
+                x
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    let mut failed = Vec::new();
+    for i in 0..10 {
+        let out = client_run(
+            &server,
+            "127.0.0.1",
+            &["-t", "4", "-n", "100", "--time", "1"],
+        );
+        if !out.status.success() {
+            failed.push((i, String::from_utf8_lossy(&out.stderr).to_string()));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for h in hogs {
+        let _ = h.join();
+    }
+    assert!(
+        failed.is_empty(),
+        "{failed:?}\nserver:\n{}",
+        server.stderr()
+    );
+    let refused = server.stderr().matches("refused").count();
+    assert_eq!(refused, 0, "{}", server.stderr());
+    eprintln!("10 runs in {:?}", t0.elapsed());
+}
+
 #[test]
 fn strangers_cannot_crowd_out_a_client_from_another_address() {
     let server = Server::start(&[]);
@@ -1493,22 +1588,24 @@ fn hostile_server(
     (port, fake)
 }
 
+/// The server's figures for a test, claiming `bytes_received`.
+fn server_side(bytes_received: u64) -> fperf::results::SideResult {
+    let doc = serde_json::json!({
+        "role": "server",
+        "total": {"bytes_sent": 0, "bytes_received": bytes_received, "duration_ns": 1_000_000,
+                  "send_latency": null, "recv_latency": null, "submit_latency": null,
+                  "retries": 0, "tcp": null},
+        "reverse_total": null, "streams": [], "system": null, "cpu": null, "intervals": []
+    });
+    serde_json::from_value(doc).unwrap()
+}
+
 #[test]
 fn a_client_ends_the_run_when_the_server_sends_impossible_figures() {
-    let side = |bytes_received| {
-        let doc = serde_json::json!({
-            "role": "server",
-            "total": {"bytes_sent": 0, "bytes_received": bytes_received, "duration_ns": 1_000_000,
-                      "send_latency": null, "recv_latency": null, "submit_latency": null,
-                      "retries": 0, "tcp": null},
-            "reverse_total": null, "streams": [], "system": null, "cpu": null, "intervals": []
-        });
-        serde_json::from_value(doc).unwrap()
-    };
     let (port, fake) = hostile_server(
         |_| {},
         Message::Results {
-            result: Box::new(side(u64::MAX)),
+            result: Box::new(server_side(u64::MAX)),
         },
     );
     let out = run(
@@ -1519,9 +1616,12 @@ fn a_client_ends_the_run_when_the_server_sends_impossible_figures() {
     assert!(!out.status.success());
     assert!(err.contains("the server sent impossible figures"), "{err}");
     fake.join().unwrap();
+}
 
-    // Intervals faster than they can happen (a flood, each a new index) end the run too,
-    // and cost the client bounded memory meanwhile.
+/// A server that floods interval reports, each a new index, faster than the client's
+/// `-i` asks for, ends a 30 s run at once, at bounded memory meanwhile.
+#[test]
+fn a_server_flooding_interval_reports_cannot_hold_the_client() {
     let (port, fake) = hostile_server(
         |chan| {
             for index in 0..200_000u32 {
@@ -1539,28 +1639,32 @@ fn a_client_ends_the_run_when_the_server_sends_impossible_figures() {
             }
         },
         Message::Results {
-            result: Box::new(side(1 << 20)),
+            result: Box::new(server_side(1 << 20)),
         },
     );
+    let t0 = Instant::now();
     let out = run(
         &[
             "-c",
             "127.0.0.1",
             "-p",
             &port.to_string(),
-            "-m",
-            "1",
+            "--time",
+            "30",
             "-i",
             "1",
         ],
-        Duration::from_secs(30),
+        Duration::from_secs(40),
     );
+    let took = t0.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("the server sent impossible figures: interval"),
+        err.contains("the server sent too many interval reports"),
         "{err}"
     );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(took < Duration::from_secs(5), "the client took {took:?}");
     fake.join().unwrap();
 }
 
@@ -1614,4 +1718,47 @@ fn parallel_tests_when_allowed_and_several_streams_need_the_server_alone() {
     );
     // Alone, a test with several streams runs.
     served_normally(&server, 3, &["-t", "2"]);
+}
+
+/// A process's resident memory, in bytes.
+fn resident(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kib: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .expect("VmRSS");
+    kib << 10
+}
+
+/// After the densest interval test the defaults allow (216 streams, each with its
+/// interval histograms), the server goes back to within docs/limits.md's 18 MiB of its
+/// baseline.
+#[test]
+fn the_servers_memory_returns_after_the_densest_interval_test() {
+    let server = Server::start(&[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let baseline = resident(server.pid());
+    for n in 1..=2 {
+        client_ok(
+            &server,
+            "127.0.0.1",
+            &["-t", "216", "-i", "0.512", "--time", "2"],
+        );
+        server.report(n);
+        std::thread::sleep(Duration::from_millis(500));
+        let after = resident(server.pid());
+        eprintln!(
+            "server resident: {} KiB at first, {} KiB after test {n}",
+            baseline >> 10,
+            after >> 10
+        );
+        assert!(
+            after <= baseline + 18 * MB,
+            "{} KiB after test {n}, {} KiB at first",
+            after >> 10,
+            baseline >> 10
+        );
+    }
 }

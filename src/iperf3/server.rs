@@ -66,20 +66,16 @@ pub(crate) fn greet(
     };
     let id = cookie.session_id();
     if active.knows(id) {
-        match active.route(id) {
-            Ok(tx) => {
-                let _ = tx.send(DataConn {
-                    stream: 0,
-                    socket: 0,
-                    sock,
-                    accepted,
-                });
-            }
-            Err(why) => {
-                // As iperf3 answers a data connection it does not expect.
-                let _ = wire::write_state(&mut sock, State::AccessDenied);
-                client_error(why.into());
-            }
+        let conn = DataConn {
+            stream: 0,
+            socket: 0,
+            sock,
+            accepted,
+        };
+        if let Err((why, mut conn)) = active.deliver(id, conn) {
+            // As iperf3 answers a data connection it does not expect.
+            let _ = wire::write_state(&mut conn.sock, State::AccessDenied);
+            client_error(why.into());
         }
         return;
     }
@@ -92,6 +88,7 @@ pub(crate) fn greet(
             return client_error(format!("refused: {busy}"));
         }
     };
+    registered.client_at(peer.ip());
     // Dropped last, once everything of the test was sent.
     let _ended = active.end_mark();
     let outcome = run_test(&mut sock, peer, &registered, rx, config, events);
@@ -169,12 +166,18 @@ fn run_test(
     }
     let abort = Arc::new(AtomicBool::new(false));
     let streams = match test.run.protocol() {
-        Protocol::Udp => udp_streams(sock, peer, &test, registered, &abort, config)?,
+        Protocol::Udp => {
+            let streams = udp_streams(sock, peer, &test, registered, &abort, config)?;
+            // A UDP test takes no connections: any with its cookie closes at once.
+            registered.streams_connected_from(&routed);
+            streams
+        }
         _ => {
             wire::write_state(sock, State::CreateStreams)?;
             let conns = collect_streams(&routed, test.run.nstreams, config.control_timeout)
                 .map_err(|e| refuse(sock, ErrorCode::StreamAccept, libc::ETIMEDOUT, e))?;
-            registered.streams_connected();
+            // Connections with the test's cookie beyond its streams close at once.
+            registered.streams_connected_from(&routed);
             crate::transport::tcp::streams_over(&test.run, Role::Server, conns, abort.clone())
                 .map_err(|e| refuse(sock, ErrorCode::SetCongestion, 0, e))?
         }

@@ -23,6 +23,39 @@ use std::time::{Duration, Instant};
 /// at both servers.
 const TEST_ALLOWANCE: Duration = Duration::from_secs(30);
 
+/// Most hosts one mesh measures between: its matrix then holds at most 1024 x 1024
+/// figures (16 MiB).
+pub const MOST_HOSTS: usize = 1024;
+/// Most tests one mesh runs: each pair's figures at both ends are kept for the report
+/// (a few KiB each).
+pub const MOST_PAIRS: usize = 16_384;
+
+/// Refuses a mesh of more hosts than one coordinator measures between.
+pub fn check_hosts(hosts: usize) -> Result<(), String> {
+    if hosts > MOST_HOSTS {
+        return Err(format!(
+            "a mesh measures at most {MOST_HOSTS} hosts, not {hosts}: split the hosts \
+             into several meshes"
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a mesh of more hosts or tests than one coordinator keeps in bounded memory,
+/// before anything is made for it.
+pub fn check_size(hosts: usize, pattern: &Pattern) -> Result<(), String> {
+    check_hosts(hosts)?;
+    let pairs = pattern.pair_count(hosts);
+    if pairs > MOST_PAIRS {
+        return Err(format!(
+            "a mesh runs at most {MOST_PAIRS} tests, and this pattern makes {pairs} \
+             among {hosts} hosts: use fewer hosts or another --pattern (ring, incast:K, \
+             one-to-all:HOST)"
+        ));
+    }
+    Ok(())
+}
+
 /// One host of the mesh: its fperf server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MeshHost {
@@ -105,17 +138,19 @@ pub fn run(
     abort: &AtomicBool,
     on_event: &mut dyn FnMut(MeshEvent),
 ) -> MeshReport {
-    let rounds = config.pattern.rounds(config.hosts.len());
-    let total: usize = rounds.iter().map(Vec::len).sum();
+    let n = config.hosts.len();
+    let rounds = config.pattern.round_count(n);
+    let total = config.pattern.pair_count(n);
     let started = Instant::now();
-    let mut results = Vec::with_capacity(total);
-    for (index, round) in rounds.iter().enumerate() {
+    let mut results = Vec::with_capacity(total.min(MOST_PAIRS));
+    for index in 0..rounds {
         if abort.load(Ordering::Relaxed) {
             break;
         }
+        let round = config.pattern.round(n, index);
         on_event(MeshEvent::Round {
             index: index + 1,
-            rounds: rounds.len(),
+            rounds,
             pairs: round.len(),
             done: results.len(),
             total,
@@ -127,7 +162,7 @@ pub fn run(
                 .collect();
             tests
                 .into_iter()
-                .zip(round)
+                .zip(&round)
                 .map(|(test, &(from, to))| {
                     test.join().unwrap_or_else(|_| PairResult {
                         from,
@@ -148,7 +183,7 @@ pub fn run(
             }
         }
     }
-    MeshReport::new(config, rounds.len(), results, started.elapsed())
+    MeshReport::new(config, rounds, results, started.elapsed())
 }
 
 /// One pair's third-party test.

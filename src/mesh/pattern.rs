@@ -44,61 +44,87 @@ impl Pattern {
         }
     }
 
-    /// The pattern's tests among `n` hosts, round by round.
-    pub fn rounds(&self, n: usize) -> Vec<Vec<Pair>> {
+    /// How many tests the pattern makes among `n` hosts, counted without making them.
+    pub fn pair_count(&self, n: usize) -> usize {
         if n < 2 {
+            return 0;
+        }
+        match *self {
+            Pattern::AllPairs => n.saturating_mul(n - 1),
+            Pattern::Ring => n,
+            Pattern::Incast(k) => n.saturating_mul(k),
+            Pattern::OneToAll(_) => n - 1,
+        }
+    }
+
+    /// How many rounds the pattern takes among `n` hosts.
+    pub fn round_count(&self, n: usize) -> usize {
+        if n < 2 {
+            return 0;
+        }
+        match *self {
+            // The circle method's n - 1 matchings (n if odd), each run both ways.
+            Pattern::AllPairs => 2 * (n + n % 2 - 1),
+            // Alternate edges in two rounds; an odd ring's last edge in a third.
+            Pattern::Ring => 2 + n % 2,
+            Pattern::Incast(_) => n,
+            Pattern::OneToAll(_) => n - 1,
+        }
+    }
+
+    /// Round `index` (from 0) of the pattern among `n` hosts: made when it is run, so a
+    /// mesh never holds more than one round's pairs.
+    pub fn round(&self, n: usize, index: usize) -> Vec<Pair> {
+        if index >= self.round_count(n) {
             return Vec::new();
         }
         match *self {
-            Pattern::AllPairs => all_pairs(n),
-            Pattern::Ring => {
-                let edges: Vec<Pair> = (0..n).map(|i| (i, (i + 1) % n)).collect();
-                // Two hosts make one pair each way; a longer ring alternates.
-                let mut rounds: Vec<Vec<Pair>> = Vec::new();
-                for edge in edges {
-                    let free = rounds.iter_mut().find(|round| {
-                        round
-                            .iter()
-                            .all(|&(a, b)| ![a, b].contains(&edge.0) && ![a, b].contains(&edge.1))
-                    });
-                    match free {
-                        Some(round) => round.push(edge),
-                        None => rounds.push(vec![edge]),
-                    }
+            Pattern::AllPairs => {
+                let matching = circle_matching(n, index / 2);
+                match index % 2 {
+                    0 => matching,
+                    _ => matching.into_iter().map(|(a, b)| (b, a)).collect(),
                 }
-                rounds
             }
-            Pattern::Incast(k) => (0..n)
-                .map(|to| (1..=k).map(|i| ((to + i) % n, to)).collect())
-                .collect(),
-            Pattern::OneToAll(from) => (0..n)
-                .filter(|&to| to != from)
-                .map(|to| vec![(from, to)])
-                .collect(),
+            Pattern::Ring => {
+                let edge = |i: usize| (i, (i + 1) % n);
+                match index {
+                    // An odd ring's last edge meets both other rounds' hosts.
+                    2 => vec![edge(n - 1)],
+                    parity => (0..n)
+                        .filter(|i| i % 2 == parity && !(n % 2 == 1 && *i == n - 1))
+                        .map(edge)
+                        .collect(),
+                }
+            }
+            Pattern::Incast(k) => (1..=k).map(|i| ((index + i) % n, index)).collect(),
+            Pattern::OneToAll(from) => {
+                let to = if index < from { index } else { index + 1 };
+                vec![(from, to)]
+            }
         }
+    }
+
+    /// The pattern's tests among `n` hosts, round by round.
+    #[cfg(test)]
+    pub fn rounds(&self, n: usize) -> Vec<Vec<Pair>> {
+        (0..self.round_count(n)).map(|i| self.round(n, i)).collect()
     }
 }
 
-/// Every ordered pair of `n` hosts: a round-robin tournament (the circle method) pairs
-/// each host with another in each of about `n` rounds, and each of its rounds is run
-/// one way, then the other.
-fn all_pairs(n: usize) -> Vec<Vec<Pair>> {
-    // An odd count gets a stand-in host; whoever meets it sits the round out.
+/// Round `r` of a round-robin tournament of `n` hosts (the circle method): each host
+/// meets another in each of about `n` rounds. An odd count gets a stand-in host;
+/// whoever meets it sits the round out.
+fn circle_matching(n: usize, r: usize) -> Vec<Pair> {
     let m = n + n % 2;
-    let mut rounds = Vec::new();
-    for r in 0..m - 1 {
-        let matching: Vec<Pair> = (0..m / 2)
-            .map(|i| {
-                let a = if i == 0 { m - 1 } else { (r + i) % (m - 1) };
-                let b = (r + m - 1 - i) % (m - 1);
-                (a, b)
-            })
-            .filter(|&(a, b)| a < n && b < n)
-            .collect();
-        rounds.push(matching.iter().map(|&(a, b)| (a, b)).collect());
-        rounds.push(matching.iter().map(|&(a, b)| (b, a)).collect());
-    }
-    rounds
+    (0..m / 2)
+        .map(|i| {
+            let a = if i == 0 { m - 1 } else { (r + i) % (m - 1) };
+            let b = (r + m - 1 - i) % (m - 1);
+            (a, b)
+        })
+        .filter(|&(a, b)| a < n && b < n)
+        .collect()
 }
 
 #[cfg(test)]
@@ -145,6 +171,35 @@ mod tests {
             assert_eq!(pairs, want);
             assert!(rounds.len() <= 3, "{n}: {rounds:?}");
         }
+    }
+
+    #[test]
+    fn a_round_is_made_alone_however_many_hosts() {
+        let n = 10_000;
+        assert_eq!(Pattern::AllPairs.round_count(n), 2 * (n - 1));
+        let last = Pattern::AllPairs.round(n, 2 * (n - 1) - 1);
+        assert_eq!(last.len(), n / 2);
+        assert_disjoint(&[last]);
+        assert!(Pattern::AllPairs.round(n, 2 * (n - 1)).is_empty());
+        assert_eq!(Pattern::Ring.round(n + 1, 2), vec![(n, 0)]);
+        assert_eq!(Pattern::OneToAll(3).round(n, 3), vec![(3, 4)]);
+    }
+
+    #[test]
+    fn the_pair_count_is_the_rounds_pairs() {
+        for n in 0..=9 {
+            let patterns = [
+                Pattern::AllPairs,
+                Pattern::Ring,
+                Pattern::Incast(1),
+                Pattern::OneToAll(0),
+            ];
+            for p in patterns {
+                let made: usize = p.rounds(n).iter().map(Vec::len).sum();
+                assert_eq!(p.pair_count(n), made, "{p:?} of {n}");
+            }
+        }
+        assert_eq!(Pattern::AllPairs.pair_count(10_000), 99_990_000);
     }
 
     #[test]

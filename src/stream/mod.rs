@@ -53,6 +53,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use sys::allow_forced_buffers;
 pub use tcp::{TcpOptions, TcpStream};
 pub use udp::UdpStream;
 

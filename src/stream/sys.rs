@@ -5,6 +5,7 @@ use super::udp_wire::BufferGrant;
 use socket2::SockRef;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Waits until `fd` is ready for `events` (POLLIN/POLLOUT) or `ms` elapse.
 /// Returns whether it became ready (errors and hang-ups count as ready, so that the
@@ -177,20 +178,32 @@ impl Direction {
     }
 }
 
-/// Asks for `size` bytes of socket buffer: first with the `*FORCE` option, which lets
-/// root exceed `net.core.{r,w}mem_max`, else with the plain one, which the kernel caps
-/// there. Returns what was asked and what the kernel granted (so a cap is reported).
+/// Whether this process runs its local user's own tests (`fperf -c`), whose windows
+/// may go past the host's maximum; a server's, a mesh server's and an exporter's tests
+/// are a peer's, and their windows never do.
+static LOCAL_USERS_OWN: AtomicBool = AtomicBool::new(false);
+
+/// This process runs its local user's own tests: see [`set_window`].
+pub fn allow_forced_buffers() {
+    LOCAL_USERS_OWN.store(true, Ordering::Relaxed);
+}
+
+/// Asks for `size` bytes of socket buffer. With `force`, first with the `*FORCE`
+/// option, which lets root exceed `net.core.{r,w}mem_max`; else, or if that fails,
+/// with the plain one, which the kernel caps there. Returns what was asked and what
+/// the kernel granted (so a cap is reported).
 pub(crate) fn size_buffer<S: AsFd + AsRawFd>(
     sock: &S,
     dir: Direction,
     size: usize,
+    force: bool,
 ) -> io::Result<BufferGrant> {
-    let (force, plain) = match dir {
+    let (forced, plain) = match dir {
         Direction::Receive => (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
         Direction::Send => (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
     };
     let value = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
-    if set_int_opt(sock, libc::SOL_SOCKET, force, value).is_err() {
+    if !force || set_int_opt(sock, libc::SOL_SOCKET, forced, value).is_err() {
         set_int_opt(sock, libc::SOL_SOCKET, plain, value)?;
     }
     let s = SockRef::from(sock);
@@ -205,23 +218,29 @@ pub(crate) fn size_buffer<S: AsFd + AsRawFd>(
     })
 }
 
-/// `--window`: both socket buffers of a data socket at `size` bytes; returns the
+/// `--window`: both socket buffers of a data socket at `size` bytes, past the host's
+/// maximum only for the local user's own tests ([`allow_forced_buffers`]); returns the
 /// receive and send grants. Less than asked is an error, as in iperf3: figures measured
 /// with a smaller window would answer another question than the one asked.
 pub(crate) fn set_window<S: AsFd + AsRawFd>(
     sock: &S,
     size: usize,
 ) -> io::Result<(BufferGrant, BufferGrant)> {
+    let own = LOCAL_USERS_OWN.load(Ordering::Relaxed);
     let mut grants = [BufferGrant::default(); 2];
     for (grant, dir) in grants.iter_mut().zip([Direction::Receive, Direction::Send]) {
-        *grant = size_buffer(sock, dir, size)?;
+        *grant = size_buffer(sock, dir, size, own)?;
         if grant.capped() {
+            let how = match own {
+                true => format!("raise {} or run as root", dir.sysctl()),
+                // A peer's test never goes past the host's maximum.
+                false => format!("the most {} allows on the server's host", dir.sysctl()),
+            };
             return Err(io::Error::other(format!(
-                "the kernel granted {} of {}B, not the {}B --window asked for (raise {} or run as root)",
+                "the kernel granted {} of {}B, not the {}B --window asked for ({how})",
                 dir.option_name(),
                 grant.granted,
                 grant.requested,
-                dir.sysctl()
             )));
         }
     }

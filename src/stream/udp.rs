@@ -717,9 +717,11 @@ impl UdpStream {
             }
             let (r, w) = match opts.window {
                 Some(size) => set_window(&s, size)?,
+                // The STREAM's own size, not a peer's request: as root past the host's
+                // maximum, on either end.
                 None => (
-                    size_buffer(&s, Direction::Receive, default_buffer)?,
-                    size_buffer(&s, Direction::Send, default_buffer)?,
+                    size_buffer(&s, Direction::Receive, default_buffer, true)?,
+                    size_buffer(&s, Direction::Send, default_buffer, true)?,
                 ),
             };
             if sockets.is_empty() || r.granted < rcvbuf.granted {

@@ -61,6 +61,9 @@ pub struct ServerCtx {
     /// How long connecting the data streams may take.
     pub setup_timeout: Duration,
     pub abort: Arc<AtomicBool>,
+    /// The buffer, each way, each TCP data socket is held to so that the kernel's part
+    /// stays within `--max-memory` ([`crate::limits::Limits::socket_buffer_cap`]).
+    pub socket_buffer_cap: Option<u64>,
 }
 
 /// Where a client's socket sends from: `-B`'s address, `--cport`'s port and

@@ -15,6 +15,7 @@ use crate::pending::PendingCaps;
 use crate::results::Role;
 use crate::settings::{Settings, TransportSettings};
 use crate::stream::affinity::cpu_for;
+use crate::stream::sys::Direction;
 use crate::stream::{Stream, StreamOptions, TcpOptions, TcpStream};
 use anyhow::{anyhow, bail, Context, Result};
 use settings::TcpSettings;
@@ -86,6 +87,11 @@ impl Acceptor for TcpAcceptor {
     fn accept(self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
         let s = &ctx.settings;
         let conns = accept_data_conns(ctx, s.nsockets, self.listeners)?;
+        if let Some(cap) = ctx.socket_buffer_cap {
+            for sock in conns.iter().flatten() {
+                hold_buffers_to(sock, cap)?;
+            }
+        }
         let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
         for (i, socks) in (0u32..).zip(conns) {
             let mut opts = tcp_stream_options(s, &self.tcp, ctx.abort.clone());
@@ -97,6 +103,17 @@ impl Acceptor for TcpAcceptor {
         }
         Ok(streams)
     }
+}
+
+/// Holds both of a data socket's kernel buffers to `cap` bytes, where autotuning could
+/// take them past the test's share of `--max-memory` (the kernel keeps twice what is
+/// set).
+fn hold_buffers_to(sock: &net::TcpStream, cap: u64) -> io::Result<()> {
+    let size = usize::try_from(cap / 2).unwrap_or(usize::MAX);
+    for dir in [Direction::Receive, Direction::Send] {
+        crate::stream::sys::size_buffer(sock, dir, size, false)?;
+    }
+    Ok(())
 }
 
 /// One end's STREAMs of a run over connections another front end made (an iperf3
@@ -289,9 +306,12 @@ pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<
                         let identify = move || {
                             let left = deadline.saturating_duration_since(Instant::now());
                             match read_data_hello(sock, session, i, left) {
+                                // As many as the stream has sockets: any more
+                                // close here, at once.
                                 Ok(conn) => {
-                                    if tx.send(conn).is_ok() {
-                                        routed.fetch_add(1, Ordering::Relaxed);
+                                    if routed.fetch_add(1, Ordering::Relaxed) < per_stream as usize
+                                    {
+                                        let _ = tx.send(conn);
                                     }
                                 }
                                 Err(e) => refused(format!("{e:#}")),
@@ -508,6 +528,8 @@ mod tests {
     fn a_data_listener_sized_before_it_listens_lets_both_ends_scale_to_the_window() {
         // 256 MiB, past the window scale the kernel's maximum buffer gives a listener
         // of its default size (8 MiB at the default 6 MiB), as the control port's has.
+        // Past the host's maximum too: as the local user's own run (as root) may.
+        crate::stream::sys::allow_forced_buffers();
         let window = MAX_WINDOW;
         let settings = windowed(window);
         let ip = std::net::IpAddr::from([127, 0, 0, 1]);
