@@ -15,7 +15,7 @@
 //! when a receiving thread is blocked writing (e.g. MPRTT ACKs to a client that reads
 //! none), so no client can hold the server for longer than that.
 
-use crate::settings::Settings;
+use crate::settings::{Settings, TransportSettings};
 use crate::stats::histogram_bytes;
 use crate::stream::sender::{LOCKFREE_QUEUE_CAPACITY, MUTEX_QUEUE_CAPACITY};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -162,30 +162,42 @@ impl KernelBuffers {
 /// flows need 125 MiB of it.
 pub const LEAST_SOCKET_BUFFER: u64 = 128 << 10;
 
-/// What a TCP test's data sockets may make the server's kernel hold, within what
-/// `left` of the budget leaves them.
+/// What a TCP or UDP test's data sockets may make the server's kernel hold, within
+/// what `left` of the budget leaves them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SocketBuffers {
     /// For all the test's data sockets together.
     pub bytes: u64,
     /// The buffer, each way, the server holds each data socket to, where autotuning
-    /// could take more than the socket's share; `None`: autotuning's maximum fits (or
-    /// the window is the client's `-w`).
+    /// (TCP) or fperf's own size (UDP) could take more than the socket's share; `None`:
+    /// that fits (or the window is the client's `-w`).
     pub cap: Option<u64>,
 }
 
-/// The kernel's part of a TCP test: each data socket's buffer the way its data goes
-/// (the server's send buffer on a stream it sends on, its receive buffer on one it
+/// The kernel's part of a TCP or UDP test: each data socket's buffer the way its data
+/// goes (the server's send buffer on a stream it sends on, its receive buffer on one it
 /// receives on, both for request and response), at the window `-w` asks for (the
-/// kernel keeps twice what is set, for its bookkeeping), or where none is set at
-/// autotuning's maximum, held down to an equal share of `left` when that is less. The
-/// other way carries only acknowledgements. `None` for a test not over TCP.
+/// kernel keeps twice what is set, for its bookkeeping), or where none is set at what
+/// the kernel lets it grow to (TCP: autotuning's maximum; UDP: twice the size fperf sets
+/// itself), held down to an equal share of `left` when that is less. The other way
+/// carries only acknowledgements (TCP) or nothing (UDP). `None` for an RDMA test.
 pub fn socket_buffers(
     s: &Settings,
     left: u64,
     kernel: KernelBuffers,
 ) -> Option<Result<SocketBuffers, u64>> {
-    s.tcp()?;
+    let (window, grows_to) = match &s.transport {
+        TransportSettings::Tcp(tcp) => (tcp.sockets.window, kernel),
+        TransportSettings::Udp(udp) => {
+            let own = udp.own_buffer_in_kernel(s.flows.then_some(s.nsockets as usize));
+            let own = KernelBuffers {
+                receive: own,
+                send: own,
+            };
+            (udp.sockets.window, own)
+        }
+        TransportSettings::Rdma(_) => return None,
+    };
     let per_stream = u64::from(s.nsockets);
     let both_ways = s.workload.mprtt();
     let (mut sending, mut receiving) = (0u64, 0u64);
@@ -198,18 +210,18 @@ pub fn socket_buffers(
         }
     }
     let buffers = sending + receiving;
-    if let Some(window) = s.tcp_window() {
+    if let Some(window) = window {
         let bytes = buffers.saturating_mul(2 * u64::from(window));
         return Some(match bytes <= left {
             true => Ok(SocketBuffers { bytes, cap: None }),
             false => Err(bytes),
         });
     }
-    let autotuned = sending * kernel.send + receiving * kernel.receive;
+    let grown = sending * grows_to.send + receiving * grows_to.receive;
     let share = left / buffers.max(1);
-    Some(if autotuned <= left {
+    Some(if grown <= left {
         Ok(SocketBuffers {
-            bytes: autotuned,
+            bytes: grown,
             cap: None,
         })
     } else if share >= LEAST_SOCKET_BUFFER {
@@ -260,7 +272,7 @@ pub enum LimitError {
 }
 
 impl Limits {
-    /// The buffer, each way, the server holds each of a TCP test's data sockets to, so
+    /// The buffer, each way, the server holds each of a TCP or UDP test's data sockets to, so
     /// that what the kernel holds for them stays within `--max-memory` (see
     /// [`socket_buffers`]); `None` where autotuning fits or `-w` sets it.
     pub fn socket_buffer_cap(&self, s: &Settings) -> Option<u64> {
@@ -767,11 +779,8 @@ mod tests {
             let e = limits.check(&settings).expect_err(what);
             assert!(matches!(e, LimitError::Memory { .. }), "{what}: {e}");
             assert!(e.to_string().contains("--max-memory"), "{what}: {e}");
-            // TCP's sockets each need their least kernel buffer besides.
-            let least = match settings.tcp() {
-                Some(_) => u64::from(settings.nstreams) * LEAST_SOCKET_BUFFER,
-                None => 0,
-            };
+            // TCP's and UDP's sockets each need their least kernel buffer besides.
+            let least = u64::from(settings.nstreams) * LEAST_SOCKET_BUFFER;
             let asked = server_memory_bytes(&settings) + least;
             let raised = Limits {
                 max_memory_mib: asked.div_ceil(1 << 20),
@@ -865,17 +874,33 @@ mod tests {
             socket_buffers(&bulk(1, 1, Some(256 << 20)), 200 * MIB, kernel),
             Some(Err(512 * MIB))
         );
-        // -w 256M is refused with the budget named; UDP holds no TCP buffers.
+        // -w 256M is refused with the budget named.
         let e = Limits::default()
             .check(&bulk(1, 1, Some(256 << 20)))
             .expect_err("-w 256M");
         assert!(e.to_string().contains("--max-memory"), "{e}");
         assert!(e.to_string().contains("socket buffers"), "{e}");
-        let udp = Settings {
+        // UDP: fperf's own 16 MiB each way, which the kernel doubles, on each socket the
+        // server receives on; shared out past the budget, and refused below the least.
+        let udp = |nstreams| Settings {
+            nstreams,
             transport: TransportSettings::Udp(Default::default()),
             ..Settings::default()
         };
-        assert_eq!(socket_buffers(&udp, 0, kernel), None);
+        assert_eq!(socket_buffers(&udp(2), 200 * MIB, kernel), fits(64 * MIB));
+        let shared = socket_buffers(&udp(16), 200 * MIB, kernel)
+            .expect("UDP")
+            .expect("shared");
+        assert_eq!(shared.cap, Some(200 * MIB / 16));
+        assert_eq!(
+            socket_buffers(&udp(1), 0, kernel),
+            Some(Err(LEAST_SOCKET_BUFFER))
+        );
+        let rdma = Settings {
+            transport: TransportSettings::Rdma(Default::default()),
+            ..Settings::default()
+        };
+        assert_eq!(socket_buffers(&rdma, 0, kernel), None);
     }
 
     #[test]

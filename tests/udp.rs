@@ -557,3 +557,33 @@ fn a_receivers_intervals_count_what_was_sent_and_lost_in_each_and_add_up_to_the_
         "{text}"
     );
 }
+
+/// A UDP test's socket buffers count in the server's `--max-memory`: past its budget the
+/// server holds each socket's buffer to an equal share, where it would have taken its
+/// own 16 MiB (which the kernel doubles) on every socket.
+#[test]
+fn a_udp_tests_socket_buffers_are_held_within_the_servers_memory_budget() {
+    let granted = |server: &Server| -> u64 {
+        let out = client_ok(
+            server,
+            "127.0.0.1",
+            &[
+                "-u", "-t", "4", "-l", "1400", "--time", "0.5", "-b", "20M", "--json",
+            ],
+        );
+        let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        doc["server"]["total"]["datagrams"]["rcvbuf"]["granted"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("the server's receive buffer: {doc:#}"))
+    };
+    // 4 sockets x 32 MiB fit the default budget of 256 MiB: each gets its own 16 MiB.
+    let roomy = Server::start(&[]);
+    assert_eq!(granted(&roomy), 16 << 20);
+    // Within 64 MiB they share what the test's own buffers leave: under 8 MiB each.
+    let tight = Server::start(&["--max-memory", "64"]);
+    let share = granted(&tight);
+    assert!(
+        share >= 1 << 20 && 4 * 2 * share <= 64 << 20,
+        "each socket's buffer {share} B"
+    );
+}

@@ -119,6 +119,9 @@ pub struct UdpOptions {
     /// Datagrams are never fragmented (`--dont-fragment`); one larger than the path's
     /// MTU fails the run.
     pub dont_fragment: bool,
+    /// The most the kernel may hold for each socket's buffer, each way, where no window
+    /// is asked for: a server's share of `--max-memory`. `None`: the STREAM's own size.
+    pub buffer_cap: Option<u64>,
 }
 
 impl UdpOptions {
@@ -132,6 +135,7 @@ impl UdpOptions {
             gro: false,
             rx_timestamps: false,
             dont_fragment: false,
+            buffer_cap: None,
         }
     }
 }
@@ -691,7 +695,11 @@ impl UdpStream {
             (true, ReplyDatagram::Echo) => (vec![0u8; opts.pktsize.max(1)], Vec::new()),
             (true, ReplyDatagram::Sized(n)) => (vec![0u8; n], vec![0u8; n]),
         };
-        let default_buffer = socket_buffer(opts.flows.then_some(socks.len()));
+        let mut default_buffer = socket_buffer(opts.flows.then_some(socks.len()));
+        if let Some(cap) = udp.buffer_cap {
+            // The kernel keeps twice what is set.
+            default_buffer = default_buffer.min(usize::try_from(cap / 2).unwrap_or(usize::MAX));
+        }
         let (mut rcvbuf, mut sndbuf) = (BufferGrant::default(), BufferGrant::default());
         let mut sockets = Vec::with_capacity(socks.len());
         for s in socks {

@@ -99,6 +99,7 @@ fn udp_stream(
     socks: Vec<net::UdpSocket>,
     control: net::TcpStream,
     abort: Arc<AtomicBool>,
+    buffer_cap: Option<u64>,
 ) -> io::Result<Box<dyn Stream>> {
     let udp = UdpOptions {
         batch: options.batch_size(&settings.shape()) as usize,
@@ -106,6 +107,7 @@ fn udp_stream(
         gro: options.gro,
         rx_timestamps: options.rx_timestamps,
         dont_fragment: options.dont_fragment,
+        buffer_cap,
         ..UdpOptions::new(
             stream,
             Duration::from_millis(u64::from(options.ack_timeout_ms)),
@@ -179,6 +181,7 @@ impl Transport for UdpTransport {
                 socks,
                 control,
                 ctx.abort.clone(),
+                None,
             )?);
             control::write_frame(&mut setup, &Message::UdpSockets { addrs })?;
             setup.set_read_timeout(Some(ctx.setup_timeout))?;
@@ -254,6 +257,7 @@ impl Acceptor for UdpAcceptor {
                 socks,
                 control,
                 ctx.abort.clone(),
+                ctx.socket_buffer_cap,
             )?);
             control::write_frame(&mut ready, &Message::Ready)?;
         }

@@ -212,6 +212,13 @@ impl UdpSettings {
         Samples { send, recv }
     }
 
+    /// What the kernel may hold for each of a socket's buffers, each way, where no
+    /// window is asked for: the size fperf sets itself ([`socket_buffer`], with
+    /// `--flows` shared among a thread's `flows`), which the kernel doubles.
+    pub fn own_buffer_in_kernel(&self, flows: Option<usize>) -> u64 {
+        2 * socket_buffer(flows) as u64
+    }
+
     /// Most bytes of packet buffers either end of the run allocates: each stream's
     /// batch, and `copies` packets per socket to send from.
     pub fn buffer_bytes(&self, run: &RunShape, copies: u64) -> u64 {
