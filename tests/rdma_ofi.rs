@@ -364,7 +364,7 @@ fn the_client_stops_soon_when_the_server_dies_mid_run() {
     let port = server.port.to_string();
     let mut args = vec!["-c", "127.0.0.1", "-p", &port];
     args.extend_from_slice(OFI);
-    args.extend_from_slice(&["-m", "100000"]);
+    args.extend_from_slice(&["--time", "60"]);
     let mut client = Command::new(fperf_bin())
         .args(&args)
         .stdout(std::process::Stdio::null())
