@@ -246,8 +246,13 @@ fn open_session(port: u16, settings: &Settings, key: Option<&AuthKey>) -> (TcpSt
     (chan.into_socket(), session, bound)
 }
 
-/// A data connection to `port` that introduced itself.
+/// A data connection to `port` that introduced itself as socket 0 of `stream`.
 fn data_conn(port: u16, session: u64, stream: u32) -> TcpStream {
+    data_conn_of(port, session, stream, 0)
+}
+
+/// A data connection to `port` that introduced itself as `socket` of `stream`.
+fn data_conn_of(port: u16, session: u64, stream: u32, socket: u32) -> TcpStream {
     let mut s = connect(port);
     control::write_frame(
         &mut s,
@@ -255,7 +260,7 @@ fn data_conn(port: u16, session: u64, stream: u32) -> TcpStream {
             version: PROTOCOL_MAJOR,
             session,
             stream,
-            socket: 0,
+            socket,
         },
     )
     .unwrap();
@@ -689,22 +694,6 @@ fn connect_from(source: [u8; 4], port: u16) -> TcpStream {
     sock.into()
 }
 
-/// A data connection of socket `socket` of stream 0 that introduced itself.
-fn data_socket(port: u16, session: u64, socket: u32) -> TcpStream {
-    let mut s = connect(port);
-    control::write_frame(
-        &mut s,
-        &Message::DataHello {
-            version: PROTOCOL_MAJOR,
-            session,
-            stream: 0,
-            socket,
-        },
-    )
-    .unwrap();
-    s
-}
-
 /// Connections of a running test's own client wait for a place on the base port, where
 /// its address's places are all taken (here by silent connections from that address,
 /// as a loaded host's slow greeters would hold them), instead of being refused.
@@ -723,7 +712,7 @@ fn a_tests_own_connections_wait_for_a_place_on_the_base_port() {
     std::thread::sleep(Duration::from_millis(300));
     let t0 = Instant::now();
     let mut data: Vec<TcpStream> = (0..sockets)
-        .map(|socket| data_socket(port, session, socket))
+        .map(|socket| data_conn_of(port, session, 0, socket))
         .collect();
     send_bytes(&mut data[0], MB);
     for s in &data[1..] {
