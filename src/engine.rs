@@ -55,9 +55,9 @@ pub(crate) fn sending_end(
 /// the stream ended the test early; on the client it is a failure.
 ///
 /// `shared_budget`: bytes that every stream holding it may still send, together (an
-/// iperf3 client's `-n`): each send takes its bytes from it, the last one cut to what
-/// is left, and once it is spent the stream stays open, sending nothing, until `abort`
-/// (the client ends the test once it has read them all).
+/// iperf3 client's `-n`): each whole send takes its bytes from it while any are left,
+/// and once it is spent the stream stays open, sending nothing, until `abort` (the
+/// client ends the test once it has read them all).
 pub(crate) fn drive(
     stream: &mut dyn Stream,
     settings: &Settings,
@@ -196,14 +196,21 @@ pub(crate) fn drive(
     })
 }
 
-/// Takes up to `n` bytes from `budget`: how many it had.
+/// Takes a whole send of `n` bytes from `budget` while any of it is left: `n`, or 0
+/// once it is spent. A last send is never cut short: iperf3's clients of 3.16 and later
+/// read whole blocks, so they would never count a short one, and iperf3's own server
+/// sends whole blocks too (a volume of whole blocks is sent exactly).
 fn take_from(budget: &AtomicU64, n: usize) -> usize {
     let before = budget
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
             Some(left.saturating_sub(n as u64))
         })
         .unwrap_or(0);
-    before.min(n as u64) as usize
+    if before > 0 {
+        n
+    } else {
+        0
+    }
 }
 
 /// Waits until `abort` is set.
