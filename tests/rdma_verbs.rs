@@ -105,7 +105,7 @@ fn bulk(api: &str) {
         );
     }
     assert!(
-        s.contains(" new RDMA connection from ") && s.contains(&format!(" via {dev}. pkt_size(")),
+        s.contains("\nnew RDMA connection from ") && s.contains(&format!(" via {dev}. pkt_size(")),
         "{s}"
     );
     assert!(s.contains(&format!(" api={api} op=send")), "{s}");
