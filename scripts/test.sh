@@ -104,7 +104,7 @@ elif ! command -v cargo-fuzz >/dev/null 2>&1 && ! cargo install --locked cargo-f
   not_run+=("the fuzzers (${fuzzers[*]}): cargo-fuzz could not be installed (tests/props.rs drives the same code)")
 else
   for fuzzer in "${fuzzers[@]}"; do
-    if (cd fuzz && cargo +nightly fuzz run "$fuzzer" -- -max_total_time="${FPERF_FUZZ_SECS:-30}" \
+    if (cd fuzz && cargo +nightly fuzz run "$fuzzer" -- -max_total_time="${FPERF_FUZZ_SECS:-20}" \
         -rss_limit_mb=2048 >"../target/fuzz-$fuzzer.log" 2>&1); then
       echo "$fuzzer fuzzer: $(tail -n 1 "target/fuzz-$fuzzer.log")"
     else
