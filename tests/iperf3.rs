@@ -1339,14 +1339,24 @@ fn an_fperf_clients_warm_up_stays_out_of_an_iperf3_servers_udp_counts() {
 
 /// An iperf3 client spoken by hand: connects to the iperf3 `port`, sends `cookie` and
 /// `params`, and returns the control connection after the state byte that answered.
+/// While the server is still ending the test before (`ACCESS_DENIED`, busy), it tries
+/// again, for up to 10 s, as one at a time is all an iperf3 server runs.
 fn raw_params(port: u16, cookie: &[u8; 37], params: &[u8]) -> (TcpStream, u8) {
-    let mut control = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    control
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    control.write_all(cookie).expect("cookie");
-    let mut state = [0u8; 1];
-    control.read_exact(&mut state).expect("PARAM_EXCHANGE");
+    const ACCESS_DENIED: u8 = 255;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (mut control, mut state) = loop {
+        let mut control = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        control
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        control.write_all(cookie).expect("cookie");
+        let mut state = [0u8; 1];
+        control.read_exact(&mut state).expect("PARAM_EXCHANGE");
+        if state[0] != ACCESS_DENIED || std::time::Instant::now() > deadline {
+            break (control, state);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(state, [9]);
     control
         .write_all(&(params.len() as u32).to_be_bytes())
