@@ -162,12 +162,13 @@ fn served_normally(server: &Server, n: usize, extra: &[&str]) {
     assert_eq!(volume(last, "received").bytes, 8 * MB * streams, "{out}");
 }
 
-/// Waits (a few seconds at most) for the server to log `needle` on stderr.
+/// Waits (10 s at most: a loaded 2-core host was seen to take over 5) for the server
+/// to log `needle` on stderr. The tests bound the server's own time themselves.
 fn wait_stderr(server: &Server, needle: &str) {
     let t0 = Instant::now();
     while !server.stderr().contains(needle) {
         assert!(
-            t0.elapsed() < Duration::from_secs(5),
+            t0.elapsed() < Duration::from_secs(10),
             "'{needle}' not logged:\n{}",
             server.stderr()
         );
