@@ -20,10 +20,10 @@ use fperf::settings::{
     default_pktsize, Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB,
     DEFAULT_PORT, DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
 };
-use fperf::stream::zerocopy::ZeroCopy;
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
 use fperf::transport::sockets::SocketSettings;
 use fperf::transport::tcp::settings::TcpSettings;
+use fperf::transport::tcp::zerocopy::ZeroCopy;
 use fperf::transport::udp::settings::{UdpSettings, DEFAULT_ACK_TIMEOUT_MS};
 use fperf::workload::{Reply, Workload, WorkloadError};
 use std::ffi::OsString;

@@ -66,11 +66,12 @@
 //!
 //! # The STREAM as a socket
 //!
-//! The socket STREAMs ([`stream::TcpStream`], [`stream::UdpStream`]) are read and
+//! The socket STREAMs ([`transport::tcp::stream::TcpStream`], [`stream::UdpStream`]) are read and
 //! written with plain `std::io`, and give their first socket's fd:
 //!
 //! ```
-//! use fperf::stream::{Stream, StreamOptions, TcpStream, Timeout};
+//! use fperf::stream::{Stream, StreamOptions, Timeout};
+//! use fperf::transport::tcp::stream::TcpStream;
 //! use std::io::{Read, Write};
 //! use std::os::fd::AsRawFd;
 //!

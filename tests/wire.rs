@@ -18,11 +18,11 @@ use fperf::results::{Figures, IntervalResult, Role, SideResult, StreamInterval, 
 use fperf::settings::{QueueKind, SchedPolicy, Settings, TransportSettings};
 use fperf::stats::LatencySummary;
 use fperf::stream::udp_wire::{BufferGrant, DatagramCounts};
-use fperf::stream::zerocopy::ZeroCopy;
 use fperf::sysinfo::{CpuUsage, SystemFacts, TcpInfo, UsageCounts};
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
 use fperf::transport::sockets::SocketSettings;
 use fperf::transport::tcp::settings::TcpSettings;
+use fperf::transport::tcp::zerocopy::ZeroCopy;
 use fperf::transport::udp::settings::UdpSettings;
 use fperf::workload::{Reply, Workload};
 use serde_json::Value;

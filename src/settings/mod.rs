@@ -687,9 +687,9 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::zerocopy::ZeroCopy;
     use crate::transport::rdma::settings::RdmaSettings;
     use crate::transport::sockets::SocketSettings;
+    use crate::transport::tcp::zerocopy::ZeroCopy;
     use crate::transport::udp::settings::UdpSettings;
 
     const ACK: Workload = Workload::RoundTrip(Reply::Ack);

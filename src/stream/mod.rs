@@ -24,28 +24,23 @@
 pub mod affinity;
 pub mod buffer;
 mod cmsg;
-pub mod crr;
-mod crr_flows;
 pub mod endpoint;
 pub(crate) mod epoll;
-pub(crate) mod flows;
 pub mod ofi;
 pub mod ring;
 pub mod rsocket_sys;
 pub mod sender;
 pub mod socket_calls;
 pub(crate) mod sys;
-pub mod tcp;
 pub mod udp;
 pub mod udp_batch;
 mod udp_flows;
 pub mod udp_wire;
-pub mod uring;
 pub mod verbs;
-pub mod zerocopy;
 
 use crate::settings::QueueKind;
 use crate::stats::StreamStats;
+use crate::transport::tcp::stream::TcpOptions;
 use bytes::Bytes;
 use std::io;
 use std::net::SocketAddr;
@@ -54,7 +49,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use sys::allow_forced_buffers;
-pub use tcp::{TcpOptions, TcpStream};
 pub use udp::UdpStream;
 
 /// Plain `std::io` over a socket STREAM, as a library user expects of a socket: a read is
@@ -210,7 +204,7 @@ pub struct StreamOptions {
     /// instance of its own (see [`epoll`]) instead of in the call or in `poll()`.
     pub epoll: bool,
     /// `--flows`: the sending side drives each socket as a flow of its own (see
-    /// [`flows`]); sockets never block (as with `epoll`).
+    /// [`crate::transport::tcp::flows`]); sockets never block (as with `epoll`).
     pub flows: bool,
     /// The TCP STREAM's own options; other STREAMs leave them at their defaults.
     pub tcp: TcpOptions,

@@ -1,4 +1,4 @@
-//! `--rdma-api rsocket`: the TCP STREAM ([`crate::stream::tcp`]) over librdmacm's
+//! `--rdma-api rsocket`: the TCP STREAM ([`crate::transport::tcp::stream`]) over librdmacm's
 //! rsockets, through the rsocket table of calls ([`crate::stream::rsocket_sys`]).
 //!
 //! rsockets cannot be accepted on the kernel's TCP port, so the server listens with
@@ -14,7 +14,8 @@ use crate::control::{self, Message, PROTOCOL_MAJOR};
 use crate::stream::affinity::cpu_for;
 use crate::stream::rsocket_sys::rsockets;
 use crate::stream::socket_calls::DataSocket;
-use crate::stream::{Stream, StreamOptions, TcpStream};
+use crate::stream::{Stream, StreamOptions};
+use crate::transport::tcp::stream::TcpStream;
 use crate::transport::tcp::HELLO_TIMEOUT;
 use crate::transport::{port_offset, stream_options, Acceptor, ClientCtx, Refusal, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};

@@ -14,7 +14,7 @@
 //! `Timeout::NonBlocking` calls pass `MSG_DONTWAIT`. Sockets stay non-blocking, with
 //! `poll()` only after `EAGAIN`, where waiting must not happen in the kernel: with
 //! `--busy-poll` (which spins), `--zerocopy` (whose writers wait themselves) and
-//! `--epoll` (whose waits are `epoll_wait()`, see [`super::epoll`]). A STREAM of
+//! `--epoll` (whose waits are `epoll_wait()`, see [`crate::stream::epoll`]). A STREAM of
 //! several sockets multiplexes its receives with `poll()` (or `epoll_wait()`) either way.
 //!
 //! The receiving end may set a low-water mark (`SO_RCVLOWAT`, one packet by default on
@@ -28,21 +28,21 @@
 //!
 //! Every read, write, option and `poll()` of a data socket goes through its
 //! [`DataSocket`]'s table of calls (zero-copy writers aside): libc's for TCP,
-//! librdmacm's for `--rdma-api rsocket` (see [`super::socket_calls`]). rsockets have
+//! librdmacm's for `--rdma-api rsocket` (see [`crate::stream::socket_calls`]). rsockets have
 //! no kernel time-outs, so they always run in non-blocking mode.
 
-use super::epoll::Epoll;
 use super::flows::{FlowSocket, Flows};
-use super::sender::{LazySenders, PacketSink, Senders};
-use super::socket_calls::DataSocket;
-use super::sys::{
+use super::uring::{no_wait, Ring};
+use super::zerocopy::{ZeroCopy, ZeroCopyWriter};
+use crate::stats::{span_ns, StreamStats};
+use crate::stream::epoll::Epoll;
+use crate::stream::sender::{LazySenders, PacketSink, Senders};
+use crate::stream::socket_calls::DataSocket;
+use crate::stream::sys::{
     bound_paced_backlog, receive_window_short_of, set_max_pacing_rate, set_tos, set_window,
     tcp_info, tcp_quickack,
 };
-use super::uring::{no_wait, Ring};
-use super::zerocopy::{ZeroCopy, ZeroCopyWriter};
-use super::{Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
-use crate::stats::{span_ns, StreamStats};
+use crate::stream::{Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
 use crate::transport::tcp::settings::RECV_CHUNK;
 use bytes::Bytes;
 use socket2::SockRef;
@@ -239,7 +239,7 @@ impl Socket {
     }
 
     fn check_abort(&self) -> io::Result<()> {
-        super::check_abort(&self.abort)
+        crate::stream::check_abort(&self.abort)
     }
 
     /// Reads once without waiting. `Ok(None)` is EAGAIN; `Ok(Some(0))` end of stream.
@@ -376,7 +376,7 @@ fn wait_ready(
     busy_poll: bool,
     epoll: Option<&Epoll>,
 ) -> io::Result<()> {
-    super::check_abort(abort)?;
+    crate::stream::check_abort(abort)?;
     let ms = deadline.poll_ms()?;
     if busy_poll {
         std::thread::yield_now();
@@ -886,11 +886,11 @@ impl Stream for TcpStream {
     }
 
     fn local_addr(&self) -> String {
-        super::addr_text(self.sockets[0].sock.local_addr())
+        crate::stream::addr_text(self.sockets[0].sock.local_addr())
     }
 
     fn peer_addr(&self) -> String {
-        super::addr_text(self.sockets[0].sock.peer_addr())
+        crate::stream::addr_text(self.sockets[0].sock.peer_addr())
     }
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
@@ -1115,7 +1115,7 @@ impl HandshakeOptions<'_> {
             None,
         )?;
         if let Some(name) = self.device {
-            super::sys::bind_device(&sock, name)?;
+            crate::stream::sys::bind_device(&sock, name)?;
         }
         if self.bind.is_some() || self.local_port.is_some() {
             let ip = self.bind.unwrap_or(match addr {
@@ -1167,7 +1167,7 @@ fn labelled(sock: &socket2::Socket, addr: SocketAddr, label: u32) -> io::Result<
             flowlabel_over_ipv4(addr.ip()),
         ));
     };
-    super::sys::take_flow_label(sock, *v6.ip(), label)?;
+    crate::stream::sys::take_flow_label(sock, *v6.ip(), label)?;
     // `sin6_flowinfo` is in network order, and the address is copied into it as is.
     let flowinfo = (label & 0xFFFFF).to_be();
     Ok(SocketAddr::V6(std::net::SocketAddrV6::new(
@@ -1221,7 +1221,7 @@ fn congestion_of(sock: &DataSocket) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&raw[..end]).into_owned())
 }
 
-super::impl_std_io!(TcpStream);
+crate::stream::impl_std_io!(TcpStream);
 
 #[cfg(test)]
 mod tests {
@@ -1243,7 +1243,7 @@ mod tests {
         use std::io::{Read, Write};
         let (mut client, mut server) = pair(StreamOptions::default());
         assert_eq!(
-            super::super::tests::bound_addr(&client),
+            crate::stream::tests::bound_addr(&client),
             client.local_addr()
         );
         let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
