@@ -17,9 +17,9 @@ use crate::results::{nanos, Figures, IntervalResult, Role, SideResult, SideTotal
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, place_current_thread};
-use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::SocketBuffers;
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use crate::transport::udp::wire::DatagramCounts;
 use crate::transport::{self, tcp::connect, ClientCtx, LocalEnd};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io;

@@ -66,8 +66,9 @@
 //!
 //! # The STREAM as a socket
 //!
-//! The socket STREAMs ([`transport::tcp::stream::TcpStream`], [`stream::UdpStream`]) are read and
-//! written with plain `std::io`, and give their first socket's fd:
+//! The socket STREAMs ([`transport::tcp::stream::TcpStream`],
+//! [`transport::udp::stream::UdpStream`]) are read and written with plain `std::io`, and
+//! give their first socket's fd:
 //!
 //! ```
 //! use fperf::stream::{Stream, StreamOptions, Timeout};

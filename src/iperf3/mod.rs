@@ -12,7 +12,7 @@ pub mod udp;
 pub mod wire;
 
 use crate::stats::StreamStats;
-use crate::stream::udp_wire::DatagramCounts;
+use crate::transport::udp::wire::DatagramCounts;
 use serde_json::{Map, Value};
 
 /// What this crate reads from an iperf3 peer's JSON messages, from their bytes: a

@@ -5,8 +5,8 @@
 use super::wire;
 use crate::settings::{Protocol, Settings};
 use crate::stats::StreamStats;
-use crate::stream::udp_wire::DatagramCounts;
 use crate::sysinfo::{CpuUsage, TcpInfo};
+use crate::transport::udp::wire::DatagramCounts;
 use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
 

@@ -23,7 +23,6 @@
 
 pub mod affinity;
 pub mod buffer;
-mod cmsg;
 pub mod endpoint;
 pub(crate) mod epoll;
 pub mod ofi;
@@ -32,10 +31,6 @@ pub mod rsocket_sys;
 pub mod sender;
 pub mod socket_calls;
 pub(crate) mod sys;
-pub mod udp;
-pub mod udp_batch;
-mod udp_flows;
-pub mod udp_wire;
 pub mod verbs;
 
 use crate::settings::QueueKind;
@@ -49,14 +44,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use sys::allow_forced_buffers;
-pub use udp::UdpStream;
 
 /// Plain `std::io` over a socket STREAM, as a library user expects of a socket: a read is
 /// [`Stream::recv`] and a write [`Stream::send`], each blocking without a time-out (a
 /// time-out set with the socket's own options still applies); `flush()` waits for what
 /// [`Stream::send_submit`] queued. The raw fd is socket 0's. Over UDP each write is one
-/// datagram whose first [`udp_wire::HEADER_LEN`] bytes carry fperf's header (sequence,
-/// stream, send time), as in every UDP run; the bytes after them arrive as written.
+/// datagram whose first [`crate::transport::udp::wire::HEADER_LEN`] bytes carry fperf's
+/// header (sequence, stream, send time), as in every UDP run; the bytes after them arrive
+/// as written.
 macro_rules! impl_std_io {
     ($stream:ty) => {
         impl std::io::Read for $stream {

@@ -28,8 +28,8 @@
 //!
 //! Every read, write, option and `poll()` of a data socket goes through its
 //! [`DataSocket`]'s table of calls (zero-copy writers aside): libc's for TCP,
-//! librdmacm's for `--rdma-api rsocket` (see [`crate::stream::socket_calls`]). rsockets have
-//! no kernel time-outs, so they always run in non-blocking mode.
+//! librdmacm's for `--rdma-api rsocket` (see [`crate::stream::socket_calls`]).
+//! rsockets have no kernel time-outs, so they always run in non-blocking mode.
 
 use super::flows::{FlowSocket, Flows};
 use super::uring::{no_wait, Ring};
