@@ -959,7 +959,7 @@ mod tests {
         };
         assert_eq!(sized(ACK, 64, rdma.clone()).validate(), Ok(()));
         // RDMA rings hold replies larger than a packet in slots of their size.
-        let slots = crate::stream::ring::endpoint_bytes_at_most(MAX_PKTSIZE as usize);
+        let slots = crate::transport::rdma::ring::endpoint_bytes_at_most(MAX_PKTSIZE as usize);
         assert!(sized(ACK, MAX_PKTSIZE, rdma.clone()).buffer_bytes() >= slots);
         assert!(sized(ACK, 64, rdma).buffer_bytes() < slots);
     }

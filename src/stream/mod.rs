@@ -23,15 +23,10 @@
 
 pub mod affinity;
 pub mod buffer;
-pub mod endpoint;
 pub(crate) mod epoll;
-pub mod ofi;
-pub mod ring;
-pub mod rsocket_sys;
 pub mod sender;
 pub mod socket_calls;
 pub(crate) mod sys;
-pub mod verbs;
 
 use crate::settings::QueueKind;
 use crate::stats::StreamStats;
