@@ -453,7 +453,7 @@ impl Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::interval_line;
+    use crate::output::report::interval_line;
     use crate::results::Role;
     use crate::workload::Workload;
 

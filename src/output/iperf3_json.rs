@@ -10,7 +10,7 @@
 
 use super::{RunEnd, RunStart, Sink};
 use crate::client::StreamInfo;
-use crate::json::{DocLabels, RunDoc};
+use crate::output::json_document::{DocLabels, RunDoc};
 use crate::results::{Figures, IntervalResult, Role, SideResult, StreamResult};
 use crate::settings::{Protocol, Settings, TransportSettings};
 use crate::sysinfo::TcpInfo;
@@ -120,7 +120,7 @@ impl<W: Write> Iperf3Json<W> {
             "version": format!("fperf {}", crate::VERSION),
             "system_info": system_info(view.client),
             "timestamp": {
-                "time": crate::json::http_date(secs),
+                "time": crate::output::json_document::http_date(secs),
                 "timesecs": secs,
             },
             "connecting_to": {"host": self.host, "port": self.port},
