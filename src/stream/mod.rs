@@ -30,7 +30,7 @@ pub(crate) mod sys;
 
 use crate::settings::QueueKind;
 use crate::stats::StreamStats;
-use crate::transport::tcp::stream::TcpOptions;
+use crate::transport::tcp::stream_options::TcpOptions;
 use bytes::Bytes;
 use std::io;
 use std::net::SocketAddr;

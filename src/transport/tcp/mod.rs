@@ -9,6 +9,7 @@ pub mod crr_stream;
 pub(crate) mod flows;
 pub mod settings;
 pub mod stream;
+pub mod stream_options;
 pub mod uring;
 pub mod zerocopy;
 
@@ -34,7 +35,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use stream::{TcpOptions, TcpStream};
+use stream::TcpStream;
+use stream_options::TcpOptions;
 
 /// How long a new data connection may take to send its `DataHello`.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
