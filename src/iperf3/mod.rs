@@ -33,6 +33,6 @@ pub fn read_messages(params: &[u8], results: &[u8]) -> Result<params::Iperf3Test
         .zip(&warm_ups)
         .map(|((i, s), w)| (i, s, w));
     results::count_losses(&test.run, received, &theirs);
-    client::server_result(&test.run, &theirs, &warm_ups).map_err(|e| format!("{e:#}"))?;
+    results::server_result(&test.run, &theirs, &warm_ups).map_err(|e| format!("{e:#}"))?;
     Ok(test)
 }
