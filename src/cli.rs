@@ -2357,7 +2357,7 @@ impl Cli {
             return Ok(Config::Conf(Box::new(client)));
         }
         if self.iperf3 {
-            if let Err(why) = fperf::iperf3::client::check(&client.settings) {
+            if let Err(why) = fperf::client::iperf3::check(&client.settings) {
                 bail!("--iperf3: {why}");
             }
             let unsupported = [
@@ -2412,7 +2412,7 @@ impl Cli {
     fn port(&self) -> u16 {
         match (self.port, self.iperf3) {
             (Some(port), _) => port,
-            (None, true) => fperf::iperf3::client::DEFAULT_PORT,
+            (None, true) => fperf::client::iperf3::DEFAULT_PORT,
             (None, false) => DEFAULT_PORT,
         }
     }

@@ -5,6 +5,8 @@
 //! it has received everything (the `Results` message), so bytes still sitting in the
 //! client's socket buffers are never counted as sent.
 
+pub mod iperf3;
+
 use crate::auth::{self, AuthKey};
 use crate::control::keepalive::ControlKeepalive;
 use crate::control::session::{ClientSession, ClientStep, SessionError};

@@ -193,7 +193,7 @@ fn run(config: Config, removal: Option<pidfile::PidFileRemoval>) -> Result<ExitC
         Config::Iperf3 { client, output } => {
             let start = fperf::output::json_document::StartTime::now();
             let mut sinks = output.sinks(&client.settings, start, None)?;
-            let outcome = fperf::iperf3::client::run_observed(&client, interrupted, &mut sinks)?;
+            let outcome = fperf::client::iperf3::run_observed(&client, interrupted, &mut sinks)?;
             sinks.end(&outcome)?;
             Ok(ExitCode::from(if outcome.interrupted { 130 } else { 0 }))
         }

@@ -9,14 +9,14 @@
 //! the client ends a test whose data comes from the server (`--reverse`, `--bidir`)
 //! once its own time is up or its bytes have arrived.
 
-use super::results::{self, StreamFigures};
-use super::udp;
-use super::wire::{self, Cookie, State};
 use crate::client::{
     client_result, connect_control, resolve, start_streams, stream_infos, ClientConfig,
     ClientOutcome, Moved, RunObserver, StreamThread,
 };
 use crate::interval::{Collector, Schedule};
+use crate::iperf3::results::{self, StreamFigures};
+use crate::iperf3::udp;
+use crate::iperf3::wire::{self, Cookie, State};
 use crate::limits::TestWatch;
 use crate::results::Role;
 use crate::settings::{Protocol, Settings, TransportSettings, MB};
