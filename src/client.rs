@@ -171,7 +171,7 @@ pub fn run_observed(
     let transport = transport::for_settings(&cfg.settings);
     transport.check(&cfg.settings, server)?;
     let sock = connect_control(cfg, server, "fperf")?;
-    crate::limits::set_user_timeout(&sock, cfg.stall_timeout)?;
+    crate::stream::sys::set_user_timeout(&sock, cfg.stall_timeout)?;
     // The run stops on the caller's abort, and on its own when the server misbehaves,
     // without stopping the caller's next run.
     let stop = RunStop::linked_to(abort)?;

@@ -402,7 +402,7 @@ pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Resul
     };
     let mut sock = connect(addr, from, Some(&ctx.settings), ctx.setup_timeout)
         .with_context(|| format!("stream {stream}: cannot connect to {addr}"))?;
-    crate::limits::set_user_timeout(&sock, ctx.stall_timeout)?;
+    crate::stream::sys::set_user_timeout(&sock, ctx.stall_timeout)?;
     control::write_frame(
         &mut sock,
         &Message::DataHello {
