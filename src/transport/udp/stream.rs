@@ -53,9 +53,10 @@
 use super::batch::{gro_slots, RecvBatch, SendBatch, Sent};
 use super::cmsg::{enable_rx_timestamps, recv_with_control, rx_timestamp_ns, ControlBuffer};
 use super::flows::{unacknowledged, DatagramFlow, UdpFlows};
-use super::wire::{decode, Arrival, BufferGrant, Header, ReplyDatagram, SeqTracker, HEADER_LEN};
+use super::wire::{decode, Arrival, Header, ReplyDatagram, SeqTracker, HEADER_LEN};
 use crate::control::{self, ControlError, Message};
 use crate::stats::{span_ns, StreamStats};
+use crate::stream::buffer_grant::BufferGrant;
 use crate::stream::epoll::{poll_many, poll_one, Epoll};
 use crate::stream::sender::{LazySenders, PacketSink, Senders};
 use crate::stream::sys::{set_int_opt, set_tos, set_window, size_buffer, Direction};
