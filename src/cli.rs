@@ -17,9 +17,10 @@ use fperf::output::json_document::DocLabels;
 use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
-    default_pktsize, Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB,
-    DEFAULT_PORT, DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
+    default_pktsize, Protocol, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PORT,
+    DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
 };
+use fperf::stream::sender::QueueKind;
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
 use fperf::transport::sockets::SocketSettings;
 use fperf::transport::tcp::settings::TcpSettings;

@@ -15,9 +15,10 @@
 
 use fperf::control::{self, Message, PROTOCOL_MAJOR, PROTOCOL_MINOR};
 use fperf::results::{Figures, IntervalResult, Role, SideResult, StreamInterval, StreamResult};
-use fperf::settings::{QueueKind, SchedPolicy, Settings, TransportSettings};
+use fperf::settings::{SchedPolicy, Settings, TransportSettings};
 use fperf::stats::LatencySummary;
 use fperf::stream::buffer_grant::BufferGrant;
+use fperf::stream::sender::QueueKind;
 use fperf::sysinfo::{CpuUsage, SystemFacts, TcpInfo, UsageCounts};
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
 use fperf::transport::sockets::SocketSettings;

@@ -29,10 +29,10 @@ pub mod sender;
 pub mod socket_calls;
 pub(crate) mod sys;
 
-use crate::settings::QueueKind;
 use crate::stats::StreamStats;
 use crate::transport::tcp::stream_options::TcpOptions;
 use bytes::Bytes;
+use sender::QueueKind;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,6 +80,9 @@ macro_rules! impl_std_io {
     };
 }
 pub(crate) use impl_std_io;
+
+/// Default bytes per send of bulk TCP and RDMA.
+pub const DEFAULT_PKTSIZE: u32 = 32768;
 
 /// How long a STREAM call may block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,7 +209,7 @@ impl Default for StreamOptions {
         StreamOptions {
             nsockets: 1,
             queue: QueueKind::Mutex,
-            pktsize: crate::settings::DEFAULT_PKTSIZE as usize,
+            pktsize: DEFAULT_PKTSIZE as usize,
             mprtt: false,
             echo: false,
             response_size: 1,
