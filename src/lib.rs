@@ -16,7 +16,8 @@
 //!   CSV, plot), fed the same events, and what renders them: the human-readable report,
 //!   the JSON documents, the CSV rows and the pictures; [`sweep`]: `--sweep` specs;
 //! - [`server`] and [`client`]: the two roles that drive a run; [`iperf3`]: iperf3's
-//!   protocol, so that an fperf server serves unmodified iperf3 clients;
+//!   protocol, so that an fperf server serves unmodified iperf3 clients and an fperf
+//!   client runs against an iperf3 server;
 //! - [`limits`], [`auth`] and [`sessions`]: what a server allows, its shared-key check,
 //!   and which tests it runs at once; [`peer_text`]: a peer's text made safe to show;
 //! - [`exporter`]: a Prometheus exporter that runs a client's test for each scrape;
