@@ -11,19 +11,20 @@ use fperf::client::ClientConfig;
 use fperf::control::keepalive::ControlKeepalive;
 use fperf::exporter::{Allow, ExporterConfig};
 use fperf::family::IpFamily;
-use fperf::json::DocLabels;
 use fperf::limits::Limits;
 use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
+use fperf::output::json_document::DocLabels;
 use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
-    default_pktsize, Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB,
-    DEFAULT_PORT, DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
+    default_pktsize, Protocol, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PORT,
+    DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
 };
-use fperf::stream::zerocopy::ZeroCopy;
+use fperf::stream::sender::QueueKind;
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
 use fperf::transport::sockets::SocketSettings;
 use fperf::transport::tcp::settings::TcpSettings;
+use fperf::transport::tcp::zerocopy::ZeroCopy;
 use fperf::transport::udp::settings::{UdpSettings, DEFAULT_ACK_TIMEOUT_MS};
 use fperf::workload::{Reply, Workload, WorkloadError};
 use std::ffi::OsString;
@@ -2357,7 +2358,7 @@ impl Cli {
             return Ok(Config::Conf(Box::new(client)));
         }
         if self.iperf3 {
-            if let Err(why) = fperf::iperf3::client::check(&client.settings) {
+            if let Err(why) = fperf::client::iperf3::check(&client.settings) {
                 bail!("--iperf3: {why}");
             }
             let unsupported = [
@@ -2412,7 +2413,7 @@ impl Cli {
     fn port(&self) -> u16 {
         match (self.port, self.iperf3) {
             (Some(port), _) => port,
-            (None, true) => fperf::iperf3::client::DEFAULT_PORT,
+            (None, true) => fperf::client::iperf3::DEFAULT_PORT,
             (None, false) => DEFAULT_PORT,
         }
     }

@@ -5,6 +5,8 @@
 //! it has received everything (the `Results` message), so bytes still sitting in the
 //! client's socket buffers are never counted as sent.
 
+pub mod iperf3;
+
 use crate::auth::{self, AuthKey};
 use crate::control::keepalive::ControlKeepalive;
 use crate::control::session::{ClientSession, ClientStep, SessionError};
@@ -17,9 +19,9 @@ use crate::results::{nanos, Figures, IntervalResult, Role, SideResult, SideTotal
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, place_current_thread};
-use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::SocketBuffers;
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use crate::transport::udp::wire::DatagramCounts;
 use crate::transport::{self, tcp::connect, ClientCtx, LocalEnd};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io;
@@ -169,7 +171,7 @@ pub fn run_observed(
     let transport = transport::for_settings(&cfg.settings);
     transport.check(&cfg.settings, server)?;
     let sock = connect_control(cfg, server, "fperf")?;
-    crate::limits::set_user_timeout(&sock, cfg.stall_timeout)?;
+    crate::stream::sys::set_user_timeout(&sock, cfg.stall_timeout)?;
     // The run stops on the caller's abort, and on its own when the server misbehaves,
     // without stopping the caller's next run.
     let stop = RunStop::linked_to(abort)?;

@@ -20,9 +20,9 @@ use crate::percentiles::Percentiles;
 use crate::results::{Figures, IntervalResult, SideTotals, StreamInterval};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
-use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::Stream;
 use crate::sysinfo::{CpuUsage, TcpInfo};
+use crate::transport::udp::wire::DatagramCounts;
 use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};
@@ -453,7 +453,7 @@ impl Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::interval_line;
+    use crate::output::report::interval_line;
     use crate::results::Role;
     use crate::workload::Workload;
 

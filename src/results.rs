@@ -8,8 +8,8 @@
 use crate::percentiles::Percentiles;
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, LatencySummary, StreamStats};
-use crate::stream::udp_wire::DatagramCounts;
 use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use crate::transport::udp::wire::DatagramCounts;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 

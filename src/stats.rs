@@ -340,7 +340,7 @@ pub struct StreamStats {
     /// MPRTT retransmissions (UDP).
     pub retries: u64,
     /// Datagram accounting (UDP); empty for stream transports.
-    pub datagrams: crate::stream::udp_wire::DatagramCounts,
+    pub datagrams: crate::transport::udp::wire::DatagramCounts,
     /// When the first payload byte arrived.
     pub first_recv: Option<Instant>,
     /// When the last payload byte arrived.

@@ -5,9 +5,9 @@
 use fperf::control::{self, ControlError, Message, HEADER_LEN, MAX_FRAME};
 use fperf::limits::Limits;
 use fperf::settings::{
-    QueueKind, Settings, TransportSettings, MAX_FOOTPRINT, MAX_MB, MAX_NSOCKETS, MAX_NSTREAMS,
-    MAX_PKTSIZE, MB,
+    Settings, TransportSettings, MAX_FOOTPRINT, MAX_MB, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE, MB,
 };
+use fperf::stream::sender::QueueKind;
 use fperf::transport::rdma::settings::RdmaSettings;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::settings::UdpSettings;

@@ -15,15 +15,17 @@
 
 use fperf::control::{self, Message, PROTOCOL_MAJOR, PROTOCOL_MINOR};
 use fperf::results::{Figures, IntervalResult, Role, SideResult, StreamInterval, StreamResult};
-use fperf::settings::{QueueKind, SchedPolicy, Settings, TransportSettings};
+use fperf::settings::{SchedPolicy, Settings, TransportSettings};
 use fperf::stats::LatencySummary;
-use fperf::stream::udp_wire::{BufferGrant, DatagramCounts};
-use fperf::stream::zerocopy::ZeroCopy;
+use fperf::stream::buffer_grant::BufferGrant;
+use fperf::stream::sender::QueueKind;
 use fperf::sysinfo::{CpuUsage, SystemFacts, TcpInfo, UsageCounts};
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
 use fperf::transport::sockets::SocketSettings;
 use fperf::transport::tcp::settings::TcpSettings;
+use fperf::transport::tcp::zerocopy::ZeroCopy;
 use fperf::transport::udp::settings::UdpSettings;
+use fperf::transport::udp::wire::DatagramCounts;
 use fperf::workload::{Reply, Workload};
 use serde_json::Value;
 use std::path::PathBuf;

@@ -10,11 +10,11 @@
 
 use super::{RunEnd, RunStart, Sink};
 use crate::client::StreamInfo;
-use crate::json::{DocLabels, RunDoc};
+use crate::output::json_document::{DocLabels, RunDoc};
 use crate::results::{Figures, IntervalResult, Role, SideResult, StreamResult};
 use crate::settings::{Protocol, Settings, TransportSettings};
-use crate::stream::udp_wire::DatagramCounts;
 use crate::sysinfo::TcpInfo;
+use crate::transport::udp::wire::DatagramCounts;
 use anyhow::{bail, Result};
 use serde_json::{json, Map, Value};
 use std::io::Write;
@@ -120,7 +120,7 @@ impl<W: Write> Iperf3Json<W> {
             "version": format!("fperf {}", crate::VERSION),
             "system_info": system_info(view.client),
             "timestamp": {
-                "time": crate::json::http_date(secs),
+                "time": crate::output::json_document::http_date(secs),
                 "timesecs": secs,
             },
             "connecting_to": {"host": self.host, "port": self.port},

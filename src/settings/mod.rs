@@ -12,6 +12,8 @@ pub mod transport;
 
 use crate::features::Feature;
 use crate::percentiles::{Percentiles, PercentilesError};
+use crate::stream::sender::QueueKind;
+use crate::stream::DEFAULT_PKTSIZE;
 use crate::transport::rdma::settings::RdmaSettingsError;
 use crate::transport::tcp::settings::{TcpSettings, TcpSettingsError};
 use crate::transport::udp::settings::{UdpSettingsError, MAX_RETRIES};
@@ -23,8 +25,6 @@ pub use transport::{Protocol, TransportSettings};
 
 /// Default base port: data stream `i` uses `DEFAULT_PORT + i`.
 pub const DEFAULT_PORT: u16 = 28444;
-/// Default bytes per send of bulk TCP and RDMA.
-pub const DEFAULT_PKTSIZE: u32 = 32768;
 /// Default bytes per request of `-r`, `--echo` and `--crr`: 1, as qperf's `tcp_lat`,
 /// netperf's `TCP_RR` and neper's `tcp_rr` send (docs/tuning.md).
 pub const DEFAULT_REQUEST_SIZE: u32 = 1;
@@ -65,28 +65,6 @@ pub const MIN_INTERVAL_PER_STREAM_MS: u64 = 2;
 /// Longest time-bounded run, reporting interval or warm-up (`--time`, `-i`, `--omit`):
 /// one week, in ms.
 pub const MAX_TIME_MS: u64 = 7 * 24 * 3600 * 1000;
-
-/// The queue that hands each stream's packets to its sender threads (`-q`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
-#[schemars(rename = "queue")]
-#[serde(rename_all = "lowercase")]
-pub enum QueueKind {
-    /// A mutex-protected queue holding up to 10000 requests (`-q 1`, the default).
-    Mutex,
-    /// A lock-free single-producer single-consumer queue (`-q 0`); forces nsockets to 1.
-    LockFree,
-}
-
-impl QueueKind {
-    /// Maps the original `-q` values: 1 = mutex queue, 0 = lock-free queue.
-    pub fn from_qtype(q: u8) -> Option<Self> {
-        match q {
-            1 => Some(QueueKind::Mutex),
-            0 => Some(QueueKind::LockFree),
-            _ => None,
-        }
-    }
-}
 
 /// The scheduling policy of both ends' data threads (`--sched`).
 #[derive(
@@ -687,9 +665,9 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::zerocopy::ZeroCopy;
     use crate::transport::rdma::settings::RdmaSettings;
     use crate::transport::sockets::SocketSettings;
+    use crate::transport::tcp::zerocopy::ZeroCopy;
     use crate::transport::udp::settings::UdpSettings;
 
     const ACK: Workload = Workload::RoundTrip(Reply::Ack);
@@ -959,7 +937,7 @@ mod tests {
         };
         assert_eq!(sized(ACK, 64, rdma.clone()).validate(), Ok(()));
         // RDMA rings hold replies larger than a packet in slots of their size.
-        let slots = crate::stream::ring::endpoint_bytes_at_most(MAX_PKTSIZE as usize);
+        let slots = crate::transport::rdma::ring::endpoint_bytes_at_most(MAX_PKTSIZE as usize);
         assert!(sized(ACK, MAX_PKTSIZE, rdma.clone()).buffer_bytes() >= slots);
         assert!(sized(ACK, 64, rdma).buffer_bytes() < slots);
     }

@@ -1,11 +1,12 @@
 //! Thin wrappers over the system calls the STREAM needs and std does not offer:
 //! `poll()`, socket buffer sizes and TCP socket options.
 
-use super::udp_wire::BufferGrant;
+use super::buffer_grant::BufferGrant;
 use socket2::SockRef;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// Waits until `fd` is ready for `events` (POLLIN/POLLOUT) or `ms` elapse.
 /// Returns whether it became ready (errors and hang-ups count as ready, so that the
@@ -318,6 +319,13 @@ fn get_int_opt(
         return Err(io::Error::last_os_error());
     }
     Ok(value)
+}
+
+/// Makes the kernel fail a TCP connection whose sent data stays unacknowledged for
+/// `timeout` (`TCP_USER_TIMEOUT`): a peer that vanished (killed host, pulled cable)
+/// then turns a blocked send into an error instead of hours of retransmissions.
+pub(crate) fn set_user_timeout(sock: &std::net::TcpStream, timeout: Duration) -> io::Result<()> {
+    socket2::SockRef::from(sock).set_tcp_user_timeout(Some(timeout))
 }
 
 /// Re-arms TCP_QUICKACK, which Linux clears after it sends an ACK.
