@@ -61,6 +61,16 @@ impl<T> BoundedList<T> {
     }
 }
 
+impl<T: Copy> BoundedList<T> {
+    /// The list of `f` of each item, in the same order.
+    pub fn map<U>(&self, f: impl FnMut(T) -> U) -> BoundedList<U> {
+        BoundedList {
+            items: self.items.map(f),
+            len: self.len,
+        }
+    }
+}
+
 impl<T: PartialEq> PartialEq for BoundedList<T> {
     fn eq(&self, other: &Self) -> bool {
         self.as_slice() == other.as_slice()

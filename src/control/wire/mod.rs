@@ -16,29 +16,37 @@
 //!   lacking it refuses the test before any data flows.
 //! - Anything a peer of the same major could not read is a new `PROTOCOL_MAJOR`.
 //!
+//! No type here refuses fields it does not know: they are a newer minor's.
+//!
 //! The conversions: from a domain value to its wire form is `From` and cannot fail;
 //! from the wire back is `TryFrom` ([`WireError`]) where a value the peer sent may not
 //! fit the domain type, `From` where every value fits, and never panics. A value that
 //! fits but is not acceptable (no streams, a percentile of 0) is the business of
-//! `Settings::validate`, which the server runs on every peer's settings.
+//! `Settings::validate`, which the server runs on every peer's settings. Each conversion
+//! to a domain value names every field of it, so a field added there does not compile
+//! until someone decides here whether it travels (and if not, what a peer's value is).
 //!
-//! Two kinds of value travel as their own types, as the transports own them:
-//! - Each transport's settings ([`TransportSettings`] with `TcpSettings`, `UdpSettings`,
-//!   `RdmaSettings` and their `SocketSettings`) are that transport's wire form: a
-//!   transport owns its options, on the wire too, and an option that changes what is
-//!   measured is gated by the feature its settings list.
+//! Two kinds of value travel as the transports' own types, not as types of this module,
+//! and the same rules bind them:
+//! - Each transport's settings ([`crate::settings::TransportSettings`] with
+//!   `TcpSettings`, `UdpSettings`, `RdmaSettings` and their `SocketSettings`) are that
+//!   transport's wire form: a transport owns its options, on the wire too, and an option
+//!   that changes what is measured is gated by the feature its settings list.
 //! - What a transport reports of its own in the results (TCP's `TcpInfo`, UDP's
 //!   `DatagramCounts`) travels as the transport's type, likewise.
 
+mod results;
 mod settings;
 
 use crate::control::Message as Domain;
-use crate::results::{IntervalResult, SideResult};
-use crate::sysinfo::SystemFacts;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use thiserror::Error;
 
+pub use results::{
+    CpuUsage, Figures, IntervalResult, LatencySummary, PercentileValue, Role, SideResult,
+    StreamInterval, StreamResult, SystemFacts, UsageCounts,
+};
 pub use settings::{Queue, Sched, Settings, WorkloadFlags};
 
 /// Why a message a peer sent cannot be taken as the value it stands for.
@@ -178,15 +186,23 @@ impl From<&Domain> for Message {
                 settings: Settings::from(settings),
             },
             Domain::Ready => Message::Ready,
-            Domain::Results { result } => Message::Results { result },
-            Domain::ClientResults { result } => Message::ClientResults { result },
+            Domain::Results { result } => Message::Results {
+                result: Box::new((*result).into()),
+            },
+            Domain::ClientResults { result } => Message::ClientResults {
+                result: Box::new((*result).into()),
+            },
             Domain::Error { message } => Message::Error { message },
             Domain::UdpSockets { addrs } => Message::UdpSockets { addrs },
             Domain::UdpFinished { datagrams, bytes } => Message::UdpFinished { datagrams, bytes },
             Domain::ClientDataReceived => Message::ClientDataReceived,
-            Domain::Interval { result } => Message::Interval { result },
+            Domain::Interval { result } => Message::Interval {
+                result: Box::new((*result).into()),
+            },
             Domain::Conf { version } => Message::Conf { version },
-            Domain::Facts { facts } => Message::Facts { facts },
+            Domain::Facts { facts } => Message::Facts {
+                facts: facts.into(),
+            },
             Domain::AuthChallenge { nonce } => Message::AuthChallenge { nonce },
             Domain::AuthResponse { nonce, mac } => Message::AuthResponse { nonce, mac },
             Domain::AuthConfirm { mac } => Message::AuthConfirm { mac },
@@ -194,7 +210,10 @@ impl From<&Domain> for Message {
                 peer,
                 settings: Settings::from(settings),
             },
-            Domain::MeshResult { client, server } => Message::MeshResult { client, server },
+            Domain::MeshResult { client, server } => Message::MeshResult {
+                client: Box::new((*client).into()),
+                server: Box::new((*server).into()),
+            },
         }
     }
 }
@@ -243,15 +262,23 @@ impl TryFrom<Message> for Domain {
                 settings: settings.try_into()?,
             },
             Message::Ready => Domain::Ready,
-            Message::Results { result } => Domain::Results { result },
-            Message::ClientResults { result } => Domain::ClientResults { result },
+            Message::Results { result } => Domain::Results {
+                result: Box::new((*result).into()),
+            },
+            Message::ClientResults { result } => Domain::ClientResults {
+                result: Box::new((*result).into()),
+            },
             Message::Error { message } => Domain::Error { message },
             Message::UdpSockets { addrs } => Domain::UdpSockets { addrs },
             Message::UdpFinished { datagrams, bytes } => Domain::UdpFinished { datagrams, bytes },
             Message::ClientDataReceived => Domain::ClientDataReceived,
-            Message::Interval { result } => Domain::Interval { result },
+            Message::Interval { result } => Domain::Interval {
+                result: Box::new((*result).into()),
+            },
             Message::Conf { version } => Domain::Conf { version },
-            Message::Facts { facts } => Domain::Facts { facts },
+            Message::Facts { facts } => Domain::Facts {
+                facts: facts.into(),
+            },
             Message::AuthChallenge { nonce } => Domain::AuthChallenge { nonce },
             Message::AuthResponse { nonce, mac } => Domain::AuthResponse { nonce, mac },
             Message::AuthConfirm { mac } => Domain::AuthConfirm { mac },
@@ -259,7 +286,10 @@ impl TryFrom<Message> for Domain {
                 peer,
                 settings: settings.try_into()?,
             },
-            Message::MeshResult { client, server } => Domain::MeshResult { client, server },
+            Message::MeshResult { client, server } => Domain::MeshResult {
+                client: Box::new((*client).into()),
+                server: Box::new((*server).into()),
+            },
         })
     }
 }

@@ -216,6 +216,7 @@ impl From<Sched> for SchedPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::{self, Message};
     use crate::stream::zerocopy::ZeroCopy;
     use crate::transport::sockets::SocketSettings;
     use crate::transport::tcp::settings::TcpSettings;
@@ -278,7 +279,20 @@ mod tests {
         for settings in [rich(), domain::Settings::default()] {
             let back = domain::Settings::try_from(Settings::from(settings.clone()));
             assert_eq!(back.as_ref(), Ok(&settings));
-            assert_eq!(decode(encode(&settings)), Ok(settings));
+            assert_eq!(decode(encode(&settings)), Ok(settings.clone()));
+            for msg in [
+                Message::Settings {
+                    settings: settings.clone(),
+                },
+                Message::MeshTest {
+                    peer: "[::1]:28444".into(),
+                    settings,
+                },
+            ] {
+                let frame = control::encode(&msg).expect("encodes");
+                let body = &frame[control::HEADER_LEN..];
+                assert_eq!(control::decode(body).expect("decodes"), msg);
+            }
         }
         for sched in [SchedPolicy::Auto, SchedPolicy::Normal, SchedPolicy::Batch] {
             assert_eq!(SchedPolicy::from(Sched::from(sched)), sched);
