@@ -8,27 +8,24 @@
 use serde::{Deserialize, Serialize};
 
 /// One end's machine (`--conf`); `None` where the system does not say.
-// A peer's facts are made printable as they are read.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "system")]
 #[schemars(deny_unknown_fields)]
 pub struct SystemFacts {
     /// Host name.
-    #[serde(default, deserialize_with = "crate::peer_text::deserialize_option")]
+    #[serde(default)]
     pub hostname: Option<String>,
     /// CPU model name as /proc/cpuinfo gives it.
-    #[serde(default, deserialize_with = "crate::peer_text::deserialize_option")]
+    #[serde(default)]
     pub cpu_model: Option<String>,
     /// Logical CPUs online.
     pub cpu_cores: Option<u32>,
     /// Operating system and kernel release, e.g. `Linux 6.1.0-18-amd64`.
-    #[serde(default, deserialize_with = "crate::peer_text::deserialize_option")]
+    #[serde(default)]
     pub kernel: Option<String>,
     /// Machine architecture, e.g. `x86_64`.
-    #[serde(deserialize_with = "crate::peer_text::deserialize")]
     pub arch: String,
     /// The fperf version of this end.
-    #[serde(deserialize_with = "crate::peer_text::deserialize")]
     pub fperf_version: String,
 }
 
@@ -114,7 +111,7 @@ fn parse_cpu_model(cpuinfo: &str) -> Option<String> {
 
 /// CPU time used by this process, in microseconds (as `getrusage` counts it), and what
 /// else the kernel counts for it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CpuUsage {
     pub user_us: u64,
     pub system_us: u64,
@@ -124,7 +121,7 @@ pub struct CpuUsage {
 }
 
 /// What `getrusage` counts besides CPU time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct UsageCounts {
     /// Context switches while waiting (for data, a lock, the socket buffer).
     pub voluntary_switches: u64,

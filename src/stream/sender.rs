@@ -18,7 +18,7 @@
 use super::{check_abort, Deadline, Timeout};
 use crate::stats::{LatencyStats, StreamStats};
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The queue that hands each stream's packets to its sender threads (`-q`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "queue")]
 #[serde(rename_all = "lowercase")]
 pub enum QueueKind {
