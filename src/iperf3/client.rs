@@ -23,9 +23,10 @@ use crate::settings::{Protocol, Settings, TransportSettings, MB};
 use crate::stats::StreamStats;
 use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::Stream;
-use crate::sysinfo::{CpuUsage, TcpInfo};
+use crate::sysinfo::CpuUsage;
 use crate::transport::nth_client_port;
 use crate::transport::tcp::connect;
+use crate::transport::tcp::facts::TcpInfo;
 use crate::transport::LocalEnd;
 use crate::workload::Workload;
 use anyhow::{anyhow, bail, Context, Result};
@@ -457,7 +458,7 @@ fn own_results(
         sending: Role::Client.sends_on(settings, i as u32),
         stats: &m.stats,
         warm_up: &m.warm_up,
-        tcp: m.tcp,
+        tcp: m.transport.tcp,
         seconds,
     });
     results::message(settings.protocol(), streams, cpu, wall, None)
@@ -551,7 +552,7 @@ pub fn server_result(
             .get("retransmits")
             .and_then(Value::as_u64)
             .filter(|&r| sending && r < 1 << 63);
-        figures.tcp = retransmits.map(|r| TcpInfo {
+        figures.transport.tcp = retransmits.map(|r| TcpInfo {
             sockets: 1,
             retransmits: r,
             ..TcpInfo::default()
@@ -559,7 +560,7 @@ pub fn server_result(
         totals.add(
             index,
             &stats,
-            figures.tcp.as_ref(),
+            &figures.transport,
             Some((base, base + duration)),
         );
         results.push(StreamResult {
@@ -820,7 +821,7 @@ mod tests {
         let (r, _) = server_result(&s, &ok, &[]).expect("valid");
         assert_eq!(r.total.bytes_received, 1_048_576 + 1000);
         assert!(
-            r.streams.iter().all(|s| s.figures.tcp.is_none()),
+            r.streams.iter().all(|s| s.figures.transport.tcp.is_none()),
             "-1 is no count"
         );
         for bad in [

@@ -6,7 +6,8 @@ use super::wire;
 use crate::settings::{Protocol, Settings};
 use crate::stats::StreamStats;
 use crate::stream::udp_wire::DatagramCounts;
-use crate::sysinfo::{CpuUsage, TcpInfo};
+use crate::sysinfo::CpuUsage;
+use crate::transport::tcp::facts::TcpInfo;
 use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
 
