@@ -220,16 +220,6 @@ impl Facts for TcpInfo {
                 metric: None,
             },
             Entry {
-                key: "min_rtt",
-                label: "min_rtt",
-                amount: Amount::Micros(u64::from(self.min_rtt.unwrap_or(0))),
-                shown: Shown {
-                    summary: self.min_rtt.is_some(),
-                    interval: None,
-                },
-                metric: None,
-            },
-            Entry {
                 key: "mss",
                 label: "mss",
                 amount: Amount::Bytes(u64::from(self.mss)),
@@ -296,6 +286,21 @@ impl Facts for TcpInfo {
                 }),
             ),
         ];
+        // Where the kernel says, the least round trip goes on the summary line before
+        // the segment size, which ends it.
+        if let Some(rtt) = self.min_rtt {
+            let mss = entries.iter().position(|e| e.key == "mss").unwrap_or(0);
+            entries.insert(
+                mss,
+                Entry {
+                    key: "min_rtt",
+                    label: "min_rtt",
+                    amount: Amount::Micros(u64::from(rtt)),
+                    shown: summary,
+                    metric: None,
+                },
+            );
+        }
         for (key, amount, metric) in known {
             if let Some(amount) = amount {
                 entries.push(Entry {
@@ -427,6 +432,44 @@ mod tests {
         assert_eq!(interval.rwnd_limited, Some(540));
         assert_eq!(interval.sndbuf_limited, Some(0));
         assert_eq!(interval.min_rtt, Some(5));
+    }
+
+    #[test]
+    fn every_figure_listed_is_one_of_the_json_document() {
+        let full = TcpInfo {
+            sockets: 1,
+            min_rtt: Some(1),
+            pacing_rate: Some(2),
+            delivery_rate: Some(3),
+            busy_time: Some(4),
+            rwnd_limited: Some(5),
+            sndbuf_limited: Some(6),
+            ..TcpInfo::default()
+        };
+        for info in [full, TcpInfo::default()] {
+            let doc = serde_json::to_value(info).expect("JSON");
+            let keys: Vec<&str> = info.entries().iter().map(|e| e.key).collect();
+            let mut listed = keys.clone();
+            listed.sort_unstable();
+            let mut written: Vec<&str> = doc
+                .as_object()
+                .expect("object")
+                .keys()
+                .map(String::as_str)
+                .collect();
+            written.sort_unstable();
+            assert_eq!(listed, written, "{keys:?}");
+        }
+        let summary: Vec<&str> = full
+            .entries()
+            .into_iter()
+            .filter(|e| e.shown.summary)
+            .map(|e| e.label)
+            .collect();
+        assert_eq!(
+            summary,
+            ["retransmits", "cwnd", "srtt", "rttvar", "min_rtt", "mss"]
+        );
     }
 
     #[test]
