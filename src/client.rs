@@ -20,7 +20,8 @@ use crate::settings::Settings;
 use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, place_current_thread};
 use crate::stream::SocketBuffers;
-use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use crate::sysinfo::{CpuUsage, SystemFacts};
+use crate::transport::figures::TransportFigures;
 use crate::transport::udp::wire::DatagramCounts;
 use crate::transport::{self, tcp::connect, ClientCtx, LocalEnd};
 use anyhow::{anyhow, bail, Context, Result};
@@ -465,7 +466,7 @@ pub(crate) fn client_result(
             } else {
                 (to, None)
             };
-            totals.add(info.index, &m.stats, m.tcp.as_ref(), Some((from, to)));
+            totals.add(info.index, &m.stats, &m.transport, Some((from, to)));
             if let Some(d) = drain {
                 totals.add_drain(info.index, d);
             }
@@ -474,7 +475,7 @@ pub(crate) fn client_result(
                 to.saturating_duration_since(from),
                 &settings.percentiles,
             );
-            figures.tcp = m.tcp;
+            figures.transport = m.transport.clone();
             figures.drain_ns = drain.map(nanos);
             StreamResult {
                 index: info.index,
@@ -720,7 +721,7 @@ pub(crate) struct Moved {
     /// confirmation, known only once every stream is done.
     pub(crate) span: Option<(Instant, Instant)>,
     pub(crate) stats: StreamStats,
-    pub(crate) tcp: Option<TcpInfo>,
+    pub(crate) transport: TransportFigures,
     /// A receiving stream's low-water mark, as the kernel reports it.
     rcvlowat: Option<u32>,
     /// A receiving stream's nap while data flows, in us.
@@ -737,7 +738,7 @@ impl From<Driven> for Moved {
         Moved {
             span: Some((d.start, d.start)),
             stats: d.stats,
-            tcp: d.tcp,
+            transport: d.transport,
             rcvlowat: None,
             rx_nap_us: None,
             interrupted: d.interrupted,
@@ -752,7 +753,7 @@ impl From<Received> for Moved {
         Moved {
             span: r.span,
             stats: r.stats,
-            tcp: r.tcp,
+            transport: r.transport,
             rcvlowat: r.rcvlowat,
             rx_nap_us: r.rx_nap_us,
             interrupted: r.interrupted,

@@ -9,7 +9,8 @@
 use crate::percentiles::Percentiles;
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, LatencySummary, StreamStats};
-use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use crate::sysinfo::{CpuUsage, SystemFacts};
+use crate::transport::figures::TransportFigures;
 use crate::transport::udp::wire::DatagramCounts;
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -72,8 +73,9 @@ pub struct Figures {
     /// Datagram accounting (UDP only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub datagrams: Option<DatagramCounts>,
-    /// TCP's own figures for the sockets (`TCP_INFO`); `None` for other transports.
-    pub tcp: Option<TcpInfo>,
+    /// The transport's own figures for the sockets.
+    #[serde(flatten)]
+    pub transport: TransportFigures,
     /// A sender whose time ends at its last send (UDP, see
     /// [`crate::stream::Stream::sent_on_handover`]): how long the peer then took to
     /// confirm it had everything (waiting out datagrams lost on the way), in ns; not
@@ -101,7 +103,7 @@ impl Figures {
             app_latency: stats.app_latency.summary(percentiles),
             retries: stats.retries,
             datagrams: (!stats.datagrams.is_empty()).then_some(stats.datagrams),
-            tcp: None,
+            transport: TransportFigures::default(),
             drain_ns: None,
         }
     }
@@ -219,7 +221,7 @@ pub struct SideTotals {
 #[derive(Default)]
 struct TotalPart {
     stats: StreamStats,
-    tcp: Option<TcpInfo>,
+    transport: TransportFigures,
     span: Option<(Instant, Instant)>,
     drain: Option<Duration>,
 }
@@ -238,12 +240,12 @@ impl SideTotals {
         &mut self,
         stream: u32,
         stats: &StreamStats,
-        tcp: Option<&TcpInfo>,
+        transport: &TransportFigures,
         span: Option<(Instant, Instant)>,
     ) {
         let part = &mut self.parts[usize::from(self.server_data(stream))];
         part.stats.merge(stats);
-        TcpInfo::merge_opt(&mut part.tcp, tcp);
+        part.transport.merge(transport);
         if let Some((from, to)) = span {
             part.span = Some(
                 part.span
@@ -285,7 +287,7 @@ impl SideTotals {
                 .span
                 .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
             Figures {
-                tcp: p.tcp,
+                transport: p.transport.clone(),
                 drain_ns: p.drain.map(nanos),
                 ..Figures::new(&p.stats, time, percentiles)
             }

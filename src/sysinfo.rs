@@ -1,11 +1,11 @@
 //! Facts about the machine and the process that frame a measurement: host, CPU, kernel,
 //! fperf version ([`SystemFacts`]), the CPU time a run cost ([`CpuUsage`], from
-//! `getrusage`), and TCP's own view of a connection ([`TcpInfo`], from `TCP_INFO`).
+//! `getrusage`).
 //!
 //! Everything here is read outside the hot path: at the start and end of a run and at
 //! interval boundaries. A fact the system does not provide is `None`, never a guess.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// One end's machine (`--conf`); `None` where the system does not say.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -198,77 +198,6 @@ impl CpuUsage {
     }
 }
 
-/// `TCP_INFO` of a stream's sockets (or of all streams'): retransmits added up (since
-/// the connections opened, after `--omit`, or within an interval), congestion windows
-/// and the peers' send windows added up in bytes, round-trip times as means in
-/// microseconds, the smallest MSS and path MTU (0: the kernel did not say).
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
-)]
-#[schemars(rename = "tcp_info")]
-#[schemars(deny_unknown_fields)]
-pub struct TcpInfo {
-    /// Sockets these figures cover.
-    pub sockets: u32,
-    /// Segments retransmitted (since the connections opened, or within an interval).
-    pub retransmits: u64,
-    /// Congestion windows added up, in bytes (segments × MSS).
-    pub cwnd_bytes: u64,
-    /// Smoothed round-trip time, mean over the sockets, in microseconds.
-    pub srtt_us: u32,
-    /// Round-trip time variation, mean over the sockets, in microseconds.
-    pub rttvar_us: u32,
-    /// Send windows the peers advertised, added up, in bytes.
-    pub snd_wnd_bytes: u64,
-    /// Maximum segment size for sending, the smallest over the sockets, in bytes.
-    pub mss: u32,
-    /// Path MTU, the smallest over the sockets, in bytes.
-    pub pmtu: u32,
-}
-
-impl TcpInfo {
-    /// Combines the figures of two disjoint sets of sockets.
-    pub fn merge(&mut self, other: &TcpInfo) {
-        let n = u64::from(self.sockets) + u64::from(other.sockets);
-        if n > 0 {
-            let mean = |a: u32, b: u32| {
-                ((u64::from(a) * u64::from(self.sockets) + u64::from(b) * u64::from(other.sockets))
-                    / n) as u32
-            };
-            self.srtt_us = mean(self.srtt_us, other.srtt_us);
-            self.rttvar_us = mean(self.rttvar_us, other.rttvar_us);
-        }
-        self.sockets += other.sockets;
-        self.retransmits += other.retransmits;
-        self.cwnd_bytes += other.cwnd_bytes;
-        self.snd_wnd_bytes += other.snd_wnd_bytes;
-        // 0 is "not known" (a kernel too old to say): the other's figure stands.
-        let least = |a: u32, b: u32| match (a, b) {
-            (0, x) | (x, 0) => x,
-            (a, b) => a.min(b),
-        };
-        self.mss = least(self.mss, other.mss);
-        self.pmtu = least(self.pmtu, other.pmtu);
-    }
-
-    /// The figures of an interval: retransmits since `earlier`, the rest as now.
-    pub fn since(self, earlier: &TcpInfo) -> TcpInfo {
-        TcpInfo {
-            retransmits: self.retransmits.saturating_sub(earlier.retransmits),
-            ..self
-        }
-    }
-
-    /// Sums optional figures (a transport without TCP_INFO gives `None`).
-    pub fn merge_opt(acc: &mut Option<TcpInfo>, other: Option<&TcpInfo>) {
-        match (acc.as_mut(), other) {
-            (Some(a), Some(b)) => a.merge(b),
-            (None, Some(b)) => *acc = Some(*b),
-            _ => {}
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,47 +274,5 @@ mod tests {
         // A side without counts (an iperf3 peer) gives none, not zeros.
         let bare = CpuUsage { counts: None, ..b };
         assert_eq!(bare.since(a).counts, None);
-    }
-
-    #[test]
-    fn tcp_info_merges_sums_and_means() {
-        let mut a = TcpInfo {
-            sockets: 1,
-            retransmits: 2,
-            cwnd_bytes: 100,
-            srtt_us: 10,
-            rttvar_us: 2,
-            snd_wnd_bytes: 1000,
-            mss: 1448,
-            pmtu: 0,
-        };
-        a.merge(&TcpInfo {
-            sockets: 3,
-            retransmits: 1,
-            cwnd_bytes: 300,
-            srtt_us: 30,
-            rttvar_us: 6,
-            snd_wnd_bytes: 3000,
-            mss: 1400,
-            pmtu: 1500,
-        });
-        assert_eq!(
-            a,
-            TcpInfo {
-                sockets: 4,
-                retransmits: 3,
-                cwnd_bytes: 400,
-                srtt_us: 25,
-                rttvar_us: 5,
-                snd_wnd_bytes: 4000,
-                mss: 1400,
-                pmtu: 1500,
-            }
-        );
-        let later = TcpInfo {
-            retransmits: 10,
-            ..a
-        };
-        assert_eq!(later.since(&a).retransmits, 7);
     }
 }

@@ -456,7 +456,7 @@ fn own_results(
         sending: Role::Client.sends_on(settings, i as u32),
         stats: &m.stats,
         warm_up: &m.warm_up,
-        tcp: m.tcp,
+        tcp: m.transport.tcp,
         seconds,
     });
     results::message(settings.protocol(), streams, cpu, wall, None)
@@ -680,7 +680,7 @@ mod tests {
         let (r, _) = results::server_result(&s, &ok, &[]).expect("valid");
         assert_eq!(r.total.bytes_received, 1_048_576 + 1000);
         assert!(
-            r.streams.iter().all(|s| s.figures.tcp.is_none()),
+            r.streams.iter().all(|s| s.figures.transport.tcp.is_none()),
             "-1 is no count"
         );
         for bad in [

@@ -6,7 +6,8 @@ use super::wire;
 use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};
 use crate::settings::{Protocol, Settings};
 use crate::stats::StreamStats;
-use crate::sysinfo::{CpuUsage, TcpInfo};
+use crate::sysinfo::CpuUsage;
+use crate::transport::tcp::facts::TcpInfo;
 use crate::transport::udp::wire::DatagramCounts;
 use anyhow::{anyhow, Result};
 use serde_json::{json, Map, Value};
@@ -231,7 +232,7 @@ pub fn server_result(
             .get("retransmits")
             .and_then(Value::as_u64)
             .filter(|&r| sending && r < 1 << 63);
-        figures.tcp = retransmits.map(|r| TcpInfo {
+        figures.transport.tcp = retransmits.map(|r| TcpInfo {
             sockets: 1,
             retransmits: r,
             ..TcpInfo::default()
@@ -239,7 +240,7 @@ pub fn server_result(
         totals.add(
             index,
             &stats,
-            figures.tcp.as_ref(),
+            &figures.transport,
             Some((base, base + duration)),
         );
         results.push(StreamResult {

@@ -563,7 +563,7 @@ fn results_json(
         sending: settings.server_sends_on(*i),
         stats: &r.stats,
         warm_up: &r.warm_up,
-        tcp: r.tcp,
+        tcp: r.transport.tcp,
         seconds,
     });
     let congestion = per_stream.first().and_then(|(_, r)| r.congestion.clone());

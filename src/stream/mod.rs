@@ -347,8 +347,8 @@ pub trait Stream: Send {
 /// what is there.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SocketFacts {
-    /// The kernel's figures for the sockets (TCP's `TCP_INFO`), over all of them.
-    pub tcp: Option<crate::sysinfo::TcpInfo>,
+    /// The transport's own figures for the sockets, over all of them.
+    pub figures: crate::transport::figures::TransportFigures,
     /// The congestion control algorithm in force.
     pub congestion: Option<String>,
     /// The receive low-water mark in force, which may be below the one asked for.

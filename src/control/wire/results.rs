@@ -7,7 +7,8 @@
 use crate::percentiles::{self, BoundedList};
 use crate::results as report;
 use crate::stats;
-use crate::sysinfo::{self, TcpInfo};
+use crate::sysinfo;
+use crate::transport::figures::TransportFigures;
 use crate::transport::udp::wire::DatagramCounts;
 use serde::{Deserialize, Serialize};
 
@@ -52,8 +53,9 @@ pub struct Figures {
     pub retries: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub datagrams: Option<DatagramCounts>,
-    #[serde(default)]
-    pub tcp: Option<TcpInfo>,
+    /// The transports' own figures, each under its own key (`tcp`).
+    #[serde(flatten)]
+    pub transport: TransportFigures,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_ns: Option<u64>,
 }
@@ -218,7 +220,7 @@ impl From<report::Figures> for Figures {
             app_latency: latency(f.app_latency),
             retries: f.retries,
             datagrams: f.datagrams,
-            tcp: f.tcp,
+            transport: f.transport,
             drain_ns: f.drain_ns,
         }
     }
@@ -238,7 +240,7 @@ impl From<Figures> for report::Figures {
             app_latency: latency(f.app_latency),
             retries: f.retries,
             datagrams: f.datagrams,
-            tcp: f.tcp,
+            transport: f.transport,
             drain_ns: f.drain_ns,
         }
     }
@@ -421,6 +423,7 @@ mod tests {
     use super::*;
     use crate::control::{self, Message as Domain};
     use crate::stream::buffer_grant::BufferGrant;
+    use crate::transport::tcp::facts::TcpInfo;
 
     fn latency(count: u64) -> stats::LatencySummary {
         let mut percentiles = BoundedList::new();
@@ -462,11 +465,13 @@ mod tests {
                 numbered: 0,
                 ..DatagramCounts::default()
             }),
-            tcp: Some(TcpInfo {
-                sockets: 2,
-                retransmits: n + 12,
-                ..TcpInfo::default()
-            }),
+            transport: TransportFigures {
+                tcp: Some(TcpInfo {
+                    sockets: 2,
+                    retransmits: n + 12,
+                    ..TcpInfo::default()
+                }),
+            },
             drain_ns: Some(n + 13),
         }
     }

@@ -218,9 +218,9 @@ impl From<Sched> for SchedPolicy {
 mod tests {
     use super::*;
     use crate::control::{self, Message};
-    use crate::transport::tcp::zerocopy::ZeroCopy;
     use crate::transport::sockets::SocketSettings;
     use crate::transport::tcp::settings::TcpSettings;
+    use crate::transport::tcp::zerocopy::ZeroCopy;
     use crate::transport::udp::settings::UdpSettings;
 
     const ALL: [Workload; 6] = [

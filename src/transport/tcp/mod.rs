@@ -6,6 +6,7 @@
 pub mod crr;
 mod crr_flows;
 pub mod crr_stream;
+pub mod facts;
 pub(crate) mod flows;
 pub mod settings;
 pub mod stream;

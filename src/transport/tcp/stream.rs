@@ -40,9 +40,11 @@ use crate::stream::sender::{LazySenders, PacketSink, Senders};
 use crate::stream::socket_calls::DataSocket;
 use crate::stream::sys::{
     bound_paced_backlog, receive_window_short_of, set_max_pacing_rate, set_tos, set_window,
-    tcp_info, tcp_quickack,
+    tcp_quickack,
 };
 use crate::stream::{Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
+use crate::transport::figures::TransportFigures;
+use crate::transport::tcp::facts::TcpInfo;
 use crate::transport::tcp::settings::RECV_CHUNK;
 use bytes::Bytes;
 use socket2::SockRef;
@@ -959,7 +961,9 @@ impl Stream for TcpStream {
 
     fn facts(&self) -> SocketFacts {
         SocketFacts {
-            tcp: self.tcp_info(),
+            figures: TransportFigures {
+                tcp: self.tcp_info(),
+            },
             congestion: self.in_force.congestion.clone(),
             rcvlowat: self.in_force.rcvlowat,
             rx_nap: self.rx_nap(),
@@ -1012,13 +1016,16 @@ fn send_on_flows(
 
 impl TcpStream {
     /// `TCP_INFO` over the kernel sockets.
-    fn tcp_info(&self) -> Option<crate::sysinfo::TcpInfo> {
-        let mut total: Option<crate::sysinfo::TcpInfo> = None;
+    fn tcp_info(&self) -> Option<TcpInfo> {
+        let mut total: Option<TcpInfo> = None;
         // rsockets have no TCP_INFO: no figures rather than made-up ones.
         for s in self.sockets.iter().filter(|s| s.sock.calls().kernel) {
             // A socket the kernel cannot describe (already torn down) adds nothing.
-            if let Ok(one) = tcp_info(&*s.sock) {
-                crate::sysinfo::TcpInfo::merge_opt(&mut total, Some(&one));
+            if let Ok(one) = TcpInfo::read(&*s.sock) {
+                match &mut total {
+                    Some(t) => t.merge(&one),
+                    None => total = Some(one),
+                }
             }
         }
         total
