@@ -29,7 +29,7 @@ use crate::peer_text::printable;
 use crate::results::{IntervalResult, Role, SideResult};
 use crate::settings::{Settings, SettingsError};
 use crate::stats::StreamStats;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// How long a new connection has, all its steps together, to say what it is and (with a
@@ -128,6 +128,13 @@ pub enum SessionError {
     /// The client's answer to the results was not its figures.
     #[error("its figures: {0}")]
     ClientFigures(Box<SessionError>),
+    #[error("the server did not confirm the end of the test within {0}s")]
+    ResultsNotConfirmed(u64),
+    #[error(
+        "the server closed the control connection before sending its results (it stopped \
+         or was killed)"
+    )]
+    ClosedBeforeResults,
 }
 
 impl SessionError {
@@ -1047,6 +1054,165 @@ impl ClientSession {
                 Err(ControlError::unexpected("nothing", &other).into())
             }
         }
+    }
+}
+
+/// How long a client whose stream failed waits for the server to say why.
+pub const SERVER_REASON_WITHIN: Duration = Duration::from_secs(2);
+
+impl ClientSession {
+    /// Whether the server's message `msg`, read during the run, leaves more to read:
+    /// intervals and the confirmation come before the server's last word.
+    pub fn more_follows(msg: &Result<Message, ControlError>) -> bool {
+        matches!(
+            msg,
+            Ok(Message::Interval { .. } | Message::ClientDataReceived)
+        )
+    }
+}
+
+/// The server's messages while a client's test runs, as the control reader passed them
+/// on (each with when it arrived), judged by the session.
+pub struct ClientRun {
+    session: ClientSession,
+    /// When the run started, which the server's intervals keep pace with.
+    started: Instant,
+    server_intervals: Vec<IntervalResult>,
+    /// When the server said it had read the client's data.
+    client_data_received: Option<Instant>,
+    /// What ended the run (normally the server's figures) and when it arrived.
+    last_word: Option<(Instant, Result<Box<SideResult>, SessionError>)>,
+}
+
+impl ClientRun {
+    /// The run of `session` (past `Connect`), started at `started`.
+    pub fn new(session: ClientSession, started: Instant) -> Self {
+        ClientRun {
+            session,
+            started,
+            server_intervals: Vec::new(),
+            client_data_received: None,
+            last_word: None,
+        }
+    }
+
+    /// Takes the server's message `msg` that arrived `at`; returns the server's
+    /// interval it was, if it was one, for the caller's report.
+    pub fn take(
+        &mut self,
+        at: Instant,
+        msg: Result<Message, ControlError>,
+    ) -> Option<&IntervalResult> {
+        let step = msg
+            .map_err(SessionError::from)
+            .and_then(|m| self.session.on_message(m))
+            .and_then(|step| {
+                self.session
+                    .check_pace(at.saturating_duration_since(self.started))?;
+                Ok(step)
+            });
+        match step {
+            Ok(ClientStep::ServerInterval(result)) => {
+                self.server_intervals.push(*result);
+                return self.server_intervals.last();
+            }
+            Ok(ClientStep::ClientDataReceived) => {
+                self.client_data_received.get_or_insert(at);
+            }
+            Ok(ClientStep::Results(result)) => self.last_word = Some((at, Ok(result))),
+            // The session takes no other step once the test runs.
+            Ok(
+                ClientStep::Continue | ClientStep::Connect { .. } | ClientStep::MeshResult { .. },
+            ) => {}
+            // The first word that ended the session stands.
+            Err(e) => {
+                self.last_word.get_or_insert((at, Err(e)));
+            }
+        }
+        None
+    }
+
+    /// When the run started, which the server's intervals keep pace with.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Whether the server has said its last word (its figures, or why not).
+    pub fn has_last_word(&self) -> bool {
+        self.last_word.is_some()
+    }
+
+    /// When the server said it had read the client's data.
+    pub fn client_data_received(&self) -> Option<Instant> {
+        self.client_data_received
+    }
+
+    /// Whether the server sent what no real server sends (a flood, impossible figures,
+    /// a message out of place), which ends the run at once; a server that gave up or
+    /// went away is judged once the streams end.
+    pub fn server_misbehaved(&self) -> bool {
+        match &self.last_word {
+            Some((_, Err(SessionError::Control(e)))) => !matches!(
+                e,
+                ControlError::Peer(_)
+                    | ControlError::Closed
+                    | ControlError::Timeout
+                    | ControlError::Io(_)
+            ),
+            Some((_, Err(_))) => true,
+            _ => false,
+        }
+    }
+
+    /// What the server did wrong, if it misbehaved (see [`ClientRun::server_misbehaved`]).
+    pub fn take_misbehaviour(&mut self) -> Option<SessionError> {
+        if !self.server_misbehaved() {
+            return None;
+        }
+        match self.last_word.take() {
+            Some((_, Err(e))) => Some(e),
+            other => {
+                self.last_word = other;
+                None
+            }
+        }
+    }
+
+    /// The reason the server gave for ending the run, if its last word was an error of
+    /// its own (e.g. a limit).
+    pub fn take_servers_reason(&mut self) -> Option<String> {
+        match self.last_word.take() {
+            Some((_, Err(SessionError::Control(ControlError::Peer(msg))))) => Some(msg),
+            _ => None,
+        }
+    }
+
+    /// The server's figures, with its intervals, and when they arrived; or why there
+    /// are none, after waiting `waited` for them.
+    pub fn results(&mut self, waited: Duration) -> Result<(Instant, SideResult), SessionError> {
+        match self.last_word.take() {
+            Some((end, Ok(mut result))) => {
+                result.intervals = std::mem::take(&mut self.server_intervals);
+                Ok((end, *result))
+            }
+            None | Some((_, Err(SessionError::Control(ControlError::Timeout)))) => {
+                Err(SessionError::ResultsNotConfirmed(waited.as_secs()))
+            }
+            Some((_, Err(SessionError::Control(ControlError::Closed)))) => {
+                Err(SessionError::ClosedBeforeResults)
+            }
+            Some((_, Err(e))) => Err(e),
+        }
+    }
+
+    /// Answers the server's results with the client's own figures, for its report
+    /// (without the intervals, which it does not print): the messages to send.
+    pub fn answer(&mut self, client: &SideResult) -> Vec<Message> {
+        self.session.client_results(Box::new(SideResult {
+            intervals: Vec::new(),
+            ..client.clone()
+        }));
+        self.session.take_outbox()
     }
 }
 
@@ -2284,5 +2450,98 @@ mod tests {
             .expect_err("silent");
         assert!(e.to_string().starts_with("its figures: "), "{e}");
         assert_eq!(e.to_peer(), None);
+    }
+
+    /// A client's run past `Connect`, started now, of a test with 10 ms intervals.
+    fn client_run() -> (ClientRun, Instant) {
+        let settings = Settings {
+            interval_ms: Some(10),
+            ..Settings::default()
+        };
+        let mut client = ClientSession::new(settings, None);
+        let mut server = ServerSession::new(Limits::default(), None);
+        open(&mut client, &mut server);
+        let now = Instant::now();
+        (ClientRun::new(client, now), now)
+    }
+
+    #[test]
+    fn the_control_reader_reads_on_only_past_intervals_and_the_confirmation() {
+        let more = |msg| ClientSession::more_follows(&msg);
+        assert!(more(Ok(Message::Interval {
+            result: interval(0)
+        })));
+        assert!(more(Ok(Message::ClientDataReceived)));
+        assert!(!more(Ok(Message::Results { result: side() })));
+        assert!(!more(Err(ControlError::Closed)));
+    }
+
+    #[test]
+    fn a_run_gathers_the_servers_intervals_and_ends_with_its_figures() {
+        let (mut run, start) = client_run();
+        let later = start + Duration::from_millis(15);
+        let passed = run.take(
+            later,
+            Ok(Message::Interval {
+                result: interval(0),
+            }),
+        );
+        assert_eq!(passed.map(|i| i.index), Some(0));
+        assert!(run.take(later, Ok(Message::ClientDataReceived)).is_none());
+        assert!(run.take(start, Ok(Message::ClientDataReceived)).is_none());
+        assert_eq!(run.client_data_received(), Some(later), "the first stands");
+        assert!(!run.has_last_word());
+        run.take(later, Ok(Message::Results { result: side() }));
+        assert!(run.has_last_word() && !run.server_misbehaved());
+        let (end, result) = run.results(Duration::from_secs(1)).expect("figures");
+        assert_eq!(end, later);
+        assert_eq!(
+            result.intervals.len(),
+            1,
+            "the server's intervals go with it"
+        );
+        let answer = run.answer(&SideResult {
+            role: Role::Client,
+            intervals: vec![*interval(0)],
+            ..*side()
+        });
+        assert!(
+            matches!(answer.as_slice(), [Message::ClientResults { result }] if result.intervals.is_empty()),
+            "{answer:?}"
+        );
+    }
+
+    #[test]
+    fn a_run_tells_a_server_that_gave_up_from_one_that_misbehaved() {
+        let (mut run, start) = client_run();
+        run.take(start, Err(ControlError::Peer("over --max-mb".into())));
+        assert!(!run.server_misbehaved(), "judged once the streams end");
+        assert!(run.take_misbehaviour().is_none());
+        assert_eq!(run.take_servers_reason().as_deref(), Some("over --max-mb"));
+
+        let (mut run, start) = client_run();
+        run.take(start, Ok(Message::Ready));
+        run.take(start, Err(ControlError::Closed));
+        assert!(run.server_misbehaved(), "the first word stands");
+        let e = run.take_misbehaviour().expect("out of place");
+        assert!(e.to_string().contains("ready"), "{e}");
+    }
+
+    #[test]
+    fn a_run_without_the_servers_figures_says_why() {
+        let (mut run, _) = client_run();
+        let e = run.results(Duration::from_secs(30)).expect_err("none");
+        assert_eq!(
+            e.to_string(),
+            "the server did not confirm the end of the test within 30s"
+        );
+        let (mut run, start) = client_run();
+        run.take(start, Err(ControlError::Closed));
+        let e = run.results(Duration::from_secs(30)).expect_err("closed");
+        assert_eq!(
+            e.to_string(),
+            "the server closed the control connection before sending its results (it stopped \
+             or was killed)"
+        );
     }
 }
