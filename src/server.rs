@@ -354,10 +354,10 @@ fn greet(
     let _ended = active.end_mark();
     match run_session(&mut control, &registered, rx, tx, config, events) {
         Ok(Served::Mesh { client, server }) => {
-            send_mesh_results(control, registered, (client, server), events, &log)
+            send_mesh_results(&mut control, registered, (client, server), events, &log)
         }
         Ok(Served::Test(result)) => {
-            exchange_results(control, registered, result, active, events, &log)
+            exchange_results(&mut control, registered, result, active, events, &log)
         }
         Err(e) => {
             let e = SessionError::TestFailed(format!("{e:#}"));
@@ -399,7 +399,7 @@ fn hand_on_data(
 
 /// Sends a mesh coordinator both ends' figures of its test.
 fn send_mesh_results(
-    mut control: Control,
+    control: &mut Control,
     registered: SessionGuard,
     (client, server): (Box<SideResult>, Box<SideResult>),
     events: &EventSender,
@@ -416,7 +416,7 @@ fn send_mesh_results(
 /// Sends the client the server's figures of its test, and reports the client's own,
 /// which answer them.
 fn exchange_results(
-    mut control: Control,
+    control: &mut Control,
     registered: SessionGuard,
     result: Box<SideResult>,
     active: &ActiveSession,
