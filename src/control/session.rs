@@ -5,9 +5,12 @@
 //! [`ClientSession::on_message`]) and says what happened as a step; what it wants sent
 //! waits in its outbox ([`ServerSession::take_outbox`], [`ClientSession::take_outbox`]),
 //! at most a few messages, never growing with what the peer sends. The drivers
-//! (`server.rs`, `client.rs`) own the socket, the deadlines and the randomness: nonces
-//! and session ids come in as arguments, so the machines are tested in memory against
-//! scripted peers.
+//! (`server.rs`, `client.rs`) own the socket, the clock and the randomness: nonces,
+//! session ids and times come in as arguments, so the machines are tested in memory
+//! against scripted peers. Every decision is the machines': each phase's steps
+//! ([`Greeting`], [`Request`], [`ClientRun`]), how long to wait, and what to tell the
+//! peer and the log when a phase fails ([`SessionError`]); the drivers only read,
+//! write and act.
 //!
 //! The exchange: the client sends `Hello`; a server with a key answers `AuthChallenge`,
 //! the client `AuthResponse`, the server `AuthConfirm` (see [`crate::auth`]); the server
@@ -121,15 +124,19 @@ pub enum SessionError {
     /// The server's end of the test failed.
     #[error("{0}")]
     TestFailed(String),
+    /// The server's figures could not be sent.
     #[error("cannot send the results: {0}")]
     ResultsUnsent(ControlError),
+    /// Both ends' figures of a mesh test could not be sent.
     #[error("cannot send the mesh test's results: {0}")]
     MeshResultsUnsent(ControlError),
     /// The client's answer to the results was not its figures.
     #[error("its figures: {0}")]
     ClientFigures(Box<SessionError>),
+    /// No figures from the server within this many seconds.
     #[error("the server did not confirm the end of the test within {0}s")]
     ResultsNotConfirmed(u64),
+    /// The server closed the control connection instead of sending its figures.
     #[error(
         "the server closed the control connection before sending its results (it stopped \
          or was killed)"
