@@ -311,23 +311,15 @@ fn run_streams(
     observer.started(&watch);
     drop(meter_tx);
     let mut intervals = Vec::new();
-    loop {
-        let msgs = match meter_rx.recv_timeout(CONTROL_POLL) {
-            Ok(msg) => collector.push(msg),
-            Err(mpsc::RecvTimeoutError::Timeout) => Vec::new(),
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        };
-        for r in msgs {
-            observer.interval(Role::Client, &r);
-            intervals.push(r);
-        }
-        while let Ok(word) = ctrl_rx.try_recv() {
-            pass_on(run, word, observer);
-        }
-        if run.server_misbehaved() {
-            abort.store(true, Ordering::Relaxed);
-        }
-    }
+    let words = (&mut *run, ctrl_rx);
+    pass_on_while_running(
+        meter_rx,
+        &mut collector,
+        &mut intervals,
+        words,
+        abort,
+        observer,
+    );
     // A server that misbehaved ended the run at once: its streams' figures mean nothing.
     if let Some(e) = run.take_misbehaviour() {
         for w in workers {
@@ -347,6 +339,36 @@ fn run_streams(
         intervals,
         cpu,
     })
+}
+
+/// Passes the client's intervals (kept in `intervals`) and the server's messages on
+/// while the streams run, until every stream ended (and dropped its meter); a server
+/// that misbehaved stops them at once.
+fn pass_on_while_running(
+    meter_rx: mpsc::Receiver<crate::interval::MeterMsg>,
+    collector: &mut Collector,
+    intervals: &mut Vec<IntervalResult>,
+    (run, ctrl_rx): (&mut ClientRun, &mpsc::Receiver<ServerWord>),
+    abort: &AtomicBool,
+    observer: &mut dyn RunObserver,
+) {
+    loop {
+        let msgs = match meter_rx.recv_timeout(CONTROL_POLL) {
+            Ok(msg) => collector.push(msg),
+            Err(mpsc::RecvTimeoutError::Timeout) => Vec::new(),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        for r in msgs {
+            observer.interval(Role::Client, &r);
+            intervals.push(r);
+        }
+        while let Ok(word) = ctrl_rx.try_recv() {
+            pass_on(run, word, observer);
+        }
+        if run.server_misbehaved() {
+            abort.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Takes one of the server's messages into the run, passing its interval on.
