@@ -14,15 +14,16 @@ use fperf::family::IpFamily;
 use fperf::json::DocLabels;
 use fperf::limits::Limits;
 use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
+use fperf::options::{and_list, Front, Given, TestOption};
 use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
     default_pktsize, Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB,
     DEFAULT_PORT, DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
 };
-use fperf::stream::zerocopy::ZeroCopy;
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
 use fperf::transport::sockets::SocketSettings;
+use fperf::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::settings::{UdpSettings, DEFAULT_ACK_TIMEOUT_MS};
 use fperf::workload::{Reply, Workload, WorkloadError};
@@ -616,21 +617,8 @@ struct MeshArgs {
     #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate)]
     bitrate: Option<u64>,
 
-    /// Congestion control algorithm of every test's data sockets (TCP_CONGESTION),
-    /// e.g. cubic, bbr, reno; each host must have it. Default: each host's own.
-    #[arg(short = 'C', long, value_name = "ALGO", conflicts_with = "udp")]
-    congestion: Option<String>,
-
-    /// Largest TCP segment of every test's data connections, in bytes (TCP_MAXSEG, 88
-    /// to 32767), as a client's -M. Default: the path's.
-    #[arg(short = 'M', long, value_name = "BYTES", conflicts_with = "udp")]
-    set_mss: Option<u32>,
-
-    /// Cap each data connection's sending rate at RATE bits/s (SO_MAX_PACING_RATE), as
-    /// a client's --fq-rate: the kernel paces every segment.
-    #[arg(long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate,
-          conflicts_with = "udp")]
-    fq_rate: Option<u64>,
+    #[command(flatten)]
+    tcp: MeshTcpArgs,
 
     /// Socket buffer size of every test's data sockets on both hosts (SO_SNDBUF and
     /// SO_RCVBUF), as a client's -w (K, M suffixes; at most 256M). Default: TCP
@@ -739,14 +727,13 @@ impl MeshArgs {
             (_, true) => Workload::RoundTrip(Reply::Echo),
             _ => Workload::Bulk,
         };
-        let tcp = TcpSettings {
-            congestion: self.congestion.clone(),
-            mss: self.set_mss,
-            fq_rate: self.fq_rate.filter(|&b| b > 0),
-            ..TcpSettings::default()
-        };
-        let transport = TransportSettings::over_sockets(self.udp, self.window, tcp)
-            .ok_or_else(|| anyhow::anyhow!("-C, -M and --fq-rate are TCP's, not UDP's"))?;
+        let mut tcp = TcpSettings::default();
+        self.tcp.0.apply(&mut tcp).map_err(anyhow::Error::msg)?;
+        let transport =
+            TransportSettings::over_sockets(self.udp, self.window, tcp).ok_or_else(|| {
+                let flags: Vec<String> = mesh_tcp_options().map(|o| o.short_flag()).collect();
+                anyhow::anyhow!("{} are TCP's, not UDP's", and_list(&flags))
+            })?;
         let protocol = transport.protocol();
         let settings = Settings {
             nstreams: self.nstreams,
@@ -780,19 +767,7 @@ impl MeshArgs {
 
 /// `fperf exporter`.
 #[derive(clap::Args, Debug)]
-#[command(
-    after_help = "A probe's query: target=HOST[:PORT] (an fperf server), and \
-                  optionally protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
-                  workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, \
-                  percentiles=LIST, window=BYTES, congestion=ALGO, mss=BYTES and \
-                  fq_rate=RATE (the last three TCP's; a rate of 0 is none), and family=4|6 \
-                  (IPv4 or IPv6 alone). A probe over the limits, or whose test fails, \
-                  answers fperf_probe_success 0 and the reason is logged; more probes \
-                  than --max-probes are answered 429. The answer says why a target's test \
-                  failed only when --allow names the targets: otherwise every such failure \
-                  answers alike, after the probe's whole time-out, so that no one can tell \
-                  a closed port from another program's through the exporter."
-)]
+#[command(after_help = exporter_after_help())]
 struct ExporterArgs {
     /// Address and port to answer HTTP on.
     #[arg(long, value_name = "ADDR", default_value_t = fperf::exporter::DEFAULT_LISTEN)]
@@ -827,6 +802,38 @@ struct ExporterArgs {
     /// the secret in $FPERF_AUTH_KEY).
     #[arg(long, value_name = "FILE")]
     auth_key: Option<std::path::PathBuf>,
+}
+
+/// The end of `fperf exporter --help`: a probe's query, with the parameters TCP declares.
+fn exporter_after_help() -> String {
+    let tcp: Vec<String> = fperf::exporter::probe::tcp_parameters()
+        .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
+        .collect();
+    format!(
+        "A probe's query: target=HOST[:PORT] (an fperf server), and optionally \
+         protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
+         workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, percentiles=LIST, \
+         window=BYTES, {} (the last {} TCP's; a rate of 0 is none), and family=4|6 (IPv4 \
+         or IPv6 alone). A probe over the limits, or whose test fails, answers \
+         fperf_probe_success 0 and the reason is logged; more probes than --max-probes \
+         are answered 429. The answer says why a target's test failed only when --allow \
+         names the targets: otherwise every such failure answers alike, after the probe's \
+         whole time-out, so that no one can tell a closed port from another program's \
+         through the exporter.",
+        and_list(&tcp),
+        count_word(tcp.len()),
+    )
+}
+
+/// `n` in words, as a sentence counts a few things.
+fn count_word(n: usize) -> String {
+    const WORDS: [&str; 9] = [
+        "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+    ];
+    match n.checked_sub(1).and_then(|i| WORDS.get(i)) {
+        Some(word) => (*word).to_owned(),
+        None => n.to_string(),
+    }
 }
 
 impl ExporterArgs {
@@ -907,81 +914,70 @@ struct WorkloadArgs {
     bidir: bool,
 }
 
-/// Options of TCP runs.
-#[derive(clap::Args, Debug)]
-#[command(next_help_heading = "TCP options")]
-struct TcpArgs {
-    /// Set TCP_NODELAY (disable Nagle's algorithm) on both ends.
-    #[arg(hide_short_help = true, short = 'd', long, alias = "no-delay")]
-    nodelay: bool,
+/// Options of TCP runs, as TCP declares them ([`fperf::transport::tcp::options`]).
+#[derive(Debug)]
+struct TcpArgs(Given<TcpSettings>);
 
-    /// Set TCP_QUICKACK (disable delayed ACKs) on both ends.
-    ///
-    /// It is re-armed after every receive, since Linux clears it.
-    #[arg(hide_short_help = true, short = 'a', long)]
-    quickack: bool,
+impl clap::FromArgMatches for TcpArgs {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(TcpArgs(Given::from_matches(matches, &TCP_OPTIONS)))
+    }
 
-    /// Congestion control algorithm for both ends' data sockets (TCP_CONGESTION),
-    /// e.g. cubic, bbr, reno; the kernel's list is net.ipv4.tcp_available_congestion_control.
-    /// Default: the kernel's default on each end. Reports name the algorithm in use.
-    #[arg(hide_short_help = true, short = 'C', long, value_name = "ALGO")]
-    congestion: Option<String>,
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
 
-    /// Largest TCP segment, in bytes (TCP_MAXSEG, 88 to 32767), as iperf3's -M: the
-    /// client sets it on its data connections before connecting, and their handshake
-    /// announces it, so the server's segments keep to it too. The report's tcp_info
-    /// shows the segment size in force (mss). Default: the path's.
-    #[arg(hide_short_help = true, short = 'M', long, value_name = "BYTES")]
-    set_mss: Option<u32>,
+impl clap::Args for TcpArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        Given::augment(
+            cmd.next_help_heading("TCP options"),
+            &TCP_OPTIONS,
+            Front::Cli,
+        )
+    }
 
-    /// IPv6 flow label (1 to 1048575) of the client's data packets, as iperf3's -L: the
-    /// client's data connections send with it (network gear may hash flows by it, e.g.
-    /// ECMP). Needs an IPv6 server address.
-    #[arg(hide_short_help = true, short = 'L', long, value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..=0xFFFFF))]
-    flowlabel: Option<u32>,
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
 
-    /// Cap each data connection's sending rate at RATE bits/s (e.g. 100M, 2.5G;
-    /// K/M/G/T = 10^3..10^12), as iperf3's --fq-rate: both ends set SO_MAX_PACING_RATE
-    /// on their data sockets and the kernel spaces the segments out (TCP's own pacing,
-    /// or the fq qdisc's where it runs). The sender keeps at most 50 ms of the rate
-    /// queued unsent, so the test ends on time (at low rates, use a small -l: a packet
-    /// still takes its time to leave). Unlike -b, which sends whole packets on a
-    /// timer, it paces every segment; both may be given. Not with --crr.
-    #[arg(hide_short_help = true, long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate)]
-    fq_rate: Option<u64>,
+/// The TCP options `fperf mesh` takes, for every test's data connections.
+#[derive(Debug)]
+struct MeshTcpArgs(Given<TcpSettings>);
 
-    /// Bytes that must have arrived before the server's read wakes
-    /// (SO_RCVLOWAT), 1 to 64M. Default, by how idle the server's cores are: with two
-    /// cores per stream and no -b, 128K or one packet if larger (at most half of -w);
-    /// with a core per stream or -b, one packet; with more streams than cores, 1. Fewer
-    /// wake-ups leave the sender's core more time to copy. With the 128K default the
-    /// reads also nap 20 us while data flows (header: rx_nap=20us) instead of waiting to
-    /// be woken; giving --rcvlowat turns that off. 1 is the kernel's default (iperf3's
-    /// reads). Not with -r, where the server answers each packet as it arrives.
-    #[arg(hide_short_help = true, long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
-    rcvlowat: Option<u32>,
+/// TCP's options that `fperf mesh` takes.
+fn mesh_tcp_options() -> impl Iterator<Item = &'static TestOption<TcpSettings>> {
+    TCP_OPTIONS
+        .iter()
+        .filter(|option| matches!(option.mesh, fperf::options::Mesh::Help(_)))
+}
 
-    /// The server's reads discard the received bytes in the kernel (recv with
-    /// MSG_TRUNC) instead of copying them to its buffer, as neper's --skip-rx-copy:
-    /// measures the network and TCP stack without the receiver's copy, so it is not
-    /// like-for-like with iperf3's figures. Not with -r.
-    #[arg(hide_short_help = true, long)]
-    skip_rx_copy: bool,
+impl clap::FromArgMatches for MeshTcpArgs {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(MeshTcpArgs(Given::from_matches(
+            matches,
+            mesh_tcp_options(),
+        )))
+    }
 
-    /// Zero-copy sending. `splice` (the default) moves the buffer with
-    /// vmsplice()+splice(); `msg` uses send(MSG_ZEROCOPY) (on loopback the kernel copies
-    /// anyway). docs/tuning.md has what each buys.
-    #[arg(hide_short_help = true, long, value_name = "MODE", num_args = 0..=1, default_missing_value = "splice",
-          value_parser = ["splice", "msg"])]
-    zerocopy: Option<String>,
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
 
-    /// Both ends move data through io_uring instead of send()/recv() system
-    /// calls: one ring per thread, one submission and completion per call (a wait is
-    /// bounded by a linked time-out). Measures io_uring's socket path against the system
-    /// calls (docs/tuning.md). Not with --zerocopy, --crr or rsockets.
-    #[arg(hide_short_help = true, long)]
-    io_uring: bool,
+impl clap::Args for MeshTcpArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        mesh_tcp_options().fold(cmd, |cmd, option| {
+            cmd.arg(option.arg(Front::Mesh).conflicts_with("udp"))
+        })
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 /// Options of TCP and UDP runs: their data go through kernel sockets.
@@ -1156,39 +1152,17 @@ impl WorkloadArgs {
 }
 
 impl TcpArgs {
-    fn given(&self) -> Vec<&'static str> {
-        flags_given(&[
-            (self.nodelay, "--nodelay"),
-            (self.quickack, "--quickack"),
-            (self.congestion.is_some(), "--congestion"),
-            (self.set_mss.is_some(), "--set-mss"),
-            (self.flowlabel.is_some(), "--flowlabel"),
-            (self.fq_rate.is_some(), "--fq-rate"),
-            (self.rcvlowat.is_some(), "--rcvlowat"),
-            (self.skip_rx_copy, "--skip-rx-copy"),
-            (self.zerocopy.is_some(), "--zerocopy"),
-            (self.io_uring, "--io-uring"),
-        ])
+    fn given(&self) -> Vec<String> {
+        self.0.flags()
     }
 
-    fn settings(&self, sockets: SocketSettings) -> TcpSettings {
-        TcpSettings {
-            nodelay: self.nodelay,
-            quickack: self.quickack,
-            zerocopy: match self.zerocopy.as_deref() {
-                None => ZeroCopy::Off,
-                Some("msg") => ZeroCopy::Msg,
-                Some(_) => ZeroCopy::Splice,
-            },
-            congestion: self.congestion.clone(),
-            rcvlowat: self.rcvlowat,
-            skip_rx_copy: self.skip_rx_copy,
-            io_uring: self.io_uring,
-            mss: self.set_mss,
-            flowlabel: self.flowlabel,
-            fq_rate: self.fq_rate.filter(|&b| b > 0),
+    fn settings(&self, sockets: SocketSettings) -> Result<TcpSettings> {
+        let mut tcp = TcpSettings {
             sockets,
-        }
+            ..TcpSettings::default()
+        };
+        self.0.apply(&mut tcp).map_err(anyhow::Error::msg)?;
+        Ok(tcp)
     }
 }
 
@@ -1586,13 +1560,18 @@ impl Cli {
     fn transport_settings(&self, protocol: Protocol) -> Result<TransportSettings> {
         let (tcp, sockets, udp) = (&self.tcp_opts, &self.socket_opts, &self.udp_opts);
         if protocol != Protocol::Tcp {
-            refuse_foreign(&tcp.given(), "TCP", protocol)?;
+            let given = tcp.given();
+            refuse_foreign(
+                &given.iter().map(String::as_str).collect::<Vec<_>>(),
+                "TCP",
+                protocol,
+            )?;
         }
         if protocol != Protocol::Udp {
             refuse_foreign(&udp.given(), "UDP", protocol)?;
         }
         Ok(match protocol {
-            Protocol::Tcp => TransportSettings::Tcp(tcp.settings(sockets.settings())),
+            Protocol::Tcp => TransportSettings::Tcp(tcp.settings(sockets.settings())?),
             Protocol::Udp => TransportSettings::Udp(udp.settings(sockets.settings())),
             Protocol::Rdma => {
                 refuse_foreign(&sockets.given(), "TCP and UDP", protocol)?;
@@ -2014,17 +1993,16 @@ fn clap_message(e: &clap::Error) -> String {
 /// found in string"): `message` with them in users' words.
 fn plain_number_error(e: &clap::Error, message: String) -> String {
     use std::error::Error;
-    use std::num::{IntErrorKind, ParseIntError};
-    let Some(parse) = e.source().and_then(|s| s.downcast_ref::<ParseIntError>()) else {
+    let Some(parse) = e
+        .source()
+        .and_then(|s| s.downcast_ref::<std::num::ParseIntError>())
+    else {
         return message;
     };
-    let plain = match parse.kind() {
-        IntErrorKind::Empty => "a whole number is needed",
-        IntErrorKind::InvalidDigit => "not a whole number",
-        IntErrorKind::PosOverflow | IntErrorKind::NegOverflow => "too large a number",
-        _ => return message,
-    };
-    message.replace(&parse.to_string(), plain)
+    match fperf::options::plain_number_error(parse) {
+        Some(plain) => message.replace(&parse.to_string(), plain),
+        None => message,
+    }
 }
 
 /// `args` without the argument that clap's error `e` names (and its value), so that

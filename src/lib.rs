@@ -107,6 +107,7 @@ pub mod json;
 pub mod limits;
 pub mod log_limit;
 pub mod mesh;
+pub mod options;
 pub mod output;
 pub mod peer_text;
 pub mod pending;

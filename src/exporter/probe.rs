@@ -5,12 +5,14 @@ use super::{Allow, ExporterConfig, Place};
 use crate::client::{self, ClientConfig};
 use crate::family::IpFamily;
 use crate::json::StartTime;
+use crate::options::{and_list, TestOption};
 use crate::output::openmetrics::OpenMetrics;
 use crate::output::{Sink, Sinks};
 use crate::percentiles::Percentiles;
 use crate::settings::{
     Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_NSTREAMS, MAX_PKTSIZE,
 };
+use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use crate::transport::tcp::settings::TcpSettings;
 use crate::workload::{Reply, Workload};
 use prometheus::Registry;
@@ -28,9 +30,39 @@ const SETUP_ALLOWANCE: Duration = Duration::from_secs(5);
 const LEAST_SETUP: Duration = Duration::from_millis(500);
 /// Taken off Prometheus's scrape time-out, so that the answer arrives before it gives up.
 const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
-/// The query parameters a probe takes.
-const PARAMETERS: &str = "target, protocol, duration, size, workload, streams, bitrate, \
-                          reverse, percentiles, window, congestion, mss, fq_rate, family";
+/// The query parameters a probe takes before TCP's own (which TCP declares, see
+/// [`tcp_parameters`]).
+const PARAMETERS: [&str; 10] = [
+    "target",
+    "protocol",
+    "duration",
+    "size",
+    "workload",
+    "streams",
+    "bitrate",
+    "reverse",
+    "percentiles",
+    "window",
+];
+/// The query parameter a probe takes after TCP's.
+const LAST_PARAMETER: &str = "family";
+
+/// TCP's options that a probe's query may set, with their parameters' names.
+pub fn tcp_parameters() -> impl Iterator<Item = (&'static str, &'static TestOption<TcpSettings>)> {
+    TCP_OPTIONS
+        .iter()
+        .filter_map(|option| option.probe.map(|key| (key, option)))
+}
+
+/// Every query parameter a probe takes, in the order the help lists them.
+fn parameters() -> Vec<&'static str> {
+    let tcp = tcp_parameters().map(|(key, _)| key);
+    PARAMETERS
+        .into_iter()
+        .chain(tcp)
+        .chain([LAST_PARAMETER])
+        .collect()
+}
 
 /// Why a probe did not measure.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -69,9 +101,11 @@ impl ProbeRequest {
             if params.iter().any(|(n, _)| *n == name) {
                 return Err(bad(format!("parameter {name} is given twice")));
             }
-            if !PARAMETERS.split(", ").any(|known| known == name) {
+            let known = parameters();
+            if !known.contains(&name.as_ref()) {
                 return Err(bad(format!(
-                    "unknown parameter {name} (the parameters are {PARAMETERS})"
+                    "unknown parameter {name} (the parameters are {})",
+                    known.join(", ")
                 )));
             }
             params.push((name.into_owned(), value.into_owned()));
@@ -183,22 +217,14 @@ impl ProbeRequest {
                     .ok_or_else(|| bad(format!("window must be a number of bytes, not {text:?}")))
             })
             .transpose()?;
-        let congestion = get("congestion").map(str::to_owned);
-        let mss = get("mss")
-            .map(|text| {
-                text.parse::<u32>()
-                    .map_err(|_| bad(format!("mss must be a number of bytes, not {text:?}")))
-            })
-            .transpose()?;
-        let fq_rate = optional_rate(get("fq_rate"), "fq_rate")?;
-        let tcp = TcpSettings {
-            congestion,
-            mss,
-            fq_rate,
-            ..TcpSettings::default()
-        };
+        let mut tcp = TcpSettings::default();
+        crate::options::apply_query(tcp_parameters().map(|(_, o)| o), get, &mut tcp)
+            .map_err(bad)?;
         let transport = TransportSettings::over_sockets(protocol == Protocol::Udp, window, tcp)
-            .ok_or_else(|| bad("congestion, mss and fq_rate are TCP's, not UDP's".into()))?;
+            .ok_or_else(|| {
+                let keys: Vec<String> = tcp_parameters().map(|(k, _)| k.to_owned()).collect();
+                bad(format!("{} are TCP's, not UDP's", and_list(&keys)))
+            })?;
         let settings = Settings {
             nstreams,
             pktsize,

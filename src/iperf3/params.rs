@@ -8,6 +8,7 @@
 use super::wire::ErrorCode;
 use crate::peer_text::printable;
 use crate::settings::{Settings, TransportSettings, MB};
+use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use crate::transport::tcp::settings::TcpSettings;
 use crate::transport::udp::settings::UdpSettings;
 use crate::workload::Workload;
@@ -117,11 +118,6 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
     };
     let window = optional(params, "window", 1, u64::from(u32::MAX))?;
     let rate = optional(params, "bandwidth", 0, u64::MAX)?.filter(|&r| r > 0);
-    let congestion = match params.get("congestion") {
-        None => None,
-        Some(Value::String(name)) => Some(name.clone()),
-        Some(other) => return Err(invalid("congestion", "a name", other)),
-    };
     let client_version = match params.get("client_version") {
         Some(Value::String(v)) => Some(printable(&v.chars().take(32).collect::<String>())),
         _ => None,
@@ -141,39 +137,33 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         tos,
         ..Default::default()
     };
-    // Bits per second, as the client's --fq-rate.
-    let fq_rate = optional(params, "fqrate", 0, u64::MAX)?.filter(|&r| r > 0);
+    // TCP's options, as TCP declares them; with UDP, to refuse those that change the
+    // test.
+    let mut tcp = TcpSettings {
+        sockets,
+        ..TcpSettings::default()
+    };
+    crate::options::apply_iperf3(&TCP_OPTIONS, params, &mut tcp)
+        .map_err(|(key, what, value)| invalid(key, what, &value))?;
     let transport = if udp {
-        if congestion.is_some() {
+        if tcp.congestion.is_some() {
             return Err(ParamsError::Settings("-C is a TCP option".into()));
         }
         // iperf3's own server paces only TCP, and would run this test unpaced.
-        if fq_rate.is_some() {
+        if tcp.fq_rate.is_some() {
             return Err(ParamsError::Settings(
                 "--fq-rate paces TCP connections; for UDP use -b".into(),
             ));
         }
         TransportSettings::Udp(UdpSettings {
             dont_fragment: flag(params, "dont_fragment"),
-            sockets,
+            sockets: tcp.sockets,
             ..UdpSettings::default()
         })
     } else {
         // The client sets its `-M` on its own sockets before connecting, and their
         // handshake announces it: this server's segments keep to it with no more done.
-        let mss = optional(params, "MSS", 0, u64::from(u32::MAX))?
-            .filter(|&m| m > 0)
-            .map(|m| m as u32);
-        TransportSettings::Tcp(TcpSettings {
-            nodelay: params.contains_key("nodelay"),
-            congestion,
-            mss,
-            fq_rate,
-            // The receiving end's reads discard the bytes in the kernel, as iperf3's.
-            skip_rx_copy: flag(params, "skip_rx_copy"),
-            sockets,
-            ..TcpSettings::default()
-        })
+        TransportSettings::Tcp(tcp)
     };
     // A test bounded by bytes (`-n`) or blocks (`-k`) moves that much over all its
     // streams (each direction with `--bidir`).

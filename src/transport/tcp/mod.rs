@@ -4,6 +4,7 @@
 //! socket, so the server can route and check it. TCP's own options are in [`settings`].
 
 pub mod crr;
+pub mod options;
 pub mod settings;
 
 use super::{
