@@ -8,6 +8,53 @@
 
 use serde_json::{Map, Value};
 
+/// One capability a test may need of the peer beyond the protocol's major version:
+/// declared beside the option that needs it, by its owner (a transport, or the test's
+/// own in [`crate::settings`]); [`crate::features`] collects them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Feature {
+    name: &'static str,
+    option: &'static str,
+    since_minor: u32,
+}
+
+impl Feature {
+    /// The feature `name` on the wire, for the option a user gives as `option`, that
+    /// peers of the protocol's first minor have.
+    pub const fn new(name: &'static str, option: &'static str) -> Feature {
+        Feature {
+            name,
+            option,
+            since_minor: 0,
+        }
+    }
+
+    /// This feature, brought by the protocol's minor version `minor`: peers of an older
+    /// minor lack it.
+    pub const fn since(self, minor: u32) -> Feature {
+        Feature {
+            since_minor: minor,
+            ..self
+        }
+    }
+
+    /// Its name on the wire.
+    pub fn name(self) -> &'static str {
+        self.name
+    }
+
+    /// The option a user gives for it, for messages.
+    pub fn option(self) -> &'static str {
+        self.option
+    }
+
+    /// The protocol minor version that brought it; peers of an older minor lack it.
+    /// Minor 0 is what a peer that announces no features supports.
+    pub fn since_minor(self) -> u32 {
+        self.since_minor
+    }
+}
+
 /// What an option's flag takes after it.
 #[derive(Clone, Copy, Debug)]
 pub enum Takes {

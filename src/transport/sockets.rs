@@ -1,7 +1,7 @@
 //! The options that TCP and UDP share because both move data through kernel sockets:
 //! how a thread waits for its sockets, and how large their buffers are.
 
-use crate::features::Feature;
+use crate::options::Feature;
 use crate::settings::labels::HeaderLabels;
 use crate::units::pkt_size;
 use serde::{Deserialize, Serialize};
@@ -78,11 +78,16 @@ pub enum SocketSettingsError {
     Window(u32),
 }
 
+/// What `--tos` and `--dscp` need of the peer.
+pub const TOS: Feature = Feature::new("tos", "--tos");
+/// Every feature the socket options may need of the peer (see [`crate::features`]).
+pub const FEATURES: [Feature; 1] = [TOS];
+
 impl SocketSettings {
     /// The features of the peer these options need (see [`crate::features`]).
     pub fn features(&self, out: &mut Vec<Feature>) {
         if self.tos.is_some() {
-            out.push(Feature::Tos);
+            out.push(TOS);
         }
     }
 

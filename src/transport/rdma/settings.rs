@@ -1,7 +1,7 @@
 //! RDMA's own options: the programming interface, the device or libfabric provider,
 //! and how the data moves (SEND/RECV or RDMA WRITE).
 
-use crate::features::Feature;
+use crate::options::Feature;
 use crate::settings::labels::{HeaderLabels, Sample, Samples};
 use crate::settings::shape::RunShape;
 use crate::stream::ring::{endpoint_bytes_at_most, TRAILER_BYTES};
@@ -72,11 +72,16 @@ pub enum RdmaSettingsError {
     ProviderWithoutOfi,
 }
 
+/// What `--rdma-write` needs of the peer.
+pub const RDMA_WRITE_TRAILER: Feature = Feature::new("rdma_write_trailer", "--rdma-write");
+/// Every feature RDMA's options may need of the peer (see [`crate::features`]).
+pub const FEATURES: [Feature; 1] = [RDMA_WRITE_TRAILER];
+
 impl RdmaSettings {
     /// The features of the peer these options need (see [`crate::features`]).
     pub fn features(&self, out: &mut Vec<Feature>) {
         if self.write {
-            out.push(Feature::RdmaWriteTrailer);
+            out.push(RDMA_WRITE_TRAILER);
         }
     }
 

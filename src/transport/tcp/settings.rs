@@ -2,7 +2,7 @@
 //! of them, and the tuning each end derives from them (the receive low-water mark and
 //! the reads' nap while data flows).
 
-use crate::features::Feature;
+use crate::options::Feature;
 use crate::settings::labels::{HeaderLabels, Sample, Samples};
 use crate::settings::shape::RunShape;
 use crate::stream::zerocopy::ZeroCopy;
@@ -33,6 +33,15 @@ pub const MAX_CONGESTION_NAME: usize = 15;
 pub const MSS_RANGE: std::ops::RangeInclusive<u32> = 88..=32767;
 /// IPv6 flow labels: 20 bits, 0 meaning none.
 pub const FLOW_LABELS: std::ops::RangeInclusive<u32> = 1..=0xFFFFF;
+
+/// What `-M` needs of the peer.
+pub const MSS: Feature = Feature::new("mss", "-M");
+/// What `--fq-rate` needs of the peer.
+pub const FQ_RATE: Feature = Feature::new("fq_rate", "--fq-rate");
+/// What `-L` needs of the peer.
+pub const FLOWLABEL: Feature = Feature::new("flowlabel", "--flowlabel");
+/// Every feature TCP's options may need of the peer (see [`crate::features`]).
+pub const FEATURES: [Feature; 3] = [MSS, FQ_RATE, FLOWLABEL];
 
 /// The options of a TCP run, both ends' alike.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
@@ -137,13 +146,13 @@ impl TcpSettings {
     /// The features of the peer these options need (see [`crate::features`]).
     pub fn features(&self, out: &mut Vec<Feature>) {
         if self.mss.is_some() {
-            out.push(Feature::Mss);
+            out.push(MSS);
         }
         if self.fq_rate.is_some() {
-            out.push(Feature::FqRate);
+            out.push(FQ_RATE);
         }
         if self.flowlabel.is_some() {
-            out.push(Feature::FlowLabel);
+            out.push(FLOWLABEL);
         }
         self.sockets.features(out);
     }
