@@ -951,7 +951,7 @@ struct MeshTcpArgs(Given<TcpSettings>);
 fn mesh_tcp_options() -> impl Iterator<Item = &'static TestOption<TcpSettings>> {
     TCP_OPTIONS
         .iter()
-        .filter(|option| matches!(option.mesh, fperf::options::Mesh::Help(_)))
+        .filter(|option| !matches!(option.mesh, fperf::options::Mesh::No))
 }
 
 impl clap::FromArgMatches for MeshTcpArgs {

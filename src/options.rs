@@ -74,6 +74,8 @@ pub enum Takes {
 pub enum Mesh {
     /// Not at all.
     No,
+    /// With the command line's help text: the same option, for every test of the mesh.
+    AsClient,
     /// With this help text: the same option, for every test of the mesh.
     Help(&'static str),
 }
