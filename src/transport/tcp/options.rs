@@ -6,7 +6,7 @@ use crate::options::{whole_number, Iperf3, Mesh, Takes, TestOption};
 use crate::stream::zerocopy::ZeroCopy;
 
 /// Every TCP option, in the order the help lists them.
-pub static OPTIONS: [TestOption<TcpSettings>; 10] = [
+pub static OPTIONS: [TestOption<TcpSettings>; 11] = [
     TestOption {
         id: "nodelay",
         long: "nodelay",
@@ -136,6 +136,28 @@ pub static OPTIONS: [TestOption<TcpSettings>; 10] = [
             // 0, as for -b: no cap.
             let bits = crate::limits::parse_target_rate(text)?;
             tcp.fq_rate = (bits > 0).then_some(bits);
+            Ok(())
+        },
+    },
+    TestOption {
+        id: "notsent_lowat",
+        long: "notsent-lowat",
+        short: None,
+        alias: None,
+        takes: Takes::Value("BYTES"),
+        choices: &[],
+        help: "Bytes each data connection may hold unsent in the kernel before a write \
+               waits (TCP_NOTSENT_LOWAT), on both ends, 1 to 64M (K, M suffixes). A small \
+               mark (e.g. 16K) keeps the sending socket's queue short, so what is written \
+               leaves soon after: lower latency under load, for more wake-ups of the sender. \
+               Default: the kernel's (net.ipv4.tcp_notsent_lowat). Not with --fq-rate, which \
+               sets its own, --flows or --crr.",
+        mesh: Mesh::AsClient,
+        probe: Some("notsent_lowat"),
+        iperf3: Iperf3::No,
+        what: "a number of bytes",
+        set: |tcp, text| {
+            tcp.notsent_lowat = Some(crate::units::parse_bytes_u32(text)?);
             Ok(())
         },
     },
