@@ -22,7 +22,7 @@ use fperf::settings::{
     DEFAULT_PORT, DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
 };
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
-use fperf::transport::sockets::SocketSettings;
+use fperf::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
 use fperf::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::settings::{UdpSettings, DEFAULT_ACK_TIMEOUT_MS};
@@ -519,10 +519,10 @@ pub struct Cli {
     workload_opts: WorkloadArgs,
 
     #[command(flatten)]
-    tcp_opts: TcpArgs,
+    tcp_opts: Declared<TcpGroup>,
 
     #[command(flatten)]
-    socket_opts: SocketArgs,
+    socket_opts: Declared<SocketGroup>,
 
     #[command(flatten)]
     udp_opts: UdpArgs,
@@ -618,13 +618,10 @@ struct MeshArgs {
     bitrate: Option<u64>,
 
     #[command(flatten)]
-    tcp: MeshTcpArgs,
+    tcp: Declared<MeshTcpGroup>,
 
-    /// Socket buffer size of every test's data sockets on both hosts (SO_SNDBUF and
-    /// SO_RCVBUF), as a client's -w (K, M suffixes; at most 256M). Default: TCP
-    /// autotuning; UDP 16 MiB each way.
-    #[arg(short = 'w', long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
-    window: Option<u32>,
+    #[command(flatten)]
+    sockets: Declared<MeshSocketGroup>,
 
     /// IPv4 only: the coordinator reaches each server at its name's IPv4 address and
     /// sends every test to the receiving host's IPv4 address.
@@ -728,10 +725,12 @@ impl MeshArgs {
             _ => Workload::Bulk,
         };
         let mut tcp = TcpSettings::default();
-        self.tcp.0.apply(&mut tcp).map_err(anyhow::Error::msg)?;
+        self.tcp.apply(&mut tcp)?;
+        let mut sockets = SocketSettings::default();
+        self.sockets.apply(&mut sockets)?;
         let transport =
-            TransportSettings::over_sockets(self.udp, self.window, tcp).ok_or_else(|| {
-                let flags: Vec<String> = mesh_tcp_options().map(|o| o.short_flag()).collect();
+            TransportSettings::over_sockets(self.udp, sockets.window, tcp).ok_or_else(|| {
+                let flags: Vec<String> = MeshTcpGroup::options().map(|o| o.short_flag()).collect();
                 anyhow::anyhow!("{} are TCP's, not UDP's", and_list(&flags))
             })?;
         let protocol = transport.protocol();
@@ -806,21 +805,24 @@ struct ExporterArgs {
 
 /// The end of `fperf exporter --help`: a probe's query, with the parameters TCP declares.
 fn exporter_after_help() -> String {
+    let sockets = fperf::exporter::probe::socket_parameters()
+        .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")));
     let tcp: Vec<String> = fperf::exporter::probe::tcp_parameters()
         .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
         .collect();
+    let transport: Vec<String> = sockets.chain(tcp.iter().cloned()).collect();
     format!(
         "A probe's query: target=HOST[:PORT] (an fperf server), and optionally \
          protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
          workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, percentiles=LIST, \
-         window=BYTES, {} (the last {} TCP's; a rate of 0 is none), and family=4|6 (IPv4 \
-         or IPv6 alone). A probe over the limits, or whose test fails, answers \
+         {} (the last {} TCP's; a rate of 0 is none), and family=4|6 (IPv4 or IPv6 \
+         alone). A probe over the limits, or whose test fails, answers \
          fperf_probe_success 0 and the reason is logged; more probes than --max-probes \
          are answered 429. The answer says why a target's test failed only when --allow \
          names the targets: otherwise every such failure answers alike, after the probe's \
          whole time-out, so that no one can tell a closed port from another program's \
          through the exporter.",
-        and_list(&tcp),
+        and_list(&transport),
         count_word(tcp.len()),
     )
 }
@@ -914,13 +916,33 @@ struct WorkloadArgs {
     bidir: bool,
 }
 
-/// Options of TCP runs, as TCP declares them ([`fperf::transport::tcp::options`]).
-#[derive(Debug)]
-struct TcpArgs(Given<TcpSettings>);
+/// A group of declared options ([`fperf::options`]) as clap arguments of one command
+/// line.
+trait OptionGroup: 'static {
+    type Settings: Default + 'static;
+    /// The heading `--help` lists them under, if their own.
+    const HEADING: Option<&'static str>;
+    const FRONT: Front;
+    /// The options of the group, in the order the help lists them.
+    fn options() -> impl Iterator<Item = &'static TestOption<Self::Settings>>;
+    /// The argument of `option`.
+    fn arg(option: &'static TestOption<Self::Settings>) -> clap::Arg {
+        option.arg(Self::FRONT)
+    }
+}
 
-impl clap::FromArgMatches for TcpArgs {
+/// The options of `G` given on a command line.
+struct Declared<G: OptionGroup>(Given<G::Settings>);
+
+impl<G: OptionGroup> std::fmt::Debug for Declared<G> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<G: OptionGroup> clap::FromArgMatches for Declared<G> {
     fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
-        Ok(TcpArgs(Given::from_matches(matches, &TCP_OPTIONS)))
+        Ok(Declared(Given::from_matches(matches, G::options())))
     }
 
     fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
@@ -929,92 +951,87 @@ impl clap::FromArgMatches for TcpArgs {
     }
 }
 
-impl clap::Args for TcpArgs {
+impl<G: OptionGroup> clap::Args for Declared<G> {
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        Given::augment(
-            cmd.next_help_heading("TCP options"),
-            &TCP_OPTIONS,
-            Front::Cli,
-        )
+        let cmd = match G::HEADING {
+            Some(heading) => cmd.next_help_heading(heading),
+            None => cmd,
+        };
+        G::options().fold(cmd, |cmd, option| cmd.arg(G::arg(option)))
     }
 
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
         Self::augment_args(cmd)
+    }
+}
+
+impl<G: OptionGroup> Declared<G> {
+    /// The flags given, as `--long`.
+    fn given(&self) -> Vec<String> {
+        self.0.flags()
+    }
+
+    /// Sets the options given on `target`.
+    fn apply(&self, target: &mut G::Settings) -> Result<()> {
+        self.0.apply(target).map_err(anyhow::Error::msg)
+    }
+}
+
+/// Options of TCP runs, as TCP declares them ([`fperf::transport::tcp::options`]).
+struct TcpGroup;
+
+impl OptionGroup for TcpGroup {
+    type Settings = TcpSettings;
+    const HEADING: Option<&'static str> = Some("TCP options");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<TcpSettings>> {
+        TCP_OPTIONS.iter()
+    }
+}
+
+/// Options of TCP and UDP runs: their data go through kernel sockets
+/// ([`fperf::transport::sockets::OPTIONS`]).
+struct SocketGroup;
+
+impl OptionGroup for SocketGroup {
+    type Settings = SocketSettings;
+    const HEADING: Option<&'static str> = Some("TCP and UDP options");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<SocketSettings>> {
+        SOCKET_OPTIONS.iter()
     }
 }
 
 /// The TCP options `fperf mesh` takes, for every test's data connections.
-#[derive(Debug)]
-struct MeshTcpArgs(Given<TcpSettings>);
+struct MeshTcpGroup;
 
-/// TCP's options that `fperf mesh` takes.
-fn mesh_tcp_options() -> impl Iterator<Item = &'static TestOption<TcpSettings>> {
-    TCP_OPTIONS
-        .iter()
-        .filter(|option| !matches!(option.mesh, fperf::options::Mesh::No))
-}
-
-impl clap::FromArgMatches for MeshTcpArgs {
-    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
-        Ok(MeshTcpArgs(Given::from_matches(
-            matches,
-            mesh_tcp_options(),
-        )))
+impl OptionGroup for MeshTcpGroup {
+    type Settings = TcpSettings;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<TcpSettings>> {
+        TCP_OPTIONS.iter().filter(|option| taken_by_mesh(option))
     }
-
-    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
-        *self = Self::from_arg_matches(matches)?;
-        Ok(())
+    fn arg(option: &'static TestOption<TcpSettings>) -> clap::Arg {
+        option.arg(Front::Mesh).conflicts_with("udp")
     }
 }
 
-impl clap::Args for MeshTcpArgs {
-    fn augment_args(cmd: clap::Command) -> clap::Command {
-        mesh_tcp_options().fold(cmd, |cmd, option| {
-            cmd.arg(option.arg(Front::Mesh).conflicts_with("udp"))
-        })
-    }
+/// The socket options `fperf mesh` takes, for every test's data sockets.
+struct MeshSocketGroup;
 
-    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-        Self::augment_args(cmd)
+impl OptionGroup for MeshSocketGroup {
+    type Settings = SocketSettings;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<SocketSettings>> {
+        SOCKET_OPTIONS.iter().filter(|option| taken_by_mesh(option))
     }
 }
 
-/// Options of TCP and UDP runs: their data go through kernel sockets.
-#[derive(clap::Args, Debug)]
-#[command(next_help_heading = "TCP and UDP options")]
-struct SocketArgs {
-    /// Socket buffer size, SO_SNDBUF and SO_RCVBUF of every data socket on
-    /// both ends, as iperf3's -w (K, M suffixes; at most 256M). For TCP it replaces the
-    /// kernel's autotuning and bounds the window; the client sets it before connecting.
-    /// fperf asks past net.core.{r,w}mem_max when root; if the kernel grants less, the
-    /// run stops with an error. Default: TCP autotuning; UDP 16 MiB each way.
-    #[arg(hide_short_help = true, short = 'w', long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
-    window: Option<u32>,
-
-    /// Mark every data packet of both ends with this IP TOS byte (IPv6 traffic class),
-    /// as iperf3's -S: decimal, 0x hex or 0 octal, e.g. 0x10.
-    #[arg(hide_short_help = true, long, value_name = "TOS", value_parser = fperf::transport::sockets::parse_tos)]
-    tos: Option<u8>,
-
-    /// Mark every data packet of both ends with this DSCP: 0 to 63, or a name such as
-    /// EF, AF41 or CS1 (the TOS byte's upper six bits), as iperf3's --dscp.
-    #[arg(hide_short_help = true, long, value_name = "DSCP", conflicts_with = "tos",
-          value_parser = fperf::transport::sockets::parse_dscp)]
-    dscp: Option<u8>,
-
-    /// Spin on non-blocking reads and writes instead of sleeping in
-    /// poll(): lower latency, one busy core per waiting thread.
-    #[arg(hide_short_help = true, long)]
-    busy_poll: bool,
-
-    /// Both ends' data sockets never block; each thread waits for them in
-    /// epoll_wait() on an epoll instance of its own (its sockets registered once), as
-    /// event-driven servers and sockperf's default -F epoll do, instead of sleeping in
-    /// recv()/send() or poll(). A ping-pong turn then costs one more system call. Not
-    /// with --busy-poll, --io-uring, --crr or rsockets.
-    #[arg(hide_short_help = true, long, conflicts_with_all = ["busy_poll", "io_uring"])]
-    epoll: bool,
+/// Whether `fperf mesh` takes `option`.
+fn taken_by_mesh<T>(option: &TestOption<T>) -> bool {
+    !matches!(option.mesh, fperf::options::Mesh::No)
 }
 
 /// Options of UDP runs.
@@ -1101,14 +1118,15 @@ fn flags_given(given: &[(bool, &'static str)]) -> Vec<&'static str> {
 }
 
 /// Refuses the options `given`, which belong to `owner`'s transports, not to `protocol`.
-fn refuse_foreign(given: &[&str], owner: &str, protocol: Protocol) -> Result<()> {
+fn refuse_foreign(given: &[impl AsRef<str>], owner: &str, protocol: Protocol) -> Result<()> {
     let with = protocol.name();
     // iperf3's -R is fperf's --reverse.
     let hint = match protocol {
         Protocol::Rdma => " (fperf's -R is RDMA; iperf3's -R, data from the server, is --reverse)",
         _ => "",
     };
-    match given {
+    let given: Vec<&str> = given.iter().map(AsRef::as_ref).collect();
+    match given.as_slice() {
         [] => Ok(()),
         [flag] => bail!("{flag} is a {owner} option; it cannot be used with {with}{hint}"),
         [first @ .., last] => bail!(
@@ -1147,42 +1165,6 @@ impl WorkloadArgs {
             (false, true, _) => Ok(Workload::RoundTrip(Reply::Echo)),
             (false, false, true) => Ok(Workload::RoundTrip(Reply::Ack)),
             (false, false, false) => Ok(Workload::Bulk),
-        }
-    }
-}
-
-impl TcpArgs {
-    fn given(&self) -> Vec<String> {
-        self.0.flags()
-    }
-
-    fn settings(&self, sockets: SocketSettings) -> Result<TcpSettings> {
-        let mut tcp = TcpSettings {
-            sockets,
-            ..TcpSettings::default()
-        };
-        self.0.apply(&mut tcp).map_err(anyhow::Error::msg)?;
-        Ok(tcp)
-    }
-}
-
-impl SocketArgs {
-    fn given(&self) -> Vec<&'static str> {
-        flags_given(&[
-            (self.window.is_some(), "--window"),
-            (self.tos.is_some(), "--tos"),
-            (self.dscp.is_some(), "--dscp"),
-            (self.busy_poll, "--busy-poll"),
-            (self.epoll, "--epoll"),
-        ])
-    }
-
-    fn settings(&self) -> SocketSettings {
-        SocketSettings {
-            busy_poll: self.busy_poll,
-            epoll: self.epoll,
-            window: self.window,
-            tos: self.tos.or(self.dscp),
         }
     }
 }
@@ -1560,19 +1542,23 @@ impl Cli {
     fn transport_settings(&self, protocol: Protocol) -> Result<TransportSettings> {
         let (tcp, sockets, udp) = (&self.tcp_opts, &self.socket_opts, &self.udp_opts);
         if protocol != Protocol::Tcp {
-            let given = tcp.given();
-            refuse_foreign(
-                &given.iter().map(String::as_str).collect::<Vec<_>>(),
-                "TCP",
-                protocol,
-            )?;
+            refuse_foreign(&tcp.given(), "TCP", protocol)?;
         }
         if protocol != Protocol::Udp {
             refuse_foreign(&udp.given(), "UDP", protocol)?;
         }
+        let mut socket_settings = SocketSettings::default();
+        sockets.apply(&mut socket_settings)?;
         Ok(match protocol {
-            Protocol::Tcp => TransportSettings::Tcp(tcp.settings(sockets.settings())?),
-            Protocol::Udp => TransportSettings::Udp(udp.settings(sockets.settings())),
+            Protocol::Tcp => {
+                let mut tcp_settings = TcpSettings {
+                    sockets: socket_settings,
+                    ..TcpSettings::default()
+                };
+                tcp.apply(&mut tcp_settings)?;
+                TransportSettings::Tcp(tcp_settings)
+            }
+            Protocol::Udp => TransportSettings::Udp(udp.settings(socket_settings)),
             Protocol::Rdma => {
                 refuse_foreign(&sockets.given(), "TCP and UDP", protocol)?;
                 TransportSettings::Rdma(self.rdma_opts.settings())

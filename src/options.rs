@@ -91,6 +91,8 @@ pub enum Iperf3 {
     Flag(&'static str),
     /// A whole number; 0 is what iperf3 sends for an option left out.
     Number(&'static str),
+    /// A whole number, 0 included.
+    Count(&'static str),
     /// A string.
     Text(&'static str),
 }
@@ -107,6 +109,8 @@ pub struct TestOption<T: 'static> {
     pub takes: Takes,
     /// The values it takes, when they are a fixed list.
     pub choices: &'static [&'static str],
+    /// The command line's other flags it cannot go with, by their clap names.
+    pub conflicts: &'static [&'static str],
     /// The command line's help: paragraphs apart by a blank line; `-h` shows the first
     /// without its closing period.
     pub help: &'static str,
@@ -172,7 +176,7 @@ impl<T: Default + 'static> TestOption<T> {
             arg = arg.alias(alias);
         }
         if front == Front::Cli {
-            arg = arg.hide_short_help(true);
+            arg = arg.hide_short_help(true).conflicts_with_all(self.conflicts);
         }
         match self.takes {
             Takes::Nothing => return arg.action(clap::ArgAction::SetTrue),
@@ -311,29 +315,33 @@ pub fn apply_iperf3<T: Default + 'static>(
     for option in options {
         let (key, value) = match option.iperf3 {
             Iperf3::No => continue,
-            Iperf3::Present(key) | Iperf3::Flag(key) | Iperf3::Number(key) | Iperf3::Text(key) => {
-                match params.get(key) {
-                    Some(value) => (key, value),
-                    None => continue,
-                }
-            }
+            Iperf3::Present(key)
+            | Iperf3::Flag(key)
+            | Iperf3::Number(key)
+            | Iperf3::Count(key)
+            | Iperf3::Text(key) => match params.get(key) {
+                Some(value) => (key, value),
+                None => continue,
+            },
         };
         let text = match (option.iperf3, value) {
             (Iperf3::Present(_), _) => String::new(),
             (Iperf3::Flag(_), v) if v.as_u64() == Some(0) || v.as_bool() == Some(false) => continue,
             (Iperf3::Flag(_), _) => String::new(),
-            (Iperf3::Number(_), Value::Number(n)) => match n.as_u64() {
-                Some(0) => continue,
+            (Iperf3::Number(_), Value::Number(n)) if n.as_u64() == Some(0) => continue,
+            (Iperf3::Number(_) | Iperf3::Count(_), Value::Number(n)) => match n.as_u64() {
                 Some(v) => v.to_string(),
                 None => return Err((key, "a whole number in range", value.clone())),
             },
-            (Iperf3::Number(_), _) => return Err((key, "a whole number", value.clone())),
+            (Iperf3::Number(_) | Iperf3::Count(_), _) => {
+                return Err((key, "a whole number", value.clone()))
+            }
             (Iperf3::Text(_), Value::String(text)) => text.clone(),
             _ => return Err((key, option.what, value.clone())),
         };
         (option.set)(target, &text).map_err(|_| {
             let what = match option.iperf3 {
-                Iperf3::Number(_) => "a whole number in range",
+                Iperf3::Number(_) | Iperf3::Count(_) => "a whole number in range",
                 _ => option.what,
             };
             (key, what, value.clone())

@@ -5,13 +5,14 @@ use super::{Allow, ExporterConfig, Place};
 use crate::client::{self, ClientConfig};
 use crate::family::IpFamily;
 use crate::json::StartTime;
-use crate::options::{and_list, TestOption};
+use crate::options::{and_list, apply_query, TestOption};
 use crate::output::openmetrics::OpenMetrics;
 use crate::output::{Sink, Sinks};
 use crate::percentiles::Percentiles;
 use crate::settings::{
     Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_NSTREAMS, MAX_PKTSIZE,
 };
+use crate::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
 use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use crate::transport::tcp::settings::TcpSettings;
 use crate::workload::{Reply, Workload};
@@ -30,9 +31,9 @@ const SETUP_ALLOWANCE: Duration = Duration::from_secs(5);
 const LEAST_SETUP: Duration = Duration::from_millis(500);
 /// Taken off Prometheus's scrape time-out, so that the answer arrives before it gives up.
 const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
-/// The query parameters a probe takes before TCP's own (which TCP declares, see
-/// [`tcp_parameters`]).
-const PARAMETERS: [&str; 10] = [
+/// The query parameters a probe takes before the socket options' and TCP's (which
+/// they declare, see [`socket_parameters`] and [`tcp_parameters`]).
+const PARAMETERS: [&str; 9] = [
     "target",
     "protocol",
     "duration",
@@ -42,10 +43,17 @@ const PARAMETERS: [&str; 10] = [
     "bitrate",
     "reverse",
     "percentiles",
-    "window",
 ];
 /// The query parameter a probe takes after TCP's.
 const LAST_PARAMETER: &str = "family";
+
+/// The socket options that a probe's query may set, with their parameters' names.
+pub fn socket_parameters(
+) -> impl Iterator<Item = (&'static str, &'static TestOption<SocketSettings>)> {
+    SOCKET_OPTIONS
+        .iter()
+        .filter_map(|option| option.probe.map(|key| (key, option)))
+}
 
 /// TCP's options that a probe's query may set, with their parameters' names.
 pub fn tcp_parameters() -> impl Iterator<Item = (&'static str, &'static TestOption<TcpSettings>)> {
@@ -56,9 +64,11 @@ pub fn tcp_parameters() -> impl Iterator<Item = (&'static str, &'static TestOpti
 
 /// Every query parameter a probe takes, in the order the help lists them.
 fn parameters() -> Vec<&'static str> {
+    let sockets = socket_parameters().map(|(key, _)| key);
     let tcp = tcp_parameters().map(|(key, _)| key);
     PARAMETERS
         .into_iter()
+        .chain(sockets)
         .chain(tcp)
         .chain([LAST_PARAMETER])
         .collect()
@@ -210,21 +220,16 @@ impl ProbeRequest {
             .map(|text| text.parse::<Percentiles>().map_err(|e| bad(e.to_string())))
             .transpose()?
             .unwrap_or_default();
-        let window = get("window")
-            .map(|text| {
-                crate::units::parse_bytes(text)
-                    .and_then(|b| u32::try_from(b).ok())
-                    .ok_or_else(|| bad(format!("window must be a number of bytes, not {text:?}")))
-            })
-            .transpose()?;
+        let mut sockets = SocketSettings::default();
+        apply_query(socket_parameters().map(|(_, o)| o), get, &mut sockets).map_err(bad)?;
         let mut tcp = TcpSettings::default();
-        crate::options::apply_query(tcp_parameters().map(|(_, o)| o), get, &mut tcp)
-            .map_err(bad)?;
-        let transport = TransportSettings::over_sockets(protocol == Protocol::Udp, window, tcp)
-            .ok_or_else(|| {
-                let keys: Vec<String> = tcp_parameters().map(|(k, _)| k.to_owned()).collect();
-                bad(format!("{} are TCP's, not UDP's", and_list(&keys)))
-            })?;
+        apply_query(tcp_parameters().map(|(_, o)| o), get, &mut tcp).map_err(bad)?;
+        let transport =
+            TransportSettings::over_sockets(protocol == Protocol::Udp, sockets.window, tcp)
+                .ok_or_else(|| {
+                    let keys: Vec<String> = tcp_parameters().map(|(k, _)| k.to_owned()).collect();
+                    bad(format!("{} are TCP's, not UDP's", and_list(&keys)))
+                })?;
         let settings = Settings {
             nstreams,
             pktsize,

@@ -6,8 +6,10 @@
 //! options it knows but does not carry out are refused by name.
 
 use super::wire::ErrorCode;
+use crate::options::Iperf3Refusal;
 use crate::peer_text::printable;
 use crate::settings::{Settings, TransportSettings, MB};
+use crate::transport::sockets::OPTIONS as SOCKET_OPTIONS;
 use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use crate::transport::tcp::settings::TcpSettings;
 use crate::transport::udp::settings::UdpSettings;
@@ -116,7 +118,6 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         None if udp => DEFAULT_UDP_LEN,
         None => DEFAULT_TCP_LEN,
     };
-    let window = optional(params, "window", 1, u64::from(u32::MAX))?;
     let rate = optional(params, "bandwidth", 0, u64::MAX)?.filter(|&r| r > 0);
     let client_version = match params.get("client_version") {
         Some(Value::String(v)) => Some(printable(&v.chars().take(32).collect::<String>())),
@@ -131,20 +132,12 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
     };
     let parallel = u32::try_from(parallel).unwrap_or(1);
     let nstreams = if bidir { 2 * parallel } else { parallel };
-    let tos = optional(params, "TOS", 0, 255)?.map(|t| t as u8);
-    let sockets = crate::transport::sockets::SocketSettings {
-        window: window.map(|w| u32::try_from(w).unwrap_or(u32::MAX)),
-        tos,
-        ..Default::default()
-    };
-    // TCP's options, as TCP declares them; with UDP, to refuse those that change the
-    // test.
-    let mut tcp = TcpSettings {
-        sockets,
-        ..TcpSettings::default()
-    };
-    crate::options::apply_iperf3(&TCP_OPTIONS, params, &mut tcp)
-        .map_err(|(key, what, value)| invalid(key, what, &value))?;
+    // The socket options and TCP's, as they declare them; with UDP, TCP's to refuse
+    // those that change the test.
+    let refused = |(key, what, value): Iperf3Refusal| invalid(key, what, &value);
+    let mut tcp = TcpSettings::default();
+    crate::options::apply_iperf3(&SOCKET_OPTIONS, params, &mut tcp.sockets).map_err(refused)?;
+    crate::options::apply_iperf3(&TCP_OPTIONS, params, &mut tcp).map_err(refused)?;
     let transport = if udp {
         if tcp.congestion.is_some() {
             return Err(ParamsError::Settings("-C is a TCP option".into()));

@@ -14,6 +14,7 @@ pub static OPTIONS: [TestOption<TcpSettings>; 11] = [
         alias: Some("no-delay"),
         takes: Takes::Nothing,
         choices: &[],
+        conflicts: &[],
         help: "Set TCP_NODELAY (disable Nagle's algorithm) on both ends.",
         mesh: Mesh::No,
         probe: None,
@@ -31,6 +32,7 @@ pub static OPTIONS: [TestOption<TcpSettings>; 11] = [
         alias: None,
         takes: Takes::Nothing,
         choices: &[],
+        conflicts: &[],
         help: "Set TCP_QUICKACK (disable delayed ACKs) on both ends.\n\n\
                It is re-armed after every receive, since Linux clears it.",
         mesh: Mesh::No,
@@ -49,6 +51,7 @@ pub static OPTIONS: [TestOption<TcpSettings>; 11] = [
         alias: None,
         takes: Takes::Value("ALGO"),
         choices: &[],
+        conflicts: &[],
         help: "Congestion control algorithm for both ends' data sockets (TCP_CONGESTION), \
                e.g. cubic, bbr, reno; the kernel's list is \
                net.ipv4.tcp_available_congestion_control. Default: the kernel's default on \
@@ -72,6 +75,7 @@ pub static OPTIONS: [TestOption<TcpSettings>; 11] = [
         alias: None,
         takes: Takes::Value("BYTES"),
         choices: &[],
+        conflicts: &[],
         help: "Largest TCP segment, in bytes (TCP_MAXSEG, 88 to 32767), as iperf3's -M: the \
                client sets it on its data connections before connecting, and their handshake \
                announces it, so the server's segments keep to it too. The report's tcp_info \
@@ -96,6 +100,7 @@ pub static OPTIONS: [TestOption<TcpSettings>; 11] = [
         alias: None,
         takes: Takes::Value("N"),
         choices: &[],
+        conflicts: &[],
         help: "IPv6 flow label (1 to 1048575) of the client's data packets, as iperf3's -L: \
                the client's data connections send with it (network gear may hash flows by \
                it, e.g. ECMP). Needs an IPv6 server address.",
@@ -117,6 +122,7 @@ pub static OPTIONS: [TestOption<TcpSettings>; 11] = [
         alias: None,
         takes: Takes::Value("RATE"),
         choices: &[],
+        conflicts: &[],
         help: "Cap each data connection's sending rate at RATE bits/s (e.g. 100M, 2.5G; \
                K/M/G/T = 10^3..10^12), as iperf3's --fq-rate: both ends set \
                SO_MAX_PACING_RATE on their data sockets and the kernel spaces the segments \
@@ -146,6 +152,7 @@ pub static OPTIONS: [TestOption<TcpSettings>; 11] = [
         alias: None,
         takes: Takes::Value("BYTES"),
         choices: &[],
+        conflicts: &[],
         help: "Bytes each data connection may hold unsent in the kernel before a write \
                waits (TCP_NOTSENT_LOWAT), on both ends, 1 to 64M (K, M suffixes). A small \
                mark (e.g. 16K) keeps the sending socket's queue short, so what is written \
@@ -168,6 +175,7 @@ pub static OPTIONS: [TestOption<TcpSettings>; 11] = [
         alias: None,
         takes: Takes::Value("BYTES"),
         choices: &[],
+        conflicts: &[],
         help: "Bytes that must have arrived before the server's read wakes (SO_RCVLOWAT), 1 \
                to 64M. Default, by how idle the server's cores are: with two cores per \
                stream and no -b, 128K or one packet if larger (at most half of -w); with a \
@@ -193,6 +201,7 @@ pub static OPTIONS: [TestOption<TcpSettings>; 11] = [
         alias: None,
         takes: Takes::Nothing,
         choices: &[],
+        conflicts: &[],
         help: "The server's reads discard the received bytes in the kernel (recv with \
                MSG_TRUNC) instead of copying them to its buffer, as neper's --skip-rx-copy: \
                measures the network and TCP stack without the receiver's copy, so it is not \
@@ -217,6 +226,7 @@ pub static OPTIONS: [TestOption<TcpSettings>; 11] = [
             missing: "splice",
         },
         choices: &["splice", "msg"],
+        conflicts: &[],
         help: "Zero-copy sending. `splice` (the default) moves the buffer with \
                vmsplice()+splice(); `msg` uses send(MSG_ZEROCOPY) (on loopback the kernel \
                copies anyway). docs/tuning.md has what each buys.",
@@ -240,6 +250,7 @@ pub static OPTIONS: [TestOption<TcpSettings>; 11] = [
         alias: None,
         takes: Takes::Nothing,
         choices: &[],
+        conflicts: &[],
         help: "Both ends move data through io_uring instead of send()/recv() system calls: \
                one ring per thread, one submission and completion per call (a wait is \
                bounded by a linked time-out). Measures io_uring's socket path against the \
