@@ -25,7 +25,8 @@ use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
 use fperf::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
 use fperf::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use fperf::transport::tcp::settings::TcpSettings;
-use fperf::transport::udp::settings::{UdpSettings, DEFAULT_ACK_TIMEOUT_MS};
+use fperf::transport::udp::options::OPTIONS as UDP_OPTIONS;
+use fperf::transport::udp::settings::UdpSettings;
 use fperf::workload::{Reply, Workload, WorkloadError};
 use std::ffi::OsString;
 use std::fs::File;
@@ -525,7 +526,7 @@ pub struct Cli {
     socket_opts: Declared<SocketGroup>,
 
     #[command(flatten)]
-    udp_opts: UdpArgs,
+    udp_opts: Declared<UdpGroup>,
 
     #[command(flatten)]
     rdma_opts: RdmaArgs,
@@ -971,6 +972,11 @@ impl<G: OptionGroup> Declared<G> {
         self.0.flags()
     }
 
+    /// Whether the option of clap name `id` was given.
+    fn has(&self, id: &str) -> bool {
+        self.0.has(id)
+    }
+
     /// Sets the options given on `target`.
     fn apply(&self, target: &mut G::Settings) -> Result<()> {
         self.0.apply(target).map_err(anyhow::Error::msg)
@@ -1034,45 +1040,16 @@ fn taken_by_mesh<T>(option: &TestOption<T>) -> bool {
     !matches!(option.mesh, fperf::options::Mesh::No)
 }
 
-/// Options of UDP runs.
-#[derive(clap::Args, Debug)]
-#[command(next_help_heading = "UDP options")]
-struct UdpArgs {
-    /// Datagrams per sendmmsg()/recvmmsg() system call (sequence numbers, loss and
-    /// reordering stay counted per datagram; the sender threads of -n > 1 or -q 0 send
-    /// one per call) [default: 64; 1 with -r or -b, where a larger N sends paced bursts
-    /// of N; with --flows, as many as fill a quarter of a flow's socket buffer].
-    #[arg(hide_short_help = true, long, value_name = "N")]
-    udp_batch: Option<u32>,
+/// Options of UDP runs, as UDP declares them ([`fperf::transport::udp::options`]).
+struct UdpGroup;
 
-    /// Send each batch as UDP GSO messages (UDP_SEGMENT): the kernel cuts them
-    /// into -l-byte datagrams, so one pass through the stack carries up to 64.
-    #[arg(hide_short_help = true, long)]
-    gso: bool,
-
-    /// The server reads with UDP GRO (UDP_GRO), taking datagrams that arrived
-    /// back to back in one buffer (each still counted on its own).
-    #[arg(hide_short_help = true, long)]
-    gro: bool,
-
-    /// With -r or --echo: ms to wait for a datagram's reply before sending it again (up to 10
-    /// times) [default: 100].
-    #[arg(hide_short_help = true, long, value_name = "MS")]
-    ack_timeout: Option<u32>,
-
-    /// The receiving end reads each datagram's kernel receive time (SO_TIMESTAMPING,
-    /// software) and reports two more latencies: network, from the sender's send time
-    /// to the kernel's receipt (one way: the hosts' clocks must agree), and app wait,
-    /// from the kernel's receipt to the read that returned it.
-    #[arg(hide_short_help = true, long)]
-    rx_timestamps: bool,
-
-    /// Never fragment a datagram, as iperf3's --dont-fragment: both ends' datagrams
-    /// leave with IPv4's DF bit set (IPv6 ones whole), so they cross the path whole or
-    /// not at all. A packet (-l) larger than the path's MTU carries is refused, with
-    /// the largest that fits; without this flag the sending host fragments it.
-    #[arg(hide_short_help = true, long)]
-    dont_fragment: bool,
+impl OptionGroup for UdpGroup {
+    type Settings = UdpSettings;
+    const HEADING: Option<&'static str> = Some("UDP options");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<UdpSettings>> {
+        UDP_OPTIONS.iter()
+    }
 }
 
 /// Options of RDMA runs (-R).
@@ -1107,14 +1084,6 @@ struct RdmaArgs {
     /// --rdma-api ofi the writes carry immediate data and the answers are sent.
     #[arg(hide_short_help = true, long, requires = "rdma")]
     rdma_write: bool,
-}
-
-/// The flags of `given` that were given, as a user writes them.
-fn flags_given(given: &[(bool, &'static str)]) -> Vec<&'static str> {
-    given
-        .iter()
-        .filter_map(|&(on, flag)| on.then_some(flag))
-        .collect()
 }
 
 /// Refuses the options `given`, which belong to `owner`'s transports, not to `protocol`.
@@ -1165,31 +1134,6 @@ impl WorkloadArgs {
             (false, true, _) => Ok(Workload::RoundTrip(Reply::Echo)),
             (false, false, true) => Ok(Workload::RoundTrip(Reply::Ack)),
             (false, false, false) => Ok(Workload::Bulk),
-        }
-    }
-}
-
-impl UdpArgs {
-    fn given(&self) -> Vec<&'static str> {
-        flags_given(&[
-            (self.udp_batch.is_some(), "--udp-batch"),
-            (self.gso, "--gso"),
-            (self.gro, "--gro"),
-            (self.ack_timeout.is_some(), "--ack-timeout"),
-            (self.rx_timestamps, "--rx-timestamps"),
-            (self.dont_fragment, "--dont-fragment"),
-        ])
-    }
-
-    fn settings(&self, sockets: SocketSettings) -> UdpSettings {
-        UdpSettings {
-            batch: self.udp_batch,
-            gso: self.gso,
-            gro: self.gro,
-            ack_timeout_ms: self.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT_MS),
-            rx_timestamps: self.rx_timestamps,
-            dont_fragment: self.dont_fragment,
-            sockets,
         }
     }
 }
@@ -1456,7 +1400,7 @@ impl Cli {
                 MAX_NSTREAMS / 2
             );
         }
-        if self.udp_opts.ack_timeout.is_some() && !(self.udp && workload.mprtt()) {
+        if self.udp_opts.has("ack_timeout") && !(self.udp && workload.mprtt()) {
             bail!("--ack-timeout applies to UDP with MPRTT only: use it with -u -r or -u --echo");
         }
         let s = Settings {
@@ -1558,7 +1502,14 @@ impl Cli {
                 tcp.apply(&mut tcp_settings)?;
                 TransportSettings::Tcp(tcp_settings)
             }
-            Protocol::Udp => TransportSettings::Udp(udp.settings(socket_settings)),
+            Protocol::Udp => {
+                let mut udp_settings = UdpSettings {
+                    sockets: socket_settings,
+                    ..UdpSettings::default()
+                };
+                udp.apply(&mut udp_settings)?;
+                TransportSettings::Udp(udp_settings)
+            }
             Protocol::Rdma => {
                 refuse_foreign(&sockets.given(), "TCP and UDP", protocol)?;
                 TransportSettings::Rdma(self.rdma_opts.settings())

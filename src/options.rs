@@ -245,9 +245,9 @@ impl<T: Default + 'static> Given<T> {
             .collect()
     }
 
-    /// Whether any option was given.
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+    /// Whether the option of clap name `id` was given.
+    pub fn has(&self, id: &str) -> bool {
+        self.values.iter().any(|(option, _)| option.id == id)
     }
 
     /// Sets every option given on `target` (their values were checked as they were

@@ -12,6 +12,7 @@ use crate::settings::{Settings, TransportSettings, MB};
 use crate::transport::sockets::OPTIONS as SOCKET_OPTIONS;
 use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use crate::transport::tcp::settings::TcpSettings;
+use crate::transport::udp::options::OPTIONS as UDP_OPTIONS;
 use crate::transport::udp::settings::UdpSettings;
 use crate::workload::Workload;
 use serde_json::{Map, Value};
@@ -148,11 +149,12 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
                 "--fq-rate paces TCP connections; for UDP use -b".into(),
             ));
         }
-        TransportSettings::Udp(UdpSettings {
-            dont_fragment: flag(params, "dont_fragment"),
+        let mut udp = UdpSettings {
             sockets: tcp.sockets,
             ..UdpSettings::default()
-        })
+        };
+        crate::options::apply_iperf3(&UDP_OPTIONS, params, &mut udp).map_err(refused)?;
+        TransportSettings::Udp(udp)
     } else {
         // The client sets its `-M` on its own sockets before connecting, and their
         // handshake announces it: this server's segments keep to it with no more done.
@@ -245,13 +247,6 @@ fn optional(
         .get(key)
         .map(|_| number(params, key, least, most))
         .transpose()
-}
-
-/// Whether the option `key` is on: present, and neither 0 nor false (iperf3 writes 1).
-fn flag(params: &Map<String, Value>, key: &str) -> bool {
-    params
-        .get(key)
-        .is_some_and(|v| v != &Value::from(0) && v != &Value::Bool(false))
 }
 
 /// The error for a parameter's bad `value`, which is shown as JSON, made printable.

@@ -19,6 +19,7 @@
 //!
 //! UDP's own options are in [`settings`].
 
+pub mod options;
 pub mod settings;
 
 use super::tcp::{accept_data_conns, listen_data_ports, open_data_conn};
