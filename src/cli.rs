@@ -21,7 +21,8 @@ use fperf::settings::{
     default_pktsize, Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB,
     DEFAULT_PORT, DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
 };
-use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
+use fperf::transport::rdma::options::OPTIONS as RDMA_OPTIONS;
+use fperf::transport::rdma::settings::RdmaSettings;
 use fperf::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
 use fperf::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use fperf::transport::tcp::settings::TcpSettings;
@@ -529,7 +530,7 @@ pub struct Cli {
     udp_opts: Declared<UdpGroup>,
 
     #[command(flatten)]
-    rdma_opts: RdmaArgs,
+    rdma_opts: Declared<RdmaGroup>,
 
     #[command(flatten)]
     guard: Guard,
@@ -1052,38 +1053,19 @@ impl OptionGroup for UdpGroup {
     }
 }
 
-/// Options of RDMA runs (-R).
-#[derive(clap::Args, Debug)]
-#[command(next_help_heading = "RDMA options")]
-struct RdmaArgs {
-    /// RDMA device name (default: the first one found).
-    #[arg(
-        hide_short_help = true,
-        short = 'D',
-        long,
-        value_name = "DEV",
-        requires = "rdma"
-    )]
-    rdmadev: Option<String>,
+/// Options of RDMA runs (-R), as RDMA declares them ([`fperf::transport::rdma::options`]).
+struct RdmaGroup;
 
-    /// RDMA programming interface: ibverbs (raw verbs, the default), cm (verbs
-    /// with rdma_cm connection set-up), rsocket (librdmacm's socket calls) or ofi
-    /// (libfabric).
-    #[arg(hide_short_help = true, long, value_name = "API", requires = "rdma", value_parser = ["ibverbs", "cm", "rsocket", "ofi"])]
-    rdma_api: Option<String>,
-
-    /// libfabric provider for --rdma-api ofi (verbs, efa, tcp, shm, "tcp;ofi_rxm", ...;
-    /// default: the first of verbs, efa, tcp that works).
-    #[arg(hide_short_help = true, long, value_name = "NAME", requires = "rdma")]
-    ofi_provider: Option<String>,
-
-    /// Move the data with RDMA WRITEs into the receiver's buffer ring instead of
-    /// SEND/RECV. With --rdma-api ibverbs or cm they carry no immediate data and the
-    /// receiver finds them by polling its memory, as ib_write_bw and ib_write_lat do;
-    /// in round trips (-r, --echo, --response-size) the answers are written too. With
-    /// --rdma-api ofi the writes carry immediate data and the answers are sent.
-    #[arg(hide_short_help = true, long, requires = "rdma")]
-    rdma_write: bool,
+impl OptionGroup for RdmaGroup {
+    type Settings = RdmaSettings;
+    const HEADING: Option<&'static str> = Some("RDMA options");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<RdmaSettings>> {
+        RDMA_OPTIONS.iter()
+    }
+    fn arg(option: &'static TestOption<RdmaSettings>) -> clap::Arg {
+        option.arg(Front::Cli).requires("rdma")
+    }
 }
 
 /// Refuses the options `given`, which belong to `owner`'s transports, not to `protocol`.
@@ -1134,22 +1116,6 @@ impl WorkloadArgs {
             (false, true, _) => Ok(Workload::RoundTrip(Reply::Echo)),
             (false, false, true) => Ok(Workload::RoundTrip(Reply::Ack)),
             (false, false, false) => Ok(Workload::Bulk),
-        }
-    }
-}
-
-impl RdmaArgs {
-    fn settings(&self) -> RdmaSettings {
-        RdmaSettings {
-            api: match self.rdma_api.as_deref() {
-                Some("cm") => RdmaApi::Cm,
-                Some("rsocket") => RdmaApi::Rsocket,
-                Some("ofi") => RdmaApi::Ofi,
-                _ => RdmaApi::Ibverbs,
-            },
-            device: self.rdmadev.clone(),
-            ofi_provider: self.ofi_provider.clone(),
-            write: self.rdma_write,
         }
     }
 }
@@ -1512,7 +1478,9 @@ impl Cli {
             }
             Protocol::Rdma => {
                 refuse_foreign(&sockets.given(), "TCP and UDP", protocol)?;
-                TransportSettings::Rdma(self.rdma_opts.settings())
+                let mut rdma = RdmaSettings::default();
+                self.rdma_opts.apply(&mut rdma)?;
+                TransportSettings::Rdma(rdma)
             }
         })
     }

@@ -10,6 +10,7 @@
 //! and fails before anything is sent, saying what is missing.
 
 mod ofi;
+pub mod options;
 mod rsocket;
 pub mod settings;
 mod side;
