@@ -11,16 +11,17 @@ use fperf::client::ClientConfig;
 use fperf::control::keepalive::ControlKeepalive;
 use fperf::exporter::{Allow, ExporterConfig};
 use fperf::family::IpFamily;
-use fperf::json::DocLabels;
 use fperf::limits::Limits;
 use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
 use fperf::options::{and_list, Front, Given, TestOption};
+use fperf::output::json_document::DocLabels;
 use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
-    default_pktsize, Protocol, QueueKind, SchedPolicy, Settings, TransportSettings, DEFAULT_MB,
-    DEFAULT_PORT, DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
+    default_pktsize, Protocol, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PORT,
+    DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
 };
+use fperf::stream::sender::QueueKind;
 use fperf::transport::rdma::options::OPTIONS as RDMA_OPTIONS;
 use fperf::transport::rdma::settings::RdmaSettings;
 use fperf::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
@@ -2240,7 +2241,7 @@ impl Cli {
             return Ok(Config::Conf(Box::new(client)));
         }
         if self.iperf3 {
-            if let Err(why) = fperf::iperf3::client::check(&client.settings) {
+            if let Err(why) = fperf::client::iperf3::check(&client.settings) {
                 bail!("--iperf3: {why}");
             }
             let unsupported = [
@@ -2295,7 +2296,7 @@ impl Cli {
     fn port(&self) -> u16 {
         match (self.port, self.iperf3) {
             (Some(port), _) => port,
-            (None, true) => fperf::iperf3::client::DEFAULT_PORT,
+            (None, true) => fperf::client::iperf3::DEFAULT_PORT,
             (None, false) => DEFAULT_PORT,
         }
     }

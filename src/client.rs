@@ -5,6 +5,8 @@
 //! it has received everything (the `Results` message), so bytes still sitting in the
 //! client's socket buffers are never counted as sent.
 
+pub mod iperf3;
+
 use crate::auth::{self, AuthKey};
 use crate::control::keepalive::ControlKeepalive;
 use crate::control::session::{ClientSession, ClientStep, SessionError};
@@ -17,9 +19,10 @@ use crate::results::{nanos, Figures, IntervalResult, Role, SideResult, SideTotal
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, place_current_thread};
-use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::SocketBuffers;
-use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use crate::sysinfo::{CpuUsage, SystemFacts};
+use crate::transport::figures::TransportFigures;
+use crate::transport::udp::wire::DatagramCounts;
 use crate::transport::{self, tcp::connect, ClientCtx, LocalEnd};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io;
@@ -169,7 +172,7 @@ pub fn run_observed(
     let transport = transport::for_settings(&cfg.settings);
     transport.check(&cfg.settings, server)?;
     let sock = connect_control(cfg, server, "fperf")?;
-    crate::limits::set_user_timeout(&sock, cfg.stall_timeout)?;
+    crate::stream::sys::set_user_timeout(&sock, cfg.stall_timeout)?;
     // The run stops on the caller's abort, and on its own when the server misbehaves,
     // without stopping the caller's next run.
     let stop = RunStop::linked_to(abort)?;
@@ -463,7 +466,7 @@ pub(crate) fn client_result(
             } else {
                 (to, None)
             };
-            totals.add(info.index, &m.stats, m.tcp.as_ref(), Some((from, to)));
+            totals.add(info.index, &m.stats, &m.transport, Some((from, to)));
             if let Some(d) = drain {
                 totals.add_drain(info.index, d);
             }
@@ -472,7 +475,7 @@ pub(crate) fn client_result(
                 to.saturating_duration_since(from),
                 &settings.percentiles,
             );
-            figures.tcp = m.tcp;
+            figures.transport = m.transport.clone();
             figures.drain_ns = drain.map(nanos);
             StreamResult {
                 index: info.index,
@@ -718,7 +721,7 @@ pub(crate) struct Moved {
     /// confirmation, known only once every stream is done.
     pub(crate) span: Option<(Instant, Instant)>,
     pub(crate) stats: StreamStats,
-    pub(crate) tcp: Option<TcpInfo>,
+    pub(crate) transport: TransportFigures,
     /// A receiving stream's low-water mark, as the kernel reports it.
     rcvlowat: Option<u32>,
     /// A receiving stream's nap while data flows, in us.
@@ -735,7 +738,7 @@ impl From<Driven> for Moved {
         Moved {
             span: Some((d.start, d.start)),
             stats: d.stats,
-            tcp: d.tcp,
+            transport: d.transport,
             rcvlowat: None,
             rx_nap_us: None,
             interrupted: d.interrupted,
@@ -750,7 +753,7 @@ impl From<Received> for Moved {
         Moved {
             span: r.span,
             stats: r.stats,
-            tcp: r.tcp,
+            transport: r.transport,
             rcvlowat: r.rcvlowat,
             rx_nap_us: r.rx_nap_us,
             interrupted: r.interrupted,

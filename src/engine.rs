@@ -8,9 +8,9 @@ use crate::results::Role;
 use crate::settings::Settings;
 use crate::stats::StreamStats;
 use crate::stream::buffer::DataBuffer;
-use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::{Stream, Timeout};
-use crate::sysinfo::TcpInfo;
+use crate::transport::figures::TransportFigures;
+use crate::transport::udp::wire::DatagramCounts;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ pub(crate) struct Driven {
     /// Where the counted figures begin (after the warm-up with `--omit`).
     pub(crate) start: Instant,
     pub(crate) stats: StreamStats,
-    pub(crate) tcp: Option<TcpInfo>,
+    pub(crate) transport: TransportFigures,
     pub(crate) interrupted: bool,
     /// The receiving peer closed the connection before every byte was sent.
     pub(crate) peer_closed: bool,
@@ -188,7 +188,7 @@ pub(crate) fn drive(
     Ok(Driven {
         start: totals.from,
         stats: totals.stats,
-        tcp: totals.tcp,
+        transport: totals.transport,
         interrupted,
         peer_closed,
         handed_over,
@@ -232,7 +232,7 @@ fn next_wake(meter: &Meter, deadline: Option<Instant>, now: Instant) -> Option<I
 /// sending one's on the server.
 pub(crate) struct Received {
     pub(crate) stats: StreamStats,
-    pub(crate) tcp: Option<TcpInfo>,
+    pub(crate) transport: TransportFigures,
     pub(crate) local: String,
     pub(crate) peer: String,
     pub(crate) congestion: Option<String>,
@@ -276,7 +276,7 @@ impl Received {
         let (end, drain) = sending_end(driven.handed_over, confirmed);
         Received {
             stats: driven.stats,
-            tcp: driven.tcp,
+            transport: driven.transport,
             local: names.local,
             peer: names.peer,
             congestion: names.congestion,
@@ -389,7 +389,7 @@ pub(crate) fn receive(
     let facts = stream.facts();
     Ok(Received {
         stats: totals.stats,
-        tcp: totals.tcp,
+        transport: totals.transport,
         local: stream.local_addr(),
         peer: stream.peer_addr(),
         congestion: facts.congestion,

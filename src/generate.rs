@@ -111,7 +111,9 @@ fn write(what: Generate, mut cmd: Command, out: &mut dyn Write) -> io::Result<()
         Generate::CompleteZsh => Shell::Zsh,
         Generate::CompleteFish => Shell::Fish,
         Generate::JsonSchema => {
-            let schema = fperf::json::to_document(&fperf::json::result_schema());
+            let schema = fperf::output::json_document::to_document(
+                &fperf::output::json_document::result_schema(),
+            );
             return writeln!(out, "{schema}");
         }
     };

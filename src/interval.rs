@@ -20,9 +20,10 @@ use crate::percentiles::Percentiles;
 use crate::results::{Figures, IntervalResult, SideTotals, StreamInterval};
 use crate::settings::Settings;
 use crate::stats::StreamStats;
-use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::Stream;
-use crate::sysinfo::{CpuUsage, TcpInfo};
+use crate::sysinfo::CpuUsage;
+use crate::transport::figures::TransportFigures;
+use crate::transport::udp::wire::DatagramCounts;
 use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};
@@ -102,7 +103,7 @@ pub struct Sample {
     /// The interval began inside the warm-up (`--omit`).
     pub omitted: bool,
     pub stats: StreamStats,
-    pub tcp: Option<TcpInfo>,
+    pub transport: TransportFigures,
 }
 
 /// The totals of a stream once its warm-up is left out.
@@ -112,8 +113,8 @@ pub struct Totals {
     pub stats: StreamStats,
     /// Where those figures begin: the side's start, or the end of the warm-up.
     pub from: Instant,
-    /// TCP figures: retransmits after the warm-up, the rest as at the end.
-    pub tcp: Option<TcpInfo>,
+    /// The transport's figures: counts after the warm-up, the rest as at the end.
+    pub transport: TransportFigures,
     /// Datagrams of the warm-up (all of them for a run that ended inside it; none
     /// without `--omit`): iperf3's ends count packets from the start of a test and
     /// say how many of them the warm-up took.
@@ -144,9 +145,9 @@ pub struct Meter {
     next_due: Option<Instant>,
     /// Cumulative figures at `interval_start`.
     prev: StreamStats,
-    prev_tcp: Option<TcpInfo>,
+    prev_transport: TransportFigures,
     /// Cumulative figures at the end of the warm-up.
-    omit_base: Option<(Instant, StreamStats, Option<TcpInfo>)>,
+    omit_base: Option<(Instant, StreamStats, TransportFigures)>,
     done_sent: bool,
 }
 
@@ -165,7 +166,7 @@ impl Meter {
             omit_end,
             next_due: None,
             prev: StreamStats::default(),
-            prev_tcp: None,
+            prev_transport: TransportFigures::default(),
             omit_base: None,
             done_sent: false,
         };
@@ -218,15 +219,15 @@ impl Meter {
     #[inline(never)]
     fn pass_boundaries(&mut self, now: Instant, stream: &dyn Stream) {
         let snap = stream.stats();
-        let tcp = stream.facts().tcp;
+        let transport = stream.facts().figures;
         if matches!(self.omit_pending, Some(t) if now >= t) {
             self.omit_pending = None;
-            self.omit_base = Some((now, snap.clone(), tcp));
+            self.omit_base = Some((now, snap.clone(), transport.clone()));
         }
         if matches!(self.next_interval, Some(t) if now >= t) {
-            self.ship(now, &snap, tcp);
+            self.ship(now, &snap, &transport);
             self.prev = snap;
-            self.prev_tcp = tcp;
+            self.prev_transport = transport;
             self.index = self.schedule.index_at(now);
             self.interval_start = now;
             self.next_interval = self
@@ -237,7 +238,7 @@ impl Meter {
         self.next_due = self.compute_next_due();
     }
 
-    fn ship(&mut self, now: Instant, snap: &StreamStats, tcp: Option<TcpInfo>) {
+    fn ship(&mut self, now: Instant, snap: &StreamStats, transport: &TransportFigures) {
         let Some(tx) = &self.tx else { return };
         let mut stats = snap.since(&self.prev, self.interval_start);
         // While data flows a receiver knows what was sent only by the numbers; the
@@ -254,10 +255,7 @@ impl Meter {
             omitted: matches!(self.omit_end, Some(t) if self.interval_start < t),
             // Compact: it may wait in the queue and then for the other streams.
             stats: stats.compacted(),
-            tcp: match (tcp, &self.prev_tcp) {
-                (Some(t), Some(p)) => Some(t.since(p)),
-                (t, _) => t,
-            },
+            transport: transport.since(&self.prev_transport),
         };
         // The collector is gone only when its side gave up; nothing to report to then.
         let _ = tx.send(MeterMsg::Sample(Box::new(sample)));
@@ -267,13 +265,13 @@ impl Meter {
     /// returns the totals with the warm-up left out.
     pub fn finish(&mut self, now: Instant, stream: &dyn Stream) -> Totals {
         let snap = stream.stats();
-        let tcp = stream.facts().tcp;
+        let transport = stream.facts().figures;
         if self.schedule.interval.is_some() && !self.done_sent {
-            self.ship(now, &snap, tcp);
+            self.ship(now, &snap, &transport);
         }
         self.send_done();
         match (&self.omit_base, self.omit_pending) {
-            (Some((at, base, base_tcp)), _) => {
+            (Some((at, base, base_transport)), _) => {
                 // The sender's count of datagrams, known only at the end, includes the
                 // warm-up's: they come off as the numbers told at its end.
                 let warm_up = base.datagrams.by_numbers();
@@ -282,10 +280,7 @@ impl Meter {
                 Totals {
                     stats,
                     from: *at,
-                    tcp: match (tcp, base_tcp) {
-                        (Some(t), Some(b)) => Some(t.since(b)),
-                        (t, _) => t,
-                    },
+                    transport: transport.since(base_transport),
                     warm_up,
                 }
             }
@@ -294,15 +289,12 @@ impl Meter {
                 warm_up: snap.datagrams,
                 stats: StreamStats::default(),
                 from: now,
-                tcp: tcp.map(|t| TcpInfo {
-                    retransmits: 0,
-                    ..t
-                }),
+                transport: transport.since(&transport),
             },
             (None, None) => Totals {
                 stats: snap,
                 from: self.schedule.start,
-                tcp,
+                transport,
                 warm_up: DatagramCounts::default(),
             },
         }
@@ -416,14 +408,14 @@ impl Collector {
         let streams = samples
             .iter()
             .map(|s| {
-                totals.add(s.stream, &s.stats, s.tcp.as_ref(), Some((s.start, s.end)));
+                totals.add(s.stream, &s.stats, &s.transport, Some((s.start, s.end)));
                 omitted |= s.omitted;
                 let mut figures = Figures::new(
                     &s.stats,
                     s.end.saturating_duration_since(s.start),
                     &self.percentiles,
                 );
-                figures.tcp = s.tcp;
+                figures.transport = s.transport.clone();
                 StreamInterval {
                     index: s.stream,
                     start_ns: ns(s.start),
@@ -453,7 +445,7 @@ impl Collector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::interval_line;
+    use crate::output::report::interval_line;
     use crate::results::Role;
     use crate::workload::Workload;
 
@@ -471,7 +463,7 @@ mod tests {
             end: s + Duration::from_secs(1),
             omitted: index == 0,
             stats,
-            tcp: None,
+            transport: TransportFigures::default(),
         }))
     }
 
@@ -545,7 +537,7 @@ mod tests {
             end: start + Duration::from_millis(500),
             omitted: false,
             stats,
-            tcp: None,
+            transport: TransportFigures::default(),
         }));
         let out = c.push(received);
         assert_eq!(out.len(), 1);

@@ -2,21 +2,22 @@
 //!
 //! The library holds everything but the command line:
 //! - [`stream`]: the STREAM abstraction (one type for both ends, `nsockets` sockets,
-//!   sender threads and queues) and its transports;
+//!   sender threads and queues); [`transport`]: each transport's STREAM, options and
+//!   set-up between the two ends;
 //! - [`control`]: the versioned, length-prefixed control protocol;
 //! - [`settings`]: the validated run settings both ends agree on;
 //! - [`stats`]: latency histograms and counters recorded on the hot path;
 //! - [`percentiles`]: `--percentiles`, the percentiles each latency is reported at;
 //! - [`results`]: the typed results of a run, whole and per interval;
-//! - [`report`]: their human-readable rendering;
 //! - [`engine`]: the data loops (send, receive) that both roles run;
 //! - [`interval`]: `--time`, `-i` and `--omit`: slicing a run into intervals;
 //! - [`sysinfo`]: host, CPU, kernel, CPU time and TCP_INFO facts;
-//! - [`output`]: every output of a client's run, one sink each (human text, JSON,
-//!   JSON lines, CSV, plot), fed the same events; [`json`], [`csv`] and [`plot`]
-//!   render the documents, rows and pictures; [`sweep`]: `--sweep` specs;
+//! - [`output`]: every output of a run, one sink each (human text, JSON, JSON lines,
+//!   CSV, plot), fed the same events, and what renders them: the human-readable report,
+//!   the JSON documents, the CSV rows and the pictures; [`sweep`]: `--sweep` specs;
 //! - [`server`] and [`client`]: the two roles that drive a run; [`iperf3`]: iperf3's
-//!   protocol, so that an fperf server serves unmodified iperf3 clients;
+//!   protocol, so that an fperf server serves unmodified iperf3 clients and an fperf
+//!   client runs against an iperf3 server;
 //! - [`limits`], [`auth`] and [`sessions`]: what a server allows, its shared-key check,
 //!   and which tests it runs at once; [`peer_text`]: a peer's text made safe to show;
 //! - [`exporter`]: a Prometheus exporter that runs a client's test for each scrape;
@@ -66,11 +67,13 @@
 //!
 //! # The STREAM as a socket
 //!
-//! The socket STREAMs ([`stream::TcpStream`], [`stream::UdpStream`]) are read and
-//! written with plain `std::io`, and give their first socket's fd:
+//! The socket STREAMs ([`transport::tcp::stream::TcpStream`],
+//! [`transport::udp::stream::UdpStream`]) are read and written with plain `std::io`, and
+//! give their first socket's fd:
 //!
 //! ```
-//! use fperf::stream::{Stream, StreamOptions, TcpStream, Timeout};
+//! use fperf::stream::{Stream, StreamOptions, Timeout};
+//! use fperf::transport::tcp::stream::TcpStream;
 //! use std::io::{Read, Write};
 //! use std::os::fd::AsRawFd;
 //!
@@ -96,14 +99,12 @@
 pub mod auth;
 pub mod client;
 pub mod control;
-pub mod csv;
 pub mod engine;
 pub mod exporter;
 pub mod family;
 pub mod features;
 pub mod interval;
 pub mod iperf3;
-pub mod json;
 pub mod limits;
 pub mod log_limit;
 pub mod mesh;
@@ -112,8 +113,6 @@ pub mod output;
 pub mod peer_text;
 pub mod pending;
 pub mod percentiles;
-pub mod plot;
-pub mod report;
 pub mod results;
 pub mod server;
 pub mod sessions;

@@ -618,13 +618,6 @@ pub fn release_freed_memory() {
     }
 }
 
-/// Makes the kernel fail a TCP connection whose sent data stays unacknowledged for
-/// `timeout` (`TCP_USER_TIMEOUT`): a peer that vanished (killed host, pulled cable)
-/// then turns a blocked send into an error instead of hours of retransmissions.
-pub fn set_user_timeout(sock: &std::net::TcpStream, timeout: Duration) -> std::io::Result<()> {
-    socket2::SockRef::from(sock).set_tcp_user_timeout(Some(timeout))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,8 +7,8 @@ use fperf::client::{self, ClientConfig, ClientOutcome};
 use fperf::exporter::{Exporter, ExporterEvent};
 use fperf::log_limit::{LogLimit, LogVerdict};
 use fperf::mesh::MeshEvent;
+use fperf::output::report;
 use fperf::peer_text::printable;
-use fperf::report;
 use fperf::settings::MAX_NSTREAMS;
 use fperf::sysinfo;
 use measure::Output;
@@ -191,9 +191,9 @@ fn run(config: Config, removal: Option<pidfile::PidFileRemoval>) -> Result<ExitC
         }
         Config::Client { client, output } => run_client(&client, interrupted, &output),
         Config::Iperf3 { client, output } => {
-            let start = fperf::json::StartTime::now();
+            let start = fperf::output::json_document::StartTime::now();
             let mut sinks = output.sinks(&client.settings, start, None)?;
-            let outcome = fperf::iperf3::client::run_observed(&client, interrupted, &mut sinks)?;
+            let outcome = fperf::client::iperf3::run_observed(&client, interrupted, &mut sinks)?;
             sinks.end(&outcome)?;
             Ok(ExitCode::from(if outcome.interrupted { 130 } else { 0 }))
         }
@@ -364,7 +364,7 @@ fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>, output: &Output) -> Re
         settings: settings.clone(),
         ..cfg.clone()
     };
-    let start = fperf::json::StartTime::now();
+    let start = fperf::output::json_document::StartTime::now();
     let mut sinks = output.sinks(&settings, start, None)?;
     let outcome: ClientOutcome = client::run_observed(cfg, abort, &mut sinks)?;
     sinks.end(&outcome)?;
@@ -609,7 +609,7 @@ impl ServerJsonPrinter {
         match ev {
             ServerEvent::Started { from, .. } => self.client = from,
             ServerEvent::Finished { settings, result } => {
-                let doc = fperf::json::ServerTestDoc::new(
+                let doc = fperf::output::json_document::ServerTestDoc::new(
                     &settings,
                     std::mem::take(&mut self.client),
                     &result,
@@ -622,8 +622,12 @@ impl ServerJsonPrinter {
                 settings,
                 result,
             } => {
-                let doc =
-                    fperf::json::ServerMeshTestDoc::new(&settings, coordinator, peer, &result);
+                let doc = fperf::output::json_document::ServerMeshTestDoc::new(
+                    &settings,
+                    coordinator,
+                    peer,
+                    &result,
+                );
                 print_json_line(out, &doc);
             }
             ServerEvent::ClientError { peer, error } => {

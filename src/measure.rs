@@ -4,10 +4,10 @@
 
 use anyhow::{Context, Result};
 use fperf::client::{self, ClientConfig};
-use fperf::json::{self, DocLabels, RunDoc, StartTime, SweepDoc, SweepRecord};
 use fperf::output::csv::Csv;
 use fperf::output::iperf3_json::Iperf3Json;
 use fperf::output::json::Json;
+use fperf::output::json_document::{self, DocLabels, RunDoc, StartTime, SweepDoc, SweepRecord};
 use fperf::output::json_stream::JsonStream;
 use fperf::output::plot::{hosts, plot_title, run_label, Plot};
 use fperf::output::progress::{Forecast, Progress, ERASE_LINE};
@@ -274,30 +274,30 @@ pub fn run_sweep(
             &run_label(&cfg.settings, Some(sweep.param)),
             &format!("{} by {}", what.join(", "), sweep.param.name()),
         );
-        let series: Vec<fperf::plot::Series> = tests
+        let series: Vec<fperf::output::svg::Series> = tests
             .iter()
             .enumerate()
-            .map(|(i, test)| fperf::plot::Series {
+            .map(|(i, test)| fperf::output::svg::Series {
                 test: *test,
                 mprtt: test.map_or(mprtt, |t| t.mprtt()),
                 rows: rows.iter().filter_map(|r| r.get(i).cloned()).collect(),
             })
             .collect();
-        fperf::plot::sweep(path, &title, sweep.param, &series)?;
+        fperf::output::svg::sweep(path, &title, sweep.param, &series)?;
     }
     if output.mode == Mode::Json {
         let doc = SweepDoc {
-            schema_version: json::SCHEMA_VERSION,
+            schema_version: json_document::SCHEMA_VERSION,
             fperf_version: fperf::VERSION,
             labels: output.labels.clone(),
-            sweep: json::SweepSpecDoc {
+            sweep: json_document::SweepSpecDoc {
                 parameter: sweep.param.name(),
                 values: sweep.values.clone(),
                 tests: sweep.tests.iter().map(|t| t.name()).collect(),
             },
             records,
         };
-        outln!("{}", json::to_document(&doc));
+        outln!("{}", json_document::to_document(&doc));
     }
     if abort.load(Ordering::Relaxed) {
         return Ok(ExitCode::from(130));

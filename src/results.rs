@@ -1,20 +1,22 @@
 //! Typed results of a run: what each end measured, as a whole and per interval.
 //!
 //! Both ends turn their merged [`StreamStats`] into a [`SideResult`]; the server's
-//! travels to the client over the control stream. Renderers (the human report, JSON,
+//! travels to the client over the control stream, in its wire form
+//! ([`crate::control::wire::SideResult`]). Renderers (the human report, JSON,
 //! CSV, plots) read these types and never change them; exact integers (bytes,
 //! nanoseconds) are kept next to derived rates.
 
 use crate::percentiles::Percentiles;
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, LatencySummary, StreamStats};
-use crate::stream::udp_wire::DatagramCounts;
-use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
-use serde::{Deserialize, Serialize};
+use crate::sysinfo::{CpuUsage, SystemFacts};
+use crate::transport::figures::TransportFigures;
+use crate::transport::udp::wire::DatagramCounts;
+use serde::Serialize;
 use std::time::{Duration, Instant};
 
 /// Which end produced a result.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "role")]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -46,7 +48,7 @@ impl Role {
 }
 
 /// The figures of one stream, or of all streams together.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Figures {
     /// Payload bytes this end sent (ACK bytes on a receiving end with MPRTT).
     pub bytes_sent: u64,
@@ -61,24 +63,24 @@ pub struct Figures {
     /// Latency of each `send_submit()`.
     pub submit_latency: Option<LatencySummary>,
     /// `--rx-timestamps`: each datagram's time from its send to the kernel's receipt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub network_latency: Option<LatencySummary>,
     /// `--rx-timestamps`: each datagram's time from the kernel's receipt to its read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub app_latency: Option<LatencySummary>,
     /// MPRTT retransmissions.
     pub retries: u64,
     /// Datagram accounting (UDP only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub datagrams: Option<DatagramCounts>,
-    /// TCP's own figures for the sockets (`TCP_INFO`); `None` for other transports.
-    #[serde(default)]
-    pub tcp: Option<TcpInfo>,
+    /// The transport's own figures for the sockets.
+    #[serde(flatten)]
+    pub transport: TransportFigures,
     /// A sender whose time ends at its last send (UDP, see
     /// [`crate::stream::Stream::sent_on_handover`]): how long the peer then took to
     /// confirm it had everything (waiting out datagrams lost on the way), in ns; not
     /// part of `duration_ns`. The longest of merged streams.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub drain_ns: Option<u64>,
 }
 
@@ -101,7 +103,7 @@ impl Figures {
             app_latency: stats.app_latency.summary(percentiles),
             retries: stats.retries,
             datagrams: (!stats.datagrams.is_empty()).then_some(stats.datagrams),
-            tcp: None,
+            transport: TransportFigures::default(),
             drain_ns: None,
         }
     }
@@ -169,48 +171,40 @@ impl Figures {
 }
 
 /// One stream as an end saw it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StreamResult {
     /// Stream index: the stream uses port `base + index`.
     pub index: u32,
     /// The addresses, as that end wrote them (a peer's made printable as read).
-    #[serde(deserialize_with = "crate::peer_text::deserialize")]
     pub local: String,
-    #[serde(deserialize_with = "crate::peer_text::deserialize")]
     pub peer: String,
     /// TCP: the congestion control algorithm this end's sockets used, as the kernel
     /// reported it.
-    #[serde(default, deserialize_with = "crate::peer_text::deserialize_option")]
     pub congestion: Option<String>,
     /// TCP, the server's streams: the receive low-water mark (`SO_RCVLOWAT`) of its
     /// sockets, as the kernel reported it.
-    #[serde(default)]
     pub rcvlowat: Option<u32>,
     /// TCP, the receiving end's streams: how long a read naps while data flows, in us
     /// (see `TcpSettings::rx_nap`); `None` where reads do not nap.
-    #[serde(default)]
     pub rx_nap_us: Option<u32>,
     pub figures: Figures,
 }
 
 /// Everything one end measured in a run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SideResult {
     pub role: Role,
     /// All streams together; with `--bidir` the streams that carry the client's data.
     pub total: Figures,
     /// With `--bidir`, the streams that carry the server's data together.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reverse_total: Option<Figures>,
     pub streams: Vec<StreamResult>,
     /// This end's machine.
-    #[serde(default)]
     pub system: Option<SystemFacts>,
     /// CPU time this end's process spent during the run.
-    #[serde(default)]
     pub cpu: Option<CpuUsage>,
     /// Figures of each reporting interval (`-i`), in order.
-    #[serde(default)]
     pub intervals: Vec<IntervalResult>,
 }
 
@@ -227,7 +221,7 @@ pub struct SideTotals {
 #[derive(Default)]
 struct TotalPart {
     stats: StreamStats,
-    tcp: Option<TcpInfo>,
+    transport: TransportFigures,
     span: Option<(Instant, Instant)>,
     drain: Option<Duration>,
 }
@@ -246,12 +240,12 @@ impl SideTotals {
         &mut self,
         stream: u32,
         stats: &StreamStats,
-        tcp: Option<&TcpInfo>,
+        transport: &TransportFigures,
         span: Option<(Instant, Instant)>,
     ) {
         let part = &mut self.parts[usize::from(self.server_data(stream))];
         part.stats.merge(stats);
-        TcpInfo::merge_opt(&mut part.tcp, tcp);
+        part.transport.merge(transport);
         if let Some((from, to)) = span {
             part.span = Some(
                 part.span
@@ -293,7 +287,7 @@ impl SideTotals {
                 .span
                 .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
             Figures {
-                tcp: p.tcp,
+                transport: p.transport.clone(),
                 drain_ns: p.drain.map(nanos),
                 ..Figures::new(&p.stats, time, percentiles)
             }
@@ -305,7 +299,7 @@ impl SideTotals {
 }
 
 /// One stream's figures in an interval.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StreamInterval {
     /// Stream index.
     pub index: u32,
@@ -316,7 +310,7 @@ pub struct StreamInterval {
 }
 
 /// One side's figures for one interval.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct IntervalResult {
     /// Interval number, from 0.
     pub index: u32,
@@ -328,7 +322,7 @@ pub struct IntervalResult {
     /// All streams together; with `--bidir` the streams that carry the client's data.
     pub total: Figures,
     /// With `--bidir`, the streams that carry the server's data together.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reverse_total: Option<Figures>,
     pub streams: Vec<StreamInterval>,
     /// CPU time the process used from the side's start to the end of this interval.

@@ -12,6 +12,7 @@
 pub(crate) mod config;
 pub(crate) mod events;
 pub(crate) mod figures;
+pub(crate) mod iperf3;
 mod mesh;
 
 pub use config::{ServerConfig, ServerEvent, MAX_PENDING_GREETERS, MAX_PENDING_PER_SOURCE};
@@ -191,9 +192,9 @@ impl Server {
                         };
                         match front {
                             Front::Fperf => greet(sock, peer, slot, &active, &events, &config),
-                            Front::Iperf3 => crate::iperf3::server::greet(
-                                sock, peer, accepted, slot, &active, &events, &config,
-                            ),
+                            Front::Iperf3 => {
+                                iperf3::greet(sock, peer, accepted, slot, &active, &events, &config)
+                            }
                         }
                     });
             }
@@ -219,7 +220,7 @@ enum Place {
 fn refuse_crowded(sock: std::net::TcpStream, front: Front) {
     match front {
         Front::Fperf => refuse_flood(sock),
-        Front::Iperf3 => crate::iperf3::server::refuse_flood(sock),
+        Front::Iperf3 => iperf3::refuse_flood(sock),
     }
 }
 

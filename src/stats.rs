@@ -14,7 +14,7 @@
 
 use crate::percentiles::{quantile, PercentileValue, PercentileValues, Percentiles};
 use hdrhistogram::Histogram;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::borrow::Cow;
 use std::time::Instant;
 
@@ -295,7 +295,7 @@ pub fn span_ns(start: Instant, end: Instant) -> u64 {
 }
 
 /// The reported figures of one latency distribution, in nanoseconds.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct LatencySummary {
     pub count: u64,
     pub min_ns: u64,
@@ -340,7 +340,7 @@ pub struct StreamStats {
     /// MPRTT retransmissions (UDP).
     pub retries: u64,
     /// Datagram accounting (UDP); empty for stream transports.
-    pub datagrams: crate::stream::udp_wire::DatagramCounts,
+    pub datagrams: crate::transport::udp::wire::DatagramCounts,
     /// When the first payload byte arrived.
     pub first_recv: Option<Instant>,
     /// When the last payload byte arrived.

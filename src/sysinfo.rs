@@ -1,34 +1,31 @@
 //! Facts about the machine and the process that frame a measurement: host, CPU, kernel,
 //! fperf version ([`SystemFacts`]), the CPU time a run cost ([`CpuUsage`], from
-//! `getrusage`), and TCP's own view of a connection ([`TcpInfo`], from `TCP_INFO`).
+//! `getrusage`).
 //!
 //! Everything here is read outside the hot path: at the start and end of a run and at
 //! interval boundaries. A fact the system does not provide is `None`, never a guess.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// One end's machine (`--conf`); `None` where the system does not say.
-// A peer's facts are made printable as they are read.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "system")]
 #[schemars(deny_unknown_fields)]
 pub struct SystemFacts {
     /// Host name.
-    #[serde(default, deserialize_with = "crate::peer_text::deserialize_option")]
+    #[serde(default)]
     pub hostname: Option<String>,
     /// CPU model name as /proc/cpuinfo gives it.
-    #[serde(default, deserialize_with = "crate::peer_text::deserialize_option")]
+    #[serde(default)]
     pub cpu_model: Option<String>,
     /// Logical CPUs online.
     pub cpu_cores: Option<u32>,
     /// Operating system and kernel release, e.g. `Linux 6.1.0-18-amd64`.
-    #[serde(default, deserialize_with = "crate::peer_text::deserialize_option")]
+    #[serde(default)]
     pub kernel: Option<String>,
     /// Machine architecture, e.g. `x86_64`.
-    #[serde(deserialize_with = "crate::peer_text::deserialize")]
     pub arch: String,
     /// The fperf version of this end.
-    #[serde(deserialize_with = "crate::peer_text::deserialize")]
     pub fperf_version: String,
 }
 
@@ -114,7 +111,7 @@ fn parse_cpu_model(cpuinfo: &str) -> Option<String> {
 
 /// CPU time used by this process, in microseconds (as `getrusage` counts it), and what
 /// else the kernel counts for it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CpuUsage {
     pub user_us: u64,
     pub system_us: u64,
@@ -124,7 +121,7 @@ pub struct CpuUsage {
 }
 
 /// What `getrusage` counts besides CPU time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct UsageCounts {
     /// Context switches while waiting (for data, a lock, the socket buffer).
     pub voluntary_switches: u64,
@@ -198,77 +195,6 @@ impl CpuUsage {
     /// System seconds.
     pub fn system_secs(self) -> f64 {
         self.system_us as f64 / 1e6
-    }
-}
-
-/// `TCP_INFO` of a stream's sockets (or of all streams'): retransmits added up (since
-/// the connections opened, after `--omit`, or within an interval), congestion windows
-/// and the peers' send windows added up in bytes, round-trip times as means in
-/// microseconds, the smallest MSS and path MTU (0: the kernel did not say).
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
-)]
-#[schemars(rename = "tcp_info")]
-#[schemars(deny_unknown_fields)]
-pub struct TcpInfo {
-    /// Sockets these figures cover.
-    pub sockets: u32,
-    /// Segments retransmitted (since the connections opened, or within an interval).
-    pub retransmits: u64,
-    /// Congestion windows added up, in bytes (segments × MSS).
-    pub cwnd_bytes: u64,
-    /// Smoothed round-trip time, mean over the sockets, in microseconds.
-    pub srtt_us: u32,
-    /// Round-trip time variation, mean over the sockets, in microseconds.
-    pub rttvar_us: u32,
-    /// Send windows the peers advertised, added up, in bytes.
-    pub snd_wnd_bytes: u64,
-    /// Maximum segment size for sending, the smallest over the sockets, in bytes.
-    pub mss: u32,
-    /// Path MTU, the smallest over the sockets, in bytes.
-    pub pmtu: u32,
-}
-
-impl TcpInfo {
-    /// Combines the figures of two disjoint sets of sockets.
-    pub fn merge(&mut self, other: &TcpInfo) {
-        let n = u64::from(self.sockets) + u64::from(other.sockets);
-        if n > 0 {
-            let mean = |a: u32, b: u32| {
-                ((u64::from(a) * u64::from(self.sockets) + u64::from(b) * u64::from(other.sockets))
-                    / n) as u32
-            };
-            self.srtt_us = mean(self.srtt_us, other.srtt_us);
-            self.rttvar_us = mean(self.rttvar_us, other.rttvar_us);
-        }
-        self.sockets += other.sockets;
-        self.retransmits += other.retransmits;
-        self.cwnd_bytes += other.cwnd_bytes;
-        self.snd_wnd_bytes += other.snd_wnd_bytes;
-        // 0 is "not known" (a kernel too old to say): the other's figure stands.
-        let least = |a: u32, b: u32| match (a, b) {
-            (0, x) | (x, 0) => x,
-            (a, b) => a.min(b),
-        };
-        self.mss = least(self.mss, other.mss);
-        self.pmtu = least(self.pmtu, other.pmtu);
-    }
-
-    /// The figures of an interval: retransmits since `earlier`, the rest as now.
-    pub fn since(self, earlier: &TcpInfo) -> TcpInfo {
-        TcpInfo {
-            retransmits: self.retransmits.saturating_sub(earlier.retransmits),
-            ..self
-        }
-    }
-
-    /// Sums optional figures (a transport without TCP_INFO gives `None`).
-    pub fn merge_opt(acc: &mut Option<TcpInfo>, other: Option<&TcpInfo>) {
-        match (acc.as_mut(), other) {
-            (Some(a), Some(b)) => a.merge(b),
-            (None, Some(b)) => *acc = Some(*b),
-            _ => {}
-        }
     }
 }
 
@@ -348,47 +274,5 @@ mod tests {
         // A side without counts (an iperf3 peer) gives none, not zeros.
         let bare = CpuUsage { counts: None, ..b };
         assert_eq!(bare.since(a).counts, None);
-    }
-
-    #[test]
-    fn tcp_info_merges_sums_and_means() {
-        let mut a = TcpInfo {
-            sockets: 1,
-            retransmits: 2,
-            cwnd_bytes: 100,
-            srtt_us: 10,
-            rttvar_us: 2,
-            snd_wnd_bytes: 1000,
-            mss: 1448,
-            pmtu: 0,
-        };
-        a.merge(&TcpInfo {
-            sockets: 3,
-            retransmits: 1,
-            cwnd_bytes: 300,
-            srtt_us: 30,
-            rttvar_us: 6,
-            snd_wnd_bytes: 3000,
-            mss: 1400,
-            pmtu: 1500,
-        });
-        assert_eq!(
-            a,
-            TcpInfo {
-                sockets: 4,
-                retransmits: 3,
-                cwnd_bytes: 400,
-                srtt_us: 25,
-                rttvar_us: 5,
-                snd_wnd_bytes: 4000,
-                mss: 1400,
-                pmtu: 1500,
-            }
-        );
-        let later = TcpInfo {
-            retransmits: 10,
-            ..a
-        };
-        assert_eq!(later.since(&a).retransmits, 7);
     }
 }

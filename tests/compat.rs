@@ -69,8 +69,10 @@ fn a_feature_this_server_does_not_know_is_refused_before_any_data_naming_both_ve
         Message::Welcome { .. }
     ));
     // The settings of a newer client: a field this build does not know beside them.
-    let mut settings =
-        serde_json::to_value(fperf::settings::Settings::default()).expect("settings");
+    let mut settings = serde_json::to_value(control::wire::Settings::from(
+        fperf::settings::Settings::default(),
+    ))
+    .expect("settings");
     settings["teleport_distance"] = json!(42);
     send_raw(
         &mut sock,

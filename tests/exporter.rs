@@ -185,6 +185,17 @@ fn a_probe_runs_a_tcp_test_and_answers_with_both_ends_figures() {
         1e-6,
     );
     assert!(m.has(r#"fperf_retransmitted_segments{end="client"}"#));
+    // The sending end was busy for part of the probe, and never longer.
+    let busy = m.get(r#"fperf_tcp_busy_seconds{end="client"}"#);
+    let client_secs = m.get(r#"fperf_test_duration_seconds{end="client"}"#);
+    assert!(
+        busy > 0.0 && busy <= client_secs + 0.01,
+        "{busy} of {client_secs}"
+    );
+    for waited in ["receive_window", "send_buffer"] {
+        let name = format!(r#"fperf_tcp_{waited}_limited_seconds{{end="client"}}"#);
+        assert!(m.get(&name) <= busy, "{name}");
+    }
     assert!(m.get(r#"fperf_cpu_seconds{end="server",mode="system"}"#) > 0.0);
     assert!(m.has(r#"fperf_cpu_seconds{end="client",mode="user"}"#));
     for end in ["client", "server"] {

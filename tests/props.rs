@@ -5,9 +5,9 @@
 use fperf::control::{self, ControlError, Message, HEADER_LEN, MAX_FRAME};
 use fperf::limits::Limits;
 use fperf::settings::{
-    QueueKind, Settings, TransportSettings, MAX_FOOTPRINT, MAX_MB, MAX_NSOCKETS, MAX_NSTREAMS,
-    MAX_PKTSIZE, MB,
+    Settings, TransportSettings, MAX_FOOTPRINT, MAX_MB, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE, MB,
 };
+use fperf::stream::sender::QueueKind;
 use fperf::transport::rdma::settings::RdmaSettings;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::settings::UdpSettings;
@@ -186,7 +186,7 @@ proptest! {
         Just("18446744073709551616".to_string()), any::<i64>().prop_map(|n| n.to_string())
     ]) {
         let names = ["protocol", "nstreams", "nsockets", "mb", "pktsize", "mprtt", "queue", "nodelay", "quickack"];
-        let mut v = serde_json::to_value(Message::Settings { settings: Settings::default() }).expect("json");
+        let mut v = serde_json::to_value(control::wire::Message::from(&Message::Settings { settings: Settings::default() })).expect("json");
         let parsed: serde_json::Value = serde_json::from_str(&junk).unwrap_or(serde_json::Value::Null);
         v["settings"][names[field]] = parsed;
         let body = serde_json::to_vec(&v).expect("json");

@@ -56,7 +56,7 @@ fn rdma_target() -> (String, String) {
         "no RDMA device (/sys/class/infiniband is empty or missing); add Soft-RoCE with \
          `modprobe rdma_rxe; rdma link add rxe0 type rxe netdev eth0`",
     );
-    if let Err(e) = fperf::stream::verbs::VerbsDevice::open(Some(&dev), None) {
+    if let Err(e) = fperf::transport::rdma::verbs_stream::VerbsDevice::open(Some(&dev), None) {
         panic!("RDMA device {dev} does not open: {e}");
     }
     if let Ok(addr) = std::env::var("FPERF_RDMA_ADDR") {

@@ -1587,7 +1587,9 @@ fn server_side(bytes_received: u64) -> fperf::results::SideResult {
                   "retries": 0, "tcp": null},
         "reverse_total": null, "streams": [], "system": null, "cpu": null, "intervals": []
     });
-    serde_json::from_value(doc).unwrap()
+    serde_json::from_value::<control::wire::SideResult>(doc)
+        .unwrap()
+        .into()
 }
 
 #[test]
@@ -1622,7 +1624,9 @@ fn a_server_flooding_interval_reports_cannot_hold_the_client() {
                               "retries": 0, "tcp": null},
                     "reverse_total": null, "streams": [], "cpu": null
                 });
-                let result = Box::new(serde_json::from_value(interval).unwrap());
+                let interval: control::wire::IntervalResult =
+                    serde_json::from_value(interval).unwrap();
+                let result = Box::new(interval.into());
                 if chan.send(&Message::Interval { result }).is_err() {
                     return;
                 }

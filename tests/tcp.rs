@@ -868,3 +868,52 @@ fn cport_sends_each_data_socket_from_the_next_port_as_iperf3s() {
     );
     refused(&["-s", "--cport", "5000"], "--cport is a client option");
 }
+
+/// The figure at `path` of a JSON document, if it is a number.
+fn figure(doc: &serde_json::Value, path: &[&str]) -> Option<u64> {
+    path.iter().try_fold(doc, |at, key| at.get(key))?.as_u64()
+}
+
+#[test]
+fn tcp_info_says_how_fast_the_path_was_and_how_long_the_sender_was_busy() {
+    let doc = run_json(&["-m", "256"]);
+    let tcp = ["client", "total", "tcp"];
+    let at = |key: &str| {
+        let path = [&tcp[..], &[key]].concat();
+        figure(&doc, &path).unwrap_or_else(|| panic!("no {key} in {doc}"))
+    };
+    let (min_rtt, srtt) = (at("min_rtt"), at("srtt_us"));
+    assert!(min_rtt > 0 && min_rtt <= srtt, "{min_rtt} {srtt}: {doc}");
+    assert!(at("delivery_rate") > 0, "{doc}");
+    // The kernel counts busy time in its clock's ticks: up to one more than the run.
+    let run_us = json_u64(&doc, &["client", "total", "duration_ns"]) / 1000;
+    let busy = at("busy_time");
+    assert!(
+        busy > 0 && busy <= run_us + 10_000,
+        "{busy} of {run_us}: {doc}"
+    );
+    assert!(
+        at("rwnd_limited") <= busy && at("sndbuf_limited") <= busy,
+        "{doc}"
+    );
+}
+
+#[test]
+fn a_small_receive_window_limits_the_sender_and_the_report_says_so() {
+    // 4 KB buffers on both ends: the receiver's window is what holds the sender back.
+    let doc = run_json(&["-m", "16", "-w", "4K"]);
+    let at = |key: &str| json_u64(&doc, &["client", "total", "tcp", key]);
+    let (busy, limited) = (at("busy_time"), at("rwnd_limited"));
+    assert!(busy > 0 && limited * 2 > busy, "{limited} of {busy}: {doc}");
+    let server = Server::start(&[]);
+    let text = client_ok(&server, "127.0.0.1", &["-m", "16", "-w", "4K"]);
+    let said = regex::Regex::new(
+        r"(?m)^ +mostly limited by the receiver's window \((\d+)% of busy time\)$",
+    )
+    .expect("regex");
+    let share: u32 = said
+        .captures(&text)
+        .and_then(|c| c[1].parse().ok())
+        .unwrap_or_else(|| panic!("no sentence in {text}"));
+    assert!((51..=100).contains(&share), "{text}");
+}

@@ -7,6 +7,10 @@
 //! [`Message::DataHello`] attaches a data socket to a running session (so a default run
 //! needs only the one TCP port).
 //!
+//! A [`Message`] holds the values fperf works with; what a frame encodes is its
+//! [`wire`] form, types of their own that change only on purpose ([`wire`] says how).
+//! [`encode`] and [`decode`] convert between the two.
+//!
 //! The codec ([`encode`], [`frame_len`], [`decode`]) and the session's state machines
 //! ([`session`]) do no I/O and are tested in memory; [`Channel`] carries frames over a
 //! socket with time-outs.
@@ -14,11 +18,11 @@
 pub mod keepalive;
 pub mod script;
 pub mod session;
+pub mod wire;
 
 use crate::peer_text::printable;
 use crate::results::{IntervalResult, SideResult};
 use crate::settings::Settings;
-use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -44,18 +48,16 @@ pub const MAX_FRAME: usize = 1 << 20;
 /// Bytes of the length prefix.
 pub const HEADER_LEN: usize = 4;
 
-/// Every message of the control protocol.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+/// Every message of the control protocol, as fperf works with it (its encoding is
+/// [`wire::Message`]).
+#[derive(Clone, Debug, PartialEq)]
 pub enum Message {
     /// Client → server, first frame of a control connection: the protocol's major
     /// version, then (from minor 1 on) its minor and the features the test needs.
     Hello {
         version: u32,
         software: String,
-        #[serde(default, skip_serializing_if = "is_zero")]
         minor: u32,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         features: Option<Vec<String>>,
     },
     /// Client → server, first frame of a data connection.
@@ -71,9 +73,7 @@ pub enum Message {
         version: u32,
         software: String,
         session: u64,
-        #[serde(default, skip_serializing_if = "is_zero")]
         minor: u32,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         features: Option<Vec<String>>,
     },
     /// Client → server: what to run.
@@ -150,7 +150,8 @@ pub enum ControlError {
 
 /// Encodes `msg` as one frame.
 pub fn encode(msg: &Message) -> Result<Vec<u8>, ControlError> {
-    let body = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    let body = serde_json::to_vec(&wire::Message::from(msg))
+        .map_err(|e| ControlError::Malformed(e.to_string()))?;
     if body.len() > MAX_FRAME {
         return Err(ControlError::FrameTooLarge(body.len()));
     }
@@ -171,8 +172,10 @@ pub fn frame_len(header: [u8; HEADER_LEN]) -> Result<usize, ControlError> {
 
 /// Decodes a frame body.
 pub fn decode(body: &[u8]) -> Result<Message, ControlError> {
-    // serde's messages quote the offending input (e.g. an unknown message type).
-    serde_json::from_slice(body).map_err(|e| ControlError::Malformed(printable(&e.to_string())))
+    // Both errors may quote the peer's input (e.g. an unknown message type).
+    let malformed = |e: &dyn std::fmt::Display| ControlError::Malformed(printable(&e.to_string()));
+    let msg: wire::Message = serde_json::from_slice(body).map_err(|e| malformed(&e))?;
+    Message::try_from(msg).map_err(|e| malformed(&e))
 }
 
 /// Checks a peer's protocol major version.
@@ -201,10 +204,6 @@ pub fn check_features(features: Option<&[String]>) -> Result<(), ControlError> {
 /// The protocol version a peer announced, as `MAJOR.MINOR`.
 pub fn protocol_text(major: u32, minor: u32) -> String {
     format!("{major}.{minor}")
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 /// A short name of a message, for errors.

@@ -9,10 +9,11 @@ use crate::auth::{self, AuthKey, NONCE_LEN};
 use crate::limits::Limits;
 use crate::percentiles::Percentiles;
 use crate::results::{Figures, IntervalResult, Role, SideResult};
-use crate::settings::{QueueKind, Settings, TransportSettings};
+use crate::settings::{Settings, TransportSettings};
 use crate::stats::StreamStats;
-use crate::stream::udp_wire::DatagramCounts;
+use crate::stream::sender::QueueKind;
 use crate::transport::udp::settings::UdpSettings;
+use crate::transport::udp::wire::DatagramCounts;
 use crate::workload::{Reply, Workload};
 use std::time::Duration;
 

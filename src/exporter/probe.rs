@@ -4,8 +4,8 @@
 use super::{Allow, ExporterConfig, Place};
 use crate::client::{self, ClientConfig};
 use crate::family::IpFamily;
-use crate::json::StartTime;
 use crate::options::{and_list, apply_query, TestOption};
+use crate::output::json_document::StartTime;
 use crate::output::openmetrics::OpenMetrics;
 use crate::output::{Sink, Sinks};
 use crate::percentiles::Percentiles;

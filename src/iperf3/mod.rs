@@ -1,18 +1,18 @@
 //! iperf3's protocol, spoken by fperf: an fperf server serves unmodified iperf3 clients
-//! on a port of their own ([`server`]), and an fperf client runs against an unmodified
-//! iperf3 server ([`client`]), both over the same STREAMs, data loops, limits and
-//! reports as fperf's own tests. [`wire`] holds the protocol's facts (cookie, states,
-//! messages, error codes) and [`params`] what an iperf3 client may ask for.
+//! on a port of their own (`server/iperf3.rs`), and an fperf client runs against an
+//! unmodified iperf3 server ([`crate::client::iperf3`]), both over the same STREAMs,
+//! data loops, limits and reports as fperf's own tests. This module holds what both
+//! speak: [`wire`] the protocol's facts (cookie, states, messages, error codes),
+//! [`params`] what an iperf3 client may ask for, [`results`] the results exchange and
+//! [`udp`] its UDP streams.
 
-pub mod client;
 pub mod params;
 pub mod results;
-pub(crate) mod server;
 pub mod udp;
 pub mod wire;
 
 use crate::stats::StreamStats;
-use crate::stream::udp_wire::DatagramCounts;
+use crate::transport::udp::wire::DatagramCounts;
 use serde_json::{Map, Value};
 
 /// What this crate reads from an iperf3 peer's JSON messages, from their bytes: a
@@ -33,6 +33,6 @@ pub fn read_messages(params: &[u8], results: &[u8]) -> Result<params::Iperf3Test
         .zip(&warm_ups)
         .map(|((i, s), w)| (i, s, w));
     results::count_losses(&test.run, received, &theirs);
-    client::server_result(&test.run, &theirs, &warm_ups).map_err(|e| format!("{e:#}"))?;
+    results::server_result(&test.run, &theirs, &warm_ups).map_err(|e| format!("{e:#}"))?;
     Ok(test)
 }

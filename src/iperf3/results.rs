@@ -3,10 +3,13 @@
 //! takes from the client's.
 
 use super::wire;
+use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};
 use crate::settings::{Protocol, Settings};
 use crate::stats::StreamStats;
-use crate::stream::udp_wire::DatagramCounts;
-use crate::sysinfo::{CpuUsage, TcpInfo};
+use crate::sysinfo::CpuUsage;
+use crate::transport::tcp::facts::TcpInfo;
+use crate::transport::udp::wire::DatagramCounts;
+use anyhow::{anyhow, Result};
 use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
 
@@ -139,6 +142,145 @@ pub fn count_losses<'a>(
             d.lost = sent.saturating_sub(unique);
         }
     }
+}
+
+/// The iperf3 server's figures, as fperf reports a server's, from its results message:
+/// checked as any peer's figures are. Its packet counts run from the start of the
+/// test: the warm-up's (`-O`) come off, as it says them (3.13 and later) or as this
+/// end counted them (`warm_ups`, by stream). With them, by stream, the datagrams it
+/// says it sent from the start of the test, where it sent on that stream.
+pub fn server_result(
+    settings: &Settings,
+    theirs: &Map<String, Value>,
+    warm_ups: &[DatagramCounts],
+) -> Result<(SideResult, Vec<Option<u64>>)> {
+    let impossible = |why: String| anyhow!("the iperf3 server sent impossible figures: {why}");
+    let streams = theirs
+        .get("streams")
+        .and_then(Value::as_array)
+        .ok_or_else(|| impossible("no streams".into()))?;
+    if streams.len() > settings.nstreams as usize {
+        return Err(impossible(format!(
+            "{} streams in a test of {}",
+            streams.len(),
+            settings.nstreams
+        )));
+    }
+    let base = Instant::now();
+    let mut totals = SideTotals::new(settings.first_server_stream());
+    let mut results = Vec::with_capacity(streams.len());
+    let mut seen = vec![false; settings.nstreams as usize];
+    let mut sent_in_all = vec![None; settings.nstreams as usize];
+    for stream in streams {
+        let id = stream.get("id").and_then(Value::as_u64).unwrap_or(0);
+        let index = (0..settings.nstreams)
+            .find(|&i| u64::from(wire::stream_id(i)) == id)
+            .ok_or_else(|| impossible(format!("a stream with id {id}")))?;
+        if std::mem::replace(&mut seen[index as usize], true) {
+            return Err(impossible(format!("stream id {id} twice")));
+        }
+        let bytes = stream.get("bytes").and_then(Value::as_u64).unwrap_or(0);
+        let seconds = stream
+            .get("end_time")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0)
+            - stream
+                .get("start_time")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0);
+        if !(0.0..=1e7).contains(&seconds) {
+            return Err(impossible(format!("a stream that ran {seconds} s")));
+        }
+        let duration = Duration::from_secs_f64(seconds);
+        let sending = settings.server_sends_on(index);
+        let mut stats = StreamStats::default();
+        if sending {
+            stats.bytes_sent = bytes;
+        } else {
+            stats.bytes_received = bytes;
+        }
+        if settings.protocol() == Protocol::Udp {
+            let given = |key: &str| stream.get(key).and_then(Value::as_u64);
+            let count = |key: &str| given(key).unwrap_or(0);
+            let warm_up = warm_ups.get(index as usize).copied().unwrap_or_default();
+            let d = &mut stats.datagrams;
+            if sending {
+                let omitted = given("omitted_packets").unwrap_or(warm_up.peer_sent);
+                d.sent = count("packets").saturating_sub(omitted);
+                sent_in_all[index as usize] = given("packets");
+            } else {
+                // iperf3's receiver: the highest number seen, and those missing below.
+                let omitted = given("omitted_packets").unwrap_or(warm_up.sent);
+                let packets = count("packets").saturating_sub(omitted);
+                let errors = count("errors").saturating_sub(count("omitted_errors"));
+                d.peer_sent = packets;
+                d.lost = errors.min(packets);
+                d.received = packets - d.lost;
+                d.jitter_ns = stream
+                    .get("jitter")
+                    .and_then(Value::as_f64)
+                    .filter(|j| (0.0..1e3).contains(j))
+                    .map(|j| j * 1e9);
+            }
+        }
+        let mut figures = Figures::new(&stats, duration, &settings.percentiles);
+        if let Some(why) = figures.impossible(settings) {
+            return Err(impossible(why));
+        }
+        // iperf3 3.12 writes -1 as 2^64 - 1: only a count below 2^63 is one.
+        let retransmits = stream
+            .get("retransmits")
+            .and_then(Value::as_u64)
+            .filter(|&r| sending && r < 1 << 63);
+        figures.transport.tcp = retransmits.map(|r| TcpInfo {
+            sockets: 1,
+            retransmits: r,
+            ..TcpInfo::default()
+        });
+        totals.add(
+            index,
+            &stats,
+            &figures.transport,
+            Some((base, base + duration)),
+        );
+        results.push(StreamResult {
+            index,
+            local: String::new(),
+            peer: String::new(),
+            congestion: theirs
+                .get("congestion_used")
+                .and_then(Value::as_str)
+                .map(|s| crate::peer_text::printable(&s.chars().take(16).collect::<String>())),
+            rcvlowat: None,
+            rx_nap_us: None,
+            figures,
+        });
+    }
+    results.sort_by_key(|r| r.index);
+    let (total, reverse_total) = totals.figures(&settings.percentiles);
+    let percent = |key: &str| {
+        theirs
+            .get(key)
+            .and_then(Value::as_f64)
+            .filter(|p| (0.0..=1e5).contains(p))
+            .unwrap_or(0.0)
+    };
+    let wall = total.duration_ns;
+    let cpu_us = |p: f64| (p / 100.0 * wall as f64 / 1000.0) as u64;
+    let server = SideResult {
+        role: Role::Server,
+        total,
+        reverse_total,
+        streams: results,
+        system: None,
+        cpu: Some(CpuUsage {
+            user_us: cpu_us(percent("cpu_util_user")),
+            system_us: cpu_us(percent("cpu_util_system")),
+            counts: None,
+        }),
+        intervals: Vec::new(),
+    };
+    Ok((server, sent_in_all))
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@
 //! out of order, RFC 3550 jitter); the sending end numbers and stamps them.
 
 use crate::stats::{span_ns, StreamStats};
-use crate::stream::udp_wire::{Arrival, SeqTracker};
 use crate::stream::{check_abort, Deadline, SocketBuffers, SocketFacts, Stream, Timeout};
+use crate::transport::udp::wire::{Arrival, SeqTracker};
 use bytes::Bytes;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
@@ -76,7 +76,7 @@ impl Iperf3UdpStream {
     /// Forbids fragmenting the stream's datagrams (`--dont-fragment`), refusing
     /// `len`-byte ones if the path's MTU cannot carry them whole.
     pub fn forbid_fragments(&self, len: usize) -> io::Result<()> {
-        crate::stream::udp::forbid_fragments(&self.sock, len, "-l")
+        crate::transport::udp::stream::forbid_fragments(&self.sock, len, "-l")
     }
 
     fn header_len(&self) -> usize {

@@ -1,9 +1,9 @@
 //! `--csv`: a row per stream and client interval (`-i`), or without `-i` a row per
 //! stream for the whole run, for spreadsheets and scripts; the columns are
-//! [`crate::csv::header`]'s.
+//! [`crate::output::csv_rows::header`]'s.
 
 use super::{RunEnd, Sink};
-use crate::csv::{header, rows};
+use crate::output::csv_rows::{header, rows};
 use crate::percentiles::Percentiles;
 use crate::results::{IntervalResult, Role, StreamInterval};
 use crate::settings::Settings;

@@ -10,11 +10,11 @@
 
 use super::{RunEnd, RunStart, Sink};
 use crate::client::StreamInfo;
-use crate::json::{DocLabels, RunDoc};
+use crate::output::json_document::{DocLabels, RunDoc};
 use crate::results::{Figures, IntervalResult, Role, SideResult, StreamResult};
 use crate::settings::{Protocol, Settings, TransportSettings};
-use crate::stream::udp_wire::DatagramCounts;
-use crate::sysinfo::TcpInfo;
+use crate::transport::tcp::facts::TcpInfo;
+use crate::transport::udp::wire::DatagramCounts;
 use anyhow::{bail, Result};
 use serde_json::{json, Map, Value};
 use std::io::Write;
@@ -120,7 +120,7 @@ impl<W: Write> Iperf3Json<W> {
             "version": format!("fperf {}", crate::VERSION),
             "system_info": system_info(view.client),
             "timestamp": {
-                "time": crate::json::http_date(secs),
+                "time": crate::output::json_document::http_date(secs),
                 "timesecs": secs,
             },
             "connecting_to": {"host": self.host, "port": self.port},
@@ -151,7 +151,11 @@ impl<W: Write> Iperf3Json<W> {
         if view.tcp() {
             // iperf3 reads its control connection's MSS; the data connections' is the
             // one that shapes the test.
-            let mss = view.client.streams.first().and_then(|s| s.figures.tcp);
+            let mss = view
+                .client
+                .streams
+                .first()
+                .and_then(|s| s.figures.transport.tcp);
             start["tcp_mss_default"] = json!(mss.map_or(0, |t| t.mss));
         }
         start
@@ -198,7 +202,7 @@ impl View<'_> {
             let sum = &mut sums[usize::from(!sender && self.bidir())];
             sum.add(&s.figures, sender);
             line.insert("omitted".into(), json!(r.omitted));
-            if let Some(t) = s.figures.tcp.filter(|_| sender && self.tcp()) {
+            if let Some(t) = s.figures.transport.tcp.filter(|_| sender && self.tcp()) {
                 line.insert("retransmits".into(), json!(t.retransmits));
                 line.insert("snd_cwnd".into(), json!(t.cwnd_bytes));
                 line.insert("snd_wnd".into(), json!(t.snd_wnd_bytes));
@@ -320,7 +324,7 @@ impl View<'_> {
         let sent = Self::stream(sending, index).map(|s| &s.figures);
         let received = Self::stream(receiving, index).map(|s| &s.figures);
         let mut sender = socket_first(index, whole_run(sent, true));
-        let tcp = sent.and_then(|f| f.tcp);
+        let tcp = sent.and_then(|f| f.transport.tcp);
         let rtt = RttSpan::over(sending, index, tcp);
         sender.insert(
             "retransmits".into(),
@@ -520,7 +524,7 @@ impl Sum {
     fn add(&mut self, f: &Figures, sent: bool) {
         self.bytes += bytes_moved(f, sent);
         self.duration_ns = self.duration_ns.max(f.duration_ns);
-        self.retransmits += f.tcp.map_or(0, |t| t.retransmits);
+        self.retransmits += f.transport.tcp.map_or(0, |t| t.retransmits);
         if let Some(d) = &f.datagrams {
             if sent {
                 self.sent_packets += d.sent;
@@ -573,7 +577,7 @@ impl RttSpan {
             .iter()
             .flat_map(|r| r.streams.iter())
             .filter(|s| s.index == index)
-            .filter_map(|s| s.figures.tcp)
+            .filter_map(|s| s.figures.transport.tcp)
             .collect();
         if samples.is_empty() {
             samples.extend(last);

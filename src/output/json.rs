@@ -1,7 +1,7 @@
 //! `--json`: the whole run as one JSON document at the end (see docs/json.md).
 
 use super::{RunEnd, Sink};
-use crate::json::{to_document, DocLabels, RunDoc};
+use crate::output::json_document::{to_document, DocLabels, RunDoc};
 use anyhow::Result;
 use std::io::Write;
 

@@ -2,7 +2,7 @@
 //! side's `interval`s, then `end` with the whole run's document.
 
 use super::{RunEnd, RunStart, Sink};
-use crate::json::{to_line, Event, IntervalDoc, RunDoc};
+use crate::output::json_document::{to_line, Event, IntervalDoc, RunDoc};
 use crate::results::{IntervalResult, Role};
 use crate::settings::Settings;
 use anyhow::Result;

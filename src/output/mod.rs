@@ -11,21 +11,29 @@
 //! - [`progress::Progress`]: a one-line indicator on a terminal while the run goes on;
 //! - [`openmetrics::OpenMetrics`]: the figures as Prometheus metrics (`fperf exporter`).
 //!
+//! What the sinks render, and the server's and a sweep's reports with them:
+//! [`report`], the human-readable report; [`json_document`], the JSON documents and
+//! their schema; [`csv_rows`], the CSV rows; [`svg`], the pictures.
+//!
 //! A new output is one new file implementing [`Sink`]. Sinks write only to the writer
 //! or file they are given: the library never prints on its own.
 
 pub mod csv;
+pub mod csv_rows;
 pub mod iperf3_json;
 pub mod json;
+pub mod json_document;
 pub mod json_stream;
 pub mod openmetrics;
 pub mod plot;
 pub mod progress;
+pub mod report;
 pub mod sfnt;
+pub mod svg;
 pub mod text;
 
 use crate::client::{ClientOutcome, RunObserver, StreamInfo};
-use crate::json::StartTime;
+use crate::output::json_document::StartTime;
 use crate::results::{IntervalResult, Role};
 use crate::settings::Settings;
 use anyhow::Result;

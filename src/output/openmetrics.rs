@@ -9,9 +9,13 @@ use super::{RunEnd, Sink};
 use crate::percentiles;
 use crate::results::{Figures, SideResult};
 use crate::settings::Protocol;
+use crate::transport::figures::TransportFigures;
 use crate::units;
 use anyhow::{Context, Result};
 use prometheus::{Encoder, Gauge, GaugeVec, Opts, Registry, TextEncoder};
+use std::cell::RefCell;
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
 
 /// The media type of what [`encode`] writes.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -33,7 +37,7 @@ impl Sink for OpenMetrics {
         let outcome = run.outcome;
         let metrics = RunMetrics::register(&self.registry, run.settings.protocol())?;
         for side in [&outcome.client, &outcome.server] {
-            metrics.record_side(side);
+            metrics.record_side(side)?;
         }
         if run.settings.workload.mprtt() {
             // The client times each round trip: its send latency under MPRTT.
@@ -91,8 +95,9 @@ struct RunMetrics {
     max_rss: GaugeVec,
     /// UDP: datagrams lost on their way to this end, and their share of those sent.
     loss: Option<(GaugeVec, GaugeVec)>,
-    /// TCP: segments this end retransmitted.
-    retransmits: Option<GaugeVec>,
+    /// The transports' own figures that have gauges, registered as they first come.
+    facts: RefCell<BTreeMap<&'static str, GaugeVec>>,
+    registry: Registry,
 }
 
 impl RunMetrics {
@@ -149,17 +154,12 @@ impl RunMetrics {
                 )),
                 _ => None,
             },
-            retransmits: match protocol {
-                Protocol::Tcp => Some(end(
-                    "fperf_retransmitted_segments",
-                    "TCP segments the end retransmitted.",
-                )?),
-                _ => None,
-            },
+            facts: RefCell::default(),
+            registry: registry.clone(),
         })
     }
 
-    fn record_side(&self, side: &SideResult) {
+    fn record_side(&self, side: &SideResult) -> Result<()> {
         let end = match side.role {
             crate::results::Role::Client => "client",
             crate::results::Role::Server => "server",
@@ -224,13 +224,29 @@ impl RunMetrics {
                     .set(lost_count as f64 / peer_sent as f64);
             }
         }
-        if let Some(retransmits) = &self.retransmits {
-            let tcp: Vec<_> = parts.iter().filter_map(|f| f.tcp.as_ref()).collect();
-            if !tcp.is_empty() {
-                let count: u64 = tcp.iter().map(|t| t.retransmits).sum();
-                retransmits.with_label_values(&[end]).set(count as f64);
+        let mut transport = TransportFigures::default();
+        for f in &parts {
+            transport.merge(&f.transport);
+        }
+        let mut gauges = self.facts.borrow_mut();
+        for facts in transport.each() {
+            for e in facts.entries() {
+                let (Some(metric), Some(value)) = (e.metric, e.amount.base_unit()) else {
+                    continue;
+                };
+                let gauge = match gauges.entry(metric.name) {
+                    Entry::Occupied(g) => g.into_mut(),
+                    Entry::Vacant(v) => v.insert(gauge_vec(
+                        &self.registry,
+                        metric.name,
+                        metric.help,
+                        &["end"],
+                    )?),
+                };
+                gauge.with_label_values(&[end]).set(value);
             }
         }
+        Ok(())
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::{RunEnd, Sink};
 use crate::client::ClientOutcome;
-use crate::report::latency_label;
+use crate::output::report::latency_label;
 use crate::settings::Settings;
 use crate::sweep::SweepParam;
 use anyhow::Result;
@@ -32,7 +32,7 @@ impl Sink for Plot {
             &format!("{label} by percentile"),
         );
         let curve = run.outcome.send_latency.quantile_curve();
-        crate::plot::latency_distribution(&self.path, &title, label, &curve, count)
+        crate::output::svg::latency_distribution(&self.path, &title, label, &curve, count)
     }
 }
 

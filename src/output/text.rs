@@ -3,7 +3,7 @@
 //! what the server saw.
 
 use super::{RunEnd, RunStart, Sink};
-use crate::report::{client_body, client_header, interval_line, peer_line};
+use crate::output::report::{client_body, client_header, interval_line, peer_line};
 use crate::results::{IntervalResult, Role};
 use crate::settings::Settings;
 use anyhow::Result;

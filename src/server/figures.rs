@@ -18,7 +18,7 @@ pub(crate) fn server_result(settings: &Settings, per_stream: &[(u32, Received)])
     let streams = per_stream
         .iter()
         .map(|(index, r)| {
-            totals.add(*index, &r.stats, r.tcp.as_ref(), r.span);
+            totals.add(*index, &r.stats, &r.transport, r.span);
             if let Some(d) = r.drain {
                 totals.add_drain(*index, d);
             }
@@ -26,7 +26,7 @@ pub(crate) fn server_result(settings: &Settings, per_stream: &[(u32, Received)])
                 .span
                 .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
             let mut figures = Figures::new(&r.stats, time, &settings.percentiles);
-            figures.tcp = r.tcp;
+            figures.transport = r.transport.clone();
             figures.drain_ns = r.drain.map(nanos);
             StreamResult {
                 index: *index,

@@ -12,19 +12,19 @@ pub mod transport;
 
 use crate::options::Feature;
 use crate::percentiles::{Percentiles, PercentilesError};
+use crate::stream::sender::QueueKind;
+use crate::stream::DEFAULT_PKTSIZE;
 use crate::transport::rdma::settings::RdmaSettingsError;
 use crate::transport::tcp::settings::{TcpSettings, TcpSettingsError};
 use crate::transport::udp::settings::{UdpSettingsError, MAX_RETRIES};
 use crate::workload::{Reply, Workload, WorkloadError};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 pub use shape::{RunShape, MAX_FOOTPRINT};
 use thiserror::Error;
 pub use transport::{Protocol, TransportSettings};
 
 /// Default base port: data stream `i` uses `DEFAULT_PORT + i`.
 pub const DEFAULT_PORT: u16 = 28444;
-/// Default bytes per send of bulk TCP and RDMA.
-pub const DEFAULT_PKTSIZE: u32 = 32768;
 /// Default bytes per request of `-r`, `--echo` and `--crr`: 1, as qperf's `tcp_lat`,
 /// netperf's `TCP_RR` and neper's `tcp_rr` send (docs/tuning.md).
 pub const DEFAULT_REQUEST_SIZE: u32 = 1;
@@ -66,32 +66,8 @@ pub const MIN_INTERVAL_PER_STREAM_MS: u64 = 2;
 /// one week, in ms.
 pub const MAX_TIME_MS: u64 = 7 * 24 * 3600 * 1000;
 
-/// The queue that hands each stream's packets to its sender threads (`-q`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
-#[schemars(rename = "queue")]
-#[serde(rename_all = "lowercase")]
-pub enum QueueKind {
-    /// A mutex-protected queue holding up to 10000 requests (`-q 1`, the default).
-    Mutex,
-    /// A lock-free single-producer single-consumer queue (`-q 0`); forces nsockets to 1.
-    LockFree,
-}
-
-impl QueueKind {
-    /// Maps the original `-q` values: 1 = mutex queue, 0 = lock-free queue.
-    pub fn from_qtype(q: u8) -> Option<Self> {
-        match q {
-            1 => Some(QueueKind::Mutex),
-            0 => Some(QueueKind::LockFree),
-            _ => None,
-        }
-    }
-}
-
 /// The scheduling policy of both ends' data threads (`--sched`).
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "sched")]
 #[serde(rename_all = "lowercase")]
 pub enum SchedPolicy {
@@ -150,7 +126,7 @@ fn usable_cpus() -> usize {
 }
 
 /// Everything both ends must agree on for one run.
-#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 #[schemars(rename = "settings", deny_unknown_fields)]
 pub struct Settings {
     /// Data streams, each driven by its own thread; stream i uses the server's port
@@ -708,9 +684,9 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::zerocopy::ZeroCopy;
     use crate::transport::rdma::settings::RdmaSettings;
     use crate::transport::sockets::SocketSettings;
+    use crate::transport::tcp::zerocopy::ZeroCopy;
     use crate::transport::udp::settings::UdpSettings;
 
     const ACK: Workload = Workload::RoundTrip(Reply::Ack);
@@ -845,29 +821,6 @@ mod tests {
     }
 
     #[test]
-    fn a_transport_carries_only_its_own_options_over_the_wire() {
-        let s = Settings {
-            transport: TransportSettings::Udp(UdpSettings {
-                gso: true,
-                ..UdpSettings::default()
-            }),
-            ..udp()
-        };
-        let json = serde_json::to_value(&s).expect("encodes");
-        assert_eq!(json["protocol"], "udp");
-        assert_eq!(json["gso"], true);
-        assert!(json.get("nodelay").is_none(), "{json}");
-        let decoded: Settings = serde_json::from_value(json).expect("decodes");
-        assert_eq!(decoded, s);
-        // A TCP option sent with UDP settings is not a UDP option: it is dropped, never
-        // applied.
-        let mut hostile = serde_json::to_value(udp()).expect("encodes");
-        hostile["nodelay"] = true.into();
-        let decoded: Settings = serde_json::from_value(hostile).expect("decodes");
-        assert_eq!(decoded, udp());
-    }
-
-    #[test]
     fn echo_is_mprtt_over_every_transport_and_counts_its_buffers_twice() {
         let echo = Settings {
             workload: ECHO,
@@ -980,7 +933,7 @@ mod tests {
         };
         assert_eq!(sized(ACK, 64, rdma.clone()).validate(), Ok(()));
         // RDMA rings hold replies larger than a packet in slots of their size.
-        let slots = crate::stream::ring::endpoint_bytes_at_most(MAX_PKTSIZE as usize);
+        let slots = crate::transport::rdma::ring::endpoint_bytes_at_most(MAX_PKTSIZE as usize);
         assert!(sized(ACK, MAX_PKTSIZE, rdma.clone()).buffer_bytes() >= slots);
         assert!(sized(ACK, 64, rdma).buffer_bytes() < slots);
     }

@@ -23,30 +23,16 @@
 
 pub mod affinity;
 pub mod buffer;
-mod cmsg;
-pub mod crr;
-mod crr_flows;
-pub mod endpoint;
+pub mod buffer_grant;
 pub(crate) mod epoll;
-pub(crate) mod flows;
-pub mod ofi;
-pub mod ring;
-pub mod rsocket_sys;
 pub mod sender;
 pub mod socket_calls;
 pub(crate) mod sys;
-pub mod tcp;
-pub mod udp;
-pub mod udp_batch;
-mod udp_flows;
-pub mod udp_wire;
-pub mod uring;
-pub mod verbs;
-pub mod zerocopy;
 
-use crate::settings::QueueKind;
 use crate::stats::StreamStats;
+use crate::transport::tcp::stream_options::TcpOptions;
 use bytes::Bytes;
+use sender::QueueKind;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,15 +40,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use sys::allow_forced_buffers;
-pub use tcp::{TcpOptions, TcpStream};
-pub use udp::UdpStream;
 
 /// Plain `std::io` over a socket STREAM, as a library user expects of a socket: a read is
 /// [`Stream::recv`] and a write [`Stream::send`], each blocking without a time-out (a
 /// time-out set with the socket's own options still applies); `flush()` waits for what
 /// [`Stream::send_submit`] queued. The raw fd is socket 0's. Over UDP each write is one
-/// datagram whose first [`udp_wire::HEADER_LEN`] bytes carry fperf's header (sequence,
-/// stream, send time), as in every UDP run; the bytes after them arrive as written.
+/// datagram whose first [`crate::transport::udp::wire::HEADER_LEN`] bytes carry fperf's
+/// header (sequence, stream, send time), as in every UDP run; the bytes after them arrive
+/// as written.
 macro_rules! impl_std_io {
     ($stream:ty) => {
         impl std::io::Read for $stream {
@@ -95,6 +80,9 @@ macro_rules! impl_std_io {
     };
 }
 pub(crate) use impl_std_io;
+
+/// Default bytes per send of bulk TCP and RDMA.
+pub const DEFAULT_PKTSIZE: u32 = 32768;
 
 /// How long a STREAM call may block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,7 +198,7 @@ pub struct StreamOptions {
     /// instance of its own (see [`epoll`]) instead of in the call or in `poll()`.
     pub epoll: bool,
     /// `--flows`: the sending side drives each socket as a flow of its own (see
-    /// [`flows`]); sockets never block (as with `epoll`).
+    /// [`crate::transport::tcp::flows`]); sockets never block (as with `epoll`).
     pub flows: bool,
     /// The TCP STREAM's own options; other STREAMs leave them at their defaults.
     pub tcp: TcpOptions,
@@ -221,7 +209,7 @@ impl Default for StreamOptions {
         StreamOptions {
             nsockets: 1,
             queue: QueueKind::Mutex,
-            pktsize: crate::settings::DEFAULT_PKTSIZE as usize,
+            pktsize: DEFAULT_PKTSIZE as usize,
             mprtt: false,
             echo: false,
             response_size: 1,
@@ -359,8 +347,8 @@ pub trait Stream: Send {
 /// what is there.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SocketFacts {
-    /// The kernel's figures for the sockets (TCP's `TCP_INFO`), over all of them.
-    pub tcp: Option<crate::sysinfo::TcpInfo>,
+    /// The transport's own figures for the sockets, over all of them.
+    pub figures: crate::transport::figures::TransportFigures,
     /// The congestion control algorithm in force.
     pub congestion: Option<String>,
     /// The receive low-water mark in force, which may be below the one asked for.

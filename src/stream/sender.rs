@@ -16,15 +16,37 @@
 //! they are current even when a thread busy in a long send answers late.
 
 use super::{check_abort, Deadline, Timeout};
-use crate::settings::QueueKind;
 use crate::stats::{LatencyStats, StreamStats};
 use bytes::Bytes;
+use serde::Serialize;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// The queue that hands each stream's packets to its sender threads (`-q`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "queue")]
+#[serde(rename_all = "lowercase")]
+pub enum QueueKind {
+    /// A mutex-protected queue holding up to 10000 requests (`-q 1`, the default).
+    Mutex,
+    /// A lock-free single-producer single-consumer queue (`-q 0`); forces nsockets to 1.
+    LockFree,
+}
+
+impl QueueKind {
+    /// Maps the original `-q` values: 1 = mutex queue, 0 = lock-free queue.
+    pub fn from_qtype(q: u8) -> Option<Self> {
+        match q {
+            1 => Some(QueueKind::Mutex),
+            0 => Some(QueueKind::LockFree),
+            _ => None,
+        }
+    }
+}
 
 /// Requests the mutex queue holds before `send_submit()` blocks.
 pub const MUTEX_QUEUE_CAPACITY: usize = 10_000;

@@ -1,11 +1,11 @@
 //! The socket calls a byte-stream STREAM makes, as a table of function pointers, and
 //! [`DataSocket`], a connected socket driven through one such table.
 //!
-//! The TCP STREAM ([`super::tcp`]) does all its data-socket I/O through a
-//! `DataSocket`: with [`LIBC`] it is a kernel TCP socket; with librdmacm's `r*` calls
-//! (see [`super::rsocket_sys`]) it is an rsocket, and the same STREAM code runs over
-//! RDMA. The r* calls take the same arguments as their libc namesakes, so one table type
-//! describes both.
+//! The TCP STREAM ([`crate::transport::tcp::stream`]) does all its data-socket I/O
+//! through a `DataSocket`: with [`LIBC`] it is a kernel TCP socket; with librdmacm's `r*`
+//! calls (see [`crate::transport::rdma::rsocket_sys`]) it is an rsocket, and the same
+//! STREAM code runs over RDMA. The r* calls take the same arguments as their libc
+//! namesakes, so one table type describes both.
 
 use std::io;
 use std::mem::size_of;

@@ -1,11 +1,12 @@
 //! Thin wrappers over the system calls the STREAM needs and std does not offer:
 //! `poll()`, socket buffer sizes and TCP socket options.
 
-use super::udp_wire::BufferGrant;
+use super::buffer_grant::BufferGrant;
 use socket2::SockRef;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// Waits until `fd` is ready for `events` (POLLIN/POLLOUT) or `ms` elapse.
 /// Returns whether it became ready (errors and hang-ups count as ready, so that the
@@ -320,25 +321,17 @@ fn get_int_opt(
     Ok(value)
 }
 
+/// Makes the kernel fail a TCP connection whose sent data stays unacknowledged for
+/// `timeout` (`TCP_USER_TIMEOUT`): a peer that vanished (killed host, pulled cable)
+/// then turns a blocked send into an error instead of hours of retransmissions.
+pub(crate) fn set_user_timeout(sock: &std::net::TcpStream, timeout: Duration) -> io::Result<()> {
+    socket2::SockRef::from(sock).set_tcp_user_timeout(Some(timeout))
+}
+
 /// Re-arms TCP_QUICKACK, which Linux clears after it sends an ACK.
 #[inline]
 pub(crate) fn tcp_quickack(fd: &impl AsRawFd) -> io::Result<()> {
     set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
-}
-
-/// Reads `TCP_INFO` of one socket. A kernel older than a field leaves it 0.
-pub(crate) fn tcp_info(fd: &impl AsRawFd) -> io::Result<crate::sysinfo::TcpInfo> {
-    let info = read_tcp_info(fd)?;
-    Ok(crate::sysinfo::TcpInfo {
-        sockets: 1,
-        retransmits: u64::from(info.tcpi_total_retrans),
-        cwnd_bytes: u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
-        srtt_us: info.tcpi_rtt,
-        rttvar_us: info.tcpi_rttvar,
-        snd_wnd_bytes: u64::from(info.tcpi_snd_wnd),
-        mss: info.tcpi_snd_mss,
-        pmtu: info.tcpi_pmtu,
-    })
 }
 
 /// `tcpi_options` bit: both ends agreed to scale windows (`linux/tcp.h`).
@@ -349,7 +342,7 @@ const TCPI_OPT_WSCALE: u8 = 4;
 /// If so, returns the largest window the scale lets it advertise: 65535 bytes shifted
 /// by the scale it offered, or unshifted if scaling was not agreed.
 pub(crate) fn receive_window_short_of(fd: &impl AsRawFd, bytes: u64) -> io::Result<Option<u64>> {
-    let info = read_tcp_info(fd)?;
+    let info = crate::transport::tcp::facts::read_tcp_info(fd)?;
     // Two 4-bit fields, `tcpi_snd_wscale` first: the low bits on a little-endian target.
     let both = info.tcpi_snd_rcv_wscale;
     let rcv_wscale = if cfg!(target_endian = "little") {
@@ -365,25 +358,4 @@ pub(crate) fn receive_window_short_of(fd: &impl AsRawFd, bytes: u64) -> io::Resu
     let limit = u64::from(u16::MAX) << shift;
     let offered = bytes - bytes % u64::from(info.tcpi_advmss).max(1);
     Ok((limit < offered).then_some(limit))
-}
-
-fn read_tcp_info(fd: &impl AsRawFd) -> io::Result<libc::tcp_info> {
-    // SAFETY: tcp_info is plain old data; zeroed is a valid value for it.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: the pointer and length describe `info`, exclusively borrowed for the
-    // call; the kernel writes at most `len` bytes and updates `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(info)
 }

@@ -6,6 +6,8 @@
 //! (`settings.rs`, one [`TransportSettings`] variant) and its set-up implementing the
 //! trait (its STREAM lives under [`crate::stream`]).
 
+pub mod facts;
+pub mod figures;
 pub mod rdma;
 pub mod sockets;
 pub mod tcp;

@@ -9,12 +9,17 @@
 //! itself is untouched. Every API first checks what this host lacks (library, device)
 //! and fails before anything is sent, saying what is missing.
 
+pub mod endpoint;
 mod ofi;
+pub mod ofi_stream;
 pub mod options;
+pub mod ring;
 mod rsocket;
+pub mod rsocket_sys;
 pub mod settings;
 mod side;
 mod verbs;
+pub mod verbs_stream;
 
 use crate::settings::{Settings, TransportSettings};
 use crate::stream::Stream;

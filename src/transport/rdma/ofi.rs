@@ -1,15 +1,15 @@
-//! `--rdma-api ofi`: the STREAM over libfabric (see [`crate::stream::ofi`]).
+//! `--rdma-api ofi`: the STREAM over libfabric (see [`super::ofi_stream`]).
 //!
 //! Connection details travel over the side connection (see [`super::side`]): the client
 //! sends a [`ClientDetails`] frame with the names of its endpoints, and the server
 //! answers with a [`ServerDetails`] frame naming its own. The control protocol itself is
 //! untouched.
 
+use super::ofi_stream::{self, Endpoint, EndpointDetails, Info, OfiStream, OfiTarget};
 use super::settings::RdmaSettings;
 use super::side::{read_json, routed_side_connection, side_connection, write_json};
 use crate::control::{self, PROTOCOL_MAJOR};
 use crate::settings::Settings;
-use crate::stream::ofi::{self, Endpoint, EndpointDetails, Info, OfiStream, OfiTarget};
 use crate::stream::{Stream, StreamOptions};
 use crate::transport::{stream_options, Acceptor, ClientCtx, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
@@ -56,7 +56,7 @@ fn default_provider(rdma: &RdmaSettings) -> Result<Info> {
     for p in DEFAULT_PROVIDERS {
         match Info::get(&target(rdma, Some((*p).to_string()), None)) {
             Ok(info) => return Ok(info),
-            Err(e @ ofi::OfiError::Library(_)) => return Err(e.into()),
+            Err(e @ ofi_stream::OfiError::Library(_)) => return Err(e.into()),
             Err(e) => last = Some(e),
         }
     }
@@ -114,7 +114,7 @@ fn set_peers(endpoints: &mut [Vec<Endpoint>], peers: &[Vec<EndpointDetails>]) ->
     }
     for (eps, names) in endpoints.iter_mut().zip(peers) {
         for (e, name) in eps.iter_mut().zip(names) {
-            if name.name.len() > ofi::MAX_NAME_LEN {
+            if name.name.len() > ofi_stream::MAX_NAME_LEN {
                 bail!("the peer's endpoint name is too long");
             }
             e.set_peer(name)?;

@@ -1,5 +1,5 @@
-//! `--rdma-api rsocket`: the TCP STREAM ([`crate::stream::tcp`]) over librdmacm's
-//! rsockets, through the rsocket table of calls ([`crate::stream::rsocket_sys`]).
+//! `--rdma-api rsocket`: the TCP STREAM ([`crate::transport::tcp::stream`]) over librdmacm's
+//! rsockets, through the rsocket table of calls ([`super::rsocket_sys`]).
 //!
 //! rsockets cannot be accepted on the kernel's TCP port, so the server listens with
 //! `rlisten` on its base port + [`RSOCKET_PORT_OFFSET`] (in rdma_cm's port space, as
@@ -9,12 +9,13 @@
 //! server gives each to its stream in order. Options only kernel TCP sockets have are
 //! refused before anything is sent.
 
+use super::rsocket_sys::rsockets;
 use super::settings::RdmaSettings;
 use crate::control::{self, Message, PROTOCOL_MAJOR};
 use crate::stream::affinity::cpu_for;
-use crate::stream::rsocket_sys::rsockets;
 use crate::stream::socket_calls::DataSocket;
-use crate::stream::{Stream, StreamOptions, TcpStream};
+use crate::stream::{Stream, StreamOptions};
+use crate::transport::tcp::stream::TcpStream;
 use crate::transport::tcp::HELLO_TIMEOUT;
 use crate::transport::{port_offset, stream_options, Acceptor, ClientCtx, Refusal, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};

@@ -1,10 +1,10 @@
 //! RDMA's own options: the programming interface, the device or libfabric provider,
 //! and how the data moves (SEND/RECV or RDMA WRITE).
 
+use super::ring::{endpoint_bytes_at_most, TRAILER_BYTES};
 use crate::options::Feature;
 use crate::settings::labels::{HeaderLabels, Sample, Samples};
 use crate::settings::shape::RunShape;
-use crate::stream::ring::{endpoint_bytes_at_most, TRAILER_BYTES};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use thiserror::Error;

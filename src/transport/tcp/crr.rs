@@ -1,13 +1,13 @@
 //! The connect-request-response transport (`--crr`): stream `i` is a listener of its own
 //! on the server at port `base + 1 + i`, to which the client opens a new connection per
-//! packet (see [`crate::stream::crr`]). Nothing connects during set-up.
+//! packet (see [`crate::transport::tcp::crr_stream`]). Nothing connects during set-up.
 
 use super::settings::TcpSettings;
 use super::{tcp_stream_options, TcpTransport};
 use crate::settings::Settings;
 use crate::stream::affinity::cpu_for;
-use crate::stream::crr::{CrrClient, CrrServer};
 use crate::stream::{Stream, StreamOptions};
+use crate::transport::tcp::crr_stream::{CrrClient, CrrServer};
 use crate::transport::{port_offset, Acceptor, ClientCtx, ServerCtx, Transport};
 use anyhow::{Context, Result};
 use socket2::{Domain, SockRef, Socket, Type};
@@ -89,7 +89,7 @@ fn bind(addr: SocketAddr, tcp: &TcpSettings, flows: u32) -> std::io::Result<TcpL
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     sock.set_reuse_address(true)?;
     if let Some(name) = &tcp.congestion {
-        crate::stream::tcp::set_congestion(SockRef::from(&sock), name)?;
+        crate::transport::tcp::stream::set_congestion(SockRef::from(&sock), name)?;
     }
     sock.bind(&addr.into())?;
     // Room for every flow's connect at once, and strays beside them.

@@ -4,8 +4,16 @@
 //! socket, so the server can route and check it. TCP's own options are in [`settings`].
 
 pub mod crr;
+mod crr_flows;
+pub mod crr_stream;
+pub mod facts;
+pub(crate) mod flows;
 pub mod options;
 pub mod settings;
+pub mod stream;
+pub mod stream_options;
+pub mod uring;
+pub mod zerocopy;
 
 use super::{
     port_offset, stream_options, Acceptor, ClientCtx, DataConn, LocalEnd, Refusal, ServerCtx,
@@ -17,7 +25,7 @@ use crate::results::Role;
 use crate::settings::{Settings, TransportSettings};
 use crate::stream::affinity::cpu_for;
 use crate::stream::sys::Direction;
-use crate::stream::{Stream, StreamOptions, TcpOptions, TcpStream};
+use crate::stream::{Stream, StreamOptions};
 use anyhow::{anyhow, bail, Context, Result};
 use settings::TcpSettings;
 use socket2::{Domain, SockRef, Socket, Type};
@@ -29,6 +37,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use stream::TcpStream;
+use stream_options::TcpOptions;
 
 /// How long a new data connection may take to send its `DataHello`.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -61,7 +71,7 @@ impl Transport for TcpTransport {
         check_flowlabel(settings, server)?;
         if let Some(name) = &self.0.congestion {
             let probe = Socket::new(Domain::for_address(server), Type::STREAM, None)?;
-            crate::stream::tcp::set_congestion(SockRef::from(&probe), name)?;
+            crate::transport::tcp::stream::set_congestion(SockRef::from(&probe), name)?;
         }
         Ok(())
     }
@@ -170,7 +180,9 @@ pub fn streams_over(
 pub fn check_flowlabel(settings: &Settings, server: SocketAddr) -> Result<()> {
     let labelled = settings.tcp().and_then(|t| t.flowlabel).is_some();
     if labelled && server.ip().to_canonical().is_ipv4() {
-        bail!(crate::stream::tcp::flowlabel_over_ipv4(server.ip()));
+        bail!(crate::transport::tcp::stream::flowlabel_over_ipv4(
+            server.ip()
+        ));
     }
     Ok(())
 }
@@ -408,7 +420,7 @@ pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Resul
     };
     let mut sock = connect(addr, from, Some(&ctx.settings), ctx.setup_timeout)
         .with_context(|| format!("stream {stream}: cannot connect to {addr}"))?;
-    crate::limits::set_user_timeout(&sock, ctx.stall_timeout)?;
+    crate::stream::sys::set_user_timeout(&sock, ctx.stall_timeout)?;
     control::write_frame(
         &mut sock,
         &Message::DataHello {
@@ -483,7 +495,7 @@ pub fn connect(
     settings: Option<&Settings>,
     timeout: Duration,
 ) -> io::Result<net::TcpStream> {
-    let handshake = crate::stream::tcp::HandshakeOptions {
+    let handshake = crate::transport::tcp::stream::HandshakeOptions {
         bind: from.ip,
         congestion: (settings.and_then(Settings::tcp)).and_then(|t| t.congestion.as_deref()),
         window: settings.and_then(Settings::tcp_window).map(|w| w as usize),

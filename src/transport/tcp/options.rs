@@ -2,8 +2,8 @@
 //! mesh`, the exporter's probe and the iperf3 front end take them from [`OPTIONS`].
 
 use super::settings::TcpSettings;
+use super::zerocopy::ZeroCopy;
 use crate::options::{whole_number, Iperf3, Mesh, Takes, TestOption};
-use crate::stream::zerocopy::ZeroCopy;
 
 /// Every TCP option, in the order the help lists them.
 pub static OPTIONS: [TestOption<TcpSettings>; 11] = [

@@ -5,8 +5,8 @@
 use crate::options::Feature;
 use crate::settings::labels::{HeaderLabels, Sample, Samples};
 use crate::settings::shape::RunShape;
-use crate::stream::zerocopy::ZeroCopy;
 use crate::transport::sockets::{SocketSettings, SocketSettingsError};
+use crate::transport::tcp::zerocopy::ZeroCopy;
 use crate::units::bit_rate;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;

@@ -19,15 +19,19 @@
 //!
 //! UDP's own options are in [`settings`].
 
+pub mod batch;
+mod cmsg;
+mod flows;
 pub mod options;
 pub mod settings;
+pub mod stream;
+pub mod wire;
 
 use super::tcp::{accept_data_conns, listen_data_ports, open_data_conn};
 use super::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx, Transport};
 use crate::control::{self, Message};
 use crate::settings::Settings;
-use crate::stream::udp::{UdpOptions, CONTROL_IO_TIMEOUT, MAX_DATAGRAM_V4, MAX_DATAGRAM_V6};
-use crate::stream::{canonical, Stream, UdpStream};
+use crate::stream::{canonical, Stream};
 use anyhow::{anyhow, bail, Context, Result};
 use settings::UdpSettings;
 use socket2::{Domain, Socket, Type};
@@ -37,6 +41,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+use stream::UdpStream;
+use stream::{UdpOptions, CONTROL_IO_TIMEOUT, MAX_DATAGRAM_V4, MAX_DATAGRAM_V6};
 
 /// The UDP transport, with the run's UDP options.
 pub struct UdpTransport(pub UdpSettings);

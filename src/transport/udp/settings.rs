@@ -4,8 +4,8 @@
 use crate::options::Feature;
 use crate::settings::labels::{HeaderLabels, Sample, Samples};
 use crate::settings::shape::{RunShape, MAX_FOOTPRINT};
-use crate::stream::udp_batch::{gro_slots, GRO_SLOT_BYTES};
 use crate::transport::sockets::{SocketSettings, SocketSettingsError};
+use crate::transport::udp::batch::{gro_slots, GRO_SLOT_BYTES};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 

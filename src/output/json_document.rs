@@ -14,9 +14,10 @@ use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
 use crate::settings::labels::Sample;
 use crate::settings::Settings;
 use crate::stats::LatencySummary;
-use crate::stream::udp_wire::DatagramCounts;
 use crate::sweep::{SweepParam, SweepTest};
-use crate::sysinfo::{CpuUsage, SystemFacts, TcpInfo};
+use crate::sysinfo::{CpuUsage, SystemFacts};
+use crate::transport::figures::TransportFigures;
+use crate::transport::udp::wire::DatagramCounts;
 use schemars::generate::SchemaSettings;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -197,7 +198,9 @@ pub struct FiguresDoc {
     #[schemars(with = "LatencyDoc")]
     pub app_latency: Option<LatencyDoc>,
     pub retries: u64,
-    pub tcp: Option<TcpInfo>,
+    /// The transport's own figures, each under its transport's key.
+    #[serde(flatten)]
+    pub transport: TransportFigures,
     /// UDP datagram accounting; `None` for stream transports.
     pub datagrams: Option<DatagramCounts>,
     /// A UDP sender: the wait from its last send to the peer's confirmation that it had
@@ -234,7 +237,7 @@ impl FiguresDoc {
             network_latency: lat(&f.network_latency),
             app_latency: lat(&f.app_latency),
             retries: f.retries,
-            tcp: f.tcp,
+            transport: f.transport.clone(),
             datagrams: f.datagrams.map(|d| DatagramCounts {
                 jitter_ns: d.jitter_ns.map(finite),
                 ..d
@@ -811,7 +814,7 @@ mod tests {
             network_latency: None,
             app_latency: None,
             retries: 0,
-            tcp: None,
+            transport: Default::default(),
             datagrams: None,
             drain_ns: None,
         };

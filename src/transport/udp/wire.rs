@@ -29,6 +29,7 @@
 //! number (an echo: is the request, its send time aside, which a resent copy changes);
 //! any other datagram is counted and read past, as a late reply to an earlier request.
 
+use crate::stream::buffer_grant::BufferGrant;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -214,34 +215,6 @@ pub struct DatagramCounts {
     pub rcvbuf: BufferGrant,
     /// The send buffer's, as `rcvbuf`.
     pub sndbuf: BufferGrant,
-}
-
-/// A socket buffer size asked for and the size the kernel granted, in bytes (0 and 0:
-/// not set).
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize,
-)]
-#[schemars(rename = "buffer_grant")]
-#[schemars(deny_unknown_fields)]
-pub struct BufferGrant {
-    pub requested: u64,
-    pub granted: u64,
-}
-
-impl BufferGrant {
-    fn merge(&mut self, other: &BufferGrant) {
-        if other.requested == 0 {
-            return;
-        }
-        if self.requested == 0 || other.granted < self.granted {
-            *self = *other;
-        }
-    }
-
-    /// Whether the kernel granted less than asked.
-    pub fn capped(&self) -> bool {
-        self.granted < self.requested
-    }
 }
 
 impl DatagramCounts {

@@ -4,9 +4,9 @@
 //! the 1-byte reply and the server's close read, then close; a free slot takes the
 //! next packet. One epoll set per thread waits for all of them.
 
-use super::epoll::Epoll;
-use super::{check_abort, Deadline};
 use crate::stats::StreamStats;
+use crate::stream::epoll::Epoll;
+use crate::stream::{check_abort, Deadline};
 use socket2::Socket;
 use std::io;
 use std::net::SocketAddr;

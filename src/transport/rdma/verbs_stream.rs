@@ -50,8 +50,8 @@ use super::ring::CONTROL_SLOTS;
 use super::ring::{Answer, Credits, Imm, ImmKind, Packet, RemoteRing, RingLayout, SendSlots, Slot};
 use super::ring::{Trailer, TRAILER_BYTES};
 use super::ring::{CONTROL_SLOT_BYTES, CREDIT_RING_MIN, RING_SLOTS_MAX};
-use super::{Deadline, StreamOptions};
 use crate::stats::StreamStats;
+use crate::stream::{Deadline, StreamOptions};
 use rdma_mummy_sys::{
     ibv_poll_cq, ibv_post_recv, ibv_post_send, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge,
     ibv_wc, ibv_wr_opcode, rdma_t,
@@ -1931,7 +1931,7 @@ mod tests {
     }
 
     /// The server's memory limit counts an endpoint's region with
-    /// [`crate::stream::ring::endpoint_bytes_at_most`]: it must never count less.
+    /// [`crate::transport::rdma::ring::endpoint_bytes_at_most`]: it must never count less.
     #[test]
     fn a_region_is_within_the_bound_the_memory_limit_counts() {
         for pktsize in [1, 7, 8, 100, 4096, 32 << 10, 1 << 20, 6 << 20, 64 << 20] {
@@ -1947,7 +1947,7 @@ mod tests {
                     // and over RDMA WRITE a trailer.
                     let slot = pktsize.max(response_size) + usize::from(write) * TRAILER_BYTES;
                     let region = QpEndpoint::region_bytes(&opts, write) as u64;
-                    let bound = crate::stream::ring::endpoint_bytes_at_most(slot);
+                    let bound = crate::transport::rdma::ring::endpoint_bytes_at_most(slot);
                     assert!(
                         region <= bound,
                         "{pktsize}, {response_size}, {write}: {region} > {bound}"

@@ -3,10 +3,10 @@
 //! `nsockets` connected UDP sockets between the same two hosts, plus one reliable TCP
 //! connection, the stream's *control connection*, that carries what UDP cannot: the end
 //! of the data. One `send()` is one datagram of exactly the bytes given, starting with
-//! the header of [`super::udp_wire`] (sequence number, stream index, send time).
+//! the header of [`super::wire`] (sequence number, stream index, send time).
 //!
 //! Sockets are non-blocking; `poll()` (with `--epoll`, `epoll_wait()`: see
-//! [`super::epoll`]) runs only after `EAGAIN`. Sequence numbers are
+//! [`crate::stream::epoll`]) runs only after `EAGAIN`. Sequence numbers are
 //! drawn from one counter per STREAM, so datagrams of several sockets interleave and
 //! the receiver sees (and counts) them out of order.
 //!
@@ -16,7 +16,7 @@
 //! quiet for [`DRAIN_QUIET`] (at most [`DRAIN_MAX`] in all), and returns `Ok(0)`. Only
 //! then is the loss known.
 //!
-//! MPRTT: every datagram is answered by one reply datagram (see [`super::udp_wire`]):
+//! MPRTT: every datagram is answered by one reply datagram (see [`super::wire`]):
 //! by default a 1-byte ACK holding the low byte of its sequence number (so a late ACK
 //! of an earlier packet is not taken for the current one), with `response_size` that
 //! many bytes starting with the sequence number, with `echo` the datagram itself. The
@@ -28,7 +28,7 @@
 //! to the ACK, retries included); a receive from the call to the read that returns a
 //! datagram (with MPRTT, to the ACK written).
 //!
-//! Batching (see [`super::udp_batch`]), without MPRTT: `send()` queues the datagram
+//! Batching (see [`super::batch`]), without MPRTT: `send()` queues the datagram
 //! (header written, payload copied into the batch buffer) and every `batch` datagrams
 //! one `sendmmsg()` hands them to the kernel (with GSO, as few messages); a datagram is
 //! counted as sent only then, and the batch takes one send-latency sample (the
@@ -43,25 +43,26 @@
 //!
 //! `--flows`: each socket is a flow. Bulk sends each datagram (batched: each batch) on
 //! the next flow in turn; with MPRTT every flow keeps a request in flight (see
-//! [`super::udp_flows`]). The receiving end reads whichever socket has data, as with
+//! [`super::flows`]). The receiving end reads whichever socket has data, as with
 //! several sockets, waiting in one epoll set.
 //!
 //! MPRTT without `busy_poll` or `epoll`: the sockets block (in [`BLOCK_SLICE`] slices),
 //! so each wait is a single `recv()`; with `busy_poll` every wait is a spin that yields
 //! the CPU.
 
+use super::batch::{gro_slots, RecvBatch, SendBatch, Sent};
 use super::cmsg::{enable_rx_timestamps, recv_with_control, rx_timestamp_ns, ControlBuffer};
-use super::epoll::{poll_many, poll_one, Epoll};
-use super::sender::{LazySenders, PacketSink, Senders};
-use super::sys::{set_int_opt, set_tos, set_window, size_buffer, Direction};
-use super::udp_batch::{gro_slots, RecvBatch, SendBatch, Sent};
-use super::udp_flows::{unacknowledged, DatagramFlow, UdpFlows};
-use super::udp_wire::{
-    decode, Arrival, BufferGrant, Header, ReplyDatagram, SeqTracker, HEADER_LEN,
-};
-use super::{check_abort, Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
+use super::flows::{unacknowledged, DatagramFlow, UdpFlows};
+use super::wire::{decode, Arrival, Header, ReplyDatagram, SeqTracker, HEADER_LEN};
 use crate::control::{self, ControlError, Message};
 use crate::stats::{span_ns, StreamStats};
+use crate::stream::buffer_grant::BufferGrant;
+use crate::stream::epoll::{poll_many, poll_one, Epoll};
+use crate::stream::sender::{LazySenders, PacketSink, Senders};
+use crate::stream::sys::{set_int_opt, set_tos, set_window, size_buffer, Direction};
+use crate::stream::{
+    check_abort, Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout,
+};
 use crate::transport::udp::settings::{socket_buffer, MAX_RETRIES};
 use bytes::Bytes;
 use socket2::SockRef;
@@ -639,7 +640,7 @@ pub(crate) fn forbid_fragments(
     largest: usize,
     flag: &str,
 ) -> io::Result<()> {
-    let fits = super::sys::forbid_fragments(sock)?;
+    let fits = crate::stream::sys::forbid_fragments(sock)?;
     if largest > fits {
         let to = sock
             .peer_addr()
@@ -1196,7 +1197,7 @@ impl Stream for UdpStream {
     }
 
     fn local_addr(&self) -> String {
-        super::addr_text(self.sockets[0].sock.local_addr())
+        crate::stream::addr_text(self.sockets[0].sock.local_addr())
     }
 
     fn facts(&self) -> SocketFacts {
@@ -1207,7 +1208,7 @@ impl Stream for UdpStream {
     }
 
     fn peer_addr(&self) -> String {
-        super::addr_text(self.sockets[0].sock.peer_addr())
+        crate::stream::addr_text(self.sockets[0].sock.peer_addr())
     }
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
@@ -1295,7 +1296,7 @@ impl Stream for UdpStream {
     }
 }
 
-super::impl_std_io!(UdpStream);
+crate::stream::impl_std_io!(UdpStream);
 
 #[cfg(test)]
 mod tests {
@@ -1377,7 +1378,7 @@ mod tests {
         use std::io::{Read, Write};
         let (mut client, mut server) = pair(StreamOptions::default(), Duration::from_millis(100));
         assert_eq!(
-            super::super::tests::bound_addr(&client),
+            crate::stream::tests::bound_addr(&client),
             client.local_addr()
         );
         // Each write is one datagram, whose first HEADER_LEN bytes carry the header.

@@ -91,7 +91,7 @@ mod tests {
             network_latency: None,
             app_latency: None,
             retries: 0,
-            tcp: None,
+            transport: Default::default(),
             datagrams: None,
             drain_ns: None,
         };

@@ -9,27 +9,26 @@
 //! the client ends a test whose data comes from the server (`--reverse`, `--bidir`)
 //! once its own time is up or its bytes have arrived.
 
-use super::results::{self, StreamFigures};
-use super::udp;
-use super::wire::{self, Cookie, State};
 use crate::client::{
     client_result, connect_control, resolve, start_streams, stream_infos, ClientConfig,
     ClientOutcome, Moved, RunObserver, StreamThread,
 };
 use crate::interval::{Collector, Schedule};
+use crate::iperf3::results::{self, StreamFigures};
+use crate::iperf3::udp;
+use crate::iperf3::wire::{self, Cookie, State};
 use crate::limits::TestWatch;
-use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};
+use crate::results::Role;
 use crate::settings::{Protocol, Settings, TransportSettings, MB};
-use crate::stats::StreamStats;
-use crate::stream::udp_wire::DatagramCounts;
 use crate::stream::Stream;
-use crate::sysinfo::{CpuUsage, TcpInfo};
+use crate::sysinfo::CpuUsage;
 use crate::transport::nth_client_port;
 use crate::transport::tcp::connect;
+use crate::transport::udp::wire::DatagramCounts;
 use crate::transport::LocalEnd;
 use crate::workload::Workload;
 use anyhow::{anyhow, bail, Context, Result};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::io::{self, Write};
 use std::net::TcpStream;
 use std::sync::atomic::AtomicBool;
@@ -367,7 +366,7 @@ pub fn run_observed(
     expect(&mut control, State::DisplayResults, Instant::now() + setup)?;
     let _ = wire::write_state(&mut control, State::IperfDone);
     let warm_ups: Vec<DatagramCounts> = moved.iter().map(|m| m.warm_up).collect();
-    let (server, server_sent) = server_result(settings, &theirs, &warm_ups)?;
+    let (server, server_sent) = results::server_result(settings, &theirs, &warm_ups)?;
     for (m, sent) in moved.iter_mut().zip(server_sent) {
         if let Some(sent) = sent {
             count_unseen_as_lost(&mut m.stats.datagrams, &m.warm_up, sent);
@@ -457,149 +456,10 @@ fn own_results(
         sending: Role::Client.sends_on(settings, i as u32),
         stats: &m.stats,
         warm_up: &m.warm_up,
-        tcp: m.tcp,
+        tcp: m.transport.tcp,
         seconds,
     });
     results::message(settings.protocol(), streams, cpu, wall, None)
-}
-
-/// The iperf3 server's figures, as fperf reports a server's, from its results message:
-/// checked as any peer's figures are. Its packet counts run from the start of the
-/// test: the warm-up's (`-O`) come off, as it says them (3.13 and later) or as this
-/// end counted them (`warm_ups`, by stream). With them, by stream, the datagrams it
-/// says it sent from the start of the test, where it sent on that stream.
-pub fn server_result(
-    settings: &Settings,
-    theirs: &Map<String, Value>,
-    warm_ups: &[DatagramCounts],
-) -> Result<(SideResult, Vec<Option<u64>>)> {
-    let impossible = |why: String| anyhow!("the iperf3 server sent impossible figures: {why}");
-    let streams = theirs
-        .get("streams")
-        .and_then(Value::as_array)
-        .ok_or_else(|| impossible("no streams".into()))?;
-    if streams.len() > settings.nstreams as usize {
-        return Err(impossible(format!(
-            "{} streams in a test of {}",
-            streams.len(),
-            settings.nstreams
-        )));
-    }
-    let base = Instant::now();
-    let mut totals = SideTotals::new(settings.first_server_stream());
-    let mut results = Vec::with_capacity(streams.len());
-    let mut seen = vec![false; settings.nstreams as usize];
-    let mut sent_in_all = vec![None; settings.nstreams as usize];
-    for stream in streams {
-        let id = stream.get("id").and_then(Value::as_u64).unwrap_or(0);
-        let index = (0..settings.nstreams)
-            .find(|&i| u64::from(wire::stream_id(i)) == id)
-            .ok_or_else(|| impossible(format!("a stream with id {id}")))?;
-        if std::mem::replace(&mut seen[index as usize], true) {
-            return Err(impossible(format!("stream id {id} twice")));
-        }
-        let bytes = stream.get("bytes").and_then(Value::as_u64).unwrap_or(0);
-        let seconds = stream
-            .get("end_time")
-            .and_then(Value::as_f64)
-            .unwrap_or(0.0)
-            - stream
-                .get("start_time")
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0);
-        if !(0.0..=1e7).contains(&seconds) {
-            return Err(impossible(format!("a stream that ran {seconds} s")));
-        }
-        let duration = Duration::from_secs_f64(seconds);
-        let sending = settings.server_sends_on(index);
-        let mut stats = StreamStats::default();
-        if sending {
-            stats.bytes_sent = bytes;
-        } else {
-            stats.bytes_received = bytes;
-        }
-        if settings.protocol() == Protocol::Udp {
-            let given = |key: &str| stream.get(key).and_then(Value::as_u64);
-            let count = |key: &str| given(key).unwrap_or(0);
-            let warm_up = warm_ups.get(index as usize).copied().unwrap_or_default();
-            let d = &mut stats.datagrams;
-            if sending {
-                let omitted = given("omitted_packets").unwrap_or(warm_up.peer_sent);
-                d.sent = count("packets").saturating_sub(omitted);
-                sent_in_all[index as usize] = given("packets");
-            } else {
-                // iperf3's receiver: the highest number seen, and those missing below.
-                let omitted = given("omitted_packets").unwrap_or(warm_up.sent);
-                let packets = count("packets").saturating_sub(omitted);
-                let errors = count("errors").saturating_sub(count("omitted_errors"));
-                d.peer_sent = packets;
-                d.lost = errors.min(packets);
-                d.received = packets - d.lost;
-                d.jitter_ns = stream
-                    .get("jitter")
-                    .and_then(Value::as_f64)
-                    .filter(|j| (0.0..1e3).contains(j))
-                    .map(|j| j * 1e9);
-            }
-        }
-        let mut figures = Figures::new(&stats, duration, &settings.percentiles);
-        if let Some(why) = figures.impossible(settings) {
-            return Err(impossible(why));
-        }
-        // iperf3 3.12 writes -1 as 2^64 - 1: only a count below 2^63 is one.
-        let retransmits = stream
-            .get("retransmits")
-            .and_then(Value::as_u64)
-            .filter(|&r| sending && r < 1 << 63);
-        figures.tcp = retransmits.map(|r| TcpInfo {
-            sockets: 1,
-            retransmits: r,
-            ..TcpInfo::default()
-        });
-        totals.add(
-            index,
-            &stats,
-            figures.tcp.as_ref(),
-            Some((base, base + duration)),
-        );
-        results.push(StreamResult {
-            index,
-            local: String::new(),
-            peer: String::new(),
-            congestion: theirs
-                .get("congestion_used")
-                .and_then(Value::as_str)
-                .map(|s| crate::peer_text::printable(&s.chars().take(16).collect::<String>())),
-            rcvlowat: None,
-            rx_nap_us: None,
-            figures,
-        });
-    }
-    results.sort_by_key(|r| r.index);
-    let (total, reverse_total) = totals.figures(&settings.percentiles);
-    let percent = |key: &str| {
-        theirs
-            .get(key)
-            .and_then(Value::as_f64)
-            .filter(|p| (0.0..=1e5).contains(p))
-            .unwrap_or(0.0)
-    };
-    let wall = total.duration_ns;
-    let cpu_us = |p: f64| (p / 100.0 * wall as f64 / 1000.0) as u64;
-    let server = SideResult {
-        role: Role::Server,
-        total,
-        reverse_total,
-        streams: results,
-        system: None,
-        cpu: Some(CpuUsage {
-            user_us: cpu_us(percent("cpu_util_user")),
-            system_us: cpu_us(percent("cpu_util_system")),
-            counts: None,
-        }),
-        intervals: Vec::new(),
-    };
-    Ok((server, sent_in_all))
 }
 
 /// A receiving stream's loss counted from the numbers misses the datagrams the server
@@ -778,7 +638,7 @@ mod tests {
         let theirs = json!({"streams": [{"id": 1, "bytes": 14_000, "packets": 10,
                                          "omitted_packets": 2, "end_time": 1.0}]});
         let theirs = theirs.as_object().expect("object");
-        let (_, sent) = server_result(&s, theirs, &[]).expect("valid");
+        let (_, sent) = results::server_result(&s, theirs, &[]).expect("valid");
         assert_eq!(sent, [Some(10)], "the warm-up's datagrams included");
         // This end saw numbers 1 to 2 in the warm-up and 3 to 8 after it, 5 missing.
         let warm_up = DatagramCounts {
@@ -817,10 +677,10 @@ mod tests {
         };
         let ok = doc(json!([{"id":1,"bytes":1048576,"end_time":1.0},
                             {"id":3,"bytes":1000,"retransmits":18446744073709551615u64,"end_time":1.0}]));
-        let (r, _) = server_result(&s, &ok, &[]).expect("valid");
+        let (r, _) = results::server_result(&s, &ok, &[]).expect("valid");
         assert_eq!(r.total.bytes_received, 1_048_576 + 1000);
         assert!(
-            r.streams.iter().all(|s| s.figures.tcp.is_none()),
+            r.streams.iter().all(|s| s.figures.transport.tcp.is_none()),
             "-1 is no count"
         );
         for bad in [
@@ -831,7 +691,10 @@ mod tests {
             json!([{"id":1,"bytes":1,"end_time":-5.0}]),
             json!("streams"),
         ] {
-            assert!(server_result(&s, &doc(bad.clone()), &[]).is_err(), "{bad}");
+            assert!(
+                results::server_result(&s, &doc(bad.clone()), &[]).is_err(),
+                "{bad}"
+            );
         }
     }
 }

@@ -1,17 +1,17 @@
-//! `--flows` over UDP, request/response: each flow (a connected UDP socket of the
-//! STREAM) keeps one request datagram of its own in flight, as TCP flows do (see
-//! [`super::flows`]), and the thread waits for every flow's reply in one epoll set.
-//! What UDP adds: a request whose reply does not come within the ACK time-out is sent
-//! again, at most [`MAX_RETRIES`] times, and a reply is taken only if it answers the
-//! flow's request (its sequence number, and with echo its content); anything else that
-//! arrives is counted and dropped.
+//! `--flows` over UDP, request/response: each flow (a connected UDP socket of the STREAM)
+//! keeps one request datagram of its own in flight, as TCP flows do (see
+//! [`crate::transport::tcp::flows`]), and the thread waits for every flow's reply in one
+//! epoll set. What UDP adds: a request whose reply does not come within the ACK time-out
+//! is sent again, at most [`MAX_RETRIES`] times, and a reply is taken only if it answers
+//! the flow's request (its sequence number, and with echo its content); anything else
+//! that arrives is counted and dropped.
 //!
 //! Bulk needs none of this: the UDP STREAM sends each datagram, or batch, on the next
 //! flow.
 
-use super::epoll::Epoll;
-use super::{check_abort, Deadline};
 use crate::stats::StreamStats;
+use crate::stream::epoll::Epoll;
+use crate::stream::{check_abort, Deadline};
 use crate::transport::udp::settings::MAX_RETRIES;
 use std::io;
 use std::os::fd::RawFd;

@@ -14,7 +14,7 @@
 //! `Timeout::NonBlocking` calls pass `MSG_DONTWAIT`. Sockets stay non-blocking, with
 //! `poll()` only after `EAGAIN`, where waiting must not happen in the kernel: with
 //! `--busy-poll` (which spins), `--zerocopy` (whose writers wait themselves) and
-//! `--epoll` (whose waits are `epoll_wait()`, see [`super::epoll`]). A STREAM of
+//! `--epoll` (whose waits are `epoll_wait()`, see [`crate::stream::epoll`]). A STREAM of
 //! several sockets multiplexes its receives with `poll()` (or `epoll_wait()`) either way.
 //!
 //! The receiving end may set a low-water mark (`SO_RCVLOWAT`, one packet by default on
@@ -28,21 +28,23 @@
 //!
 //! Every read, write, option and `poll()` of a data socket goes through its
 //! [`DataSocket`]'s table of calls (zero-copy writers aside): libc's for TCP,
-//! librdmacm's for `--rdma-api rsocket` (see [`super::socket_calls`]). rsockets have
-//! no kernel time-outs, so they always run in non-blocking mode.
+//! librdmacm's for `--rdma-api rsocket` (see [`crate::stream::socket_calls`]).
+//! rsockets have no kernel time-outs, so they always run in non-blocking mode.
 
-use super::epoll::Epoll;
 use super::flows::{FlowSocket, Flows};
-use super::sender::{LazySenders, PacketSink, Senders};
-use super::socket_calls::DataSocket;
-use super::sys::{
-    bound_paced_backlog, receive_window_short_of, set_max_pacing_rate, set_tos, set_window,
-    tcp_info, tcp_quickack,
-};
 use super::uring::{no_wait, Ring};
 use super::zerocopy::{ZeroCopy, ZeroCopyWriter};
-use super::{Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
 use crate::stats::{span_ns, StreamStats};
+use crate::stream::epoll::Epoll;
+use crate::stream::sender::{LazySenders, PacketSink, Senders};
+use crate::stream::socket_calls::DataSocket;
+use crate::stream::sys::{
+    bound_paced_backlog, receive_window_short_of, set_max_pacing_rate, set_tos, set_window,
+    tcp_quickack,
+};
+use crate::stream::{Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
+use crate::transport::figures::TransportFigures;
+use crate::transport::tcp::facts::TcpInfo;
 use crate::transport::tcp::settings::RECV_CHUNK;
 use bytes::Bytes;
 use socket2::SockRef;
@@ -53,40 +55,6 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The TCP STREAM's own options, as one end applies them ([`StreamOptions::tcp`]).
-#[derive(Clone, Debug, Default)]
-pub struct TcpOptions {
-    /// Set TCP_NODELAY.
-    pub nodelay: bool,
-    /// Set TCP_QUICKACK, re-armed after every read.
-    pub quickack: bool,
-    /// Zero-copy sending (see [`super::zerocopy`]).
-    pub zerocopy: ZeroCopy,
-    /// The congestion control algorithm to set (`TCP_CONGESTION`); `None`: the
-    /// kernel's default.
-    pub congestion: Option<String>,
-    /// The receiving end: `SO_RCVLOWAT` on the data sockets, the bytes a read waits
-    /// for (it returns less at end of stream or when its time-out passes); `None`:
-    /// the kernel's (1).
-    pub rcvlowat: Option<usize>,
-    /// The receiving end: reads pass `MSG_TRUNC`, so the kernel consumes the bytes
-    /// without copying them into the buffer (which keeps whatever it held).
-    pub skip_rx_copy: bool,
-    /// The receiving end of one blocking socket: while data flows, a read that finds
-    /// none naps this long and reads once more before it sleeps on the socket, so the
-    /// sender does not wake it.
-    pub rx_nap: Option<Duration>,
-    /// Data calls go through an io_uring per thread (see [`super::uring`]).
-    pub io_uring: bool,
-    /// The connecting end: `TCP_MAXSEG` before the handshake; `None`: the path's.
-    pub mss: Option<u32>,
-    /// Both ends: the kernel paces each socket's sends to this many bits per second
-    /// (`SO_MAX_PACING_RATE`); `None`: no cap.
-    pub fq_rate: Option<u64>,
-    /// The connecting end: the IPv6 flow label its packets carry (`-L`).
-    pub flowlabel: Option<u32>,
-}
 
 /// The kernel time-outs a blocking-mode socket has, in ms (0: not set yet), kept so
 /// that they are set only when they change. Shared by every handle on the connection.
@@ -239,7 +207,7 @@ impl Socket {
     }
 
     fn check_abort(&self) -> io::Result<()> {
-        super::check_abort(&self.abort)
+        crate::stream::check_abort(&self.abort)
     }
 
     /// Reads once without waiting. `Ok(None)` is EAGAIN; `Ok(Some(0))` end of stream.
@@ -376,7 +344,7 @@ fn wait_ready(
     busy_poll: bool,
     epoll: Option<&Epoll>,
 ) -> io::Result<()> {
-    super::check_abort(abort)?;
+    crate::stream::check_abort(abort)?;
     let ms = deadline.poll_ms()?;
     if busy_poll {
         std::thread::yield_now();
@@ -886,11 +854,11 @@ impl Stream for TcpStream {
     }
 
     fn local_addr(&self) -> String {
-        super::addr_text(self.sockets[0].sock.local_addr())
+        crate::stream::addr_text(self.sockets[0].sock.local_addr())
     }
 
     fn peer_addr(&self) -> String {
-        super::addr_text(self.sockets[0].sock.peer_addr())
+        crate::stream::addr_text(self.sockets[0].sock.peer_addr())
     }
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
@@ -993,7 +961,9 @@ impl Stream for TcpStream {
 
     fn facts(&self) -> SocketFacts {
         SocketFacts {
-            tcp: self.tcp_info(),
+            figures: TransportFigures {
+                tcp: self.tcp_info(),
+            },
             congestion: self.in_force.congestion.clone(),
             rcvlowat: self.in_force.rcvlowat,
             rx_nap: self.rx_nap(),
@@ -1046,13 +1016,16 @@ fn send_on_flows(
 
 impl TcpStream {
     /// `TCP_INFO` over the kernel sockets.
-    fn tcp_info(&self) -> Option<crate::sysinfo::TcpInfo> {
-        let mut total: Option<crate::sysinfo::TcpInfo> = None;
+    fn tcp_info(&self) -> Option<TcpInfo> {
+        let mut total: Option<TcpInfo> = None;
         // rsockets have no TCP_INFO: no figures rather than made-up ones.
         for s in self.sockets.iter().filter(|s| s.sock.calls().kernel) {
             // A socket the kernel cannot describe (already torn down) adds nothing.
-            if let Ok(one) = tcp_info(&*s.sock) {
-                crate::sysinfo::TcpInfo::merge_opt(&mut total, Some(&one));
+            if let Ok(one) = TcpInfo::read(&*s.sock) {
+                match &mut total {
+                    Some(t) => t.merge(&one),
+                    None => total = Some(one),
+                }
             }
         }
         total
@@ -1115,7 +1088,7 @@ impl HandshakeOptions<'_> {
             None,
         )?;
         if let Some(name) = self.device {
-            super::sys::bind_device(&sock, name)?;
+            crate::stream::sys::bind_device(&sock, name)?;
         }
         if self.bind.is_some() || self.local_port.is_some() {
             let ip = self.bind.unwrap_or(match addr {
@@ -1167,7 +1140,7 @@ fn labelled(sock: &socket2::Socket, addr: SocketAddr, label: u32) -> io::Result<
             flowlabel_over_ipv4(addr.ip()),
         ));
     };
-    super::sys::take_flow_label(sock, *v6.ip(), label)?;
+    crate::stream::sys::take_flow_label(sock, *v6.ip(), label)?;
     // `sin6_flowinfo` is in network order, and the address is copied into it as is.
     let flowinfo = (label & 0xFFFFF).to_be();
     Ok(SocketAddr::V6(std::net::SocketAddrV6::new(
@@ -1221,10 +1194,11 @@ fn congestion_of(sock: &DataSocket) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&raw[..end]).into_owned())
 }
 
-super::impl_std_io!(TcpStream);
+crate::stream::impl_std_io!(TcpStream);
 
 #[cfg(test)]
 mod tests {
+    use super::super::stream_options::TcpOptions;
     use super::*;
     use std::net::Shutdown;
     use std::thread;
@@ -1243,7 +1217,7 @@ mod tests {
         use std::io::{Read, Write};
         let (mut client, mut server) = pair(StreamOptions::default());
         assert_eq!(
-            super::super::tests::bound_addr(&client),
+            crate::stream::tests::bound_addr(&client),
             client.local_addr()
         );
         let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();

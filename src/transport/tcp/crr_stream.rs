@@ -20,9 +20,9 @@
 //! takes no more connections off its listen queue than it has places for.
 
 use super::crr_flows::{connect_nowait, Flights};
-use super::epoll::Epoll;
-use super::{addr_text, check_abort, StreamOptions, Timeout};
 use crate::stats::{span_ns, StreamStats};
+use crate::stream::epoll::Epoll;
+use crate::stream::{addr_text, check_abort, StreamOptions, Timeout};
 use bytes::Bytes;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -90,7 +90,7 @@ impl CrrClient {
     }
 
     fn open(&self) -> io::Result<TcpStream> {
-        let handshake = super::tcp::HandshakeOptions {
+        let handshake = super::stream::HandshakeOptions {
             bind: self.bind,
             congestion: self.opts.tcp.congestion.as_deref(),
             window: None,
@@ -148,7 +148,7 @@ impl CrrClient {
     }
 }
 
-impl super::Stream for CrrClient {
+impl crate::stream::Stream for CrrClient {
     fn nsockets(&self) -> usize {
         self.flights.as_ref().map_or(1, |_| self.opts.nsockets)
     }
@@ -161,7 +161,7 @@ impl super::Stream for CrrClient {
     }
 
     fn peer_addr(&self) -> String {
-        super::canonical(self.server).to_string()
+        crate::stream::canonical(self.server).to_string()
     }
 
     /// One transaction: connect, request, 1-byte reply, the server's close, close.
@@ -173,7 +173,7 @@ impl super::Stream for CrrClient {
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "crr packet size"))?;
         let head = header(self.session, self.stream, len);
         if let Some(flights) = &mut self.flights {
-            let handshake = super::tcp::HandshakeOptions {
+            let handshake = super::stream::HandshakeOptions {
                 bind: self.bind,
                 congestion: self.opts.tcp.congestion.as_deref(),
                 window: None,
@@ -366,7 +366,7 @@ impl CrrServer {
 
     /// Drops the connections silent for `REQUEST_TIMEOUT`, then waits within
     /// `deadline` for the listener (while there is room) and the others; fills `ready`.
-    fn wait(&mut self, deadline: super::Deadline) -> io::Result<()> {
+    fn wait(&mut self, deadline: crate::stream::Deadline) -> io::Result<()> {
         let now = Instant::now();
         let epoll = &self.epoll;
         self.pending.retain(|p| {
@@ -462,7 +462,7 @@ fn announced(head: &[u8; HEADER_LEN], session: u64, stream: u32) -> Option<usize
     (field(0..8) == session && field(8..12) == u64::from(stream)).then(|| field(12..16) as usize)
 }
 
-impl super::Stream for CrrServer {
+impl crate::stream::Stream for CrrServer {
     fn nsockets(&self) -> usize {
         self.room
     }
@@ -475,7 +475,7 @@ impl super::Stream for CrrServer {
     fn peer_addr(&self) -> String {
         self.last_peer.map_or_else(
             || format!("{}:(new port per connection)", self.client),
-            |p| super::canonical(p).to_string(),
+            |p| crate::stream::canonical(p).to_string(),
         )
     }
 
@@ -553,8 +553,8 @@ impl super::Stream for CrrServer {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Stream;
     use super::*;
+    use crate::stream::Stream;
     use std::collections::BTreeSet;
 
     const SESSION: u64 = 0x5eed_0123_4567_89ab;
@@ -626,7 +626,7 @@ mod tests {
         });
         // What a connection from `from` that sends `head` and `payload` is answered.
         let answer = |from: [u8; 4], head: [u8; HEADER_LEN], payload: &[u8]| {
-            let handshake = super::super::tcp::HandshakeOptions {
+            let handshake = super::super::stream::HandshakeOptions {
                 bind: Some(IpAddr::from(from)),
                 congestion: None,
                 window: None,

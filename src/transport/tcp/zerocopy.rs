@@ -70,7 +70,7 @@ impl ZeroCopyWriter {
         match mode {
             ZeroCopy::Off => Ok(None),
             ZeroCopy::Msg => {
-                super::sys::set_int_opt(sock, libc::SOL_SOCKET, libc::SO_ZEROCOPY, 1)?;
+                crate::stream::sys::set_int_opt(sock, libc::SOL_SOCKET, libc::SO_ZEROCOPY, 1)?;
                 Ok(Some(ZeroCopyWriter::Msg {
                     fd: sock.as_raw_fd(),
                     counts: ZeroCopyCounts::default(),
@@ -129,7 +129,7 @@ impl Drop for ZeroCopyWriter {
             let deadline = Instant::now() + FLUSH_TIMEOUT;
             while counts.completed < counts.issued && Instant::now() < deadline {
                 // POLLERR is reported whenever the error queue holds something.
-                if super::sys::poll_one(*fd, 0, 10).is_err() || reap(*fd, counts).is_err() {
+                if crate::stream::sys::poll_one(*fd, 0, 10).is_err() || reap(*fd, counts).is_err() {
                     break;
                 }
             }
@@ -172,7 +172,7 @@ fn msg_write_all(
             // Too many pages pinned: wait for the kernel to release some.
             Some(libc::ENOBUFS) => {
                 if reap(sock, counts)? == 0 {
-                    super::sys::poll_one(sock, 0, 1)?;
+                    crate::stream::sys::poll_one(sock, 0, 1)?;
                 }
             }
             _ => return Err(e),
@@ -318,7 +318,7 @@ mod tests {
             .expect("writer")
             .expect("a mode other than off");
         let mut wait = || {
-            super::super::sys::poll_one(fd, libc::POLLOUT, 1000)?;
+            crate::stream::sys::poll_one(fd, libc::POLLOUT, 1000)?;
             Ok(())
         };
         for _ in 0..n {

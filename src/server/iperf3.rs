@@ -8,13 +8,13 @@
 //! goes as iperf3's protocol has it: parameters, streams, start, the client's
 //! `TEST_END`, the results exchange (the client's figures, then the server's), done.
 
-use super::params::{self, Iperf3Test};
-use super::results::{self, StreamFigures};
-use super::udp;
-use super::wire::{self, Cookie, ErrorCode, State, COOKIE_LEN};
 use crate::control::session::IDENTIFY_WITHIN;
 use crate::engine::{drive, receive, Received, StreamNames};
 use crate::interval::Meter;
+use crate::iperf3::params::{self, Iperf3Test};
+use crate::iperf3::results::{self, StreamFigures};
+use crate::iperf3::udp;
+use crate::iperf3::wire::{self, Cookie, ErrorCode, State, COOKIE_LEN};
 use crate::limits::{LimitError, StopReason, TestWatch, Watchdog};
 use crate::pending::PendingSlot;
 use crate::results::{Role, SideResult};
@@ -563,7 +563,7 @@ fn results_json(
         sending: settings.server_sends_on(*i),
         stats: &r.stats,
         warm_up: &r.warm_up,
-        tcp: r.tcp,
+        tcp: r.transport.tcp,
         seconds,
     });
     let congestion = per_stream.first().and_then(|(_, r)| r.congestion.clone());

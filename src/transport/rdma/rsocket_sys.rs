@@ -4,10 +4,10 @@
 //! `rconnect`) that make them.
 //!
 //! rsockets take no `SO_RCVTIMEO`/`SO_SNDTIMEO`, so the STREAM keeps them non-blocking
-//! and waits in `rpoll()` after `EAGAIN` (see [`super::tcp`]), polling without sleeping
-//! for up to `SPIN` first.
+//! and waits in `rpoll()` after `EAGAIN` (see [`crate::transport::tcp::stream`]),
+//! polling without sleeping for up to `SPIN` first.
 
-use super::socket_calls::{std_to_sockaddr, DataSocket, SocketCalls};
+use crate::stream::socket_calls::{std_to_sockaddr, DataSocket, SocketCalls};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::OnceLock;

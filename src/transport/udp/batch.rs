@@ -17,8 +17,8 @@
 //! advances, how a GRO buffer is cut) is pure and unit-tested; the system calls are
 //! passed in as closures.
 
-use super::buffer::DataBuffer;
 use super::cmsg::{gro_segment_size, rx_timestamp_ns, ControlBuffer};
+use crate::stream::buffer::DataBuffer;
 use std::io;
 use std::ops::Range;
 

@@ -6,6 +6,7 @@ use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
 use crate::settings::labels::Sample;
 use crate::settings::Settings;
 use crate::stats::{LatencySummary, StreamStats};
+use crate::transport::facts::{Amount, OnInterval};
 use crate::units::{
     bit_rate, bit_rate_over, byte_rate, pkt_size, rate, rate_unmeasured, size, size_triplet,
 };
@@ -365,12 +366,55 @@ fn facts_lines(width: usize, r: &SideResult) -> String {
         }
         out.push('\n');
     }
-    if let Some(t) = &r.total.tcp {
-        let _ = writeln!(
-            out,
-            "{:<width$}: retransmits={}  cwnd={}B  srtt={}us  rttvar={}us  mss={}B",
-            "tcp_info", t.retransmits, t.cwnd_bytes, t.srtt_us, t.rttvar_us, t.mss
-        );
+    for facts in r.total.transport.each() {
+        let figures: Vec<String> = facts
+            .entries()
+            .into_iter()
+            .filter(|e| e.shown.summary)
+            .map(|e| format!("{}={}", e.label, exact(&e.amount)))
+            .collect();
+        let _ = writeln!(out, "{:<width$}: {}", facts.title(), figures.join("  "));
+        for sentence in facts.sentences() {
+            let _ = writeln!(out, "{:<width$}  {sentence}", "");
+        }
+    }
+    out
+}
+
+/// A transport's figure as its summary line has it: the exact number and its unit.
+fn exact(amount: &Amount) -> String {
+    match amount {
+        Amount::Count(n) => n.to_string(),
+        Amount::Bytes(n) => format!("{n}B"),
+        Amount::Micros(us) => format!("{us}us"),
+        Amount::BytesPerSecond(n) => bit_rate(*n as f64),
+        Amount::Text(t) => t.clone(),
+    }
+}
+
+/// A transport's figure as interval lines have it: sizes in KB, MB or GB.
+fn rounded(amount: &Amount) -> String {
+    match amount {
+        Amount::Bytes(n) => size(*n as f64),
+        other => exact(other),
+    }
+}
+
+/// The transport's figures an interval line shows: on a line of what an end (or
+/// stream) sent, every one that interval lines show; otherwise the ones shown always.
+fn interval_facts(f: &Figures, sends: bool) -> String {
+    let mut out = String::new();
+    for facts in f.transport.each() {
+        for e in facts.entries() {
+            let shown = match e.shown.interval {
+                Some(OnInterval::Always) => true,
+                Some(OnInterval::Sending) => sends,
+                None => false,
+            };
+            if shown {
+                let _ = write!(out, "  {}: {}", e.label, rounded(&e.amount));
+            }
+        }
     }
     out
 }
@@ -524,12 +568,8 @@ fn stream_line(role: Role, settings: &Settings, s: &StreamInterval) -> String {
     let sends = role.sends_on(settings, s.index);
     let who = format!("stream {} ", s.index);
     let mut line = moved_columns(settings, sends, &s.figures, (s.start_ns, s.end_ns), &who);
-    if let Some(tcp) = s.figures.tcp.filter(|_| sends) {
-        line += &format!(
-            "  retransmits: {}  cwnd: {}",
-            tcp.retransmits,
-            size(tcp.cwnd_bytes as f64)
-        );
+    if sends {
+        line += &interval_facts(&s.figures, sends);
     }
     line
 }
@@ -597,12 +637,7 @@ fn direction_line(role: Role, settings: &Settings, r: &IntervalResult, t: &Figur
     if let Some(tps) = t.transactions_per_second(settings, role) {
         line += &format!("  tps: {tps:.0}/s");
     }
-    if let Some(tcp) = &t.tcp {
-        line += &format!("  retransmits: {}", tcp.retransmits);
-        if role.sends(settings) {
-            line += &format!("  cwnd: {}", size(tcp.cwnd_bytes as f64));
-        }
-    }
+    line += &interval_facts(t, role.sends(settings));
     if r.omitted {
         line += "  (omitted)";
     }
@@ -636,7 +671,7 @@ mod tests {
             app_latency: None,
             retries: 0,
             datagrams: None,
-            tcp: None,
+            transport: Default::default(),
             drain_ns: None,
         };
         SideResult {
@@ -851,10 +886,30 @@ mod tests {
         // The client sends on streams 0 and 1 (done at 1 s) and receives on 2 and 3
         // (done at 2 s); each direction's time is its own streams' span.
         let mut totals = SideTotals::new(bidir.first_server_stream());
-        totals.add(0, &stats(1 << 30, 0), None, Some((at(0), at(900))));
-        totals.add(1, &stats(1 << 30, 0), None, Some((at(10), at(1000))));
-        totals.add(2, &stats(0, 1 << 29), None, Some((at(0), at(2000))));
-        totals.add(3, &stats(0, 1 << 29), None, Some((at(5), at(1500))));
+        totals.add(
+            0,
+            &stats(1 << 30, 0),
+            &Default::default(),
+            Some((at(0), at(900))),
+        );
+        totals.add(
+            1,
+            &stats(1 << 30, 0),
+            &Default::default(),
+            Some((at(10), at(1000))),
+        );
+        totals.add(
+            2,
+            &stats(0, 1 << 29),
+            &Default::default(),
+            Some((at(0), at(2000))),
+        );
+        totals.add(
+            3,
+            &stats(0, 1 << 29),
+            &Default::default(),
+            Some((at(5), at(1500))),
+        );
         assert_eq!(totals.span(), Some((at(0), at(2000))));
         let (total, reverse_total) = totals.figures(&Percentiles::default());
         assert_eq!(

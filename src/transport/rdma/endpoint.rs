@@ -9,9 +9,9 @@
 //! stays open for the run, so a vanished peer ends a wait instead of stalling it.
 
 use super::ring::Packet;
-use super::sender::{LazySenders, PacketSink, Senders};
-use super::{Deadline, Stream, StreamOptions, Timeout};
 use crate::stats::StreamStats;
+use crate::stream::sender::{LazySenders, PacketSink, Senders};
+use crate::stream::{Deadline, Stream, StreamOptions, Timeout};
 use bytes::Bytes;
 use std::io;
 use std::net::TcpStream;
@@ -73,7 +73,7 @@ impl Backoff {
         // completion that lands while spinning is seen a few instructions later.
         if self.spins % DEADLINE_EVERY != 0 && self.spins < SPINS {
             self.spins += 1;
-            return super::check_abort(abort);
+            return crate::stream::check_abort(abort);
         }
         self.idle_step(deadline, abort, watch)
     }
@@ -86,7 +86,7 @@ impl Backoff {
         abort: &AtomicBool,
         watch: Option<&TcpStream>,
     ) -> io::Result<()> {
-        super::check_abort(abort)?;
+        crate::stream::check_abort(abort)?;
         let clock_due = self.spins % DEADLINE_EVERY == 0 || self.spins > YIELDS;
         match deadline {
             Deadline::Now => return Err(io::ErrorKind::WouldBlock.into()),

@@ -13,9 +13,9 @@
 //!   request goes out on a flow whose reply has come; each reply's round trip is one
 //!   latency sample.
 
-use super::epoll::Epoll;
-use super::{check_abort, Deadline};
 use crate::stats::StreamStats;
+use crate::stream::epoll::Epoll;
+use crate::stream::{check_abort, Deadline};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::AtomicBool;
@@ -227,7 +227,7 @@ fn write_all<S: FlowSocket>(
             Some(sent) => buf = &buf[sent..],
             None => {
                 check_abort(abort)?;
-                super::sys::poll_one(sock.fd(), libc::POLLOUT, deadline.poll_ms()?)?;
+                crate::stream::sys::poll_one(sock.fd(), libc::POLLOUT, deadline.poll_ms()?)?;
             }
         }
     }

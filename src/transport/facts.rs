@@ -1,0 +1,88 @@
+//! What a transport measures of its own, beyond the bytes and latencies every STREAM
+//! counts, and how the outputs learn of it without knowing the transport.
+//!
+//! Each transport keeps its figures in a type of its own folder (TCP's `TCP_INFO` in
+//! [`super::tcp::facts`]). [`super::figures::TransportFigures`] carries whichever a run has, in
+//! results and on the wire; the renderers ask it for [`Facts`] and list their
+//! [`Entry`]s, so a new figure is added in the transport's folder alone.
+
+/// A transport's figures as the outputs render them.
+pub trait Facts {
+    /// What the text report calls the group, e.g. `tcp_info`.
+    fn title(&self) -> &'static str;
+
+    /// Every figure, in the order reports list them.
+    fn entries(&self) -> Vec<Entry>;
+
+    /// What the figures say in words that a reader should know (the text report prints
+    /// each on a line of its own); none by default.
+    fn sentences(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// One figure of a transport.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    /// Its name in machine-read outputs.
+    pub key: &'static str,
+    /// Its name in the text report.
+    pub label: &'static str,
+    pub amount: Amount,
+    /// Where the text report shows it.
+    pub shown: Shown,
+    /// Its OpenMetrics gauge, if it has one.
+    pub metric: Option<Metric>,
+}
+
+/// A figure's value and what it counts.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Amount {
+    /// Things counted: segments, sockets.
+    Count(u64),
+    /// A size in bytes.
+    Bytes(u64),
+    /// A span of time, in microseconds.
+    Micros(u64),
+    /// A rate in bytes per second.
+    BytesPerSecond(u64),
+    Text(String),
+}
+
+impl Amount {
+    /// The value in the base unit of OpenMetrics (bytes, seconds, bytes per second);
+    /// `None` for text.
+    pub fn base_unit(&self) -> Option<f64> {
+        match self {
+            Amount::Count(n) | Amount::Bytes(n) | Amount::BytesPerSecond(n) => Some(*n as f64),
+            Amount::Micros(us) => Some(*us as f64 / 1e6),
+            Amount::Text(_) => None,
+        }
+    }
+}
+
+/// Where the text report shows a figure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shown {
+    /// On the end's summary line of the transport's figures.
+    pub summary: bool,
+    /// On interval lines, and on which.
+    pub interval: Option<OnInterval>,
+}
+
+/// Which interval lines show a figure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnInterval {
+    /// The totals' line of any end; a stream's line where the stream sends.
+    Always,
+    /// Only where the end (or stream) sends.
+    Sending,
+}
+
+/// An OpenMetrics gauge, labelled by the end that measured it; the value is in the
+/// name's base unit ([`Amount::base_unit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Metric {
+    pub name: &'static str,
+    pub help: &'static str,
+}
