@@ -500,7 +500,7 @@ pub struct Cli {
     /// K/M/G/T = 10^3..10^12. The client paces its sends to it, whole packets (-l) at a
     /// time, so at a slow rate one packet must go within --idle-timeout. 0, as iperf3's
     /// -b 0: as fast as possible.
-    #[arg(help_heading = "Test", short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate,
+    #[arg(help_heading = "Test", short = 'b', long, value_name = "RATE", value_parser = fperf::units::parse_target_rate,
           conflicts_with = "server")]
     bitrate: Option<u64>,
 
@@ -617,7 +617,7 @@ struct MeshArgs {
 
     /// Target rate of each stream in bits/s (e.g. 100M, 2.5G); 0, as fast as possible
     /// (the default).
-    #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate)]
+    #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::units::parse_target_rate)]
     bitrate: Option<u64>,
 
     #[command(flatten)]
@@ -1153,7 +1153,7 @@ struct Guard {
     /// Server: cap on how fast the server reads one test's data, in bits/s over all
     /// streams (e.g. 100M, 2.5G; K/M/G/T = 10^3/10^6/10^9/10^12). A test asking for
     /// more with -b is refused; TCP flow control holds an unpaced client to it.
-    #[arg(hide_short_help = true, long, value_name = "RATE", value_parser = fperf::limits::parse_rate)]
+    #[arg(hide_short_help = true, long, value_name = "RATE", value_parser = fperf::units::parse_rate)]
     max_rate: Option<u64>,
 
     /// Server: a test whose data stops moving this long is abandoned. Client: sent data

@@ -277,7 +277,7 @@ fn optional_rate(text: Option<&str>, name: &str) -> Result<Option<u64>, ProbeErr
     let Some(text) = text else {
         return Ok(None);
     };
-    let rate = crate::limits::parse_target_rate(text)
+    let rate = crate::units::parse_target_rate(text)
         .map_err(|e| ProbeError::Parameter(format!("{name}: {e}")))?;
     Ok((rate > 0).then_some(rate))
 }

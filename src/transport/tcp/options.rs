@@ -140,7 +140,7 @@ pub static OPTIONS: [TestOption<TcpSettings>; 11] = [
         what: "a rate in bits/s (e.g. 100M, 2.5G)",
         set: |tcp, text| {
             // 0, as for -b: no cap.
-            let bits = crate::limits::parse_target_rate(text)?;
+            let bits = crate::units::parse_target_rate(text)?;
             tcp.fq_rate = (bits > 0).then_some(bits);
             Ok(())
         },
