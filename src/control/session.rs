@@ -26,8 +26,9 @@ use super::{
     PROTOCOL_MINOR,
 };
 use crate::auth::{self, AuthError, AuthKey, Exchange, NONCE_LEN};
-use crate::features::{self, Feature};
+use crate::features;
 use crate::limits::{LimitError, Limits};
+use crate::options::Feature;
 use crate::peer_text::printable;
 use crate::results::{IntervalResult, Role, SideResult};
 use crate::settings::{Settings, SettingsError};
