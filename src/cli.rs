@@ -495,14 +495,8 @@ pub struct Cli {
           requires = "sweep", conflicts_with_all = ["json", "tests"])]
     table: Option<Table>,
 
-    /// Target rate of each stream in bits/s, e.g. 100M (default: no limit).
-    ///
-    /// K/M/G/T = 10^3..10^12. The client paces its sends to it, whole packets (-l) at a
-    /// time, so at a slow rate one packet must go within --idle-timeout. 0, as iperf3's
-    /// -b 0: as fast as possible.
-    #[arg(help_heading = "Test", short = 'b', long, value_name = "RATE", value_parser = fperf::units::parse_target_rate,
-          conflicts_with = "server")]
-    bitrate: Option<u64>,
+    #[command(flatten)]
+    bitrate: Declared<BitrateGroup>,
 
     /// Write the man page, a shell's completions or the JSON output's schema to stdout,
     /// then exit: fperf's page (man), fperf mesh's (man-mesh), fperf exporter's
@@ -615,10 +609,8 @@ struct MeshArgs {
     #[arg(long)]
     echo: bool,
 
-    /// Target rate of each stream in bits/s (e.g. 100M, 2.5G); 0, as fast as possible
-    /// (the default).
-    #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::units::parse_target_rate)]
-    bitrate: Option<u64>,
+    #[command(flatten)]
+    bitrate: Declared<MeshBitrateGroup>,
 
     #[command(flatten)]
     tcp: Declared<MeshTcpGroup>,
@@ -737,17 +729,16 @@ impl MeshArgs {
                 anyhow::anyhow!("{} are TCP's, not UDP's", and_list(&flags))
             })?;
         let protocol = transport.protocol();
-        let settings = Settings {
+        let mut settings = Settings {
             nstreams: self.nstreams,
             pktsize: (self.pktsize)
                 .unwrap_or_else(|| default_pktsize(protocol, workload.mprtt(), self.ipv6)),
             workload,
             time_ms: secs_to_ms("time", Some(self.time))?,
-            // 0: no target, as iperf3's -b 0.
-            rate_bps: self.bitrate.filter(|&b| b > 0),
             transport,
             ..Settings::default()
         };
+        self.bitrate.apply(&mut settings)?;
         settings.validate()?;
         Ok(MeshRun {
             config: MeshConfig {
@@ -808,6 +799,9 @@ struct ExporterArgs {
 
 /// The end of `fperf exporter --help`: a probe's query, with the parameters TCP declares.
 fn exporter_after_help() -> String {
+    let test: Vec<String> = fperf::exporter::probe::test_parameters()
+        .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
+        .collect();
     let sockets = fperf::exporter::probe::socket_parameters()
         .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")));
     let tcp: Vec<String> = fperf::exporter::probe::tcp_parameters()
@@ -817,7 +811,7 @@ fn exporter_after_help() -> String {
     format!(
         "A probe's query: target=HOST[:PORT] (an fperf server), and optionally \
          protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
-         workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, percentiles=LIST, \
+         workload=bulk|rr|echo|crr, streams=N, {}, reverse=1, percentiles=LIST, \
          {} (the last {} TCP's; a rate of 0 is none), and family=4|6 (IPv4 or IPv6 \
          alone). A probe over the limits, or whose test fails, answers \
          fperf_probe_success 0 and the reason is logged; more probes than --max-probes \
@@ -825,6 +819,7 @@ fn exporter_after_help() -> String {
          names the targets: otherwise every such failure answers alike, after the probe's \
          whole time-out, so that no one can tell a closed port from another program's \
          through the exporter.",
+        test.join(", "),
         and_list(&transport),
         count_word(tcp.len()),
     )
@@ -1040,6 +1035,39 @@ impl OptionGroup for MeshSocketGroup {
 /// Whether `fperf mesh` takes `option`.
 fn taken_by_mesh<T>(option: &TestOption<T>) -> bool {
     !matches!(option.mesh, fperf::options::Mesh::No)
+}
+
+/// `-b`, as the test's options declare it ([`fperf::settings::options`]): listed in
+/// `-h` too.
+struct BitrateGroup;
+
+impl OptionGroup for BitrateGroup {
+    type Settings = Settings;
+    const HEADING: Option<&'static str> = Some("Test");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<Settings>> {
+        test_option("bitrate")
+    }
+    fn arg(option: &'static TestOption<Settings>) -> clap::Arg {
+        option.arg(Front::Cli).hide_short_help(false)
+    }
+}
+
+/// `fperf mesh`'s `-b`, for every test of the mesh.
+struct MeshBitrateGroup;
+
+impl OptionGroup for MeshBitrateGroup {
+    type Settings = Settings;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<Settings>> {
+        test_option("bitrate")
+    }
+}
+
+/// The test-wide option of clap name `id`, as a group's only option.
+fn test_option(id: &str) -> impl Iterator<Item = &'static TestOption<Settings>> {
+    fperf::settings::options::option(id).into_iter()
 }
 
 /// Options of UDP runs, as UDP declares them ([`fperf::transport::udp::options`]).
@@ -1370,7 +1398,7 @@ impl Cli {
         if self.udp_opts.has("ack_timeout") && !(self.udp && workload.mprtt()) {
             bail!("--ack-timeout applies to UDP with MPRTT only: use it with -u -r or -u --echo");
         }
-        let s = Settings {
+        let mut s = Settings {
             // With --bidir, -t counts the streams each way.
             nstreams: if workload == Workload::Bidir {
                 nstreams.saturating_mul(2)
@@ -1390,8 +1418,7 @@ impl Cli {
             // iperf3's -i 0: no interval reports.
             interval_ms: secs_to_ms("interval", self.interval.filter(|&s| s != 0.0))?,
             omit_ms: secs_to_ms("omit", self.omit)?,
-            // 0: no target, as iperf3's -b 0.
-            rate_bps: self.bitrate.filter(|&b| b > 0),
+            rate_bps: None,
             client_cpus: self.cpu.clone(),
             server_cpus: self.server_cpu.clone(),
             flows: self.flows.is_some(),
@@ -1403,6 +1430,7 @@ impl Cli {
             percentiles: self.percentiles.unwrap_or_default(),
             transport: self.transport_settings(protocol)?,
         };
+        self.bitrate.apply(&mut s)?;
         s.validate()?;
         Ok(s)
     }

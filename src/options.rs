@@ -119,7 +119,7 @@ pub struct TestOption<T: 'static> {
     pub probe: Option<&'static str>,
     pub iperf3: Iperf3,
     /// What a value must be, for a probe's or an iperf3 client's refusal ("a number of
-    /// bytes").
+    /// bytes"); empty where a probe's refusal is the parser's own words.
     pub what: &'static str,
     /// Sets the option from its value (`""` for [`Takes::Nothing`]); why the value is
     /// wrong otherwise.
@@ -286,7 +286,8 @@ fn remove_period(text: &str) -> String {
 }
 
 /// Sets on `target` each option of `options` that a probe's query names (`get` finds a
-/// parameter's value); a value it cannot take is refused as "`key` must be `what`".
+/// parameter's value); a value it cannot take is refused as "`key` must be `what`", or
+/// where the option says no `what`, as "`key`: " and the parser's words.
 pub fn apply_query<'a, T: Default + 'static>(
     options: impl IntoIterator<Item = &'static TestOption<T>>,
     get: impl Fn(&str) -> Option<&'a str>,
@@ -296,8 +297,10 @@ pub fn apply_query<'a, T: Default + 'static>(
         let (Some(key), Some(text)) = (option.probe, option.probe.and_then(&get)) else {
             continue;
         };
-        (option.set)(target, text)
-            .map_err(|_| format!("{key} must be {}, not {text:?}", option.what))?;
+        (option.set)(target, text).map_err(|e| match option.what {
+            "" => format!("{key}: {e}"),
+            what => format!("{key} must be {what}, not {text:?}"),
+        })?;
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ use crate::output::json_document::StartTime;
 use crate::output::openmetrics::OpenMetrics;
 use crate::output::{Sink, Sinks};
 use crate::percentiles::Percentiles;
+use crate::settings::options::OPTIONS as TEST_OPTIONS;
 use crate::settings::{
     Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_NSTREAMS, MAX_PKTSIZE,
 };
@@ -31,21 +32,24 @@ const SETUP_ALLOWANCE: Duration = Duration::from_secs(5);
 const LEAST_SETUP: Duration = Duration::from_millis(500);
 /// Taken off Prometheus's scrape time-out, so that the answer arrives before it gives up.
 const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
-/// The query parameters a probe takes before the socket options' and TCP's (which
-/// they declare, see [`socket_parameters`] and [`tcp_parameters`]).
-const PARAMETERS: [&str; 9] = [
-    "target",
-    "protocol",
-    "duration",
-    "size",
-    "workload",
-    "streams",
-    "bitrate",
-    "reverse",
-    "percentiles",
+/// The query parameters a probe takes before the test-wide options' (which they
+/// declare, see [`test_parameters`]).
+const FIRST_PARAMETERS: [&str; 6] = [
+    "target", "protocol", "duration", "size", "workload", "streams",
 ];
+/// The query parameters a probe takes after the test-wide options' and before the
+/// socket options' and TCP's (which they declare, see [`socket_parameters`] and
+/// [`tcp_parameters`]).
+const MIDDLE_PARAMETERS: [&str; 2] = ["reverse", "percentiles"];
 /// The query parameter a probe takes after TCP's.
 const LAST_PARAMETER: &str = "family";
+
+/// The test-wide options that a probe's query may set, with their parameters' names.
+pub fn test_parameters() -> impl Iterator<Item = (&'static str, &'static TestOption<Settings>)> {
+    TEST_OPTIONS
+        .iter()
+        .filter_map(|option| option.probe.map(|key| (key, option)))
+}
 
 /// The socket options that a probe's query may set, with their parameters' names.
 pub fn socket_parameters(
@@ -64,10 +68,13 @@ pub fn tcp_parameters() -> impl Iterator<Item = (&'static str, &'static TestOpti
 
 /// Every query parameter a probe takes, in the order the help lists them.
 fn parameters() -> Vec<&'static str> {
+    let test = test_parameters().map(|(key, _)| key);
     let sockets = socket_parameters().map(|(key, _)| key);
     let tcp = tcp_parameters().map(|(key, _)| key);
-    PARAMETERS
+    FIRST_PARAMETERS
         .into_iter()
+        .chain(test)
+        .chain(MIDDLE_PARAMETERS)
         .chain(sockets)
         .chain(tcp)
         .chain([LAST_PARAMETER])
@@ -214,7 +221,8 @@ impl ProbeRequest {
                 .filter(|n| (1..=MAX_NSTREAMS).contains(n))
                 .ok_or_else(|| bad(format!("streams must be 1 to {MAX_NSTREAMS}, not {text:?}")))?,
         };
-        let rate_bps = optional_rate(get("bitrate"), "bitrate")?;
+        let mut declared = Settings::default();
+        apply_query(test_parameters().map(|(_, o)| o), get, &mut declared).map_err(bad)?;
         // The round trip's percentile labels; the default set without it.
         let percentiles = get("percentiles")
             .map(|text| text.parse::<Percentiles>().map_err(|e| bad(e.to_string())))
@@ -235,10 +243,9 @@ impl ProbeRequest {
             pktsize,
             workload,
             time_ms: Some(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
-            rate_bps,
             percentiles,
             transport,
-            ..Settings::default()
+            ..declared
         };
         settings
             .validate()
@@ -269,17 +276,6 @@ impl ProbeRequest {
         }
         Ok(own.min(timeout))
     }
-}
-
-/// A probe's rate parameter `name`, as the command line's: 0 means none (no target, no
-/// cap), as a client's `-b 0` and `--fq-rate 0` do.
-fn optional_rate(text: Option<&str>, name: &str) -> Result<Option<u64>, ProbeError> {
-    let Some(text) = text else {
-        return Ok(None);
-    };
-    let rate = crate::units::parse_target_rate(text)
-        .map_err(|e| ProbeError::Parameter(format!("{name}: {e}")))?;
-    Ok((rate > 0).then_some(rate))
 }
 
 /// Runs `request`'s test, giving up after `timeout`: its figures as metrics in

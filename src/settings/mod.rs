@@ -7,6 +7,7 @@
 //! nothing past validation re-checks a field.
 
 pub mod labels;
+pub mod options;
 pub mod shape;
 pub mod transport;
 
