@@ -116,19 +116,8 @@ pub struct Cli {
     )]
     iperf3: bool,
 
-    /// Number of data STREAMs, each driven by its own thread.
-    ///
-    /// Stream i uses port PORT+i.
-    #[arg(
-        help_heading = "Test",
-        short = 't',
-        long,
-        value_name = "N",
-        default_value_t = 1,
-        allow_negative_numbers = true,
-        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NSTREAMS))
-    )]
-    nstreams: u32,
+    #[command(flatten)]
+    nstreams: Declared<StreamsGroup>,
 
     /// Sockets inside each STREAM (1..=100).
     ///
@@ -811,7 +800,7 @@ fn exporter_after_help() -> String {
     format!(
         "A probe's query: target=HOST[:PORT] (an fperf server), and optionally \
          protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
-         workload=bulk|rr|echo|crr, streams=N, {}, reverse=1, percentiles=LIST, \
+         workload=bulk|rr|echo|crr, {}, reverse=1, percentiles=LIST, \
          {} (the last {} TCP's; a rate of 0 is none), and family=4|6 (IPv4 or IPv6 \
          alone). A probe over the limits, or whose test fails, answers \
          fperf_probe_success 0 and the reason is logged; more probes than --max-probes \
@@ -1035,6 +1024,24 @@ impl OptionGroup for MeshSocketGroup {
 /// Whether `fperf mesh` takes `option`.
 fn taken_by_mesh<T>(option: &TestOption<T>) -> bool {
     !matches!(option.mesh, fperf::options::Mesh::No)
+}
+
+/// `-t`, as the test's options declare it ([`fperf::settings::options`]): listed in
+/// `-h` too, 1 unless given.
+struct StreamsGroup;
+
+impl OptionGroup for StreamsGroup {
+    type Settings = Settings;
+    const HEADING: Option<&'static str> = Some("Test");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<Settings>> {
+        test_option("nstreams")
+    }
+    fn arg(option: &'static TestOption<Settings>) -> clap::Arg {
+        (option.arg(Front::Cli).hide_short_help(false))
+            .default_value("1")
+            .allow_negative_numbers(true)
+    }
 }
 
 /// `-b`, as the test's options declare it ([`fperf::settings::options`]): listed in
@@ -1371,6 +1378,8 @@ impl Cli {
         } else {
             self.nsockets
         };
+        let mut declared = Settings::default();
+        self.nstreams.apply(&mut declared)?;
         // --flows F --threads T: T streams of F/T sockets, each socket a flow.
         let (nstreams, nsockets) = match self.flows {
             Some(flows) => {
@@ -1386,7 +1395,7 @@ impl Cli {
                 }
                 (threads, flows / threads)
             }
-            None => (self.nstreams, nsockets),
+            None => (declared.nstreams, nsockets),
         };
         let workload = self.workload_opts.workload()?;
         if workload == Workload::Bidir && nstreams > MAX_NSTREAMS / 2 {

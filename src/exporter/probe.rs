@@ -10,9 +10,7 @@ use crate::output::openmetrics::OpenMetrics;
 use crate::output::{Sink, Sinks};
 use crate::percentiles::Percentiles;
 use crate::settings::options::OPTIONS as TEST_OPTIONS;
-use crate::settings::{
-    Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_NSTREAMS, MAX_PKTSIZE,
-};
+use crate::settings::{Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_PKTSIZE};
 use crate::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
 use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use crate::transport::tcp::settings::TcpSettings;
@@ -34,9 +32,7 @@ const LEAST_SETUP: Duration = Duration::from_millis(500);
 const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
 /// The query parameters a probe takes before the test-wide options' (which they
 /// declare, see [`test_parameters`]).
-const FIRST_PARAMETERS: [&str; 6] = [
-    "target", "protocol", "duration", "size", "workload", "streams",
-];
+const FIRST_PARAMETERS: [&str; 5] = ["target", "protocol", "duration", "size", "workload"];
 /// The query parameters a probe takes after the test-wide options' and before the
 /// socket options' and TCP's (which they declare, see [`socket_parameters`] and
 /// [`tcp_parameters`]).
@@ -213,14 +209,6 @@ impl ProbeRequest {
                     ))
                 })?,
         };
-        let nstreams = match get("streams") {
-            None => 1,
-            Some(text) => text
-                .parse::<u32>()
-                .ok()
-                .filter(|n| (1..=MAX_NSTREAMS).contains(n))
-                .ok_or_else(|| bad(format!("streams must be 1 to {MAX_NSTREAMS}, not {text:?}")))?,
-        };
         let mut declared = Settings::default();
         apply_query(test_parameters().map(|(_, o)| o), get, &mut declared).map_err(bad)?;
         // The round trip's percentile labels; the default set without it.
@@ -239,7 +227,6 @@ impl ProbeRequest {
                     bad(format!("{} are TCP's, not UDP's", and_list(&keys)))
                 })?;
         let settings = Settings {
-            nstreams,
             pktsize,
             workload,
             time_ms: Some(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
@@ -399,6 +386,30 @@ mod tests {
         ProbeRequest::parse(query, &config())
     }
 
+    #[test]
+    fn a_probe_lists_its_parameters_in_the_helps_order() {
+        assert_eq!(
+            parameters(),
+            [
+                "target",
+                "protocol",
+                "duration",
+                "size",
+                "workload",
+                "streams",
+                "bitrate",
+                "reverse",
+                "percentiles",
+                "window",
+                "congestion",
+                "mss",
+                "fq_rate",
+                "notsent_lowat",
+                "family"
+            ]
+        );
+    }
+
     fn refusal(query: &str) -> String {
         match parse(query) {
             Ok(r) => panic!("{query} was accepted as {r:?}"),
@@ -483,9 +494,17 @@ mod tests {
         assert!(refusal("target=127.0.0.1&size=0").contains("size must be"));
         assert!(refusal("target=127.0.0.1&size=9G").contains("size must be"));
         assert!(refusal("target=127.0.0.1&streams=100000").contains("streams must be"));
+        assert_eq!(
+            refusal("target=127.0.0.1&streams=0"),
+            "streams must be 1 to 256, not \"0\""
+        );
         assert!(refusal("target=127.0.0.1&protocol=sctp").contains("tcp or udp"));
         assert!(refusal("target=127.0.0.1&workload=rr&reverse=1").contains("reverse"));
         assert!(refusal("target=127.0.0.1&bitrate=fast").contains("bitrate"));
+        assert_eq!(
+            refusal("target=127.0.0.1&bitrate=fast"),
+            "bitrate: 'fast' is not a rate such as 100M or 2.5G (bits/s)"
+        );
         assert!(refusal("target=127.0.0.1&window=big").contains("window must be"));
         assert!(refusal("target=127.0.0.1&window=0").contains("cannot run"));
         assert!(refusal("target=127.0.0.1&window=1G").contains("cannot run"));
