@@ -17,6 +17,7 @@ use fperf::options::{and_list, Front, Given, TestOption};
 use fperf::output::json_document::DocLabels;
 use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
+use fperf::settings::options::{WorkloadFlags, WORKLOAD_OPTIONS};
 use fperf::settings::{
     default_pktsize, Protocol, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PORT,
     DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
@@ -29,7 +30,7 @@ use fperf::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::options::OPTIONS as UDP_OPTIONS;
 use fperf::transport::udp::settings::UdpSettings;
-use fperf::workload::{Reply, Workload, WorkloadError};
+use fperf::workload::Workload;
 use std::ffi::OsString;
 use std::fs::File;
 use std::net::IpAddr;
@@ -590,13 +591,8 @@ struct MeshArgs {
     #[arg(short = 'l', long, value_name = "SIZE", value_parser = parse_pktsize)]
     pktsize: Option<u32>,
 
-    /// A latency matrix: each packet answered by 1 byte (median round trip per pair).
-    #[arg(short = 'r', long, conflicts_with = "echo")]
-    mprtt: bool,
-
-    /// A latency matrix: each packet echoed whole.
-    #[arg(long)]
-    echo: bool,
+    #[command(flatten)]
+    round_trips: Declared<MeshRoundTripGroup>,
 
     #[command(flatten)]
     bitrate: Declared<MeshBitrateGroup>,
@@ -703,11 +699,9 @@ impl MeshArgs {
                 self.outlier_below
             );
         }
-        let workload = match (self.mprtt, self.echo) {
-            (true, _) => Workload::RoundTrip(Reply::Ack),
-            (_, true) => Workload::RoundTrip(Reply::Echo),
-            _ => Workload::Bulk,
-        };
+        let mut flags = WorkloadFlags::default();
+        self.round_trips.apply(&mut flags)?;
+        let workload = flags.workload()?;
         let mut tcp = TcpSettings::default();
         self.tcp.apply(&mut tcp)?;
         let mut sockets = SocketSettings::default();
@@ -859,19 +853,8 @@ impl ExporterArgs {
 #[derive(clap::Args, Debug)]
 #[command(next_help_heading = WORKLOADS_HEADING)]
 struct WorkloadArgs {
-    /// Wait for a 1-byte ACK after each packet and report its round trip (mprtt).
-    ///
-    /// "Most-practical round-trip time": each packet waits for the peer's answer
-    /// before the next is sent.
-    #[arg(short = 'r', long)]
-    mprtt: bool,
-
-    /// TCP, UDP or RDMA (every --rdma-api): MPRTT (implies -r) where the server answers
-    /// each packet with the packet itself (as many bytes, like sockperf/qperf
-    /// ping-pong) instead of a 1-byte ACK; mprtt is then the round trip of a request and
-    /// its full-size echo
-    #[arg(hide_short_help = true, long)]
-    echo: bool,
+    #[command(flatten)]
+    round_trips: Declared<RoundTripGroup>,
 
     /// With -r, TCP, UDP or RDMA (every --rdma-api): the server answers each -l-byte
     /// request with N bytes instead of a 1-byte ACK (neper's request and response
@@ -881,26 +864,8 @@ struct WorkloadArgs {
           value_parser = fperf::units::parse_bytes_u32)]
     response_size: Option<u32>,
 
-    /// TCP only: connect-request-response (implies -r), as netperf's TCP_CRR and neper's
-    /// tcp_crr: every packet is a new connection (connect, the -l-byte request, a 1-byte
-    /// reply, the server closes, the client closes), and mprtt is that whole life of a
-    /// connection. Stream i uses the server's port PORT+1+i
-    #[arg(hide_short_help = true, long)]
-    crr: bool,
-
-    /// Data from the server to the client, as iperf3's -R (fperf's -R is RDMA).
-    ///
-    /// TCP or UDP bulk in reverse: the server sends and the client receives, with the
-    /// same flags and figures; the client's report is then the receiving end's (with
-    /// UDP its loss, reordering and jitter).
-    #[arg(long)]
-    reverse: bool,
-
-    /// TCP bulk both ways at once, as iperf3's --bidir: -t N streams carry the client's
-    /// data and N more the server's (streams N..2N-1). Each end reports what it sent
-    /// and what it received, each direction over its own time
-    #[arg(hide_short_help = true, long, conflicts_with = "sweep")]
-    bidir: bool,
+    #[command(flatten)]
+    others: Declared<OtherWorkloadGroup>,
 }
 
 /// A group of declared options ([`fperf::options`]) as clap arguments of one command
@@ -1026,6 +991,69 @@ fn taken_by_mesh<T>(option: &TestOption<T>) -> bool {
     !matches!(option.mesh, fperf::options::Mesh::No)
 }
 
+/// The workload flags before --response-size in the help, as the test's options
+/// declare them ([`fperf::settings::options`]): -r is listed in `-h` too.
+struct RoundTripGroup;
+
+impl OptionGroup for RoundTripGroup {
+    type Settings = WorkloadFlags;
+    const HEADING: Option<&'static str> = Some(WORKLOADS_HEADING);
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<WorkloadFlags>> {
+        workload_options(&["mprtt", "echo"])
+    }
+    fn arg(option: &'static TestOption<WorkloadFlags>) -> clap::Arg {
+        option.arg(Front::Cli).hide_short_help(option.id != "mprtt")
+    }
+}
+
+/// The workload flags after --response-size in the help: --reverse is listed in `-h`
+/// too.
+struct OtherWorkloadGroup;
+
+impl OptionGroup for OtherWorkloadGroup {
+    type Settings = WorkloadFlags;
+    const HEADING: Option<&'static str> = Some(WORKLOADS_HEADING);
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<WorkloadFlags>> {
+        workload_options(&["crr", "reverse", "bidir"])
+    }
+    fn arg(option: &'static TestOption<WorkloadFlags>) -> clap::Arg {
+        option
+            .arg(Front::Cli)
+            .hide_short_help(option.id != "reverse")
+    }
+}
+
+/// `fperf mesh`'s latency matrices: -r, or --echo.
+struct MeshRoundTripGroup;
+
+impl OptionGroup for MeshRoundTripGroup {
+    type Settings = WorkloadFlags;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<WorkloadFlags>> {
+        WORKLOAD_OPTIONS
+            .iter()
+            .filter(|option| taken_by_mesh(option))
+    }
+    fn arg(option: &'static TestOption<WorkloadFlags>) -> clap::Arg {
+        match option.id {
+            "mprtt" => option.arg(Front::Mesh).conflicts_with("echo"),
+            _ => option.arg(Front::Mesh),
+        }
+    }
+}
+
+/// The workload flags of clap names `ids`, in the order the help lists them.
+fn workload_options(
+    ids: &'static [&'static str],
+) -> impl Iterator<Item = &'static TestOption<WorkloadFlags>> {
+    WORKLOAD_OPTIONS
+        .iter()
+        .filter(move |option| ids.contains(&option.id))
+}
+
 /// `-t`, as the test's options declare it ([`fperf::settings::options`]): listed in
 /// `-h` too, 1 unless given.
 struct StreamsGroup;
@@ -1124,35 +1152,12 @@ fn refuse_foreign(given: &[impl AsRef<str>], owner: &str, protocol: Protocol) ->
 }
 
 impl WorkloadArgs {
-    /// The workload the flags ask for, refusing flags that ask for two.
-    fn workload(&self) -> Result<Workload, WorkloadError> {
-        if self.bidir {
-            let other = [
-                (self.reverse, "--reverse"),
-                (self.crr, "--crr"),
-                (self.echo, "--echo"),
-                (self.mprtt, "-r"),
-            ]
-            .into_iter()
-            .find_map(|(given, flag)| given.then_some(flag));
-            return match other {
-                Some(flag) => Err(WorkloadError::BidirConflict(flag)),
-                None => Ok(Workload::Bidir),
-            };
-        }
-        if self.reverse {
-            return match self.mprtt || self.echo || self.crr {
-                true => Err(WorkloadError::ReverseMprtt),
-                false => Ok(Workload::Reverse),
-            };
-        }
-        match (self.crr, self.echo, self.mprtt) {
-            (true, true, _) => Err(WorkloadError::CrrConflict("with --echo")),
-            (true, false, _) => Ok(Workload::Crr),
-            (false, true, _) => Ok(Workload::RoundTrip(Reply::Echo)),
-            (false, false, true) => Ok(Workload::RoundTrip(Reply::Ack)),
-            (false, false, false) => Ok(Workload::Bulk),
-        }
+    /// The workload flags given.
+    fn flags(&self) -> Result<WorkloadFlags> {
+        let mut flags = WorkloadFlags::default();
+        self.round_trips.apply(&mut flags)?;
+        self.others.apply(&mut flags)?;
+        Ok(flags)
     }
 }
 
@@ -1397,7 +1402,7 @@ impl Cli {
             }
             None => (declared.nstreams, nsockets),
         };
-        let workload = self.workload_opts.workload()?;
+        let workload = self.workload_opts.flags()?.workload()?;
         if workload == Workload::Bidir && nstreams > MAX_NSTREAMS / 2 {
             bail!(
                 "--bidir opens -t streams each way: -t must be at most {}",
@@ -2351,7 +2356,7 @@ impl Cli {
             sweep.tests = fperf::sweep::parse_tests(list)?;
         }
         let table = self.table.unwrap_or(Table::Fperf);
-        let w = &self.workload_opts;
+        let w = self.workload_opts.flags()?;
         if table == Table::Sfnt && !(w.mprtt || w.echo || w.crr) {
             bail!("--table sfnt shows round trips: give -r, --echo or --crr");
         }

@@ -8,7 +8,7 @@
 use super::wire::ErrorCode;
 use crate::options::Iperf3Refusal;
 use crate::peer_text::printable;
-use crate::settings::options::OPTIONS as TEST_OPTIONS;
+use crate::settings::options::{WorkloadFlags, OPTIONS as TEST_OPTIONS, WORKLOAD_OPTIONS};
 use crate::settings::{Settings, TransportSettings, MB};
 use crate::transport::sockets::OPTIONS as SOCKET_OPTIONS;
 use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
@@ -128,8 +128,9 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         Some(Value::String(v)) => Some(printable(&v.chars().take(32).collect::<String>())),
         _ => None,
     };
-    let bidir = params.contains_key("bidirectional");
-    let reverse = params.contains_key("reverse");
+    let mut flags = WorkloadFlags::default();
+    crate::options::apply_iperf3(&WORKLOAD_OPTIONS, params, &mut flags).map_err(refused)?;
+    let (bidir, reverse) = (flags.bidir, flags.reverse);
     let workload = match (bidir, reverse) {
         (true, _) => Workload::Bidir,
         (false, true) => Workload::Reverse,

@@ -4,6 +4,7 @@
 
 use super::{Settings, MAX_NSTREAMS};
 use crate::options::{whole_number, Iperf3, Mesh, Takes, TestOption};
+use crate::workload::{Reply, Workload, WorkloadError};
 
 /// Every test-wide option declared here, in the order a probe's parameters list them.
 pub static OPTIONS: [TestOption<Settings>; 2] = [
@@ -63,6 +64,165 @@ pub static OPTIONS: [TestOption<Settings>; 2] = [
 pub fn option(id: &str) -> Option<&'static TestOption<Settings>> {
     OPTIONS.iter().find(|option| option.id == id)
 }
+
+/// The flags that pick a test's workload, as given; [`WorkloadFlags::workload`] makes
+/// them one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkloadFlags {
+    /// `-r`: each packet waits for a 1-byte reply.
+    pub mprtt: bool,
+    /// `--echo`: each packet waits for itself back.
+    pub echo: bool,
+    /// `--crr`: a connection per request.
+    pub crr: bool,
+    /// `--reverse`: bulk data from the server.
+    pub reverse: bool,
+    /// `--bidir`: bulk data both ways.
+    pub bidir: bool,
+}
+
+impl WorkloadFlags {
+    /// The workload the flags ask for, refusing flags that ask for two.
+    pub fn workload(&self) -> Result<Workload, WorkloadError> {
+        if self.bidir {
+            let other = [
+                (self.reverse, "--reverse"),
+                (self.crr, "--crr"),
+                (self.echo, "--echo"),
+                (self.mprtt, "-r"),
+            ]
+            .into_iter()
+            .find_map(|(given, flag)| given.then_some(flag));
+            return match other {
+                Some(flag) => Err(WorkloadError::BidirConflict(flag)),
+                None => Ok(Workload::Bidir),
+            };
+        }
+        if self.reverse {
+            return match self.mprtt || self.echo || self.crr {
+                true => Err(WorkloadError::ReverseMprtt),
+                false => Ok(Workload::Reverse),
+            };
+        }
+        match (self.crr, self.echo, self.mprtt) {
+            (true, true, _) => Err(WorkloadError::CrrConflict("with --echo")),
+            (true, false, _) => Ok(Workload::Crr),
+            (false, true, _) => Ok(Workload::RoundTrip(Reply::Echo)),
+            (false, false, true) => Ok(Workload::RoundTrip(Reply::Ack)),
+            (false, false, false) => Ok(Workload::Bulk),
+        }
+    }
+}
+
+/// The flags that pick a test's workload, each declared once, in the order the help
+/// lists them.
+pub static WORKLOAD_OPTIONS: [TestOption<WorkloadFlags>; 5] = [
+    TestOption {
+        id: "mprtt",
+        long: "mprtt",
+        short: Some('r'),
+        alias: None,
+        takes: Takes::Nothing,
+        choices: &[],
+        conflicts: &[],
+        help: "Wait for a 1-byte ACK after each packet and report its round trip (mprtt).\n\n\
+               \"Most-practical round-trip time\": each packet waits for the peer's answer \
+               before the next is sent.",
+        mesh: Mesh::Help(
+            "A latency matrix: each packet answered by 1 byte (median round trip per pair).",
+        ),
+        probe: None,
+        iperf3: Iperf3::No,
+        what: "a flag",
+        set: |flags, _| {
+            flags.mprtt = true;
+            Ok(())
+        },
+    },
+    TestOption {
+        id: "echo",
+        long: "echo",
+        short: None,
+        alias: None,
+        takes: Takes::Nothing,
+        choices: &[],
+        conflicts: &[],
+        help: "TCP, UDP or RDMA (every --rdma-api): MPRTT (implies -r) where the server \
+               answers each packet with the packet itself (as many bytes, like \
+               sockperf/qperf ping-pong) instead of a 1-byte ACK; mprtt is then the round \
+               trip of a request and its full-size echo",
+        mesh: Mesh::Help("A latency matrix: each packet echoed whole."),
+        probe: None,
+        iperf3: Iperf3::No,
+        what: "a flag",
+        set: |flags, _| {
+            flags.echo = true;
+            Ok(())
+        },
+    },
+    TestOption {
+        id: "crr",
+        long: "crr",
+        short: None,
+        alias: None,
+        takes: Takes::Nothing,
+        choices: &[],
+        conflicts: &[],
+        help: "TCP only: connect-request-response (implies -r), as netperf's TCP_CRR and \
+               neper's tcp_crr: every packet is a new connection (connect, the -l-byte \
+               request, a 1-byte reply, the server closes, the client closes), and mprtt is \
+               that whole life of a connection. Stream i uses the server's port PORT+1+i",
+        mesh: Mesh::No,
+        probe: None,
+        iperf3: Iperf3::No,
+        what: "a flag",
+        set: |flags, _| {
+            flags.crr = true;
+            Ok(())
+        },
+    },
+    TestOption {
+        id: "reverse",
+        long: "reverse",
+        short: None,
+        alias: None,
+        takes: Takes::Nothing,
+        choices: &[],
+        conflicts: &[],
+        help: "Data from the server to the client, as iperf3's -R (fperf's -R is RDMA).\n\n\
+               TCP or UDP bulk in reverse: the server sends and the client receives, with \
+               the same flags and figures; the client's report is then the receiving end's \
+               (with UDP its loss, reordering and jitter).",
+        mesh: Mesh::No,
+        probe: None,
+        iperf3: Iperf3::Present("reverse"),
+        what: "a flag",
+        set: |flags, _| {
+            flags.reverse = true;
+            Ok(())
+        },
+    },
+    TestOption {
+        id: "bidir",
+        long: "bidir",
+        short: None,
+        alias: None,
+        takes: Takes::Nothing,
+        choices: &[],
+        conflicts: &["sweep"],
+        help: "TCP bulk both ways at once, as iperf3's --bidir: -t N streams carry the \
+               client's data and N more the server's (streams N..2N-1). Each end reports \
+               what it sent and what it received, each direction over its own time",
+        mesh: Mesh::No,
+        probe: None,
+        iperf3: Iperf3::Present("bidirectional"),
+        what: "a flag",
+        set: |flags, _| {
+            flags.bidir = true;
+            Ok(())
+        },
+    },
+];
 
 #[cfg(test)]
 mod tests {
