@@ -17,7 +17,7 @@ use fperf::options::{and_list, Front, Given, TestOption};
 use fperf::output::json_document::DocLabels;
 use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
-use fperf::settings::options::{WorkloadFlags, WORKLOAD_OPTIONS};
+use fperf::settings::options::{GivenTime, WorkloadFlags, TIME_OPTION, WORKLOAD_OPTIONS};
 use fperf::settings::{
     default_pktsize, Protocol, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PORT,
     DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
@@ -30,6 +30,7 @@ use fperf::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::options::OPTIONS as UDP_OPTIONS;
 use fperf::transport::udp::settings::UdpSettings;
+use fperf::units::parse_seconds;
 use fperf::workload::Workload;
 use std::ffi::OsString;
 use std::fs::File;
@@ -311,14 +312,8 @@ pub struct Cli {
     )]
     iperf3_port: Option<u16>,
 
-    /// Bound the run by time: each stream sends for SECS seconds [default: 10 s].
-    ///
-    /// It replaces --mb's bound. Without -m, --time or --transactions a run lasts 10 s
-    /// (plus --omit). SECS is a number of seconds, or a number with a unit: ms, s, m or h
-    /// (e.g. 500ms, 2s, 1.5m).
-    #[arg(help_heading = "Test", long, value_name = "SECS", conflicts_with_all = ["mb", "server"],
-          allow_negative_numbers = true, value_parser = parse_seconds)]
-    time: Option<f64>,
+    #[command(flatten)]
+    time: Declared<TimeGroup>,
 
     /// With -r, --echo or --crr: each stream ends after N round trips (requests
     /// answered) instead of --mb MB.
@@ -573,10 +568,8 @@ struct MeshArgs {
           value_parser = clap::value_parser!(u16).range(1..))]
     port: u16,
 
-    /// Each pair's test length in seconds (or with a unit: 500ms, 2s, 1m).
-    #[arg(long, value_name = "SECS", default_value_t = 2.0, allow_negative_numbers = true,
-          value_parser = parse_seconds)]
-    time: f64,
+    #[command(flatten)]
+    time: Declared<MeshTimeGroup>,
 
     /// Data streams per test.
     #[arg(short = 't', long, value_name = "N", default_value_t = 1)]
@@ -717,7 +710,7 @@ impl MeshArgs {
             pktsize: (self.pktsize)
                 .unwrap_or_else(|| default_pktsize(protocol, workload.mprtt(), self.ipv6)),
             workload,
-            time_ms: secs_to_ms("time", Some(self.time))?,
+            time_ms: secs_to_ms("time", self.time.secs()?)?,
             transport,
             ..Settings::default()
         };
@@ -989,6 +982,46 @@ impl OptionGroup for MeshSocketGroup {
 /// Whether `fperf mesh` takes `option`.
 fn taken_by_mesh<T>(option: &TestOption<T>) -> bool {
     !matches!(option.mesh, fperf::options::Mesh::No)
+}
+
+/// `--time`, as the test's options declare it ([`fperf::settings::options`]): listed in
+/// `-h` too.
+struct TimeGroup;
+
+impl OptionGroup for TimeGroup {
+    type Settings = GivenTime;
+    const HEADING: Option<&'static str> = Some("Test");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<GivenTime>> {
+        std::iter::once(&TIME_OPTION)
+    }
+    fn arg(option: &'static TestOption<GivenTime>) -> clap::Arg {
+        (option.arg(Front::Cli).hide_short_help(false)).allow_negative_numbers(true)
+    }
+}
+
+/// `fperf mesh`'s `--time`, each pair's: 2 s unless given.
+struct MeshTimeGroup;
+
+impl OptionGroup for MeshTimeGroup {
+    type Settings = GivenTime;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<GivenTime>> {
+        std::iter::once(&TIME_OPTION)
+    }
+    fn arg(option: &'static TestOption<GivenTime>) -> clap::Arg {
+        (option.arg(Front::Mesh).default_value("2")).allow_negative_numbers(true)
+    }
+}
+
+impl<G: OptionGroup<Settings = GivenTime>> Declared<G> {
+    /// The seconds `--time` gave, if it was given (or has a default).
+    fn secs(&self) -> Result<Option<f64>> {
+        let mut time = GivenTime::default();
+        self.apply(&mut time)?;
+        Ok(time.secs)
+    }
 }
 
 /// The workload flags before --response-size in the help, as the test's options
@@ -1281,35 +1314,6 @@ fn parse_percentiles(text: &str) -> Result<Percentiles, PercentilesError> {
     text.parse()
 }
 
-/// A time as users write it (clap's value parser): seconds, or a number ending in ms, s,
-/// sec, m or h (`500ms`, `2s`, `1.5m`), in seconds.
-fn parse_seconds(text: &str) -> Result<f64, String> {
-    let t = text.trim();
-    let (number, scale) = [
-        ("ms", 0.001),
-        ("sec", 1.0),
-        ("s", 1.0),
-        ("m", 60.0),
-        ("h", 3600.0),
-    ]
-    .iter()
-    .find_map(|&(unit, scale)| t.strip_suffix(unit).map(|n| (n, scale)))
-    .unwrap_or((t, 1.0));
-    let value = number
-        .parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite())
-        .ok_or_else(|| {
-            "not a time: give seconds (10, 0.5) or a number with a unit, ms, s, m or h (500ms, \
-         2s, 1.5m)"
-                .to_string()
-        })?;
-    if value < 0.0 {
-        return Err("a time cannot be negative: give 0 or more seconds (e.g. 10 or 2s)".into());
-    }
-    Ok(value * scale)
-}
-
 /// `-c HOST` (clap's value parser): a name or address, an IPv6 one also in brackets
 /// (`[::1]`), as mesh hosts and exporter targets are written.
 fn parse_host(text: &str) -> Result<String, String> {
@@ -1467,13 +1471,13 @@ impl Cli {
         let sweeps_mb = (self.sweep.as_deref())
             .and_then(|spec| fperf::sweep::parse(spec).ok())
             .is_some_and(|sweep| sweep.param == fperf::sweep::SweepParam::Mb);
-        self.mb.is_none() && self.time.is_none() && self.transactions.is_none() && !sweeps_mb
+        self.mb.is_none() && !self.time.has("time") && self.transactions.is_none() && !sweeps_mb
     }
 
     /// `--time` in ms, or where nothing bounds the run the default time (with a sweep,
     /// each run's share of it), after `--omit`'s warm-up.
     fn time_ms(&self) -> Result<Option<u64>> {
-        let given = secs_to_ms("time", self.time)?;
+        let given = secs_to_ms("time", self.time.secs()?)?;
         if !self.length_defaulted() {
             return Ok(given);
         }

@@ -65,6 +65,38 @@ pub fn option(id: &str) -> Option<&'static TestOption<Settings>> {
     OPTIONS.iter().find(|option| option.id == id)
 }
 
+/// The test's length as `--time` gave it, in seconds; each front end makes it the
+/// run's milliseconds with its own default.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GivenTime {
+    pub secs: Option<f64>,
+}
+
+/// `--time`, declared once.
+pub static TIME_OPTION: TestOption<GivenTime> = TestOption {
+    id: "time",
+    long: "time",
+    short: None,
+    alias: None,
+    takes: Takes::Value("SECS"),
+    choices: &[],
+    conflicts: &["mb", "server"],
+    help: "Bound the run by time: each stream sends for SECS seconds [default: 10 s].\n\n\
+           It replaces --mb's bound. Without -m, --time or --transactions a run lasts 10 s \
+           (plus --omit). SECS is a number of seconds, or a number with a unit: ms, s, m or \
+           h (e.g. 500ms, 2s, 1.5m).",
+    mesh: Mesh::Help("Each pair's test length in seconds (or with a unit: 500ms, 2s, 1m)."),
+    // A probe's duration= and an iperf3 client's time are bounded by the exporter's
+    // and iperf3's own rules.
+    probe: None,
+    iperf3: Iperf3::No,
+    what: "a number of seconds",
+    set: |time, text| {
+        time.secs = Some(crate::units::parse_seconds(text)?);
+        Ok(())
+    },
+};
+
 /// The flags that pick a test's workload, as given; [`WorkloadFlags::workload`] makes
 /// them one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
