@@ -15,9 +15,11 @@ use fperf::limits::Limits;
 use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
 use fperf::options::{and_list, Front, Given, TestOption};
 use fperf::output::json_document::DocLabels;
-use fperf::percentiles::{Percentiles, PercentilesError};
+use fperf::percentiles::Percentiles;
 use fperf::server::ServerConfig;
-use fperf::settings::options::{GivenTime, WorkloadFlags, TIME_OPTION, WORKLOAD_OPTIONS};
+use fperf::settings::options::{
+    GivenTime, WorkloadFlags, OUTPUT_OPTIONS, TIME_OPTION, WORKLOAD_OPTIONS,
+};
 use fperf::settings::{
     default_pktsize, Protocol, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PORT,
     DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
@@ -426,12 +428,8 @@ pub struct Cli {
     #[arg(hide_short_help = true, help_heading = "Output", long, value_name = "FILE", conflicts_with_all = ["server", "sweep"])]
     csv: Option<std::path::PathBuf>,
 
-    /// The latency percentiles both ends report, in the text, --json and --csv:
-    /// comma-separated, each above 0 and at most 100, at most 16 (e.g. 50,99,99.99).
-    /// Default: 50,90,99,99.9.
-    #[arg(hide_short_help = true, help_heading = "Output", long, value_name = "LIST",
-          value_parser = parse_percentiles, conflicts_with_all = ["server", "sweep"])]
-    percentiles: Option<Percentiles>,
+    #[command(flatten)]
+    percentiles: Declared<PercentilesGroup>,
 
     /// Draw an SVG picture in FILE: the client's send latency (mprtt with -r) by
     /// percentile, or with --sweep each figure against the swept value.
@@ -778,6 +776,9 @@ fn exporter_after_help() -> String {
     let test: Vec<String> = fperf::exporter::probe::test_parameters()
         .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
         .collect();
+    let outputs: Vec<String> = fperf::exporter::probe::output_parameters()
+        .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
+        .collect();
     let sockets = fperf::exporter::probe::socket_parameters()
         .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")));
     let tcp: Vec<String> = fperf::exporter::probe::tcp_parameters()
@@ -787,7 +788,7 @@ fn exporter_after_help() -> String {
     format!(
         "A probe's query: target=HOST[:PORT] (an fperf server), and optionally \
          protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
-         workload=bulk|rr|echo|crr, {}, reverse=1, percentiles=LIST, \
+         workload=bulk|rr|echo|crr, {}, reverse=1, {}, \
          {} (the last {} TCP's; a rate of 0 is none), and family=4|6 (IPv4 or IPv6 \
          alone). A probe over the limits, or whose test fails, answers \
          fperf_probe_success 0 and the reason is logged; more probes than --max-probes \
@@ -796,6 +797,7 @@ fn exporter_after_help() -> String {
          whole time-out, so that no one can tell a closed port from another program's \
          through the exporter.",
         test.join(", "),
+        outputs.join(", "),
         and_list(&transport),
         count_word(tcp.len()),
     )
@@ -982,6 +984,18 @@ impl OptionGroup for MeshSocketGroup {
 /// Whether `fperf mesh` takes `option`.
 fn taken_by_mesh<T>(option: &TestOption<T>) -> bool {
     !matches!(option.mesh, fperf::options::Mesh::No)
+}
+
+/// `--percentiles`, as the test's outputs declare it ([`fperf::settings::options`]).
+struct PercentilesGroup;
+
+impl OptionGroup for PercentilesGroup {
+    type Settings = Settings;
+    const HEADING: Option<&'static str> = Some("Output");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<Settings>> {
+        OUTPUT_OPTIONS.iter()
+    }
 }
 
 /// `--time`, as the test's options declare it ([`fperf::settings::options`]): listed in
@@ -1309,11 +1323,6 @@ impl Guard {
     }
 }
 
-/// `--percentiles LIST`, checked (clap names the flag in its message).
-fn parse_percentiles(text: &str) -> Result<Percentiles, PercentilesError> {
-    text.parse()
-}
-
 /// `-c HOST` (clap's value parser): a name or address, an IPv6 one also in brackets
 /// (`[::1]`), as mesh hosts and exporter targets are written.
 fn parse_host(text: &str) -> Result<String, String> {
@@ -1445,10 +1454,11 @@ impl Cli {
                 "batch" => SchedPolicy::Batch,
                 _ => SchedPolicy::Auto,
             },
-            percentiles: self.percentiles.unwrap_or_default(),
+            percentiles: Percentiles::default(),
             transport: self.transport_settings(protocol)?,
         };
         self.bitrate.apply(&mut s)?;
+        self.percentiles.apply(&mut s)?;
         s.validate()?;
         Ok(s)
     }

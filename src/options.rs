@@ -119,7 +119,8 @@ pub struct TestOption<T: 'static> {
     pub probe: Option<&'static str>,
     pub iperf3: Iperf3,
     /// What a value must be, for a probe's or an iperf3 client's refusal ("a number of
-    /// bytes"); empty where a probe's refusal is the parser's own words.
+    /// bytes"); empty where a probe's refusal is the parser's own words (see
+    /// [`apply_query`]).
     pub what: &'static str,
     /// Sets the option from its value (`""` for [`Takes::Nothing`]); why the value is
     /// wrong otherwise.
@@ -287,7 +288,8 @@ fn remove_period(text: &str) -> String {
 
 /// Sets on `target` each option of `options` that a probe's query names (`get` finds a
 /// parameter's value); a value it cannot take is refused as "`key` must be `what`", or
-/// where the option says no `what`, as "`key`: " and the parser's words.
+/// where the option says no `what`, in the parser's words, after "`key`: " unless they
+/// name the option already.
 pub fn apply_query<'a, T: Default + 'static>(
     options: impl IntoIterator<Item = &'static TestOption<T>>,
     get: impl Fn(&str) -> Option<&'a str>,
@@ -298,6 +300,7 @@ pub fn apply_query<'a, T: Default + 'static>(
             continue;
         };
         (option.set)(target, text).map_err(|e| match option.what {
+            "" if e.starts_with(&option.flag()) => e,
             "" => format!("{key}: {e}"),
             what => format!("{key} must be {what}, not {text:?}"),
         })?;

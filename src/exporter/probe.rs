@@ -8,8 +8,7 @@ use crate::options::{and_list, apply_query, TestOption};
 use crate::output::json_document::StartTime;
 use crate::output::openmetrics::OpenMetrics;
 use crate::output::{Sink, Sinks};
-use crate::percentiles::Percentiles;
-use crate::settings::options::OPTIONS as TEST_OPTIONS;
+use crate::settings::options::{OPTIONS as TEST_OPTIONS, OUTPUT_OPTIONS};
 use crate::settings::{Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_PKTSIZE};
 use crate::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
 use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
@@ -34,15 +33,22 @@ const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
 /// declare, see [`test_parameters`]).
 const FIRST_PARAMETERS: [&str; 5] = ["target", "protocol", "duration", "size", "workload"];
 /// The query parameters a probe takes after the test-wide options' and before the
-/// socket options' and TCP's (which they declare, see [`socket_parameters`] and
-/// [`tcp_parameters`]).
-const MIDDLE_PARAMETERS: [&str; 2] = ["reverse", "percentiles"];
+/// outputs' and then the socket options' and TCP's (which they declare, see
+/// [`output_parameters`], [`socket_parameters`] and [`tcp_parameters`]).
+const MIDDLE_PARAMETERS: [&str; 1] = ["reverse"];
 /// The query parameter a probe takes after TCP's.
 const LAST_PARAMETER: &str = "family";
 
 /// The test-wide options that a probe's query may set, with their parameters' names.
 pub fn test_parameters() -> impl Iterator<Item = (&'static str, &'static TestOption<Settings>)> {
     TEST_OPTIONS
+        .iter()
+        .filter_map(|option| option.probe.map(|key| (key, option)))
+}
+
+/// The test's outputs that a probe's query may set, with their parameters' names.
+pub fn output_parameters() -> impl Iterator<Item = (&'static str, &'static TestOption<Settings>)> {
+    OUTPUT_OPTIONS
         .iter()
         .filter_map(|option| option.probe.map(|key| (key, option)))
 }
@@ -71,6 +77,7 @@ fn parameters() -> Vec<&'static str> {
         .into_iter()
         .chain(test)
         .chain(MIDDLE_PARAMETERS)
+        .chain(output_parameters().map(|(key, _)| key))
         .chain(sockets)
         .chain(tcp)
         .chain([LAST_PARAMETER])
@@ -211,11 +218,7 @@ impl ProbeRequest {
         };
         let mut declared = Settings::default();
         apply_query(test_parameters().map(|(_, o)| o), get, &mut declared).map_err(bad)?;
-        // The round trip's percentile labels; the default set without it.
-        let percentiles = get("percentiles")
-            .map(|text| text.parse::<Percentiles>().map_err(|e| bad(e.to_string())))
-            .transpose()?
-            .unwrap_or_default();
+        apply_query(output_parameters().map(|(_, o)| o), get, &mut declared).map_err(bad)?;
         let mut sockets = SocketSettings::default();
         apply_query(socket_parameters().map(|(_, o)| o), get, &mut sockets).map_err(bad)?;
         let mut tcp = TcpSettings::default();
@@ -230,7 +233,6 @@ impl ProbeRequest {
             pktsize,
             workload,
             time_ms: Some(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
-            percentiles,
             transport,
             ..declared
         };
@@ -373,6 +375,7 @@ impl Allow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::percentiles::Percentiles;
 
     fn config() -> ExporterConfig {
         ExporterConfig {
@@ -478,6 +481,10 @@ mod tests {
         let r = parse("target=127.0.0.1&workload=rr&percentiles=50,99.99").expect("accepted");
         assert_eq!(r.settings.percentiles.as_slice(), [50.0, 99.99]);
         assert!(refusal("target=127.0.0.1&percentiles=0").contains("above 0"));
+        assert_eq!(
+            refusal("target=127.0.0.1&percentiles=x"),
+            "--percentiles: \"x\" is not a number"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use super::{Settings, MAX_NSTREAMS};
 use crate::options::{whole_number, Iperf3, Mesh, Takes, TestOption};
+use crate::percentiles::PercentilesError;
 use crate::workload::{Reply, Workload, WorkloadError};
 
 /// Every test-wide option declared here, in the order a probe's parameters list them.
@@ -64,6 +65,29 @@ pub static OPTIONS: [TestOption<Settings>; 2] = [
 pub fn option(id: &str) -> Option<&'static TestOption<Settings>> {
     OPTIONS.iter().find(|option| option.id == id)
 }
+
+/// The test's outputs that both ends make, declared once.
+pub static OUTPUT_OPTIONS: [TestOption<Settings>; 1] = [TestOption {
+    id: "percentiles",
+    long: "percentiles",
+    short: None,
+    alias: None,
+    takes: Takes::Value("LIST"),
+    choices: &[],
+    conflicts: &["server", "sweep"],
+    help: "The latency percentiles both ends report, in the text, --json and --csv: \
+           comma-separated, each above 0 and at most 100, at most 16 (e.g. 50,99,99.99). \
+           Default: 50,90,99,99.9.",
+    mesh: Mesh::No,
+    probe: Some("percentiles"),
+    iperf3: Iperf3::No,
+    // A probe's refusal is the parser's own words, which name the option.
+    what: "",
+    set: |settings, text| {
+        settings.percentiles = text.parse().map_err(|e: PercentilesError| e.to_string())?;
+        Ok(())
+    },
+}];
 
 /// The test's length as `--time` gave it, in seconds; each front end makes it the
 /// run's milliseconds with its own default.
