@@ -776,6 +776,9 @@ fn exporter_after_help() -> String {
     let test: Vec<String> = fperf::exporter::probe::test_parameters()
         .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
         .collect();
+    let workload: Vec<String> = fperf::exporter::probe::workload_parameters()
+        .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
+        .collect();
     let outputs: Vec<String> = fperf::exporter::probe::output_parameters()
         .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
         .collect();
@@ -788,7 +791,7 @@ fn exporter_after_help() -> String {
     format!(
         "A probe's query: target=HOST[:PORT] (an fperf server), and optionally \
          protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
-         workload=bulk|rr|echo|crr, {}, reverse=1, {}, \
+         workload=bulk|rr|echo|crr, {}, {}, {}, \
          {} (the last {} TCP's; a rate of 0 is none), and family=4|6 (IPv4 or IPv6 \
          alone). A probe over the limits, or whose test fails, answers \
          fperf_probe_success 0 and the reason is logged; more probes than --max-probes \
@@ -797,6 +800,7 @@ fn exporter_after_help() -> String {
          whole time-out, so that no one can tell a closed port from another program's \
          through the exporter.",
         test.join(", "),
+        workload.join(", "),
         outputs.join(", "),
         and_list(&transport),
         count_word(tcp.len()),

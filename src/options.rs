@@ -55,6 +55,10 @@ impl Feature {
     }
 }
 
+/// The value a flag that takes none is set with when given: on, as a probe's query
+/// writes it.
+pub const FLAG_GIVEN: &str = "1";
+
 /// What an option's flag takes after it.
 #[derive(Clone, Copy, Debug)]
 pub enum Takes {
@@ -122,7 +126,7 @@ pub struct TestOption<T: 'static> {
     /// bytes"); empty where a probe's refusal is the parser's own words (see
     /// [`apply_query`]).
     pub what: &'static str,
-    /// Sets the option from its value (`""` for [`Takes::Nothing`]); why the value is
+    /// Sets the option from its value ([`FLAG_GIVEN`] for [`Takes::Nothing`]); why the value is
     /// wrong otherwise.
     pub set: fn(&mut T, &str) -> Result<(), String>,
 }
@@ -200,10 +204,10 @@ impl<T: Default + 'static> TestOption<T> {
         }
     }
 
-    /// The option's value in `matches`, as given (`""` for a flag given), if it was.
+    /// The option's value in `matches`, as given ([`FLAG_GIVEN`] for a flag), if it was.
     fn given(&self, matches: &clap::ArgMatches) -> Option<String> {
         match self.takes {
-            Takes::Nothing => matches.get_flag(self.id).then(String::new),
+            Takes::Nothing => matches.get_flag(self.id).then(|| FLAG_GIVEN.to_owned()),
             _ => matches.get_one::<String>(self.id).cloned(),
         }
     }
@@ -331,9 +335,9 @@ pub fn apply_iperf3<T: Default + 'static>(
             },
         };
         let text = match (option.iperf3, value) {
-            (Iperf3::Present(_), _) => String::new(),
+            (Iperf3::Present(_), _) => FLAG_GIVEN.to_owned(),
             (Iperf3::Flag(_), v) if v.as_u64() == Some(0) || v.as_bool() == Some(false) => continue,
-            (Iperf3::Flag(_), _) => String::new(),
+            (Iperf3::Flag(_), _) => FLAG_GIVEN.to_owned(),
             (Iperf3::Number(_), Value::Number(n)) if n.as_u64() == Some(0) => continue,
             (Iperf3::Number(_) | Iperf3::Count(_), Value::Number(n)) => match n.as_u64() {
                 Some(v) => v.to_string(),

@@ -8,7 +8,9 @@ use crate::options::{and_list, apply_query, TestOption};
 use crate::output::json_document::StartTime;
 use crate::output::openmetrics::OpenMetrics;
 use crate::output::{Sink, Sinks};
-use crate::settings::options::{OPTIONS as TEST_OPTIONS, OUTPUT_OPTIONS};
+use crate::settings::options::{
+    WorkloadFlags, OPTIONS as TEST_OPTIONS, OUTPUT_OPTIONS, WORKLOAD_OPTIONS,
+};
 use crate::settings::{Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_PKTSIZE};
 use crate::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
 use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
@@ -29,19 +31,24 @@ const SETUP_ALLOWANCE: Duration = Duration::from_secs(5);
 const LEAST_SETUP: Duration = Duration::from_millis(500);
 /// Taken off Prometheus's scrape time-out, so that the answer arrives before it gives up.
 const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
-/// The query parameters a probe takes before the test-wide options' (which they
-/// declare, see [`test_parameters`]).
+/// The query parameters a probe takes before the declared ones: the test-wide
+/// options', the workload flags', the outputs', the socket options' and TCP's (see
+/// [`test_parameters`] and the others).
 const FIRST_PARAMETERS: [&str; 5] = ["target", "protocol", "duration", "size", "workload"];
-/// The query parameters a probe takes after the test-wide options' and before the
-/// outputs' and then the socket options' and TCP's (which they declare, see
-/// [`output_parameters`], [`socket_parameters`] and [`tcp_parameters`]).
-const MIDDLE_PARAMETERS: [&str; 1] = ["reverse"];
 /// The query parameter a probe takes after TCP's.
 const LAST_PARAMETER: &str = "family";
 
 /// The test-wide options that a probe's query may set, with their parameters' names.
 pub fn test_parameters() -> impl Iterator<Item = (&'static str, &'static TestOption<Settings>)> {
     TEST_OPTIONS
+        .iter()
+        .filter_map(|option| option.probe.map(|key| (key, option)))
+}
+
+/// The workload flags that a probe's query may set, with their parameters' names.
+pub fn workload_parameters(
+) -> impl Iterator<Item = (&'static str, &'static TestOption<WorkloadFlags>)> {
+    WORKLOAD_OPTIONS
         .iter()
         .filter_map(|option| option.probe.map(|key| (key, option)))
 }
@@ -76,7 +83,7 @@ fn parameters() -> Vec<&'static str> {
     FIRST_PARAMETERS
         .into_iter()
         .chain(test)
-        .chain(MIDDLE_PARAMETERS)
+        .chain(workload_parameters().map(|(key, _)| key))
         .chain(output_parameters().map(|(key, _)| key))
         .chain(sockets)
         .chain(tcp)
@@ -174,12 +181,9 @@ impl ProbeRequest {
                 config.max_duration
             )));
         }
-        let reverse = match get("reverse") {
-            None | Some("0" | "false") => false,
-            Some("1" | "true") => true,
-            Some(other) => return Err(bad(format!("reverse must be 0 or 1, not {other:?}"))),
-        };
-        let workload = match (get("workload").unwrap_or("bulk"), reverse) {
+        let mut flags = WorkloadFlags::default();
+        apply_query(workload_parameters().map(|(_, o)| o), get, &mut flags).map_err(bad)?;
+        let workload = match (get("workload").unwrap_or("bulk"), flags.reverse) {
             ("bulk", false) => Workload::Bulk,
             ("bulk", true) => Workload::Reverse,
             ("rr", false) => Workload::RoundTrip(Reply::Ack),
@@ -507,6 +511,15 @@ mod tests {
         );
         assert!(refusal("target=127.0.0.1&protocol=sctp").contains("tcp or udp"));
         assert!(refusal("target=127.0.0.1&workload=rr&reverse=1").contains("reverse"));
+        for query in ["target=127.0.0.1&reverse=2", "target=127.0.0.1&reverse="] {
+            let value = query.rsplit('=').next().unwrap_or_default();
+            assert_eq!(
+                refusal(query),
+                format!("reverse must be 0 or 1, not {value:?}")
+            );
+        }
+        let r = parse("target=127.0.0.1&workload=rr&reverse=false").expect("accepted");
+        assert_eq!(r.settings.workload, Workload::RoundTrip(Reply::Ack));
         assert!(refusal("target=127.0.0.1&bitrate=fast").contains("bitrate"));
         assert_eq!(
             refusal("target=127.0.0.1&bitrate=fast"),

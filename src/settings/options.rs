@@ -250,11 +250,16 @@ pub static WORKLOAD_OPTIONS: [TestOption<WorkloadFlags>; 5] = [
                the same flags and figures; the client's report is then the receiving end's \
                (with UDP its loss, reordering and jitter).",
         mesh: Mesh::No,
-        probe: None,
+        // 1 (or true) turns bulk sending around; 0 (or false) leaves it.
+        probe: Some("reverse"),
         iperf3: Iperf3::Present("reverse"),
-        what: "a flag",
-        set: |flags, _| {
-            flags.reverse = true;
+        what: "0 or 1",
+        set: |flags, text| {
+            flags.reverse = match text {
+                "1" | "true" => true,
+                "0" | "false" => false,
+                _ => return Err("0 or 1".into()),
+            };
             Ok(())
         },
     },
