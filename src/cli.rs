@@ -22,7 +22,7 @@ use fperf::settings::options::{
 };
 use fperf::settings::{
     default_pktsize, Protocol, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PORT,
-    DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
+    DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS,
 };
 use fperf::stream::sender::QueueKind;
 use fperf::transport::rdma::options::OPTIONS as RDMA_OPTIONS;
@@ -180,14 +180,8 @@ pub struct Cli {
     #[arg(help_heading = "Test", short = 'm', long, value_name = "N")]
     mb: Option<u64>,
 
-    /// Bytes per send (K, M, G binary) [default: 32K; 1472 with -u; 1 with -r]
-    ///
-    /// K, M and G are binary: 128K = 131072. Default: 32K; with -u 1472 (1452 over IPv6), a
-    /// datagram that a 1500-byte MTU carries whole; with -r, --echo or --crr 1, as qperf,
-    /// netperf and neper send.
-    #[arg(help_heading = "Test", short = 'l', long, alias = "length", value_name = "BYTES",
-          value_parser = parse_pktsize, allow_negative_numbers = true)]
-    pktsize: Option<u32>,
+    #[command(flatten)]
+    pktsize: Declared<PktsizeGroup>,
 
     /// Queue inside a STREAM: 1 = mutex, 0 = lock-free.
     ///
@@ -577,10 +571,8 @@ struct MeshArgs {
     #[arg(short = 'u', long)]
     udp: bool,
 
-    /// Bytes per send (K, M, G = 2^10, 2^20, 2^30) [default: 32K; 1472 with -u, 1452
-    /// with -u -6; 1 with -r or --echo].
-    #[arg(short = 'l', long, value_name = "SIZE", value_parser = parse_pktsize)]
-    pktsize: Option<u32>,
+    #[command(flatten)]
+    pktsize: Declared<MeshPktsizeGroup>,
 
     #[command(flatten)]
     round_trips: Declared<MeshRoundTripGroup>,
@@ -705,13 +697,13 @@ impl MeshArgs {
         let protocol = transport.protocol();
         let mut settings = Settings {
             nstreams: self.nstreams,
-            pktsize: (self.pktsize)
-                .unwrap_or_else(|| default_pktsize(protocol, workload.mprtt(), self.ipv6)),
+            pktsize: default_pktsize(protocol, workload.mprtt(), self.ipv6),
             workload,
             time_ms: secs_to_ms("time", self.time.secs()?)?,
             transport,
             ..Settings::default()
         };
+        self.pktsize.apply(&mut settings)?;
         self.bitrate.apply(&mut settings)?;
         settings.validate()?;
         Ok(MeshRun {
@@ -1123,6 +1115,38 @@ impl OptionGroup for StreamsGroup {
     }
 }
 
+/// `-l`, as the test's options declare it ([`fperf::settings::options`]): listed in
+/// `-h` too.
+struct PktsizeGroup;
+
+impl OptionGroup for PktsizeGroup {
+    type Settings = Settings;
+    const HEADING: Option<&'static str> = Some("Test");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<Settings>> {
+        test_option("pktsize")
+    }
+    fn arg(option: &'static TestOption<Settings>) -> clap::Arg {
+        (option.arg(Front::Cli).hide_short_help(false)).allow_negative_numbers(true)
+    }
+}
+
+/// `fperf mesh`'s `-l`, for every test of the mesh: its value is a SIZE, and it has no
+/// other spelling.
+struct MeshPktsizeGroup;
+
+impl OptionGroup for MeshPktsizeGroup {
+    type Settings = Settings;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<Settings>> {
+        test_option("pktsize")
+    }
+    fn arg(option: &'static TestOption<Settings>) -> clap::Arg {
+        (option.arg(Front::Mesh).value_name("SIZE")).alias(None)
+    }
+}
+
 /// `-b`, as the test's options declare it ([`fperf::settings::options`]): listed in
 /// `-h` too.
 struct BitrateGroup;
@@ -1353,20 +1377,6 @@ fn parse_ip(text: &str) -> Result<IpAddr, String> {
     })
 }
 
-/// `-l BYTES` (clap's value parser): a byte count up to the largest packet fperf sends.
-fn parse_pktsize(text: &str) -> Result<u32, String> {
-    let bytes = fperf::units::parse_bytes(text).ok_or_else(|| {
-        format!("'{text}' is not a byte count (digits, optionally ending in K, M or G)")
-    })?;
-    if bytes > u64::from(MAX_PKTSIZE) {
-        return Err(format!(
-            "a packet is at most 64M ({MAX_PKTSIZE} bytes): give -l 64M or less"
-        ));
-    }
-    // At most MAX_PKTSIZE, so it fits.
-    Ok(bytes as u32)
-}
-
 /// Seconds from the command line as whole milliseconds.
 fn secs_to_ms(flag: &str, secs: Option<f64>) -> Result<Option<u64>> {
     match secs {
@@ -1438,9 +1448,7 @@ impl Cli {
             },
             nsockets,
             mb: self.mb.unwrap_or(DEFAULT_MB),
-            pktsize: self
-                .pktsize
-                .unwrap_or_else(|| default_pktsize(protocol, workload.mprtt(), self.over_ipv6())),
+            pktsize: default_pktsize(protocol, workload.mprtt(), self.over_ipv6()),
             workload,
             queue,
             time_ms: self.time_ms()?,
@@ -1461,6 +1469,7 @@ impl Cli {
             percentiles: Percentiles::default(),
             transport: self.transport_settings(protocol)?,
         };
+        self.pktsize.apply(&mut s)?;
         self.bitrate.apply(&mut s)?;
         self.percentiles.apply(&mut s)?;
         s.validate()?;
@@ -2292,7 +2301,7 @@ impl Cli {
         }
         client.control_keepalive = self.guard.cntl_ka;
         client.auth = auth;
-        client.datagram_for_family = self.pktsize.is_none()
+        client.datagram_for_family = !self.pktsize.has("pktsize")
             && self.sweep.is_none()
             && client.settings.protocol() == Protocol::Udp
             && !client.settings.workload.mprtt()
@@ -2413,6 +2422,37 @@ impl Cli {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_group_of_the_tests_options_finds_its_declarations() {
+        let ids = |options: &mut dyn Iterator<Item = &'static str>| options.collect::<Vec<_>>();
+        assert_eq!(
+            ids(&mut StreamsGroup::options().map(|o| o.id)),
+            ["nstreams"]
+        );
+        assert_eq!(ids(&mut PktsizeGroup::options().map(|o| o.id)), ["pktsize"]);
+        assert_eq!(
+            ids(&mut MeshPktsizeGroup::options().map(|o| o.id)),
+            ["pktsize"]
+        );
+        assert_eq!(ids(&mut BitrateGroup::options().map(|o| o.id)), ["bitrate"]);
+        assert_eq!(
+            ids(&mut MeshBitrateGroup::options().map(|o| o.id)),
+            ["bitrate"]
+        );
+        assert_eq!(
+            ids(&mut RoundTripGroup::options().map(|o| o.id)),
+            ["mprtt", "echo"]
+        );
+        assert_eq!(
+            ids(&mut OtherWorkloadGroup::options().map(|o| o.id)),
+            ["crr", "reverse", "bidir"]
+        );
+        assert_eq!(
+            ids(&mut MeshRoundTripGroup::options().map(|o| o.id)),
+            ["mprtt", "echo"]
+        );
+    }
 
     fn config(args: &[&str]) -> Result<Config> {
         let mut argv = vec!["fperf"];

@@ -2,13 +2,13 @@
 //! [`crate::options`]): the command line, `fperf mesh`, the exporter's probe and the
 //! iperf3 front end take them from [`OPTIONS`].
 
-use super::{Settings, MAX_NSTREAMS};
+use super::{Settings, MAX_NSTREAMS, MAX_PKTSIZE};
 use crate::options::{whole_number, Iperf3, Mesh, Takes, TestOption};
 use crate::percentiles::PercentilesError;
 use crate::workload::{Reply, Workload, WorkloadError};
 
 /// Every test-wide option declared here, in the order a probe's parameters list them.
-pub static OPTIONS: [TestOption<Settings>; 2] = [
+pub static OPTIONS: [TestOption<Settings>; 3] = [
     TestOption {
         id: "nstreams",
         long: "nstreams",
@@ -29,6 +29,32 @@ pub static OPTIONS: [TestOption<Settings>; 2] = [
         set: |settings, text| {
             let n = whole_number(text, 1, MAX_NSTREAMS.into())?;
             settings.nstreams = u32::try_from(n).map_err(|e| e.to_string())?;
+            Ok(())
+        },
+    },
+    TestOption {
+        id: "pktsize",
+        long: "pktsize",
+        short: Some('l'),
+        alias: Some("length"),
+        takes: Takes::Value("BYTES"),
+        choices: &[],
+        conflicts: &[],
+        help: "Bytes per send (K, M, G binary) [default: 32K; 1472 with -u; 1 with -r]\n\n\
+           K, M and G are binary: 128K = 131072. Default: 32K; with -u 1472 (1452 over \
+           IPv6), a datagram that a 1500-byte MTU carries whole; with -r, --echo or --crr \
+           1, as qperf, netperf and neper send.",
+        mesh: Mesh::Help(
+            "Bytes per send (K, M, G = 2^10, 2^20, 2^30) [default: 32K; 1472 with -u, 1452 \
+         with -u -6; 1 with -r or --echo].",
+        ),
+        // A probe's size= is refused at once when out of range, in its own words; an
+        // iperf3 client's len has iperf3's default.
+        probe: None,
+        iperf3: Iperf3::No,
+        what: "a number of bytes",
+        set: |settings, text| {
+            settings.pktsize = parse_pktsize(text)?;
             Ok(())
         },
     },
@@ -64,6 +90,21 @@ pub static OPTIONS: [TestOption<Settings>; 2] = [
 /// The test-wide option of clap name `id`.
 pub fn option(id: &str) -> Option<&'static TestOption<Settings>> {
     OPTIONS.iter().find(|option| option.id == id)
+}
+
+/// `-l BYTES`: a byte count up to the largest packet fperf sends (0 is refused with
+/// the run's other settings).
+fn parse_pktsize(text: &str) -> Result<u32, String> {
+    let bytes = crate::units::parse_bytes(text).ok_or_else(|| {
+        format!("'{text}' is not a byte count (digits, optionally ending in K, M or G)")
+    })?;
+    if bytes > u64::from(MAX_PKTSIZE) {
+        return Err(format!(
+            "a packet is at most 64M ({MAX_PKTSIZE} bytes): give -l 64M or less"
+        ));
+    }
+    // At most MAX_PKTSIZE, so it fits.
+    Ok(bytes as u32)
 }
 
 /// The test's outputs that both ends make, declared once.
