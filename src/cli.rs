@@ -10,7 +10,7 @@ use fperf::auth::AuthKey;
 use fperf::client::ClientConfig;
 use fperf::control::keepalive::ControlKeepalive;
 use fperf::exporter::{Allow, ExporterConfig};
-use fperf::family::IpFamily;
+use fperf::family::{IpFamily, OPTIONS as FAMILY_OPTIONS};
 use fperf::limits::Limits;
 use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
 use fperf::options::{and_list, Front, Given, TestOption};
@@ -274,28 +274,8 @@ pub struct Cli {
           value_parser = clap::value_parser!(u16).range(1..))]
     cport: Option<u16>,
 
-    /// IPv4 only, as iperf3's -4: the client takes HOST's IPv4 address; the server
-    /// listens on IPv4 alone.
-    #[arg(
-        hide_short_help = true,
-        help_heading = "Roles",
-        short = '4',
-        long,
-        alias = "version4",
-        conflicts_with = "ipv6"
-    )]
-    ipv4: bool,
-
-    /// IPv6 only, as iperf3's -6: the client takes HOST's IPv6 address; the server
-    /// listens on IPv6 alone; --loopback runs over ::1.
-    #[arg(
-        hide_short_help = true,
-        help_heading = "Roles",
-        short = '6',
-        long,
-        alias = "version6"
-    )]
-    ipv6: bool,
+    #[command(flatten)]
+    family: Declared<FamilyGroup>,
 
     /// Server: also serve unmodified iperf3 clients (TCP and UDP), on this port (iperf3's own
     /// is 5201), beside fperf clients on -p.
@@ -530,7 +510,7 @@ enum Command {
     /// Each pair's test is run by the sending host's server towards the receiving
     /// host's, at this coordinator's request; the servers run with --allow-mesh and the
     /// same --auth-key. The coordinator carries no data.
-    Mesh(MeshArgs),
+    Mesh(Box<MeshArgs>),
 }
 
 /// `fperf mesh`.
@@ -586,15 +566,8 @@ struct MeshArgs {
     #[command(flatten)]
     sockets: Declared<MeshSocketGroup>,
 
-    /// IPv4 only: the coordinator reaches each server at its name's IPv4 address and
-    /// sends every test to the receiving host's IPv4 address.
-    #[arg(short = '4', long, conflicts_with = "ipv6")]
-    ipv4: bool,
-
-    /// IPv6 only: the coordinator reaches each server at its name's IPv6 address and
-    /// sends every test to the receiving host's IPv6 address.
-    #[arg(short = '6', long)]
-    ipv6: bool,
+    #[command(flatten)]
+    family: Declared<MeshFamilyGroup>,
 
     /// Shared secret file the servers hold (or the secret in $FPERF_AUTH_KEY).
     #[arg(long, value_name = "FILE")]
@@ -652,7 +625,7 @@ impl MeshArgs {
             .iter()
             .map(|n| MeshHost::parse(n, self.port).map_err(|e| anyhow::anyhow!(e)))
             .collect::<Result<Vec<_>>>()?;
-        let family = IpFamily::from_flags(self.ipv4, self.ipv6);
+        let family = self.family.family()?;
         for h in &hosts {
             if let Ok(ip) = h.host.parse::<std::net::IpAddr>() {
                 family
@@ -697,7 +670,7 @@ impl MeshArgs {
         let protocol = transport.protocol();
         let mut settings = Settings {
             nstreams: self.nstreams,
-            pktsize: default_pktsize(protocol, workload.mprtt(), self.ipv6),
+            pktsize: default_pktsize(protocol, workload.mprtt(), family == IpFamily::V6),
             workload,
             time_ms: secs_to_ms("time", self.time.secs()?)?,
             transport,
@@ -1115,6 +1088,43 @@ impl OptionGroup for StreamsGroup {
     }
 }
 
+/// `-4` and `-6`, as the IP family declares them ([`fperf::family`]).
+struct FamilyGroup;
+
+impl OptionGroup for FamilyGroup {
+    type Settings = IpFamily;
+    const HEADING: Option<&'static str> = Some("Roles");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<IpFamily>> {
+        FAMILY_OPTIONS.iter()
+    }
+}
+
+/// `fperf mesh`'s `-4` and `-6`, for the coordinator and every test: they have no
+/// other spelling.
+struct MeshFamilyGroup;
+
+impl OptionGroup for MeshFamilyGroup {
+    type Settings = IpFamily;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<IpFamily>> {
+        FAMILY_OPTIONS.iter()
+    }
+    fn arg(option: &'static TestOption<IpFamily>) -> clap::Arg {
+        (option.arg(Front::Mesh).alias(None)).conflicts_with_all(option.conflicts)
+    }
+}
+
+impl<G: OptionGroup<Settings = IpFamily>> Declared<G> {
+    /// The IP family asked for: `-4`, `-6`, or either.
+    fn family(&self) -> Result<IpFamily> {
+        let mut family = IpFamily::Any;
+        self.apply(&mut family)?;
+        Ok(family)
+    }
+}
+
 /// `-l`, as the test's options declare it ([`fperf::settings::options`]): listed in
 /// `-h` too.
 struct PktsizeGroup;
@@ -1448,7 +1458,7 @@ impl Cli {
             },
             nsockets,
             mb: self.mb.unwrap_or(DEFAULT_MB),
-            pktsize: default_pktsize(protocol, workload.mprtt(), self.over_ipv6()),
+            pktsize: default_pktsize(protocol, workload.mprtt(), self.over_ipv6()?),
             workload,
             queue,
             time_ms: self.time_ms()?,
@@ -1478,14 +1488,14 @@ impl Cli {
 
     /// Whether the run is known to go over IPv6 before the server's name is resolved:
     /// `-6`, or an IPv6 address as the server or `-B`.
-    fn over_ipv6(&self) -> bool {
+    fn over_ipv6(&self) -> Result<bool> {
         let literal_v6 = |host: &str| {
             let host = host.trim_start_matches('[').trim_end_matches(']');
             host.parse::<IpAddr>().is_ok_and(|ip| ip.is_ipv6())
         };
-        self.ipv6
+        Ok(self.family()? == IpFamily::V6
             || self.bind.is_some_and(|ip| ip.is_ipv6())
-            || self.client.as_deref().is_some_and(literal_v6)
+            || self.client.as_deref().is_some_and(literal_v6))
     }
 
     /// Neither `-m`, `--time` nor `--transactions` bounds the run (nor a sweep of `mb`):
@@ -2204,7 +2214,7 @@ impl Cli {
         }
         let auth = AuthKey::from_cli(self.guard.auth_key.as_deref())?;
         let idle = Duration::from_secs(self.guard.idle_timeout);
-        let family = self.family();
+        let family = self.family()?;
         let host_ip = self.client.as_deref().and_then(|h| h.parse().ok());
         for (flag, ip) in [("-B", self.bind), ("-c", host_ip)] {
             if let Some(ip) = ip {
@@ -2305,7 +2315,7 @@ impl Cli {
             && self.sweep.is_none()
             && client.settings.protocol() == Protocol::Udp
             && !client.settings.workload.mprtt()
-            && !self.over_ipv6();
+            && !self.over_ipv6()?;
         if self.conf {
             return Ok(Config::Conf(Box::new(client)));
         }
@@ -2357,8 +2367,8 @@ impl Cli {
     }
 
     /// The IP family asked for: `-4`, `-6`, or either.
-    fn family(&self) -> IpFamily {
-        IpFamily::from_flags(self.ipv4, self.ipv6)
+    fn family(&self) -> Result<IpFamily> {
+        self.family.family()
     }
 
     /// The base port: `-p`, or the default of the server's kind.
@@ -2397,7 +2407,7 @@ impl Cli {
         }
         let host = match (self.loopback, &self.client) {
             (false, Some(host)) => host.clone(),
-            _ => self.bind.unwrap_or(self.family().loopback()).to_string(),
+            _ => self.bind.unwrap_or(self.family()?.loopback()).to_string(),
         };
         use std::io::IsTerminal;
         Ok(Output {
