@@ -568,7 +568,7 @@ pub(crate) fn client_result(
                 to.saturating_duration_since(from),
                 &settings.percentiles,
             );
-            figures.transport = m.transport.clone();
+            figures.transport.merge(&m.transport);
             figures.drain_ns = drain.map(nanos);
             StreamResult {
                 index: info.index,

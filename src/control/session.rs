@@ -2169,7 +2169,7 @@ mod tests {
             Message::Results { result: huge }
         )));
         let mut lossy = side();
-        lossy.total.datagrams = Some(crate::transport::udp::wire::DatagramCounts {
+        lossy.total.transport.udp.datagrams = Some(crate::transport::udp::wire::DatagramCounts {
             peer_sent: 10,
             lost: 11,
             ..Default::default()

@@ -234,11 +234,11 @@ impl FiguresDoc {
             recv_latency: lat(&f.recv_latency),
             recv_latency_per: f.recv_latency.map(|_| samples.recv),
             submit_latency: lat(&f.submit_latency),
-            network_latency: lat(&f.network_latency),
-            app_latency: lat(&f.app_latency),
+            network_latency: lat(&f.transport.udp.network_latency),
+            app_latency: lat(&f.transport.udp.app_latency),
             retries: f.retries,
             transport: f.transport.clone(),
-            datagrams: f.datagrams.map(|d| DatagramCounts {
+            datagrams: f.transport.udp.datagrams.map(|d| DatagramCounts {
                 jitter_ns: d.jitter_ns.map(finite),
                 ..d
             }),
@@ -811,11 +811,8 @@ mod tests {
             send_latency: None,
             recv_latency: None,
             submit_latency: None,
-            network_latency: None,
-            app_latency: None,
             retries: 0,
             transport: Default::default(),
-            datagrams: None,
             drain_ns: None,
         };
         let rr = Settings {

@@ -237,6 +237,8 @@ pub fn peer_line(settings: &Settings, peer: &SideResult, width: usize) -> String
     }
     // The datagrams it received: a server that only sent has none to count.
     if let Some(d) = t
+        .transport
+        .udp
         .datagrams
         .as_ref()
         .filter(|d| d.received > 0 || d.peer_sent > 0)
@@ -257,8 +259,8 @@ pub fn peer_line(settings: &Settings, peer: &SideResult, width: usize) -> String
     }
     // --rx-timestamps: the two halves of its receive latency, by their medians.
     let medians: Vec<String> = [
-        ("network", &t.network_latency),
-        ("app wait", &t.app_latency),
+        ("network", &t.transport.udp.network_latency),
+        ("app wait", &t.transport.udp.app_latency),
     ]
     .into_iter()
     .filter_map(|(name, l)| {
@@ -331,7 +333,7 @@ fn sender_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
             out += &submit_line("lat_submit", width, l);
         }
     }
-    if let Some(d) = &t.datagrams {
+    if let Some(d) = &t.transport.udp.datagrams {
         out += &d.report_lines(width);
     }
     out += &facts_lines(width, r);
@@ -373,8 +375,13 @@ fn facts_lines(width: usize, r: &SideResult) -> String {
             .filter(|e| e.shown.summary)
             .map(|e| format!("{}={}", e.label, exact(&e.amount)))
             .collect();
+        let sentences = facts.sentences();
+        // A transport whose summary shows nothing has no line.
+        if figures.is_empty() && sentences.is_empty() {
+            continue;
+        }
         let _ = writeln!(out, "{:<width$}: {}", facts.title(), figures.join("  "));
-        for sentence in facts.sentences() {
+        for sentence in sentences {
             let _ = writeln!(out, "{:<width$}  {sentence}", "");
         }
     }
@@ -388,6 +395,7 @@ fn exact(amount: &Amount) -> String {
         Amount::Bytes(n) => format!("{n}B"),
         Amount::Micros(us) => format!("{us}us"),
         Amount::BytesPerSecond(n) => bit_rate(*n as f64),
+        Amount::Ratio(r) => format!("{:.2}%", r * 100.0),
         Amount::Text(t) => t.clone(),
     }
 }
@@ -516,13 +524,13 @@ fn receiver_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
     if let Some(l) = &t.recv_latency {
         out += &latency_line(latency_label(settings), width, l);
     }
-    if let Some(l) = &t.network_latency {
+    if let Some(l) = &t.transport.udp.network_latency {
         out += &latency_line("network", width, l);
     }
-    if let Some(l) = &t.app_latency {
+    if let Some(l) = &t.transport.udp.app_latency {
         out += &latency_line("app wait", width, l);
     }
-    if let Some(d) = &t.datagrams {
+    if let Some(d) = &t.transport.udp.datagrams {
         out += &d.report_lines(width);
     }
     out += &facts_lines(width, r);
@@ -613,7 +621,7 @@ fn moved_columns(
             );
         }
     }
-    match f.datagrams {
+    match f.transport.udp.datagrams {
         Some(d) if !sends && d.peer_sent > 0 && !settings.workload.mprtt() => {
             line += &format!(
                 "  lost: {}/{} ({:.2}%)",
@@ -667,10 +675,7 @@ mod tests {
             send_latency: lat.summary(&Percentiles::default()),
             recv_latency: lat.summary(&Percentiles::default()),
             submit_latency: None,
-            network_latency: None,
-            app_latency: None,
             retries: 0,
-            datagrams: None,
             transport: Default::default(),
             drain_ns: None,
         };

@@ -26,7 +26,7 @@ pub(crate) fn server_result(settings: &Settings, per_stream: &[(u32, Received)])
                 .span
                 .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
             let mut figures = Figures::new(&r.stats, time, &settings.percentiles);
-            figures.transport = r.transport.clone();
+            figures.transport.merge(&r.transport);
             figures.drain_ns = r.drain.map(nanos);
             StreamResult {
                 index: *index,

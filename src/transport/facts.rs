@@ -2,8 +2,9 @@
 //! counts, and how the outputs learn of it without knowing the transport.
 //!
 //! Each transport keeps its figures in a type of its own folder (TCP's `TCP_INFO` in
-//! [`super::tcp::facts`]). [`super::figures::TransportFigures`] carries whichever a run has, in
-//! results and on the wire; the renderers ask it for [`Facts`] and list their
+//! [`super::tcp::facts`], UDP's datagram counts in [`super::udp::facts`]).
+//! [`super::figures::TransportFigures`] carries whichever a run has, in results and on
+//! the wire; the renderers ask it for [`Facts`] and list their
 //! [`Entry`]s, so a new figure is added in the transport's folder alone.
 
 /// A transport's figures as the outputs render them.
@@ -46,6 +47,8 @@ pub enum Amount {
     Micros(u64),
     /// A rate in bytes per second.
     BytesPerSecond(u64),
+    /// A share of a whole, 0 to 1.
+    Ratio(f64),
     Text(String),
 }
 
@@ -56,6 +59,7 @@ impl Amount {
         match self {
             Amount::Count(n) | Amount::Bytes(n) | Amount::BytesPerSecond(n) => Some(*n as f64),
             Amount::Micros(us) => Some(*us as f64 / 1e6),
+            Amount::Ratio(r) => Some(*r),
             Amount::Text(_) => None,
         }
     }

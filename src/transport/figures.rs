@@ -3,6 +3,9 @@
 
 use super::facts::Facts;
 use super::tcp::facts::TcpInfo;
+use super::udp::facts::UdpFacts;
+use crate::percentiles::Percentiles;
+use crate::stats::StreamStats;
 use serde::{Deserialize, Serialize};
 
 /// The transports' own figures of a stream, or of streams together: each transport's
@@ -13,9 +16,28 @@ pub struct TransportFigures {
     /// TCP's own figures for the sockets (`TCP_INFO`); `null` for other transports.
     #[serde(default)]
     pub tcp: Option<TcpInfo>,
+    /// UDP's own figures, empty for other transports. The wire and the JSON documents
+    /// write them in forms of their own (latencies as each writes them), under the
+    /// keys they have always had.
+    #[serde(skip)]
+    pub udp: UdpFacts,
 }
 
 impl TransportFigures {
+    /// What the STREAMs of `stats` counted of their own (UDP's datagrams), latencies
+    /// at `percentiles`; no socket's figures yet (see [`TransportFigures::merge`]).
+    pub fn counted(stats: &StreamStats, percentiles: &Percentiles) -> TransportFigures {
+        TransportFigures {
+            tcp: None,
+            udp: UdpFacts::counted(stats, percentiles),
+        }
+    }
+
+    /// What makes these figures, as a peer sent them, impossible, if anything.
+    pub fn impossible(&self) -> Option<String> {
+        self.udp.impossible()
+    }
+
     /// Combines the figures of two disjoint sets of sockets.
     pub fn merge(&mut self, other: &TransportFigures) {
         match (&mut self.tcp, &other.tcp) {
@@ -23,6 +45,7 @@ impl TransportFigures {
             (a @ None, Some(b)) => *a = Some(*b),
             _ => {}
         }
+        self.udp.merge(&other.udp);
     }
 
     /// The figures of a span that began at `earlier`: counts since then, the rest as
@@ -33,11 +56,13 @@ impl TransportFigures {
                 (Some(now), Some(then)) => Some(now.since(then)),
                 (now, _) => *now,
             },
+            udp: self.udp.since(&earlier.udp),
         }
     }
 
     /// The figures there are, each as the outputs read them.
     pub fn each(&self) -> impl Iterator<Item = &dyn Facts> {
-        self.tcp.iter().map(|t| t as &dyn Facts)
+        let tcp = self.tcp.iter().map(|t| t as &dyn Facts);
+        tcp.chain(std::iter::once(&self.udp as &dyn Facts))
     }
 }

@@ -963,6 +963,7 @@ impl Stream for TcpStream {
         SocketFacts {
             figures: TransportFigures {
                 tcp: self.tcp_info(),
+                ..TransportFigures::default()
             },
             congestion: self.in_force.congestion.clone(),
             rcvlowat: self.in_force.rcvlowat,
