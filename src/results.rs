@@ -10,7 +10,7 @@ use crate::percentiles::Percentiles;
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, LatencySummary, StreamStats};
 use crate::sysinfo::{CpuUsage, SystemFacts};
-use crate::transport::figures::TransportFigures;
+use crate::transport::figures::{TransportFigures, TransportInForce};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -147,15 +147,9 @@ pub struct StreamResult {
     /// The addresses, as that end wrote them (a peer's made printable as read).
     pub local: String,
     pub peer: String,
-    /// TCP: the congestion control algorithm this end's sockets used, as the kernel
-    /// reported it.
-    pub congestion: Option<String>,
-    /// TCP, the server's streams: the receive low-water mark (`SO_RCVLOWAT`) of its
-    /// sockets, as the kernel reported it.
-    pub rcvlowat: Option<u32>,
-    /// TCP, the receiving end's streams: how long a read naps while data flows, in us
-    /// (see `TcpSettings::rx_nap`); `None` where reads do not nap.
-    pub rx_nap_us: Option<u32>,
+    /// What this end's sockets ended up with, as the kernel reported it.
+    #[serde(flatten)]
+    pub in_force: TransportInForce,
     pub figures: Figures,
 }
 

@@ -20,9 +20,10 @@ use fperf::stats::LatencySummary;
 use fperf::stream::buffer_grant::BufferGrant;
 use fperf::stream::sender::QueueKind;
 use fperf::sysinfo::{CpuUsage, SystemFacts, UsageCounts};
-use fperf::transport::figures::TransportFigures;
+use fperf::transport::figures::{TransportFigures, TransportInForce};
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
 use fperf::transport::sockets::SocketSettings;
+use fperf::transport::tcp::facts::TcpInForce;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::tcp::zerocopy::ZeroCopy;
 use fperf::transport::udp::facts::UdpFacts;
@@ -255,9 +256,13 @@ fn messages() -> Vec<Message> {
             index: 0,
             local: "127.0.0.1:1".into(),
             peer: "127.0.0.1:2".into(),
-            congestion: Some("bbr".into()),
-            rcvlowat: Some(131072),
-            rx_nap_us: Some(20),
+            in_force: TransportInForce {
+                tcp: TcpInForce {
+                    congestion: Some("bbr".into()),
+                    rcvlowat: Some(131072),
+                    rx_nap_us: Some(20),
+                },
+            },
             figures: figures(),
         }],
         system: Some(facts()),

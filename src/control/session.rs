@@ -2184,9 +2184,7 @@ mod tests {
                 index,
                 local: String::new(),
                 peer: String::new(),
-                congestion: None,
-                rcvlowat: None,
-                rx_nap_us: None,
+                in_force: Default::default(),
                 figures: figures(),
             })
             .collect();

@@ -295,7 +295,7 @@ impl View<'_> {
             let congestion = |side: &SideResult| {
                 side.streams
                     .iter()
-                    .find_map(|s| s.congestion.clone())
+                    .find_map(|s| s.in_force.tcp.congestion.clone())
                     .map(Value::String)
             };
             let (sender, receiver) = if self.reverse() {

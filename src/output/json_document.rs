@@ -414,9 +414,9 @@ impl SideDoc {
                     index: s.index,
                     local: s.local.clone(),
                     peer: s.peer.clone(),
-                    congestion: s.congestion.clone(),
-                    rcvlowat: s.rcvlowat,
-                    rx_nap_us: s.rx_nap_us,
+                    congestion: s.in_force.tcp.congestion.clone(),
+                    rcvlowat: s.in_force.tcp.rcvlowat,
+                    rx_nap_us: s.in_force.tcp.rx_nap_us,
                     figures: FiguresDoc::new(&s.figures, settings, r.role),
                 })
                 .collect(),
@@ -672,7 +672,7 @@ impl Event {
                     index: s.index,
                     local: s.local.clone(),
                     peer: s.peer.clone(),
-                    congestion: s.congestion.clone(),
+                    congestion: s.in_force.tcp.congestion.clone(),
                 })
                 .collect(),
         }

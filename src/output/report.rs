@@ -6,7 +6,8 @@ use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
 use crate::settings::labels::Sample;
 use crate::settings::Settings;
 use crate::stats::{LatencySummary, StreamStats};
-use crate::transport::facts::{Amount, OnInterval};
+use crate::transport::facts::{Amount, OnHeader, OnInterval};
+use crate::transport::figures::TransportInForce;
 use crate::units::{
     bit_rate, bit_rate_over, byte_rate, pkt_size, rate, rate_unmeasured, size, size_triplet,
 };
@@ -79,9 +80,32 @@ fn sched_label(settings: &Settings) -> &'static str {
     }
 }
 
-/// What a report header adds for TCP: the congestion control algorithm in use.
-fn congestion_label(congestion: Option<&str>) -> String {
-    congestion.map_or_else(String::new, |c| format!(" cc={c}"))
+/// What a report header adds of the settings the sockets ended up with (TCP's
+/// congestion control, and on the server its receive low-water mark and nap): those
+/// `role`'s header shows.
+fn in_force_label(in_force: Option<&TransportInForce>, role: Role) -> String {
+    let mut out = String::new();
+    for facts in in_force.into_iter().flat_map(TransportInForce::each) {
+        for e in facts.entries() {
+            let shown = match e.shown.header {
+                Some(OnHeader::EveryEnd) => true,
+                Some(OnHeader::Server) => role == Role::Server,
+                None => false,
+            };
+            if shown {
+                let _ = write!(out, " {}={}", e.label, header_amount(&e.amount));
+            }
+        }
+    }
+    out
+}
+
+/// A setting as a header line has it: sizes as `pkt_size` has them.
+fn header_amount(amount: &Amount) -> String {
+    match amount {
+        Amount::Bytes(n) => u32::try_from(*n).map_or_else(|_| exact(amount), pkt_size),
+        other => exact(other),
+    }
 }
 
 /// What the header says of a latency figure whose samples are not one per packet:
@@ -115,12 +139,12 @@ fn sample_label(settings: &Settings, role: Role) -> String {
 }
 
 /// The client's header line(s): one line for a single stream, one per stream else.
-/// `congestion`: the algorithm the client's sockets use (TCP); `length`: how long the
-/// run lasts, where it was given no length.
+/// `in_force`: what the client's sockets ended up with; `length`: how long the run
+/// lasts, where it was given no length.
 pub fn client_header(
     settings: &Settings,
     streams: &[(u32, String, String)],
-    congestion: Option<&str>,
+    in_force: Option<&TransportInForce>,
     length: Option<&str>,
 ) -> String {
     let proto = settings.protocol().name();
@@ -133,7 +157,7 @@ pub fn client_header(
         if settings.flows { "flows" } else { "nsockets" },
         settings.nsockets,
         own.engine,
-        congestion_label(congestion),
+        in_force_label(in_force, Role::Client),
         own.setup,
         settings.workload_label(),
         sched_label(settings),
@@ -454,37 +478,16 @@ fn short_latency(l: &LatencySummary) -> String {
     line.trim_start_matches(": ").trim_end().to_string()
 }
 
-/// What the server's header adds for TCP: a receive low-water mark above the kernel's
-/// default of 1 byte and the reads' nap while data flows, since the server picks both
-/// by its cores unless `--rcvlowat` is given.
-fn receive_label(rcvlowat: Option<u32>, rx_nap: Option<Duration>) -> String {
-    let mark = rcvlowat
-        .filter(|&bytes| bytes > 1)
-        .map_or_else(String::new, |bytes| {
-            format!(" rcvlowat={}", pkt_size(bytes))
-        });
-    let nap = rx_nap.map_or_else(String::new, |nap| format!(" rx_nap={}us", nap.as_micros()));
-    mark + &nap
-}
-
-/// The server's connection line, after `Server listening on ...`. `congestion` and
-/// `rcvlowat`, `rx_nap`: the algorithm, receive low-water mark and nap while data flows
-/// that the server's sockets use (TCP).
-pub fn server_header(
-    settings: &Settings,
-    from: &str,
-    congestion: Option<&str>,
-    rcvlowat: Option<u32>,
-    rx_nap: Option<Duration>,
-) -> String {
+/// The server's connection line, after `Server listening on ...`. `in_force`: what
+/// the server's sockets ended up with.
+pub fn server_header(settings: &Settings, from: &str, in_force: &TransportInForce) -> String {
     let own = settings.transport.labels();
     format!(
-        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}{}\n",
+        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}\n",
         settings.protocol().name(),
         pkt_size(settings.pktsize),
         own.engine,
-        congestion_label(congestion),
-        receive_label(rcvlowat, rx_nap),
+        in_force_label(Some(in_force), Role::Server),
         own.setup,
         settings.workload_label(),
         sched_label(settings),
@@ -663,6 +666,21 @@ mod tests {
     use crate::workload::{Reply, Workload};
     use std::time::Instant;
 
+    /// TCP's sockets ended up with `congestion`, `rcvlowat` and a nap of `rx_nap_us`.
+    fn in_force(
+        congestion: Option<&str>,
+        rcvlowat: Option<u32>,
+        rx_nap_us: Option<u32>,
+    ) -> TransportInForce {
+        TransportInForce {
+            tcp: crate::transport::tcp::facts::TcpInForce {
+                congestion: congestion.map(str::to_owned),
+                rcvlowat,
+                rx_nap_us,
+            },
+        }
+    }
+
     fn side(bytes: u64, secs: f64, nstreams: u32) -> SideResult {
         let mut lat = LatencyStats::default();
         for ns in [5_090u64, 8_000, 74_840] {
@@ -688,9 +706,7 @@ mod tests {
                     index,
                     local: "127.0.0.1:1".into(),
                     peer: "127.0.0.1:28444".into(),
-                    congestion: None,
-                    rcvlowat: None,
-                    rx_nap_us: None,
+                    in_force: Default::default(),
                     figures: figures.clone(),
                 })
                 .collect(),
@@ -709,7 +725,12 @@ mod tests {
             "TCP CLIENT => 127.0.0.1:28444 pkt_size=32768B sync(no-queue) nsockets=1 sched=batch\n"
         );
         assert_eq!(
-            client_header(&s, &streams, Some("cubic"), None),
+            client_header(
+                &s,
+                &streams,
+                Some(&in_force(Some("cubic"), None, None)),
+                None
+            ),
             "TCP CLIENT => 127.0.0.1:28444 pkt_size=32768B sync(no-queue) nsockets=1 cc=cubic \
              sched=batch\n"
         );
@@ -796,21 +817,29 @@ mod tests {
     fn server_report_has_the_seed_layout() {
         let s = Settings::default();
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384", None, None, None),
+            server_header(&s, "127.0.0.1:50384", &in_force(None, None, None)),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) sched=batch latency=per-read(128KB)\n"
         );
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(1), None),
+            server_header(&s, "127.0.0.1:50384", &in_force(Some("bbr"), Some(1), None)),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr sched=batch latency=per-read(128KB)\n"
         );
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(128 << 10), None),
+            server_header(
+                &s,
+                "127.0.0.1:50384",
+                &in_force(Some("bbr"), Some(128 << 10), None)
+            ),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr rcvlowat=128KB \
              sched=batch latency=per-read(128KB)\n"
         );
-        let nap = Some(Duration::from_micros(20));
+        let nap = Some(20);
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384", Some("cubic"), Some(128 << 10), nap),
+            server_header(
+                &s,
+                "127.0.0.1:50384",
+                &in_force(Some("cubic"), Some(128 << 10), nap)
+            ),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic rcvlowat=128KB \
              rx_nap=20us sched=batch latency=per-read(128KB)\n"
         );
@@ -823,7 +852,7 @@ mod tests {
             ..TcpSettings::default()
         });
         assert_eq!(
-            server_header(&skip, "127.0.0.1:50384", Some("bbr"), None, None),
+            server_header(&skip, "127.0.0.1:50384", &in_force(Some("bbr"), None, None)),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr sched=batch latency=per-read(128KB) rx_copy=skipped \
              (the receiving end's reads discard the bytes in the kernel)\n"
         );
@@ -835,7 +864,11 @@ mod tests {
             ..TcpSettings::default()
         });
         assert_eq!(
-            server_header(&window, "127.0.0.1:50384", Some("cubic"), None, None),
+            server_header(
+                &window,
+                "127.0.0.1:50384",
+                &in_force(Some("cubic"), None, None)
+            ),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic window=256KB \
              sched=batch latency=per-read(128KB)\n"
         );
@@ -844,13 +877,13 @@ mod tests {
             pktsize: 128 << 10,
             ..Settings::default()
         };
-        assert!(!server_header(&big, "x", None, None, None).contains("latency="));
+        assert!(!server_header(&big, "x", &in_force(None, None, None)).contains("latency="));
         let round_trips = Settings {
             workload: Workload::RoundTrip(Reply::Ack),
             ..Settings::default()
         };
         assert_eq!(
-            server_header(&round_trips, "127.0.0.1:50384", None, None, None),
+            server_header(&round_trips, "127.0.0.1:50384", &in_force(None, None, None)),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB)\n"
         );
         let mut r = side(10_737_418_240, 2.83, 1);

@@ -32,9 +32,7 @@ pub(crate) fn server_result(settings: &Settings, per_stream: &[(u32, Received)])
                 index: *index,
                 local: r.local.clone(),
                 peer: r.peer.clone(),
-                congestion: r.congestion.clone(),
-                rcvlowat: r.rcvlowat,
-                rx_nap_us: r.rx_nap_us,
+                in_force: r.in_force.clone(),
                 figures,
             }
         })

@@ -72,6 +72,8 @@ pub struct Shown {
     pub summary: bool,
     /// On interval lines, and on which.
     pub interval: Option<OnInterval>,
+    /// On the header line of the test, and of which ends.
+    pub header: Option<OnHeader>,
 }
 
 /// Which interval lines show a figure.
@@ -81,6 +83,14 @@ pub enum OnInterval {
     Always,
     /// Only where the end (or stream) sends.
     Sending,
+}
+
+/// Which ends' header lines show a figure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnHeader {
+    EveryEnd,
+    /// Only the server's: what it picks of its own.
+    Server,
 }
 
 /// An OpenMetrics gauge, labelled by the end that measured it; the value is in the

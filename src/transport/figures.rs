@@ -2,7 +2,7 @@
 //! without knowing which transport measured them (see [`super::facts`]).
 
 use super::facts::Facts;
-use super::tcp::facts::TcpInfo;
+use super::tcp::facts::{TcpInForce, TcpInfo};
 use super::udp::facts::UdpFacts;
 use crate::percentiles::Percentiles;
 use crate::stats::StreamStats;
@@ -64,5 +64,29 @@ impl TransportFigures {
     pub fn each(&self) -> impl Iterator<Item = &dyn Facts> {
         let tcp = self.tcp.iter().map(|t| t as &dyn Facts);
         tcp.chain(std::iter::once(&self.udp as &dyn Facts))
+    }
+}
+
+/// What the transports' sockets of a stream ended up with, as the kernel reported it:
+/// settings, unlike [`TransportFigures`], that hold for the life of the sockets. Each
+/// transport's, empty where it has none; flattened into what holds it, so each keeps
+/// its key in JSON documents.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TransportInForce {
+    #[serde(flatten)]
+    pub tcp: TcpInForce,
+}
+
+impl TransportInForce {
+    /// What a sending stream reports of these.
+    pub fn sending(&self) -> TransportInForce {
+        TransportInForce {
+            tcp: self.tcp.sending(),
+        }
+    }
+
+    /// The settings there are, each as the outputs read them.
+    pub fn each(&self) -> impl Iterator<Item = &dyn Facts> {
+        std::iter::once(&self.tcp as &dyn Facts)
     }
 }

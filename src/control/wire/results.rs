@@ -8,7 +8,8 @@ use crate::percentiles::{self, BoundedList};
 use crate::results as report;
 use crate::stats;
 use crate::sysinfo;
-use crate::transport::figures::TransportFigures;
+use crate::transport::figures::{TransportFigures, TransportInForce};
+use crate::transport::tcp::facts::TcpInForce;
 use crate::transport::udp::facts::UdpFacts;
 use crate::transport::udp::wire::DatagramCounts;
 use serde::{Deserialize, Serialize};
@@ -292,9 +293,9 @@ impl From<report::StreamResult> for StreamResult {
             index: s.index,
             local: s.local,
             peer: s.peer,
-            congestion: s.congestion,
-            rcvlowat: s.rcvlowat,
-            rx_nap_us: s.rx_nap_us,
+            congestion: s.in_force.tcp.congestion,
+            rcvlowat: s.in_force.tcp.rcvlowat,
+            rx_nap_us: s.in_force.tcp.rx_nap_us,
             figures: s.figures.into(),
         }
     }
@@ -306,9 +307,13 @@ impl From<StreamResult> for report::StreamResult {
             index: s.index,
             local: s.local,
             peer: s.peer,
-            congestion: s.congestion,
-            rcvlowat: s.rcvlowat,
-            rx_nap_us: s.rx_nap_us,
+            in_force: TransportInForce {
+                tcp: TcpInForce {
+                    congestion: s.congestion,
+                    rcvlowat: s.rcvlowat,
+                    rx_nap_us: s.rx_nap_us,
+                },
+            },
             figures: s.figures.into(),
         }
     }
@@ -527,9 +532,13 @@ mod tests {
                 index: 3,
                 local: "[::1]:1".into(),
                 peer: "[::1]:2".into(),
-                congestion: Some("bbr".into()),
-                rcvlowat: Some(5),
-                rx_nap_us: Some(6),
+                in_force: TransportInForce {
+                    tcp: TcpInForce {
+                        congestion: Some("bbr".into()),
+                        rcvlowat: Some(5),
+                        rx_nap_us: Some(6),
+                    },
+                },
                 figures: figures(7),
             }],
             system: Some(sysinfo::SystemFacts {
