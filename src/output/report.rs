@@ -80,12 +80,14 @@ fn sched_label(settings: &Settings) -> &'static str {
     }
 }
 
-/// What a report header adds of the settings the sockets ended up with (TCP's
-/// congestion control, and on the server its receive low-water mark and nap): those
-/// `role`'s header shows.
-fn in_force_label(in_force: Option<&TransportInForce>, role: Role) -> String {
+/// What a report header adds of the transport's facts: of what the sockets ended up
+/// with (TCP's congestion control, and on the server its receive low-water mark and
+/// nap), then of what the transport set up (RDMA's API and device), those `role`'s
+/// header shows.
+fn facts_label(settings: &Settings, in_force: Option<&TransportInForce>, role: Role) -> String {
     let mut out = String::new();
-    for facts in in_force.into_iter().flat_map(TransportInForce::each) {
+    let sockets = in_force.into_iter().flat_map(TransportInForce::each);
+    for facts in sockets.chain(settings.transport.facts()) {
         for e in facts.entries() {
             let shown = match e.shown.header {
                 Some(OnHeader::EveryEnd) => true,
@@ -157,7 +159,7 @@ pub fn client_header(
         if settings.flows { "flows" } else { "nsockets" },
         settings.nsockets,
         own.engine,
-        in_force_label(in_force, Role::Client),
+        facts_label(settings, in_force, Role::Client),
         own.setup,
         settings.workload_label(),
         sched_label(settings),
@@ -487,7 +489,7 @@ pub fn server_header(settings: &Settings, from: &str, in_force: &TransportInForc
         settings.protocol().name(),
         pkt_size(settings.pktsize),
         own.engine,
-        in_force_label(Some(in_force), Role::Server),
+        facts_label(settings, Some(in_force), Role::Server),
         own.setup,
         settings.workload_label(),
         sched_label(settings),

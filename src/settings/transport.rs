@@ -2,6 +2,7 @@
 
 use crate::settings::labels::{HeaderLabels, Samples};
 use crate::settings::shape::RunShape;
+use crate::transport::facts::Facts;
 use crate::transport::rdma::settings::RdmaSettings;
 use crate::transport::sockets::SocketSettings;
 use crate::transport::tcp::settings::TcpSettings;
@@ -120,12 +121,22 @@ impl TransportSettings {
         }
     }
 
-    /// What a report header says of the transport's options.
+    /// What a report header says of the transport's options (RDMA's are facts of its
+    /// own, see [`TransportSettings::facts`]).
     pub fn labels(&self) -> HeaderLabels {
         match self {
             TransportSettings::Tcp(tcp) => tcp.labels(),
             TransportSettings::Udp(udp) => udp.labels(),
-            TransportSettings::Rdma(rdma) => rdma.labels(),
+            TransportSettings::Rdma(_) => HeaderLabels::default(),
+        }
+    }
+
+    /// What the transport says of the run it set up, as the outputs read it: RDMA's
+    /// programming interface and device.
+    pub fn facts(&self) -> Option<&dyn Facts> {
+        match self {
+            TransportSettings::Rdma(rdma) => Some(rdma),
+            TransportSettings::Tcp(_) | TransportSettings::Udp(_) => None,
         }
     }
 }
