@@ -16,7 +16,7 @@ use crate::settings::Settings;
 use crate::stats::LatencySummary;
 use crate::sweep::{SweepParam, SweepTest};
 use crate::sysinfo::{CpuUsage, SystemFacts};
-use crate::transport::figures::TransportFigures;
+use crate::transport::figures::{TransportFigures, TransportInForce};
 use crate::transport::udp::wire::DatagramCounts;
 use schemars::generate::SchemaSettings;
 use serde::Serialize;
@@ -293,18 +293,9 @@ pub struct StreamDoc {
     pub index: u32,
     pub local: String,
     pub peer: String,
-    /// TCP: the congestion control algorithm of this end's sockets, as the kernel
-    /// reports it (`TCP_CONGESTION`); `None` for UDP and RDMA.
-    pub congestion: Option<String>,
-    /// TCP, the server's streams: the receive low-water mark of its sockets, as the
-    /// kernel reports it (`SO_RCVLOWAT`: the server's default or `--rcvlowat`, as the
-    /// kernel capped it); `None` on the client and for UDP and RDMA.
-    pub rcvlowat: Option<u32>,
-    /// TCP, the receiving end's streams (the server's; with `--reverse` or `--bidir`'s
-    /// second half the client's): how long a read that finds no data naps, in
-    /// microseconds, while data flows, before it reads once more and only then sleeps
-    /// on the socket; `None` where reads do not nap.
-    pub rx_nap_us: Option<u32>,
+    /// What this end's sockets ended up with, each transport's under its own keys.
+    #[serde(flatten)]
+    pub in_force: TransportInForce,
     pub figures: FiguresDoc,
 }
 
@@ -414,9 +405,7 @@ impl SideDoc {
                     index: s.index,
                     local: s.local.clone(),
                     peer: s.peer.clone(),
-                    congestion: s.in_force.tcp.congestion.clone(),
-                    rcvlowat: s.in_force.tcp.rcvlowat,
-                    rx_nap_us: s.in_force.tcp.rx_nap_us,
+                    in_force: s.in_force.clone(),
                     figures: FiguresDoc::new(&s.figures, settings, r.role),
                 })
                 .collect(),

@@ -71,7 +71,7 @@ impl TransportFigures {
 /// settings, unlike [`TransportFigures`], that hold for the life of the sockets. Each
 /// transport's, empty where it has none; flattened into what holds it, so each keeps
 /// its key in JSON documents.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct TransportInForce {
     #[serde(flatten)]
     pub tcp: TcpInForce,

@@ -339,15 +339,19 @@ impl Facts for TcpInfo {
 
 /// What a stream's TCP sockets ended up with, as the kernel reported it of socket 0:
 /// each `None` where the kernel did not say or the setting does not apply.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct TcpInForce {
-    /// The congestion control algorithm in force.
+    /// TCP: the congestion control algorithm of this end's sockets, as the kernel
+    /// reports it (`TCP_CONGESTION`); `None` for UDP and RDMA.
     pub congestion: Option<String>,
-    /// The receive low-water mark (`SO_RCVLOWAT`) in force, which may be below the one
-    /// asked for.
+    /// TCP, the server's streams: the receive low-water mark of its sockets, as the
+    /// kernel reports it (`SO_RCVLOWAT`: the server's default or `--rcvlowat`, as the
+    /// kernel capped it); `None` on the client and for UDP and RDMA.
     pub rcvlowat: Option<u32>,
-    /// How long a read naps while data flows, in us (see `TcpSettings::rx_nap`);
-    /// `None` where reads do not nap.
+    /// TCP, the receiving end's streams (the server's; with `--reverse` or `--bidir`'s
+    /// second half the client's): how long a read that finds no data naps, in
+    /// microseconds, while data flows, before it reads once more and only then sleeps
+    /// on the socket; `None` where reads do not nap.
     pub rx_nap_us: Option<u32>,
 }
 
