@@ -284,16 +284,13 @@ pub fn peer_line(settings: &Settings, peer: &SideResult, width: usize) -> String
         parts.push(udp);
     }
     // --rx-timestamps: the two halves of its receive latency, by their medians.
-    let medians: Vec<String> = [
-        ("network", &t.transport.udp.network_latency),
-        ("app wait", &t.transport.udp.app_latency),
-    ]
-    .into_iter()
-    .filter_map(|(name, l)| {
-        let ns = l.as_ref()?.at(50.0)?;
-        Some(format!("{name} p50 {:.2}us", ns as f64 / 1000.0))
-    })
-    .collect();
+    let medians: Vec<String> = (t.transport.each())
+        .flat_map(|facts| facts.latencies())
+        .filter_map(|(name, l)| {
+            let ns = l.at(50.0)?;
+            Some(format!("{name} p50 {:.2}us", ns as f64 / 1000.0))
+        })
+        .collect();
     if !medians.is_empty() {
         parts.push(medians.join(", "));
     }
@@ -359,14 +356,19 @@ fn sender_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
             out += &submit_line("lat_submit", width, l);
         }
     }
-    if let Some(d) = &t.transport.udp.datagrams {
-        out += &d.report_lines(width);
-    }
+    out += &own_lines(t, width);
     out += &facts_lines(width, r);
     if r.streams.len() > 1 {
         out += &per_stream_block(r, "sent", |f| (f.send_latency.as_ref(), f.bytes_sent));
     }
     out
+}
+
+/// The transports' lines of their own (UDP's datagram accounting).
+fn own_lines(t: &Figures, width: usize) -> String {
+    (t.transport.each())
+        .map(|facts| facts.report_lines(width))
+        .collect()
 }
 
 /// The CPU time and TCP_INFO lines, for what was measured: `ctxsw=` voluntary/involuntary
@@ -529,15 +531,12 @@ fn receiver_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
     if let Some(l) = &t.recv_latency {
         out += &latency_line(latency_label(settings), width, l);
     }
-    if let Some(l) = &t.transport.udp.network_latency {
-        out += &latency_line("network", width, l);
+    for facts in t.transport.each() {
+        for (name, l) in facts.latencies() {
+            out += &latency_line(name, width, l);
+        }
     }
-    if let Some(l) = &t.transport.udp.app_latency {
-        out += &latency_line("app wait", width, l);
-    }
-    if let Some(d) = &t.transport.udp.datagrams {
-        out += &d.report_lines(width);
-    }
+    out += &own_lines(t, width);
     out += &facts_lines(width, r);
     if r.streams.len() > 1 {
         out += &per_stream_block(r, "received", |f| {

@@ -7,6 +7,8 @@
 //! the wire; the renderers ask it for [`Facts`] and list their
 //! [`Entry`]s, so a new figure is added in the transport's folder alone.
 
+use crate::stats::LatencySummary;
+
 /// A transport's figures as the outputs render them.
 pub trait Facts {
     /// What the text report calls the group, e.g. `tcp_info`.
@@ -19,6 +21,19 @@ pub trait Facts {
     /// each on a line of its own); none by default.
     fn sentences(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// Latency distributions of its own, each with the name the text report gives it
+    /// (UDP's `--rx-timestamps`: the way through the network, the wait for the read);
+    /// none by default.
+    fn latencies(&self) -> Vec<(&'static str, &LatencySummary)> {
+        Vec::new()
+    }
+
+    /// Lines of its own in the text report, labels padded to `width` (UDP's datagram
+    /// accounting); none by default.
+    fn report_lines(&self, _width: usize) -> String {
+        String::new()
     }
 }
 

@@ -104,4 +104,18 @@ impl Facts for UdpFacts {
             },
         ]
     }
+
+    fn latencies(&self) -> Vec<(&'static str, &LatencySummary)> {
+        let named = [
+            ("network", &self.network_latency),
+            ("app wait", &self.app_latency),
+        ];
+        (named.into_iter())
+            .filter_map(|(name, l)| Some((name, l.as_ref()?)))
+            .collect()
+    }
+
+    fn report_lines(&self, width: usize) -> String {
+        (self.datagrams.as_ref()).map_or_else(String::new, |d| d.report_lines(width))
+    }
 }
