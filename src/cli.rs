@@ -17,11 +17,13 @@ use fperf::output::json_document::DocLabels;
 use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
-    default_pktsize, Protocol, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PORT,
-    DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
+    default_pktsize, SchedPolicy, Settings, DEFAULT_MB, DEFAULT_PORT, DEFAULT_TIME_MS,
+    MAX_NSOCKETS, MAX_NSTREAMS,
 };
 use fperf::stream::sender::QueueKind;
+use fperf::stream::MAX_PKTSIZE;
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
+use fperf::transport::settings::{Protocol, TransportSettings};
 use fperf::transport::sockets::SocketSettings;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::tcp::zerocopy::ZeroCopy;

@@ -1424,7 +1424,7 @@ mod tests {
     }
 
     fn rx_timestamps_test() -> Settings {
-        use crate::settings::TransportSettings;
+        use crate::transport::settings::TransportSettings;
         use crate::transport::udp::settings::UdpSettings;
         Settings {
             transport: TransportSettings::Udp(UdpSettings {

@@ -4,9 +4,10 @@
 
 use super::wire;
 use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};
-use crate::settings::{Protocol, Settings};
+use crate::settings::Settings;
 use crate::stats::StreamStats;
 use crate::sysinfo::CpuUsage;
+use crate::transport::settings::Protocol;
 use crate::transport::tcp::facts::TcpInfo;
 use crate::transport::udp::wire::DatagramCounts;
 use anyhow::{anyhow, Result};

@@ -8,8 +8,8 @@
 use super::{RunEnd, Sink};
 use crate::percentiles;
 use crate::results::{Figures, SideResult};
-use crate::settings::Protocol;
 use crate::transport::figures::TransportFigures;
+use crate::transport::settings::Protocol;
 use crate::units;
 use anyhow::{Context, Result};
 use prometheus::{Encoder, Gauge, GaugeVec, Opts, Registry, TextEncoder};

@@ -6,22 +6,18 @@
 //! Invariant: a [`Settings`] value that passed [`Settings::validate`] is safe to act on;
 //! nothing past validation re-checks a field.
 
-pub mod labels;
-pub mod shape;
-pub mod transport;
-
 use crate::features::Feature;
 use crate::percentiles::{Percentiles, PercentilesError};
 use crate::stream::sender::QueueKind;
-use crate::stream::DEFAULT_PKTSIZE;
+use crate::stream::{DEFAULT_PKTSIZE, MAX_PKTSIZE};
 use crate::transport::rdma::settings::RdmaSettingsError;
+use crate::transport::settings::{Protocol, TransportSettings};
+use crate::transport::shape::{RunShape, MAX_FOOTPRINT};
 use crate::transport::tcp::settings::{TcpSettings, TcpSettingsError};
 use crate::transport::udp::settings::{UdpSettingsError, MAX_RETRIES};
 use crate::workload::{Reply, Workload, WorkloadError};
 use serde::Serialize;
-pub use shape::{RunShape, MAX_FOOTPRINT};
 use thiserror::Error;
-pub use transport::{Protocol, TransportSettings};
 
 /// Default base port: data stream `i` uses `DEFAULT_PORT + i`.
 pub const DEFAULT_PORT: u16 = 28444;
@@ -49,8 +45,6 @@ pub const MAX_NSOCKETS: u32 = 100;
 pub const MAX_NSTREAMS: u32 = 256;
 /// Most connections one run may multiplex over its threads (`--flows`).
 pub const MAX_FLOWS: u32 = 10_000;
-/// Largest bytes-per-send accepted (a buffer of this size is allocated per socket).
-pub const MAX_PKTSIZE: u32 = 64 << 20;
 /// Largest run size accepted: 2^40 MB would overflow byte counters' headroom.
 pub const MAX_MB: u64 = 1 << 30;
 /// Bytes in one "MB" as fperf counts it.

@@ -83,6 +83,8 @@ pub(crate) use impl_std_io;
 
 /// Default bytes per send of bulk TCP and RDMA.
 pub const DEFAULT_PKTSIZE: u32 = 32768;
+/// Largest bytes-per-send accepted (a buffer of this size is allocated per socket).
+pub const MAX_PKTSIZE: u32 = 64 << 20;
 
 /// How long a STREAM call may block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,15 +8,19 @@
 
 pub mod facts;
 pub mod figures;
+pub mod labels;
 pub mod rdma;
+pub mod settings;
+pub mod shape;
 pub mod sockets;
 pub mod tcp;
 pub mod udp;
 
-use crate::settings::{Settings, TransportSettings};
+use crate::settings::Settings;
 use crate::stream::{Stream, StreamOptions};
 use crate::workload::Workload;
 use anyhow::{bail, Result};
+use settings::TransportSettings;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};

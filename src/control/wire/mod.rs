@@ -28,7 +28,7 @@
 //!
 //! Two kinds of value travel as the transports' own types, not as types of this module,
 //! and the same rules bind them:
-//! - Each transport's settings ([`crate::settings::TransportSettings`] with
+//! - Each transport's settings ([`crate::transport::settings::TransportSettings`] with
 //!   `TcpSettings`, `UdpSettings`, `RdmaSettings` and their `SocketSettings`) are that
 //!   transport's wire form: a transport owns its options, on the wire too, and an option
 //!   that changes what is measured is gated by the feature its settings list.

@@ -20,8 +20,9 @@ mod side;
 mod verbs;
 pub mod verbs_stream;
 
-use crate::settings::{Settings, TransportSettings};
+use crate::settings::Settings;
 use crate::stream::Stream;
+use crate::transport::settings::TransportSettings;
 use crate::transport::{Acceptor, ClientCtx, ServerCtx, Transport};
 use anyhow::{anyhow, Result};
 use settings::{RdmaApi, RdmaSettings};

@@ -21,10 +21,11 @@ use super::{
 use crate::control::{self, Message, PROTOCOL_MAJOR};
 use crate::pending::PendingCaps;
 use crate::results::Role;
-use crate::settings::{Settings, TransportSettings};
+use crate::settings::Settings;
 use crate::stream::affinity::cpu_for;
 use crate::stream::sys::Direction;
 use crate::stream::{Stream, StreamOptions};
+use crate::transport::settings::TransportSettings;
 use anyhow::{anyhow, bail, Context, Result};
 use settings::TcpSettings;
 use socket2::{Domain, SockRef, Socket, Type};
@@ -496,7 +497,7 @@ pub fn connect(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::settings::{Protocol, TransportSettings};
+    use crate::transport::settings::{Protocol, TransportSettings};
     use crate::transport::sockets::{SocketSettings, MAX_WINDOW};
 
     /// A TCP run's settings with a `-w` of `window` bytes.

@@ -74,7 +74,7 @@ const VALUE_MASK: u64 = (1 << KIND_SHIFT) - 1;
 const WRITE_LEN_BITS: u32 = 26;
 const _: () = assert!(
     RING_SLOTS_MAX <= 1 << (32 - WRITE_LEN_BITS)
-        && crate::settings::MAX_PKTSIZE as usize <= 1 << WRITE_LEN_BITS
+        && crate::stream::MAX_PKTSIZE as usize <= 1 << WRITE_LEN_BITS
 );
 /// Longest endpoint name accepted from a peer.
 pub const MAX_NAME_LEN: usize = 512;
@@ -1141,7 +1141,7 @@ mod tests {
 
     #[test]
     fn write_data_fits_in_a_32_bit_immediate_and_roundtrips() {
-        let max_len = crate::settings::MAX_PKTSIZE as usize;
+        let max_len = crate::stream::MAX_PKTSIZE as usize;
         for (slot, len) in [(0, 1), (RING_SLOTS_MAX - 1, max_len), (7, 32768)] {
             let data = write_data(slot, len);
             assert!(data <= u64::from(u32::MAX), "{data:#x}");

@@ -1,8 +1,8 @@
 //! Which transport a run uses, with the options only it has.
 
-use crate::settings::labels::{HeaderLabels, Samples};
-use crate::settings::shape::RunShape;
+use crate::transport::labels::{HeaderLabels, Samples};
 use crate::transport::rdma::settings::RdmaSettings;
+use crate::transport::shape::RunShape;
 use crate::transport::sockets::SocketSettings;
 use crate::transport::tcp::settings::TcpSettings;
 use crate::transport::udp::settings::UdpSettings;
