@@ -19,11 +19,11 @@
 use crate::percentiles::Percentiles;
 use crate::results::{Figures, IntervalResult, SideTotals, StreamInterval};
 use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::StreamStats;
 use crate::stream::Stream;
 use crate::sysinfo::CpuUsage;
 use crate::transport::figures::TransportFigures;
-use crate::transport::udp::wire::DatagramCounts;
 use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};

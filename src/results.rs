@@ -8,10 +8,10 @@
 
 use crate::percentiles::Percentiles;
 use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::{LatencyStats, LatencySummary, StreamStats};
 use crate::sysinfo::{CpuUsage, SystemFacts};
 use crate::transport::figures::TransportFigures;
-use crate::transport::udp::wire::DatagramCounts;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 

@@ -10,11 +10,11 @@ use crate::limits::Limits;
 use crate::percentiles::Percentiles;
 use crate::results::{Figures, IntervalResult, Role, SideResult};
 use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::StreamStats;
 use crate::stream::sender::QueueKind;
 use crate::transport::settings::TransportSettings;
 use crate::transport::udp::settings::UdpSettings;
-use crate::transport::udp::wire::DatagramCounts;
 use crate::workload::{Reply, Workload};
 use std::time::Duration;
 

@@ -1745,7 +1745,7 @@ mod tests {
             Message::Results { result: huge }
         )));
         let mut lossy = side();
-        lossy.total.datagrams = Some(crate::transport::udp::wire::DatagramCounts {
+        lossy.total.datagrams = Some(crate::stats::datagrams::DatagramCounts {
             peer_sent: 10,
             lost: 11,
             ..Default::default()

@@ -23,7 +23,6 @@
 
 pub mod affinity;
 pub mod buffer;
-pub mod buffer_grant;
 pub(crate) mod epoll;
 pub mod sender;
 pub mod socket_calls;

@@ -1,7 +1,7 @@
 //! Thin wrappers over the system calls the STREAM needs and std does not offer:
 //! `poll()`, socket buffer sizes and TCP socket options.
 
-use super::buffer_grant::BufferGrant;
+use crate::stats::buffer_grant::BufferGrant;
 use socket2::SockRef;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};

@@ -7,9 +7,9 @@
 use crate::percentiles::{self, BoundedList};
 use crate::results as report;
 use crate::stats;
+use crate::stats::datagrams::DatagramCounts;
 use crate::sysinfo;
 use crate::transport::figures::TransportFigures;
-use crate::transport::udp::wire::DatagramCounts;
 use serde::{Deserialize, Serialize};
 
 /// Which end produced a result.
@@ -422,7 +422,7 @@ impl From<SystemFacts> for sysinfo::SystemFacts {
 mod tests {
     use super::*;
     use crate::control::{self, Message as Domain};
-    use crate::stream::buffer_grant::BufferGrant;
+    use crate::stats::buffer_grant::BufferGrant;
     use crate::transport::tcp::facts::TcpInfo;
 
     fn latency(count: u64) -> stats::LatencySummary {

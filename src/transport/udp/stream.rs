@@ -55,8 +55,8 @@ use super::cmsg::{enable_rx_timestamps, recv_with_control, rx_timestamp_ns, Cont
 use super::flows::{unacknowledged, DatagramFlow, UdpFlows};
 use super::wire::{decode, Arrival, Header, ReplyDatagram, SeqTracker, HEADER_LEN};
 use crate::control::{self, ControlError, Message};
+use crate::stats::buffer_grant::BufferGrant;
 use crate::stats::{span_ns, StreamStats};
-use crate::stream::buffer_grant::BufferGrant;
 use crate::stream::epoll::{poll_many, poll_one, Epoll};
 use crate::stream::sender::{LazySenders, PacketSink, Senders};
 use crate::stream::sys::{set_int_opt, set_tos, set_window, size_buffer, Direction};
