@@ -20,9 +20,9 @@ use crate::settings::Settings;
 use crate::stats::datagrams::DatagramCounts;
 use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, place_current_thread};
-use crate::stream::SocketBuffers;
 use crate::sysinfo::{CpuUsage, SystemFacts};
 use crate::transport::figures::TransportFigures;
+use crate::transport::stream::SocketBuffers;
 use crate::transport::{self, tcp::connect, ClientCtx, LocalEnd};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io;
@@ -376,7 +376,7 @@ pub(crate) type StreamThread = std::thread::JoinHandle<io::Result<Moved>>;
 /// on more bytes than the settings announce.
 pub(crate) fn start_streams(
     settings: &Settings,
-    streams: Vec<Box<dyn crate::stream::Stream>>,
+    streams: Vec<Box<dyn crate::transport::stream::Stream>>,
     meters: (Schedule, &mpsc::SyncSender<crate::interval::MeterMsg>),
     (abort, watch): (&Arc<AtomicBool>, &Arc<TestWatch>),
     stall: Duration,
@@ -425,7 +425,9 @@ pub(crate) fn start_streams(
 }
 
 /// What the report header says of each connected stream.
-pub(crate) fn stream_infos(streams: &[Box<dyn crate::stream::Stream>]) -> Vec<StreamInfo> {
+pub(crate) fn stream_infos(
+    streams: &[Box<dyn crate::transport::stream::Stream>],
+) -> Vec<StreamInfo> {
     streams
         .iter()
         .enumerate()

@@ -77,7 +77,7 @@ pub struct Figures {
     #[serde(flatten)]
     pub transport: TransportFigures,
     /// A sender whose time ends at its last send (UDP, see
-    /// [`crate::stream::Stream::sent_on_handover`]): how long the peer then took to
+    /// [`crate::transport::stream::Stream::sent_on_handover`]): how long the peer then took to
     /// confirm it had everything (waiting out datagrams lost on the way), in ns; not
     /// part of `duration_ns`. The longest of merged streams.
     #[serde(skip_serializing_if = "Option::is_none")]

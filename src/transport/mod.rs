@@ -13,11 +13,12 @@ pub mod rdma;
 pub mod settings;
 pub mod shape;
 pub mod sockets;
+pub mod stream;
 pub mod tcp;
 pub mod udp;
 
 use crate::settings::Settings;
-use crate::stream::{Stream, StreamOptions};
+use crate::transport::stream::{Stream, StreamOptions};
 use crate::workload::Workload;
 use anyhow::{bail, Result};
 use settings::TransportSettings;

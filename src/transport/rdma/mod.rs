@@ -21,8 +21,8 @@ mod verbs;
 pub mod verbs_stream;
 
 use crate::settings::Settings;
-use crate::stream::Stream;
 use crate::transport::settings::TransportSettings;
+use crate::transport::stream::Stream;
 use crate::transport::{Acceptor, ClientCtx, ServerCtx, Transport};
 use anyhow::{anyhow, Result};
 use settings::{RdmaApi, RdmaSettings};

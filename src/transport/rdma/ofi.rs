@@ -10,7 +10,7 @@ use super::settings::RdmaSettings;
 use super::side::{read_json, routed_side_connection, side_connection, write_json};
 use crate::control::{self, PROTOCOL_MAJOR};
 use crate::settings::Settings;
-use crate::stream::{Stream, StreamOptions};
+use crate::transport::stream::{Stream, StreamOptions};
 use crate::transport::{stream_options, Acceptor, ClientCtx, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};

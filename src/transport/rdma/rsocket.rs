@@ -14,7 +14,7 @@ use super::settings::RdmaSettings;
 use crate::control::{self, Message, PROTOCOL_MAJOR};
 use crate::stream::affinity::cpu_for;
 use crate::stream::socket_calls::DataSocket;
-use crate::stream::{Stream, StreamOptions};
+use crate::transport::stream::{Stream, StreamOptions};
 use crate::transport::tcp::stream::TcpStream;
 use crate::transport::tcp::HELLO_TIMEOUT;
 use crate::transport::{port_offset, stream_options, Acceptor, ClientCtx, Refusal, ServerCtx};

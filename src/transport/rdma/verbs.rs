@@ -26,7 +26,7 @@ use super::side::{read_json, routed_side_connection, side_connection, write_json
 use super::verbs_stream::{device_names, QpDetails, QpEndpoint, VerbsDevice, VerbsStream};
 use crate::control::{self, PROTOCOL_MAJOR};
 use crate::settings::Settings;
-use crate::stream::{Stream, StreamOptions};
+use crate::transport::stream::{Stream, StreamOptions};
 use crate::transport::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};

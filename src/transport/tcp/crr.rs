@@ -6,7 +6,7 @@ use super::settings::TcpSettings;
 use super::{tcp_stream_options, TcpTransport};
 use crate::settings::Settings;
 use crate::stream::affinity::cpu_for;
-use crate::stream::{Stream, StreamOptions};
+use crate::transport::stream::{Stream, StreamOptions};
 use crate::transport::tcp::crr_stream::{CrrClient, CrrServer};
 use crate::transport::{port_offset, Acceptor, ClientCtx, ServerCtx, Transport};
 use anyhow::{Context, Result};

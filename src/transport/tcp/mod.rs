@@ -24,8 +24,8 @@ use crate::results::Role;
 use crate::settings::Settings;
 use crate::stream::affinity::cpu_for;
 use crate::stream::sys::Direction;
-use crate::stream::{Stream, StreamOptions};
 use crate::transport::settings::TransportSettings;
+use crate::transport::stream::{Stream, StreamOptions};
 use anyhow::{anyhow, bail, Context, Result};
 use settings::TcpSettings;
 use socket2::{Domain, SockRef, Socket, Type};
@@ -552,7 +552,8 @@ mod tests {
         let client = connect(addr, LocalEnd::default(), Some(&settings), timeout).expect("connect");
         let (server, _) = listener.accept().expect("accept");
         for (end, sock) in [("client", &client), ("server", &server)] {
-            let short = crate::stream::sys::receive_window_short_of(sock, u64::from(window));
+            let short =
+                crate::transport::tcp::facts::receive_window_short_of(sock, u64::from(window));
             assert_eq!(short.expect("tcp_info"), None, "{end}");
         }
         // A UDP test's per-stream connections carry control only: no window there.

@@ -60,9 +60,8 @@ use crate::stats::{span_ns, StreamStats};
 use crate::stream::epoll::{poll_many, poll_one, Epoll};
 use crate::stream::sender::{LazySenders, PacketSink, Senders};
 use crate::stream::sys::{set_int_opt, set_tos, set_window, size_buffer, Direction};
-use crate::stream::{
-    check_abort, Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout,
-};
+use crate::stream::{check_abort, Deadline, Timeout};
+use crate::transport::stream::{SocketBuffers, SocketFacts, Stream, StreamOptions};
 use crate::transport::udp::settings::{socket_buffer, MAX_RETRIES};
 use bytes::Bytes;
 use socket2::SockRef;
@@ -1296,7 +1295,7 @@ impl Stream for UdpStream {
     }
 }
 
-crate::stream::impl_std_io!(UdpStream);
+crate::transport::stream::impl_std_io!(UdpStream);
 
 #[cfg(test)]
 mod tests {

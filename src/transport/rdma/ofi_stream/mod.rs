@@ -36,7 +36,8 @@ use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
 use super::ring::{Answer, Packet, RemoteRing, RingLayout, SendSlots, Slot};
 use super::ring::{CONTROL_SLOTS, RING_SLOTS_MAX};
 use crate::stats::StreamStats;
-use crate::stream::{Deadline, StreamOptions};
+use crate::stream::Deadline;
+use crate::transport::stream::StreamOptions;
 use std::collections::VecDeque;
 use std::ffi::{c_void, CStr, CString};
 use std::io;
@@ -1122,7 +1123,8 @@ pub fn describe_name(name: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::{Stream, Timeout};
+    use crate::stream::Timeout;
+    use crate::transport::stream::Stream;
     use bytes::Bytes;
     use std::sync::atomic::{AtomicBool, Ordering};
 
