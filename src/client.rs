@@ -15,7 +15,7 @@ use crate::engine::{drive, receive, sending_end, Ceiling, Driven, Received};
 use crate::family::IpFamily;
 use crate::interval::{Collector, Meter, Schedule};
 use crate::limits::TestWatch;
-use crate::results::{nanos, Figures, IntervalResult, Role, SideResult, SideTotals, StreamResult};
+use crate::results::{nanos, Figures, IntervalResult, SideResult, SideTotals, StreamResult};
 use crate::settings::Settings;
 use crate::stats::datagrams::DatagramCounts;
 use crate::stats::{LatencyStats, StreamStats};
@@ -23,6 +23,7 @@ use crate::stream::affinity::{cpu_for, place_current_thread};
 use crate::sysinfo::{CpuUsage, SystemFacts};
 use crate::transport::figures::TransportFigures;
 use crate::transport::stream::SocketBuffers;
+use crate::transport::Role;
 use crate::transport::{self, tcp::connect, ClientCtx, LocalEnd};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io;
@@ -166,11 +167,14 @@ pub fn run_observed(
     }
     // Fails at once when this host lacks what the transport needs (e.g. RDMA).
     let cfg = &ClientConfig {
-        settings: transport::prepare(&settings)?,
+        settings: Settings {
+            transport: transport::prepare(&settings.transport)?,
+            ..settings
+        },
         ..cfg.clone()
     };
-    let transport = transport::for_settings(&cfg.settings);
-    transport.check(&cfg.settings, server)?;
+    let transport = cfg.settings.data_transport();
+    transport.check(&cfg.settings.shape(), server)?;
     let sock = connect_control(cfg, server, "fperf")?;
     crate::stream::sys::set_user_timeout(&sock, cfg.stall_timeout)?;
     // The run stops on the caller's abort, and on its own when the server misbehaves,
@@ -185,7 +189,7 @@ pub fn run_observed(
     let mut control = ClientSession::new(cfg.settings.clone(), auth);
     let session = open_session(&mut chan, &mut control, server, cfg.control_timeout)?;
     let ctx = ClientCtx {
-        settings: cfg.settings.clone(),
+        plan: cfg.settings.stream_plan(),
         session,
         server,
         bind: cfg.bind,

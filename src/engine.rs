@@ -4,7 +4,6 @@
 
 use crate::interval::Meter;
 use crate::limits::{RatePacer, TestWatch};
-use crate::results::Role;
 use crate::settings::Settings;
 use crate::stats::datagrams::DatagramCounts;
 use crate::stats::StreamStats;
@@ -12,6 +11,7 @@ use crate::stream::buffer::DataBuffer;
 use crate::stream::Timeout;
 use crate::transport::figures::TransportFigures;
 use crate::transport::stream::Stream;
+use crate::transport::Role;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -446,7 +446,7 @@ impl Collector {
 mod tests {
     use super::*;
     use crate::output::report::interval_line;
-    use crate::results::Role;
+    use crate::transport::Role;
     use crate::workload::Workload;
 
     fn sample(stream: u32, index: u32, bytes: u64, start: Instant) -> MeterMsg {

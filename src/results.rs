@@ -12,18 +12,11 @@ use crate::stats::datagrams::DatagramCounts;
 use crate::stats::{LatencyStats, LatencySummary, StreamStats};
 use crate::sysinfo::{CpuUsage, SystemFacts};
 use crate::transport::figures::TransportFigures;
+use crate::transport::Role;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-/// Which end produced a result.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[schemars(rename = "role")]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Client,
-    Server,
-}
-
+/// What the run's settings make of each end.
 impl Role {
     /// Whether this end sends the test's data: the client, unless `--reverse` (with
     /// `--bidir`, what stream 0 carries: the client's).

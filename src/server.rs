@@ -27,11 +27,12 @@ use crate::family::IpFamily;
 use crate::interval::MeterMsg;
 use crate::limits::{TestWatch, Watchdog};
 use crate::pending::{PendingCaps, PendingSlot, WaitTurn};
-use crate::results::{Role, SideResult};
+use crate::results::SideResult;
 use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::Settings;
 use crate::stream::Timeout;
 use crate::transport::stream::Stream;
+use crate::transport::Role;
 use crate::transport::{self, DataConn, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
 use socket2::{Domain, Socket, Type};
@@ -533,7 +534,7 @@ fn run_session(
     let session = registered.id();
     let abort = Arc::new(AtomicBool::new(false));
     let ctx = ServerCtx {
-        settings: settings.clone(),
+        plan: settings.stream_plan(),
         session,
         local: control.chan.local_addr()?,
         client: control.chan.peer_addr()?,
@@ -550,7 +551,7 @@ fn run_session(
         abort: abort.clone(),
         socket_buffer_cap: config.limits.socket_buffer_cap(&settings),
     };
-    let transport = transport::for_settings(&settings);
+    let transport = settings.data_transport();
     let acceptor = transport.listen(&ctx)?;
     if !parallel {
         // This test's report begins only once the previous test's has ended, which

@@ -14,7 +14,7 @@
 //! - Other majors' hellos are refused, naming both versions.
 
 use fperf::control::{self, Message, PROTOCOL_MAJOR, PROTOCOL_MINOR};
-use fperf::results::{Figures, IntervalResult, Role, SideResult, StreamInterval, StreamResult};
+use fperf::results::{Figures, IntervalResult, SideResult, StreamInterval, StreamResult};
 use fperf::settings::{SchedPolicy, Settings};
 use fperf::stats::buffer_grant::BufferGrant;
 use fperf::stats::datagrams::DatagramCounts;
@@ -28,6 +28,7 @@ use fperf::transport::sockets::SocketSettings;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::tcp::zerocopy::ZeroCopy;
 use fperf::transport::udp::settings::UdpSettings;
+use fperf::transport::Role;
 use fperf::workload::{Reply, Workload};
 use serde_json::Value;
 use std::path::PathBuf;

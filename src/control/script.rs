@@ -8,13 +8,14 @@ use super::{decode, Message, PROTOCOL_MAJOR};
 use crate::auth::{self, AuthKey, NONCE_LEN};
 use crate::limits::Limits;
 use crate::percentiles::Percentiles;
-use crate::results::{Figures, IntervalResult, Role, SideResult};
+use crate::results::{Figures, IntervalResult, SideResult};
 use crate::settings::Settings;
 use crate::stats::datagrams::DatagramCounts;
 use crate::stats::StreamStats;
 use crate::stream::sender::QueueKind;
 use crate::transport::settings::TransportSettings;
 use crate::transport::udp::settings::UdpSettings;
+use crate::transport::Role;
 use crate::workload::{Reply, Workload};
 use std::time::Duration;
 

@@ -859,8 +859,9 @@ fn check_figures<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{Figures, Role};
+    use crate::results::Figures;
     use crate::stats::StreamStats;
+    use crate::transport::Role;
     use crate::workload::Workload;
 
     fn key(text: &str) -> AuthKey {

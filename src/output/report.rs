@@ -2,11 +2,12 @@
 //! from the typed results of [`crate::results`].
 
 use crate::percentiles::{self, Percentiles};
-use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
+use crate::results::{Figures, IntervalResult, SideResult, StreamInterval};
 use crate::settings::Settings;
 use crate::stats::{LatencySummary, StreamStats};
 use crate::transport::facts::{Amount, OnInterval};
 use crate::transport::labels::Sample;
+use crate::transport::Role;
 use crate::units::{
     bit_rate, bit_rate_over, byte_rate, pkt_size, rate, rate_unmeasured, size, size_triplet,
 };

@@ -83,6 +83,20 @@ impl TransportSettings {
         }
     }
 
+    /// TCP's own options, in a TCP run.
+    pub fn tcp(&self) -> Option<&TcpSettings> {
+        match self {
+            TransportSettings::Tcp(tcp) => Some(tcp),
+            _ => None,
+        }
+    }
+
+    /// `--window` when it sizes TCP data connections (UDP's apply to its datagram
+    /// sockets).
+    pub fn tcp_window(&self) -> Option<u32> {
+        self.tcp().and_then(|tcp| tcp.sockets.window)
+    }
+
     /// The socket options, for the transports that move data through kernel sockets.
     pub fn sockets(&self) -> Option<&SocketSettings> {
         match self {

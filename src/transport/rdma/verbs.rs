@@ -25,9 +25,9 @@ use super::settings::{RdmaApi, RdmaSettings};
 use super::side::{read_json, routed_side_connection, side_connection, write_json};
 use super::verbs_stream::{device_names, QpDetails, QpEndpoint, VerbsDevice, VerbsStream};
 use crate::control::{self, PROTOCOL_MAJOR};
-use crate::settings::Settings;
 use crate::transport::stream::{Stream, StreamOptions};
-use crate::transport::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx};
+use crate::transport::StreamPlan;
+use crate::transport::{port_offset, Acceptor, ClientCtx, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sideway::ibverbs::queue_pair::QueuePairState;
@@ -84,13 +84,13 @@ pub fn prepare(rdma: &mut RdmaSettings) -> Result<()> {
 /// `write`: data moves by RDMA WRITE.
 fn create_all(
     dev: &VerbsDevice,
-    s: &Settings,
+    s: &StreamPlan,
     opts: &StreamOptions,
     write: bool,
 ) -> Result<Vec<Vec<QpEndpoint>>> {
-    (0..s.nstreams)
+    (0..s.shape.nstreams)
         .map(|_| {
-            (0..s.nsockets)
+            (0..s.shape.nsockets)
                 .map(|_| {
                     QpEndpoint::create(dev, opts, write, None, None).map_err(anyhow::Error::from)
                 })
@@ -150,18 +150,18 @@ fn into_streams(qps: Vec<Vec<QpEndpoint>>, opts: StreamOptions) -> Result<Vec<Bo
 
 /// Client: connects the data streams.
 pub fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dyn Stream>>> {
-    let s = &ctx.settings;
+    let s = &ctx.plan;
     let mut sock = side_connection(ctx)?;
     let near = sock.local_addr()?.ip().to_canonical();
-    let opts = stream_options(s, ctx.abort.clone());
+    let opts = s.stream_options(ctx.abort.clone());
     let cm = rdma.api == RdmaApi::Cm;
     let mut qps = if cm {
         let server = port_offset(ctx.server, ctx.server.port(), CM_PORT_OFFSET)?;
         let deadline = Instant::now() + ctx.setup_timeout;
         let mut all = Vec::new();
-        for _ in 0..s.nstreams {
+        for _ in 0..s.shape.nstreams {
             let mut stream = Vec::new();
-            for _ in 0..s.nsockets {
+            for _ in 0..s.shape.nsockets {
                 stream.push(cm_connect(
                     rdma, &opts, server, ctx.bind, near, deadline, &ctx.abort,
                 )?);
@@ -212,7 +212,7 @@ struct CmConn {
 /// Server: opens the device, or starts listening with rdma_cm, before the client is
 /// told `Ready`.
 pub fn listen(ctx: &ServerCtx, rdma: &RdmaSettings) -> Result<Box<dyn Acceptor>> {
-    let s = &ctx.settings;
+    let s = &ctx.plan;
     let near = ctx.local.ip().to_canonical();
     if rdma.api == RdmaApi::Cm {
         let channel = EventChannel::new().map_err(|e| anyhow!("rdma_cm: {e:#}"))?;
@@ -223,7 +223,7 @@ pub fn listen(ctx: &ServerCtx, rdma: &RdmaSettings) -> Result<Box<dyn Acceptor>>
         let addr = port_offset(SocketAddr::new(near, ctx.port), ctx.port, CM_PORT_OFFSET)?;
         id.bind_addr(addr)
             .map_err(|e| anyhow!("rdma_cm cannot bind {addr}: {e:#}"))?;
-        let backlog = i32::try_from(s.nstreams * s.nsockets).unwrap_or(i32::MAX);
+        let backlog = i32::try_from(s.shape.nstreams * s.shape.nsockets).unwrap_or(i32::MAX);
         id.listen(backlog)
             .map_err(|e| anyhow!("rdma_listen on {addr}: {e:#}"))?;
         return Ok(Box::new(VerbsAcceptor {
@@ -235,7 +235,7 @@ pub fn listen(ctx: &ServerCtx, rdma: &RdmaSettings) -> Result<Box<dyn Acceptor>>
     let names = device_names()?;
     let hint = (rdma.device.as_deref()).filter(|h| names.iter().any(|n| n == h));
     let dev = VerbsDevice::open(hint, Some(near))?;
-    let opts = stream_options(s, ctx.abort.clone());
+    let opts = s.stream_options(ctx.abort.clone());
     let qps = create_all(&dev, s, &opts, rdma.write)?;
     Ok(Box::new(VerbsAcceptor {
         qps,
@@ -246,9 +246,9 @@ pub fn listen(ctx: &ServerCtx, rdma: &RdmaSettings) -> Result<Box<dyn Acceptor>>
 
 impl Acceptor for VerbsAcceptor {
     fn accept(mut self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
-        let s = &ctx.settings;
+        let s = &ctx.plan;
         let mut sock = routed_side_connection(ctx)?;
-        let opts = stream_options(s, ctx.abort.clone());
+        let opts = s.stream_options(ctx.abort.clone());
         let cm = self.listener.is_some();
         if let Some(listener) = &self.listener {
             // The client connects every QP before it sends its details.
@@ -416,9 +416,9 @@ fn cm_accept_all(
     opts: &StreamOptions,
     write: bool,
 ) -> Result<Vec<Vec<QpEndpoint>>> {
-    let s = &ctx.settings;
+    let s = &ctx.plan;
     let near = ctx.local.ip().to_canonical();
-    let total = (s.nstreams * s.nsockets) as usize;
+    let total = (s.shape.nstreams * s.shape.nsockets) as usize;
     let deadline = Instant::now() + ctx.setup_timeout;
     let mut accepted = Vec::with_capacity(total);
     let mut established = 0;
@@ -461,10 +461,10 @@ fn cm_accept_all(
             }
         }
     }
-    let per_stream = s.nsockets as usize;
-    let mut qps = Vec::with_capacity(s.nstreams as usize);
+    let per_stream = s.shape.nsockets as usize;
+    let mut qps = Vec::with_capacity(s.shape.nstreams as usize);
     let mut it = accepted.into_iter();
-    for _ in 0..s.nstreams {
+    for _ in 0..s.shape.nstreams {
         qps.push(it.by_ref().take(per_stream).collect());
     }
     Ok(qps)

@@ -27,11 +27,12 @@ pub mod stream;
 pub mod wire;
 
 use super::tcp::{accept_data_conns, listen_data_ports, open_data_conn};
-use super::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx, Transport};
+use super::{port_offset, Acceptor, ClientCtx, ServerCtx, Transport};
 use crate::control::{self, Message};
-use crate::settings::Settings;
 use crate::stream::canonical;
+use crate::transport::shape::RunShape;
 use crate::transport::stream::Stream;
+use crate::transport::StreamPlan;
 use anyhow::{anyhow, bail, Context, Result};
 use settings::UdpSettings;
 use socket2::{Domain, Socket, Type};
@@ -69,11 +70,11 @@ fn check_datagram_size(flag: &str, size: u32, ip: IpAddr) -> Result<()> {
     Ok(())
 }
 
-/// Refuses datagrams of `settings`, requests or replies, that cannot be one datagram
-/// to `ip`.
-fn check_datagram_sizes(settings: &Settings, ip: IpAddr) -> Result<()> {
-    check_datagram_size("--pktsize", settings.pktsize, ip)?;
-    match settings.response_size {
+/// Refuses datagrams of a run shaped `run`, requests or replies, that cannot be one
+/// datagram to `ip`.
+fn check_datagram_sizes(run: &RunShape, ip: IpAddr) -> Result<()> {
+    check_datagram_size("--pktsize", run.pktsize, ip)?;
+    match run.response_size {
         Some(size) => check_datagram_size("--response-size", size, ip),
         None => Ok(()),
     }
@@ -100,7 +101,7 @@ fn bind_udp(
 /// Stream `stream`'s UDP STREAM over its sockets and its TCP side connection; both
 /// ends build it the same way.
 fn udp_stream(
-    settings: &Settings,
+    settings: &StreamPlan,
     options: &UdpSettings,
     stream: u32,
     socks: Vec<net::UdpSocket>,
@@ -109,7 +110,7 @@ fn udp_stream(
     buffer_cap: Option<u64>,
 ) -> io::Result<Box<dyn Stream>> {
     let udp = UdpOptions {
-        batch: options.batch_size(&settings.shape()) as usize,
+        batch: options.batch_size(&settings.shape) as usize,
         gso: options.gso,
         gro: options.gro,
         rx_timestamps: options.rx_timestamps,
@@ -120,21 +121,21 @@ fn udp_stream(
             Duration::from_millis(u64::from(options.ack_timeout_ms)),
         )
     };
-    let opts = stream_options(settings, abort);
+    let opts = settings.stream_options(abort);
     Ok(Box::new(UdpStream::from_sockets(
         socks, control, opts, udp,
     )?))
 }
 
 impl Transport for UdpTransport {
-    fn check(&self, settings: &Settings, server: SocketAddr) -> Result<()> {
-        check_datagram_sizes(settings, server.ip())
+    fn check(&self, run: &RunShape, server: SocketAddr) -> Result<()> {
+        check_datagram_sizes(run, server.ip())
     }
 
     fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
         let ip = ctx.local.ip().to_canonical();
-        check_datagram_sizes(&ctx.settings, ip)?;
-        let first = (0..ctx.settings.nstreams)
+        check_datagram_sizes(&ctx.plan.shape, ip)?;
+        let first = (0..ctx.plan.shape.nstreams)
             .map(|i| {
                 let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, i)?;
                 bind_udp(addr, true, None)
@@ -150,7 +151,7 @@ impl Transport for UdpTransport {
     }
 
     fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
-        let s = &ctx.settings;
+        let s = &ctx.plan;
         let local_ip = ctx.bind.unwrap_or(if ctx.server.is_ipv4() {
             Ipv4Addr::UNSPECIFIED.into()
         } else {
@@ -158,14 +159,14 @@ impl Transport for UdpTransport {
         });
         // Every control connection first: the server sets the streams up only once
         // all have arrived.
-        let controls = (0..s.nstreams)
+        let controls = (0..s.shape.nstreams)
             .map(|i| open_data_conn(ctx, i, 0))
             .collect::<Result<Vec<_>>>()?;
-        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
-        for (i, control) in (0..s.nstreams).zip(controls) {
+        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.shape.nstreams as usize);
+        for (i, control) in (0..s.shape.nstreams).zip(controls) {
             let server_udp = port_offset(ctx.server, ctx.server.port(), i)?;
-            let mut socks = Vec::with_capacity(s.nsockets as usize);
-            for k in 0..s.nsockets {
+            let mut socks = Vec::with_capacity(s.shape.nsockets as usize);
+            for k in 0..s.shape.nsockets {
                 let port = ctx.client_port(i, k)?.unwrap_or(0);
                 let from = SocketAddr::new(local_ip, port);
                 let sock = bind_udp(from, false, ctx.bind_device.as_deref())
@@ -207,9 +208,9 @@ impl Transport for UdpTransport {
 
 impl Acceptor for UdpAcceptor {
     fn accept(self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
-        let s = &ctx.settings;
+        let s = &ctx.plan;
         let conns = accept_data_conns(ctx, 1, self.listeners)?;
-        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
+        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.shape.nstreams as usize);
         for (i, (first, control)) in self.first.into_iter().zip(conns).enumerate() {
             let i = i as u32;
             let Some(mut control) = control.into_iter().next() else {
@@ -225,11 +226,11 @@ impl Acceptor for UdpAcceptor {
                 ),
                 Err(e) => bail!("stream {i}: UDP set-up: {e}"),
             };
-            if addrs.len() != s.nsockets as usize {
+            if addrs.len() != s.shape.nsockets as usize {
                 bail!(
                     "stream {i}: the client named {} UDP sockets, not {}",
                     addrs.len(),
-                    s.nsockets
+                    s.shape.nsockets
                 );
             }
             let distinct: std::collections::HashSet<_> = addrs.iter().collect();
@@ -289,11 +290,12 @@ mod tests {
         assert!(check(65_508, mapped).is_err());
         assert!(check(65_527, v6).is_ok());
         assert!(check(65_528, v6).is_err());
-        let replies = Settings {
+        let replies = crate::settings::Settings {
             pktsize: 100,
             response_size: Some(65_508),
-            ..Settings::default()
-        };
+            ..crate::settings::Settings::default()
+        }
+        .shape();
         let e = check_datagram_sizes(&replies, v4).expect_err("a reply too big for IPv4");
         assert!(
             e.to_string()
