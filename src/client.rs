@@ -190,6 +190,7 @@ pub fn run_observed(
     let session = open_session(&mut chan, &mut control, server, cfg.control_timeout)?;
     let ctx = ClientCtx {
         plan: cfg.settings.stream_plan(),
+        frames: &crate::control::ControlFrames,
         session,
         server,
         bind: cfg.bind,

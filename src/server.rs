@@ -535,6 +535,7 @@ fn run_session(
     let abort = Arc::new(AtomicBool::new(false));
     let ctx = ServerCtx {
         plan: settings.stream_plan(),
+        frames: &crate::control::ControlFrames,
         session,
         local: control.chan.local_addr()?,
         client: control.chan.peer_addr()?,

@@ -12,6 +12,7 @@ pub mod figures;
 pub mod labels;
 pub mod rdma;
 pub mod settings;
+pub mod setup;
 pub mod shape;
 pub mod sockets;
 pub mod stream;
@@ -21,6 +22,7 @@ pub mod udp;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use settings::TransportSettings;
+use setup::SetupFrames;
 use shape::RunShape;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicBool;
@@ -115,6 +117,8 @@ pub type RefusalReport = Arc<dyn Fn(Refusal) + Send + Sync>;
 /// What the server side of a transport knows about the session being set up.
 pub struct ServerCtx {
     pub plan: StreamPlan,
+    /// How set-up messages are framed on the data connections.
+    pub frames: &'static dyn SetupFrames,
     pub session: u64,
     /// The address the client reached the control port on; data listeners use its IP.
     pub local: SocketAddr,
@@ -148,6 +152,8 @@ pub struct LocalEnd<'a> {
 /// What the client side of a transport knows.
 pub struct ClientCtx {
     pub plan: StreamPlan,
+    /// How set-up messages are framed on the data connections.
+    pub frames: &'static dyn SetupFrames,
     pub session: u64,
     /// The server's control address; stream `i` connects to its IP at `port + i`.
     pub server: SocketAddr,

@@ -8,7 +8,6 @@
 use super::ofi_stream::{self, Endpoint, EndpointDetails, Info, OfiStream, OfiTarget};
 use super::settings::RdmaSettings;
 use super::side::{read_json, routed_side_connection, side_connection, write_json};
-use crate::control::{self, PROTOCOL_MAJOR};
 use crate::transport::stream::{Stream, StreamOptions};
 use crate::transport::StreamPlan;
 use crate::transport::{Acceptor, ClientCtx, ServerCtx};
@@ -166,13 +165,14 @@ pub(super) fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dy
     let node = sock.local_addr()?.ip().to_canonical().to_string();
     let mut endpoints = open_endpoints(s, rdma, node, ctx.abort.clone())?;
     write_json(
+        ctx.frames,
         &mut sock,
         &ClientDetails {
-            version: PROTOCOL_MAJOR,
+            version: ctx.frames.version(),
             endpoints: details(&endpoints),
         },
     )?;
-    match read_json::<ServerDetails>(&mut sock, ctx.setup_timeout)? {
+    match read_json::<ServerDetails>(ctx.frames, &mut sock, ctx.setup_timeout)? {
         ServerDetails::Endpoints { endpoints: peers } => set_peers(&mut endpoints, &peers)?,
         ServerDetails::Error { message } => bail!("server: {message}"),
     }
@@ -183,10 +183,11 @@ pub(super) fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dy
 impl Acceptor for OfiAcceptor {
     fn accept(mut self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
         let mut sock = routed_side_connection(ctx)?;
-        let client: ClientDetails = read_json(&mut sock, ctx.setup_timeout)?;
-        control::check_version(client.version)?;
+        let client: ClientDetails = read_json(ctx.frames, &mut sock, ctx.setup_timeout)?;
+        ctx.frames.check_version(client.version)?;
         if let Err(e) = set_peers(&mut self.endpoints, &client.endpoints) {
             let _ = write_json(
+                ctx.frames,
                 &mut sock,
                 &ServerDetails::Error {
                     message: format!("{e:#}"),
@@ -195,6 +196,7 @@ impl Acceptor for OfiAcceptor {
             return Err(e);
         }
         write_json(
+            ctx.frames,
             &mut sock,
             &ServerDetails::Endpoints {
                 endpoints: details(&self.endpoints),
@@ -208,6 +210,7 @@ impl Acceptor for OfiAcceptor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::PROTOCOL_MAJOR;
 
     fn details(n: u8) -> EndpointDetails {
         EndpointDetails {

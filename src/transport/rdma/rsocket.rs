@@ -11,9 +11,9 @@
 
 use super::rsocket_sys::rsockets;
 use super::settings::RdmaSettings;
-use crate::control::{self, Message, PROTOCOL_MAJOR};
 use crate::stream::affinity::cpu_for;
 use crate::stream::socket_calls::DataSocket;
+use crate::transport::setup::SetupMessage;
 use crate::transport::stream::{Stream, StreamOptions};
 use crate::transport::tcp::stream::TcpStream;
 use crate::transport::tcp::HELLO_TIMEOUT;
@@ -112,16 +112,17 @@ pub fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dyn Strea
                 sock: &sock,
                 deadline: Instant::now() + ctx.setup_timeout,
             };
-            control::write_frame(
-                &mut io,
-                &Message::DataHello {
-                    version: PROTOCOL_MAJOR,
-                    session: ctx.session,
-                    stream,
-                    socket,
-                },
-            )
-            .with_context(|| format!("stream {stream}: naming rsocket {socket}"))?;
+            ctx.frames
+                .write(
+                    &mut io,
+                    &SetupMessage::DataHello {
+                        version: ctx.frames.version(),
+                        session: ctx.session,
+                        stream,
+                        socket,
+                    },
+                )
+                .with_context(|| format!("stream {stream}: naming rsocket {socket}"))?;
             socks.push(sock);
         }
         let opts = StreamOptions {
@@ -158,24 +159,21 @@ fn read_hello(sock: &DataSocket, ctx: &ServerCtx, timeout: Duration) -> Result<(
         sock,
         deadline: Instant::now() + timeout.min(HELLO_TIMEOUT),
     };
-    match control::read_frame(&mut io)? {
-        Message::DataHello {
+    match ctx.frames.read(&mut io)? {
+        SetupMessage::DataHello {
             version,
             session,
             stream,
             socket,
         } => {
-            control::check_version(version)?;
+            ctx.frames.check_version(version)?;
             let s = &ctx.plan;
             if session != ctx.session || stream >= s.shape.nstreams || socket >= s.shape.nsockets {
                 bail!("rsocket for no running test");
             }
             Ok((stream, socket))
         }
-        other => Err(anyhow!(
-            "expected data_hello, got {}",
-            control::kind(&other)
-        )),
+        other => Err(anyhow!("expected data_hello, got {}", other.kind())),
     }
 }
 

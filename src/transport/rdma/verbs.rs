@@ -24,7 +24,6 @@
 use super::settings::{RdmaApi, RdmaSettings};
 use super::side::{read_json, routed_side_connection, side_connection, write_json};
 use super::verbs_stream::{device_names, QpDetails, QpEndpoint, VerbsDevice, VerbsStream};
-use crate::control::{self, PROTOCOL_MAJOR};
 use crate::transport::stream::{Stream, StreamOptions};
 use crate::transport::StreamPlan;
 use crate::transport::{port_offset, Acceptor, ClientCtx, ServerCtx};
@@ -174,13 +173,14 @@ pub fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dyn Strea
         create_all(&dev, s, &opts, rdma.write)?
     };
     write_json(
+        ctx.frames,
         &mut sock,
         &VerbsClientDetails {
-            version: PROTOCOL_MAJOR,
+            version: ctx.frames.version(),
             qps: details(&qps),
         },
     )?;
-    match read_json::<VerbsServerDetails>(&mut sock, ctx.setup_timeout)? {
+    match read_json::<VerbsServerDetails>(ctx.frames, &mut sock, ctx.setup_timeout)? {
         VerbsServerDetails::Qps { qps: peers } => set_peers(&mut qps, &peers, !cm)?,
         VerbsServerDetails::Error { message } => bail!("server: {message}"),
     }
@@ -254,10 +254,11 @@ impl Acceptor for VerbsAcceptor {
             // The client connects every QP before it sends its details.
             self.qps = cm_accept_all(listener, ctx, &opts, self.write)?;
         }
-        let client: VerbsClientDetails = read_json(&mut sock, ctx.setup_timeout)?;
-        control::check_version(client.version)?;
+        let client: VerbsClientDetails = read_json(ctx.frames, &mut sock, ctx.setup_timeout)?;
+        ctx.frames.check_version(client.version)?;
         if let Err(e) = set_peers(&mut self.qps, &client.qps, !cm) {
             let _ = write_json(
+                ctx.frames,
                 &mut sock,
                 &VerbsServerDetails::Error {
                     message: format!("{e:#}"),
@@ -266,6 +267,7 @@ impl Acceptor for VerbsAcceptor {
             return Err(e);
         }
         write_json(
+            ctx.frames,
             &mut sock,
             &VerbsServerDetails::Qps {
                 qps: details(&self.qps),
@@ -473,6 +475,7 @@ fn cm_accept_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::PROTOCOL_MAJOR;
 
     fn qp(n: u32) -> QpDetails {
         QpDetails {

@@ -15,11 +15,11 @@ pub mod uring;
 pub mod zerocopy;
 
 use super::{port_offset, Acceptor, ClientCtx, DataConn, LocalEnd, Refusal, ServerCtx, Transport};
-use crate::control::{self, Message, PROTOCOL_MAJOR};
 use crate::pending::PendingCaps;
 use crate::stream::affinity::cpu_for;
 use crate::stream::sys::Direction;
 use crate::transport::settings::TransportSettings;
+use crate::transport::setup::{SetupFrames, SetupMessage};
 use crate::transport::shape::RunShape;
 use crate::transport::stream::{Stream, StreamOptions};
 use crate::transport::Role;
@@ -266,6 +266,7 @@ pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<
         let tx = ctx.routed_tx.clone();
         let report = ctx.refused.clone();
         let session = ctx.session;
+        let frames = ctx.frames;
         let deadline = Instant::now() + ctx.setup_timeout;
         let abort = ctx.abort.clone();
         listeners.push(std::thread::spawn(move || {
@@ -313,7 +314,7 @@ pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<
                         let (tx, routed) = (tx.clone(), routed.clone());
                         let identify = move || {
                             let left = deadline.saturating_duration_since(Instant::now());
-                            match read_data_hello(sock, session, i, left) {
+                            match read_data_hello(frames, sock, session, i, left) {
                                 // As many as the stream has sockets: any more
                                 // close here, at once.
                                 Ok(conn) => {
@@ -400,10 +401,10 @@ pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Resul
     let mut sock = connect(addr, from, Some(&ctx.plan.transport), ctx.setup_timeout)
         .with_context(|| format!("stream {stream}: cannot connect to {addr}"))?;
     crate::stream::sys::set_user_timeout(&sock, ctx.stall_timeout)?;
-    control::write_frame(
+    ctx.frames.write(
         &mut sock,
-        &Message::DataHello {
-            version: PROTOCOL_MAJOR,
+        &SetupMessage::DataHello {
+            version: ctx.frames.version(),
             session: ctx.session,
             stream,
             socket,
@@ -416,6 +417,7 @@ pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Resul
 /// checks it belongs to `session` and that stream, within `timeout` (at most
 /// [`HELLO_TIMEOUT`]). A connection that fails is told why (best effort) and dropped.
 pub fn read_data_hello(
+    frames: &dyn SetupFrames,
     mut sock: net::TcpStream,
     session: u64,
     stream: u32,
@@ -424,13 +426,14 @@ pub fn read_data_hello(
     let arrived = Instant::now();
     sock.set_nonblocking(false)?;
     sock.set_write_timeout(Some(HELLO_TIMEOUT))?;
-    let checked = match control::read_frame_within(&sock, timeout.min(HELLO_TIMEOUT)) {
-        Ok(Message::DataHello {
+    let checked = match frames.read_within(&sock, timeout.min(HELLO_TIMEOUT)) {
+        Ok(SetupMessage::DataHello {
             version,
             session: s,
             stream: k,
             socket,
-        }) => control::check_version(version)
+        }) => frames
+            .check_version(version)
             .map_err(anyhow::Error::from)
             .and_then(|()| {
                 if s != session || k != stream {
@@ -438,10 +441,7 @@ pub fn read_data_hello(
                 }
                 Ok(socket)
             }),
-        Ok(other) => Err(anyhow!(
-            "expected data_hello, got {}",
-            control::kind(&other)
-        )),
+        Ok(other) => Err(anyhow!("expected data_hello, got {}", other.kind())),
         Err(e) => Err(e.into()),
     };
     match checked {
@@ -455,9 +455,9 @@ pub fn read_data_hello(
             })
         }
         Err(e) => {
-            let _ = control::write_frame(
+            let _ = frames.write(
                 &mut sock,
-                &Message::Error {
+                &SetupMessage::Error {
                     message: e.to_string(),
                 },
             );

@@ -28,18 +28,15 @@ pub mod wire;
 
 use super::tcp::{accept_data_conns, listen_data_ports, open_data_conn};
 use super::{port_offset, Acceptor, ClientCtx, ServerCtx, Transport};
-use crate::control::{self, Message};
 use crate::stream::canonical;
+use crate::transport::setup::SetupMessage;
 use crate::transport::shape::RunShape;
 use crate::transport::stream::Stream;
-use crate::transport::StreamPlan;
 use anyhow::{anyhow, bail, Context, Result};
 use settings::UdpSettings;
 use socket2::{Domain, Socket, Type};
 use std::io;
 use std::net::{self, IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 use stream::UdpStream;
@@ -98,19 +95,16 @@ fn bind_udp(
     Ok(sock.into())
 }
 
-/// Stream `stream`'s UDP STREAM over its sockets and its TCP side connection; both
-/// ends build it the same way.
-fn udp_stream(
-    settings: &StreamPlan,
+/// The UDP options of stream `stream` in a run shaped `run`; both ends build its STREAM
+/// with the same.
+fn udp_options(
     options: &UdpSettings,
+    run: &RunShape,
     stream: u32,
-    socks: Vec<net::UdpSocket>,
-    control: net::TcpStream,
-    abort: Arc<AtomicBool>,
     buffer_cap: Option<u64>,
-) -> io::Result<Box<dyn Stream>> {
-    let udp = UdpOptions {
-        batch: options.batch_size(&settings.shape) as usize,
+) -> UdpOptions {
+    UdpOptions {
+        batch: options.batch_size(run) as usize,
         gso: options.gso,
         gro: options.gro,
         rx_timestamps: options.rx_timestamps,
@@ -120,11 +114,7 @@ fn udp_stream(
             stream,
             Duration::from_millis(u64::from(options.ack_timeout_ms)),
         )
-    };
-    let opts = settings.stream_options(abort);
-    Ok(Box::new(UdpStream::from_sockets(
-        socks, control, opts, udp,
-    )?))
+    }
 }
 
 impl Transport for UdpTransport {
@@ -182,21 +172,17 @@ impl Transport for UdpTransport {
             // The STREAM (which sizes the socket buffers) exists before the server hears
             // the addresses: with --reverse it sends as soon as every stream is ready.
             let mut setup = control.try_clone()?;
-            streams.push(udp_stream(
-                s,
-                &self.0,
-                i,
-                socks,
-                control,
-                ctx.abort.clone(),
-                None,
-            )?);
-            control::write_frame(&mut setup, &Message::UdpSockets { addrs })?;
+            let udp = udp_options(&self.0, &s.shape, i, None);
+            let opts = s.stream_options(ctx.abort.clone());
+            let stream = UdpStream::from_sockets(socks, control, ctx.frames, opts, udp)?;
+            streams.push(Box::new(stream));
+            ctx.frames
+                .write(&mut setup, &SetupMessage::UdpSockets { addrs })?;
             setup.set_read_timeout(Some(ctx.setup_timeout))?;
-            match control::read_frame(&mut setup) {
-                Ok(Message::Ready) => {}
-                Ok(Message::Error { message }) => bail!("stream {i}: server: {message}"),
-                Ok(other) => bail!("stream {i}: expected ready, got {}", control::kind(&other)),
+            match ctx.frames.read(&mut setup) {
+                Ok(SetupMessage::Ready) => {}
+                Ok(SetupMessage::Error { message }) => bail!("stream {i}: server: {message}"),
+                Ok(other) => bail!("stream {i}: expected ready, got {}", other.kind()),
                 Err(e) => return Err(anyhow!("stream {i}: UDP set-up: {e}")),
             }
             // The read time-out is the socket's, shared with the STREAM's handle.
@@ -218,12 +204,9 @@ impl Acceptor for UdpAcceptor {
             };
             control.set_nonblocking(false)?;
             control.set_read_timeout(Some(ctx.setup_timeout))?;
-            let addrs = match control::read_frame(&mut control) {
-                Ok(Message::UdpSockets { addrs }) => addrs,
-                Ok(other) => bail!(
-                    "stream {i}: expected udp_sockets, got {}",
-                    control::kind(&other)
-                ),
+            let addrs = match ctx.frames.read(&mut control) {
+                Ok(SetupMessage::UdpSockets { addrs }) => addrs,
+                Ok(other) => bail!("stream {i}: expected udp_sockets, got {}", other.kind()),
                 Err(e) => bail!("stream {i}: UDP set-up: {e}"),
             };
             if addrs.len() != s.shape.nsockets as usize {
@@ -258,16 +241,11 @@ impl Acceptor for UdpAcceptor {
             // The STREAM (which sizes the socket buffers) must exist before the client is
             // told to send: its first datagrams would overflow the default buffers.
             let mut ready = control.try_clone()?;
-            streams.push(udp_stream(
-                s,
-                &self.udp,
-                i,
-                socks,
-                control,
-                ctx.abort.clone(),
-                ctx.socket_buffer_cap,
-            )?);
-            control::write_frame(&mut ready, &Message::Ready)?;
+            let udp = udp_options(&self.udp, &s.shape, i, ctx.socket_buffer_cap);
+            let opts = s.stream_options(ctx.abort.clone());
+            let stream = UdpStream::from_sockets(socks, control, ctx.frames, opts, udp)?;
+            streams.push(Box::new(stream));
+            ctx.frames.write(&mut ready, &SetupMessage::Ready)?;
         }
         Ok(streams)
     }
