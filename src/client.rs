@@ -9,7 +9,7 @@ pub mod iperf3;
 
 use crate::auth::{self, AuthKey};
 use crate::control::keepalive::ControlKeepalive;
-use crate::control::session::{ClientSession, ClientStep, SessionError};
+use crate::control::session::{ClientRun, ClientSession, ClientStep, SERVER_REASON_WITHIN};
 use crate::control::{Channel, ControlError, Message, PROTOCOL_MAJOR};
 use crate::engine::{drive, receive, sending_end, Ceiling, Driven, Received};
 use crate::family::IpFamily;
@@ -159,28 +159,69 @@ pub fn run_observed(
     abort: Arc<AtomicBool>,
     observer: &mut dyn RunObserver,
 ) -> Result<ClientOutcome> {
+    let (cfg, server) = &prepare(cfg)?;
+    let transport = cfg.settings.data_transport();
+    transport.check(&cfg.settings.shape(), *server)?;
+    let sock = connect_control(cfg, *server, "fperf")?;
+    crate::stream::sys::set_user_timeout(&sock, cfg.stall_timeout)?;
+    // The run stops on the caller's abort, and on its own when the server misbehaves,
+    // without stopping the caller's next run.
+    let stop = RunStop::linked_to(abort)?;
+    let abort = stop.flag.clone();
+    let (chan, control, session) = open_control(sock, cfg, *server)?;
+    let streams = transport.connect(&client_ctx(cfg, session, *server, &abort))?;
+    let infos = stream_infos(&streams);
+    observer.connected(&infos);
+    let (control_sock, ctrl_rx) = start_control_reader(chan, cfg.control_timeout)?;
+    let mut run = ClientRun::new(control, Instant::now());
+    let ran = run_streams(cfg, streams, &abort, (&mut run, &ctrl_rx), observer)?;
+    let (end, server_result) = await_results(&mut run, &ctrl_rx, cfg.results_timeout, observer)?;
+    let (client, send_latency) = client_result(
+        &cfg.settings,
+        &ran.sent,
+        &infos,
+        (end, run.client_data_received()),
+        ran.cpu,
+        ran.intervals,
+    );
+    send_client_results(&control_sock, &mut run, &client, cfg.control_timeout);
+    drop(control_sock);
+    Ok(ClientOutcome {
+        test_id: format!("{session:016x}"),
+        client,
+        server: server_result,
+        interrupted: ran.interrupted,
+        send_latency,
+    })
+}
+
+/// The configuration a run goes by, and the server's address: the settings checked,
+/// their datagram sized for the server's address family, and prepared for the transport
+/// (which fails at once when this host lacks what the transport needs, e.g. RDMA).
+fn prepare(cfg: &ClientConfig) -> Result<(ClientConfig, SocketAddr)> {
     cfg.settings.validate()?;
     let server = resolve(&cfg.host, cfg.port, cfg.family)?;
     let mut settings = cfg.settings.clone();
     if cfg.datagram_for_family && server.is_ipv6() {
         settings.pktsize = crate::settings::UDP_DATAGRAM_IPV6;
     }
-    // Fails at once when this host lacks what the transport needs (e.g. RDMA).
-    let cfg = &ClientConfig {
+    let cfg = ClientConfig {
         settings: Settings {
             transport: transport::prepare(&settings.transport)?,
             ..settings
         },
         ..cfg.clone()
     };
-    let transport = cfg.settings.data_transport();
-    transport.check(&cfg.settings.shape(), server)?;
-    let sock = connect_control(cfg, server, "fperf")?;
-    crate::stream::sys::set_user_timeout(&sock, cfg.stall_timeout)?;
-    // The run stops on the caller's abort, and on its own when the server misbehaves,
-    // without stopping the caller's next run.
-    let stop = RunStop::linked_to(abort)?;
-    let abort = stop.flag.clone();
+    Ok((cfg, server))
+}
+
+/// Opens the control session on `sock` up to the server's `Ready`: the channel, the
+/// session, and the session id data connections must present.
+fn open_control(
+    sock: std::net::TcpStream,
+    cfg: &ClientConfig,
+    server: SocketAddr,
+) -> Result<(Channel, ClientSession, u64)> {
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
     let auth = match &cfg.auth {
         Some(key) => Some((key.clone(), auth::nonce()?)),
@@ -188,7 +229,17 @@ pub fn run_observed(
     };
     let mut control = ClientSession::new(cfg.settings.clone(), auth);
     let session = open_session(&mut chan, &mut control, server, cfg.control_timeout)?;
-    let ctx = ClientCtx {
+    Ok((chan, control, session))
+}
+
+/// What the transport needs to connect the data streams of `session`.
+fn client_ctx(
+    cfg: &ClientConfig,
+    session: u64,
+    server: SocketAddr,
+    abort: &Arc<AtomicBool>,
+) -> ClientCtx {
+    ClientCtx {
         plan: cfg.settings.stream_plan(),
         frames: &crate::control::ControlFrames,
         session,
@@ -199,77 +250,86 @@ pub fn run_observed(
         setup_timeout: cfg.control_timeout,
         stall_timeout: cfg.stall_timeout,
         abort: abort.clone(),
-    };
-    let streams = transport.connect(&ctx)?;
-    let infos = stream_infos(&streams);
-    observer.connected(&infos);
+    }
+}
 
-    // From here on a reader thread owns the control stream: the server may send interval
-    // figures at any time and must never block on a client busy sending.
+/// One of the server's messages during a run, as the control reader read it, and when.
+type ServerWord = (Instant, Result<Message, ControlError>);
+
+/// Hands the control connection to a reader thread, which passes the server's messages
+/// on until its last word: the server may send interval figures at any time and must
+/// never block on a client busy sending. Returns the connection, shut down when
+/// dropped, and the messages.
+fn start_control_reader(
+    chan: Channel,
+    timeout: Duration,
+) -> Result<(ShutdownOnDrop, mpsc::Receiver<ServerWord>)> {
     let control_sock = ShutdownOnDrop(chan.into_socket());
-    let mut reader = Channel::new(control_sock.0.try_clone()?, cfg.control_timeout)?;
+    let mut reader = Channel::new(control_sock.0.try_clone()?, timeout)?;
     // Bounded: a server that sends faster than this end takes its messages waits, held
     // back by TCP, instead of filling this end's memory.
-    let (ctrl_tx, ctrl_rx) =
-        mpsc::sync_channel::<(Instant, Result<Message, ControlError>)>(CONTROL_QUEUE);
+    let (ctrl_tx, ctrl_rx) = mpsc::sync_channel::<ServerWord>(CONTROL_QUEUE);
     std::thread::Builder::new()
         .name("fperf-control".into())
         .spawn(move || loop {
             let msg = reader.recv(CONTROL_READ_LIMIT);
-            let more = matches!(
-                msg,
-                Ok(Message::Interval { .. } | Message::ClientDataReceived)
-            );
+            let more = ClientSession::more_follows(&msg);
             if ctrl_tx.send((Instant::now(), msg)).is_err() || !more {
                 return;
             }
         })?;
+    Ok((control_sock, ctrl_rx))
+}
 
-    let settings = cfg.settings.clone();
-    let start = Instant::now();
+/// What the client's streams moved, once every one ended.
+struct Ran {
+    sent: Vec<Moved>,
+    /// The run was cut short by the abort flag.
+    interrupted: bool,
+    intervals: Vec<IntervalResult>,
+    cpu: Option<CpuUsage>,
+}
+
+/// The data phase: one thread per stream, the client's intervals and the server's
+/// messages passed on as they come, until every stream ended.
+fn run_streams(
+    cfg: &ClientConfig,
+    streams: Vec<Box<dyn crate::transport::stream::Stream>>,
+    abort: &Arc<AtomicBool>,
+    (run, ctrl_rx): (&mut ClientRun, &mpsc::Receiver<ServerWord>),
+    observer: &mut dyn RunObserver,
+) -> Result<Ran> {
+    let settings = &cfg.settings;
+    let start = run.started();
     let cpu_start = CpuUsage::now();
-    let schedule = Schedule::new(&settings, start);
-    let (meter_tx, meter_rx) = crate::interval::meter_channel(infos.len());
-    let mut collector = Collector::new(start, infos.len(), cpu_start, &settings);
+    let schedule = Schedule::new(settings, start);
+    let (meter_tx, meter_rx) = crate::interval::meter_channel(streams.len());
+    let mut collector = Collector::new(start, streams.len(), cpu_start, settings);
     // Each stream's bytes so far, sent or received (no rate cap here).
-    let watch = Arc::new(TestWatch::new(infos.len(), None, abort.clone()));
+    let watch = Arc::new(TestWatch::new(streams.len(), None, abort.clone()));
+    let meters = (schedule, &meter_tx);
     let workers = start_streams(
-        &settings,
+        settings,
         streams,
-        (schedule, &meter_tx),
-        (&abort, &watch),
+        meters,
+        (abort, &watch),
         cfg.stall_timeout,
         true,
     )?;
     observer.started(&watch);
     drop(meter_tx);
-    let mut client_intervals = Vec::new();
-    let mut inbox = Inbox {
-        session: control,
-        started: start,
-        server_intervals: Vec::new(),
-        client_data_received: None,
-        last_word: None,
-    };
-    loop {
-        let msgs = match meter_rx.recv_timeout(CONTROL_POLL) {
-            Ok(msg) => collector.push(msg),
-            Err(mpsc::RecvTimeoutError::Timeout) => Vec::new(),
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        };
-        for r in msgs {
-            observer.interval(Role::Client, &r);
-            client_intervals.push(r);
-        }
-        while let Ok(m) = ctrl_rx.try_recv() {
-            inbox.take(m, observer);
-        }
-        if inbox.server_misbehaved() {
-            abort.store(true, Ordering::Relaxed);
-        }
-    }
+    let mut intervals = Vec::new();
+    let words = (&mut *run, ctrl_rx);
+    pass_on_while_running(
+        meter_rx,
+        &mut collector,
+        &mut intervals,
+        words,
+        abort,
+        observer,
+    );
     // A server that misbehaved ended the run at once: its streams' figures mean nothing.
-    if let Some(e) = inbox.take_misbehaviour() {
+    if let Some(e) = run.take_misbehaviour() {
         for w in workers {
             let _ = w.join();
         }
@@ -277,8 +337,63 @@ pub fn run_observed(
     }
     for r in collector.flush() {
         observer.interval(Role::Client, &r);
-        client_intervals.push(r);
+        intervals.push(r);
     }
+    let (sent, interrupted) = join_streams(workers, run, ctrl_rx, cfg.stall_timeout)?;
+    let cpu = CpuUsage::now().zip(cpu_start).map(|(n, s)| n.since(s));
+    Ok(Ran {
+        sent,
+        interrupted,
+        intervals,
+        cpu,
+    })
+}
+
+/// Passes the client's intervals (kept in `intervals`) and the server's messages on
+/// while the streams run, until every stream ended (and dropped its meter); a server
+/// that misbehaved stops them at once.
+fn pass_on_while_running(
+    meter_rx: mpsc::Receiver<crate::interval::MeterMsg>,
+    collector: &mut Collector,
+    intervals: &mut Vec<IntervalResult>,
+    (run, ctrl_rx): (&mut ClientRun, &mpsc::Receiver<ServerWord>),
+    abort: &AtomicBool,
+    observer: &mut dyn RunObserver,
+) {
+    loop {
+        let msgs = match meter_rx.recv_timeout(CONTROL_POLL) {
+            Ok(msg) => collector.push(msg),
+            Err(mpsc::RecvTimeoutError::Timeout) => Vec::new(),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        for r in msgs {
+            observer.interval(Role::Client, &r);
+            intervals.push(r);
+        }
+        while let Ok(word) = ctrl_rx.try_recv() {
+            pass_on(run, word, observer);
+        }
+        if run.server_misbehaved() {
+            abort.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Takes one of the server's messages into the run, passing its interval on.
+fn pass_on(run: &mut ClientRun, (at, msg): ServerWord, observer: &mut dyn RunObserver) {
+    if let Some(interval) = run.take(at, msg) {
+        observer.interval(Role::Server, interval);
+    }
+}
+
+/// What each stream moved, and whether any was cut short; a stream that failed fails
+/// the run, with the server's own reason if it gives one in time.
+fn join_streams(
+    workers: Vec<StreamThread>,
+    run: &mut ClientRun,
+    ctrl_rx: &mpsc::Receiver<ServerWord>,
+    stall: Duration,
+) -> Result<(Vec<Moved>, bool)> {
     let mut sent = Vec::with_capacity(workers.len());
     let mut interrupted = false;
     let mut failure = None;
@@ -294,82 +409,60 @@ pub fn run_observed(
             Err(_) => bail!("stream {i}: its thread panicked"),
         }
     }
-    if let Some((i, e)) = failure {
-        // The server may have said why (e.g. a limit): the control reader passes it on,
-        // perhaps already while the streams were still running.
-        let said = match inbox.last_word.take() {
-            Some((_, Err(SessionError::Control(ControlError::Peer(msg))))) => Some(msg),
-            _ => None,
-        };
-        let give_up = Instant::now() + Duration::from_secs(2);
-        let reason = said.or_else(|| loop {
-            let left = give_up.saturating_duration_since(Instant::now());
-            match ctrl_rx.recv_timeout(left) {
-                Ok((_, Err(ControlError::Peer(msg)))) => break Some(msg),
-                Ok((_, Ok(Message::Interval { .. } | Message::ClientDataReceived))) => continue,
-                _ => break None,
-            }
-        });
-        return Err(lost_server(reason, i, &e, cfg.stall_timeout));
-    }
-    let cpu = CpuUsage::now().zip(cpu_start).map(|(n, s)| n.since(s));
-    let give_up = Instant::now() + cfg.results_timeout;
-    while inbox.last_word.is_none() {
+    let Some((i, e)) = failure else {
+        return Ok((sent, interrupted));
+    };
+    // The server may have said why (e.g. a limit): the control reader passes it on,
+    // perhaps already while the streams were still running.
+    let give_up = Instant::now() + SERVER_REASON_WITHIN;
+    let reason = run.take_servers_reason().or_else(|| loop {
         let left = give_up.saturating_duration_since(Instant::now());
         match ctrl_rx.recv_timeout(left) {
-            Ok(m) => inbox.take(m, observer),
+            Ok((_, Err(ControlError::Peer(msg)))) => break Some(msg),
+            Ok((_, msg)) if ClientSession::more_follows(&msg) => continue,
+            _ => break None,
+        }
+    });
+    Err(lost_server(reason, i, &e, stall))
+}
+
+/// Waits up to `within` for the server's figures of the test (with its intervals), and
+/// when they came.
+fn await_results(
+    run: &mut ClientRun,
+    ctrl_rx: &mpsc::Receiver<ServerWord>,
+    within: Duration,
+    observer: &mut dyn RunObserver,
+) -> Result<(Instant, SideResult)> {
+    let give_up = Instant::now() + within;
+    while !run.has_last_word() {
+        let left = give_up.saturating_duration_since(Instant::now());
+        match ctrl_rx.recv_timeout(left) {
+            Ok(word) => pass_on(run, word, observer),
             Err(_) => break,
         }
     }
-    let (end, last_word) = inbox
-        .last_word
-        .take()
-        .unwrap_or((Instant::now(), Err(ControlError::Timeout.into())));
-    let mut server_result = match last_word {
-        Ok(result) => *result,
-        Err(SessionError::Control(ControlError::Timeout)) => bail!(
-            "the server did not confirm the end of the test within {}s",
-            cfg.results_timeout.as_secs()
-        ),
-        Err(SessionError::Control(ControlError::Closed)) => bail!(
-            "the server closed the control connection before sending its results \
-             (it stopped or was killed)"
-        ),
-        Err(e) => return Err(e.into()),
-    };
-    server_result.intervals = inbox.server_intervals;
+    Ok(run.results(within)?)
+}
 
-    let (client, send_latency) = client_result(
-        &settings,
-        &sent,
-        &infos,
-        (end, inbox.client_data_received),
-        cpu,
-        client_intervals,
-    );
-    // The client's figures answer the server's, for its report (without the intervals,
-    // which it does not print). A server gone by now misses nothing else.
-    inbox.session.client_results(Box::new(SideResult {
-        intervals: Vec::new(),
-        ..client.clone()
-    }));
+/// Answers the server's figures with the client's own, for its report. A server gone
+/// by now misses nothing else.
+fn send_client_results(
+    control_sock: &ShutdownOnDrop,
+    run: &mut ClientRun,
+    client: &SideResult,
+    timeout: Duration,
+) {
+    let answer = run.answer(client);
     if let Ok(mut chan) = control_sock
         .0
         .try_clone()
-        .and_then(|s| Channel::new(s, cfg.control_timeout))
+        .and_then(|s| Channel::new(s, timeout))
     {
-        for msg in inbox.session.take_outbox() {
+        for msg in answer {
             let _ = chan.send(&msg);
         }
     }
-    drop(control_sock);
-    Ok(ClientOutcome {
-        test_id: format!("{session:016x}"),
-        client,
-        server: server_result,
-        interrupted,
-        send_latency,
-    })
 }
 
 /// The thread that drives one stream of the client's.
@@ -549,85 +642,6 @@ struct ShutdownOnDrop(std::net::TcpStream);
 impl Drop for ShutdownOnDrop {
     fn drop(&mut self) {
         let _ = self.0.shutdown(std::net::Shutdown::Both);
-    }
-}
-
-/// The server's messages during a run, as the control reader passed them on, judged
-/// by the session.
-struct Inbox {
-    session: ClientSession,
-    /// When the run started, which the server's intervals keep pace with.
-    started: Instant,
-    server_intervals: Vec<IntervalResult>,
-    /// When the server said it had read the client's data.
-    client_data_received: Option<Instant>,
-    /// What ended the run (normally the server's figures) and when it arrived.
-    last_word: Option<(Instant, Result<Box<SideResult>, SessionError>)>,
-}
-
-impl Inbox {
-    /// Whether the server sent what no real server sends (a flood, impossible figures,
-    /// a message out of place), which ends the run at once; a server that gave up or
-    /// went away is judged once the streams end.
-    fn server_misbehaved(&self) -> bool {
-        match &self.last_word {
-            Some((_, Err(SessionError::Control(e)))) => !matches!(
-                e,
-                ControlError::Peer(_)
-                    | ControlError::Closed
-                    | ControlError::Timeout
-                    | ControlError::Io(_)
-            ),
-            Some((_, Err(_))) => true,
-            _ => false,
-        }
-    }
-
-    /// What the server did wrong, if it misbehaved (see [`Inbox::server_misbehaved`]).
-    fn take_misbehaviour(&mut self) -> Option<SessionError> {
-        if !self.server_misbehaved() {
-            return None;
-        }
-        match self.last_word.take() {
-            Some((_, Err(e))) => Some(e),
-            other => {
-                self.last_word = other;
-                None
-            }
-        }
-    }
-
-    fn take(
-        &mut self,
-        (at, msg): (Instant, Result<Message, ControlError>),
-        observer: &mut dyn RunObserver,
-    ) {
-        let step = msg
-            .map_err(SessionError::from)
-            .and_then(|m| self.session.on_message(m))
-            .and_then(|step| {
-                self.session
-                    .check_pace(at.saturating_duration_since(self.started))?;
-                Ok(step)
-            });
-        match step {
-            Ok(ClientStep::ServerInterval(result)) => {
-                observer.interval(Role::Server, &result);
-                self.server_intervals.push(*result);
-            }
-            Ok(ClientStep::ClientDataReceived) => {
-                self.client_data_received.get_or_insert(at);
-            }
-            Ok(ClientStep::Results(result)) => self.last_word = Some((at, Ok(result))),
-            // The session takes no other step once the test runs.
-            Ok(
-                ClientStep::Continue | ClientStep::Connect { .. } | ClientStep::MeshResult { .. },
-            ) => {}
-            // The first word that ended the session stands.
-            Err(e) => {
-                self.last_word.get_or_insert((at, Err(e)));
-            }
-        }
     }
 }
 

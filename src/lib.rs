@@ -109,6 +109,7 @@ pub mod iperf3;
 pub mod limits;
 pub mod log_limit;
 pub mod mesh;
+pub mod options;
 pub mod output;
 pub mod peer_text;
 pub mod pending;

@@ -20,12 +20,14 @@ use events::EventSender;
 use figures::{close_session, free_session, server_result};
 
 use crate::auth;
-use crate::control::session::{ServerSession, ServerStep, SessionError};
+use crate::control::session::{
+    Greeting, Request, ServerSession, SessionError, CLIENT_RESULTS_WITHIN,
+};
 use crate::control::{self, Channel, ControlError, Message};
 use crate::engine::{receive, Ceiling, Received, StreamNames};
 use crate::family::IpFamily;
 use crate::interval::MeterMsg;
-use crate::limits::{TestWatch, Watchdog};
+use crate::limits::{StopReason, TestWatch, Watchdog};
 use crate::pending::{PendingCaps, PendingSlot, WaitTurn};
 use crate::results::SideResult;
 use crate::sessions::{SessionGuard, Sessions};
@@ -300,169 +302,153 @@ fn greet(
     events: &EventSender,
     config: &ServerConfig,
 ) {
-    let client_error = |error: String| {
-        events.client_error(crate::stream::canonical(peer).to_string(), error);
+    let log = ClientLog {
+        events,
+        peer: crate::stream::canonical(peer).to_string(),
     };
-    let Ok(chan) = Channel::new(sock, config.control_timeout) else {
-        return;
-    };
-    let auth = match &config.auth {
-        Some(key) => match auth::nonce() {
-            Ok(nonce) => Some((key.clone(), nonce)),
-            Err(e) => return client_error(e.to_string()),
-        },
-        None => None,
-    };
-    let mut control = Control {
-        chan,
-        session: if config.allow_mesh {
-            ServerSession::new(config.limits.clone(), auth).allowing_mesh()
-        } else {
-            ServerSession::new(config.limits.clone(), auth)
-        },
+    let mut control = match Control::greeting(sock, active.parallel() > 1, config) {
+        Ok(Some(control)) => control,
+        Ok(None) => return,
+        Err(e) => return log.error(e.to_string()),
     };
     // Until it is identified the connection has one deadline for all its steps.
     let arrived = Instant::now();
     loop {
-        let step = control
-            .session
-            .wait_limit(arrived.elapsed())
-            .and_then(|limit| {
-                let wait = limit.unwrap_or(config.control_timeout);
-                match control.chan.recv_message(wait) {
-                    Err(ControlError::Timeout) => Err(control.session.timed_out()),
-                    other => Ok(other?),
-                }
-            })
-            .and_then(|msg| control.session.on_message(msg));
-        match step {
-            Ok(ServerStep::Continue) => {
-                if let Err(e) = control.flush() {
-                    return client_error(e.to_string());
-                }
-            }
-            Ok(ServerStep::Identified) => break,
-            Ok(ServerStep::DataConnection {
+        let identified = match control.recv_greeting(arrived, config.control_timeout) {
+            Ok(Greeting::Continue) => false,
+            Ok(Greeting::Identified) => true,
+            Ok(Greeting::DataConnection {
                 session,
                 stream,
                 socket,
             }) => {
-                if stream != 0 {
-                    let e = "data connection for another stream's port";
-                    control.chan.send_error(e);
-                    return client_error(e.into());
-                }
+                let sock = control.chan.into_socket();
                 let conn = DataConn {
                     stream,
                     socket,
-                    sock: control.chan.into_socket(),
+                    sock,
                     accepted: arrived,
                 };
-                if let Err((e, conn)) = active.deliver(session, conn) {
-                    if let Ok(mut chan) = Channel::new(conn.sock, config.control_timeout) {
-                        chan.send_error(e);
-                    }
-                    client_error(e.into());
-                }
-                return;
+                return hand_on_data(conn, session, active, config, &log);
             }
-            Ok(ServerStep::Conf) => {
-                control
-                    .session
-                    .facts(crate::sysinfo::SystemFacts::collect());
-                let _ = control.flush();
-                return;
-            }
-            // Settings come only after `Welcome`, and figures only after a test.
-            Ok(ServerStep::Test(_) | ServerStep::MeshTest { .. }) => {
-                return client_error("settings before welcome".into())
-            }
-            Ok(ServerStep::ClientResults(_)) => {
-                return client_error("figures before a test".into())
-            }
-            Err(e) => {
-                if let Some(why) = e.to_peer() {
-                    control.chan.send_error(&why);
-                }
-                return client_error(iperf3_client_hint(&e, config).unwrap_or(e.to_string()));
-            }
+            Ok(Greeting::Conf) => return control.answer_conf(),
+            Err(e) => return control.refuse(&e, config, &log),
+        };
+        // Whatever the handshake's last step queued (`AuthConfirm`) goes before `Welcome`.
+        if let Err(e) = control.flush() {
+            return log.error(e.to_string());
+        }
+        if identified {
+            break;
         }
     }
-    // Whatever the handshake's last step queued (`AuthConfirm`) goes before `Welcome`.
-    if let Err(e) = control.flush() {
-        return client_error(e.to_string());
-    }
     drop(pending);
-    let Ok(public_session) = random_u64() else {
-        control.chan.send_error("server cannot draw a session id");
-        return client_error("no entropy for a session id".into());
-    };
-    let Some(session) = control.session.welcome(public_session) else {
-        return client_error("the session is not ready for a welcome".into());
+    let session = match control.session.welcome_drawn(random_u64().ok()) {
+        Ok(session) => session,
+        Err(e) => return control.refuse(&e, config, &log),
     };
     let (tx, rx) = mpsc::channel();
     let registered = match active.open(session, tx.clone()) {
         Ok(guard) => guard,
-        Err(busy) => {
-            control.chan.send_error(&busy);
-            return client_error(format!("refused: {busy}"));
-        }
+        Err(busy) => return control.refuse(&SessionError::Refused(busy), config, &log),
     };
     registered.client_at(peer.ip());
     // Dropped last, once everything of the test was sent.
     let _ended = active.end_mark();
-    let outcome = run_session(&mut control, &registered, rx, tx, config, events);
-    match outcome {
+    match run_session(&mut control, &registered, rx, tx, config, events) {
         Ok(Served::Mesh { client, server }) => {
-            // Free before the coordinator hears: its next round may come at once.
-            close_session(registered, events);
-            control.session.mesh_results(client, server);
-            if let Err(e) = control.flush() {
-                client_error(format!("cannot send the mesh test's results: {e}"));
-            }
+            send_mesh_results(&mut control, registered, (client, server), events, &log)
         }
         Ok(Served::Test(result)) => {
-            // The client's figures come after its results: `Listening` waits for them,
-            // and the next test's report for `Listening` (its client may connect as
-            // soon as the slot is free, see `run_session`).
-            let _in_order = active.report_lock();
-            free_session(registered);
-            control.session.results(result);
-            if let Err(e) = control.flush() {
-                client_error(format!("cannot send the results: {e}"));
-                events.report(ServerEvent::Listening);
-                return;
-            }
-            // The client answers with its own figures at once; the test's slot is
-            // free already, so a client that does not only holds this thread a while.
-            let answer = control
-                .chan
-                .recv_message(CLIENT_RESULTS_WITHIN)
-                .map_err(SessionError::from)
-                .and_then(|m| control.session.on_message(m));
-            match (answer, control.session.test()) {
-                (Ok(ServerStep::ClientResults(result)), Some(settings)) => {
-                    events.report(ServerEvent::ClientFigures {
-                        settings: settings.clone(),
-                        result,
-                    });
-                }
-                // A client that closed, or said something else, leaves no figures.
-                (Err(SessionError::Control(ControlError::Closed)), _) | (Ok(_), _) => {}
-                (Err(e), _) => client_error(format!("its figures: {e}")),
-            }
-            events.report(ServerEvent::Listening);
+            exchange_results(&mut control, registered, result, active, events, &log)
         }
         Err(e) => {
-            client_error(format!("{e:#}"));
+            let e = SessionError::TestFailed(format!("{e:#}"));
+            log.error(e.to_string());
             close_session(registered, events);
-            control.chan.send_error(&format!("server: {e:#}"));
+            control.say_why(&e);
         }
     }
 }
 
-/// How long a server waits for the client's figures after sending its own.
-const CLIENT_RESULTS_WITHIN: Duration = Duration::from_secs(5);
+/// Logs what went wrong with one client, naming it.
+struct ClientLog<'a> {
+    events: &'a EventSender,
+    peer: String,
+}
+
+impl ClientLog<'_> {
+    fn error(&self, error: String) {
+        self.events.client_error(self.peer.clone(), error);
+    }
+}
+
+/// Routes a data connection that came to the base port to the running test it names,
+/// or tells it why not.
+fn hand_on_data(
+    conn: DataConn,
+    session: u64,
+    active: &ActiveSession,
+    config: &ServerConfig,
+    log: &ClientLog,
+) {
+    if let Err((e, conn)) = active.deliver(session, conn) {
+        if let Ok(mut chan) = Channel::new(conn.sock, config.control_timeout) {
+            chan.send_error(e);
+        }
+        log.error(e.into());
+    }
+}
+
+/// Sends a mesh coordinator both ends' figures of its test.
+fn send_mesh_results(
+    control: &mut Control,
+    registered: SessionGuard,
+    (client, server): (Box<SideResult>, Box<SideResult>),
+    events: &EventSender,
+    log: &ClientLog,
+) {
+    // Free before the coordinator hears: its next round may come at once.
+    close_session(registered, events);
+    control.session.mesh_results(client, server);
+    if let Err(e) = control.flush() {
+        log.error(SessionError::MeshResultsUnsent(e).to_string());
+    }
+}
+
+/// Sends the client the server's figures of its test, and reports the client's own,
+/// which answer them.
+fn exchange_results(
+    control: &mut Control,
+    registered: SessionGuard,
+    result: Box<SideResult>,
+    active: &ActiveSession,
+    events: &EventSender,
+    log: &ClientLog,
+) {
+    // The client's figures come after its results: `Listening` waits for them, and the
+    // next test's report for `Listening` (its client may connect as soon as the slot is
+    // free, see `run_session`).
+    let _in_order = active.report_lock();
+    free_session(registered);
+    control.session.results(result);
+    if let Err(e) = control.flush() {
+        log.error(SessionError::ResultsUnsent(e).to_string());
+        events.report(ServerEvent::Listening);
+        return;
+    }
+    // The client answers with its own figures at once; the test's slot is free
+    // already, so a client that does not only holds this thread a while.
+    let answer = control.chan.recv_message(CLIENT_RESULTS_WITHIN);
+    match control.session.on_client_answer(answer) {
+        Ok(Some((settings, result))) => {
+            events.report(ServerEvent::ClientFigures { settings, result })
+        }
+        Ok(None) => {}
+        Err(e) => log.error(e.to_string()),
+    }
+    events.report(ServerEvent::Listening);
+}
 
 /// A control connection driven by its session: what the session queues is sent.
 struct Control {
@@ -471,12 +457,80 @@ struct Control {
 }
 
 impl Control {
+    /// A new connection's control, its session challenging the client with a fresh
+    /// nonce when the server has a key; `Ok(None)` when the socket cannot be used.
+    fn greeting(
+        sock: std::net::TcpStream,
+        parallel: bool,
+        config: &ServerConfig,
+    ) -> Result<Option<Control>, auth::AuthError> {
+        let Ok(chan) = Channel::new(sock, config.control_timeout) else {
+            return Ok(None);
+        };
+        let auth = match &config.auth {
+            Some(key) => Some((key.clone(), auth::nonce()?)),
+            None => None,
+        };
+        let session = ServerSession::new(config.limits.clone(), auth).in_parallel(parallel);
+        let session = if config.allow_mesh {
+            session.allowing_mesh()
+        } else {
+            session
+        };
+        Ok(Some(Control { chan, session }))
+    }
+
     /// Sends what the session queued.
     fn flush(&mut self) -> Result<(), ControlError> {
         for msg in self.session.take_outbox() {
             self.chan.send(&msg)?;
         }
         Ok(())
+    }
+
+    /// Reads and feeds a new connection's next message, within what is left of its
+    /// deadline (see [`ServerSession::next_wait`]), `arrived` being when it came.
+    fn recv_greeting(
+        &mut self,
+        arrived: Instant,
+        control_timeout: Duration,
+    ) -> Result<Greeting, SessionError> {
+        let wait = self.session.next_wait(arrived.elapsed(), control_timeout)?;
+        let msg = match self.chan.recv_message(wait) {
+            Err(ControlError::Timeout) => return Err(self.session.timed_out()),
+            other => other?,
+        };
+        self.session.on_greeting(msg)
+    }
+
+    /// Answers a `Conf` connection with this host's facts.
+    fn answer_conf(mut self) {
+        self.session.facts(crate::sysinfo::SystemFacts::collect());
+        let _ = self.flush();
+    }
+
+    /// Reads the welcomed client's request, once `Welcome` is sent (and the control
+    /// connection's keepalive is on).
+    fn recv_request(&mut self, config: &ServerConfig) -> Result<Request> {
+        if let Some(keepalive) = config.control_keepalive {
+            keepalive.apply(self.chan.socket())?;
+        }
+        self.flush()?;
+        let msg = self.chan.recv_message(config.control_timeout)?;
+        Ok(self.session.on_request(msg)?)
+    }
+
+    /// Tells the client why the session ends, if the session has something to say.
+    fn say_why(&mut self, e: &SessionError) {
+        if let Some(why) = e.to_peer() {
+            self.chan.send_error(&why);
+        }
+    }
+
+    /// Refuses the connection for `e`: tells the client why, and logs it.
+    fn refuse(mut self, e: &SessionError, config: &ServerConfig, log: &ClientLog) {
+        self.say_why(e);
+        log.error(iperf3_client_hint(e, config).unwrap_or(e.to_string()));
     }
 }
 
@@ -503,14 +557,9 @@ fn run_session(
     config: &ServerConfig,
     events: &EventSender,
 ) -> Result<Served> {
-    if let Some(keepalive) = config.control_keepalive {
-        keepalive.apply(control.chan.socket())?;
-    }
-    control.flush()?;
-    let msg = control.chan.recv_message(config.control_timeout)?;
-    let settings = match control.session.on_message(msg)? {
-        ServerStep::Test(settings) => *settings,
-        ServerStep::MeshTest {
+    let settings = match control.recv_request(config)? {
+        Request::Test(settings) => *settings,
+        Request::Mesh {
             host,
             port,
             settings,
@@ -525,36 +574,94 @@ fn run_session(
                 server: Box::new(server),
             });
         }
-        other => bail!("the session took an unexpected step: {other:?}"),
     };
-    let parallel = registered.sessions().parallel() > 1;
-    if parallel && settings.listens_past_base_port() {
+    let test = TestScope {
+        settings: &settings,
+        config,
+        events,
+        abort: Arc::new(AtomicBool::new(false)),
+    };
+    // The routes live as long as the test: data connections that name it come to them.
+    let (_ctx, streams) = open_streams(control, registered, (routed, routed_tx), &test)?;
+    let opened = Opened::of(&streams);
+    if !control.session.reports_in_one_piece() {
+        events.report(opened.started(&settings));
+    }
+    let clock = (Instant::now(), crate::sysinfo::CpuUsage::now());
+    let per_stream = run_streams(control, streams, &opened.from, clock, &test)?;
+    let result = finish(control, registered, &per_stream, &opened, clock.1, &test);
+    Ok(Served::Test(Box::new(result)))
+}
+
+/// What every phase of a server's test reads.
+struct TestScope<'a> {
+    settings: &'a Settings,
+    config: &'a ServerConfig,
+    events: &'a EventSender,
+    /// Stops the test's streams.
+    abort: Arc<AtomicBool>,
+}
+
+/// Where the test's streams come from, and the facts of the first, for the report's
+/// header.
+struct Opened {
+    from: String,
+    facts: crate::transport::stream::SocketFacts,
+}
+
+impl Opened {
+    fn of(streams: &[Box<dyn Stream>]) -> Opened {
+        Opened {
+            from: streams.first().map_or_else(String::new, |s| s.peer_addr()),
+            facts: streams.first().map(|s| s.facts()).unwrap_or_default(),
+        }
+    }
+
+    /// The report's header of a test of `settings`.
+    fn started(&self, settings: &Settings) -> ServerEvent {
+        ServerEvent::Started {
+            settings: settings.clone(),
+            from: self.from.clone(),
+            congestion: self.facts.congestion.clone(),
+            rcvlowat: self.facts.rcvlowat,
+            rx_nap: self.facts.rx_nap,
+        }
+    }
+}
+
+/// Sets up the test's data streams: listens, tells the client `Ready`, and accepts its
+/// connections, which come through `routes` where they reach the base port.
+fn open_streams(
+    control: &mut Control,
+    registered: &SessionGuard,
+    (routed, routed_tx): (Receiver<DataConn>, Sender<DataConn>),
+    test: &TestScope,
+) -> Result<(ServerCtx, Vec<Box<dyn Stream>>)> {
+    let (settings, config) = (test.settings, test.config);
+    if control.session.needs_server_alone() {
         registered.claim_alone().map_err(|e| anyhow!(e))?;
     }
-    let session = registered.id();
-    let abort = Arc::new(AtomicBool::new(false));
     let ctx = ServerCtx {
         plan: settings.stream_plan(),
         frames: &crate::control::ControlFrames,
-        session,
+        session: registered.id(),
         local: control.chan.local_addr()?,
         client: control.chan.peer_addr()?,
         port: config.port,
         routed,
         routed_tx,
         refused: {
-            let events = events.clone();
+            let events = test.events.clone();
             Arc::new(move |r: transport::Refusal| {
                 events.client_error(r.peer, r.error);
             })
         },
         setup_timeout: config.control_timeout,
-        abort: abort.clone(),
-        socket_buffer_cap: config.limits.socket_buffer_cap(&settings),
+        abort: test.abort.clone(),
+        socket_buffer_cap: config.limits.socket_buffer_cap(settings),
     };
-    let transport = settings.data_transport();
-    let acceptor = transport.listen(&ctx)?;
-    if !parallel {
+    let acceptor = settings.data_transport().listen(&ctx)?;
+    if !control.session.reports_in_one_piece() {
         // This test's report begins only once the previous test's has ended, which
         // waits at most for that test's client to send its figures.
         drop(registered.sessions().report_lock());
@@ -563,41 +670,63 @@ fn run_session(
     control.flush()?;
     let streams = acceptor.accept(&ctx)?;
     registered.streams_connected_from(&ctx.routed);
-    let from = streams.first().map_or_else(String::new, |s| s.peer_addr());
-    let facts = streams.first().map(|s| s.facts()).unwrap_or_default();
-    let (congestion, rcvlowat, rx_nap) = (facts.congestion, facts.rcvlowat, facts.rx_nap);
-    // With tests in parallel, each report is sent in one piece at the end.
-    if !parallel {
-        events.report(ServerEvent::Started {
-            settings: settings.clone(),
-            from: from.clone(),
-            congestion: congestion.clone(),
-            rcvlowat,
-            rx_nap,
-        });
-    }
+    Ok((ctx, streams))
+}
 
-    let expected = settings.byte_limit();
-    let ceiling = expected.map(|announced| Ceiling::new(&settings, announced));
-    let idle = config.idle_timeout;
-    let start = std::time::Instant::now();
-    let cpu_start = crate::sysinfo::CpuUsage::now();
-    let schedule = crate::interval::Schedule::new(&settings, start);
+/// The thread that drives one stream of the server's.
+type StreamThread = std::thread::JoinHandle<io::Result<Received>>;
+
+/// The test's data phase: one thread per stream, watched, its intervals passed on as
+/// they end; returns each stream's figures once every one ended. `clock` is when it
+/// starts, and the CPU's time then.
+fn run_streams(
+    control: &mut Control,
+    streams: Vec<Box<dyn Stream>>,
+    from: &str,
+    clock: (Instant, Option<crate::sysinfo::CpuUsage>),
+    test: &TestScope,
+) -> Result<Vec<(u32, Received)>> {
+    let (start, cpu_start) = clock;
+    let schedule = crate::interval::Schedule::new(test.settings, start);
     let (meter_tx, meter_rx) = crate::interval::meter_channel(streams.len());
-    let mut collector = crate::interval::Collector::new(start, streams.len(), cpu_start, &settings);
+    let collector = crate::interval::Collector::new(start, streams.len(), cpu_start, test.settings);
     let watch = Arc::new(TestWatch::new(
         streams.len(),
-        config.limits.max_rate,
-        abort.clone(),
+        test.config.limits.max_rate,
+        test.abort.clone(),
     ));
-    let workers: Vec<_> = streams
+    let workers = start_streams(streams, schedule, &meter_tx, &watch, test)?;
+    drop(meter_tx);
+    let stopped = pass_on_intervals(control, meter_rx, collector, &watch, from, test);
+    let joined = join_streams(workers, &test.abort);
+    if let Some(reason) = stopped {
+        return Err(anyhow!("{reason}"));
+    }
+    joined
+}
+
+/// One thread per stream, receiving the client's data or sending this end's, each
+/// reporting its intervals to `meter_tx` and its progress to `watch`.
+fn start_streams(
+    streams: Vec<Box<dyn Stream>>,
+    schedule: crate::interval::Schedule,
+    meter_tx: &mpsc::SyncSender<MeterMsg>,
+    watch: &Arc<TestWatch>,
+    test: &TestScope,
+) -> io::Result<Vec<StreamThread>> {
+    let settings = test.settings;
+    let ceiling = settings
+        .byte_limit()
+        .map(|announced| Ceiling::new(settings, announced));
+    let idle = test.config.idle_timeout;
+    streams
         .into_iter()
         .enumerate()
         .map(|(i, stream)| {
-            let sending = Role::Server.sends_on(&settings, i as u32);
+            let sending = Role::Server.sends_on(settings, i as u32);
             let pkt = settings.pktsize as usize;
             let meter = crate::interval::Meter::new(i as u32, schedule, Some(meter_tx.clone()));
-            let (watch, abort) = (watch.clone(), abort.clone());
+            let (watch, abort) = (watch.clone(), test.abort.clone());
             let settings = settings.clone();
             let cpu = crate::stream::affinity::cpu_for(&settings.server_cpus, i as u32);
             std::thread::Builder::new()
@@ -615,53 +744,59 @@ fn run_session(
                     }
                 })
         })
-        .collect::<io::Result<_>>()?;
-    drop(meter_tx);
-    // The watchdog stops a test that stalls (even with a receiver blocked writing), runs
-    // past --max-time or moves more than --max-mb; the receivers then fail with
-    // `Interrupted`. Meanwhile intervals are passed on as they end, until every receiver
-    // ended (and dropped its meter).
-    let max_mb = settings.time_ms.and(config.limits.max_mb);
-    let mut watchdog = Watchdog::new(&watch, idle, config.limits.max_time, max_mb);
+        .collect()
+}
+
+/// Passes the test's intervals on as they end, to the client and the log, until every
+/// stream ended (and dropped its meter). Meanwhile the watchdog stops a test that
+/// stalls (even with a receiver blocked writing), runs past --max-time or moves more
+/// than --max-mb; the receivers then fail with `Interrupted`. Returns why it stopped
+/// the test, if it did.
+fn pass_on_intervals(
+    control: &mut Control,
+    meter_rx: Receiver<MeterMsg>,
+    mut collector: crate::interval::Collector,
+    watch: &TestWatch,
+    from: &str,
+    test: &TestScope,
+) -> Option<StopReason> {
+    let (settings, limits) = (test.settings, &test.config.limits);
+    let max_mb = settings.time_ms.and(limits.max_mb);
+    let mut watchdog = Watchdog::new(watch, test.config.idle_timeout, limits.max_time, max_mb);
+    let client = control.session.reports_in_one_piece().then_some(from);
     let mut stopped = None;
-    // The streams carrying the client's data that have not ended yet. When the last
-    // ends, the client hears so at once: its sending time ends there, not after this
-    // end has joined its threads and gathered its figures. Streams a stopped test ended
-    // did not read all of it: the client then hears why instead.
-    let mut client_data_open = settings.client_data_streams();
     loop {
         match meter_rx.recv_timeout(Duration::from_millis(20)) {
             Ok(msg) => {
                 if let MeterMsg::Done(stream) = &msg {
-                    if client_data_open > 0 && !Role::Server.sends_on(&settings, *stream) {
-                        client_data_open -= 1;
-                        if client_data_open == 0 && !abort.load(Ordering::Relaxed) {
-                            // The client's sending time ends here (with --bidir, this
-                            // end's streams go on).
-                            control.session.client_data_received();
-                            let _ = control.flush();
-                        }
-                    }
+                    let aborted = test.abort.load(Ordering::Relaxed);
+                    control.session.stream_ended(*stream, aborted);
+                    let _ = control.flush();
                 }
                 for result in collector.push(msg) {
                     let result = Box::new(result);
                     control.session.interval(result.clone());
                     if control.flush().is_err() {
-                        abort.store(true, Ordering::Relaxed);
+                        test.abort.store(true, Ordering::Relaxed);
                     }
-                    events.interval(&settings, parallel.then_some(from.as_str()), result);
+                    test.events.interval(settings, client, result);
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return stopped,
         }
         if stopped.is_none() {
             stopped = watchdog.check();
             if stopped.is_some() {
-                abort.store(true, Ordering::Relaxed);
+                test.abort.store(true, Ordering::Relaxed);
             }
         }
     }
+}
+
+/// Each stream's figures, once every thread ended; the first stream that stopped or
+/// failed stops the others and fails the test.
+fn join_streams(workers: Vec<StreamThread>, abort: &AtomicBool) -> Result<Vec<(u32, Received)>> {
     let mut per_stream = Vec::with_capacity(workers.len());
     let mut failure = None;
     for (i, w) in workers.into_iter().enumerate() {
@@ -681,65 +816,42 @@ fn run_session(
             }
         }
     }
-    if let Some(reason) = stopped {
-        return Err(anyhow!("{reason}"));
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(per_stream),
     }
-    if let Some(e) = failure {
-        return Err(e);
+}
+
+/// The server's figures of the ended test, reported (after the report's header, when
+/// the report goes out in one piece); says so when the client ended it early.
+fn finish(
+    control: &Control,
+    registered: &SessionGuard,
+    per_stream: &[(u32, Received)],
+    opened: &Opened,
+    cpu_start: Option<crate::sysinfo::CpuUsage>,
+    test: &TestScope,
+) -> SideResult {
+    let (settings, events) = (test.settings, test.events);
+    let streams = per_stream.iter().map(|(i, r)| (*i, &r.stats));
+    if let Some(early) = control.session.ended_early(streams) {
+        events.client_error(opened.from.clone(), early);
     }
-    // Datagrams the network lost were sent all the same: they do not make a test short.
-    let lost_bytes: u64 = per_stream
-        .iter()
-        .map(|(_, r)| {
-            r.stats
-                .datagrams
-                .lost
-                .saturating_mul(u64::from(settings.pktsize))
-        })
-        .sum();
-    let got = per_stream
-        .iter()
-        .map(|(i, r)| {
-            if Role::Server.sends_on(&settings, *i) {
-                r.stats.bytes_sent
-            } else {
-                r.stats.bytes_received
-            }
-        })
-        .fold(lost_bytes, u64::saturating_add);
-    let moved = Role::Server.moved(&settings);
-    let want = expected.map(|e| e.saturating_mul(per_stream.len() as u64));
-    if let Some(want) = want.filter(|&w| got < w) {
-        // Ctrl-C on the client, or a client that died, ends its data early.
-        events.client_error(
-            from.clone(),
-            format!(
-                "the client ended the test early: {got} of {want} bytes {moved} \
-                 (interrupted or gone); figures cover what was {moved}"
-            ),
-        );
-    }
-    let mut result = server_result(&settings, &per_stream);
+    let mut result = server_result(settings, per_stream);
     result.system = Some(crate::sysinfo::SystemFacts::collect());
     result.cpu = crate::sysinfo::CpuUsage::now()
         .zip(cpu_start)
         .map(|(now, then)| now.since(then));
     let report_lock = registered.sessions().report_lock();
-    if parallel {
-        events.report(ServerEvent::Started {
-            settings: settings.clone(),
-            from: from.clone(),
-            congestion: congestion.clone(),
-            rcvlowat,
-            rx_nap,
-        });
+    if control.session.reports_in_one_piece() {
+        events.report(opened.started(settings));
     }
     events.report(ServerEvent::Finished {
-        settings,
+        settings: settings.clone(),
         result: Box::new(result.clone()),
     });
     drop(report_lock);
-    Ok(Served::Test(Box::new(result)))
+    result
 }
 
 /// `--reverse`: sends the stream's bytes to the client as the client otherwise does,

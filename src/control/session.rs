@@ -5,9 +5,12 @@
 //! [`ClientSession::on_message`]) and says what happened as a step; what it wants sent
 //! waits in its outbox ([`ServerSession::take_outbox`], [`ClientSession::take_outbox`]),
 //! at most a few messages, never growing with what the peer sends. The drivers
-//! (`server.rs`, `client.rs`) own the socket, the deadlines and the randomness: nonces
-//! and session ids come in as arguments, so the machines are tested in memory against
-//! scripted peers.
+//! (`server.rs`, `client.rs`) own the socket, the clock and the randomness: nonces,
+//! session ids and times come in as arguments, so the machines are tested in memory
+//! against scripted peers. Every decision is the machines': each phase's steps
+//! ([`Greeting`], [`Request`], [`ClientRun`]), how long to wait, and what to tell the
+//! peer and the log when a phase fails ([`SessionError`]); the drivers only read,
+//! write and act.
 //!
 //! The exchange: the client sends `Hello`; a server with a key answers `AuthChallenge`,
 //! the client `AuthResponse`, the server `AuthConfirm` (see [`crate::auth`]); the server
@@ -23,12 +26,15 @@ use super::{
     PROTOCOL_MINOR,
 };
 use crate::auth::{self, AuthError, AuthKey, Exchange, NONCE_LEN};
-use crate::features::{self, Feature};
+use crate::features;
 use crate::limits::{LimitError, Limits};
+use crate::options::Feature;
 use crate::peer_text::printable;
 use crate::results::{IntervalResult, SideResult};
 use crate::settings::{Settings, SettingsError};
-use std::time::Duration;
+use crate::stats::StreamStats;
+use crate::transport::Role;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// How long a new connection has, all its steps together, to say what it is and (with a
@@ -105,6 +111,39 @@ pub enum SessionError {
         client: String,
         client_protocol: String,
     },
+    /// A data connection came to the base port for a stream other than the first.
+    #[error("data connection for another stream's port")]
+    DataForAnotherStream,
+    /// The session took a step no driver expects at this point.
+    #[error("{0}")]
+    StepOutOfTurn(String),
+    /// The server could not draw a session id.
+    #[error("no entropy for a session id")]
+    NoSessionId,
+    /// The server refused the test (busy, with why).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// The server's end of the test failed.
+    #[error("{0}")]
+    TestFailed(String),
+    /// The server's figures could not be sent.
+    #[error("cannot send the results: {0}")]
+    ResultsUnsent(ControlError),
+    /// Both ends' figures of a mesh test could not be sent.
+    #[error("cannot send the mesh test's results: {0}")]
+    MeshResultsUnsent(ControlError),
+    /// The client's answer to the results was not its figures.
+    #[error("its figures: {0}")]
+    ClientFigures(Box<SessionError>),
+    /// No figures from the server within this many seconds.
+    #[error("the server did not confirm the end of the test within {0}s")]
+    ResultsNotConfirmed(u64),
+    /// The server closed the control connection instead of sending its figures.
+    #[error(
+        "the server closed the control connection before sending its results (it stopped \
+         or was killed)"
+    )]
+    ClosedBeforeResults,
 }
 
 impl SessionError {
@@ -119,6 +158,14 @@ impl SessionError {
             SessionError::ServerHasNoKey => {
                 Some("authentication failed: the server has no key but the client has one".into())
             }
+            // What the driver itself failed at, or found out of turn, is its own to log.
+            SessionError::StepOutOfTurn(_)
+            | SessionError::ResultsUnsent(_)
+            | SessionError::MeshResultsUnsent(_)
+            | SessionError::ClientFigures(_) => None,
+            SessionError::NoSessionId => Some("server cannot draw a session id".into()),
+            SessionError::Refused(why) => Some(why.clone()),
+            SessionError::TestFailed(why) => Some(format!("server: {why}")),
             other => Some(other.to_string()),
         }
     }
@@ -210,6 +257,10 @@ pub struct ServerSession {
     /// What the client's `Hello` said of itself: its software (printable), its protocol
     /// version, and the features its test needs.
     client: Option<PeerHello>,
+    /// Whether the server runs tests in parallel (`--parallel` above 1).
+    parallel: bool,
+    /// The streams carrying the client's data that have ended.
+    client_data_ended: u32,
 }
 
 /// What a peer's first message said of it, kept for checks and messages.
@@ -243,6 +294,8 @@ impl ServerSession {
             test: None,
             allow_mesh: false,
             client: None,
+            parallel: false,
+            client_data_ended: 0,
         }
     }
 
@@ -506,6 +559,220 @@ impl ServerSession {
         if matches!(self.state, ServerState::Running) {
             self.outbox.push(Message::Results { result });
             self.state = ServerState::ResultsSent;
+        }
+    }
+}
+
+/// How long a server waits for the client's figures after sending its own.
+pub const CLIENT_RESULTS_WITHIN: Duration = Duration::from_secs(5);
+
+/// What a new connection's message did while the server greets it.
+#[derive(Debug, PartialEq)]
+pub enum Greeting {
+    /// Send the outbox, then read the connection's next message.
+    Continue,
+    /// The client is identified: send the outbox, then welcome it
+    /// ([`ServerSession::welcome_drawn`]).
+    Identified,
+    /// A data connection for the first stream of `session`: route its socket.
+    DataConnection {
+        session: u64,
+        stream: u32,
+        socket: u32,
+    },
+    /// The connection asks for this host's facts: answer with [`ServerSession::facts`].
+    Conf,
+}
+
+/// What a welcomed client asked for.
+#[derive(Debug, PartialEq)]
+pub enum Request {
+    /// Its own test: set up its data streams, then call [`ServerSession::ready`].
+    Test(Box<Settings>),
+    /// A mesh coordinator's test towards the fperf server at `host`:`port`: run it as a
+    /// client, then call [`ServerSession::mesh_results`].
+    Mesh {
+        host: String,
+        port: u16,
+        settings: Box<Settings>,
+    },
+}
+
+/// What the drivers decide with the session: the steps of each phase, the waits, and
+/// what the server says and logs when a phase fails.
+impl ServerSession {
+    /// The same session on a server that runs tests in parallel (`--parallel` above 1).
+    pub fn in_parallel(mut self, parallel: bool) -> Self {
+        self.parallel = parallel;
+        self
+    }
+
+    /// How long the driver may wait for the client's next message, `elapsed` after the
+    /// connection arrived: what is left of the one deadline of an unidentified
+    /// connection, else `control_timeout`.
+    pub fn next_wait(
+        &mut self,
+        elapsed: Duration,
+        control_timeout: Duration,
+    ) -> Result<Duration, SessionError> {
+        Ok(self.wait_limit(elapsed)?.unwrap_or(control_timeout))
+    }
+
+    /// Feeds a new connection's next message while the server greets it. A data
+    /// connection comes to the base port only for the first stream; settings come only
+    /// after `Welcome`, and figures only after a test.
+    pub fn on_greeting(&mut self, msg: Message) -> Result<Greeting, SessionError> {
+        let greeting = match self.on_message(msg)? {
+            ServerStep::Continue => Ok(Greeting::Continue),
+            ServerStep::Identified => Ok(Greeting::Identified),
+            ServerStep::DataConnection { stream, .. } if stream != 0 => {
+                Err(SessionError::DataForAnotherStream)
+            }
+            ServerStep::DataConnection {
+                session,
+                stream,
+                socket,
+            } => Ok(Greeting::DataConnection {
+                session,
+                stream,
+                socket,
+            }),
+            ServerStep::Conf => Ok(Greeting::Conf),
+            ServerStep::Test(_) | ServerStep::MeshTest { .. } => Err(SessionError::StepOutOfTurn(
+                "settings before welcome".into(),
+            )),
+            ServerStep::ClientResults(_) => {
+                Err(SessionError::StepOutOfTurn("figures before a test".into()))
+            }
+        };
+        if greeting.is_err() {
+            self.state = ServerState::Ended;
+        }
+        greeting
+    }
+
+    /// Welcomes the identified client under `drawn`, a fresh random session id (`None`
+    /// when none could be drawn); returns the id its data connections must present
+    /// (see [`ServerSession::welcome`]).
+    pub fn welcome_drawn(&mut self, drawn: Option<u64>) -> Result<u64, SessionError> {
+        let welcomed = match drawn {
+            Some(public_session) => self.welcome(public_session).ok_or_else(|| {
+                SessionError::StepOutOfTurn("the session is not ready for a welcome".into())
+            }),
+            None => Err(SessionError::NoSessionId),
+        };
+        if welcomed.is_err() {
+            self.state = ServerState::Ended;
+        }
+        welcomed
+    }
+
+    /// Feeds the welcomed client's request: its own test or a mesh coordinator's.
+    pub fn on_request(&mut self, msg: Message) -> Result<Request, SessionError> {
+        match self.on_message(msg)? {
+            ServerStep::Test(settings) => Ok(Request::Test(settings)),
+            ServerStep::MeshTest {
+                host,
+                port,
+                settings,
+            } => Ok(Request::Mesh {
+                host,
+                port,
+                settings,
+            }),
+            other => {
+                self.state = ServerState::Ended;
+                Err(SessionError::StepOutOfTurn(format!(
+                    "the session took an unexpected step: {other:?}"
+                )))
+            }
+        }
+    }
+
+    /// Whether the accepted test must have the server to itself: with tests in
+    /// parallel, one that listens past the base port.
+    pub fn needs_server_alone(&self) -> bool {
+        self.parallel
+            && self
+                .test
+                .as_ref()
+                .is_some_and(|s| s.listens_past_base_port())
+    }
+
+    /// Whether the test's report goes out in one piece at its end (tests in parallel),
+    /// rather than as the test runs.
+    pub fn reports_in_one_piece(&self) -> bool {
+        self.parallel
+    }
+
+    /// Stream `stream` of the running test ended (`stopped`: the test was stopped).
+    /// When the last stream carrying the client's data ends, the client hears so at
+    /// once: its sending time ends there (with --bidir, this end's streams go on), not
+    /// after the server has gathered its figures. A stopped test did not read all of
+    /// it: the client then hears why instead.
+    pub fn stream_ended(&mut self, stream: u32, stopped: bool) {
+        let Some(settings) = &self.test else {
+            return;
+        };
+        let open = settings.client_data_streams();
+        if self.client_data_ended < open && !settings.server_sends_on(stream) {
+            self.client_data_ended += 1;
+            if self.client_data_ended == open && !stopped {
+                self.client_data_received();
+            }
+        }
+    }
+
+    /// What to log when the client's data ended before all the test announced came
+    /// (Ctrl-C on the client, or a client that died), given each stream's index and
+    /// figures. Datagrams the network lost were sent all the same: they do not make a
+    /// test short.
+    pub fn ended_early<'a>(
+        &self,
+        streams: impl IntoIterator<Item = (u32, &'a StreamStats)>,
+    ) -> Option<String> {
+        let settings = self.test.as_ref()?;
+        let expected = settings.byte_limit()?;
+        let (mut got, mut count) = (0u64, 0u64);
+        for (index, stats) in streams {
+            let moved = if settings.server_sends_on(index) {
+                stats.bytes_sent
+            } else {
+                stats.bytes_received
+            };
+            let lost = stats
+                .datagrams
+                .lost
+                .saturating_mul(u64::from(settings.pktsize));
+            got = got.saturating_add(moved).saturating_add(lost);
+            count += 1;
+        }
+        let want = expected.saturating_mul(count);
+        let moved = Role::Server.moved(settings);
+        (got < want).then(|| {
+            format!(
+                "the client ended the test early: {got} of {want} bytes {moved} \
+                 (interrupted or gone); figures cover what was {moved}"
+            )
+        })
+    }
+
+    /// The client's answer to the results, as read within [`CLIENT_RESULTS_WITHIN`]:
+    /// its figures with the test's settings, for the report. A client that closed, or
+    /// said something else, leaves none.
+    pub fn on_client_answer(
+        &mut self,
+        answer: Result<Message, ControlError>,
+    ) -> Result<Option<(Settings, Box<SideResult>)>, SessionError> {
+        let step = answer
+            .map_err(SessionError::from)
+            .and_then(|msg| self.on_message(msg));
+        match (step, &self.test) {
+            (Ok(ServerStep::ClientResults(result)), Some(settings)) => {
+                Ok(Some((settings.clone(), result)))
+            }
+            (Err(SessionError::Control(ControlError::Closed)), _) | (Ok(_), _) => Ok(None),
+            (Err(e), _) => Err(SessionError::ClientFigures(Box::new(e))),
         }
     }
 }
@@ -796,6 +1063,165 @@ impl ClientSession {
                 Err(ControlError::unexpected("nothing", &other).into())
             }
         }
+    }
+}
+
+/// How long a client whose stream failed waits for the server to say why.
+pub const SERVER_REASON_WITHIN: Duration = Duration::from_secs(2);
+
+impl ClientSession {
+    /// Whether the server's message `msg`, read during the run, leaves more to read:
+    /// intervals and the confirmation come before the server's last word.
+    pub fn more_follows(msg: &Result<Message, ControlError>) -> bool {
+        matches!(
+            msg,
+            Ok(Message::Interval { .. } | Message::ClientDataReceived)
+        )
+    }
+}
+
+/// The server's messages while a client's test runs, as the control reader passed them
+/// on (each with when it arrived), judged by the session.
+pub struct ClientRun {
+    session: ClientSession,
+    /// When the run started, which the server's intervals keep pace with.
+    started: Instant,
+    server_intervals: Vec<IntervalResult>,
+    /// When the server said it had read the client's data.
+    client_data_received: Option<Instant>,
+    /// What ended the run (normally the server's figures) and when it arrived.
+    last_word: Option<(Instant, Result<Box<SideResult>, SessionError>)>,
+}
+
+impl ClientRun {
+    /// The run of `session` (past `Connect`), started at `started`.
+    pub fn new(session: ClientSession, started: Instant) -> Self {
+        ClientRun {
+            session,
+            started,
+            server_intervals: Vec::new(),
+            client_data_received: None,
+            last_word: None,
+        }
+    }
+
+    /// Takes the server's message `msg` that arrived `at`; returns the server's
+    /// interval it was, if it was one, for the caller's report.
+    pub fn take(
+        &mut self,
+        at: Instant,
+        msg: Result<Message, ControlError>,
+    ) -> Option<&IntervalResult> {
+        let step = msg
+            .map_err(SessionError::from)
+            .and_then(|m| self.session.on_message(m))
+            .and_then(|step| {
+                self.session
+                    .check_pace(at.saturating_duration_since(self.started))?;
+                Ok(step)
+            });
+        match step {
+            Ok(ClientStep::ServerInterval(result)) => {
+                self.server_intervals.push(*result);
+                return self.server_intervals.last();
+            }
+            Ok(ClientStep::ClientDataReceived) => {
+                self.client_data_received.get_or_insert(at);
+            }
+            Ok(ClientStep::Results(result)) => self.last_word = Some((at, Ok(result))),
+            // The session takes no other step once the test runs.
+            Ok(
+                ClientStep::Continue | ClientStep::Connect { .. } | ClientStep::MeshResult { .. },
+            ) => {}
+            // The first word that ended the session stands.
+            Err(e) => {
+                self.last_word.get_or_insert((at, Err(e)));
+            }
+        }
+        None
+    }
+
+    /// When the run started, which the server's intervals keep pace with.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Whether the server has said its last word (its figures, or why not).
+    pub fn has_last_word(&self) -> bool {
+        self.last_word.is_some()
+    }
+
+    /// When the server said it had read the client's data.
+    pub fn client_data_received(&self) -> Option<Instant> {
+        self.client_data_received
+    }
+
+    /// Whether the server sent what no real server sends (a flood, impossible figures,
+    /// a message out of place), which ends the run at once; a server that gave up or
+    /// went away is judged once the streams end.
+    pub fn server_misbehaved(&self) -> bool {
+        match &self.last_word {
+            Some((_, Err(SessionError::Control(e)))) => !matches!(
+                e,
+                ControlError::Peer(_)
+                    | ControlError::Closed
+                    | ControlError::Timeout
+                    | ControlError::Io(_)
+            ),
+            Some((_, Err(_))) => true,
+            _ => false,
+        }
+    }
+
+    /// What the server did wrong, if it misbehaved (see [`ClientRun::server_misbehaved`]).
+    pub fn take_misbehaviour(&mut self) -> Option<SessionError> {
+        if !self.server_misbehaved() {
+            return None;
+        }
+        match self.last_word.take() {
+            Some((_, Err(e))) => Some(e),
+            other => {
+                self.last_word = other;
+                None
+            }
+        }
+    }
+
+    /// The reason the server gave for ending the run, if its last word was an error of
+    /// its own (e.g. a limit).
+    pub fn take_servers_reason(&mut self) -> Option<String> {
+        match self.last_word.take() {
+            Some((_, Err(SessionError::Control(ControlError::Peer(msg))))) => Some(msg),
+            _ => None,
+        }
+    }
+
+    /// The server's figures, with its intervals, and when they arrived; or why there
+    /// are none, after waiting `waited` for them.
+    pub fn results(&mut self, waited: Duration) -> Result<(Instant, SideResult), SessionError> {
+        match self.last_word.take() {
+            Some((end, Ok(mut result))) => {
+                result.intervals = std::mem::take(&mut self.server_intervals);
+                Ok((end, *result))
+            }
+            None | Some((_, Err(SessionError::Control(ControlError::Timeout)))) => {
+                Err(SessionError::ResultsNotConfirmed(waited.as_secs()))
+            }
+            Some((_, Err(SessionError::Control(ControlError::Closed)))) => {
+                Err(SessionError::ClosedBeforeResults)
+            }
+            Some((_, Err(e))) => Err(e),
+        }
+    }
+
+    /// Answers the server's results with the client's own figures, for its report
+    /// (without the intervals, which it does not print): the messages to send.
+    pub fn answer(&mut self, client: &SideResult) -> Vec<Message> {
+        self.session.client_results(Box::new(SideResult {
+            intervals: Vec::new(),
+            ..client.clone()
+        }));
+        self.session.take_outbox()
     }
 }
 
@@ -1772,5 +2198,360 @@ mod tests {
             Message::Results { result: crowded }
         )));
         assert!(send(&mut running(None), Message::Results { result: side() }).is_ok());
+    }
+
+    /// A server's session past `Ready` for a test of `settings`.
+    fn running_server(settings: Settings) -> ServerSession {
+        let mut client = ClientSession::new(settings, None);
+        let mut server = ServerSession::new(Limits::default(), None);
+        open(&mut client, &mut server);
+        server.take_outbox();
+        server
+    }
+
+    #[test]
+    fn a_greeting_routes_data_for_the_first_stream_only_and_takes_no_settings() {
+        let data = |stream| Message::DataHello {
+            version: PROTOCOL_MAJOR,
+            session: 9,
+            stream,
+            socket: 2,
+        };
+        let mut server = ServerSession::new(Limits::default(), None);
+        assert_eq!(
+            server.on_greeting(data(0)).expect("first stream"),
+            Greeting::DataConnection {
+                session: 9,
+                stream: 0,
+                socket: 2
+            }
+        );
+        let mut server = ServerSession::new(Limits::default(), None);
+        let e = server.on_greeting(data(1)).expect_err("another stream");
+        assert_eq!(e.to_string(), "data connection for another stream's port");
+        assert_eq!(e.to_peer().as_deref(), Some(e.to_string().as_str()));
+        assert!(server.on_greeting(hello(PROTOCOL_MAJOR)).is_err(), "ended");
+
+        let mut server = ServerSession::new(Limits::default(), None);
+        assert_eq!(
+            server.on_greeting(hello(PROTOCOL_MAJOR)).expect("hello"),
+            Greeting::Identified
+        );
+        server.welcome(1).expect("welcome");
+        let e = server
+            .on_greeting(Message::Settings {
+                settings: Settings::default(),
+            })
+            .expect_err("settings while greeting");
+        assert_eq!(e.to_string(), "settings before welcome");
+        assert_eq!(e.to_peer(), None, "only logged");
+    }
+
+    #[test]
+    fn a_greeting_waits_what_is_left_of_its_deadline_then_the_control_time_out() {
+        let control = Duration::from_secs(30);
+        let mut server = ServerSession::new(Limits::default(), None);
+        assert_eq!(
+            server
+                .next_wait(Duration::from_secs(2), control)
+                .expect("left"),
+            IDENTIFY_WITHIN - Duration::from_secs(2)
+        );
+        server.on_greeting(hello(PROTOCOL_MAJOR)).expect("hello");
+        assert_eq!(
+            server
+                .next_wait(Duration::from_secs(60), control)
+                .expect("known"),
+            control
+        );
+        let mut late = ServerSession::new(Limits::default(), None);
+        assert!(matches!(
+            late.next_wait(IDENTIFY_WITHIN, control),
+            Err(SessionError::TooSlowToIdentify)
+        ));
+    }
+
+    #[test]
+    fn a_welcome_needs_a_drawn_id_and_an_identified_client() {
+        let mut server = ServerSession::new(Limits::default(), None);
+        let e = server.welcome_drawn(Some(1)).expect_err("not identified");
+        assert_eq!(e.to_string(), "the session is not ready for a welcome");
+        assert_eq!(e.to_peer(), None);
+
+        let mut server = ServerSession::new(Limits::default(), None);
+        server.on_greeting(hello(PROTOCOL_MAJOR)).expect("hello");
+        let e = server.welcome_drawn(None).expect_err("no id");
+        assert_eq!(e.to_string(), "no entropy for a session id");
+        assert_eq!(
+            e.to_peer().as_deref(),
+            Some("server cannot draw a session id")
+        );
+        assert!(server.take_outbox().is_empty(), "no welcome");
+
+        let mut server = ServerSession::new(Limits::default(), None);
+        server.on_greeting(hello(PROTOCOL_MAJOR)).expect("hello");
+        assert_eq!(server.welcome_drawn(Some(7)).expect("welcome"), 7);
+        assert!(matches!(
+            server.take_outbox().as_slice(),
+            [Message::Welcome { session: 7, .. }]
+        ));
+    }
+
+    #[test]
+    fn refusals_and_failures_are_worded_for_the_log_and_for_the_client() {
+        let busy = SessionError::Refused("server busy: try again later".into());
+        assert_eq!(busy.to_string(), "refused: server busy: try again later");
+        assert_eq!(
+            busy.to_peer().as_deref(),
+            Some("server busy: try again later")
+        );
+        let failed = SessionError::TestFailed("stream 0: stopped".into());
+        assert_eq!(failed.to_string(), "stream 0: stopped");
+        assert_eq!(
+            failed.to_peer().as_deref(),
+            Some("server: stream 0: stopped")
+        );
+        let unsent = SessionError::ResultsUnsent(ControlError::Closed);
+        assert!(unsent.to_string().starts_with("cannot send the results: "));
+        let unsent = SessionError::MeshResultsUnsent(ControlError::Closed);
+        assert!(unsent
+            .to_string()
+            .starts_with("cannot send the mesh test's results: "));
+        assert_eq!(unsent.to_peer(), None);
+    }
+
+    #[test]
+    fn a_request_is_a_test_or_a_mesh_test_and_nothing_else() {
+        let mut server = ServerSession::new(Limits::default(), None);
+        server.on_greeting(hello(PROTOCOL_MAJOR)).expect("hello");
+        server.welcome(1).expect("welcome");
+        assert_eq!(
+            server
+                .on_request(Message::Settings {
+                    settings: Settings::default()
+                })
+                .expect("a test"),
+            Request::Test(Box::default())
+        );
+        let mut server = ServerSession::new(Limits::default(), None);
+        let e = server
+            .on_request(hello(PROTOCOL_MAJOR))
+            .expect_err("a hello is no request");
+        assert_eq!(
+            e.to_string(),
+            "the session took an unexpected step: Identified"
+        );
+    }
+
+    #[test]
+    fn tests_in_parallel_report_in_one_piece_and_take_the_server_alone_past_the_base_port() {
+        let accepted = |parallel, nstreams| {
+            let mut server = ServerSession::new(Limits::default(), None).in_parallel(parallel);
+            server.on_greeting(hello(PROTOCOL_MAJOR)).expect("hello");
+            server.welcome(1).expect("welcome");
+            server
+                .on_request(Message::Settings {
+                    settings: Settings {
+                        nstreams,
+                        ..Settings::default()
+                    },
+                })
+                .expect("a test");
+            server
+        };
+        assert!(accepted(true, 2).needs_server_alone());
+        assert!(!accepted(true, 1).needs_server_alone());
+        assert!(!accepted(false, 2).needs_server_alone());
+        assert!(accepted(true, 1).reports_in_one_piece());
+        assert!(!accepted(false, 1).reports_in_one_piece());
+    }
+
+    #[test]
+    fn the_client_hears_its_data_was_received_when_its_last_stream_ends_unless_stopped() {
+        let two = Settings {
+            nstreams: 2,
+            ..Settings::default()
+        };
+        let mut server = running_server(two.clone());
+        server.stream_ended(0, false);
+        assert!(server.take_outbox().is_empty(), "one stream still open");
+        server.stream_ended(1, false);
+        assert_eq!(server.take_outbox(), [Message::ClientDataReceived]);
+        server.stream_ended(1, false);
+        assert!(server.take_outbox().is_empty(), "said once");
+
+        let mut stopped = running_server(two);
+        stopped.stream_ended(0, false);
+        stopped.stream_ended(1, true);
+        assert!(stopped.take_outbox().is_empty(), "told why instead");
+
+        let mut reverse = running_server(Settings {
+            workload: Workload::Reverse,
+            ..Settings::default()
+        });
+        reverse.stream_ended(0, false);
+        assert!(reverse.take_outbox().is_empty(), "the client sent nothing");
+    }
+
+    #[test]
+    fn a_test_short_of_its_announced_bytes_is_logged_counting_lost_datagrams_as_sent() {
+        let settings = Settings {
+            nstreams: 2,
+            mb: 1,
+            ..Settings::default()
+        };
+        let server = running_server(settings.clone());
+        let full = StreamStats {
+            bytes_received: crate::settings::MB,
+            ..StreamStats::default()
+        };
+        let mut short = StreamStats {
+            bytes_received: crate::settings::MB - 10 * u64::from(settings.pktsize),
+            ..StreamStats::default()
+        };
+        assert_eq!(server.ended_early([(0, &full), (1, &full)]), None);
+        assert_eq!(
+            server.ended_early([(0, &full), (1, &short)]).as_deref(),
+            Some(
+                format!(
+                    "the client ended the test early: {} of {} bytes received (interrupted or \
+                     gone); figures cover what was received",
+                    2 * crate::settings::MB - 10 * u64::from(settings.pktsize),
+                    2 * crate::settings::MB
+                )
+                .as_str()
+            )
+        );
+        short.datagrams.lost = 10;
+        assert_eq!(server.ended_early([(0, &full), (1, &short)]), None);
+        let timed = running_server(Settings {
+            time_ms: Some(1000),
+            ..Settings::default()
+        });
+        assert_eq!(timed.ended_early([(0, &StreamStats::default())]), None);
+    }
+
+    #[test]
+    fn the_clients_answer_to_the_results_is_its_figures_or_nothing() {
+        let after_results = || {
+            let mut server = running_server(Settings::default());
+            server.results(side());
+            server.take_outbox();
+            server
+        };
+        let mine = Box::new(SideResult {
+            role: Role::Client,
+            ..*side()
+        });
+        let answer = after_results()
+            .on_client_answer(Ok(Message::ClientResults {
+                result: mine.clone(),
+            }))
+            .expect("figures");
+        assert_eq!(answer, Some((Settings::default(), mine)));
+        assert_eq!(
+            after_results()
+                .on_client_answer(Err(ControlError::Closed))
+                .expect("closed"),
+            None
+        );
+        let e = after_results()
+            .on_client_answer(Err(ControlError::Timeout))
+            .expect_err("silent");
+        assert!(e.to_string().starts_with("its figures: "), "{e}");
+        assert_eq!(e.to_peer(), None);
+    }
+
+    /// A client's run past `Connect`, started now, of a test with 10 ms intervals.
+    fn client_run() -> (ClientRun, Instant) {
+        let settings = Settings {
+            interval_ms: Some(10),
+            ..Settings::default()
+        };
+        let mut client = ClientSession::new(settings, None);
+        let mut server = ServerSession::new(Limits::default(), None);
+        open(&mut client, &mut server);
+        let now = Instant::now();
+        (ClientRun::new(client, now), now)
+    }
+
+    #[test]
+    fn the_control_reader_reads_on_only_past_intervals_and_the_confirmation() {
+        let more = |msg| ClientSession::more_follows(&msg);
+        assert!(more(Ok(Message::Interval {
+            result: interval(0)
+        })));
+        assert!(more(Ok(Message::ClientDataReceived)));
+        assert!(!more(Ok(Message::Results { result: side() })));
+        assert!(!more(Err(ControlError::Closed)));
+    }
+
+    #[test]
+    fn a_run_gathers_the_servers_intervals_and_ends_with_its_figures() {
+        let (mut run, start) = client_run();
+        let later = start + Duration::from_millis(15);
+        let passed = run.take(
+            later,
+            Ok(Message::Interval {
+                result: interval(0),
+            }),
+        );
+        assert_eq!(passed.map(|i| i.index), Some(0));
+        assert!(run.take(later, Ok(Message::ClientDataReceived)).is_none());
+        assert!(run.take(start, Ok(Message::ClientDataReceived)).is_none());
+        assert_eq!(run.client_data_received(), Some(later), "the first stands");
+        assert!(!run.has_last_word());
+        run.take(later, Ok(Message::Results { result: side() }));
+        assert!(run.has_last_word() && !run.server_misbehaved());
+        let (end, result) = run.results(Duration::from_secs(1)).expect("figures");
+        assert_eq!(end, later);
+        assert_eq!(
+            result.intervals.len(),
+            1,
+            "the server's intervals go with it"
+        );
+        let answer = run.answer(&SideResult {
+            role: Role::Client,
+            intervals: vec![*interval(0)],
+            ..*side()
+        });
+        assert!(
+            matches!(answer.as_slice(), [Message::ClientResults { result }] if result.intervals.is_empty()),
+            "{answer:?}"
+        );
+    }
+
+    #[test]
+    fn a_run_tells_a_server_that_gave_up_from_one_that_misbehaved() {
+        let (mut run, start) = client_run();
+        run.take(start, Err(ControlError::Peer("over --max-mb".into())));
+        assert!(!run.server_misbehaved(), "judged once the streams end");
+        assert!(run.take_misbehaviour().is_none());
+        assert_eq!(run.take_servers_reason().as_deref(), Some("over --max-mb"));
+
+        let (mut run, start) = client_run();
+        run.take(start, Ok(Message::Ready));
+        run.take(start, Err(ControlError::Closed));
+        assert!(run.server_misbehaved(), "the first word stands");
+        let e = run.take_misbehaviour().expect("out of place");
+        assert!(e.to_string().contains("ready"), "{e}");
+    }
+
+    #[test]
+    fn a_run_without_the_servers_figures_says_why() {
+        let (mut run, _) = client_run();
+        let e = run.results(Duration::from_secs(30)).expect_err("none");
+        assert_eq!(
+            e.to_string(),
+            "the server did not confirm the end of the test within 30s"
+        );
+        let (mut run, start) = client_run();
+        run.take(start, Err(ControlError::Closed));
+        let e = run.results(Duration::from_secs(30)).expect_err("closed");
+        assert_eq!(
+            e.to_string(),
+            "the server closed the control connection before sending its results (it stopped \
+             or was killed)"
+        );
     }
 }

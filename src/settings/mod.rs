@@ -6,7 +6,7 @@
 //! Invariant: a [`Settings`] value that passed [`Settings::validate`] is safe to act on;
 //! nothing past validation re-checks a field.
 
-use crate::features::Feature;
+use crate::options::Feature;
 use crate::percentiles::{Percentiles, PercentilesError};
 use crate::stream::sender::QueueKind;
 use crate::stream::{DEFAULT_PKTSIZE, MAX_PKTSIZE};
@@ -283,42 +283,63 @@ pub enum SettingsError {
     Rdma(#[from] RdmaSettingsError),
 }
 
+/// The test's own features, beside its transport's (see [`crate::features`]).
+pub const REVERSE: Feature = Feature::new("reverse", "--reverse");
+pub const BIDIR: Feature = Feature::new("bidir", "--bidir");
+pub const CRR: Feature = Feature::new("crr", "--crr");
+pub const TRANSACTIONS: Feature = Feature::new("transactions", "--transactions");
+pub const FLOWS: Feature = Feature::new("flows", "--flows");
+pub const RESPONSE_SIZE: Feature = Feature::new("response_size", "--response-size");
+pub const UDP_ECHO: Feature = Feature::new("udp_echo", "-u --echo");
+pub const SCHED: Feature = Feature::new("sched", "--sched");
+pub const PERCENTILES: Feature = Feature::new("percentiles", "--percentiles");
+/// Every feature of the test's own.
+pub const TEST_FEATURES: [Feature; 9] = [
+    REVERSE,
+    BIDIR,
+    CRR,
+    TRANSACTIONS,
+    FLOWS,
+    RESPONSE_SIZE,
+    UDP_ECHO,
+    SCHED,
+    PERCENTILES,
+];
+
 impl Settings {
     /// The features of the peer this test needs beyond the protocol's major version
-    /// (see [`crate::features`]), each once, in a fixed order.
+    /// (see [`crate::features`]), each once: the test's own, then its transport's.
     pub fn needed_features(&self) -> Vec<Feature> {
         let mut out = Vec::new();
         match self.workload {
-            Workload::Reverse => out.push(Feature::Reverse),
-            Workload::Bidir => out.push(Feature::Bidir),
-            Workload::Crr => out.push(Feature::Crr),
+            Workload::Reverse => out.push(REVERSE),
+            Workload::Bidir => out.push(BIDIR),
+            Workload::Crr => out.push(CRR),
             Workload::RoundTrip(Reply::Echo) if self.protocol() == Protocol::Udp => {
-                out.push(Feature::UdpEcho)
+                out.push(UDP_ECHO)
             }
             Workload::Bulk | Workload::RoundTrip(_) => {}
         }
         if self.transactions.is_some() {
-            out.push(Feature::Transactions);
+            out.push(TRANSACTIONS);
         }
         if self.response_size.is_some() {
-            out.push(Feature::ResponseSize);
+            out.push(RESPONSE_SIZE);
         }
         if self.flows {
-            out.push(Feature::Flows);
+            out.push(FLOWS);
         }
         if !self.sched.is_auto() {
-            out.push(Feature::Sched);
+            out.push(SCHED);
         }
         if self.percentiles != Percentiles::default() {
-            out.push(Feature::Percentiles);
+            out.push(PERCENTILES);
         }
         match &self.transport {
             TransportSettings::Tcp(t) => t.features(&mut out),
             TransportSettings::Udp(u) => u.features(&mut out),
             TransportSettings::Rdma(r) => r.features(&mut out),
         }
-        out.sort_unstable();
-        out.dedup();
         out
     }
 

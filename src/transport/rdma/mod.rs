@@ -12,6 +12,7 @@
 pub mod endpoint;
 mod ofi;
 pub mod ofi_stream;
+pub mod options;
 pub mod ring;
 mod rsocket;
 pub mod rsocket_sys;

@@ -8,6 +8,7 @@ mod crr_flows;
 pub mod crr_stream;
 pub mod facts;
 pub(crate) mod flows;
+pub mod options;
 pub mod settings;
 pub mod stream;
 pub mod stream_options;
@@ -81,6 +82,7 @@ impl Transport for TcpTransport {
             let socks = (0..s.shape.nsockets)
                 .map(|k| open_data_conn(ctx, i, k))
                 .collect::<Result<Vec<_>>>()?;
+            hold_unsent_to(&socks, &self.0)?;
             let mut opts = tcp_stream_options(s, &self.0, ctx.abort.clone());
             opts.cpu = cpu_for(&s.client_cpus, i);
             if s.server_sends_on(i) {
@@ -103,6 +105,7 @@ impl Acceptor for TcpAcceptor {
         }
         let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.shape.nstreams as usize);
         for (i, socks) in (0u32..).zip(conns) {
+            hold_unsent_to(&socks, &self.tcp)?;
             let mut opts = tcp_stream_options(s, &self.tcp, ctx.abort.clone());
             opts.cpu = cpu_for(&s.server_cpus, i);
             if !s.server_sends_on(i) {
@@ -121,6 +124,19 @@ fn hold_buffers_to(sock: &net::TcpStream, cap: u64) -> io::Result<()> {
     let size = usize::try_from(cap / 2).unwrap_or(usize::MAX);
     for dir in [Direction::Receive, Direction::Send] {
         crate::stream::sys::size_buffer(sock, dir, size, false)?;
+    }
+    Ok(())
+}
+
+/// `--notsent-lowat`: the unsent bytes each of `socks` holds before a write waits
+/// (`TCP_NOTSENT_LOWAT`), set on both ends, whichever sends.
+fn hold_unsent_to(socks: &[net::TcpStream], tcp: &TcpSettings) -> io::Result<()> {
+    let Some(bytes) = tcp.notsent_lowat else {
+        return Ok(());
+    };
+    let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    for sock in socks {
+        crate::stream::sys::set_int_opt(sock, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, bytes)?;
     }
     Ok(())
 }
@@ -144,6 +160,7 @@ pub fn streams_over(
     (0u32..)
         .zip(conns)
         .map(|(i, sock)| {
+            hold_unsent_to(std::slice::from_ref(&sock), tcp)?;
             let mut opts = tcp_stream_options(s, tcp, abort.clone());
             opts.cpu = cpu_for(cpus, i);
             if !s.sends_on(end, i) {

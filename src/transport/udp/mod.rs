@@ -22,6 +22,7 @@
 pub mod batch;
 mod cmsg;
 mod flows;
+pub mod options;
 pub mod settings;
 pub mod stream;
 pub mod wire;
