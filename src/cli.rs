@@ -18,12 +18,14 @@ use fperf::output::json_document::DocLabels;
 use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
-    default_pktsize, Protocol, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PORT,
-    DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
+    default_pktsize, SchedPolicy, Settings, DEFAULT_MB, DEFAULT_PORT, DEFAULT_TIME_MS,
+    MAX_NSOCKETS, MAX_NSTREAMS,
 };
 use fperf::stream::sender::QueueKind;
+use fperf::stream::MAX_PKTSIZE;
 use fperf::transport::rdma::options::OPTIONS as RDMA_OPTIONS;
 use fperf::transport::rdma::settings::RdmaSettings;
+use fperf::transport::settings::{Protocol, TransportSettings};
 use fperf::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
 use fperf::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use fperf::transport::tcp::settings::TcpSettings;

@@ -9,9 +9,9 @@ use crate::output::json_document::StartTime;
 use crate::output::openmetrics::OpenMetrics;
 use crate::output::{Sink, Sinks};
 use crate::percentiles::Percentiles;
-use crate::settings::{
-    Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_NSTREAMS, MAX_PKTSIZE,
-};
+use crate::settings::{Settings, DEFAULT_PORT, MAX_NSTREAMS};
+use crate::stream::MAX_PKTSIZE;
+use crate::transport::settings::{Protocol, TransportSettings};
 use crate::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
 use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use crate::transport::tcp::settings::TcpSettings;

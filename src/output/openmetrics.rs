@@ -8,8 +8,8 @@
 use super::{RunEnd, Sink};
 use crate::percentiles;
 use crate::results::{Figures, SideResult};
-use crate::settings::Protocol;
 use crate::transport::figures::TransportFigures;
+use crate::transport::settings::Protocol;
 use crate::units;
 use anyhow::{Context, Result};
 use prometheus::{Encoder, Gauge, GaugeVec, Opts, Registry, TextEncoder};
@@ -161,8 +161,8 @@ impl RunMetrics {
 
     fn record_side(&self, side: &SideResult) -> Result<()> {
         let end = match side.role {
-            crate::results::Role::Client => "client",
-            crate::results::Role::Server => "server",
+            crate::transport::Role::Client => "client",
+            crate::transport::Role::Server => "server",
         };
         // With both directions at once, an end's figures come in two parts.
         let parts: Vec<&Figures> = std::iter::once(&side.total)

@@ -3,8 +3,8 @@
 
 use super::ring::{endpoint_bytes_at_most, TRAILER_BYTES};
 use crate::options::Feature;
-use crate::settings::labels::{HeaderLabels, Sample, Samples};
-use crate::settings::shape::RunShape;
+use crate::transport::labels::{HeaderLabels, Sample, Samples};
+use crate::transport::shape::RunShape;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use thiserror::Error;
