@@ -13,19 +13,24 @@ use fperf::exporter::{Allow, ExporterConfig};
 use fperf::family::IpFamily;
 use fperf::limits::Limits;
 use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
+use fperf::options::{and_list, Front, Given, TestOption};
 use fperf::output::json_document::DocLabels;
 use fperf::percentiles::{Percentiles, PercentilesError};
 use fperf::server::ServerConfig;
 use fperf::settings::{
-    default_pktsize, Protocol, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PORT,
-    DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE,
+    default_pktsize, SchedPolicy, Settings, DEFAULT_MB, DEFAULT_PORT, DEFAULT_TIME_MS,
+    MAX_NSOCKETS, MAX_NSTREAMS,
 };
 use fperf::stream::sender::QueueKind;
-use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
-use fperf::transport::sockets::SocketSettings;
+use fperf::stream::MAX_PKTSIZE;
+use fperf::transport::rdma::options::OPTIONS as RDMA_OPTIONS;
+use fperf::transport::rdma::settings::RdmaSettings;
+use fperf::transport::settings::{Protocol, TransportSettings};
+use fperf::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
+use fperf::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use fperf::transport::tcp::settings::TcpSettings;
-use fperf::transport::tcp::zerocopy::ZeroCopy;
-use fperf::transport::udp::settings::{UdpSettings, DEFAULT_ACK_TIMEOUT_MS};
+use fperf::transport::udp::options::OPTIONS as UDP_OPTIONS;
+use fperf::transport::udp::settings::UdpSettings;
 use fperf::workload::{Reply, Workload, WorkloadError};
 use std::ffi::OsString;
 use std::fs::File;
@@ -497,7 +502,7 @@ pub struct Cli {
     /// K/M/G/T = 10^3..10^12. The client paces its sends to it, whole packets (-l) at a
     /// time, so at a slow rate one packet must go within --idle-timeout. 0, as iperf3's
     /// -b 0: as fast as possible.
-    #[arg(help_heading = "Test", short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate,
+    #[arg(help_heading = "Test", short = 'b', long, value_name = "RATE", value_parser = fperf::units::parse_target_rate,
           conflicts_with = "server")]
     bitrate: Option<u64>,
 
@@ -519,16 +524,16 @@ pub struct Cli {
     workload_opts: WorkloadArgs,
 
     #[command(flatten)]
-    tcp_opts: TcpArgs,
+    tcp_opts: Declared<TcpGroup>,
 
     #[command(flatten)]
-    socket_opts: SocketArgs,
+    socket_opts: Declared<SocketGroup>,
 
     #[command(flatten)]
-    udp_opts: UdpArgs,
+    udp_opts: Declared<UdpGroup>,
 
     #[command(flatten)]
-    rdma_opts: RdmaArgs,
+    rdma_opts: Declared<RdmaGroup>,
 
     #[command(flatten)]
     guard: Guard,
@@ -614,30 +619,14 @@ struct MeshArgs {
 
     /// Target rate of each stream in bits/s (e.g. 100M, 2.5G); 0, as fast as possible
     /// (the default).
-    #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate)]
+    #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::units::parse_target_rate)]
     bitrate: Option<u64>,
 
-    /// Congestion control algorithm of every test's data sockets (TCP_CONGESTION),
-    /// e.g. cubic, bbr, reno; each host must have it. Default: each host's own.
-    #[arg(short = 'C', long, value_name = "ALGO", conflicts_with = "udp")]
-    congestion: Option<String>,
+    #[command(flatten)]
+    tcp: Declared<MeshTcpGroup>,
 
-    /// Largest TCP segment of every test's data connections, in bytes (TCP_MAXSEG, 88
-    /// to 32767), as a client's -M. Default: the path's.
-    #[arg(short = 'M', long, value_name = "BYTES", conflicts_with = "udp")]
-    set_mss: Option<u32>,
-
-    /// Cap each data connection's sending rate at RATE bits/s (SO_MAX_PACING_RATE), as
-    /// a client's --fq-rate: the kernel paces every segment.
-    #[arg(long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate,
-          conflicts_with = "udp")]
-    fq_rate: Option<u64>,
-
-    /// Socket buffer size of every test's data sockets on both hosts (SO_SNDBUF and
-    /// SO_RCVBUF), as a client's -w (K, M suffixes; at most 256M). Default: TCP
-    /// autotuning; UDP 16 MiB each way.
-    #[arg(short = 'w', long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
-    window: Option<u32>,
+    #[command(flatten)]
+    sockets: Declared<MeshSocketGroup>,
 
     /// IPv4 only: the coordinator reaches each server at its name's IPv4 address and
     /// sends every test to the receiving host's IPv4 address.
@@ -740,14 +729,15 @@ impl MeshArgs {
             (_, true) => Workload::RoundTrip(Reply::Echo),
             _ => Workload::Bulk,
         };
-        let tcp = TcpSettings {
-            congestion: self.congestion.clone(),
-            mss: self.set_mss,
-            fq_rate: self.fq_rate.filter(|&b| b > 0),
-            ..TcpSettings::default()
-        };
-        let transport = TransportSettings::over_sockets(self.udp, self.window, tcp)
-            .ok_or_else(|| anyhow::anyhow!("-C, -M and --fq-rate are TCP's, not UDP's"))?;
+        let mut tcp = TcpSettings::default();
+        self.tcp.apply(&mut tcp)?;
+        let mut sockets = SocketSettings::default();
+        self.sockets.apply(&mut sockets)?;
+        let transport =
+            TransportSettings::over_sockets(self.udp, sockets.window, tcp).ok_or_else(|| {
+                let flags: Vec<String> = MeshTcpGroup::options().map(|o| o.short_flag()).collect();
+                anyhow::anyhow!("{} are TCP's, not UDP's", and_list(&flags))
+            })?;
         let protocol = transport.protocol();
         let settings = Settings {
             nstreams: self.nstreams,
@@ -781,19 +771,7 @@ impl MeshArgs {
 
 /// `fperf exporter`.
 #[derive(clap::Args, Debug)]
-#[command(
-    after_help = "A probe's query: target=HOST[:PORT] (an fperf server), and \
-                  optionally protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
-                  workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, \
-                  percentiles=LIST, window=BYTES, congestion=ALGO, mss=BYTES and \
-                  fq_rate=RATE (the last three TCP's; a rate of 0 is none), and family=4|6 \
-                  (IPv4 or IPv6 alone). A probe over the limits, or whose test fails, \
-                  answers fperf_probe_success 0 and the reason is logged; more probes \
-                  than --max-probes are answered 429. The answer says why a target's test \
-                  failed only when --allow names the targets: otherwise every such failure \
-                  answers alike, after the probe's whole time-out, so that no one can tell \
-                  a closed port from another program's through the exporter."
-)]
+#[command(after_help = exporter_after_help())]
 struct ExporterArgs {
     /// Address and port to answer HTTP on.
     #[arg(long, value_name = "ADDR", default_value_t = fperf::exporter::DEFAULT_LISTEN)]
@@ -828,6 +806,41 @@ struct ExporterArgs {
     /// the secret in $FPERF_AUTH_KEY).
     #[arg(long, value_name = "FILE")]
     auth_key: Option<std::path::PathBuf>,
+}
+
+/// The end of `fperf exporter --help`: a probe's query, with the parameters TCP declares.
+fn exporter_after_help() -> String {
+    let sockets = fperf::exporter::probe::socket_parameters()
+        .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")));
+    let tcp: Vec<String> = fperf::exporter::probe::tcp_parameters()
+        .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
+        .collect();
+    let transport: Vec<String> = sockets.chain(tcp.iter().cloned()).collect();
+    format!(
+        "A probe's query: target=HOST[:PORT] (an fperf server), and optionally \
+         protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
+         workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, percentiles=LIST, \
+         {} (the last {} TCP's; a rate of 0 is none), and family=4|6 (IPv4 or IPv6 \
+         alone). A probe over the limits, or whose test fails, answers \
+         fperf_probe_success 0 and the reason is logged; more probes than --max-probes \
+         are answered 429. The answer says why a target's test failed only when --allow \
+         names the targets: otherwise every such failure answers alike, after the probe's \
+         whole time-out, so that no one can tell a closed port from another program's \
+         through the exporter.",
+        and_list(&transport),
+        count_word(tcp.len()),
+    )
+}
+
+/// `n` in words, as a sentence counts a few things.
+fn count_word(n: usize) -> String {
+    const WORDS: [&str; 9] = [
+        "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+    ];
+    match n.checked_sub(1).and_then(|i| WORDS.get(i)) {
+        Some(word) => (*word).to_owned(),
+        None => n.to_string(),
+    }
 }
 
 impl ExporterArgs {
@@ -908,212 +921,166 @@ struct WorkloadArgs {
     bidir: bool,
 }
 
-/// Options of TCP runs.
-#[derive(clap::Args, Debug)]
-#[command(next_help_heading = "TCP options")]
-struct TcpArgs {
-    /// Set TCP_NODELAY (disable Nagle's algorithm) on both ends.
-    #[arg(hide_short_help = true, short = 'd', long, alias = "no-delay")]
-    nodelay: bool,
-
-    /// Set TCP_QUICKACK (disable delayed ACKs) on both ends.
-    ///
-    /// It is re-armed after every receive, since Linux clears it.
-    #[arg(hide_short_help = true, short = 'a', long)]
-    quickack: bool,
-
-    /// Congestion control algorithm for both ends' data sockets (TCP_CONGESTION),
-    /// e.g. cubic, bbr, reno; the kernel's list is net.ipv4.tcp_available_congestion_control.
-    /// Default: the kernel's default on each end. Reports name the algorithm in use.
-    #[arg(hide_short_help = true, short = 'C', long, value_name = "ALGO")]
-    congestion: Option<String>,
-
-    /// Largest TCP segment, in bytes (TCP_MAXSEG, 88 to 32767), as iperf3's -M: the
-    /// client sets it on its data connections before connecting, and their handshake
-    /// announces it, so the server's segments keep to it too. The report's tcp_info
-    /// shows the segment size in force (mss). Default: the path's.
-    #[arg(hide_short_help = true, short = 'M', long, value_name = "BYTES")]
-    set_mss: Option<u32>,
-
-    /// IPv6 flow label (1 to 1048575) of the client's data packets, as iperf3's -L: the
-    /// client's data connections send with it (network gear may hash flows by it, e.g.
-    /// ECMP). Needs an IPv6 server address.
-    #[arg(hide_short_help = true, short = 'L', long, value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..=0xFFFFF))]
-    flowlabel: Option<u32>,
-
-    /// Cap each data connection's sending rate at RATE bits/s (e.g. 100M, 2.5G;
-    /// K/M/G/T = 10^3..10^12), as iperf3's --fq-rate: both ends set SO_MAX_PACING_RATE
-    /// on their data sockets and the kernel spaces the segments out (TCP's own pacing,
-    /// or the fq qdisc's where it runs). The sender keeps at most 50 ms of the rate
-    /// queued unsent, so the test ends on time (at low rates, use a small -l: a packet
-    /// still takes its time to leave). Unlike -b, which sends whole packets on a
-    /// timer, it paces every segment; both may be given. Not with --crr.
-    #[arg(hide_short_help = true, long, value_name = "RATE", value_parser = fperf::limits::parse_target_rate)]
-    fq_rate: Option<u64>,
-
-    /// Bytes that must have arrived before the server's read wakes
-    /// (SO_RCVLOWAT), 1 to 64M. Default, by how idle the server's cores are: with two
-    /// cores per stream and no -b, 128K or one packet if larger (at most half of -w);
-    /// with a core per stream or -b, one packet; with more streams than cores, 1. Fewer
-    /// wake-ups leave the sender's core more time to copy. With the 128K default the
-    /// reads also nap 20 us while data flows (header: rx_nap=20us) instead of waiting to
-    /// be woken; giving --rcvlowat turns that off. 1 is the kernel's default (iperf3's
-    /// reads). Not with -r, where the server answers each packet as it arrives.
-    #[arg(hide_short_help = true, long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
-    rcvlowat: Option<u32>,
-
-    /// The server's reads discard the received bytes in the kernel (recv with
-    /// MSG_TRUNC) instead of copying them to its buffer, as neper's --skip-rx-copy:
-    /// measures the network and TCP stack without the receiver's copy, so it is not
-    /// like-for-like with iperf3's figures. Not with -r.
-    #[arg(hide_short_help = true, long)]
-    skip_rx_copy: bool,
-
-    /// Zero-copy sending. `splice` (the default) moves the buffer with
-    /// vmsplice()+splice(); `msg` uses send(MSG_ZEROCOPY) (on loopback the kernel copies
-    /// anyway). docs/tuning.md has what each buys.
-    #[arg(hide_short_help = true, long, value_name = "MODE", num_args = 0..=1, default_missing_value = "splice",
-          value_parser = ["splice", "msg"])]
-    zerocopy: Option<String>,
-
-    /// Both ends move data through io_uring instead of send()/recv() system
-    /// calls: one ring per thread, one submission and completion per call (a wait is
-    /// bounded by a linked time-out). Measures io_uring's socket path against the system
-    /// calls (docs/tuning.md). Not with --zerocopy, --crr or rsockets.
-    #[arg(hide_short_help = true, long)]
-    io_uring: bool,
+/// A group of declared options ([`fperf::options`]) as clap arguments of one command
+/// line.
+trait OptionGroup: 'static {
+    type Settings: Default + 'static;
+    /// The heading `--help` lists them under, if their own.
+    const HEADING: Option<&'static str>;
+    const FRONT: Front;
+    /// The options of the group, in the order the help lists them.
+    fn options() -> impl Iterator<Item = &'static TestOption<Self::Settings>>;
+    /// The argument of `option`.
+    fn arg(option: &'static TestOption<Self::Settings>) -> clap::Arg {
+        option.arg(Self::FRONT)
+    }
 }
 
-/// Options of TCP and UDP runs: their data go through kernel sockets.
-#[derive(clap::Args, Debug)]
-#[command(next_help_heading = "TCP and UDP options")]
-struct SocketArgs {
-    /// Socket buffer size, SO_SNDBUF and SO_RCVBUF of every data socket on
-    /// both ends, as iperf3's -w (K, M suffixes; at most 256M). For TCP it replaces the
-    /// kernel's autotuning and bounds the window; the client sets it before connecting.
-    /// fperf asks past net.core.{r,w}mem_max when root; if the kernel grants less, the
-    /// run stops with an error. Default: TCP autotuning; UDP 16 MiB each way.
-    #[arg(hide_short_help = true, short = 'w', long, value_name = "BYTES", value_parser = fperf::units::parse_bytes_u32)]
-    window: Option<u32>,
+/// The options of `G` given on a command line.
+struct Declared<G: OptionGroup>(Given<G::Settings>);
 
-    /// Mark every data packet of both ends with this IP TOS byte (IPv6 traffic class),
-    /// as iperf3's -S: decimal, 0x hex or 0 octal, e.g. 0x10.
-    #[arg(hide_short_help = true, long, value_name = "TOS", value_parser = fperf::transport::sockets::parse_tos)]
-    tos: Option<u8>,
-
-    /// Mark every data packet of both ends with this DSCP: 0 to 63, or a name such as
-    /// EF, AF41 or CS1 (the TOS byte's upper six bits), as iperf3's --dscp.
-    #[arg(hide_short_help = true, long, value_name = "DSCP", conflicts_with = "tos",
-          value_parser = fperf::transport::sockets::parse_dscp)]
-    dscp: Option<u8>,
-
-    /// Spin on non-blocking reads and writes instead of sleeping in
-    /// poll(): lower latency, one busy core per waiting thread.
-    #[arg(hide_short_help = true, long)]
-    busy_poll: bool,
-
-    /// Both ends' data sockets never block; each thread waits for them in
-    /// epoll_wait() on an epoll instance of its own (its sockets registered once), as
-    /// event-driven servers and sockperf's default -F epoll do, instead of sleeping in
-    /// recv()/send() or poll(). A ping-pong turn then costs one more system call. Not
-    /// with --busy-poll, --io-uring, --crr or rsockets.
-    #[arg(hide_short_help = true, long, conflicts_with_all = ["busy_poll", "io_uring"])]
-    epoll: bool,
+impl<G: OptionGroup> std::fmt::Debug for Declared<G> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
-/// Options of UDP runs.
-#[derive(clap::Args, Debug)]
-#[command(next_help_heading = "UDP options")]
-struct UdpArgs {
-    /// Datagrams per sendmmsg()/recvmmsg() system call (sequence numbers, loss and
-    /// reordering stay counted per datagram; the sender threads of -n > 1 or -q 0 send
-    /// one per call) [default: 64; 1 with -r or -b, where a larger N sends paced bursts
-    /// of N; with --flows, as many as fill a quarter of a flow's socket buffer].
-    #[arg(hide_short_help = true, long, value_name = "N")]
-    udp_batch: Option<u32>,
+impl<G: OptionGroup> clap::FromArgMatches for Declared<G> {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(Declared(Given::from_matches(matches, G::options())))
+    }
 
-    /// Send each batch as UDP GSO messages (UDP_SEGMENT): the kernel cuts them
-    /// into -l-byte datagrams, so one pass through the stack carries up to 64.
-    #[arg(hide_short_help = true, long)]
-    gso: bool,
-
-    /// The server reads with UDP GRO (UDP_GRO), taking datagrams that arrived
-    /// back to back in one buffer (each still counted on its own).
-    #[arg(hide_short_help = true, long)]
-    gro: bool,
-
-    /// With -r or --echo: ms to wait for a datagram's reply before sending it again (up to 10
-    /// times) [default: 100].
-    #[arg(hide_short_help = true, long, value_name = "MS")]
-    ack_timeout: Option<u32>,
-
-    /// The receiving end reads each datagram's kernel receive time (SO_TIMESTAMPING,
-    /// software) and reports two more latencies: network, from the sender's send time
-    /// to the kernel's receipt (one way: the hosts' clocks must agree), and app wait,
-    /// from the kernel's receipt to the read that returned it.
-    #[arg(hide_short_help = true, long)]
-    rx_timestamps: bool,
-
-    /// Never fragment a datagram, as iperf3's --dont-fragment: both ends' datagrams
-    /// leave with IPv4's DF bit set (IPv6 ones whole), so they cross the path whole or
-    /// not at all. A packet (-l) larger than the path's MTU carries is refused, with
-    /// the largest that fits; without this flag the sending host fragments it.
-    #[arg(hide_short_help = true, long)]
-    dont_fragment: bool,
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
 }
 
-/// Options of RDMA runs (-R).
-#[derive(clap::Args, Debug)]
-#[command(next_help_heading = "RDMA options")]
-struct RdmaArgs {
-    /// RDMA device name (default: the first one found).
-    #[arg(
-        hide_short_help = true,
-        short = 'D',
-        long,
-        value_name = "DEV",
-        requires = "rdma"
-    )]
-    rdmadev: Option<String>,
+impl<G: OptionGroup> clap::Args for Declared<G> {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        let cmd = match G::HEADING {
+            Some(heading) => cmd.next_help_heading(heading),
+            None => cmd,
+        };
+        G::options().fold(cmd, |cmd, option| cmd.arg(G::arg(option)))
+    }
 
-    /// RDMA programming interface: ibverbs (raw verbs, the default), cm (verbs
-    /// with rdma_cm connection set-up), rsocket (librdmacm's socket calls) or ofi
-    /// (libfabric).
-    #[arg(hide_short_help = true, long, value_name = "API", requires = "rdma", value_parser = ["ibverbs", "cm", "rsocket", "ofi"])]
-    rdma_api: Option<String>,
-
-    /// libfabric provider for --rdma-api ofi (verbs, efa, tcp, shm, "tcp;ofi_rxm", ...;
-    /// default: the first of verbs, efa, tcp that works).
-    #[arg(hide_short_help = true, long, value_name = "NAME", requires = "rdma")]
-    ofi_provider: Option<String>,
-
-    /// Move the data with RDMA WRITEs into the receiver's buffer ring instead of
-    /// SEND/RECV. With --rdma-api ibverbs or cm they carry no immediate data and the
-    /// receiver finds them by polling its memory, as ib_write_bw and ib_write_lat do;
-    /// in round trips (-r, --echo, --response-size) the answers are written too. With
-    /// --rdma-api ofi the writes carry immediate data and the answers are sent.
-    #[arg(hide_short_help = true, long, requires = "rdma")]
-    rdma_write: bool,
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
-/// The flags of `given` that were given, as a user writes them.
-fn flags_given(given: &[(bool, &'static str)]) -> Vec<&'static str> {
-    given
-        .iter()
-        .filter_map(|&(on, flag)| on.then_some(flag))
-        .collect()
+impl<G: OptionGroup> Declared<G> {
+    /// The flags given, as `--long`.
+    fn given(&self) -> Vec<String> {
+        self.0.flags()
+    }
+
+    /// Whether the option of clap name `id` was given.
+    fn has(&self, id: &str) -> bool {
+        self.0.has(id)
+    }
+
+    /// Sets the options given on `target`.
+    fn apply(&self, target: &mut G::Settings) -> Result<()> {
+        self.0.apply(target).map_err(anyhow::Error::msg)
+    }
+}
+
+/// Options of TCP runs, as TCP declares them ([`fperf::transport::tcp::options`]).
+struct TcpGroup;
+
+impl OptionGroup for TcpGroup {
+    type Settings = TcpSettings;
+    const HEADING: Option<&'static str> = Some("TCP options");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<TcpSettings>> {
+        TCP_OPTIONS.iter()
+    }
+}
+
+/// Options of TCP and UDP runs: their data go through kernel sockets
+/// ([`fperf::transport::sockets::OPTIONS`]).
+struct SocketGroup;
+
+impl OptionGroup for SocketGroup {
+    type Settings = SocketSettings;
+    const HEADING: Option<&'static str> = Some("TCP and UDP options");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<SocketSettings>> {
+        SOCKET_OPTIONS.iter()
+    }
+}
+
+/// The TCP options `fperf mesh` takes, for every test's data connections.
+struct MeshTcpGroup;
+
+impl OptionGroup for MeshTcpGroup {
+    type Settings = TcpSettings;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<TcpSettings>> {
+        TCP_OPTIONS.iter().filter(|option| taken_by_mesh(option))
+    }
+    fn arg(option: &'static TestOption<TcpSettings>) -> clap::Arg {
+        option.arg(Front::Mesh).conflicts_with("udp")
+    }
+}
+
+/// The socket options `fperf mesh` takes, for every test's data sockets.
+struct MeshSocketGroup;
+
+impl OptionGroup for MeshSocketGroup {
+    type Settings = SocketSettings;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<SocketSettings>> {
+        SOCKET_OPTIONS.iter().filter(|option| taken_by_mesh(option))
+    }
+}
+
+/// Whether `fperf mesh` takes `option`.
+fn taken_by_mesh<T>(option: &TestOption<T>) -> bool {
+    !matches!(option.mesh, fperf::options::Mesh::No)
+}
+
+/// Options of UDP runs, as UDP declares them ([`fperf::transport::udp::options`]).
+struct UdpGroup;
+
+impl OptionGroup for UdpGroup {
+    type Settings = UdpSettings;
+    const HEADING: Option<&'static str> = Some("UDP options");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<UdpSettings>> {
+        UDP_OPTIONS.iter()
+    }
+}
+
+/// Options of RDMA runs (-R), as RDMA declares them ([`fperf::transport::rdma::options`]).
+struct RdmaGroup;
+
+impl OptionGroup for RdmaGroup {
+    type Settings = RdmaSettings;
+    const HEADING: Option<&'static str> = Some("RDMA options");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<RdmaSettings>> {
+        RDMA_OPTIONS.iter()
+    }
+    fn arg(option: &'static TestOption<RdmaSettings>) -> clap::Arg {
+        option.arg(Front::Cli).requires("rdma")
+    }
 }
 
 /// Refuses the options `given`, which belong to `owner`'s transports, not to `protocol`.
-fn refuse_foreign(given: &[&str], owner: &str, protocol: Protocol) -> Result<()> {
+fn refuse_foreign(given: &[impl AsRef<str>], owner: &str, protocol: Protocol) -> Result<()> {
     let with = protocol.name();
     // iperf3's -R is fperf's --reverse.
     let hint = match protocol {
         Protocol::Rdma => " (fperf's -R is RDMA; iperf3's -R, data from the server, is --reverse)",
         _ => "",
     };
-    match given {
+    let given: Vec<&str> = given.iter().map(AsRef::as_ref).collect();
+    match given.as_slice() {
         [] => Ok(()),
         [flag] => bail!("{flag} is a {owner} option; it cannot be used with {with}{hint}"),
         [first @ .., last] => bail!(
@@ -1156,105 +1123,6 @@ impl WorkloadArgs {
     }
 }
 
-impl TcpArgs {
-    fn given(&self) -> Vec<&'static str> {
-        flags_given(&[
-            (self.nodelay, "--nodelay"),
-            (self.quickack, "--quickack"),
-            (self.congestion.is_some(), "--congestion"),
-            (self.set_mss.is_some(), "--set-mss"),
-            (self.flowlabel.is_some(), "--flowlabel"),
-            (self.fq_rate.is_some(), "--fq-rate"),
-            (self.rcvlowat.is_some(), "--rcvlowat"),
-            (self.skip_rx_copy, "--skip-rx-copy"),
-            (self.zerocopy.is_some(), "--zerocopy"),
-            (self.io_uring, "--io-uring"),
-        ])
-    }
-
-    fn settings(&self, sockets: SocketSettings) -> TcpSettings {
-        TcpSettings {
-            nodelay: self.nodelay,
-            quickack: self.quickack,
-            zerocopy: match self.zerocopy.as_deref() {
-                None => ZeroCopy::Off,
-                Some("msg") => ZeroCopy::Msg,
-                Some(_) => ZeroCopy::Splice,
-            },
-            congestion: self.congestion.clone(),
-            rcvlowat: self.rcvlowat,
-            skip_rx_copy: self.skip_rx_copy,
-            io_uring: self.io_uring,
-            mss: self.set_mss,
-            flowlabel: self.flowlabel,
-            fq_rate: self.fq_rate.filter(|&b| b > 0),
-            sockets,
-        }
-    }
-}
-
-impl SocketArgs {
-    fn given(&self) -> Vec<&'static str> {
-        flags_given(&[
-            (self.window.is_some(), "--window"),
-            (self.tos.is_some(), "--tos"),
-            (self.dscp.is_some(), "--dscp"),
-            (self.busy_poll, "--busy-poll"),
-            (self.epoll, "--epoll"),
-        ])
-    }
-
-    fn settings(&self) -> SocketSettings {
-        SocketSettings {
-            busy_poll: self.busy_poll,
-            epoll: self.epoll,
-            window: self.window,
-            tos: self.tos.or(self.dscp),
-        }
-    }
-}
-
-impl UdpArgs {
-    fn given(&self) -> Vec<&'static str> {
-        flags_given(&[
-            (self.udp_batch.is_some(), "--udp-batch"),
-            (self.gso, "--gso"),
-            (self.gro, "--gro"),
-            (self.ack_timeout.is_some(), "--ack-timeout"),
-            (self.rx_timestamps, "--rx-timestamps"),
-            (self.dont_fragment, "--dont-fragment"),
-        ])
-    }
-
-    fn settings(&self, sockets: SocketSettings) -> UdpSettings {
-        UdpSettings {
-            batch: self.udp_batch,
-            gso: self.gso,
-            gro: self.gro,
-            ack_timeout_ms: self.ack_timeout.unwrap_or(DEFAULT_ACK_TIMEOUT_MS),
-            rx_timestamps: self.rx_timestamps,
-            dont_fragment: self.dont_fragment,
-            sockets,
-        }
-    }
-}
-
-impl RdmaArgs {
-    fn settings(&self) -> RdmaSettings {
-        RdmaSettings {
-            api: match self.rdma_api.as_deref() {
-                Some("cm") => RdmaApi::Cm,
-                Some("rsocket") => RdmaApi::Rsocket,
-                Some("ofi") => RdmaApi::Ofi,
-                _ => RdmaApi::Ibverbs,
-            },
-            device: self.rdmadev.clone(),
-            ofi_provider: self.ofi_provider.clone(),
-            write: self.rdma_write,
-        }
-    }
-}
-
 /// Limits, time-outs and the shared key (see `fperf::limits` and `fperf::auth`).
 #[derive(clap::Args, Debug)]
 #[command(next_help_heading = "Limits and authentication")]
@@ -1287,7 +1155,7 @@ struct Guard {
     /// Server: cap on how fast the server reads one test's data, in bits/s over all
     /// streams (e.g. 100M, 2.5G; K/M/G/T = 10^3/10^6/10^9/10^12). A test asking for
     /// more with -b is refused; TCP flow control holds an unpaced client to it.
-    #[arg(hide_short_help = true, long, value_name = "RATE", value_parser = fperf::limits::parse_rate)]
+    #[arg(hide_short_help = true, long, value_name = "RATE", value_parser = fperf::units::parse_rate)]
     max_rate: Option<u64>,
 
     /// Server: a test whose data stops moving this long is abandoned. Client: sent data
@@ -1501,7 +1369,7 @@ impl Cli {
                 MAX_NSTREAMS / 2
             );
         }
-        if self.udp_opts.ack_timeout.is_some() && !(self.udp && workload.mprtt()) {
+        if self.udp_opts.has("ack_timeout") && !(self.udp && workload.mprtt()) {
             bail!("--ack-timeout applies to UDP with MPRTT only: use it with -u -r or -u --echo");
         }
         let s = Settings {
@@ -1592,12 +1460,30 @@ impl Cli {
         if protocol != Protocol::Udp {
             refuse_foreign(&udp.given(), "UDP", protocol)?;
         }
+        let mut socket_settings = SocketSettings::default();
+        sockets.apply(&mut socket_settings)?;
         Ok(match protocol {
-            Protocol::Tcp => TransportSettings::Tcp(tcp.settings(sockets.settings())),
-            Protocol::Udp => TransportSettings::Udp(udp.settings(sockets.settings())),
+            Protocol::Tcp => {
+                let mut tcp_settings = TcpSettings {
+                    sockets: socket_settings,
+                    ..TcpSettings::default()
+                };
+                tcp.apply(&mut tcp_settings)?;
+                TransportSettings::Tcp(tcp_settings)
+            }
+            Protocol::Udp => {
+                let mut udp_settings = UdpSettings {
+                    sockets: socket_settings,
+                    ..UdpSettings::default()
+                };
+                udp.apply(&mut udp_settings)?;
+                TransportSettings::Udp(udp_settings)
+            }
             Protocol::Rdma => {
                 refuse_foreign(&sockets.given(), "TCP and UDP", protocol)?;
-                TransportSettings::Rdma(self.rdma_opts.settings())
+                let mut rdma = RdmaSettings::default();
+                self.rdma_opts.apply(&mut rdma)?;
+                TransportSettings::Rdma(rdma)
             }
         })
     }
@@ -2015,17 +1901,16 @@ fn clap_message(e: &clap::Error) -> String {
 /// found in string"): `message` with them in users' words.
 fn plain_number_error(e: &clap::Error, message: String) -> String {
     use std::error::Error;
-    use std::num::{IntErrorKind, ParseIntError};
-    let Some(parse) = e.source().and_then(|s| s.downcast_ref::<ParseIntError>()) else {
+    let Some(parse) = e
+        .source()
+        .and_then(|s| s.downcast_ref::<std::num::ParseIntError>())
+    else {
         return message;
     };
-    let plain = match parse.kind() {
-        IntErrorKind::Empty => "a whole number is needed",
-        IntErrorKind::InvalidDigit => "not a whole number",
-        IntErrorKind::PosOverflow | IntErrorKind::NegOverflow => "too large a number",
-        _ => return message,
-    };
-    message.replace(&parse.to_string(), plain)
+    match fperf::options::plain_number_error(parse) {
+        Some(plain) => message.replace(&parse.to_string(), plain),
+        None => message,
+    }
 }
 
 /// `args` without the argument that clap's error `e` names (and its value), so that

@@ -15,14 +15,15 @@ use crate::engine::{drive, receive, sending_end, Ceiling, Driven, Received};
 use crate::family::IpFamily;
 use crate::interval::{Collector, Meter, Schedule};
 use crate::limits::TestWatch;
-use crate::results::{nanos, Figures, IntervalResult, Role, SideResult, SideTotals, StreamResult};
+use crate::results::{nanos, Figures, IntervalResult, SideResult, SideTotals, StreamResult};
 use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, place_current_thread};
-use crate::stream::SocketBuffers;
 use crate::sysinfo::{CpuUsage, SystemFacts};
 use crate::transport::figures::{TransportFigures, TransportInForce};
-use crate::transport::udp::wire::DatagramCounts;
+use crate::transport::stream::SocketBuffers;
+use crate::transport::Role;
 use crate::transport::{self, tcp::connect, ClientCtx, LocalEnd};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io;
@@ -159,8 +160,8 @@ pub fn run_observed(
     observer: &mut dyn RunObserver,
 ) -> Result<ClientOutcome> {
     let (cfg, server) = &prepare(cfg)?;
-    let transport = transport::for_settings(&cfg.settings);
-    transport.check(&cfg.settings, *server)?;
+    let transport = cfg.settings.data_transport();
+    transport.check(&cfg.settings.shape(), *server)?;
     let sock = connect_control(cfg, *server, "fperf")?;
     crate::stream::sys::set_user_timeout(&sock, cfg.stall_timeout)?;
     // The run stops on the caller's abort, and on its own when the server misbehaves,
@@ -205,7 +206,10 @@ fn prepare(cfg: &ClientConfig) -> Result<(ClientConfig, SocketAddr)> {
         settings.pktsize = crate::settings::UDP_DATAGRAM_IPV6;
     }
     let cfg = ClientConfig {
-        settings: transport::prepare(&settings)?,
+        settings: Settings {
+            transport: transport::prepare(&settings.transport)?,
+            ..settings
+        },
         ..cfg.clone()
     };
     Ok((cfg, server))
@@ -236,7 +240,8 @@ fn client_ctx(
     abort: &Arc<AtomicBool>,
 ) -> ClientCtx {
     ClientCtx {
-        settings: cfg.settings.clone(),
+        plan: cfg.settings.stream_plan(),
+        frames: &crate::control::ControlFrames,
         session,
         server,
         bind: cfg.bind,
@@ -289,7 +294,7 @@ struct Ran {
 /// messages passed on as they come, until every stream ended.
 fn run_streams(
     cfg: &ClientConfig,
-    streams: Vec<Box<dyn crate::stream::Stream>>,
+    streams: Vec<Box<dyn crate::transport::stream::Stream>>,
     abort: &Arc<AtomicBool>,
     (run, ctrl_rx): (&mut ClientRun, &mpsc::Receiver<ServerWord>),
     observer: &mut dyn RunObserver,
@@ -469,7 +474,7 @@ pub(crate) type StreamThread = std::thread::JoinHandle<io::Result<Moved>>;
 /// on more bytes than the settings announce.
 pub(crate) fn start_streams(
     settings: &Settings,
-    streams: Vec<Box<dyn crate::stream::Stream>>,
+    streams: Vec<Box<dyn crate::transport::stream::Stream>>,
     meters: (Schedule, &mpsc::SyncSender<crate::interval::MeterMsg>),
     (abort, watch): (&Arc<AtomicBool>, &Arc<TestWatch>),
     stall: Duration,
@@ -518,7 +523,9 @@ pub(crate) fn start_streams(
 }
 
 /// What the report header says of each connected stream.
-pub(crate) fn stream_infos(streams: &[Box<dyn crate::stream::Stream>]) -> Vec<StreamInfo> {
+pub(crate) fn stream_infos(
+    streams: &[Box<dyn crate::transport::stream::Stream>],
+) -> Vec<StreamInfo> {
     streams
         .iter()
         .enumerate()

@@ -4,13 +4,14 @@
 
 use crate::interval::Meter;
 use crate::limits::{RatePacer, TestWatch};
-use crate::results::Role;
 use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::StreamStats;
 use crate::stream::buffer::DataBuffer;
-use crate::stream::{Stream, Timeout};
+use crate::stream::Timeout;
 use crate::transport::figures::{TransportFigures, TransportInForce};
-use crate::transport::udp::wire::DatagramCounts;
+use crate::transport::stream::Stream;
+use crate::transport::Role;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};

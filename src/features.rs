@@ -2,106 +2,54 @@
 //!
 //! Peers of one major version talk whatever their minors. A newer minor may add
 //! options, and a field that changes what is measured must never be silently ignored by
-//! an older peer: each such option is a [`Feature`]. The client's `Hello` lists the
-//! features its test needs, the server's `Welcome` the features it supports, and a test
-//! needing one the peer lacks is refused before any data flows, naming the option.
+//! an older peer: each such option comes with a [`Feature`], declared beside it by its
+//! owner (the test's own in [`crate::settings`], each transport's in its folder). The
+//! client's `Hello` lists the features its test needs, the server's `Welcome` the
+//! features it supports, and a test needing one the peer lacks is refused before any
+//! data flows, naming the option. This module collects every feature of the build.
 
-/// One capability a test may need of the peer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Feature {
-    Reverse,
-    Bidir,
-    Crr,
-    Transactions,
-    Flows,
-    ResponseSize,
-    UdpEcho,
-    RxTimestamps,
-    Sched,
-    Percentiles,
-    Mss,
-    DontFragment,
-    FqRate,
-    FlowLabel,
-    Tos,
-    RdmaWriteTrailer,
-}
+use crate::options::Feature;
+use crate::settings::TEST_FEATURES;
+use crate::transport::{rdma, sockets, tcp, udp};
+
+/// How many features this build supports.
+const COUNT: usize = TEST_FEATURES.len()
+    + tcp::settings::FEATURES.len()
+    + udp::settings::FEATURES.len()
+    + sockets::FEATURES.len()
+    + rdma::settings::FEATURES.len();
 
 impl Feature {
-    /// Every feature this build supports.
-    pub const ALL: [Feature; 16] = [
-        Feature::Reverse,
-        Feature::Bidir,
-        Feature::Crr,
-        Feature::Transactions,
-        Feature::Flows,
-        Feature::ResponseSize,
-        Feature::UdpEcho,
-        Feature::RxTimestamps,
-        Feature::Sched,
-        Feature::Percentiles,
-        Feature::Mss,
-        Feature::DontFragment,
-        Feature::FqRate,
-        Feature::FlowLabel,
-        Feature::Tos,
-        Feature::RdmaWriteTrailer,
-    ];
-
-    /// Its name on the wire.
-    pub fn name(self) -> &'static str {
-        match self {
-            Feature::Reverse => "reverse",
-            Feature::Bidir => "bidir",
-            Feature::Crr => "crr",
-            Feature::Transactions => "transactions",
-            Feature::Flows => "flows",
-            Feature::ResponseSize => "response_size",
-            Feature::UdpEcho => "udp_echo",
-            Feature::RxTimestamps => "rx_timestamps",
-            Feature::Sched => "sched",
-            Feature::Percentiles => "percentiles",
-            Feature::Mss => "mss",
-            Feature::DontFragment => "dont_fragment",
-            Feature::FqRate => "fq_rate",
-            Feature::FlowLabel => "flowlabel",
-            Feature::Tos => "tos",
-            Feature::RdmaWriteTrailer => "rdma_write_trailer",
-        }
-    }
-
-    /// The option a user gives for it, for messages.
-    pub fn option(self) -> &'static str {
-        match self {
-            Feature::Reverse => "--reverse",
-            Feature::Bidir => "--bidir",
-            Feature::Crr => "--crr",
-            Feature::Transactions => "--transactions",
-            Feature::Flows => "--flows",
-            Feature::ResponseSize => "--response-size",
-            Feature::UdpEcho => "-u --echo",
-            Feature::RxTimestamps => "--rx-timestamps",
-            Feature::Sched => "--sched",
-            Feature::Percentiles => "--percentiles",
-            Feature::Mss => "-M",
-            Feature::DontFragment => "--dont-fragment",
-            Feature::FqRate => "--fq-rate",
-            Feature::FlowLabel => "--flowlabel",
-            Feature::Tos => "--tos",
-            Feature::RdmaWriteTrailer => "--rdma-write",
-        }
-    }
-
-    /// The protocol minor version that brought it; peers of an older minor lack it.
-    /// Minor 0 is what a peer that announces no features supports.
-    pub fn since_minor(self) -> u32 {
-        0
-    }
+    /// Every feature this build supports: the test's own, then each transport's.
+    pub const ALL: [Feature; COUNT] = concat(&[
+        &TEST_FEATURES,
+        &tcp::settings::FEATURES,
+        &udp::settings::FEATURES,
+        &sockets::FEATURES,
+        &rdma::settings::FEATURES,
+    ]);
 
     /// The feature of that wire name, if this build knows it.
     pub fn from_name(name: &str) -> Option<Feature> {
         Feature::ALL.into_iter().find(|f| f.name() == name)
     }
+}
+
+/// `lists` one after another; `N` is their lengths' sum.
+const fn concat<const N: usize>(lists: &[&[Feature]]) -> [Feature; N] {
+    let mut out = [Feature::new("", ""); N];
+    let (mut list, mut at) = (0, 0);
+    while list < lists.len() {
+        let mut i = 0;
+        while i < lists[list].len() {
+            out[at] = lists[list][i];
+            at += 1;
+            i += 1;
+        }
+        list += 1;
+    }
+    assert!(at == N, "COUNT is the lists' lengths summed");
+    out
 }
 
 /// The wire names of every feature this build supports.
@@ -126,6 +74,7 @@ mod tests {
     fn names_are_unique_and_found_again() {
         for f in Feature::ALL {
             assert_eq!(Feature::from_name(f.name()), Some(f));
+            assert!(!f.name().is_empty(), "{f:?}");
             assert!(f.option().starts_with('-'), "{f:?}");
         }
         let mut names: Vec<_> = Feature::ALL.iter().map(|f| f.name()).collect();
@@ -136,12 +85,45 @@ mod tests {
     }
 
     #[test]
+    fn the_first_minors_features_keep_their_names_on_the_wire() {
+        let mut names = supported_names();
+        names.retain(|n| Feature::from_name(n).is_some_and(|f| f.since_minor() == 0));
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "bidir",
+                "crr",
+                "dont_fragment",
+                "flowlabel",
+                "flows",
+                "fq_rate",
+                "mss",
+                "percentiles",
+                "rdma_write_trailer",
+                "response_size",
+                "reverse",
+                "rx_timestamps",
+                "sched",
+                "tos",
+                "transactions",
+                "udp_echo",
+            ]
+        );
+    }
+
+    #[test]
     fn a_peer_without_a_list_has_the_first_minors_features() {
-        assert!(peer_supports(None, Feature::RxTimestamps));
-        assert!(!peer_supports(Some(&[]), Feature::RxTimestamps));
+        let rx_timestamps = udp::settings::RX_TIMESTAMPS;
+        assert!(peer_supports(None, rx_timestamps));
+        assert!(!peer_supports(Some(&[]), rx_timestamps));
         assert!(peer_supports(
             Some(&["rx_timestamps".to_string()]),
-            Feature::RxTimestamps
+            rx_timestamps
+        ));
+        assert!(!peer_supports(
+            None,
+            Feature::new("later", "--later").since(1)
         ));
     }
 }

@@ -72,7 +72,8 @@
 //! give their first socket's fd:
 //!
 //! ```
-//! use fperf::stream::{Stream, StreamOptions, Timeout};
+//! use fperf::stream::Timeout;
+//! use fperf::transport::stream::{Stream, StreamOptions};
 //! use fperf::transport::tcp::stream::TcpStream;
 //! use std::io::{Read, Write};
 //! use std::os::fd::AsRawFd;
@@ -108,6 +109,7 @@ pub mod iperf3;
 pub mod limits;
 pub mod log_limit;
 pub mod mesh;
+pub mod options;
 pub mod output;
 pub mod peer_text;
 pub mod pending;

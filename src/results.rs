@@ -11,18 +11,11 @@ use crate::settings::Settings;
 use crate::stats::{LatencyStats, LatencySummary, StreamStats};
 use crate::sysinfo::{CpuUsage, SystemFacts};
 use crate::transport::figures::{TransportFigures, TransportInForce};
+use crate::transport::Role;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-/// Which end produced a result.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[schemars(rename = "role")]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Client,
-    Server,
-}
-
+/// What the run's settings make of each end.
 impl Role {
     /// Whether this end sends the test's data: the client, unless `--reverse` (with
     /// `--bidir`, what stream 0 carries: the client's).
@@ -67,7 +60,7 @@ pub struct Figures {
     #[serde(flatten)]
     pub transport: TransportFigures,
     /// A sender whose time ends at its last send (UDP, see
-    /// [`crate::stream::Stream::sent_on_handover`]): how long the peer then took to
+    /// [`crate::transport::stream::Stream::sent_on_handover`]): how long the peer then took to
     /// confirm it had everything (waiting out datagrams lost on the way), in ns; not
     /// part of `duration_ns`. The longest of merged streams.
     #[serde(skip_serializing_if = "Option::is_none")]

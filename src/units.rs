@@ -113,9 +113,71 @@ pub fn pkt_size(bytes: u32) -> String {
     }
 }
 
+/// Parses a rate in bits/s with an optional decimal suffix: `500K`, `100M`, `2.5G`,
+/// `1T` (K = 10^3). A trailing `bit/s` or `bps` is accepted.
+pub fn parse_rate(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let t = t
+        .strip_suffix("bit/s")
+        .or_else(|| t.strip_suffix("bps"))
+        .unwrap_or(t);
+    let (number, scale) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let scale = match c.to_ascii_uppercase() {
+                'K' => 1e3,
+                'M' => 1e6,
+                'G' => 1e9,
+                'T' => 1e12,
+                _ => {
+                    return Err(format!(
+                        "unknown rate unit '{c}' in '{text}' (use K, M, G or T)"
+                    ))
+                }
+            };
+            (&t[..i], scale)
+        }
+        _ => (t, 1.0),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a rate such as 100M or 2.5G (bits/s)"))?;
+    let bits = value * scale;
+    if !bits.is_finite() || bits < 1.0 || bits > u64::MAX as f64 {
+        return Err(format!("rate '{text}' is out of range"));
+    }
+    Ok(bits as u64)
+}
+
+/// Parses a `-b` target rate as [`parse_rate`] does, and also `0`: as iperf3's `-b 0`,
+/// no target, as fast as possible (returned as 0).
+pub fn parse_target_rate(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(0.0) => Ok(0),
+        _ => parse_rate(text),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_parse_with_decimal_units() {
+        assert_eq!(parse_rate("100M"), Ok(100_000_000));
+        assert_eq!(parse_rate("2.5G"), Ok(2_500_000_000));
+        assert_eq!(parse_rate("800k"), Ok(800_000));
+        assert_eq!(parse_rate("1Gbit/s"), Ok(1_000_000_000));
+        assert_eq!(parse_rate("12345"), Ok(12345));
+        assert!(parse_rate("0").is_err(), "a cap of 0 is no cap");
+        for unlimited in ["0", "0.0", " 0"] {
+            assert_eq!(parse_target_rate(unlimited), Ok(0), "{unlimited}");
+        }
+        assert_eq!(parse_target_rate("10M"), Ok(10_000_000));
+        assert!(parse_target_rate("0.1").is_err(), "below 1 bit/s");
+        for bad in ["", "M", "fast", "10X", "-1M", "0", "1e30T", "NaN"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn byte_counts_take_binary_suffixes() {

@@ -26,12 +26,14 @@ use super::{
     PROTOCOL_MINOR,
 };
 use crate::auth::{self, AuthError, AuthKey, Exchange, NONCE_LEN};
-use crate::features::{self, Feature};
+use crate::features;
 use crate::limits::{LimitError, Limits};
+use crate::options::Feature;
 use crate::peer_text::printable;
-use crate::results::{IntervalResult, Role, SideResult};
+use crate::results::{IntervalResult, SideResult};
 use crate::settings::{Settings, SettingsError};
 use crate::stats::StreamStats;
+use crate::transport::Role;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -1283,8 +1285,9 @@ fn check_figures<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{Figures, Role};
+    use crate::results::Figures;
     use crate::stats::StreamStats;
+    use crate::transport::Role;
     use crate::workload::Workload;
 
     fn key(text: &str) -> AuthKey {
@@ -1848,7 +1851,7 @@ mod tests {
     }
 
     fn rx_timestamps_test() -> Settings {
-        use crate::settings::TransportSettings;
+        use crate::transport::settings::TransportSettings;
         use crate::transport::udp::settings::UdpSettings;
         Settings {
             transport: TransportSettings::Udp(UdpSettings {
@@ -2169,7 +2172,7 @@ mod tests {
             Message::Results { result: huge }
         )));
         let mut lossy = side();
-        lossy.total.transport.udp.datagrams = Some(crate::transport::udp::wire::DatagramCounts {
+        lossy.total.transport.udp.datagrams = Some(crate::stats::datagrams::DatagramCounts {
             peer_sent: 10,
             lost: 11,
             ..Default::default()

@@ -4,13 +4,16 @@
 use super::{Allow, ExporterConfig, Place};
 use crate::client::{self, ClientConfig};
 use crate::family::IpFamily;
+use crate::options::{and_list, apply_query, TestOption};
 use crate::output::json_document::StartTime;
 use crate::output::openmetrics::OpenMetrics;
 use crate::output::{Sink, Sinks};
 use crate::percentiles::Percentiles;
-use crate::settings::{
-    Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_NSTREAMS, MAX_PKTSIZE,
-};
+use crate::settings::{Settings, DEFAULT_PORT, MAX_NSTREAMS};
+use crate::stream::MAX_PKTSIZE;
+use crate::transport::settings::{Protocol, TransportSettings};
+use crate::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
+use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use crate::transport::tcp::settings::TcpSettings;
 use crate::workload::{Reply, Workload};
 use prometheus::Registry;
@@ -28,9 +31,48 @@ const SETUP_ALLOWANCE: Duration = Duration::from_secs(5);
 const LEAST_SETUP: Duration = Duration::from_millis(500);
 /// Taken off Prometheus's scrape time-out, so that the answer arrives before it gives up.
 const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
-/// The query parameters a probe takes.
-const PARAMETERS: &str = "target, protocol, duration, size, workload, streams, bitrate, \
-                          reverse, percentiles, window, congestion, mss, fq_rate, family";
+/// The query parameters a probe takes before the socket options' and TCP's (which
+/// they declare, see [`socket_parameters`] and [`tcp_parameters`]).
+const PARAMETERS: [&str; 9] = [
+    "target",
+    "protocol",
+    "duration",
+    "size",
+    "workload",
+    "streams",
+    "bitrate",
+    "reverse",
+    "percentiles",
+];
+/// The query parameter a probe takes after TCP's.
+const LAST_PARAMETER: &str = "family";
+
+/// The socket options that a probe's query may set, with their parameters' names.
+pub fn socket_parameters(
+) -> impl Iterator<Item = (&'static str, &'static TestOption<SocketSettings>)> {
+    SOCKET_OPTIONS
+        .iter()
+        .filter_map(|option| option.probe.map(|key| (key, option)))
+}
+
+/// TCP's options that a probe's query may set, with their parameters' names.
+pub fn tcp_parameters() -> impl Iterator<Item = (&'static str, &'static TestOption<TcpSettings>)> {
+    TCP_OPTIONS
+        .iter()
+        .filter_map(|option| option.probe.map(|key| (key, option)))
+}
+
+/// Every query parameter a probe takes, in the order the help lists them.
+fn parameters() -> Vec<&'static str> {
+    let sockets = socket_parameters().map(|(key, _)| key);
+    let tcp = tcp_parameters().map(|(key, _)| key);
+    PARAMETERS
+        .into_iter()
+        .chain(sockets)
+        .chain(tcp)
+        .chain([LAST_PARAMETER])
+        .collect()
+}
 
 /// Why a probe did not measure.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -69,9 +111,11 @@ impl ProbeRequest {
             if params.iter().any(|(n, _)| *n == name) {
                 return Err(bad(format!("parameter {name} is given twice")));
             }
-            if !PARAMETERS.split(", ").any(|known| known == name) {
+            let known = parameters();
+            if !known.contains(&name.as_ref()) {
                 return Err(bad(format!(
-                    "unknown parameter {name} (the parameters are {PARAMETERS})"
+                    "unknown parameter {name} (the parameters are {})",
+                    known.join(", ")
                 )));
             }
             params.push((name.into_owned(), value.into_owned()));
@@ -176,29 +220,16 @@ impl ProbeRequest {
             .map(|text| text.parse::<Percentiles>().map_err(|e| bad(e.to_string())))
             .transpose()?
             .unwrap_or_default();
-        let window = get("window")
-            .map(|text| {
-                crate::units::parse_bytes(text)
-                    .and_then(|b| u32::try_from(b).ok())
-                    .ok_or_else(|| bad(format!("window must be a number of bytes, not {text:?}")))
-            })
-            .transpose()?;
-        let congestion = get("congestion").map(str::to_owned);
-        let mss = get("mss")
-            .map(|text| {
-                text.parse::<u32>()
-                    .map_err(|_| bad(format!("mss must be a number of bytes, not {text:?}")))
-            })
-            .transpose()?;
-        let fq_rate = optional_rate(get("fq_rate"), "fq_rate")?;
-        let tcp = TcpSettings {
-            congestion,
-            mss,
-            fq_rate,
-            ..TcpSettings::default()
-        };
-        let transport = TransportSettings::over_sockets(protocol == Protocol::Udp, window, tcp)
-            .ok_or_else(|| bad("congestion, mss and fq_rate are TCP's, not UDP's".into()))?;
+        let mut sockets = SocketSettings::default();
+        apply_query(socket_parameters().map(|(_, o)| o), get, &mut sockets).map_err(bad)?;
+        let mut tcp = TcpSettings::default();
+        apply_query(tcp_parameters().map(|(_, o)| o), get, &mut tcp).map_err(bad)?;
+        let transport =
+            TransportSettings::over_sockets(protocol == Protocol::Udp, sockets.window, tcp)
+                .ok_or_else(|| {
+                    let keys: Vec<String> = tcp_parameters().map(|(k, _)| k.to_owned()).collect();
+                    bad(format!("{} are TCP's, not UDP's", and_list(&keys)))
+                })?;
         let settings = Settings {
             nstreams,
             pktsize,
@@ -246,7 +277,7 @@ fn optional_rate(text: Option<&str>, name: &str) -> Result<Option<u64>, ProbeErr
     let Some(text) = text else {
         return Ok(None);
     };
-    let rate = crate::limits::parse_target_rate(text)
+    let rate = crate::units::parse_target_rate(text)
         .map_err(|e| ProbeError::Parameter(format!("{name}: {e}")))?;
     Ok((rate > 0).then_some(rate))
 }

@@ -6,9 +6,14 @@
 //! options it knows but does not carry out are refused by name.
 
 use super::wire::ErrorCode;
+use crate::options::Iperf3Refusal;
 use crate::peer_text::printable;
-use crate::settings::{Settings, TransportSettings, MB};
+use crate::settings::{Settings, MB};
+use crate::transport::settings::TransportSettings;
+use crate::transport::sockets::OPTIONS as SOCKET_OPTIONS;
+use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use crate::transport::tcp::settings::TcpSettings;
+use crate::transport::udp::options::OPTIONS as UDP_OPTIONS;
 use crate::transport::udp::settings::UdpSettings;
 use crate::workload::Workload;
 use serde_json::{Map, Value};
@@ -111,17 +116,11 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
     let blockcount = number(params, "blockcount", 0, u64::MAX)?;
     let parallel = number(params, "parallel", 1, MAX_PARALLEL)?.max(1);
     let len = match params.get("len") {
-        Some(_) => number(params, "len", 1, u64::from(crate::settings::MAX_PKTSIZE))?,
+        Some(_) => number(params, "len", 1, u64::from(crate::stream::MAX_PKTSIZE))?,
         None if udp => DEFAULT_UDP_LEN,
         None => DEFAULT_TCP_LEN,
     };
-    let window = optional(params, "window", 1, u64::from(u32::MAX))?;
     let rate = optional(params, "bandwidth", 0, u64::MAX)?.filter(|&r| r > 0);
-    let congestion = match params.get("congestion") {
-        None => None,
-        Some(Value::String(name)) => Some(name.clone()),
-        Some(other) => return Err(invalid("congestion", "a name", other)),
-    };
     let client_version = match params.get("client_version") {
         Some(Value::String(v)) => Some(printable(&v.chars().take(32).collect::<String>())),
         _ => None,
@@ -135,45 +134,32 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
     };
     let parallel = u32::try_from(parallel).unwrap_or(1);
     let nstreams = if bidir { 2 * parallel } else { parallel };
-    let tos = optional(params, "TOS", 0, 255)?.map(|t| t as u8);
-    let sockets = crate::transport::sockets::SocketSettings {
-        window: window.map(|w| u32::try_from(w).unwrap_or(u32::MAX)),
-        tos,
-        ..Default::default()
-    };
-    // Bits per second, as the client's --fq-rate.
-    let fq_rate = optional(params, "fqrate", 0, u64::MAX)?.filter(|&r| r > 0);
+    // The socket options and TCP's, as they declare them; with UDP, TCP's to refuse
+    // those that change the test.
+    let refused = |(key, what, value): Iperf3Refusal| invalid(key, what, &value);
+    let mut tcp = TcpSettings::default();
+    crate::options::apply_iperf3(&SOCKET_OPTIONS, params, &mut tcp.sockets).map_err(refused)?;
+    crate::options::apply_iperf3(&TCP_OPTIONS, params, &mut tcp).map_err(refused)?;
     let transport = if udp {
-        if congestion.is_some() {
+        if tcp.congestion.is_some() {
             return Err(ParamsError::Settings("-C is a TCP option".into()));
         }
         // iperf3's own server paces only TCP, and would run this test unpaced.
-        if fq_rate.is_some() {
+        if tcp.fq_rate.is_some() {
             return Err(ParamsError::Settings(
                 "--fq-rate paces TCP connections; for UDP use -b".into(),
             ));
         }
-        TransportSettings::Udp(UdpSettings {
-            dont_fragment: flag(params, "dont_fragment"),
-            sockets,
+        let mut udp = UdpSettings {
+            sockets: tcp.sockets,
             ..UdpSettings::default()
-        })
+        };
+        crate::options::apply_iperf3(&UDP_OPTIONS, params, &mut udp).map_err(refused)?;
+        TransportSettings::Udp(udp)
     } else {
         // The client sets its `-M` on its own sockets before connecting, and their
         // handshake announces it: this server's segments keep to it with no more done.
-        let mss = optional(params, "MSS", 0, u64::from(u32::MAX))?
-            .filter(|&m| m > 0)
-            .map(|m| m as u32);
-        TransportSettings::Tcp(TcpSettings {
-            nodelay: params.contains_key("nodelay"),
-            congestion,
-            mss,
-            fq_rate,
-            // The receiving end's reads discard the bytes in the kernel, as iperf3's.
-            skip_rx_copy: flag(params, "skip_rx_copy"),
-            sockets,
-            ..TcpSettings::default()
-        })
+        TransportSettings::Tcp(tcp)
     };
     // A test bounded by bytes (`-n`) or blocks (`-k`) moves that much over all its
     // streams (each direction with `--bidir`).
@@ -262,13 +248,6 @@ fn optional(
         .get(key)
         .map(|_| number(params, key, least, most))
         .transpose()
-}
-
-/// Whether the option `key` is on: present, and neither 0 nor false (iperf3 writes 1).
-fn flag(params: &Map<String, Value>, key: &str) -> bool {
-    params
-        .get(key)
-        .is_some_and(|v| v != &Value::from(0) && v != &Value::Bool(false))
 }
 
 /// The error for a parameter's bad `value`, which is shown as JSON, made printable.
@@ -373,7 +352,10 @@ mod tests {
         let test = parse(&params(json!({"udp":true,"time":1,"len":1400,
             "bandwidth":1048576,"udp_counters_64bit":1,"reverse":true})))
         .expect("udp");
-        assert_eq!(test.run.protocol(), crate::settings::Protocol::Udp);
+        assert_eq!(
+            test.run.protocol(),
+            crate::transport::settings::Protocol::Udp
+        );
         assert_eq!(test.run.rate_bps, Some(1_048_576));
         assert_eq!(test.run.pktsize, 1400);
         assert!(test.wide_counters);

@@ -3,13 +3,15 @@
 //! takes from the client's.
 
 use super::wire;
-use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};
-use crate::settings::{Protocol, Settings};
+use crate::results::{Figures, SideResult, SideTotals, StreamResult};
+use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::StreamStats;
 use crate::sysinfo::CpuUsage;
 use crate::transport::figures::TransportInForce;
+use crate::transport::settings::Protocol;
 use crate::transport::tcp::facts::{TcpInForce, TcpInfo};
-use crate::transport::udp::wire::DatagramCounts;
+use crate::transport::Role;
 use anyhow::{anyhow, Result};
 use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};

@@ -11,10 +11,12 @@
 use super::{RunEnd, RunStart, Sink};
 use crate::client::StreamInfo;
 use crate::output::json_document::{DocLabels, RunDoc};
-use crate::results::{Figures, IntervalResult, Role, SideResult, StreamResult};
-use crate::settings::{Protocol, Settings, TransportSettings};
+use crate::results::{Figures, IntervalResult, SideResult, StreamResult};
+use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
+use crate::transport::settings::{Protocol, TransportSettings};
 use crate::transport::tcp::facts::TcpInfo;
-use crate::transport::udp::wire::DatagramCounts;
+use crate::transport::Role;
 use anyhow::{bail, Result};
 use serde_json::{json, Map, Value};
 use std::io::Write;

@@ -10,14 +10,15 @@
 
 use crate::client::{ClientOutcome, StreamInfo};
 use crate::percentiles::PercentileValues;
-use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
-use crate::settings::labels::Sample;
+use crate::results::{Figures, IntervalResult, SideResult, StreamInterval};
 use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::LatencySummary;
 use crate::sweep::{SweepParam, SweepTest};
 use crate::sysinfo::{CpuUsage, SystemFacts};
 use crate::transport::figures::{TransportFigures, TransportInForce};
-use crate::transport::udp::wire::DatagramCounts;
+use crate::transport::labels::Sample;
+use crate::transport::Role;
 use schemars::generate::SchemaSettings;
 use serde::Serialize;
 use std::collections::BTreeMap;

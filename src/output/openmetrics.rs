@@ -145,8 +145,8 @@ impl RunMetrics {
 
     fn record_side(&self, side: &SideResult) -> Result<()> {
         let end = match side.role {
-            crate::results::Role::Client => "client",
-            crate::results::Role::Server => "server",
+            crate::transport::Role::Client => "client",
+            crate::transport::Role::Server => "server",
         };
         // With both directions at once, an end's figures come in two parts.
         let parts: Vec<&Figures> = std::iter::once(&side.total)

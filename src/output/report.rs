@@ -2,12 +2,13 @@
 //! from the typed results of [`crate::results`].
 
 use crate::percentiles::{self, Percentiles};
-use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
-use crate::settings::labels::Sample;
+use crate::results::{Figures, IntervalResult, SideResult, StreamInterval};
 use crate::settings::Settings;
 use crate::stats::{LatencySummary, StreamStats};
 use crate::transport::facts::{Amount, OnHeader, OnInterval};
 use crate::transport::figures::TransportInForce;
+use crate::transport::labels::Sample;
+use crate::transport::Role;
 use crate::units::{
     bit_rate, bit_rate_over, byte_rate, pkt_size, rate, rate_unmeasured, size, size_triplet,
 };
@@ -335,7 +336,8 @@ fn sender_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
         );
     }
     if t.retries > 0
-        || (settings.workload.mprtt() && settings.protocol() == crate::settings::Protocol::Udp)
+        || (settings.workload.mprtt()
+            && settings.protocol() == crate::transport::settings::Protocol::Udp)
     {
         let _ = writeln!(out, "{:<width$}: {}", "retries", t.retries);
     }
@@ -660,8 +662,8 @@ fn direction_line(role: Role, settings: &Settings, r: &IntervalResult, t: &Figur
 mod tests {
     use super::*;
     use crate::results::{SideTotals, StreamResult};
-    use crate::settings::TransportSettings;
     use crate::stats::LatencyStats;
+    use crate::transport::settings::TransportSettings;
     use crate::transport::sockets::SocketSettings;
     use crate::transport::tcp::settings::TcpSettings;
     use crate::workload::{Reply, Workload};

@@ -4,8 +4,9 @@
 
 use super::{RunEnd, RunStart, Sink};
 use crate::output::report::{client_body, client_header, interval_line, peer_line};
-use crate::results::{IntervalResult, Role};
+use crate::results::IntervalResult;
 use crate::settings::Settings;
+use crate::transport::Role;
 use anyhow::Result;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};

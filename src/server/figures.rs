@@ -4,9 +4,10 @@
 use super::config::ServerEvent;
 use super::events::EventSender;
 use crate::engine::Received;
-use crate::results::{nanos, Figures, Role, SideResult, SideTotals, StreamResult};
+use crate::results::{nanos, Figures, SideResult, SideTotals, StreamResult};
 use crate::sessions::SessionGuard;
 use crate::settings::Settings;
+use crate::transport::Role;
 use std::time::Duration;
 
 /// The server's figures: each stream over its span (its first byte received to its

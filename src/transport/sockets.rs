@@ -1,8 +1,8 @@
 //! The options that TCP and UDP share because both move data through kernel sockets:
 //! how a thread waits for its sockets, and how large their buffers are.
 
-use crate::features::Feature;
-use crate::settings::labels::HeaderLabels;
+use crate::options::{Feature, Iperf3, Mesh, Takes, TestOption};
+use crate::transport::labels::HeaderLabels;
 use crate::units::pkt_size;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -32,6 +32,119 @@ pub struct SocketSettings {
     #[serde(default)]
     pub tos: Option<u8>,
 }
+
+/// The options TCP and UDP share, each declared once (see [`crate::options`]), in the
+/// order the help lists them.
+pub static OPTIONS: [TestOption<SocketSettings>; 5] = [
+    TestOption {
+        id: "window",
+        long: "window",
+        short: Some('w'),
+        alias: None,
+        takes: Takes::Value("BYTES"),
+        choices: &[],
+        conflicts: &[],
+        help: "Socket buffer size, SO_SNDBUF and SO_RCVBUF of every data socket on both \
+               ends, as iperf3's -w (K, M suffixes; at most 256M). For TCP it replaces the \
+               kernel's autotuning and bounds the window; the client sets it before \
+               connecting. fperf asks past net.core.{r,w}mem_max when root; if the kernel \
+               grants less, the run stops with an error. Default: TCP autotuning; UDP 16 MiB \
+               each way.",
+        mesh: Mesh::Help(
+            "Socket buffer size of every test's data sockets on both hosts (SO_SNDBUF and \
+             SO_RCVBUF), as a client's -w (K, M suffixes; at most 256M). Default: TCP \
+             autotuning; UDP 16 MiB each way.",
+        ),
+        probe: Some("window"),
+        // 0 is refused, as a window of no bytes.
+        iperf3: Iperf3::Count("window"),
+        what: "a number of bytes",
+        set: |sockets, text| {
+            sockets.window = Some(crate::units::parse_bytes_u32(text)?);
+            Ok(())
+        },
+    },
+    TestOption {
+        id: "tos",
+        long: "tos",
+        short: None,
+        alias: None,
+        takes: Takes::Value("TOS"),
+        choices: &[],
+        conflicts: &[],
+        help: "Mark every data packet of both ends with this IP TOS byte (IPv6 traffic \
+               class), as iperf3's -S: decimal, 0x hex or 0 octal, e.g. 0x10.",
+        mesh: Mesh::No,
+        probe: None,
+        iperf3: Iperf3::Count("TOS"),
+        what: "a TOS byte",
+        set: |sockets, text| {
+            sockets.tos = Some(parse_tos(text)?);
+            Ok(())
+        },
+    },
+    TestOption {
+        id: "dscp",
+        long: "dscp",
+        short: None,
+        alias: None,
+        takes: Takes::Value("DSCP"),
+        choices: &[],
+        conflicts: &["tos"],
+        help: "Mark every data packet of both ends with this DSCP: 0 to 63, or a name such \
+               as EF, AF41 or CS1 (the TOS byte's upper six bits), as iperf3's --dscp.",
+        mesh: Mesh::No,
+        probe: None,
+        // iperf3 sends a DSCP as its TOS byte.
+        iperf3: Iperf3::No,
+        what: "a DSCP",
+        set: |sockets, text| {
+            sockets.tos = Some(parse_dscp(text)?);
+            Ok(())
+        },
+    },
+    TestOption {
+        id: "busy_poll",
+        long: "busy-poll",
+        short: None,
+        alias: None,
+        takes: Takes::Nothing,
+        choices: &[],
+        conflicts: &[],
+        help: "Spin on non-blocking reads and writes instead of sleeping in poll(): lower \
+               latency, one busy core per waiting thread.",
+        mesh: Mesh::No,
+        probe: None,
+        iperf3: Iperf3::No,
+        what: "a flag",
+        set: |sockets, _| {
+            sockets.busy_poll = true;
+            Ok(())
+        },
+    },
+    TestOption {
+        id: "epoll",
+        long: "epoll",
+        short: None,
+        alias: None,
+        takes: Takes::Nothing,
+        choices: &[],
+        conflicts: &["busy_poll", "io_uring"],
+        help: "Both ends' data sockets never block; each thread waits for them in \
+               epoll_wait() on an epoll instance of its own (its sockets registered once), \
+               as event-driven servers and sockperf's default -F epoll do, instead of \
+               sleeping in recv()/send() or poll(). A ping-pong turn then costs one more \
+               system call. Not with --busy-poll, --io-uring, --crr or rsockets.",
+        mesh: Mesh::No,
+        probe: None,
+        iperf3: Iperf3::No,
+        what: "a flag",
+        set: |sockets, _| {
+            sockets.epoll = true;
+            Ok(())
+        },
+    },
+];
 
 /// A TOS byte as iperf3's `-S` reads it: decimal, `0x` hex or `0` octal, 0 to 255.
 pub fn parse_tos(text: &str) -> Result<u8, String> {
@@ -78,11 +191,16 @@ pub enum SocketSettingsError {
     Window(u32),
 }
 
+/// What `--tos` and `--dscp` need of the peer.
+pub const TOS: Feature = Feature::new("tos", "--tos");
+/// Every feature the socket options may need of the peer (see [`crate::features`]).
+pub const FEATURES: [Feature; 1] = [TOS];
+
 impl SocketSettings {
     /// The features of the peer these options need (see [`crate::features`]).
     pub fn features(&self, out: &mut Vec<Feature>) {
         if self.tos.is_some() {
-            out.push(Feature::Tos);
+            out.push(TOS);
         }
     }
 

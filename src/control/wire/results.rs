@@ -7,11 +7,11 @@
 use crate::percentiles::{self, BoundedList};
 use crate::results as report;
 use crate::stats;
+use crate::stats::datagrams::DatagramCounts;
 use crate::sysinfo;
 use crate::transport::figures::{TransportFigures, TransportInForce};
 use crate::transport::tcp::facts::TcpInForce;
 use crate::transport::udp::facts::UdpFacts;
-use crate::transport::udp::wire::DatagramCounts;
 use serde::{Deserialize, Serialize};
 
 /// Which end produced a result.
@@ -156,20 +156,20 @@ pub struct SystemFacts {
     pub fperf_version: String,
 }
 
-impl From<report::Role> for Role {
-    fn from(role: report::Role) -> Role {
+impl From<crate::transport::Role> for Role {
+    fn from(role: crate::transport::Role) -> Role {
         match role {
-            report::Role::Client => Role::Client,
-            report::Role::Server => Role::Server,
+            crate::transport::Role::Client => Role::Client,
+            crate::transport::Role::Server => Role::Server,
         }
     }
 }
 
-impl From<Role> for report::Role {
-    fn from(role: Role) -> report::Role {
+impl From<Role> for crate::transport::Role {
+    fn from(role: Role) -> crate::transport::Role {
         match role {
-            Role::Client => report::Role::Client,
-            Role::Server => report::Role::Server,
+            Role::Client => crate::transport::Role::Client,
+            Role::Server => crate::transport::Role::Server,
         }
     }
 }
@@ -435,7 +435,7 @@ impl From<SystemFacts> for sysinfo::SystemFacts {
 mod tests {
     use super::*;
     use crate::control::{self, Message as Domain};
-    use crate::stream::buffer_grant::BufferGrant;
+    use crate::stats::buffer_grant::BufferGrant;
     use crate::transport::tcp::facts::TcpInfo;
 
     fn latency(count: u64) -> stats::LatencySummary {
@@ -523,7 +523,7 @@ mod tests {
         }
     }
 
-    fn side(role: report::Role) -> report::SideResult {
+    fn side(role: crate::transport::Role) -> report::SideResult {
         report::SideResult {
             role,
             total: figures(1),
@@ -562,7 +562,10 @@ mod tests {
 
     #[test]
     fn results_keep_every_field_through_the_wire() {
-        for role in [report::Role::Client, report::Role::Server] {
+        for role in [
+            crate::transport::Role::Client,
+            crate::transport::Role::Server,
+        ] {
             let result = side(role);
             let back = report::SideResult::from(SideResult::from(result.clone()));
             assert_eq!(back, result);
@@ -575,7 +578,7 @@ mod tests {
                 },
                 Domain::MeshResult {
                     client: Box::new(result.clone()),
-                    server: Box::new(side(report::Role::Server)),
+                    server: Box::new(side(crate::transport::Role::Server)),
                 },
                 Domain::Interval {
                     result: Box::new(interval(7)),
@@ -591,8 +594,8 @@ mod tests {
 
     #[test]
     fn a_peers_text_is_made_printable_as_it_is_read() {
-        let mut json =
-            serde_json::to_value(SideResult::from(side(report::Role::Server))).expect("encodes");
+        let mut json = serde_json::to_value(SideResult::from(side(crate::transport::Role::Server)))
+            .expect("encodes");
         json["streams"][0]["peer"] = "x\u{1b}[2J".into();
         json["streams"][0]["congestion"] = "bbr\n".into();
         json["system"]["hostname"] = "h\r".into();

@@ -2,9 +2,9 @@
 //! and how the data moves (SEND/RECV or RDMA WRITE).
 
 use super::ring::{endpoint_bytes_at_most, TRAILER_BYTES};
-use crate::features::Feature;
-use crate::settings::labels::{Sample, Samples};
-use crate::settings::shape::RunShape;
+use crate::options::Feature;
+use crate::transport::labels::{Sample, Samples};
+use crate::transport::shape::RunShape;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -71,11 +71,16 @@ pub enum RdmaSettingsError {
     ProviderWithoutOfi,
 }
 
+/// What `--rdma-write` needs of the peer.
+pub const RDMA_WRITE_TRAILER: Feature = Feature::new("rdma_write_trailer", "--rdma-write");
+/// Every feature RDMA's options may need of the peer (see [`crate::features`]).
+pub const FEATURES: [Feature; 1] = [RDMA_WRITE_TRAILER];
+
 impl RdmaSettings {
     /// The features of the peer these options need (see [`crate::features`]).
     pub fn features(&self, out: &mut Vec<Feature>) {
         if self.write {
-            out.push(Feature::RdmaWriteTrailer);
+            out.push(RDMA_WRITE_TRAILER);
         }
     }
 

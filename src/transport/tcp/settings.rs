@@ -2,9 +2,9 @@
 //! of them, and the tuning each end derives from them (the receive low-water mark and
 //! the reads' nap while data flows).
 
-use crate::features::Feature;
-use crate::settings::labels::{HeaderLabels, Sample, Samples};
-use crate::settings::shape::RunShape;
+use crate::options::Feature;
+use crate::transport::labels::{HeaderLabels, Sample, Samples};
+use crate::transport::shape::RunShape;
 use crate::transport::sockets::{SocketSettings, SocketSettingsError};
 use crate::transport::tcp::zerocopy::ZeroCopy;
 use crate::units::bit_rate;
@@ -31,8 +31,22 @@ pub const MAX_CONGESTION_NAME: usize = 15;
 /// The range of segment sizes `TCP_MAXSEG` takes (the kernel's `TCP_MIN_MSS` and
 /// `MAX_TCP_WINDOW`).
 pub const MSS_RANGE: std::ops::RangeInclusive<u32> = 88..=32767;
+/// `--notsent-lowat`'s ceiling: past it the mark holds back nothing a test sends.
+pub const MAX_NOTSENT_LOWAT: u32 = 64 << 20;
 /// IPv6 flow labels: 20 bits, 0 meaning none.
 pub const FLOW_LABELS: std::ops::RangeInclusive<u32> = 1..=0xFFFFF;
+
+/// What `-M` needs of the peer.
+pub const MSS: Feature = Feature::new("mss", "-M");
+/// What `--fq-rate` needs of the peer.
+pub const FQ_RATE: Feature = Feature::new("fq_rate", "--fq-rate");
+/// What `-L` needs of the peer.
+pub const FLOWLABEL: Feature = Feature::new("flowlabel", "--flowlabel");
+/// What `--notsent-lowat` needs of the peer: peers of the protocol's first minor, and
+/// releases that announce no such feature, would leave the mark out unsaid.
+pub const NOTSENT_LOWAT: Feature = Feature::new("notsent_lowat", "--notsent-lowat").since(1);
+/// Every feature TCP's options may need of the peer (see [`crate::features`]).
+pub const FEATURES: [Feature; 4] = [MSS, FQ_RATE, FLOWLABEL, NOTSENT_LOWAT];
 
 /// The options of a TCP run, both ends' alike.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
@@ -86,6 +100,12 @@ pub struct TcpSettings {
     #[schemars(with = "u32")]
     #[schemars(range(min = *FLOW_LABELS.start(), max = *FLOW_LABELS.end()))]
     pub flowlabel: Option<u32>,
+    /// The unsent bytes each data socket of both ends holds before a write waits
+    /// (`--notsent-lowat`, `TCP_NOTSENT_LOWAT`); `None`: the kernel's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32")]
+    #[schemars(range(min = 1, max = MAX_NOTSENT_LOWAT))]
+    pub notsent_lowat: Option<u32>,
     #[serde(flatten)]
     pub sockets: SocketSettings,
 }
@@ -109,6 +129,12 @@ pub enum TcpSettingsError {
     FqRate(u64),
     #[error("-L/--flowlabel must be between 1 and 1048575 (20 bits), not {0}")]
     FlowLabel(u32),
+    #[error("--notsent-lowat must be between 1 byte and {MAX_NOTSENT_LOWAT} bytes (64M), not {0}")]
+    NotsentLowat(u32),
+    #[error(
+        "--fq-rate bounds the unsent bytes itself (50 ms of its rate): leave --notsent-lowat out"
+    )]
+    NotsentLowatFqRate,
     #[error(
         "--rcvlowat is for bulk receiving; with -r the server answers each packet as it arrives"
     )]
@@ -137,13 +163,16 @@ impl TcpSettings {
     /// The features of the peer these options need (see [`crate::features`]).
     pub fn features(&self, out: &mut Vec<Feature>) {
         if self.mss.is_some() {
-            out.push(Feature::Mss);
+            out.push(MSS);
         }
         if self.fq_rate.is_some() {
-            out.push(Feature::FqRate);
+            out.push(FQ_RATE);
         }
         if self.flowlabel.is_some() {
-            out.push(Feature::FlowLabel);
+            out.push(FLOWLABEL);
+        }
+        if self.notsent_lowat.is_some() {
+            out.push(NOTSENT_LOWAT);
         }
         self.sockets.features(out);
     }
@@ -204,11 +233,20 @@ impl TcpSettings {
         if let Some(label) = self.flowlabel.filter(|l| !FLOW_LABELS.contains(l)) {
             return Err(TcpSettingsError::FlowLabel(label));
         }
+        if let Some(bytes) = self.notsent_lowat {
+            if !(1..=MAX_NOTSENT_LOWAT).contains(&bytes) {
+                return Err(TcpSettingsError::NotsentLowat(bytes));
+            }
+            if self.fq_rate.is_some() {
+                return Err(TcpSettingsError::NotsentLowatFqRate);
+            }
+        }
         if run.flows {
             let conflict = [
                 (self.zerocopy != ZeroCopy::Off, "with --zerocopy"),
                 (self.io_uring, "with --io-uring"),
                 (self.sockets.busy_poll, "with --busy-poll"),
+                (self.notsent_lowat.is_some(), "with --notsent-lowat"),
             ]
             .into_iter()
             .find(|(given, _)| *given);
@@ -230,6 +268,7 @@ impl TcpSettings {
             (self.io_uring, "with --io-uring"),
             (self.sockets.epoll, "with --epoll"),
             (self.fq_rate.is_some(), "with --fq-rate"),
+            (self.notsent_lowat.is_some(), "with --notsent-lowat"),
         ]
         .into_iter()
         .find_map(|(set, flag)| set.then_some(flag))
@@ -248,6 +287,9 @@ impl TcpSettings {
         }
         if let Some(label) = self.flowlabel {
             sockets.setup += &format!(" flowlabel={label}");
+        }
+        if let Some(bytes) = self.notsent_lowat {
+            sockets.setup += &format!(" notsent_lowat={}", crate::units::pkt_size(bytes));
         }
         HeaderLabels {
             engine: if self.io_uring {

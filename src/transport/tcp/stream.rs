@@ -39,12 +39,12 @@ use crate::stream::epoll::Epoll;
 use crate::stream::sender::{LazySenders, PacketSink, Senders};
 use crate::stream::socket_calls::DataSocket;
 use crate::stream::sys::{
-    bound_paced_backlog, receive_window_short_of, set_max_pacing_rate, set_tos, set_window,
-    tcp_quickack,
+    bound_paced_backlog, set_max_pacing_rate, set_tos, set_window, tcp_quickack,
 };
-use crate::stream::{Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
+use crate::stream::{Deadline, Timeout};
 use crate::transport::figures::{TransportFigures, TransportInForce};
-use crate::transport::tcp::facts::{TcpInForce, TcpInfo};
+use crate::transport::stream::{SocketBuffers, SocketFacts, Stream, StreamOptions};
+use crate::transport::tcp::facts::{receive_window_short_of, TcpInForce, TcpInfo};
 use crate::transport::tcp::settings::RECV_CHUNK;
 use bytes::Bytes;
 use socket2::SockRef;
@@ -1199,7 +1199,7 @@ fn congestion_of(sock: &DataSocket) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&raw[..end]).into_owned())
 }
 
-crate::stream::impl_std_io!(TcpStream);
+crate::transport::stream::impl_std_io!(TcpStream);
 
 #[cfg(test)]
 mod tests {

@@ -1,8 +1,8 @@
 //! UDP's own figures: what the STREAM counted of its datagrams, and with
 //! `--rx-timestamps` the two halves of each datagram's receive latency.
 
-use super::wire::DatagramCounts;
 use crate::percentiles::Percentiles;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::{LatencySummary, StreamStats};
 use crate::transport::facts::{Amount, Entry, Facts, Metric, Shown};
 

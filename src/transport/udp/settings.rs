@@ -1,9 +1,9 @@
 //! UDP's own options: datagrams per system call (and GSO/GRO), the ACK time-out of
 //! MPRTT, their checks, and the batch size each end derives from them.
 
-use crate::features::Feature;
-use crate::settings::labels::{HeaderLabels, Sample, Samples};
-use crate::settings::shape::{RunShape, MAX_FOOTPRINT};
+use crate::options::Feature;
+use crate::transport::labels::{HeaderLabels, Sample, Samples};
+use crate::transport::shape::{RunShape, MAX_FOOTPRINT};
 use crate::transport::sockets::{SocketSettings, SocketSettingsError};
 use crate::transport::udp::batch::{gro_slots, GRO_SLOT_BYTES};
 use serde::{Deserialize, Serialize};
@@ -120,14 +120,21 @@ pub enum UdpSettingsError {
     FlowsBusyPoll,
 }
 
+/// What `--rx-timestamps` needs of the peer.
+pub const RX_TIMESTAMPS: Feature = Feature::new("rx_timestamps", "--rx-timestamps");
+/// What `--dont-fragment` needs of the peer.
+pub const DONT_FRAGMENT: Feature = Feature::new("dont_fragment", "--dont-fragment");
+/// Every feature UDP's options may need of the peer (see [`crate::features`]).
+pub const FEATURES: [Feature; 2] = [RX_TIMESTAMPS, DONT_FRAGMENT];
+
 impl UdpSettings {
     /// The features of the peer these options need (see [`crate::features`]).
     pub fn features(&self, out: &mut Vec<Feature>) {
         if self.rx_timestamps {
-            out.push(Feature::RxTimestamps);
+            out.push(RX_TIMESTAMPS);
         }
         if self.dont_fragment {
-            out.push(Feature::DontFragment);
+            out.push(DONT_FRAGMENT);
         }
         self.sockets.features(out);
     }

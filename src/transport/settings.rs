@@ -1,9 +1,9 @@
 //! Which transport a run uses, with the options only it has.
 
-use crate::settings::labels::{HeaderLabels, Samples};
-use crate::settings::shape::RunShape;
 use crate::transport::facts::Facts;
+use crate::transport::labels::{HeaderLabels, Samples};
 use crate::transport::rdma::settings::RdmaSettings;
+use crate::transport::shape::RunShape;
 use crate::transport::sockets::SocketSettings;
 use crate::transport::tcp::settings::TcpSettings;
 use crate::transport::udp::settings::UdpSettings;
@@ -82,6 +82,20 @@ impl TransportSettings {
             TransportSettings::Udp(_) => Protocol::Udp,
             TransportSettings::Rdma(_) => Protocol::Rdma,
         }
+    }
+
+    /// TCP's own options, in a TCP run.
+    pub fn tcp(&self) -> Option<&TcpSettings> {
+        match self {
+            TransportSettings::Tcp(tcp) => Some(tcp),
+            _ => None,
+        }
+    }
+
+    /// `--window` when it sizes TCP data connections (UDP's apply to its datagram
+    /// sockets).
+    pub fn tcp_window(&self) -> Option<u32> {
+        self.tcp().and_then(|tcp| tcp.sockets.window)
     }
 
     /// The socket options, for the transports that move data through kernel sockets.
