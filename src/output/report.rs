@@ -262,28 +262,11 @@ pub fn peer_line(settings: &Settings, peer: &SideResult, width: usize) -> String
         (None, _) if peer.role.sends(settings) => parts.push(part("sent", t.bytes_sent, t.secs())),
         (None, _) => parts.push(part("received", t.bytes_received, t.secs())),
     }
-    // The datagrams it received: a server that only sent has none to count.
-    if let Some(d) = t
-        .transport
-        .udp
-        .datagrams
-        .as_ref()
-        .filter(|d| d.received > 0 || d.peer_sent > 0)
-    {
-        let lost = if d.peer_sent > 0 {
-            100.0 * d.lost as f64 / d.peer_sent as f64
-        } else {
-            0.0
-        };
-        let mut udp = format!(
-            "lost {} of {} ({lost:.2}%), {} duplicated, {} out of order",
-            d.lost, d.peer_sent, d.duplicates, d.out_of_order
-        );
-        if let Some(j) = d.jitter_ns {
-            let _ = write!(udp, ", jitter {:.2}us", j / 1000.0);
-        }
-        parts.push(udp);
-    }
+    parts.extend(
+        t.transport
+            .each()
+            .filter_map(|facts| facts.summary_clause()),
+    );
     // --rx-timestamps: the two halves of its receive latency, by their medians.
     let medians: Vec<String> = (t.transport.each())
         .flat_map(|facts| facts.latencies())

@@ -23,6 +23,12 @@ pub trait Facts {
         Vec::new()
     }
 
+    /// What an end's one-line summary says of these figures (UDP: the datagrams it
+    /// received); nothing by default.
+    fn summary_clause(&self) -> Option<String> {
+        None
+    }
+
     /// Latency distributions of its own, each with the name the text report gives it
     /// (UDP's `--rx-timestamps`: the way through the network, the wait for the read);
     /// none by default.

@@ -5,6 +5,7 @@ use crate::percentiles::Percentiles;
 use crate::stats::datagrams::DatagramCounts;
 use crate::stats::{LatencySummary, StreamStats};
 use crate::transport::facts::{Amount, Entry, Facts, Metric, Shown};
+use std::fmt::Write as _;
 
 /// UDP's figures of a stream, or of streams together; empty for other transports.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -103,6 +104,23 @@ impl Facts for UdpFacts {
                 }),
             },
         ]
+    }
+
+    /// The datagrams this end received: an end that only sent has none to count.
+    fn summary_clause(&self) -> Option<String> {
+        let d = (self.datagrams.as_ref()).filter(|d| d.received > 0 || d.peer_sent > 0)?;
+        let mut clause = format!(
+            "lost {} of {} ({:.2}%), {} duplicated, {} out of order",
+            d.lost,
+            d.peer_sent,
+            d.loss_percent(),
+            d.duplicates,
+            d.out_of_order
+        );
+        if let Some(j) = d.jitter_ns {
+            let _ = write!(clause, ", jitter {:.2}us", j / 1000.0);
+        }
+        Some(clause)
     }
 
     fn latencies(&self) -> Vec<(&'static str, &LatencySummary)> {
