@@ -21,7 +21,7 @@ use crate::stats::datagrams::DatagramCounts;
 use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, place_current_thread};
 use crate::sysinfo::{CpuUsage, SystemFacts};
-use crate::transport::figures::TransportFigures;
+use crate::transport::figures::{TransportFigures, TransportInForce};
 use crate::transport::stream::SocketBuffers;
 use crate::transport::Role;
 use crate::transport::{self, tcp::connect, ClientCtx, LocalEnd};
@@ -96,8 +96,8 @@ pub struct StreamInfo {
     pub index: u32,
     pub local: String,
     pub peer: String,
-    /// TCP: the congestion control algorithm of the stream's sockets.
-    pub congestion: Option<String>,
+    /// What the stream's sockets ended up with, as the kernel reported it.
+    pub in_force: TransportInForce,
     /// The first socket's buffers (TCP and UDP).
     pub buffers: Option<SocketBuffers>,
 }
@@ -535,7 +535,7 @@ pub(crate) fn stream_infos(
                 index: i as u32,
                 local: s.local_addr(),
                 peer: s.peer_addr(),
-                congestion: facts.congestion,
+                in_force: facts.in_force,
                 buffers: facts.buffers,
             }
         })
@@ -575,15 +575,13 @@ pub(crate) fn client_result(
                 to.saturating_duration_since(from),
                 &settings.percentiles,
             );
-            figures.transport = m.transport.clone();
+            figures.transport.merge(&m.transport);
             figures.drain_ns = drain.map(nanos);
             StreamResult {
                 index: info.index,
                 local: info.local.clone(),
                 peer: info.peer.clone(),
-                congestion: info.congestion.clone(),
-                rcvlowat: m.rcvlowat,
-                rx_nap_us: m.rx_nap_us,
+                in_force: (m.in_force.clone()).unwrap_or_else(|| info.in_force.sending()),
                 figures,
             }
         })
@@ -743,10 +741,9 @@ pub(crate) struct Moved {
     pub(crate) span: Option<(Instant, Instant)>,
     pub(crate) stats: StreamStats,
     pub(crate) transport: TransportFigures,
-    /// A receiving stream's low-water mark, as the kernel reports it.
-    rcvlowat: Option<u32>,
-    /// A receiving stream's nap while data flows, in us.
-    rx_nap_us: Option<u32>,
+    /// A receiving stream's sockets' settings, as the kernel reports them; `None` for
+    /// a sending stream.
+    in_force: Option<TransportInForce>,
     pub(crate) interrupted: bool,
     /// A sending stream's hand-over (see [`Driven::handed_over`]).
     pub(crate) handed_over: Option<Instant>,
@@ -760,8 +757,7 @@ impl From<Driven> for Moved {
             span: Some((d.start, d.start)),
             stats: d.stats,
             transport: d.transport,
-            rcvlowat: None,
-            rx_nap_us: None,
+            in_force: None,
             interrupted: d.interrupted,
             handed_over: d.handed_over,
             warm_up: d.warm_up,
@@ -775,8 +771,7 @@ impl From<Received> for Moved {
             span: r.span,
             stats: r.stats,
             transport: r.transport,
-            rcvlowat: r.rcvlowat,
-            rx_nap_us: r.rx_nap_us,
+            in_force: Some(r.in_force),
             interrupted: r.interrupted,
             handed_over: None,
             warm_up: r.warm_up,

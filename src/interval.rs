@@ -415,7 +415,7 @@ impl Collector {
                     s.end.saturating_duration_since(s.start),
                     &self.percentiles,
                 );
-                figures.transport = s.transport.clone();
+                figures.transport.merge(&s.transport);
                 StreamInterval {
                     index: s.stream,
                     start_ns: ns(s.start),

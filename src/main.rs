@@ -495,18 +495,10 @@ impl ServerPrinter {
             ServerEvent::Started {
                 settings,
                 from,
-                congestion,
-                rcvlowat,
-                rx_nap,
+                in_force,
             } => {
                 self.in_test = true;
-                let header = report::server_header(
-                    &settings,
-                    &from,
-                    congestion.as_deref(),
-                    rcvlowat,
-                    rx_nap,
-                );
+                let header = report::server_header(&settings, &from, &in_force);
                 // The header follows `Server listening on ...` (said again after
                 // interval lines of tests in parallel); under --loopback there is none.
                 if self.loopback {

@@ -622,9 +622,7 @@ impl Opened {
         ServerEvent::Started {
             settings: settings.clone(),
             from: self.from.clone(),
-            congestion: self.facts.congestion.clone(),
-            rcvlowat: self.facts.rcvlowat,
-            rx_nap: self.facts.rx_nap,
+            in_force: self.facts.in_force.clone(),
         }
     }
 }

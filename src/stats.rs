@@ -318,6 +318,17 @@ impl LatencySummary {
             .find(|v| v.percentile == percentile)
             .map(|v| v.ns)
     }
+
+    /// What makes this summary, as a peer sent it, impossible, if anything: its least
+    /// above its most.
+    pub fn impossible(&self) -> Option<String> {
+        (self.min_ns > self.max_ns).then(|| {
+            format!(
+                "a latency whose least, {} ns, is above its most, {} ns",
+                self.min_ns, self.max_ns
+            )
+        })
+    }
 }
 
 /// What one end of a STREAM measured.

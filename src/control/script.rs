@@ -99,7 +99,7 @@ impl Cursor<'_> {
         f.bytes_sent = self.edgy();
         f.bytes_received = self.edgy();
         if self.u8() % 2 == 0 {
-            f.datagrams = Some(DatagramCounts {
+            f.transport.udp.datagrams = Some(DatagramCounts {
                 peer_sent: self.edgy(),
                 received: self.edgy(),
                 lost: self.edgy(),

@@ -2172,7 +2172,7 @@ mod tests {
             Message::Results { result: huge }
         )));
         let mut lossy = side();
-        lossy.total.datagrams = Some(crate::stats::datagrams::DatagramCounts {
+        lossy.total.transport.udp.datagrams = Some(crate::stats::datagrams::DatagramCounts {
             peer_sent: 10,
             lost: 11,
             ..Default::default()
@@ -2187,9 +2187,7 @@ mod tests {
                 index,
                 local: String::new(),
                 peer: String::new(),
-                congestion: None,
-                rcvlowat: None,
-                rx_nap_us: None,
+                in_force: Default::default(),
                 figures: figures(),
             })
             .collect();

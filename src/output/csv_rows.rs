@@ -89,11 +89,8 @@ mod tests {
             send_latency: lat.summary(&Percentiles::default()),
             recv_latency: None,
             submit_latency: None,
-            network_latency: None,
-            app_latency: None,
             retries: 0,
             transport: Default::default(),
-            datagrams: None,
             drain_ns: None,
         };
         let r = IntervalResult {

@@ -35,11 +35,11 @@ impl<W: Write> Sink for Text<W> {
             .iter()
             .map(|s| (s.index, s.local.clone(), s.peer.clone()))
             .collect();
-        let congestion = run.streams.first().and_then(|s| s.congestion.as_deref());
+        let in_force = run.streams.first().map(|s| &s.in_force);
         write!(
             self.out,
             "{}",
-            client_header(run.settings, &list, congestion, self.length_note.as_deref())
+            client_header(run.settings, &list, in_force, self.length_note.as_deref())
         )?;
         Ok(self.out.flush()?)
     }

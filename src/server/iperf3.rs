@@ -201,9 +201,7 @@ fn run_test(
     let started = ServerEvent::Started {
         settings: test.announced.clone(),
         from,
-        congestion: facts.congestion,
-        rcvlowat: facts.rcvlowat,
-        rx_nap: facts.rx_nap,
+        in_force: facts.in_force,
     };
     // With tests in parallel, each report is sent in one piece at the end.
     let started = if parallel {
@@ -573,6 +571,6 @@ fn results_json(
         tcp: r.transport.tcp,
         seconds,
     });
-    let congestion = per_stream.first().and_then(|(_, r)| r.congestion.clone());
+    let congestion = (per_stream.first()).and_then(|(_, r)| r.in_force.tcp.congestion.clone());
     results::message(settings.protocol(), streams, result.cpu, wall, congestion)
 }

@@ -1,5 +1,6 @@
 //! Which transport a run uses, with the options only it has.
 
+use crate::transport::facts::Facts;
 use crate::transport::labels::{HeaderLabels, Samples};
 use crate::transport::rdma::settings::RdmaSettings;
 use crate::transport::shape::RunShape;
@@ -134,12 +135,22 @@ impl TransportSettings {
         }
     }
 
-    /// What a report header says of the transport's options.
+    /// What a report header says of the transport's options (RDMA's are facts of its
+    /// own, see [`TransportSettings::facts`]).
     pub fn labels(&self) -> HeaderLabels {
         match self {
             TransportSettings::Tcp(tcp) => tcp.labels(),
             TransportSettings::Udp(udp) => udp.labels(),
-            TransportSettings::Rdma(rdma) => rdma.labels(),
+            TransportSettings::Rdma(_) => HeaderLabels::default(),
+        }
+    }
+
+    /// What the transport says of the run it set up, as the outputs read it: RDMA's
+    /// programming interface and device.
+    pub fn facts(&self) -> Option<&dyn Facts> {
+        match self {
+            TransportSettings::Rdma(rdma) => Some(rdma),
+            TransportSettings::Tcp(_) | TransportSettings::Udp(_) => None,
         }
     }
 }

@@ -29,7 +29,7 @@ use bytes::Bytes;
 use std::io;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Plain `std::io` over a socket STREAM, as a library user expects of a socket: a read is
 /// [`Stream::recv`] and a write [`Stream::send`], each blocking without a time-out (a
@@ -238,12 +238,8 @@ pub trait Stream: Send {
 pub struct SocketFacts {
     /// The transport's own figures for the sockets, over all of them.
     pub figures: crate::transport::figures::TransportFigures,
-    /// The congestion control algorithm in force.
-    pub congestion: Option<String>,
-    /// The receive low-water mark in force, which may be below the one asked for.
-    pub rcvlowat: Option<u32>,
-    /// How long a read naps while data flows (see [`StreamOptions::rx_nap`]).
-    pub rx_nap: Option<Duration>,
+    /// What the sockets ended up with, as the kernel reported it.
+    pub in_force: crate::transport::figures::TransportInForce,
     /// The first socket's buffers.
     pub buffers: Option<SocketBuffers>,
 }

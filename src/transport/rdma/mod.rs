@@ -10,6 +10,7 @@
 //! and fails before anything is sent, saying what is missing.
 
 pub mod endpoint;
+mod facts;
 mod ofi;
 pub mod ofi_stream;
 pub mod options;

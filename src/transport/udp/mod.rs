@@ -21,6 +21,7 @@
 
 pub mod batch;
 mod cmsg;
+pub mod facts;
 mod flows;
 pub mod options;
 pub mod settings;
