@@ -21,12 +21,13 @@ use fperf::settings::options::{
     GivenTime, WorkloadFlags, OUTPUT_OPTIONS, TIME_OPTION, WORKLOAD_OPTIONS,
 };
 use fperf::settings::{
-    default_pktsize, Protocol, SchedPolicy, Settings, TransportSettings, DEFAULT_MB, DEFAULT_PORT,
-    DEFAULT_TIME_MS, MAX_NSOCKETS, MAX_NSTREAMS,
+    default_pktsize, SchedPolicy, Settings, DEFAULT_MB, DEFAULT_PORT, DEFAULT_TIME_MS,
+    MAX_NSOCKETS, MAX_NSTREAMS,
 };
 use fperf::stream::sender::QueueKind;
 use fperf::transport::rdma::options::OPTIONS as RDMA_OPTIONS;
 use fperf::transport::rdma::settings::RdmaSettings;
+use fperf::transport::settings::{Protocol, TransportSettings};
 use fperf::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
 use fperf::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use fperf::transport::tcp::settings::TcpSettings;

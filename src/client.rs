@@ -15,14 +15,15 @@ use crate::engine::{drive, receive, sending_end, Ceiling, Driven, Received};
 use crate::family::IpFamily;
 use crate::interval::{Collector, Meter, Schedule};
 use crate::limits::TestWatch;
-use crate::results::{nanos, Figures, IntervalResult, Role, SideResult, SideTotals, StreamResult};
+use crate::results::{nanos, Figures, IntervalResult, SideResult, SideTotals, StreamResult};
 use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::{LatencyStats, StreamStats};
 use crate::stream::affinity::{cpu_for, place_current_thread};
-use crate::stream::SocketBuffers;
 use crate::sysinfo::{CpuUsage, SystemFacts};
-use crate::transport::figures::TransportFigures;
-use crate::transport::udp::wire::DatagramCounts;
+use crate::transport::figures::{TransportFigures, TransportInForce};
+use crate::transport::stream::SocketBuffers;
+use crate::transport::Role;
 use crate::transport::{self, tcp::connect, ClientCtx, LocalEnd};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io;
@@ -95,8 +96,8 @@ pub struct StreamInfo {
     pub index: u32,
     pub local: String,
     pub peer: String,
-    /// TCP: the congestion control algorithm of the stream's sockets.
-    pub congestion: Option<String>,
+    /// What the stream's sockets ended up with, as the kernel reported it.
+    pub in_force: TransportInForce,
     /// The first socket's buffers (TCP and UDP).
     pub buffers: Option<SocketBuffers>,
 }
@@ -159,8 +160,8 @@ pub fn run_observed(
     observer: &mut dyn RunObserver,
 ) -> Result<ClientOutcome> {
     let (cfg, server) = &prepare(cfg)?;
-    let transport = transport::for_settings(&cfg.settings);
-    transport.check(&cfg.settings, *server)?;
+    let transport = cfg.settings.data_transport();
+    transport.check(&cfg.settings.shape(), *server)?;
     let sock = connect_control(cfg, *server, "fperf")?;
     crate::stream::sys::set_user_timeout(&sock, cfg.stall_timeout)?;
     // The run stops on the caller's abort, and on its own when the server misbehaves,
@@ -205,7 +206,10 @@ fn prepare(cfg: &ClientConfig) -> Result<(ClientConfig, SocketAddr)> {
         settings.pktsize = crate::settings::UDP_DATAGRAM_IPV6;
     }
     let cfg = ClientConfig {
-        settings: transport::prepare(&settings)?,
+        settings: Settings {
+            transport: transport::prepare(&settings.transport)?,
+            ..settings
+        },
         ..cfg.clone()
     };
     Ok((cfg, server))
@@ -236,7 +240,8 @@ fn client_ctx(
     abort: &Arc<AtomicBool>,
 ) -> ClientCtx {
     ClientCtx {
-        settings: cfg.settings.clone(),
+        plan: cfg.settings.stream_plan(),
+        frames: &crate::control::ControlFrames,
         session,
         server,
         bind: cfg.bind,
@@ -289,7 +294,7 @@ struct Ran {
 /// messages passed on as they come, until every stream ended.
 fn run_streams(
     cfg: &ClientConfig,
-    streams: Vec<Box<dyn crate::stream::Stream>>,
+    streams: Vec<Box<dyn crate::transport::stream::Stream>>,
     abort: &Arc<AtomicBool>,
     (run, ctrl_rx): (&mut ClientRun, &mpsc::Receiver<ServerWord>),
     observer: &mut dyn RunObserver,
@@ -469,7 +474,7 @@ pub(crate) type StreamThread = std::thread::JoinHandle<io::Result<Moved>>;
 /// on more bytes than the settings announce.
 pub(crate) fn start_streams(
     settings: &Settings,
-    streams: Vec<Box<dyn crate::stream::Stream>>,
+    streams: Vec<Box<dyn crate::transport::stream::Stream>>,
     meters: (Schedule, &mpsc::SyncSender<crate::interval::MeterMsg>),
     (abort, watch): (&Arc<AtomicBool>, &Arc<TestWatch>),
     stall: Duration,
@@ -518,7 +523,9 @@ pub(crate) fn start_streams(
 }
 
 /// What the report header says of each connected stream.
-pub(crate) fn stream_infos(streams: &[Box<dyn crate::stream::Stream>]) -> Vec<StreamInfo> {
+pub(crate) fn stream_infos(
+    streams: &[Box<dyn crate::transport::stream::Stream>],
+) -> Vec<StreamInfo> {
     streams
         .iter()
         .enumerate()
@@ -528,7 +535,7 @@ pub(crate) fn stream_infos(streams: &[Box<dyn crate::stream::Stream>]) -> Vec<St
                 index: i as u32,
                 local: s.local_addr(),
                 peer: s.peer_addr(),
-                congestion: facts.congestion,
+                in_force: facts.in_force,
                 buffers: facts.buffers,
             }
         })
@@ -568,15 +575,13 @@ pub(crate) fn client_result(
                 to.saturating_duration_since(from),
                 &settings.percentiles,
             );
-            figures.transport = m.transport.clone();
+            figures.transport.merge(&m.transport);
             figures.drain_ns = drain.map(nanos);
             StreamResult {
                 index: info.index,
                 local: info.local.clone(),
                 peer: info.peer.clone(),
-                congestion: info.congestion.clone(),
-                rcvlowat: m.rcvlowat,
-                rx_nap_us: m.rx_nap_us,
+                in_force: (m.in_force.clone()).unwrap_or_else(|| info.in_force.sending()),
                 figures,
             }
         })
@@ -736,10 +741,9 @@ pub(crate) struct Moved {
     pub(crate) span: Option<(Instant, Instant)>,
     pub(crate) stats: StreamStats,
     pub(crate) transport: TransportFigures,
-    /// A receiving stream's low-water mark, as the kernel reports it.
-    rcvlowat: Option<u32>,
-    /// A receiving stream's nap while data flows, in us.
-    rx_nap_us: Option<u32>,
+    /// A receiving stream's sockets' settings, as the kernel reports them; `None` for
+    /// a sending stream.
+    in_force: Option<TransportInForce>,
     pub(crate) interrupted: bool,
     /// A sending stream's hand-over (see [`Driven::handed_over`]).
     pub(crate) handed_over: Option<Instant>,
@@ -753,8 +757,7 @@ impl From<Driven> for Moved {
             span: Some((d.start, d.start)),
             stats: d.stats,
             transport: d.transport,
-            rcvlowat: None,
-            rx_nap_us: None,
+            in_force: None,
             interrupted: d.interrupted,
             handed_over: d.handed_over,
             warm_up: d.warm_up,
@@ -768,8 +771,7 @@ impl From<Received> for Moved {
             span: r.span,
             stats: r.stats,
             transport: r.transport,
-            rcvlowat: r.rcvlowat,
-            rx_nap_us: r.rx_nap_us,
+            in_force: Some(r.in_force),
             interrupted: r.interrupted,
             handed_over: None,
             warm_up: r.warm_up,

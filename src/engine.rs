@@ -4,13 +4,14 @@
 
 use crate::interval::Meter;
 use crate::limits::{RatePacer, TestWatch};
-use crate::results::Role;
 use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::StreamStats;
 use crate::stream::buffer::DataBuffer;
-use crate::stream::{Stream, Timeout};
-use crate::transport::figures::TransportFigures;
-use crate::transport::udp::wire::DatagramCounts;
+use crate::stream::Timeout;
+use crate::transport::figures::{TransportFigures, TransportInForce};
+use crate::transport::stream::Stream;
+use crate::transport::Role;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -235,9 +236,9 @@ pub(crate) struct Received {
     pub(crate) transport: TransportFigures,
     pub(crate) local: String,
     pub(crate) peer: String,
-    pub(crate) congestion: Option<String>,
-    pub(crate) rcvlowat: Option<u32>,
-    pub(crate) rx_nap_us: Option<u32>,
+    /// What the stream's sockets ended up with (a sending stream's, see
+    /// [`TransportInForce::sending`]).
+    pub(crate) in_force: TransportInForce,
     /// The time the figures cover: the first byte received to the last, or the first
     /// sent to the peer's confirmation of the last.
     pub(crate) span: Option<(Instant, Instant)>,
@@ -250,13 +251,13 @@ pub(crate) struct Received {
     pub(crate) warm_up: DatagramCounts,
 }
 
-/// Who a stream's figures belong to: its local and peer addresses and its congestion
-/// control, named before the stream is driven (once the peer closed, the socket no
+/// Who a stream's figures belong to: its local and peer addresses and what its sockets
+/// ended up with, named before the stream is driven (once the peer closed, the socket no
 /// longer knows its peer).
 pub(crate) struct StreamNames {
     local: String,
     peer: String,
-    congestion: Option<String>,
+    in_force: TransportInForce,
 }
 
 impl StreamNames {
@@ -264,7 +265,7 @@ impl StreamNames {
         StreamNames {
             local: stream.local_addr(),
             peer: stream.peer_addr(),
-            congestion: stream.facts().congestion,
+            in_force: stream.facts().in_force.sending(),
         }
     }
 }
@@ -279,9 +280,7 @@ impl Received {
             transport: driven.transport,
             local: names.local,
             peer: names.peer,
-            congestion: names.congestion,
-            rcvlowat: None,
-            rx_nap_us: None,
+            in_force: names.in_force,
             span: Some((driven.start, end)),
             interrupted: driven.interrupted,
             drain,
@@ -392,11 +391,7 @@ pub(crate) fn receive(
         transport: totals.transport,
         local: stream.local_addr(),
         peer: stream.peer_addr(),
-        congestion: facts.congestion,
-        rcvlowat: facts.rcvlowat,
-        rx_nap_us: facts
-            .rx_nap
-            .and_then(|nap| u32::try_from(nap.as_micros()).ok()),
+        in_force: facts.in_force,
         span,
         interrupted,
         drain: None,

@@ -4,7 +4,7 @@
 //! The thread that owns a STREAM (the client's driver, the server's receiver) owns a
 //! [`Meter`]. It already reads the clock per operation; when [`Meter::due`] says an
 //! interval boundary or the end of the warm-up passed, [`Meter::tick`] snapshots the
-//! stream's cumulative figures ([`crate::stream::Stream::stats`]), ships the difference
+//! stream's cumulative figures ([`crate::transport::stream::Stream::stats`]), ships the difference
 //! to the previous snapshot as a [`Sample`] through a channel, and goes on. Nothing is
 //! locked or allocated per operation; one snapshot per interval is.
 //!
@@ -19,11 +19,11 @@
 use crate::percentiles::Percentiles;
 use crate::results::{Figures, IntervalResult, SideTotals, StreamInterval};
 use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::StreamStats;
-use crate::stream::Stream;
 use crate::sysinfo::CpuUsage;
 use crate::transport::figures::TransportFigures;
-use crate::transport::udp::wire::DatagramCounts;
+use crate::transport::stream::Stream;
 use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::{Duration, Instant};
@@ -415,7 +415,7 @@ impl Collector {
                     s.end.saturating_duration_since(s.start),
                     &self.percentiles,
                 );
-                figures.transport = s.transport.clone();
+                figures.transport.merge(&s.transport);
                 StreamInterval {
                     index: s.stream,
                     start_ns: ns(s.start),
@@ -446,7 +446,7 @@ impl Collector {
 mod tests {
     use super::*;
     use crate::output::report::interval_line;
-    use crate::results::Role;
+    use crate::transport::Role;
     use crate::workload::Workload;
 
     fn sample(stream: u32, index: u32, bytes: u64, start: Instant) -> MeterMsg {
@@ -581,7 +581,8 @@ mod tests {
         assert!(c.flush().is_empty());
     }
 
-    use crate::stream::{Stream, Timeout};
+    use crate::stream::Timeout;
+    use crate::transport::stream::Stream;
     use std::cell::Cell;
     /// A stream whose cumulative byte count the test sets.
     struct Fake(Cell<u64>);

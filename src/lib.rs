@@ -72,7 +72,8 @@
 //! give their first socket's fd:
 //!
 //! ```
-//! use fperf::stream::{Stream, StreamOptions, Timeout};
+//! use fperf::stream::Timeout;
+//! use fperf::transport::stream::{Stream, StreamOptions};
 //! use fperf::transport::tcp::stream::TcpStream;
 //! use std::io::{Read, Write};
 //! use std::os::fd::AsRawFd;

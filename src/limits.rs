@@ -15,9 +15,10 @@
 //! when a receiving thread is blocked writing (e.g. MPRTT ACKs to a client that reads
 //! none), so no client can hold the server for longer than that.
 
-use crate::settings::{Settings, TransportSettings};
+use crate::settings::Settings;
 use crate::stats::histogram_bytes;
 use crate::stream::sender::{LOCKFREE_QUEUE_CAPACITY, MUTEX_QUEUE_CAPACITY};
+use crate::transport::settings::TransportSettings;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -688,8 +689,8 @@ mod tests {
 
     #[test]
     fn a_test_beyond_the_memory_limit_is_refused_whatever_sets_its_size() {
-        use crate::settings::TransportSettings;
         use crate::transport::rdma::settings::RdmaSettings;
+        use crate::transport::settings::TransportSettings;
         use crate::transport::udp::settings::UdpSettings;
         let limits = Limits::default();
         let run = |nstreams, pktsize, transport| Settings {
@@ -774,7 +775,7 @@ mod tests {
 
     #[test]
     fn the_kernels_socket_buffers_count_and_are_shared_out_within_the_budget() {
-        use crate::settings::TransportSettings;
+        use crate::transport::settings::TransportSettings;
         const MIB: u64 = 1 << 20;
         let kernel = KernelBuffers {
             receive: 6 * MIB,

@@ -9,7 +9,7 @@ use fperf::log_limit::{LogLimit, LogVerdict};
 use fperf::mesh::MeshEvent;
 use fperf::output::report;
 use fperf::peer_text::printable;
-use fperf::settings::MAX_NSTREAMS;
+use fperf::settings::{Settings, MAX_NSTREAMS};
 use fperf::sysinfo;
 use measure::Output;
 
@@ -359,7 +359,10 @@ fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>, output: &Output) -> Re
         return measure::run_sweep(cfg, abort, output, sweep);
     }
     // Checks RDMA is usable here before contacting the server, and names the provider.
-    let settings = fperf::transport::prepare(&cfg.settings)?;
+    let settings = Settings {
+        transport: fperf::transport::prepare(&cfg.settings.transport)?,
+        ..cfg.settings.clone()
+    };
     let cfg = &ClientConfig {
         settings: settings.clone(),
         ..cfg.clone()
@@ -492,18 +495,10 @@ impl ServerPrinter {
             ServerEvent::Started {
                 settings,
                 from,
-                congestion,
-                rcvlowat,
-                rx_nap,
+                in_force,
             } => {
                 self.in_test = true;
-                let header = report::server_header(
-                    &settings,
-                    &from,
-                    congestion.as_deref(),
-                    rcvlowat,
-                    rx_nap,
-                );
+                let header = report::server_header(&settings, &from, &in_force);
                 // The header follows `Server listening on ...` (said again after
                 // interval lines of tests in parallel); under --loopback there is none.
                 if self.loopback {
@@ -526,7 +521,8 @@ impl ServerPrinter {
                     self.listening_shown = false;
                     let _ = write!(out, "{client}: ");
                 }
-                let line = report::interval_line(fperf::results::Role::Server, &settings, &result);
+                let line =
+                    report::interval_line(fperf::transport::Role::Server, &settings, &result);
                 let _ = writeln!(out, "{line}");
             }
             ServerEvent::Finished { settings, result } => {

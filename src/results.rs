@@ -10,20 +10,12 @@ use crate::percentiles::Percentiles;
 use crate::settings::Settings;
 use crate::stats::{LatencyStats, LatencySummary, StreamStats};
 use crate::sysinfo::{CpuUsage, SystemFacts};
-use crate::transport::figures::TransportFigures;
-use crate::transport::udp::wire::DatagramCounts;
+use crate::transport::figures::{TransportFigures, TransportInForce};
+use crate::transport::Role;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-/// Which end produced a result.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[schemars(rename = "role")]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Client,
-    Server,
-}
-
+/// What the run's settings make of each end.
 impl Role {
     /// Whether this end sends the test's data: the client, unless `--reverse` (with
     /// `--bidir`, what stream 0 carries: the client's).
@@ -62,22 +54,13 @@ pub struct Figures {
     pub recv_latency: Option<LatencySummary>,
     /// Latency of each `send_submit()`.
     pub submit_latency: Option<LatencySummary>,
-    /// `--rx-timestamps`: each datagram's time from its send to the kernel's receipt.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub network_latency: Option<LatencySummary>,
-    /// `--rx-timestamps`: each datagram's time from the kernel's receipt to its read.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub app_latency: Option<LatencySummary>,
     /// MPRTT retransmissions.
     pub retries: u64,
-    /// Datagram accounting (UDP only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub datagrams: Option<DatagramCounts>,
-    /// The transport's own figures for the sockets.
+    /// The transport's own figures: what its sockets said, or what its STREAM counted.
     #[serde(flatten)]
     pub transport: TransportFigures,
     /// A sender whose time ends at its last send (UDP, see
-    /// [`crate::stream::Stream::sent_on_handover`]): how long the peer then took to
+    /// [`crate::transport::stream::Stream::sent_on_handover`]): how long the peer then took to
     /// confirm it had everything (waiting out datagrams lost on the way), in ns; not
     /// part of `duration_ns`. The longest of merged streams.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -99,11 +82,8 @@ impl Figures {
             send_latency: stats.send_latency.summary(percentiles),
             recv_latency: stats.recv_latency.summary(percentiles),
             submit_latency: stats.submit_latency.summary(percentiles),
-            network_latency: stats.network_latency.summary(percentiles),
-            app_latency: stats.app_latency.summary(percentiles),
             retries: stats.retries,
-            datagrams: (!stats.datagrams.is_empty()).then_some(stats.datagrams),
-            transport: TransportFigures::default(),
+            transport: TransportFigures::counted(stats, percentiles),
             drain_ns: None,
         }
     }
@@ -119,32 +99,14 @@ impl Figures {
                 "{bytes} bytes in a run that can move at most {most}"
             ));
         }
-        if let Some(d) = &self.datagrams {
-            if d.lost > d.peer_sent || d.duplicates > d.received || d.out_of_order > d.received {
-                return Some(format!(
-                    "{} datagrams lost of {} sent, {} duplicated and {} out of order of {} received",
-                    d.lost, d.peer_sent, d.duplicates, d.out_of_order, d.received
-                ));
-            }
+        if let Some(why) = self.transport.impossible() {
+            return Some(why);
         }
-        let latencies = [
-            &self.send_latency,
-            &self.recv_latency,
-            &self.submit_latency,
-            &self.network_latency,
-            &self.app_latency,
-        ];
-        if let Some(l) = latencies
+        let latencies = [&self.send_latency, &self.recv_latency, &self.submit_latency];
+        latencies
             .into_iter()
             .flatten()
-            .find(|l| l.min_ns > l.max_ns)
-        {
-            return Some(format!(
-                "a latency whose least, {} ns, is above its most, {} ns",
-                l.min_ns, l.max_ns
-            ));
-        }
-        None
+            .find_map(LatencySummary::impossible)
     }
 
     /// Duration in seconds.
@@ -178,15 +140,9 @@ pub struct StreamResult {
     /// The addresses, as that end wrote them (a peer's made printable as read).
     pub local: String,
     pub peer: String,
-    /// TCP: the congestion control algorithm this end's sockets used, as the kernel
-    /// reported it.
-    pub congestion: Option<String>,
-    /// TCP, the server's streams: the receive low-water mark (`SO_RCVLOWAT`) of its
-    /// sockets, as the kernel reported it.
-    pub rcvlowat: Option<u32>,
-    /// TCP, the receiving end's streams: how long a read naps while data flows, in us
-    /// (see `TcpSettings::rx_nap`); `None` where reads do not nap.
-    pub rx_nap_us: Option<u32>,
+    /// What this end's sockets ended up with, as the kernel reported it.
+    #[serde(flatten)]
+    pub in_force: TransportInForce,
     pub figures: Figures,
 }
 
@@ -286,11 +242,10 @@ impl SideTotals {
             let time = p
                 .span
                 .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
-            Figures {
-                transport: p.transport.clone(),
-                drain_ns: p.drain.map(nanos),
-                ..Figures::new(&p.stats, time, percentiles)
-            }
+            let mut figures = Figures::new(&p.stats, time, percentiles);
+            figures.transport.merge(&p.transport);
+            figures.drain_ns = p.drain.map(nanos);
+            figures
         };
         let [client_data, server_data] = &self.parts;
         let reverse = self.first_server_stream.map(|_| figures(server_data));

@@ -29,10 +29,12 @@ use crate::family::IpFamily;
 use crate::interval::MeterMsg;
 use crate::limits::{StopReason, TestWatch, Watchdog};
 use crate::pending::{PendingCaps, PendingSlot, WaitTurn};
-use crate::results::{Role, SideResult};
+use crate::results::SideResult;
 use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::Settings;
-use crate::stream::{Stream, Timeout};
+use crate::stream::Timeout;
+use crate::transport::stream::Stream;
+use crate::transport::Role;
 use crate::transport::{self, DataConn, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
 use socket2::{Domain, Socket, Type};
@@ -604,7 +606,7 @@ struct TestScope<'a> {
 /// header.
 struct Opened {
     from: String,
-    facts: crate::stream::SocketFacts,
+    facts: crate::transport::stream::SocketFacts,
 }
 
 impl Opened {
@@ -620,9 +622,7 @@ impl Opened {
         ServerEvent::Started {
             settings: settings.clone(),
             from: self.from.clone(),
-            congestion: self.facts.congestion.clone(),
-            rcvlowat: self.facts.rcvlowat,
-            rx_nap: self.facts.rx_nap,
+            in_force: self.facts.in_force.clone(),
         }
     }
 }
@@ -640,7 +640,8 @@ fn open_streams(
         registered.claim_alone().map_err(|e| anyhow!(e))?;
     }
     let ctx = ServerCtx {
-        settings: settings.clone(),
+        plan: settings.stream_plan(),
+        frames: &crate::control::ControlFrames,
         session: registered.id(),
         local: control.chan.local_addr()?,
         client: control.chan.peer_addr()?,
@@ -657,7 +658,7 @@ fn open_streams(
         abort: test.abort.clone(),
         socket_buffer_cap: config.limits.socket_buffer_cap(settings),
     };
-    let acceptor = transport::for_settings(settings).listen(&ctx)?;
+    let acceptor = settings.data_transport().listen(&ctx)?;
     if !control.session.reports_in_one_piece() {
         // This test's report begins only once the previous test's has ended, which
         // waits at most for that test's client to send its figures.

@@ -12,6 +12,9 @@
 //! into the array does not wait, and the loads of a flush do not depend on each other,
 //! so their misses overlap.
 
+pub mod buffer_grant;
+pub mod datagrams;
+
 use crate::percentiles::{quantile, PercentileValue, PercentileValues, Percentiles};
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -315,6 +318,17 @@ impl LatencySummary {
             .find(|v| v.percentile == percentile)
             .map(|v| v.ns)
     }
+
+    /// What makes this summary, as a peer sent it, impossible, if anything: its least
+    /// above its most.
+    pub fn impossible(&self) -> Option<String> {
+        (self.min_ns > self.max_ns).then(|| {
+            format!(
+                "a latency whose least, {} ns, is above its most, {} ns",
+                self.min_ns, self.max_ns
+            )
+        })
+    }
 }
 
 /// What one end of a STREAM measured.
@@ -340,7 +354,7 @@ pub struct StreamStats {
     /// MPRTT retransmissions (UDP).
     pub retries: u64,
     /// Datagram accounting (UDP); empty for stream transports.
-    pub datagrams: crate::transport::udp::wire::DatagramCounts,
+    pub datagrams: datagrams::DatagramCounts,
     /// When the first payload byte arrived.
     pub first_recv: Option<Instant>,
     /// When the last payload byte arrived.

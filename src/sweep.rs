@@ -9,9 +9,10 @@
 //! `--tests bw,rr,echo` runs several tests at each value, as qperf runs `tcp_bw tcp_lat`
 //! over one `-oo msg_size:...`: one row per value with a column group per test.
 
-use crate::results::{Figures, Role};
+use crate::results::Figures;
 use crate::settings::Settings;
 use crate::stats::LatencySummary;
+use crate::transport::Role;
 use crate::units;
 use crate::workload::{Reply, Workload};
 use anyhow::Context;

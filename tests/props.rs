@@ -4,11 +4,12 @@
 
 use fperf::control::{self, ControlError, Message, HEADER_LEN, MAX_FRAME};
 use fperf::limits::Limits;
-use fperf::settings::{
-    Settings, TransportSettings, MAX_FOOTPRINT, MAX_MB, MAX_NSOCKETS, MAX_NSTREAMS, MAX_PKTSIZE, MB,
-};
+use fperf::settings::{Settings, MAX_MB, MAX_NSOCKETS, MAX_NSTREAMS, MB};
 use fperf::stream::sender::QueueKind;
+use fperf::stream::MAX_PKTSIZE;
 use fperf::transport::rdma::settings::RdmaSettings;
+use fperf::transport::settings::TransportSettings;
+use fperf::transport::shape::MAX_FOOTPRINT;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::settings::UdpSettings;
 use fperf::workload::{Reply, Workload};

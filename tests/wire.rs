@@ -14,19 +14,23 @@
 //! - Other majors' hellos are refused, naming both versions.
 
 use fperf::control::{self, Message, PROTOCOL_MAJOR, PROTOCOL_MINOR};
-use fperf::results::{Figures, IntervalResult, Role, SideResult, StreamInterval, StreamResult};
-use fperf::settings::{SchedPolicy, Settings, TransportSettings};
+use fperf::results::{Figures, IntervalResult, SideResult, StreamInterval, StreamResult};
+use fperf::settings::{SchedPolicy, Settings};
+use fperf::stats::buffer_grant::BufferGrant;
+use fperf::stats::datagrams::DatagramCounts;
 use fperf::stats::LatencySummary;
-use fperf::stream::buffer_grant::BufferGrant;
 use fperf::stream::sender::QueueKind;
 use fperf::sysinfo::{CpuUsage, SystemFacts, UsageCounts};
-use fperf::transport::figures::TransportFigures;
+use fperf::transport::figures::{TransportFigures, TransportInForce};
 use fperf::transport::rdma::settings::{RdmaApi, RdmaSettings};
+use fperf::transport::settings::TransportSettings;
 use fperf::transport::sockets::SocketSettings;
+use fperf::transport::tcp::facts::TcpInForce;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::tcp::zerocopy::ZeroCopy;
+use fperf::transport::udp::facts::UdpFacts;
 use fperf::transport::udp::settings::UdpSettings;
-use fperf::transport::udp::wire::DatagramCounts;
+use fperf::transport::Role;
 use fperf::workload::{Reply, Workload};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -86,28 +90,7 @@ fn figures() -> Figures {
         send_latency: Some(latency()),
         recv_latency: Some(latency()),
         submit_latency: Some(latency()),
-        network_latency: Some(latency()),
-        app_latency: Some(latency()),
         retries: 2,
-        datagrams: Some(DatagramCounts {
-            sent: 10,
-            peer_sent: 11,
-            received: 9,
-            duplicates: 1,
-            out_of_order: 2,
-            lost: 3,
-            numbered: 0,
-            foreign: 4,
-            jitter_ns: Some(12.5),
-            rcvbuf: BufferGrant {
-                requested: 16,
-                granted: 8,
-            },
-            sndbuf: BufferGrant {
-                requested: 16,
-                granted: 16,
-            },
-        }),
         transport: TransportFigures {
             // As every version sends them: figures a later one adds stay absent.
             tcp: serde_json::from_value(serde_json::json!({
@@ -121,6 +104,29 @@ fn figures() -> Figures {
                 "pmtu": 1500,
             }))
             .expect("tcp_info"),
+            udp: UdpFacts {
+                datagrams: Some(DatagramCounts {
+                    sent: 10,
+                    peer_sent: 11,
+                    received: 9,
+                    duplicates: 1,
+                    out_of_order: 2,
+                    lost: 3,
+                    numbered: 0,
+                    foreign: 4,
+                    jitter_ns: Some(12.5),
+                    rcvbuf: BufferGrant {
+                        requested: 16,
+                        granted: 8,
+                    },
+                    sndbuf: BufferGrant {
+                        requested: 16,
+                        granted: 16,
+                    },
+                }),
+                network_latency: Some(latency()),
+                app_latency: Some(latency()),
+            },
         },
         drain_ns: Some(300_000_001),
     }
@@ -255,9 +261,13 @@ fn messages() -> Vec<Message> {
             index: 0,
             local: "127.0.0.1:1".into(),
             peer: "127.0.0.1:2".into(),
-            congestion: Some("bbr".into()),
-            rcvlowat: Some(131072),
-            rx_nap_us: Some(20),
+            in_force: TransportInForce {
+                tcp: TcpInForce {
+                    congestion: Some("bbr".into()),
+                    rcvlowat: Some(131072),
+                    rx_nap_us: Some(20),
+                },
+            },
             figures: figures(),
         }],
         system: Some(facts()),

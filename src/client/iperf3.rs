@@ -18,14 +18,15 @@ use crate::iperf3::results::{self, StreamFigures};
 use crate::iperf3::udp;
 use crate::iperf3::wire::{self, Cookie, State};
 use crate::limits::TestWatch;
-use crate::results::Role;
-use crate::settings::{Protocol, Settings, TransportSettings, MB};
-use crate::stream::Stream;
+use crate::settings::{Settings, MB};
+use crate::stats::datagrams::DatagramCounts;
 use crate::sysinfo::CpuUsage;
 use crate::transport::nth_client_port;
+use crate::transport::settings::{Protocol, TransportSettings};
+use crate::transport::stream::Stream;
 use crate::transport::tcp::connect;
-use crate::transport::udp::wire::DatagramCounts;
 use crate::transport::LocalEnd;
+use crate::transport::Role;
 use crate::workload::Workload;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
@@ -221,7 +222,9 @@ pub fn run_observed(
     settings.validate()?;
     check(settings).map_err(|e| anyhow!("{e}"))?;
     let server = resolve(&cfg.host, cfg.port, cfg.family)?;
-    crate::transport::tcp::check_flowlabel(settings, server)?;
+    if let Some(tcp) = settings.tcp() {
+        crate::transport::tcp::check_flowlabel(tcp, server)?;
+    }
     let setup = cfg.control_timeout;
     let mut control = connect_control(cfg, server, "iperf3")?;
     control.set_nodelay(true)?;
@@ -257,13 +260,18 @@ pub fn run_observed(
                     port: nth_client_port(cfg.cport, u64::from(i))?,
                     device: cfg.bind_device.as_deref(),
                 };
-                let mut sock = connect(server, from, Some(settings), setup)
+                let mut sock = connect(server, from, Some(&settings.transport), setup)
                     .with_context(|| format!("stream {i}: cannot connect to {server}"))?;
                 sock.write_all(cookie.bytes())?;
                 Ok(sock)
             })
             .collect::<Result<Vec<_>>>()?;
-        crate::transport::tcp::streams_over(settings, Role::Client, conns, abort.clone())?
+        crate::transport::tcp::streams_over(
+            &settings.stream_plan(),
+            Role::Client,
+            conns,
+            abort.clone(),
+        )?
     };
     let infos = stream_infos(&streams);
     expect(&mut control, State::TestStart, Instant::now() + setup)?;

@@ -23,6 +23,7 @@ pub mod wire;
 use crate::peer_text::printable;
 use crate::results::{IntervalResult, SideResult};
 use crate::settings::Settings;
+use crate::transport::setup::{FrameError, SetupFrames, SetupMessage};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -303,6 +304,98 @@ pub fn write_frame(w: &mut impl Write, msg: &Message) -> Result<(), ControlError
     w.write_all(&frame)?;
     w.flush()?;
     Ok(())
+}
+
+/// The control protocol's frames for what a transport says during set-up: the codec
+/// every session hands its transport.
+#[derive(Debug)]
+pub struct ControlFrames;
+
+impl ControlFrames {
+    fn setup_message(msg: Message) -> SetupMessage {
+        match msg {
+            Message::DataHello {
+                version,
+                session,
+                stream,
+                socket,
+            } => SetupMessage::DataHello {
+                version,
+                session,
+                stream,
+                socket,
+            },
+            Message::Ready => SetupMessage::Ready,
+            Message::Error { message } => SetupMessage::Error { message },
+            Message::UdpSockets { addrs } => SetupMessage::UdpSockets { addrs },
+            Message::UdpFinished { datagrams, bytes } => {
+                SetupMessage::UdpFinished { datagrams, bytes }
+            }
+            other => SetupMessage::Other { kind: kind(&other) },
+        }
+    }
+}
+
+fn frame_error(e: ControlError) -> FrameError {
+    FrameError::new(matches!(e, ControlError::Closed), e)
+}
+
+impl SetupFrames for ControlFrames {
+    fn write(&self, w: &mut dyn Write, msg: &SetupMessage) -> Result<(), FrameError> {
+        let msg = match msg.clone() {
+            SetupMessage::DataHello {
+                version,
+                session,
+                stream,
+                socket,
+            } => Message::DataHello {
+                version,
+                session,
+                stream,
+                socket,
+            },
+            SetupMessage::Ready => Message::Ready,
+            SetupMessage::Error { message } => Message::Error { message },
+            SetupMessage::UdpSockets { addrs } => Message::UdpSockets { addrs },
+            SetupMessage::UdpFinished { datagrams, bytes } => {
+                Message::UdpFinished { datagrams, bytes }
+            }
+            SetupMessage::Other { kind } => {
+                return Err(frame_error(ControlError::Malformed(format!(
+                    "{kind} is not a set-up message"
+                ))))
+            }
+        };
+        write_frame(&mut &mut *w, &msg).map_err(frame_error)
+    }
+
+    fn read(&self, r: &mut dyn Read) -> Result<SetupMessage, FrameError> {
+        read_frame(&mut &mut *r)
+            .map(ControlFrames::setup_message)
+            .map_err(frame_error)
+    }
+
+    fn read_within(&self, sock: &TcpStream, timeout: Duration) -> Result<SetupMessage, FrameError> {
+        read_frame_within(sock, timeout)
+            .map(ControlFrames::setup_message)
+            .map_err(frame_error)
+    }
+
+    fn version(&self) -> u32 {
+        PROTOCOL_MAJOR
+    }
+
+    fn check_version(&self, theirs: u32) -> Result<(), FrameError> {
+        check_version(theirs).map_err(frame_error)
+    }
+
+    fn max_frame(&self) -> usize {
+        MAX_FRAME
+    }
+
+    fn frame_len(&self, header: [u8; 4]) -> Result<usize, FrameError> {
+        frame_len(header).map_err(frame_error)
+    }
 }
 
 /// A control connection: framed messages over a blocking TCP socket with time-outs.

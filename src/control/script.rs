@@ -8,12 +8,14 @@ use super::{decode, Message, PROTOCOL_MAJOR};
 use crate::auth::{self, AuthKey, NONCE_LEN};
 use crate::limits::Limits;
 use crate::percentiles::Percentiles;
-use crate::results::{Figures, IntervalResult, Role, SideResult};
-use crate::settings::{Settings, TransportSettings};
+use crate::results::{Figures, IntervalResult, SideResult};
+use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::StreamStats;
 use crate::stream::sender::QueueKind;
+use crate::transport::settings::TransportSettings;
 use crate::transport::udp::settings::UdpSettings;
-use crate::transport::udp::wire::DatagramCounts;
+use crate::transport::Role;
 use crate::workload::{Reply, Workload};
 use std::time::Duration;
 
@@ -97,7 +99,7 @@ impl Cursor<'_> {
         f.bytes_sent = self.edgy();
         f.bytes_received = self.edgy();
         if self.u8() % 2 == 0 {
-            f.datagrams = Some(DatagramCounts {
+            f.transport.udp.datagrams = Some(DatagramCounts {
                 peer_sent: self.edgy(),
                 received: self.edgy(),
                 lost: self.edgy(),
@@ -131,13 +133,13 @@ impl Cursor<'_> {
             _ => Workload::Bidir,
         };
         let transport = match self.u8() % 3 {
-            0 => TransportSettings::default_for(crate::settings::Protocol::Tcp),
+            0 => TransportSettings::default_for(crate::transport::settings::Protocol::Tcp),
             1 => TransportSettings::Udp(UdpSettings {
                 batch: (self.u8() % 2 == 0).then(|| self.u32()),
                 ack_timeout_ms: self.u32(),
                 ..UdpSettings::default()
             }),
-            _ => TransportSettings::default_for(crate::settings::Protocol::Rdma),
+            _ => TransportSettings::default_for(crate::transport::settings::Protocol::Rdma),
         };
         Settings {
             nstreams: self.u32() % 300,

@@ -30,9 +30,10 @@ use crate::features;
 use crate::limits::{LimitError, Limits};
 use crate::options::Feature;
 use crate::peer_text::printable;
-use crate::results::{IntervalResult, Role, SideResult};
+use crate::results::{IntervalResult, SideResult};
 use crate::settings::{Settings, SettingsError};
 use crate::stats::StreamStats;
+use crate::transport::Role;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -1284,8 +1285,9 @@ fn check_figures<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{Figures, Role};
+    use crate::results::Figures;
     use crate::stats::StreamStats;
+    use crate::transport::Role;
     use crate::workload::Workload;
 
     fn key(text: &str) -> AuthKey {
@@ -1849,7 +1851,7 @@ mod tests {
     }
 
     fn rx_timestamps_test() -> Settings {
-        use crate::settings::TransportSettings;
+        use crate::transport::settings::TransportSettings;
         use crate::transport::udp::settings::UdpSettings;
         Settings {
             transport: TransportSettings::Udp(UdpSettings {
@@ -2170,7 +2172,7 @@ mod tests {
             Message::Results { result: huge }
         )));
         let mut lossy = side();
-        lossy.total.datagrams = Some(crate::transport::udp::wire::DatagramCounts {
+        lossy.total.transport.udp.datagrams = Some(crate::stats::datagrams::DatagramCounts {
             peer_sent: 10,
             lost: 11,
             ..Default::default()
@@ -2185,9 +2187,7 @@ mod tests {
                 index,
                 local: String::new(),
                 peer: String::new(),
-                congestion: None,
-                rcvlowat: None,
-                rx_nap_us: None,
+                in_force: Default::default(),
                 figures: figures(),
             })
             .collect();

@@ -11,7 +11,9 @@ use crate::output::{Sink, Sinks};
 use crate::settings::options::{
     WorkloadFlags, OPTIONS as TEST_OPTIONS, OUTPUT_OPTIONS, WORKLOAD_OPTIONS,
 };
-use crate::settings::{Protocol, Settings, TransportSettings, DEFAULT_PORT, MAX_PKTSIZE};
+use crate::settings::{Settings, DEFAULT_PORT};
+use crate::stream::MAX_PKTSIZE;
+use crate::transport::settings::{Protocol, TransportSettings};
 use crate::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
 use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use crate::transport::tcp::settings::TcpSettings;

@@ -11,8 +11,8 @@ pub mod results;
 pub mod udp;
 pub mod wire;
 
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::StreamStats;
-use crate::transport::udp::wire::DatagramCounts;
 use serde_json::{Map, Value};
 
 /// What this crate reads from an iperf3 peer's JSON messages, from their bytes: a

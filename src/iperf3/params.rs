@@ -9,7 +9,8 @@ use super::wire::ErrorCode;
 use crate::options::Iperf3Refusal;
 use crate::peer_text::printable;
 use crate::settings::options::{WorkloadFlags, OPTIONS as TEST_OPTIONS, WORKLOAD_OPTIONS};
-use crate::settings::{Settings, TransportSettings, MB};
+use crate::settings::{Settings, MB};
+use crate::transport::settings::TransportSettings;
 use crate::transport::sockets::OPTIONS as SOCKET_OPTIONS;
 use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use crate::transport::tcp::settings::TcpSettings;
@@ -116,7 +117,7 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
     let blockcount = number(params, "blockcount", 0, u64::MAX)?;
     let parallel = number(params, "parallel", 1, MAX_PARALLEL)?.max(1);
     let len = match params.get("len") {
-        Some(_) => number(params, "len", 1, u64::from(crate::settings::MAX_PKTSIZE))?,
+        Some(_) => number(params, "len", 1, u64::from(crate::stream::MAX_PKTSIZE))?,
         None if udp => DEFAULT_UDP_LEN,
         None => DEFAULT_TCP_LEN,
     };
@@ -341,7 +342,10 @@ mod tests {
         let test = parse(&params(json!({"udp":true,"time":1,"len":1400,
             "bandwidth":1048576,"udp_counters_64bit":1,"reverse":true})))
         .expect("udp");
-        assert_eq!(test.run.protocol(), crate::settings::Protocol::Udp);
+        assert_eq!(
+            test.run.protocol(),
+            crate::transport::settings::Protocol::Udp
+        );
         assert_eq!(test.run.rate_bps, Some(1_048_576));
         assert_eq!(test.run.pktsize, 1400);
         assert!(test.wide_counters);

@@ -3,12 +3,15 @@
 //! takes from the client's.
 
 use super::wire;
-use crate::results::{Figures, Role, SideResult, SideTotals, StreamResult};
-use crate::settings::{Protocol, Settings};
+use crate::results::{Figures, SideResult, SideTotals, StreamResult};
+use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::StreamStats;
 use crate::sysinfo::CpuUsage;
-use crate::transport::tcp::facts::TcpInfo;
-use crate::transport::udp::wire::DatagramCounts;
+use crate::transport::figures::TransportInForce;
+use crate::transport::settings::Protocol;
+use crate::transport::tcp::facts::{TcpInForce, TcpInfo};
+use crate::transport::Role;
 use anyhow::{anyhow, Result};
 use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
@@ -247,12 +250,17 @@ pub fn server_result(
             index,
             local: String::new(),
             peer: String::new(),
-            congestion: theirs
-                .get("congestion_used")
-                .and_then(Value::as_str)
-                .map(|s| crate::peer_text::printable(&s.chars().take(16).collect::<String>())),
-            rcvlowat: None,
-            rx_nap_us: None,
+            in_force: TransportInForce {
+                tcp: TcpInForce {
+                    congestion: theirs
+                        .get("congestion_used")
+                        .and_then(Value::as_str)
+                        .map(|s| {
+                            crate::peer_text::printable(&s.chars().take(16).collect::<String>())
+                        }),
+                    ..TcpInForce::default()
+                },
+            },
             figures,
         });
     }

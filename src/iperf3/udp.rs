@@ -6,7 +6,8 @@
 //! out of order, RFC 3550 jitter); the sending end numbers and stamps them.
 
 use crate::stats::{span_ns, StreamStats};
-use crate::stream::{check_abort, Deadline, SocketBuffers, SocketFacts, Stream, Timeout};
+use crate::stream::{check_abort, Deadline, Timeout};
+use crate::transport::stream::{SocketBuffers, SocketFacts, Stream};
 use crate::transport::udp::wire::{Arrival, SeqTracker};
 use bytes::Bytes;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};

@@ -293,9 +293,10 @@ mod tests {
     use super::*;
     use crate::mesh::{MeshHost, Pattern};
     use crate::percentiles::Percentiles;
-    use crate::results::{Figures, Role};
+    use crate::results::Figures;
     use crate::settings::Settings;
     use crate::stats::StreamStats;
+    use crate::transport::Role;
 
     fn side(role: Role, received: u64) -> SideResult {
         SideResult {

@@ -5,8 +5,9 @@
 use super::{RunEnd, Sink};
 use crate::output::csv_rows::{header, rows};
 use crate::percentiles::Percentiles;
-use crate::results::{IntervalResult, Role, StreamInterval};
+use crate::results::{IntervalResult, StreamInterval};
 use crate::settings::Settings;
+use crate::transport::Role;
 use anyhow::{Context, Result};
 use std::io::Write;
 

@@ -11,8 +11,9 @@
 //! CPU seconds the process used from the start of the run to the end of the interval.
 
 use crate::percentiles::{self, Percentiles};
-use crate::results::{IntervalResult, Role};
+use crate::results::IntervalResult;
 use crate::settings::Settings;
+use crate::transport::Role;
 use std::fmt::Write as _;
 
 /// The header row of a run reporting `percentiles`.
@@ -88,11 +89,8 @@ mod tests {
             send_latency: lat.summary(&Percentiles::default()),
             recv_latency: None,
             submit_latency: None,
-            network_latency: None,
-            app_latency: None,
             retries: 0,
             transport: Default::default(),
-            datagrams: None,
             drain_ns: None,
         };
         let r = IntervalResult {

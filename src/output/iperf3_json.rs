@@ -11,10 +11,12 @@
 use super::{RunEnd, RunStart, Sink};
 use crate::client::StreamInfo;
 use crate::output::json_document::{DocLabels, RunDoc};
-use crate::results::{Figures, IntervalResult, Role, SideResult, StreamResult};
-use crate::settings::{Protocol, Settings, TransportSettings};
+use crate::results::{Figures, IntervalResult, SideResult, StreamResult};
+use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
+use crate::transport::settings::{Protocol, TransportSettings};
 use crate::transport::tcp::facts::TcpInfo;
-use crate::transport::udp::wire::DatagramCounts;
+use crate::transport::Role;
 use anyhow::{bail, Result};
 use serde_json::{json, Map, Value};
 use std::io::Write;
@@ -211,7 +213,7 @@ impl View<'_> {
                 line.insert("pmtu".into(), json!(t.pmtu));
             }
             if !self.tcp() {
-                let counts = s.figures.datagrams.unwrap_or_default();
+                let counts = s.figures.transport.udp.datagrams.unwrap_or_default();
                 datagram_fields(&mut line, &counts, sender);
             }
             line.insert("sender".into(), json!(sender));
@@ -295,7 +297,7 @@ impl View<'_> {
             let congestion = |side: &SideResult| {
                 side.streams
                     .iter()
-                    .find_map(|s| s.congestion.clone())
+                    .find_map(|s| s.in_force.tcp.congestion.clone())
                     .map(Value::String)
             };
             let (sender, receiver) = if self.reverse() {
@@ -375,9 +377,12 @@ impl View<'_> {
     fn udp_stream_end(&self, index: u32) -> Value {
         let (sending, receiving) = self.ends(index);
         let sent = Self::stream(sending, index).map(|s| &s.figures);
-        let received = Self::stream(receiving, index).and_then(|s| s.figures.datagrams);
+        let received =
+            Self::stream(receiving, index).and_then(|s| s.figures.transport.udp.datagrams);
         let mut line = socket_first(index, whole_run(sent, true));
-        let sent_packets = sent.and_then(|f| f.datagrams).map_or(0, |d| d.sent);
+        let sent_packets = sent
+            .and_then(|f| f.transport.udp.datagrams)
+            .map_or(0, |d| d.sent);
         udp_end_fields(&mut line, received.as_ref(), sent_packets);
         line.insert("sender".into(), json!(self.client_sends(index)));
         Value::Object(line)
@@ -525,7 +530,7 @@ impl Sum {
         self.bytes += bytes_moved(f, sent);
         self.duration_ns = self.duration_ns.max(f.duration_ns);
         self.retransmits += f.transport.tcp.map_or(0, |t| t.retransmits);
-        if let Some(d) = &f.datagrams {
+        if let Some(d) = &f.transport.udp.datagrams {
             if sent {
                 self.sent_packets += d.sent;
             } else {

@@ -10,14 +10,15 @@
 
 use crate::client::{ClientOutcome, StreamInfo};
 use crate::percentiles::PercentileValues;
-use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
-use crate::settings::labels::Sample;
+use crate::results::{Figures, IntervalResult, SideResult, StreamInterval};
 use crate::settings::Settings;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::LatencySummary;
 use crate::sweep::{SweepParam, SweepTest};
 use crate::sysinfo::{CpuUsage, SystemFacts};
-use crate::transport::figures::TransportFigures;
-use crate::transport::udp::wire::DatagramCounts;
+use crate::transport::figures::{TransportFigures, TransportInForce};
+use crate::transport::labels::Sample;
+use crate::transport::Role;
 use schemars::generate::SchemaSettings;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -234,11 +235,11 @@ impl FiguresDoc {
             recv_latency: lat(&f.recv_latency),
             recv_latency_per: f.recv_latency.map(|_| samples.recv),
             submit_latency: lat(&f.submit_latency),
-            network_latency: lat(&f.network_latency),
-            app_latency: lat(&f.app_latency),
+            network_latency: lat(&f.transport.udp.network_latency),
+            app_latency: lat(&f.transport.udp.app_latency),
             retries: f.retries,
             transport: f.transport.clone(),
-            datagrams: f.datagrams.map(|d| DatagramCounts {
+            datagrams: f.transport.udp.datagrams.map(|d| DatagramCounts {
                 jitter_ns: d.jitter_ns.map(finite),
                 ..d
             }),
@@ -293,18 +294,9 @@ pub struct StreamDoc {
     pub index: u32,
     pub local: String,
     pub peer: String,
-    /// TCP: the congestion control algorithm of this end's sockets, as the kernel
-    /// reports it (`TCP_CONGESTION`); `None` for UDP and RDMA.
-    pub congestion: Option<String>,
-    /// TCP, the server's streams: the receive low-water mark of its sockets, as the
-    /// kernel reports it (`SO_RCVLOWAT`: the server's default or `--rcvlowat`, as the
-    /// kernel capped it); `None` on the client and for UDP and RDMA.
-    pub rcvlowat: Option<u32>,
-    /// TCP, the receiving end's streams (the server's; with `--reverse` or `--bidir`'s
-    /// second half the client's): how long a read that finds no data naps, in
-    /// microseconds, while data flows, before it reads once more and only then sleeps
-    /// on the socket; `None` where reads do not nap.
-    pub rx_nap_us: Option<u32>,
+    /// What this end's sockets ended up with, each transport's under its own keys.
+    #[serde(flatten)]
+    pub in_force: TransportInForce,
     pub figures: FiguresDoc,
 }
 
@@ -414,9 +406,7 @@ impl SideDoc {
                     index: s.index,
                     local: s.local.clone(),
                     peer: s.peer.clone(),
-                    congestion: s.congestion.clone(),
-                    rcvlowat: s.rcvlowat,
-                    rx_nap_us: s.rx_nap_us,
+                    in_force: s.in_force.clone(),
                     figures: FiguresDoc::new(&s.figures, settings, r.role),
                 })
                 .collect(),
@@ -672,7 +662,7 @@ impl Event {
                     index: s.index,
                     local: s.local.clone(),
                     peer: s.peer.clone(),
-                    congestion: s.congestion.clone(),
+                    congestion: s.in_force.tcp.congestion.clone(),
                 })
                 .collect(),
         }
@@ -811,11 +801,8 @@ mod tests {
             send_latency: None,
             recv_latency: None,
             submit_latency: None,
-            network_latency: None,
-            app_latency: None,
             retries: 0,
             transport: Default::default(),
-            datagrams: None,
             drain_ns: None,
         };
         let rr = Settings {

@@ -3,8 +3,9 @@
 
 use super::{RunEnd, RunStart, Sink};
 use crate::output::json_document::{to_line, Event, IntervalDoc, RunDoc};
-use crate::results::{IntervalResult, Role};
+use crate::results::IntervalResult;
 use crate::settings::Settings;
+use crate::transport::Role;
 use anyhow::Result;
 use std::io::Write;
 

@@ -34,8 +34,9 @@ pub mod text;
 
 use crate::client::{ClientOutcome, RunObserver, StreamInfo};
 use crate::output::json_document::StartTime;
-use crate::results::{IntervalResult, Role};
+use crate::results::IntervalResult;
 use crate::settings::Settings;
+use crate::transport::Role;
 use anyhow::Result;
 
 /// A run whose data streams are connected.

@@ -8,7 +8,6 @@
 use super::{RunEnd, Sink};
 use crate::percentiles;
 use crate::results::{Figures, SideResult};
-use crate::settings::Protocol;
 use crate::transport::figures::TransportFigures;
 use crate::units;
 use anyhow::{Context, Result};
@@ -35,7 +34,7 @@ impl OpenMetrics {
 impl Sink for OpenMetrics {
     fn end(&mut self, run: &RunEnd) -> Result<()> {
         let outcome = run.outcome;
-        let metrics = RunMetrics::register(&self.registry, run.settings.protocol())?;
+        let metrics = RunMetrics::register(&self.registry)?;
         for side in [&outcome.client, &outcome.server] {
             metrics.record_side(side)?;
         }
@@ -93,15 +92,13 @@ struct RunMetrics {
     context_switches: GaugeVec,
     page_faults: GaugeVec,
     max_rss: GaugeVec,
-    /// UDP: datagrams lost on their way to this end, and their share of those sent.
-    loss: Option<(GaugeVec, GaugeVec)>,
     /// The transports' own figures that have gauges, registered as they first come.
     facts: RefCell<BTreeMap<&'static str, GaugeVec>>,
     registry: Registry,
 }
 
 impl RunMetrics {
-    fn register(registry: &Registry, protocol: Protocol) -> Result<RunMetrics> {
+    fn register(registry: &Registry) -> Result<RunMetrics> {
         let end = |name: &str, help: &str| gauge_vec(registry, name, help, &["end"]);
         Ok(RunMetrics {
             test_seconds: end(
@@ -141,19 +138,6 @@ impl RunMetrics {
                 "fperf_max_resident_memory_bytes",
                 "Peak resident memory of the end's process since it started.",
             )?,
-            loss: match protocol {
-                Protocol::Udp => Some((
-                    end(
-                        "fperf_lost_datagrams",
-                        "Datagrams sent to the end that never arrived.",
-                    )?,
-                    end(
-                        "fperf_loss_ratio",
-                        "Share of the datagrams sent to the end that never arrived (0 to 1).",
-                    )?,
-                )),
-                _ => None,
-            },
             facts: RefCell::default(),
             registry: registry.clone(),
         })
@@ -161,8 +145,8 @@ impl RunMetrics {
 
     fn record_side(&self, side: &SideResult) -> Result<()> {
         let end = match side.role {
-            crate::results::Role::Client => "client",
-            crate::results::Role::Server => "server",
+            crate::transport::Role::Client => "client",
+            crate::transport::Role::Server => "server",
         };
         // With both directions at once, an end's figures come in two parts.
         let parts: Vec<&Figures> = std::iter::once(&side.total)
@@ -209,19 +193,6 @@ impl RunMetrics {
                 self.max_rss
                     .with_label_values(&[end])
                     .set(counts.max_rss_kib as f64 * 1024.0);
-            }
-        }
-        if let Some((lost, ratio)) = &self.loss {
-            let (mut lost_count, mut peer_sent) = (0, 0);
-            for d in parts.iter().filter_map(|f| f.datagrams.as_ref()) {
-                lost_count += d.lost;
-                peer_sent += d.peer_sent;
-            }
-            if peer_sent > 0 {
-                lost.with_label_values(&[end]).set(lost_count as f64);
-                ratio
-                    .with_label_values(&[end])
-                    .set(lost_count as f64 / peer_sent as f64);
             }
         }
         let mut transport = TransportFigures::default();

@@ -2,11 +2,13 @@
 //! from the typed results of [`crate::results`].
 
 use crate::percentiles::{self, Percentiles};
-use crate::results::{Figures, IntervalResult, Role, SideResult, StreamInterval};
-use crate::settings::labels::Sample;
+use crate::results::{Figures, IntervalResult, SideResult, StreamInterval};
 use crate::settings::Settings;
 use crate::stats::{LatencySummary, StreamStats};
-use crate::transport::facts::{Amount, OnInterval};
+use crate::transport::facts::{Amount, OnHeader, OnInterval};
+use crate::transport::figures::TransportInForce;
+use crate::transport::labels::Sample;
+use crate::transport::Role;
 use crate::units::{
     bit_rate, bit_rate_over, byte_rate, pkt_size, rate, rate_unmeasured, size, size_triplet,
 };
@@ -79,9 +81,34 @@ fn sched_label(settings: &Settings) -> &'static str {
     }
 }
 
-/// What a report header adds for TCP: the congestion control algorithm in use.
-fn congestion_label(congestion: Option<&str>) -> String {
-    congestion.map_or_else(String::new, |c| format!(" cc={c}"))
+/// What a report header adds of the transport's facts: of what the sockets ended up
+/// with (TCP's congestion control, and on the server its receive low-water mark and
+/// nap), then of what the transport set up (RDMA's API and device), those `role`'s
+/// header shows.
+fn facts_label(settings: &Settings, in_force: Option<&TransportInForce>, role: Role) -> String {
+    let mut out = String::new();
+    let sockets = in_force.into_iter().flat_map(TransportInForce::each);
+    for facts in sockets.chain(settings.transport.facts()) {
+        for e in facts.entries() {
+            let shown = match e.shown.header {
+                Some(OnHeader::EveryEnd) => true,
+                Some(OnHeader::Server) => role == Role::Server,
+                None => false,
+            };
+            if shown {
+                let _ = write!(out, " {}={}", e.label, header_amount(&e.amount));
+            }
+        }
+    }
+    out
+}
+
+/// A setting as a header line has it: sizes as `pkt_size` has them.
+fn header_amount(amount: &Amount) -> String {
+    match amount {
+        Amount::Bytes(n) => u32::try_from(*n).map_or_else(|_| exact(amount), pkt_size),
+        other => exact(other),
+    }
 }
 
 /// What the header says of a latency figure whose samples are not one per packet:
@@ -115,12 +142,12 @@ fn sample_label(settings: &Settings, role: Role) -> String {
 }
 
 /// The client's header line(s): one line for a single stream, one per stream else.
-/// `congestion`: the algorithm the client's sockets use (TCP); `length`: how long the
-/// run lasts, where it was given no length.
+/// `in_force`: what the client's sockets ended up with; `length`: how long the run
+/// lasts, where it was given no length.
 pub fn client_header(
     settings: &Settings,
     streams: &[(u32, String, String)],
-    congestion: Option<&str>,
+    in_force: Option<&TransportInForce>,
     length: Option<&str>,
 ) -> String {
     let proto = settings.protocol().name();
@@ -133,7 +160,7 @@ pub fn client_header(
         if settings.flows { "flows" } else { "nsockets" },
         settings.nsockets,
         own.engine,
-        congestion_label(congestion),
+        facts_label(settings, in_force, Role::Client),
         own.setup,
         settings.workload_label(),
         sched_label(settings),
@@ -235,37 +262,19 @@ pub fn peer_line(settings: &Settings, peer: &SideResult, width: usize) -> String
         (None, _) if peer.role.sends(settings) => parts.push(part("sent", t.bytes_sent, t.secs())),
         (None, _) => parts.push(part("received", t.bytes_received, t.secs())),
     }
-    // The datagrams it received: a server that only sent has none to count.
-    if let Some(d) = t
-        .datagrams
-        .as_ref()
-        .filter(|d| d.received > 0 || d.peer_sent > 0)
-    {
-        let lost = if d.peer_sent > 0 {
-            100.0 * d.lost as f64 / d.peer_sent as f64
-        } else {
-            0.0
-        };
-        let mut udp = format!(
-            "lost {} of {} ({lost:.2}%), {} duplicated, {} out of order",
-            d.lost, d.peer_sent, d.duplicates, d.out_of_order
-        );
-        if let Some(j) = d.jitter_ns {
-            let _ = write!(udp, ", jitter {:.2}us", j / 1000.0);
-        }
-        parts.push(udp);
-    }
+    parts.extend(
+        t.transport
+            .each()
+            .filter_map(|facts| facts.summary_clause()),
+    );
     // --rx-timestamps: the two halves of its receive latency, by their medians.
-    let medians: Vec<String> = [
-        ("network", &t.network_latency),
-        ("app wait", &t.app_latency),
-    ]
-    .into_iter()
-    .filter_map(|(name, l)| {
-        let ns = l.as_ref()?.at(50.0)?;
-        Some(format!("{name} p50 {:.2}us", ns as f64 / 1000.0))
-    })
-    .collect();
+    let medians: Vec<String> = (t.transport.each())
+        .flat_map(|facts| facts.latencies())
+        .filter_map(|(name, l)| {
+            let ns = l.at(50.0)?;
+            Some(format!("{name} p50 {:.2}us", ns as f64 / 1000.0))
+        })
+        .collect();
     if !medians.is_empty() {
         parts.push(medians.join(", "));
     }
@@ -310,7 +319,8 @@ fn sender_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
         );
     }
     if t.retries > 0
-        || (settings.workload.mprtt() && settings.protocol() == crate::settings::Protocol::Udp)
+        || (settings.workload.mprtt()
+            && settings.protocol() == crate::transport::settings::Protocol::Udp)
     {
         let _ = writeln!(out, "{:<width$}: {}", "retries", t.retries);
     }
@@ -331,14 +341,19 @@ fn sender_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
             out += &submit_line("lat_submit", width, l);
         }
     }
-    if let Some(d) = &t.datagrams {
-        out += &d.report_lines(width);
-    }
+    out += &own_lines(t, width);
     out += &facts_lines(width, r);
     if r.streams.len() > 1 {
         out += &per_stream_block(r, "sent", |f| (f.send_latency.as_ref(), f.bytes_sent));
     }
     out
+}
+
+/// The transports' lines of their own (UDP's datagram accounting).
+fn own_lines(t: &Figures, width: usize) -> String {
+    (t.transport.each())
+        .map(|facts| facts.report_lines(width))
+        .collect()
 }
 
 /// The CPU time and TCP_INFO lines, for what was measured: `ctxsw=` voluntary/involuntary
@@ -373,8 +388,13 @@ fn facts_lines(width: usize, r: &SideResult) -> String {
             .filter(|e| e.shown.summary)
             .map(|e| format!("{}={}", e.label, exact(&e.amount)))
             .collect();
+        let sentences = facts.sentences();
+        // A transport whose summary shows nothing has no line.
+        if figures.is_empty() && sentences.is_empty() {
+            continue;
+        }
         let _ = writeln!(out, "{:<width$}: {}", facts.title(), figures.join("  "));
-        for sentence in facts.sentences() {
+        for sentence in sentences {
             let _ = writeln!(out, "{:<width$}  {sentence}", "");
         }
     }
@@ -388,6 +408,7 @@ fn exact(amount: &Amount) -> String {
         Amount::Bytes(n) => format!("{n}B"),
         Amount::Micros(us) => format!("{us}us"),
         Amount::BytesPerSecond(n) => bit_rate(*n as f64),
+        Amount::Ratio(r) => format!("{:.2}%", r * 100.0),
         Amount::Text(t) => t.clone(),
     }
 }
@@ -446,37 +467,16 @@ fn short_latency(l: &LatencySummary) -> String {
     line.trim_start_matches(": ").trim_end().to_string()
 }
 
-/// What the server's header adds for TCP: a receive low-water mark above the kernel's
-/// default of 1 byte and the reads' nap while data flows, since the server picks both
-/// by its cores unless `--rcvlowat` is given.
-fn receive_label(rcvlowat: Option<u32>, rx_nap: Option<Duration>) -> String {
-    let mark = rcvlowat
-        .filter(|&bytes| bytes > 1)
-        .map_or_else(String::new, |bytes| {
-            format!(" rcvlowat={}", pkt_size(bytes))
-        });
-    let nap = rx_nap.map_or_else(String::new, |nap| format!(" rx_nap={}us", nap.as_micros()));
-    mark + &nap
-}
-
-/// The server's connection line, after `Server listening on ...`. `congestion` and
-/// `rcvlowat`, `rx_nap`: the algorithm, receive low-water mark and nap while data flows
-/// that the server's sockets use (TCP).
-pub fn server_header(
-    settings: &Settings,
-    from: &str,
-    congestion: Option<&str>,
-    rcvlowat: Option<u32>,
-    rx_nap: Option<Duration>,
-) -> String {
+/// The server's connection line, after `Server listening on ...`. `in_force`: what
+/// the server's sockets ended up with.
+pub fn server_header(settings: &Settings, from: &str, in_force: &TransportInForce) -> String {
     let own = settings.transport.labels();
     format!(
-        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}{}\n",
+        " new {} connection from {from}. pkt_size({}){}{}{}{}{}{}{}\n",
         settings.protocol().name(),
         pkt_size(settings.pktsize),
         own.engine,
-        congestion_label(congestion),
-        receive_label(rcvlowat, rx_nap),
+        facts_label(settings, Some(in_force), Role::Server),
         own.setup,
         settings.workload_label(),
         sched_label(settings),
@@ -516,15 +516,12 @@ fn receiver_lines(settings: &Settings, r: &SideResult, width: usize) -> String {
     if let Some(l) = &t.recv_latency {
         out += &latency_line(latency_label(settings), width, l);
     }
-    if let Some(l) = &t.network_latency {
-        out += &latency_line("network", width, l);
+    for facts in t.transport.each() {
+        for (name, l) in facts.latencies() {
+            out += &latency_line(name, width, l);
+        }
     }
-    if let Some(l) = &t.app_latency {
-        out += &latency_line("app wait", width, l);
-    }
-    if let Some(d) = &t.datagrams {
-        out += &d.report_lines(width);
-    }
+    out += &own_lines(t, width);
     out += &facts_lines(width, r);
     if r.streams.len() > 1 {
         out += &per_stream_block(r, "received", |f| {
@@ -613,7 +610,7 @@ fn moved_columns(
             );
         }
     }
-    match f.datagrams {
+    match f.transport.udp.datagrams {
         Some(d) if !sends && d.peer_sent > 0 && !settings.workload.mprtt() => {
             line += &format!(
                 "  lost: {}/{} ({:.2}%)",
@@ -648,12 +645,27 @@ fn direction_line(role: Role, settings: &Settings, r: &IntervalResult, t: &Figur
 mod tests {
     use super::*;
     use crate::results::{SideTotals, StreamResult};
-    use crate::settings::TransportSettings;
     use crate::stats::LatencyStats;
+    use crate::transport::settings::TransportSettings;
     use crate::transport::sockets::SocketSettings;
     use crate::transport::tcp::settings::TcpSettings;
     use crate::workload::{Reply, Workload};
     use std::time::Instant;
+
+    /// TCP's sockets ended up with `congestion`, `rcvlowat` and a nap of `rx_nap_us`.
+    fn in_force(
+        congestion: Option<&str>,
+        rcvlowat: Option<u32>,
+        rx_nap_us: Option<u32>,
+    ) -> TransportInForce {
+        TransportInForce {
+            tcp: crate::transport::tcp::facts::TcpInForce {
+                congestion: congestion.map(str::to_owned),
+                rcvlowat,
+                rx_nap_us,
+            },
+        }
+    }
 
     fn side(bytes: u64, secs: f64, nstreams: u32) -> SideResult {
         let mut lat = LatencyStats::default();
@@ -667,10 +679,7 @@ mod tests {
             send_latency: lat.summary(&Percentiles::default()),
             recv_latency: lat.summary(&Percentiles::default()),
             submit_latency: None,
-            network_latency: None,
-            app_latency: None,
             retries: 0,
-            datagrams: None,
             transport: Default::default(),
             drain_ns: None,
         };
@@ -683,9 +692,7 @@ mod tests {
                     index,
                     local: "127.0.0.1:1".into(),
                     peer: "127.0.0.1:28444".into(),
-                    congestion: None,
-                    rcvlowat: None,
-                    rx_nap_us: None,
+                    in_force: Default::default(),
                     figures: figures.clone(),
                 })
                 .collect(),
@@ -704,7 +711,12 @@ mod tests {
             "TCP CLIENT => 127.0.0.1:28444 pkt_size=32768B sync(no-queue) nsockets=1 sched=batch\n"
         );
         assert_eq!(
-            client_header(&s, &streams, Some("cubic"), None),
+            client_header(
+                &s,
+                &streams,
+                Some(&in_force(Some("cubic"), None, None)),
+                None
+            ),
             "TCP CLIENT => 127.0.0.1:28444 pkt_size=32768B sync(no-queue) nsockets=1 cc=cubic \
              sched=batch\n"
         );
@@ -791,21 +803,29 @@ mod tests {
     fn server_report_has_the_seed_layout() {
         let s = Settings::default();
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384", None, None, None),
+            server_header(&s, "127.0.0.1:50384", &in_force(None, None, None)),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) sched=batch latency=per-read(128KB)\n"
         );
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(1), None),
+            server_header(&s, "127.0.0.1:50384", &in_force(Some("bbr"), Some(1), None)),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr sched=batch latency=per-read(128KB)\n"
         );
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384", Some("bbr"), Some(128 << 10), None),
+            server_header(
+                &s,
+                "127.0.0.1:50384",
+                &in_force(Some("bbr"), Some(128 << 10), None)
+            ),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr rcvlowat=128KB \
              sched=batch latency=per-read(128KB)\n"
         );
-        let nap = Some(Duration::from_micros(20));
+        let nap = Some(20);
         assert_eq!(
-            server_header(&s, "127.0.0.1:50384", Some("cubic"), Some(128 << 10), nap),
+            server_header(
+                &s,
+                "127.0.0.1:50384",
+                &in_force(Some("cubic"), Some(128 << 10), nap)
+            ),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic rcvlowat=128KB \
              rx_nap=20us sched=batch latency=per-read(128KB)\n"
         );
@@ -818,7 +838,7 @@ mod tests {
             ..TcpSettings::default()
         });
         assert_eq!(
-            server_header(&skip, "127.0.0.1:50384", Some("bbr"), None, None),
+            server_header(&skip, "127.0.0.1:50384", &in_force(Some("bbr"), None, None)),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=bbr sched=batch latency=per-read(128KB) rx_copy=skipped \
              (the receiving end's reads discard the bytes in the kernel)\n"
         );
@@ -830,7 +850,11 @@ mod tests {
             ..TcpSettings::default()
         });
         assert_eq!(
-            server_header(&window, "127.0.0.1:50384", Some("cubic"), None, None),
+            server_header(
+                &window,
+                "127.0.0.1:50384",
+                &in_force(Some("cubic"), None, None)
+            ),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB) cc=cubic window=256KB \
              sched=batch latency=per-read(128KB)\n"
         );
@@ -839,13 +863,13 @@ mod tests {
             pktsize: 128 << 10,
             ..Settings::default()
         };
-        assert!(!server_header(&big, "x", None, None, None).contains("latency="));
+        assert!(!server_header(&big, "x", &in_force(None, None, None)).contains("latency="));
         let round_trips = Settings {
             workload: Workload::RoundTrip(Reply::Ack),
             ..Settings::default()
         };
         assert_eq!(
-            server_header(&round_trips, "127.0.0.1:50384", None, None, None),
+            server_header(&round_trips, "127.0.0.1:50384", &in_force(None, None, None)),
             " new TCP connection from 127.0.0.1:50384. pkt_size(32KB)\n"
         );
         let mut r = side(10_737_418_240, 2.83, 1);

@@ -4,8 +4,9 @@
 
 use super::{RunEnd, RunStart, Sink};
 use crate::output::report::{client_body, client_header, interval_line, peer_line};
-use crate::results::{IntervalResult, Role};
+use crate::results::IntervalResult;
 use crate::settings::Settings;
+use crate::transport::Role;
 use anyhow::Result;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,11 +35,11 @@ impl<W: Write> Sink for Text<W> {
             .iter()
             .map(|s| (s.index, s.local.clone(), s.peer.clone()))
             .collect();
-        let congestion = run.streams.first().and_then(|s| s.congestion.as_deref());
+        let in_force = run.streams.first().map(|s| &s.in_force);
         write!(
             self.out,
             "{}",
-            client_header(run.settings, &list, congestion, self.length_note.as_deref())
+            client_header(run.settings, &list, in_force, self.length_note.as_deref())
         )?;
         Ok(self.out.flush()?)
     }

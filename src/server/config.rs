@@ -78,12 +78,8 @@ pub enum ServerEvent {
     Started {
         settings: Settings,
         from: String,
-        /// TCP: the congestion control algorithm of the server's sockets.
-        congestion: Option<String>,
-        /// TCP: the receive low-water mark of the server's sockets.
-        rcvlowat: Option<u32>,
-        /// TCP: the nap of the server's reads while data flows.
-        rx_nap: Option<std::time::Duration>,
+        /// What the server's sockets ended up with.
+        in_force: crate::transport::figures::TransportInForce,
     },
     /// A reporting interval (`-i`) of the running test ended; the server's figures.
     Interval {

@@ -4,9 +4,10 @@
 use super::config::ServerEvent;
 use super::events::EventSender;
 use crate::engine::Received;
-use crate::results::{nanos, Figures, Role, SideResult, SideTotals, StreamResult};
+use crate::results::{nanos, Figures, SideResult, SideTotals, StreamResult};
 use crate::sessions::SessionGuard;
 use crate::settings::Settings;
+use crate::transport::Role;
 use std::time::Duration;
 
 /// The server's figures: each stream over its span (its first byte received to its
@@ -26,15 +27,13 @@ pub(crate) fn server_result(settings: &Settings, per_stream: &[(u32, Received)])
                 .span
                 .map_or(Duration::ZERO, |(a, b)| b.saturating_duration_since(a));
             let mut figures = Figures::new(&r.stats, time, &settings.percentiles);
-            figures.transport = r.transport.clone();
+            figures.transport.merge(&r.transport);
             figures.drain_ns = r.drain.map(nanos);
             StreamResult {
                 index: *index,
                 local: r.local.clone(),
                 peer: r.peer.clone(),
-                congestion: r.congestion.clone(),
-                rcvlowat: r.rcvlowat,
-                rx_nap_us: r.rx_nap_us,
+                in_force: r.in_force.clone(),
                 figures,
             }
         })

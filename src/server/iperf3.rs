@@ -17,14 +17,16 @@ use crate::iperf3::udp;
 use crate::iperf3::wire::{self, Cookie, ErrorCode, State, COOKIE_LEN};
 use crate::limits::{LimitError, StopReason, TestWatch, Watchdog};
 use crate::pending::PendingSlot;
-use crate::results::{Role, SideResult};
+use crate::results::SideResult;
 use crate::server::config::{ServerConfig, ServerEvent};
 use crate::server::events::EventSender;
 use crate::server::figures::{close_session, server_result};
 use crate::sessions::{SessionGuard, Sessions};
-use crate::settings::{Protocol, Settings};
-use crate::stream::Stream;
+use crate::settings::Settings;
+use crate::transport::settings::Protocol;
+use crate::transport::stream::Stream;
 use crate::transport::DataConn;
+use crate::transport::Role;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 use std::io::{self, Read};
@@ -178,8 +180,13 @@ fn run_test(
                 .map_err(|e| refuse(sock, ErrorCode::StreamAccept, libc::ETIMEDOUT, e))?;
             // Connections with the test's cookie beyond its streams close at once.
             registered.streams_connected_from(&routed);
-            crate::transport::tcp::streams_over(&test.run, Role::Server, conns, abort.clone())
-                .map_err(|e| refuse(sock, ErrorCode::SetCongestion, 0, e))?
+            crate::transport::tcp::streams_over(
+                &test.run.stream_plan(),
+                Role::Server,
+                conns,
+                abort.clone(),
+            )
+            .map_err(|e| refuse(sock, ErrorCode::SetCongestion, 0, e))?
         }
     };
     let from = format!(
@@ -194,9 +201,7 @@ fn run_test(
     let started = ServerEvent::Started {
         settings: test.announced.clone(),
         from,
-        congestion: facts.congestion,
-        rcvlowat: facts.rcvlowat,
-        rx_nap: facts.rx_nap,
+        in_force: facts.in_force,
     };
     // With tests in parallel, each report is sent in one piece at the end.
     let started = if parallel {
@@ -566,6 +571,6 @@ fn results_json(
         tcp: r.transport.tcp,
         seconds,
     });
-    let congestion = per_stream.first().and_then(|(_, r)| r.congestion.clone());
+    let congestion = (per_stream.first()).and_then(|(_, r)| r.in_force.tcp.congestion.clone());
     results::message(settings.protocol(), streams, result.cpu, wall, congestion)
 }

@@ -6,23 +6,26 @@
 //! Invariant: a [`Settings`] value that passed [`Settings::validate`] is safe to act on;
 //! nothing past validation re-checks a field.
 
-pub mod labels;
 pub mod options;
-pub mod shape;
-pub mod transport;
 
 use crate::options::Feature;
 use crate::percentiles::{Percentiles, PercentilesError};
 use crate::stream::sender::QueueKind;
-use crate::stream::DEFAULT_PKTSIZE;
+use crate::stream::{DEFAULT_PKTSIZE, MAX_PKTSIZE};
 use crate::transport::rdma::settings::RdmaSettingsError;
+use crate::transport::rdma::RdmaTransport;
+use crate::transport::settings::{Protocol, TransportSettings};
+use crate::transport::shape::{RunShape, MAX_FOOTPRINT};
+use crate::transport::stream::StreamOptions;
+use crate::transport::tcp::crr::CrrTransport;
 use crate::transport::tcp::settings::{TcpSettings, TcpSettingsError};
+use crate::transport::tcp::TcpTransport;
 use crate::transport::udp::settings::{UdpSettingsError, MAX_RETRIES};
+use crate::transport::udp::UdpTransport;
+use crate::transport::{StreamPlan, Transport};
 use crate::workload::{Reply, Workload, WorkloadError};
 use serde::Serialize;
-pub use shape::{RunShape, MAX_FOOTPRINT};
 use thiserror::Error;
-pub use transport::{Protocol, TransportSettings};
 
 /// Default base port: data stream `i` uses `DEFAULT_PORT + i`.
 pub const DEFAULT_PORT: u16 = 28444;
@@ -50,8 +53,6 @@ pub const MAX_NSOCKETS: u32 = 100;
 pub const MAX_NSTREAMS: u32 = 256;
 /// Most connections one run may multiplex over its threads (`--flows`).
 pub const MAX_FLOWS: u32 = 10_000;
-/// Largest bytes-per-send accepted (a buffer of this size is allocated per socket).
-pub const MAX_PKTSIZE: u32 = 64 << 20;
 /// Largest run size accepted: 2^40 MB would overflow byte counters' headroom.
 pub const MAX_MB: u64 = 1 << 30;
 /// Bytes in one "MB" as fperf counts it.
@@ -349,6 +350,50 @@ impl Settings {
         self.transport.protocol()
     }
 
+    /// What a transport's set-up reads of this run (see [`StreamPlan`]).
+    pub fn stream_plan(&self) -> StreamPlan {
+        let sockets = self.transport.sockets().cloned().unwrap_or_default();
+        StreamPlan {
+            shape: self.shape(),
+            transport: self.transport.clone(),
+            options: StreamOptions {
+                nsockets: self.nsockets as usize,
+                queue: self.queue,
+                pktsize: self.pktsize as usize,
+                mprtt: self.workload.mprtt(),
+                echo: self.workload.echo(),
+                response_size: self.response_size.map_or(1, |n| n as usize),
+                busy_poll: sockets.busy_poll,
+                cpu: None,
+                window: sockets.window.map(|w| w as usize),
+                tos: sockets.tos,
+                // The flows' sockets never block, and the receiving end waits for them
+                // in one epoll set.
+                epoll: sockets.epoll || self.flows,
+                flows: self.flows,
+                ..StreamOptions::default()
+            },
+            client_cpus: self.client_cpus.clone(),
+            server_cpus: self.server_cpus.clone(),
+            server_sends: (0..self.nstreams)
+                .map(|i| self.server_sends_on(i))
+                .collect(),
+        }
+    }
+
+    /// The transport that carries this run, with its own options: its protocol's, or
+    /// TCP's `--crr`.
+    pub fn data_transport(&self) -> Box<dyn Transport> {
+        match &self.transport {
+            TransportSettings::Tcp(tcp) if self.workload == Workload::Crr => {
+                Box::new(CrrTransport(tcp.clone()))
+            }
+            TransportSettings::Tcp(tcp) => Box::new(TcpTransport(tcp.clone())),
+            TransportSettings::Udp(udp) => Box::new(UdpTransport(udp.clone())),
+            TransportSettings::Rdma(rdma) => Box::new(RdmaTransport(rdma.clone())),
+        }
+    }
+
     /// The facts of this run that the transport's own settings are checked and tuned
     /// against.
     pub fn shape(&self) -> RunShape {
@@ -587,7 +632,7 @@ impl Settings {
     /// `--window` when it sizes TCP data connections (UDP's apply to its datagram
     /// sockets).
     pub fn tcp_window(&self) -> Option<u32> {
-        self.tcp().and_then(|tcp| tcp.sockets.window)
+        self.transport.tcp_window()
     }
 
     /// Whether a UDP run's datagrams must go unfragmented (`--dont-fragment`).
@@ -597,10 +642,7 @@ impl Settings {
 
     /// TCP's own options, in a TCP run.
     pub fn tcp(&self) -> Option<&TcpSettings> {
-        match &self.transport {
-            TransportSettings::Tcp(tcp) => Some(tcp),
-            _ => None,
-        }
+        self.transport.tcp()
     }
 
     /// Bytes each stream sends, or `None` when the run is bounded by time.

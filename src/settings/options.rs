@@ -2,9 +2,10 @@
 //! [`crate::options`]): the command line, `fperf mesh`, the exporter's probe and the
 //! iperf3 front end take them from [`OPTIONS`].
 
-use super::{Settings, MAX_NSTREAMS, MAX_PKTSIZE};
+use super::{Settings, MAX_NSTREAMS};
 use crate::options::{whole_number, Iperf3, Mesh, Takes, TestOption};
 use crate::percentiles::PercentilesError;
+use crate::stream::MAX_PKTSIZE;
 use crate::workload::{Reply, Workload, WorkloadError};
 
 /// Every test-wide option declared here, in the order a probe's parameters list them.

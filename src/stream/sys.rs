@@ -1,7 +1,7 @@
 //! Thin wrappers over the system calls the STREAM needs and std does not offer:
 //! `poll()`, socket buffer sizes and TCP socket options.
 
-use super::buffer_grant::BufferGrant;
+use crate::stats::buffer_grant::BufferGrant;
 use socket2::SockRef;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -332,30 +332,4 @@ pub(crate) fn set_user_timeout(sock: &std::net::TcpStream, timeout: Duration) ->
 #[inline]
 pub(crate) fn tcp_quickack(fd: &impl AsRawFd) -> io::Result<()> {
     set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
-}
-
-/// `tcpi_options` bit: both ends agreed to scale windows (`linux/tcp.h`).
-const TCPI_OPT_WSCALE: u8 = 4;
-
-/// Whether a connected socket's window scale, fixed in its handshake, is short of a
-/// receive window of `bytes` (as the kernel offers one: rounded down to whole segments).
-/// If so, returns the largest window the scale lets it advertise: 65535 bytes shifted
-/// by the scale it offered, or unshifted if scaling was not agreed.
-pub(crate) fn receive_window_short_of(fd: &impl AsRawFd, bytes: u64) -> io::Result<Option<u64>> {
-    let info = crate::transport::tcp::facts::read_tcp_info(fd)?;
-    // Two 4-bit fields, `tcpi_snd_wscale` first: the low bits on a little-endian target.
-    let both = info.tcpi_snd_rcv_wscale;
-    let rcv_wscale = if cfg!(target_endian = "little") {
-        both >> 4
-    } else {
-        both & 0xf
-    };
-    let shift = if info.tcpi_options & TCPI_OPT_WSCALE != 0 {
-        rcv_wscale
-    } else {
-        0
-    };
-    let limit = u64::from(u16::MAX) << shift;
-    let offered = bytes - bytes % u64::from(info.tcpi_advmss).max(1);
-    Ok((limit < offered).then_some(limit))
 }

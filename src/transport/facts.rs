@@ -2,9 +2,12 @@
 //! counts, and how the outputs learn of it without knowing the transport.
 //!
 //! Each transport keeps its figures in a type of its own folder (TCP's `TCP_INFO` in
-//! [`super::tcp::facts`]). [`super::figures::TransportFigures`] carries whichever a run has, in
-//! results and on the wire; the renderers ask it for [`Facts`] and list their
+//! [`super::tcp::facts`], UDP's datagram counts in [`super::udp::facts`]).
+//! [`super::figures::TransportFigures`] carries whichever a run has, in results and on
+//! the wire; the renderers ask it for [`Facts`] and list their
 //! [`Entry`]s, so a new figure is added in the transport's folder alone.
+
+use crate::stats::LatencySummary;
 
 /// A transport's figures as the outputs render them.
 pub trait Facts {
@@ -18,6 +21,25 @@ pub trait Facts {
     /// each on a line of its own); none by default.
     fn sentences(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// What an end's one-line summary says of these figures (UDP: the datagrams it
+    /// received); nothing by default.
+    fn summary_clause(&self) -> Option<String> {
+        None
+    }
+
+    /// Latency distributions of its own, each with the name the text report gives it
+    /// (UDP's `--rx-timestamps`: the way through the network, the wait for the read);
+    /// none by default.
+    fn latencies(&self) -> Vec<(&'static str, &LatencySummary)> {
+        Vec::new()
+    }
+
+    /// Lines of its own in the text report, labels padded to `width` (UDP's datagram
+    /// accounting); none by default.
+    fn report_lines(&self, _width: usize) -> String {
+        String::new()
     }
 }
 
@@ -46,6 +68,8 @@ pub enum Amount {
     Micros(u64),
     /// A rate in bytes per second.
     BytesPerSecond(u64),
+    /// A share of a whole, 0 to 1.
+    Ratio(f64),
     Text(String),
 }
 
@@ -56,6 +80,7 @@ impl Amount {
         match self {
             Amount::Count(n) | Amount::Bytes(n) | Amount::BytesPerSecond(n) => Some(*n as f64),
             Amount::Micros(us) => Some(*us as f64 / 1e6),
+            Amount::Ratio(r) => Some(*r),
             Amount::Text(_) => None,
         }
     }
@@ -68,6 +93,8 @@ pub struct Shown {
     pub summary: bool,
     /// On interval lines, and on which.
     pub interval: Option<OnInterval>,
+    /// On the header line of the test, and of which ends.
+    pub header: Option<OnHeader>,
 }
 
 /// Which interval lines show a figure.
@@ -77,6 +104,14 @@ pub enum OnInterval {
     Always,
     /// Only where the end (or stream) sends.
     Sending,
+}
+
+/// Which ends' header lines show a figure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnHeader {
+    EveryEnd,
+    /// Only the server's: what it picks of its own.
+    Server,
 }
 
 /// An OpenMetrics gauge, labelled by the end that measured it; the value is in the

@@ -2,7 +2,10 @@
 //! without knowing which transport measured them (see [`super::facts`]).
 
 use super::facts::Facts;
-use super::tcp::facts::TcpInfo;
+use super::tcp::facts::{TcpInForce, TcpInfo};
+use super::udp::facts::UdpFacts;
+use crate::percentiles::Percentiles;
+use crate::stats::StreamStats;
 use serde::{Deserialize, Serialize};
 
 /// The transports' own figures of a stream, or of streams together: each transport's
@@ -13,9 +16,28 @@ pub struct TransportFigures {
     /// TCP's own figures for the sockets (`TCP_INFO`); `null` for other transports.
     #[serde(default)]
     pub tcp: Option<TcpInfo>,
+    /// UDP's own figures, empty for other transports. The wire and the JSON documents
+    /// write them in forms of their own (latencies as each writes them), under the
+    /// keys they have always had.
+    #[serde(skip)]
+    pub udp: UdpFacts,
 }
 
 impl TransportFigures {
+    /// What the STREAMs of `stats` counted of their own (UDP's datagrams), latencies
+    /// at `percentiles`; no socket's figures yet (see [`TransportFigures::merge`]).
+    pub fn counted(stats: &StreamStats, percentiles: &Percentiles) -> TransportFigures {
+        TransportFigures {
+            tcp: None,
+            udp: UdpFacts::counted(stats, percentiles),
+        }
+    }
+
+    /// What makes these figures, as a peer sent them, impossible, if anything.
+    pub fn impossible(&self) -> Option<String> {
+        self.udp.impossible()
+    }
+
     /// Combines the figures of two disjoint sets of sockets.
     pub fn merge(&mut self, other: &TransportFigures) {
         match (&mut self.tcp, &other.tcp) {
@@ -23,6 +45,7 @@ impl TransportFigures {
             (a @ None, Some(b)) => *a = Some(*b),
             _ => {}
         }
+        self.udp.merge(&other.udp);
     }
 
     /// The figures of a span that began at `earlier`: counts since then, the rest as
@@ -33,11 +56,37 @@ impl TransportFigures {
                 (Some(now), Some(then)) => Some(now.since(then)),
                 (now, _) => *now,
             },
+            udp: self.udp.since(&earlier.udp),
         }
     }
 
     /// The figures there are, each as the outputs read them.
     pub fn each(&self) -> impl Iterator<Item = &dyn Facts> {
-        self.tcp.iter().map(|t| t as &dyn Facts)
+        let tcp = self.tcp.iter().map(|t| t as &dyn Facts);
+        tcp.chain(std::iter::once(&self.udp as &dyn Facts))
+    }
+}
+
+/// What the transports' sockets of a stream ended up with, as the kernel reported it:
+/// settings, unlike [`TransportFigures`], that hold for the life of the sockets. Each
+/// transport's, empty where it has none; flattened into what holds it, so each keeps
+/// its key in JSON documents.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct TransportInForce {
+    #[serde(flatten)]
+    pub tcp: TcpInForce,
+}
+
+impl TransportInForce {
+    /// What a sending stream reports of these.
+    pub fn sending(&self) -> TransportInForce {
+        TransportInForce {
+            tcp: self.tcp.sending(),
+        }
+    }
+
+    /// The settings there are, each as the outputs read them.
+    pub fn each(&self) -> impl Iterator<Item = &dyn Facts> {
+        std::iter::once(&self.tcp as &dyn Facts)
     }
 }

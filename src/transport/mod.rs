@@ -1,27 +1,97 @@
 //! Transports: how the data STREAMs of one protocol are set up between the two ends.
 //!
 //! The server and client drive every protocol through [`Transport`]; the only place
-//! that maps a protocol's settings (or a workload such as `--crr`) to code is
-//! [`for_settings`]. A new transport is a new folder: its options and their checks
-//! (`settings.rs`, one [`TransportSettings`] variant) and its set-up implementing the
-//! trait (its STREAM lives under [`crate::stream`]).
+//! that maps a run's settings (or a workload such as `--crr`) to code is
+//! [`crate::settings::Settings::data_transport`]. A new transport is a new folder: its
+//! options and their checks (`settings.rs`, one [`TransportSettings`] variant), its
+//! set-up implementing the trait, and its STREAM. A transport's set-up reads the run
+//! through a [`StreamPlan`], which the settings build, never the settings themselves.
 
 pub mod facts;
 pub mod figures;
+pub mod labels;
 pub mod rdma;
+pub mod settings;
+pub mod setup;
+pub mod shape;
 pub mod sockets;
+pub mod stream;
 pub mod tcp;
 pub mod udp;
 
-use crate::settings::{Settings, TransportSettings};
-use crate::stream::{Stream, StreamOptions};
-use crate::workload::Workload;
 use anyhow::{bail, Result};
+use serde::Serialize;
+use settings::TransportSettings;
+use setup::SetupFrames;
+use shape::RunShape;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
+use stream::{Stream, StreamOptions};
+
+/// Which end of a run: the client or the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "role")]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Client,
+    Server,
+}
+
+/// What a transport's set-up reads of the run, whichever end it is: built from the
+/// run's settings ([`crate::settings::Settings::stream_plan`]), so that transports name
+/// only what they use.
+#[derive(Clone, Debug)]
+pub struct StreamPlan {
+    /// Streams, sockets per stream, bytes per send and the rest the run's shape says.
+    pub shape: RunShape,
+    /// The transport's own settings.
+    pub transport: TransportSettings,
+    /// The STREAM options both ends derive from the run's settings, but for the abort
+    /// flag ([`StreamPlan::stream_options`] adds the session's); a transport adds its
+    /// own.
+    pub options: StreamOptions,
+    /// CPUs the client's data threads are pinned to, stream by stream in turn.
+    pub client_cpus: Vec<u32>,
+    /// CPUs the server's data threads are pinned to, as the client's.
+    pub server_cpus: Vec<u32>,
+    /// For each stream in order, whether the server sends on it (as the workload has
+    /// it).
+    pub server_sends: Vec<bool>,
+}
+
+impl StreamPlan {
+    /// The STREAM options of the run, stopped by `abort`.
+    pub fn stream_options(&self, abort: Arc<AtomicBool>) -> StreamOptions {
+        StreamOptions {
+            abort,
+            ..self.options.clone()
+        }
+    }
+
+    /// Whether the server sends on stream `stream`.
+    pub fn server_sends_on(&self, stream: u32) -> bool {
+        self.server_sends
+            .get(stream as usize)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// Whether `end` sends on stream `stream`.
+    pub fn sends_on(&self, end: Role, stream: u32) -> bool {
+        (end == Role::Client) != self.server_sends_on(stream)
+    }
+
+    /// The CPUs `end`'s data threads are pinned to.
+    pub fn cpus(&self, end: Role) -> &[u32] {
+        match end {
+            Role::Client => &self.client_cpus,
+            Role::Server => &self.server_cpus,
+        }
+    }
+}
 
 /// A data connection that arrived on a TCP port of the server and named itself (with a
 /// `DataHello` frame, or an iperf3 cookie).
@@ -46,7 +116,9 @@ pub type RefusalReport = Arc<dyn Fn(Refusal) + Send + Sync>;
 
 /// What the server side of a transport knows about the session being set up.
 pub struct ServerCtx {
-    pub settings: Settings,
+    pub plan: StreamPlan,
+    /// How set-up messages are framed on the data connections.
+    pub frames: &'static dyn SetupFrames,
     pub session: u64,
     /// The address the client reached the control port on; data listeners use its IP.
     pub local: SocketAddr,
@@ -79,7 +151,9 @@ pub struct LocalEnd<'a> {
 
 /// What the client side of a transport knows.
 pub struct ClientCtx {
-    pub settings: Settings,
+    pub plan: StreamPlan,
+    /// How set-up messages are framed on the data connections.
+    pub frames: &'static dyn SetupFrames,
     pub session: u64,
     /// The server's control address; stream `i` connects to its IP at `port + i`.
     pub server: SocketAddr,
@@ -104,9 +178,9 @@ pub trait Acceptor: Send {
 
 /// One protocol's way of setting up data STREAMs.
 pub trait Transport: Send + Sync {
-    /// Client: refuses settings this transport cannot carry to `server`, before anything
-    /// is sent (e.g. a UDP datagram too large for the IP version).
-    fn check(&self, _settings: &Settings, _server: SocketAddr) -> Result<()> {
+    /// Client: refuses a run shaped `run` that this transport cannot carry to `server`,
+    /// before anything is sent (e.g. a UDP datagram too large for the IP version).
+    fn check(&self, _run: &RunShape, _server: SocketAddr) -> Result<()> {
         Ok(())
     }
     /// Server: binds what the data streams need, before the client is told `Ready`.
@@ -115,47 +189,10 @@ pub trait Transport: Send + Sync {
     fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>>;
 }
 
-/// The transport that carries `settings`, with its own options: its protocol's, or
-/// TCP's `--crr`.
-pub fn for_settings(settings: &Settings) -> Box<dyn Transport> {
-    match &settings.transport {
-        TransportSettings::Tcp(tcp) if settings.workload == Workload::Crr => {
-            Box::new(tcp::crr::CrrTransport(tcp.clone()))
-        }
-        TransportSettings::Tcp(tcp) => Box::new(tcp::TcpTransport(tcp.clone())),
-        TransportSettings::Udp(udp) => Box::new(udp::UdpTransport(udp.clone())),
-        TransportSettings::Rdma(rdma) => Box::new(rdma::RdmaTransport(rdma.clone())),
-    }
-}
-
-/// Client, before contacting the server: checks this host can run the settings'
-/// transport (RDMA: library, device, provider) and pins what the server must match.
-pub fn prepare(settings: &Settings) -> Result<Settings> {
+/// Client, before contacting the server: checks this host can run the transport of
+/// `settings` (RDMA: library, device, provider) and pins what the server must match.
+pub fn prepare(settings: &TransportSettings) -> Result<TransportSettings> {
     rdma::prepare(settings)
-}
-
-/// The STREAM options both ends derive from the run's settings; a transport adds its
-/// own.
-pub fn stream_options(settings: &Settings, abort: Arc<AtomicBool>) -> StreamOptions {
-    let sockets = settings.transport.sockets().cloned().unwrap_or_default();
-    StreamOptions {
-        nsockets: settings.nsockets as usize,
-        queue: settings.queue,
-        pktsize: settings.pktsize as usize,
-        mprtt: settings.workload.mprtt(),
-        echo: settings.workload.echo(),
-        response_size: settings.response_size.map_or(1, |n| n as usize),
-        abort,
-        busy_poll: sockets.busy_poll,
-        cpu: None,
-        window: sockets.window.map(|w| w as usize),
-        tos: sockets.tos,
-        // The flows' sockets never block, and the receiving end waits for them in one
-        // epoll set.
-        epoll: sockets.epoll || settings.flows,
-        flows: settings.flows,
-        ..StreamOptions::default()
-    }
 }
 
 impl ClientCtx {
@@ -163,7 +200,7 @@ impl ClientCtx {
     /// consecutive from it, stream by stream (as iperf3 numbers its streams); `None`:
     /// the kernel's choice.
     pub fn client_port(&self, stream: u32, socket: u32) -> Result<Option<u16>> {
-        let k = u64::from(stream) * u64::from(self.settings.nsockets) + u64::from(socket);
+        let k = u64::from(stream) * u64::from(self.plan.shape.nsockets) + u64::from(socket);
         nth_client_port(self.cport, k)
     }
 }

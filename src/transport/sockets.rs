@@ -2,7 +2,7 @@
 //! how a thread waits for its sockets, and how large their buffers are.
 
 use crate::options::{Feature, Iperf3, Mesh, Takes, TestOption};
-use crate::settings::labels::HeaderLabels;
+use crate::transport::labels::HeaderLabels;
 use crate::units::pkt_size;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;

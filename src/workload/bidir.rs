@@ -3,8 +3,8 @@
 //! each direction over its own time.
 
 use super::{Behaviour, WorkloadError};
-use crate::settings::shape::RunShape;
-use crate::settings::transport::{Protocol, TransportSettings};
+use crate::transport::settings::{Protocol, TransportSettings};
+use crate::transport::shape::RunShape;
 
 /// The bidir workload.
 pub struct Bidir;

@@ -4,8 +4,8 @@
 //! packet ([`crate::transport::tcp::crr`]).
 
 use super::{Behaviour, Reply, WorkloadError};
-use crate::settings::shape::RunShape;
-use crate::settings::transport::TransportSettings;
+use crate::transport::settings::TransportSettings;
+use crate::transport::shape::RunShape;
 
 /// The crr workload.
 pub struct Crr;

@@ -15,8 +15,8 @@ pub mod crr;
 pub mod reverse;
 pub mod rr;
 
-use crate::settings::shape::RunShape;
-use crate::settings::transport::TransportSettings;
+use crate::transport::settings::TransportSettings;
+use crate::transport::shape::RunShape;
 use serde::Serialize;
 use thiserror::Error;
 

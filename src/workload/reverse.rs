@@ -2,8 +2,8 @@
 //! and figures, each end reporting its own side.
 
 use super::{Behaviour, WorkloadError};
-use crate::settings::shape::RunShape;
-use crate::settings::transport::{Protocol, TransportSettings};
+use crate::transport::settings::{Protocol, TransportSettings};
+use crate::transport::shape::RunShape;
 
 /// The reverse workload.
 pub struct Reverse;

@@ -4,8 +4,8 @@
 //! sizes), or the packet's own bytes (`--echo`, as sockperf's and qperf's ping-pong).
 
 use super::{Behaviour, Reply, WorkloadError};
-use crate::settings::shape::RunShape;
-use crate::settings::transport::TransportSettings;
+use crate::transport::settings::TransportSettings;
+use crate::transport::shape::RunShape;
 
 /// The request/response workload, with its reply.
 pub struct RoundTrip(pub Reply);

@@ -26,14 +26,15 @@
 //! to a domain value names every field of it, so a field added there does not compile
 //! until someone decides here whether it travels (and if not, what a peer's value is).
 //!
-//! Two kinds of value travel as the transports' own types, not as types of this module,
-//! and the same rules bind them:
-//! - Each transport's settings ([`crate::settings::TransportSettings`] with
+//! Two kinds of value travel as the types of the layers that own them, not as types of
+//! this module, and the same rules bind them:
+//! - Each transport's settings ([`crate::transport::settings::TransportSettings`] with
 //!   `TcpSettings`, `UdpSettings`, `RdmaSettings` and their `SocketSettings`) are that
 //!   transport's wire form: a transport owns its options, on the wire too, and an option
 //!   that changes what is measured is gated by the feature its settings list.
-//! - What a transport reports of its own in the results (TCP's `TcpInfo`, UDP's
-//!   `DatagramCounts`) travels as the transport's type, likewise.
+//! - What a transport reports of its own in the results (TCP's `TcpInfo`, and the
+//!   datagram counts of UDP, [`crate::stats::datagrams::DatagramCounts`]) travels as
+//!   that type, likewise.
 
 mod results;
 mod settings;

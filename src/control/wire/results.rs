@@ -7,9 +7,11 @@
 use crate::percentiles::{self, BoundedList};
 use crate::results as report;
 use crate::stats;
+use crate::stats::datagrams::DatagramCounts;
 use crate::sysinfo;
-use crate::transport::figures::TransportFigures;
-use crate::transport::udp::wire::DatagramCounts;
+use crate::transport::figures::{TransportFigures, TransportInForce};
+use crate::transport::tcp::facts::TcpInForce;
+use crate::transport::udp::facts::UdpFacts;
 use serde::{Deserialize, Serialize};
 
 /// Which end produced a result.
@@ -154,20 +156,20 @@ pub struct SystemFacts {
     pub fperf_version: String,
 }
 
-impl From<report::Role> for Role {
-    fn from(role: report::Role) -> Role {
+impl From<crate::transport::Role> for Role {
+    fn from(role: crate::transport::Role) -> Role {
         match role {
-            report::Role::Client => Role::Client,
-            report::Role::Server => Role::Server,
+            crate::transport::Role::Client => Role::Client,
+            crate::transport::Role::Server => Role::Server,
         }
     }
 }
 
-impl From<Role> for report::Role {
-    fn from(role: Role) -> report::Role {
+impl From<Role> for crate::transport::Role {
+    fn from(role: Role) -> crate::transport::Role {
         match role {
-            Role::Client => report::Role::Client,
-            Role::Server => report::Role::Server,
+            Role::Client => crate::transport::Role::Client,
+            Role::Server => crate::transport::Role::Server,
         }
     }
 }
@@ -209,6 +211,9 @@ impl From<SideResult> for report::SideResult {
 impl From<report::Figures> for Figures {
     fn from(f: report::Figures) -> Figures {
         let latency = |l: Option<stats::LatencySummary>| l.map(LatencySummary::from);
+        // UDP's figures travel in fields of their own.
+        let mut transport = f.transport;
+        let udp = std::mem::take(&mut transport.udp);
         Figures {
             bytes_sent: f.bytes_sent,
             bytes_received: f.bytes_received,
@@ -216,11 +221,11 @@ impl From<report::Figures> for Figures {
             send_latency: latency(f.send_latency),
             recv_latency: latency(f.recv_latency),
             submit_latency: latency(f.submit_latency),
-            network_latency: latency(f.network_latency),
-            app_latency: latency(f.app_latency),
+            network_latency: latency(udp.network_latency),
+            app_latency: latency(udp.app_latency),
             retries: f.retries,
-            datagrams: f.datagrams,
-            transport: f.transport,
+            datagrams: udp.datagrams,
+            transport,
             drain_ns: f.drain_ns,
         }
     }
@@ -236,11 +241,15 @@ impl From<Figures> for report::Figures {
             send_latency: latency(f.send_latency),
             recv_latency: latency(f.recv_latency),
             submit_latency: latency(f.submit_latency),
-            network_latency: latency(f.network_latency),
-            app_latency: latency(f.app_latency),
             retries: f.retries,
-            datagrams: f.datagrams,
-            transport: f.transport,
+            transport: TransportFigures {
+                udp: UdpFacts {
+                    datagrams: f.datagrams,
+                    network_latency: latency(f.network_latency),
+                    app_latency: latency(f.app_latency),
+                },
+                ..f.transport
+            },
             drain_ns: f.drain_ns,
         }
     }
@@ -284,9 +293,9 @@ impl From<report::StreamResult> for StreamResult {
             index: s.index,
             local: s.local,
             peer: s.peer,
-            congestion: s.congestion,
-            rcvlowat: s.rcvlowat,
-            rx_nap_us: s.rx_nap_us,
+            congestion: s.in_force.tcp.congestion,
+            rcvlowat: s.in_force.tcp.rcvlowat,
+            rx_nap_us: s.in_force.tcp.rx_nap_us,
             figures: s.figures.into(),
         }
     }
@@ -298,9 +307,13 @@ impl From<StreamResult> for report::StreamResult {
             index: s.index,
             local: s.local,
             peer: s.peer,
-            congestion: s.congestion,
-            rcvlowat: s.rcvlowat,
-            rx_nap_us: s.rx_nap_us,
+            in_force: TransportInForce {
+                tcp: TcpInForce {
+                    congestion: s.congestion,
+                    rcvlowat: s.rcvlowat,
+                    rx_nap_us: s.rx_nap_us,
+                },
+            },
             figures: s.figures.into(),
         }
     }
@@ -422,7 +435,7 @@ impl From<SystemFacts> for sysinfo::SystemFacts {
 mod tests {
     use super::*;
     use crate::control::{self, Message as Domain};
-    use crate::stream::buffer_grant::BufferGrant;
+    use crate::stats::buffer_grant::BufferGrant;
     use crate::transport::tcp::facts::TcpInfo;
 
     fn latency(count: u64) -> stats::LatencySummary {
@@ -449,28 +462,30 @@ mod tests {
             send_latency: Some(latency(n + 3)),
             recv_latency: Some(latency(n + 4)),
             submit_latency: Some(latency(n + 5)),
-            network_latency: Some(latency(n + 6)),
-            app_latency: Some(latency(n + 7)),
             retries: n + 8,
-            datagrams: Some(DatagramCounts {
-                sent: n + 9,
-                peer_sent: n + 10,
-                received: n + 11,
-                jitter_ns: Some(0.5),
-                rcvbuf: BufferGrant {
-                    requested: 8,
-                    granted: 4,
-                },
-                // This end's alone: it does not travel.
-                numbered: 0,
-                ..DatagramCounts::default()
-            }),
             transport: TransportFigures {
                 tcp: Some(TcpInfo {
                     sockets: 2,
                     retransmits: n + 12,
                     ..TcpInfo::default()
                 }),
+                udp: UdpFacts {
+                    datagrams: Some(DatagramCounts {
+                        sent: n + 9,
+                        peer_sent: n + 10,
+                        received: n + 11,
+                        jitter_ns: Some(0.5),
+                        rcvbuf: BufferGrant {
+                            requested: 8,
+                            granted: 4,
+                        },
+                        // This end's alone: it does not travel.
+                        numbered: 0,
+                        ..DatagramCounts::default()
+                    }),
+                    network_latency: Some(latency(n + 6)),
+                    app_latency: Some(latency(n + 7)),
+                },
             },
             drain_ns: Some(n + 13),
         }
@@ -508,7 +523,7 @@ mod tests {
         }
     }
 
-    fn side(role: report::Role) -> report::SideResult {
+    fn side(role: crate::transport::Role) -> report::SideResult {
         report::SideResult {
             role,
             total: figures(1),
@@ -517,9 +532,13 @@ mod tests {
                 index: 3,
                 local: "[::1]:1".into(),
                 peer: "[::1]:2".into(),
-                congestion: Some("bbr".into()),
-                rcvlowat: Some(5),
-                rx_nap_us: Some(6),
+                in_force: TransportInForce {
+                    tcp: TcpInForce {
+                        congestion: Some("bbr".into()),
+                        rcvlowat: Some(5),
+                        rx_nap_us: Some(6),
+                    },
+                },
                 figures: figures(7),
             }],
             system: Some(sysinfo::SystemFacts {
@@ -543,7 +562,10 @@ mod tests {
 
     #[test]
     fn results_keep_every_field_through_the_wire() {
-        for role in [report::Role::Client, report::Role::Server] {
+        for role in [
+            crate::transport::Role::Client,
+            crate::transport::Role::Server,
+        ] {
             let result = side(role);
             let back = report::SideResult::from(SideResult::from(result.clone()));
             assert_eq!(back, result);
@@ -556,7 +578,7 @@ mod tests {
                 },
                 Domain::MeshResult {
                     client: Box::new(result.clone()),
-                    server: Box::new(side(report::Role::Server)),
+                    server: Box::new(side(crate::transport::Role::Server)),
                 },
                 Domain::Interval {
                     result: Box::new(interval(7)),
@@ -572,8 +594,8 @@ mod tests {
 
     #[test]
     fn a_peers_text_is_made_printable_as_it_is_read() {
-        let mut json =
-            serde_json::to_value(SideResult::from(side(report::Role::Server))).expect("encodes");
+        let mut json = serde_json::to_value(SideResult::from(side(crate::transport::Role::Server)))
+            .expect("encodes");
         json["streams"][0]["peer"] = "x\u{1b}[2J".into();
         json["streams"][0]["congestion"] = "bbr\n".into();
         json["system"]["hostname"] = "h\r".into();

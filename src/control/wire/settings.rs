@@ -2,8 +2,9 @@
 
 use super::WireError;
 use crate::percentiles::{BoundedList, Percentiles};
-use crate::settings::{self as domain, SchedPolicy, TransportSettings};
+use crate::settings::{self as domain, SchedPolicy};
 use crate::stream::sender::QueueKind;
+use crate::transport::settings::TransportSettings;
 use crate::workload::{Reply, Workload};
 use serde::{Deserialize, Serialize};
 

@@ -11,7 +11,8 @@
 use super::ring::Packet;
 use crate::stats::StreamStats;
 use crate::stream::sender::{LazySenders, PacketSink, Senders};
-use crate::stream::{Deadline, Stream, StreamOptions, Timeout};
+use crate::stream::{Deadline, Timeout};
+use crate::transport::stream::{Stream, StreamOptions};
 use bytes::Bytes;
 use std::io;
 use std::net::TcpStream;

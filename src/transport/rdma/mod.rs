@@ -10,6 +10,7 @@
 //! and fails before anything is sent, saying what is missing.
 
 pub mod endpoint;
+mod facts;
 mod ofi;
 pub mod ofi_stream;
 pub mod options;
@@ -21,8 +22,8 @@ mod side;
 mod verbs;
 pub mod verbs_stream;
 
-use crate::settings::{Settings, TransportSettings};
-use crate::stream::Stream;
+use crate::transport::settings::TransportSettings;
+use crate::transport::stream::Stream;
 use crate::transport::{Acceptor, ClientCtx, ServerCtx, Transport};
 use anyhow::{anyhow, Result};
 use settings::{RdmaApi, RdmaSettings};
@@ -30,12 +31,12 @@ use settings::{RdmaApi, RdmaSettings};
 /// The RDMA transport, with the run's RDMA options.
 pub struct RdmaTransport(pub RdmaSettings);
 
-/// Checks, before the server is contacted, that this host can run `settings`' RDMA
-/// API, and pins the libfabric provider to the one libfabric picks. Fails with one line
-/// saying what is missing and how to get it.
-pub fn prepare(settings: &Settings) -> Result<Settings> {
+/// Checks, before the server is contacted, that this host can run the RDMA API of
+/// `settings`, and pins the libfabric provider to the one libfabric picks. Fails with
+/// one line saying what is missing and how to get it.
+pub fn prepare(settings: &TransportSettings) -> Result<TransportSettings> {
     let mut s = settings.clone();
-    let TransportSettings::Rdma(rdma) = &mut s.transport else {
+    let TransportSettings::Rdma(rdma) = &mut s else {
         return Ok(s);
     };
     match rdma.api {
@@ -131,7 +132,7 @@ mod tests {
 
     #[test]
     fn tcp_settings_need_no_rdma_preparation() {
-        let s = Settings::default();
+        let s = crate::settings::Settings::default().transport;
         assert_eq!(prepare(&s).expect("tcp"), s);
     }
 }

@@ -8,10 +8,9 @@
 use super::ofi_stream::{self, Endpoint, EndpointDetails, Info, OfiStream, OfiTarget};
 use super::settings::RdmaSettings;
 use super::side::{read_json, routed_side_connection, side_connection, write_json};
-use crate::control::{self, PROTOCOL_MAJOR};
-use crate::settings::Settings;
-use crate::stream::{Stream, StreamOptions};
-use crate::transport::{stream_options, Acceptor, ClientCtx, ServerCtx};
+use crate::transport::stream::{Stream, StreamOptions};
+use crate::transport::StreamPlan;
+use crate::transport::{Acceptor, ClientCtx, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::net::TcpStream;
@@ -78,17 +77,17 @@ fn target(rdma: &RdmaSettings, provider: Option<String>, node: Option<String>) -
 
 /// Opens `nstreams × nsockets` endpoints on `node`.
 fn open_endpoints(
-    s: &Settings,
+    s: &StreamPlan,
     rdma: &RdmaSettings,
     node: String,
     abort: Arc<AtomicBool>,
 ) -> Result<Vec<Vec<Endpoint>>> {
     let info = Info::get(&target(rdma, rdma.ofi_provider.clone(), Some(node.clone())))
         .with_context(|| format!("libfabric on {node}"))?;
-    let opts = stream_options(s, abort);
-    (0..s.nstreams)
+    let opts = s.stream_options(abort);
+    (0..s.shape.nstreams)
         .map(|_| {
-            (0..s.nsockets)
+            (0..s.shape.nsockets)
                 .map(|_| Endpoint::open(&info, &opts, rdma.write).map_err(anyhow::Error::from))
                 .collect()
         })
@@ -154,39 +153,41 @@ struct OfiAcceptor {
 /// Server: opens the endpoints on the address the client reached.
 pub(super) fn listen(ctx: &ServerCtx, rdma: &RdmaSettings) -> Result<Box<dyn Acceptor>> {
     let node = ctx.local.ip().to_canonical().to_string();
-    let endpoints = open_endpoints(&ctx.settings, rdma, node, ctx.abort.clone())?;
+    let endpoints = open_endpoints(&ctx.plan, rdma, node, ctx.abort.clone())?;
     Ok(Box::new(OfiAcceptor { endpoints }))
 }
 
 /// Client: swaps endpoint names with the server over the side connection.
 pub(super) fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dyn Stream>>> {
-    let s = &ctx.settings;
+    let s = &ctx.plan;
     let mut sock = side_connection(ctx)?;
     // Endpoints open on the address that reaches the server.
     let node = sock.local_addr()?.ip().to_canonical().to_string();
     let mut endpoints = open_endpoints(s, rdma, node, ctx.abort.clone())?;
     write_json(
+        ctx.frames,
         &mut sock,
         &ClientDetails {
-            version: PROTOCOL_MAJOR,
+            version: ctx.frames.version(),
             endpoints: details(&endpoints),
         },
     )?;
-    match read_json::<ServerDetails>(&mut sock, ctx.setup_timeout)? {
+    match read_json::<ServerDetails>(ctx.frames, &mut sock, ctx.setup_timeout)? {
         ServerDetails::Endpoints { endpoints: peers } => set_peers(&mut endpoints, &peers)?,
         ServerDetails::Error { message } => bail!("server: {message}"),
     }
     watch(&mut endpoints, sock)?;
-    into_streams(endpoints, stream_options(s, ctx.abort.clone()))
+    into_streams(endpoints, s.stream_options(ctx.abort.clone()))
 }
 
 impl Acceptor for OfiAcceptor {
     fn accept(mut self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
         let mut sock = routed_side_connection(ctx)?;
-        let client: ClientDetails = read_json(&mut sock, ctx.setup_timeout)?;
-        control::check_version(client.version)?;
+        let client: ClientDetails = read_json(ctx.frames, &mut sock, ctx.setup_timeout)?;
+        ctx.frames.check_version(client.version)?;
         if let Err(e) = set_peers(&mut self.endpoints, &client.endpoints) {
             let _ = write_json(
+                ctx.frames,
                 &mut sock,
                 &ServerDetails::Error {
                     message: format!("{e:#}"),
@@ -195,22 +196,21 @@ impl Acceptor for OfiAcceptor {
             return Err(e);
         }
         write_json(
+            ctx.frames,
             &mut sock,
             &ServerDetails::Endpoints {
                 endpoints: details(&self.endpoints),
             },
         )?;
         watch(&mut self.endpoints, sock)?;
-        into_streams(
-            self.endpoints,
-            stream_options(&ctx.settings, ctx.abort.clone()),
-        )
+        into_streams(self.endpoints, ctx.plan.stream_options(ctx.abort.clone()))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::PROTOCOL_MAJOR;
 
     fn details(n: u8) -> EndpointDetails {
         EndpointDetails {

@@ -11,13 +11,13 @@
 
 use super::rsocket_sys::rsockets;
 use super::settings::RdmaSettings;
-use crate::control::{self, Message, PROTOCOL_MAJOR};
 use crate::stream::affinity::cpu_for;
 use crate::stream::socket_calls::DataSocket;
-use crate::stream::{Stream, StreamOptions};
+use crate::transport::setup::SetupMessage;
+use crate::transport::stream::{Stream, StreamOptions};
 use crate::transport::tcp::stream::TcpStream;
 use crate::transport::tcp::HELLO_TIMEOUT;
-use crate::transport::{port_offset, stream_options, Acceptor, ClientCtx, Refusal, ServerCtx};
+use crate::transport::{port_offset, Acceptor, ClientCtx, Refusal, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -97,14 +97,14 @@ impl Write for SetupIo<'_> {
 
 /// Client: connects `nstreams × nsockets` rsockets, each named with a `DataHello`.
 pub fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dyn Stream>>> {
-    let s = &ctx.settings;
+    let s = &ctx.plan;
     check(rdma)?;
     let lib = rsockets()?;
     let addr = port_offset(ctx.server, ctx.server.port(), RSOCKET_PORT_OFFSET)?;
-    let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
-    for stream in 0..s.nstreams {
-        let mut socks = Vec::with_capacity(s.nsockets as usize);
-        for socket in 0..s.nsockets {
+    let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.shape.nstreams as usize);
+    for stream in 0..s.shape.nstreams {
+        let mut socks = Vec::with_capacity(s.shape.nsockets as usize);
+        for socket in 0..s.shape.nsockets {
             let sock = lib
                 .connect(addr, ctx.bind)
                 .with_context(|| format!("stream {stream}: rsocket cannot connect to {addr}"))?;
@@ -112,21 +112,22 @@ pub fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dyn Strea
                 sock: &sock,
                 deadline: Instant::now() + ctx.setup_timeout,
             };
-            control::write_frame(
-                &mut io,
-                &Message::DataHello {
-                    version: PROTOCOL_MAJOR,
-                    session: ctx.session,
-                    stream,
-                    socket,
-                },
-            )
-            .with_context(|| format!("stream {stream}: naming rsocket {socket}"))?;
+            ctx.frames
+                .write(
+                    &mut io,
+                    &SetupMessage::DataHello {
+                        version: ctx.frames.version(),
+                        session: ctx.session,
+                        stream,
+                        socket,
+                    },
+                )
+                .with_context(|| format!("stream {stream}: naming rsocket {socket}"))?;
             socks.push(sock);
         }
         let opts = StreamOptions {
             cpu: cpu_for(&s.client_cpus, stream),
-            ..stream_options(s, ctx.abort.clone())
+            ..s.stream_options(ctx.abort.clone())
         };
         streams.push(Box::new(TcpStream::from_data_sockets(socks, opts)?));
     }
@@ -144,7 +145,7 @@ pub fn listen(ctx: &ServerCtx, rdma: &RdmaSettings) -> Result<Box<dyn Acceptor>>
     check(rdma)?;
     let ip = ctx.local.ip().to_canonical();
     let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, RSOCKET_PORT_OFFSET)?;
-    let backlog = (ctx.settings.nstreams * ctx.settings.nsockets).clamp(1, 1024) as i32;
+    let backlog = (ctx.plan.shape.nstreams * ctx.plan.shape.nsockets).clamp(1, 1024) as i32;
     let listener = rsockets()?
         .listen(addr, backlog)
         .with_context(|| format!("rsocket cannot listen on {addr}"))?;
@@ -158,32 +159,29 @@ fn read_hello(sock: &DataSocket, ctx: &ServerCtx, timeout: Duration) -> Result<(
         sock,
         deadline: Instant::now() + timeout.min(HELLO_TIMEOUT),
     };
-    match control::read_frame(&mut io)? {
-        Message::DataHello {
+    match ctx.frames.read(&mut io)? {
+        SetupMessage::DataHello {
             version,
             session,
             stream,
             socket,
         } => {
-            control::check_version(version)?;
-            let s = &ctx.settings;
-            if session != ctx.session || stream >= s.nstreams || socket >= s.nsockets {
+            ctx.frames.check_version(version)?;
+            let s = &ctx.plan;
+            if session != ctx.session || stream >= s.shape.nstreams || socket >= s.shape.nsockets {
                 bail!("rsocket for no running test");
             }
             Ok((stream, socket))
         }
-        other => Err(anyhow!(
-            "expected data_hello, got {}",
-            control::kind(&other)
-        )),
+        other => Err(anyhow!("expected data_hello, got {}", other.kind())),
     }
 }
 
 impl Acceptor for RsocketAcceptor {
     fn accept(self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
-        let s = &ctx.settings;
+        let s = &ctx.plan;
         let lib = rsockets()?;
-        let want = s.nstreams as usize * s.nsockets as usize;
+        let want = s.shape.nstreams as usize * s.shape.nsockets as usize;
         let deadline = Instant::now() + ctx.setup_timeout;
         let mut got: BTreeMap<(u32, u32), DataSocket> = BTreeMap::new();
         while got.len() < want {
@@ -218,11 +216,12 @@ impl Acceptor for RsocketAcceptor {
                 }
             }
         }
-        let opts = stream_options(s, ctx.abort.clone());
+        let opts = s.stream_options(ctx.abort.clone());
         let mut socks = got.into_values();
-        (0..s.nstreams)
+        (0..s.shape.nstreams)
             .map(|i| {
-                let group: Vec<DataSocket> = socks.by_ref().take(s.nsockets as usize).collect();
+                let group: Vec<DataSocket> =
+                    socks.by_ref().take(s.shape.nsockets as usize).collect();
                 let opts = StreamOptions {
                     cpu: cpu_for(&s.server_cpus, i),
                     ..opts.clone()

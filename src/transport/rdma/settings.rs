@@ -3,10 +3,9 @@
 
 use super::ring::{endpoint_bytes_at_most, TRAILER_BYTES};
 use crate::options::Feature;
-use crate::settings::labels::{HeaderLabels, Sample, Samples};
-use crate::settings::shape::RunShape;
+use crate::transport::labels::{Sample, Samples};
+use crate::transport::shape::RunShape;
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 use thiserror::Error;
 
 /// Longest RDMA device or libfabric provider name accepted.
@@ -127,23 +126,6 @@ impl RdmaSettings {
         }
         Ok(())
     }
-
-    /// What a report header says of these options: the API, the operation and the
-    /// device or provider.
-    pub fn labels(&self) -> HeaderLabels {
-        let op = if self.write { "write" } else { "send" };
-        let mut setup = format!(" api={} op={op}", self.api.name());
-        if let Some(p) = &self.ofi_provider {
-            let _ = write!(setup, " provider={p}");
-        }
-        if let Some(d) = &self.device {
-            let _ = write!(setup, " device={d}");
-        }
-        HeaderLabels {
-            setup,
-            ..HeaderLabels::default()
-        }
-    }
 }
 
 #[cfg(test)]
@@ -159,10 +141,6 @@ mod tests {
             write: true,
         };
         assert_eq!(rdma.validate(), Ok(()));
-        assert_eq!(
-            rdma.labels().setup,
-            " api=ofi op=write provider=tcp;ofi_rxm device=mlx5_0"
-        );
         for bad in ["", "a b", "x\0", &"p".repeat(MAX_RDMA_NAME + 1)] {
             let s = RdmaSettings {
                 ofi_provider: Some(bad.to_string()),

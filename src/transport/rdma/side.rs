@@ -3,9 +3,9 @@
 //! The client opens it on the server's base port and names it with a `DataHello`
 //! (stream 0, socket 0), so the server's accept loop routes it to the session like any
 //! data connection. Frames on it are the control protocol's: a 4-byte big-endian length
-//! and JSON, at most [`control::MAX_FRAME`] bytes.
+//! and JSON, at most [`SetupFrames::max_frame`] bytes.
 
-use crate::control::{self, Message, PROTOCOL_MAJOR};
+use crate::transport::setup::{SetupFrames, SetupMessage};
 use crate::transport::{tcp, ClientCtx, LocalEnd, ServerCtx};
 use anyhow::{bail, Context, Result};
 use serde::{de::DeserializeOwned, Serialize};
@@ -14,22 +14,30 @@ use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-pub(crate) fn write_json<T: Serialize>(sock: &mut TcpStream, value: &T) -> Result<()> {
+pub(crate) fn write_json<T: Serialize>(
+    frames: &dyn SetupFrames,
+    sock: &mut TcpStream,
+    value: &T,
+) -> Result<()> {
     let body = serde_json::to_vec(value)?;
-    if body.len() > control::MAX_FRAME {
-        bail!("connection details exceed {} bytes", control::MAX_FRAME);
+    if body.len() > frames.max_frame() {
+        bail!("connection details exceed {} bytes", frames.max_frame());
     }
     sock.write_all(&(body.len() as u32).to_be_bytes())?;
     sock.write_all(&body)?;
     Ok(())
 }
 
-pub(crate) fn read_json<T: DeserializeOwned>(sock: &mut TcpStream, timeout: Duration) -> Result<T> {
+pub(crate) fn read_json<T: DeserializeOwned>(
+    frames: &dyn SetupFrames,
+    sock: &mut TcpStream,
+    timeout: Duration,
+) -> Result<T> {
     sock.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-    let mut header = [0u8; control::HEADER_LEN];
+    let mut header = [0u8; 4];
     sock.read_exact(&mut header)
         .context("the peer did not send its RDMA connection details")?;
-    let len = control::frame_len(header)?;
+    let len = frames.frame_len(header)?;
     let mut body = vec![0u8; len];
     sock.read_exact(&mut body)
         .context("the peer's RDMA connection details were cut short")?;
@@ -47,10 +55,10 @@ pub(crate) fn side_connection(ctx: &ClientCtx) -> Result<TcpStream> {
     let mut sock = tcp::connect(ctx.server, from, None, ctx.setup_timeout)
         .with_context(|| format!("cannot connect to {} for the RDMA set-up", ctx.server))?;
     sock.set_write_timeout(Some(ctx.setup_timeout))?;
-    control::write_frame(
+    ctx.frames.write(
         &mut sock,
-        &Message::DataHello {
-            version: PROTOCOL_MAJOR,
+        &SetupMessage::DataHello {
+            version: ctx.frames.version(),
             session: ctx.session,
             stream: 0,
             socket: 0,

@@ -24,10 +24,9 @@
 use super::settings::{RdmaApi, RdmaSettings};
 use super::side::{read_json, routed_side_connection, side_connection, write_json};
 use super::verbs_stream::{device_names, QpDetails, QpEndpoint, VerbsDevice, VerbsStream};
-use crate::control::{self, PROTOCOL_MAJOR};
-use crate::settings::Settings;
-use crate::stream::{Stream, StreamOptions};
-use crate::transport::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx};
+use crate::transport::stream::{Stream, StreamOptions};
+use crate::transport::StreamPlan;
+use crate::transport::{port_offset, Acceptor, ClientCtx, ServerCtx};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sideway::ibverbs::queue_pair::QueuePairState;
@@ -84,13 +83,13 @@ pub fn prepare(rdma: &mut RdmaSettings) -> Result<()> {
 /// `write`: data moves by RDMA WRITE.
 fn create_all(
     dev: &VerbsDevice,
-    s: &Settings,
+    s: &StreamPlan,
     opts: &StreamOptions,
     write: bool,
 ) -> Result<Vec<Vec<QpEndpoint>>> {
-    (0..s.nstreams)
+    (0..s.shape.nstreams)
         .map(|_| {
-            (0..s.nsockets)
+            (0..s.shape.nsockets)
                 .map(|_| {
                     QpEndpoint::create(dev, opts, write, None, None).map_err(anyhow::Error::from)
                 })
@@ -150,18 +149,18 @@ fn into_streams(qps: Vec<Vec<QpEndpoint>>, opts: StreamOptions) -> Result<Vec<Bo
 
 /// Client: connects the data streams.
 pub fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dyn Stream>>> {
-    let s = &ctx.settings;
+    let s = &ctx.plan;
     let mut sock = side_connection(ctx)?;
     let near = sock.local_addr()?.ip().to_canonical();
-    let opts = stream_options(s, ctx.abort.clone());
+    let opts = s.stream_options(ctx.abort.clone());
     let cm = rdma.api == RdmaApi::Cm;
     let mut qps = if cm {
         let server = port_offset(ctx.server, ctx.server.port(), CM_PORT_OFFSET)?;
         let deadline = Instant::now() + ctx.setup_timeout;
         let mut all = Vec::new();
-        for _ in 0..s.nstreams {
+        for _ in 0..s.shape.nstreams {
             let mut stream = Vec::new();
-            for _ in 0..s.nsockets {
+            for _ in 0..s.shape.nsockets {
                 stream.push(cm_connect(
                     rdma, &opts, server, ctx.bind, near, deadline, &ctx.abort,
                 )?);
@@ -174,13 +173,14 @@ pub fn connect(ctx: &ClientCtx, rdma: &RdmaSettings) -> Result<Vec<Box<dyn Strea
         create_all(&dev, s, &opts, rdma.write)?
     };
     write_json(
+        ctx.frames,
         &mut sock,
         &VerbsClientDetails {
-            version: PROTOCOL_MAJOR,
+            version: ctx.frames.version(),
             qps: details(&qps),
         },
     )?;
-    match read_json::<VerbsServerDetails>(&mut sock, ctx.setup_timeout)? {
+    match read_json::<VerbsServerDetails>(ctx.frames, &mut sock, ctx.setup_timeout)? {
         VerbsServerDetails::Qps { qps: peers } => set_peers(&mut qps, &peers, !cm)?,
         VerbsServerDetails::Error { message } => bail!("server: {message}"),
     }
@@ -212,7 +212,7 @@ struct CmConn {
 /// Server: opens the device, or starts listening with rdma_cm, before the client is
 /// told `Ready`.
 pub fn listen(ctx: &ServerCtx, rdma: &RdmaSettings) -> Result<Box<dyn Acceptor>> {
-    let s = &ctx.settings;
+    let s = &ctx.plan;
     let near = ctx.local.ip().to_canonical();
     if rdma.api == RdmaApi::Cm {
         let channel = EventChannel::new().map_err(|e| anyhow!("rdma_cm: {e:#}"))?;
@@ -223,7 +223,7 @@ pub fn listen(ctx: &ServerCtx, rdma: &RdmaSettings) -> Result<Box<dyn Acceptor>>
         let addr = port_offset(SocketAddr::new(near, ctx.port), ctx.port, CM_PORT_OFFSET)?;
         id.bind_addr(addr)
             .map_err(|e| anyhow!("rdma_cm cannot bind {addr}: {e:#}"))?;
-        let backlog = i32::try_from(s.nstreams * s.nsockets).unwrap_or(i32::MAX);
+        let backlog = i32::try_from(s.shape.nstreams * s.shape.nsockets).unwrap_or(i32::MAX);
         id.listen(backlog)
             .map_err(|e| anyhow!("rdma_listen on {addr}: {e:#}"))?;
         return Ok(Box::new(VerbsAcceptor {
@@ -235,7 +235,7 @@ pub fn listen(ctx: &ServerCtx, rdma: &RdmaSettings) -> Result<Box<dyn Acceptor>>
     let names = device_names()?;
     let hint = (rdma.device.as_deref()).filter(|h| names.iter().any(|n| n == h));
     let dev = VerbsDevice::open(hint, Some(near))?;
-    let opts = stream_options(s, ctx.abort.clone());
+    let opts = s.stream_options(ctx.abort.clone());
     let qps = create_all(&dev, s, &opts, rdma.write)?;
     Ok(Box::new(VerbsAcceptor {
         qps,
@@ -246,18 +246,19 @@ pub fn listen(ctx: &ServerCtx, rdma: &RdmaSettings) -> Result<Box<dyn Acceptor>>
 
 impl Acceptor for VerbsAcceptor {
     fn accept(mut self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
-        let s = &ctx.settings;
+        let s = &ctx.plan;
         let mut sock = routed_side_connection(ctx)?;
-        let opts = stream_options(s, ctx.abort.clone());
+        let opts = s.stream_options(ctx.abort.clone());
         let cm = self.listener.is_some();
         if let Some(listener) = &self.listener {
             // The client connects every QP before it sends its details.
             self.qps = cm_accept_all(listener, ctx, &opts, self.write)?;
         }
-        let client: VerbsClientDetails = read_json(&mut sock, ctx.setup_timeout)?;
-        control::check_version(client.version)?;
+        let client: VerbsClientDetails = read_json(ctx.frames, &mut sock, ctx.setup_timeout)?;
+        ctx.frames.check_version(client.version)?;
         if let Err(e) = set_peers(&mut self.qps, &client.qps, !cm) {
             let _ = write_json(
+                ctx.frames,
                 &mut sock,
                 &VerbsServerDetails::Error {
                     message: format!("{e:#}"),
@@ -266,6 +267,7 @@ impl Acceptor for VerbsAcceptor {
             return Err(e);
         }
         write_json(
+            ctx.frames,
             &mut sock,
             &VerbsServerDetails::Qps {
                 qps: details(&self.qps),
@@ -416,9 +418,9 @@ fn cm_accept_all(
     opts: &StreamOptions,
     write: bool,
 ) -> Result<Vec<Vec<QpEndpoint>>> {
-    let s = &ctx.settings;
+    let s = &ctx.plan;
     let near = ctx.local.ip().to_canonical();
-    let total = (s.nstreams * s.nsockets) as usize;
+    let total = (s.shape.nstreams * s.shape.nsockets) as usize;
     let deadline = Instant::now() + ctx.setup_timeout;
     let mut accepted = Vec::with_capacity(total);
     let mut established = 0;
@@ -461,10 +463,10 @@ fn cm_accept_all(
             }
         }
     }
-    let per_stream = s.nsockets as usize;
-    let mut qps = Vec::with_capacity(s.nstreams as usize);
+    let per_stream = s.shape.nsockets as usize;
+    let mut qps = Vec::with_capacity(s.shape.nstreams as usize);
     let mut it = accepted.into_iter();
-    for _ in 0..s.nstreams {
+    for _ in 0..s.shape.nstreams {
         qps.push(it.by_ref().take(per_stream).collect());
     }
     Ok(qps)
@@ -473,6 +475,7 @@ fn cm_accept_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::PROTOCOL_MAJOR;
 
     fn qp(n: u32) -> QpDetails {
         QpDetails {

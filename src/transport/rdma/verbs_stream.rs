@@ -51,7 +51,8 @@ use super::ring::{Answer, Credits, Imm, ImmKind, Packet, RemoteRing, RingLayout,
 use super::ring::{Trailer, TRAILER_BYTES};
 use super::ring::{CONTROL_SLOT_BYTES, CREDIT_RING_MIN, RING_SLOTS_MAX};
 use crate::stats::StreamStats;
-use crate::stream::{Deadline, StreamOptions};
+use crate::stream::Deadline;
+use crate::transport::stream::StreamOptions;
 use rdma_mummy_sys::{
     ibv_poll_cq, ibv_post_recv, ibv_post_send, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge,
     ibv_wc, ibv_wr_opcode, rdma_t,
@@ -1441,7 +1442,8 @@ pub type VerbsStream = EndpointStream<QpEndpoint>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::{Stream, Timeout};
+    use crate::stream::Timeout;
+    use crate::transport::stream::Stream;
     use bytes::Bytes;
     use std::sync::Mutex;
 

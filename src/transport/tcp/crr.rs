@@ -4,9 +4,9 @@
 
 use super::settings::TcpSettings;
 use super::{tcp_stream_options, TcpTransport};
-use crate::settings::Settings;
 use crate::stream::affinity::cpu_for;
-use crate::stream::{Stream, StreamOptions};
+use crate::transport::shape::RunShape;
+use crate::transport::stream::{Stream, StreamOptions};
 use crate::transport::tcp::crr_stream::{CrrClient, CrrServer};
 use crate::transport::{port_offset, Acceptor, ClientCtx, ServerCtx, Transport};
 use anyhow::{Context, Result};
@@ -29,16 +29,16 @@ fn port_of(stream: u32) -> u32 {
 
 impl Transport for CrrTransport {
     /// `-C`: the kernel must have the algorithm, and `-L` an IPv6 server, as for TCP.
-    fn check(&self, settings: &Settings, server: SocketAddr) -> Result<()> {
-        TcpTransport(self.0.clone()).check(settings, server)
+    fn check(&self, run: &RunShape, server: SocketAddr) -> Result<()> {
+        TcpTransport(self.0.clone()).check(run, server)
     }
 
     fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
         let ip = ctx.local.ip().to_canonical();
-        let listeners = (0..ctx.settings.nstreams)
+        let listeners = (0..ctx.plan.shape.nstreams)
             .map(|i| {
                 let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, port_of(i))?;
-                bind(addr, &self.0, ctx.settings.nsockets)
+                bind(addr, &self.0, ctx.plan.shape.nsockets)
                     .with_context(|| format!("cannot listen on {addr} for crr stream {i}"))
             })
             .collect::<Result<_>>()?;
@@ -49,8 +49,8 @@ impl Transport for CrrTransport {
     }
 
     fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
-        let s = &ctx.settings;
-        (0..s.nstreams)
+        let s = &ctx.plan;
+        (0..s.shape.nstreams)
             .map(|i| {
                 let server = port_offset(ctx.server, ctx.server.port(), port_of(i))?;
                 let opts = StreamOptions {
@@ -68,7 +68,7 @@ impl Transport for CrrTransport {
 
 impl Acceptor for CrrAcceptor {
     fn accept(self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
-        let s = &ctx.settings;
+        let s = &ctx.plan;
         Ok((0u32..)
             .zip(self.listeners)
             .map(|(i, listener)| {

@@ -22,7 +22,8 @@
 use super::crr_flows::{connect_nowait, Flights};
 use crate::stats::{span_ns, StreamStats};
 use crate::stream::epoll::Epoll;
-use crate::stream::{addr_text, check_abort, StreamOptions, Timeout};
+use crate::stream::{addr_text, check_abort, Timeout};
+use crate::transport::stream::StreamOptions;
 use bytes::Bytes;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -148,7 +149,7 @@ impl CrrClient {
     }
 }
 
-impl crate::stream::Stream for CrrClient {
+impl crate::transport::stream::Stream for CrrClient {
     fn nsockets(&self) -> usize {
         self.flights.as_ref().map_or(1, |_| self.opts.nsockets)
     }
@@ -462,7 +463,7 @@ fn announced(head: &[u8; HEADER_LEN], session: u64, stream: u32) -> Option<usize
     (field(0..8) == session && field(8..12) == u64::from(stream)).then(|| field(12..16) as usize)
 }
 
-impl crate::stream::Stream for CrrServer {
+impl crate::transport::stream::Stream for CrrServer {
     fn nsockets(&self) -> usize {
         self.room
     }
@@ -554,7 +555,7 @@ impl crate::stream::Stream for CrrServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::Stream;
+    use crate::transport::stream::Stream;
     use std::collections::BTreeSet;
 
     const SESSION: u64 = 0x5eed_0123_4567_89ab;

@@ -2,7 +2,7 @@
 //! report, JSON, OpenMetrics and iperf3 documents show of TCP beyond bytes and
 //! latencies.
 
-use crate::transport::facts::{Amount, Entry, Facts, Metric, OnInterval, Shown};
+use crate::transport::facts::{Amount, Entry, Facts, Metric, OnHeader, OnInterval, Shown};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -179,7 +179,7 @@ impl Facts for TcpInfo {
     fn entries(&self) -> Vec<Entry> {
         let summary = Shown {
             summary: true,
-            interval: None,
+            ..Shown::default()
         };
         let mut entries = vec![
             Entry {
@@ -189,6 +189,7 @@ impl Facts for TcpInfo {
                 shown: Shown {
                     summary: true,
                     interval: Some(OnInterval::Always),
+                    header: None,
                 },
                 metric: Some(Metric {
                     name: "fperf_retransmitted_segments",
@@ -202,6 +203,7 @@ impl Facts for TcpInfo {
                 shown: Shown {
                     summary: true,
                     interval: Some(OnInterval::Sending),
+                    header: None,
                 },
                 metric: None,
             },
@@ -335,6 +337,86 @@ impl Facts for TcpInfo {
     }
 }
 
+/// What a stream's TCP sockets ended up with, as the kernel reported it of socket 0:
+/// each `None` where the kernel did not say or the setting does not apply.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct TcpInForce {
+    /// TCP: the congestion control algorithm of this end's sockets, as the kernel
+    /// reports it (`TCP_CONGESTION`); `None` for UDP and RDMA.
+    pub congestion: Option<String>,
+    /// TCP, the server's streams: the receive low-water mark of its sockets, as the
+    /// kernel reports it (`SO_RCVLOWAT`: the server's default or `--rcvlowat`, as the
+    /// kernel capped it); `None` on the client and for UDP and RDMA.
+    pub rcvlowat: Option<u32>,
+    /// TCP, the receiving end's streams (the server's; with `--reverse` or `--bidir`'s
+    /// second half the client's): how long a read that finds no data naps, in
+    /// microseconds, while data flows, before it reads once more and only then sleeps
+    /// on the socket; `None` where reads do not nap.
+    pub rx_nap_us: Option<u32>,
+}
+
+impl TcpInForce {
+    /// What a sending stream reports of these: the receive settings are the receiving
+    /// end's.
+    pub fn sending(&self) -> TcpInForce {
+        TcpInForce {
+            congestion: self.congestion.clone(),
+            rcvlowat: None,
+            rx_nap_us: None,
+        }
+    }
+}
+
+impl Facts for TcpInForce {
+    fn title(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn entries(&self) -> Vec<Entry> {
+        let mut entries = Vec::new();
+        let mut add = |key, label, amount, header| {
+            entries.push(Entry {
+                key,
+                label,
+                amount,
+                shown: Shown {
+                    header,
+                    ..Shown::default()
+                },
+                metric: None,
+            })
+        };
+        if let Some(name) = &self.congestion {
+            add(
+                "congestion",
+                "cc",
+                Amount::Text(name.clone()),
+                Some(OnHeader::EveryEnd),
+            );
+        }
+        if let Some(mark) = self.rcvlowat {
+            // The kernel's default of 1 byte goes unsaid; the server picks a higher one
+            // by its cores unless `--rcvlowat` is given.
+            let header = (mark > 1).then_some(OnHeader::Server);
+            add(
+                "rcvlowat",
+                "rcvlowat",
+                Amount::Bytes(u64::from(mark)),
+                header,
+            );
+        }
+        if let Some(nap) = self.rx_nap_us {
+            add(
+                "rx_nap_us",
+                "rx_nap",
+                Amount::Micros(u64::from(nap)),
+                Some(OnHeader::Server),
+            );
+        }
+        entries
+    }
+}
+
 /// `TCP_INFO` of one socket as the kernel gives it; a kernel older than a field
 /// leaves it 0.
 pub(crate) fn read_tcp_info(fd: &impl AsRawFd) -> io::Result<libc::tcp_info> {
@@ -361,6 +443,32 @@ fn getsockopt_tcp_info(fd: &impl AsRawFd) -> io::Result<(libc::tcp_info, usize)>
         return Err(io::Error::last_os_error());
     }
     Ok((info, len as usize))
+}
+
+/// `tcpi_options` bit: both ends agreed to scale windows (`linux/tcp.h`).
+const TCPI_OPT_WSCALE: u8 = 4;
+
+/// Whether a connected socket's window scale, fixed in its handshake, is short of a
+/// receive window of `bytes` (as the kernel offers one: rounded down to whole segments).
+/// If so, returns the largest window the scale lets it advertise: 65535 bytes shifted
+/// by the scale it offered, or unshifted if scaling was not agreed.
+pub(crate) fn receive_window_short_of(fd: &impl AsRawFd, bytes: u64) -> io::Result<Option<u64>> {
+    let info = read_tcp_info(fd)?;
+    // Two 4-bit fields, `tcpi_snd_wscale` first: the low bits on a little-endian target.
+    let both = info.tcpi_snd_rcv_wscale;
+    let rcv_wscale = if cfg!(target_endian = "little") {
+        both >> 4
+    } else {
+        both & 0xf
+    };
+    let shift = if info.tcpi_options & TCPI_OPT_WSCALE != 0 {
+        rcv_wscale
+    } else {
+        0
+    };
+    let limit = u64::from(u16::MAX) << shift;
+    let offered = bytes - bytes % u64::from(info.tcpi_advmss).max(1);
+    Ok((limit < offered).then_some(limit))
 }
 
 #[cfg(test)]

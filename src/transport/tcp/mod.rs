@@ -15,17 +15,16 @@ pub mod stream_options;
 pub mod uring;
 pub mod zerocopy;
 
-use super::{
-    port_offset, stream_options, Acceptor, ClientCtx, DataConn, LocalEnd, Refusal, ServerCtx,
-    Transport,
-};
-use crate::control::{self, Message, PROTOCOL_MAJOR};
+use super::{port_offset, Acceptor, ClientCtx, DataConn, LocalEnd, Refusal, ServerCtx, Transport};
 use crate::pending::PendingCaps;
-use crate::results::Role;
-use crate::settings::{Settings, TransportSettings};
 use crate::stream::affinity::cpu_for;
 use crate::stream::sys::Direction;
-use crate::stream::{Stream, StreamOptions};
+use crate::transport::settings::TransportSettings;
+use crate::transport::setup::{SetupFrames, SetupMessage};
+use crate::transport::shape::RunShape;
+use crate::transport::stream::{Stream, StreamOptions};
+use crate::transport::Role;
+use crate::transport::StreamPlan;
 use anyhow::{anyhow, bail, Context, Result};
 use settings::TcpSettings;
 use socket2::{Domain, SockRef, Socket, Type};
@@ -58,7 +57,7 @@ struct TcpAcceptor {
 
 impl Transport for TcpTransport {
     fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
-        let listeners = listen_data_ports(ctx, ctx.settings.nsockets)?;
+        let listeners = listen_data_ports(ctx, ctx.plan.shape.nsockets)?;
         Ok(Box::new(TcpAcceptor {
             tcp: self.0.clone(),
             listeners,
@@ -67,8 +66,8 @@ impl Transport for TcpTransport {
 
     /// `-C`: the kernel must have the algorithm. Tried on a socket of its own before the
     /// server is contacted, so a name the kernel lacks never starts a test there.
-    fn check(&self, settings: &Settings, server: SocketAddr) -> Result<()> {
-        check_flowlabel(settings, server)?;
+    fn check(&self, _run: &RunShape, server: SocketAddr) -> Result<()> {
+        check_flowlabel(&self.0, server)?;
         if let Some(name) = &self.0.congestion {
             let probe = Socket::new(Domain::for_address(server), Type::STREAM, None)?;
             crate::transport::tcp::stream::set_congestion(SockRef::from(&probe), name)?;
@@ -77,10 +76,10 @@ impl Transport for TcpTransport {
     }
 
     fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
-        let s = &ctx.settings;
-        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
-        for i in 0..s.nstreams {
-            let socks = (0..s.nsockets)
+        let s = &ctx.plan;
+        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.shape.nstreams as usize);
+        for i in 0..s.shape.nstreams {
+            let socks = (0..s.shape.nsockets)
                 .map(|k| open_data_conn(ctx, i, k))
                 .collect::<Result<Vec<_>>>()?;
             hold_unsent_to(&socks, &self.0)?;
@@ -97,14 +96,14 @@ impl Transport for TcpTransport {
 
 impl Acceptor for TcpAcceptor {
     fn accept(self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
-        let s = &ctx.settings;
-        let conns = accept_data_conns(ctx, s.nsockets, self.listeners)?;
+        let s = &ctx.plan;
+        let conns = accept_data_conns(ctx, s.shape.nsockets, self.listeners)?;
         if let Some(cap) = ctx.socket_buffer_cap {
             for sock in conns.iter().flatten() {
                 hold_buffers_to(sock, cap)?;
             }
         }
-        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
+        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.shape.nstreams as usize);
         for (i, socks) in (0u32..).zip(conns) {
             hold_unsent_to(&socks, &self.tcp)?;
             let mut opts = tcp_stream_options(s, &self.tcp, ctx.abort.clone());
@@ -146,7 +145,7 @@ fn hold_unsent_to(socks: &[net::TcpStream], tcp: &TcpSettings) -> io::Result<()>
 /// port, or an iperf3 server): one connection per stream, in stream order, with the
 /// run's TCP options, the end's CPUs and each receiving stream's tuning.
 pub fn streams_over(
-    s: &Settings,
+    s: &StreamPlan,
     end: Role,
     conns: Vec<net::TcpStream>,
     abort: Arc<AtomicBool>,
@@ -154,20 +153,17 @@ pub fn streams_over(
     let TransportSettings::Tcp(tcp) = &s.transport else {
         bail!(
             "{} runs are not carried over TCP connections",
-            s.protocol().name()
+            s.transport.protocol().name()
         );
     };
-    let cpus = match end {
-        Role::Client => &s.client_cpus,
-        Role::Server => &s.server_cpus,
-    };
+    let cpus = s.cpus(end);
     (0u32..)
         .zip(conns)
         .map(|(i, sock)| {
             hold_unsent_to(std::slice::from_ref(&sock), tcp)?;
             let mut opts = tcp_stream_options(s, tcp, abort.clone());
             opts.cpu = cpu_for(cpus, i);
-            if !end.sends_on(s, i) {
+            if !s.sends_on(end, i) {
                 opts = receiving_end(s, tcp, opts);
             }
             let stream: Box<dyn Stream> = Box::new(TcpStream::from_sockets(vec![sock], opts)?);
@@ -177,8 +173,8 @@ pub fn streams_over(
 }
 
 /// Refuses a `-L` flow label towards an IPv4 `server`, before anything is sent.
-pub fn check_flowlabel(settings: &Settings, server: SocketAddr) -> Result<()> {
-    let labelled = settings.tcp().and_then(|t| t.flowlabel).is_some();
+pub fn check_flowlabel(tcp: &TcpSettings, server: SocketAddr) -> Result<()> {
+    let labelled = tcp.flowlabel.is_some();
     if labelled && server.ip().to_canonical().is_ipv4() {
         bail!(crate::transport::tcp::stream::flowlabel_over_ipv4(
             server.ip()
@@ -189,7 +185,7 @@ pub fn check_flowlabel(settings: &Settings, server: SocketAddr) -> Result<()> {
 
 /// The STREAM options of a TCP stream: the run's, with the TCP options both ends set.
 pub(super) fn tcp_stream_options(
-    s: &Settings,
+    s: &StreamPlan,
     tcp: &TcpSettings,
     abort: Arc<AtomicBool>,
 ) -> StreamOptions {
@@ -207,15 +203,15 @@ pub(super) fn tcp_stream_options(
             // low-water mark would hold back the reading of 1-byte MPRTT replies.
             ..TcpOptions::default()
         },
-        ..stream_options(s, abort)
+        ..s.stream_options(abort)
     }
 }
 
 /// `opts` for the end that receives a stream's data (the server, or with `--reverse`
 /// and on `--bidir`'s second half the client): its receive low-water mark, nap and
 /// `--skip-rx-copy`.
-fn receiving_end(s: &Settings, tcp: &TcpSettings, opts: StreamOptions) -> StreamOptions {
-    let run = s.shape();
+fn receiving_end(s: &StreamPlan, tcp: &TcpSettings, opts: StreamOptions) -> StreamOptions {
+    let run = s.shape;
     StreamOptions {
         tcp: TcpOptions {
             rcvlowat: (tcp.rcvlowat_bytes(&run, receiver_cores())).map(|b| b as usize),
@@ -240,9 +236,9 @@ fn receiver_cores() -> usize {
 /// with the default 6 MiB maximum. So that stream gets a listener of its own, sized
 /// before it listens. Flows arrive by the hundred: on a port of their own they neither
 /// crowd the control port nor count against its other clients' connections.
-pub fn data_port_offset(settings: &Settings, stream: u32) -> u32 {
-    if stream == 0 && (settings.tcp_window().is_some() || settings.flows) {
-        settings.nstreams
+pub fn data_port_offset(settings: &StreamPlan, stream: u32) -> u32 {
+    if stream == 0 && (settings.transport.tcp_window().is_some() || settings.shape.flows) {
+        settings.shape.nstreams
     } else {
         stream
     }
@@ -250,11 +246,11 @@ pub fn data_port_offset(settings: &Settings, stream: u32) -> u32 {
 
 /// A listener for one stream's data connections, with the TCP `--window` (which accepted
 /// connections inherit) set before it listens, so the handshake's window scale covers it.
-fn bind_data_listener(addr: SocketAddr, settings: &Settings) -> io::Result<TcpListener> {
+fn bind_data_listener(addr: SocketAddr, settings: &StreamPlan) -> io::Result<TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     // As std's `TcpListener::bind`: the port is free again as soon as the test ends.
     sock.set_reuse_address(true)?;
-    if let Some(bytes) = settings.tcp_window() {
+    if let Some(bytes) = settings.transport.tcp_window() {
         crate::stream::sys::set_window(&sock, bytes as usize)?;
     }
     // Accepted connections inherit it, their handshake's answer included.
@@ -264,7 +260,7 @@ fn bind_data_listener(addr: SocketAddr, settings: &Settings) -> io::Result<TcpLi
     sock.bind(&addr.into())?;
     // Room for every connection of the stream at once (flows come by the hundred), so
     // none waits out a dropped handshake's retry (the kernel caps it at somaxconn).
-    let backlog = settings.nsockets.clamp(128, 4096) as i32;
+    let backlog = settings.shape.nsockets.clamp(128, 4096) as i32;
     sock.listen(backlog)?;
     Ok(sock.into())
 }
@@ -276,17 +272,18 @@ pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<
     let ip = ctx.local.ip().to_canonical();
     let client = ctx.client.ip().to_canonical();
     let mut listeners = Vec::new();
-    let own_ports = (0..ctx.settings.nstreams)
-        .map(|i| (i, data_port_offset(&ctx.settings, i)))
+    let own_ports = (0..ctx.plan.shape.nstreams)
+        .map(|i| (i, data_port_offset(&ctx.plan, i)))
         .filter(|&(_, offset)| offset > 0);
     for (i, offset) in own_ports {
         let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, offset)?;
-        let listener = bind_data_listener(addr, &ctx.settings)
+        let listener = bind_data_listener(addr, &ctx.plan)
             .with_context(|| format!("cannot listen on {addr} for stream {i}"))?;
         listener.set_nonblocking(true)?;
         let tx = ctx.routed_tx.clone();
         let report = ctx.refused.clone();
         let session = ctx.session;
+        let frames = ctx.frames;
         let deadline = Instant::now() + ctx.setup_timeout;
         let abort = ctx.abort.clone();
         listeners.push(std::thread::spawn(move || {
@@ -334,7 +331,7 @@ pub(super) fn listen_data_ports(ctx: &ServerCtx, per_stream: u32) -> Result<Vec<
                         let (tx, routed) = (tx.clone(), routed.clone());
                         let identify = move || {
                             let left = deadline.saturating_duration_since(Instant::now());
-                            match read_data_hello(sock, session, i, left) {
+                            match read_data_hello(frames, sock, session, i, left) {
                                 // As many as the stream has sockets: any more
                                 // close here, at once.
                                 Ok(conn) => {
@@ -376,7 +373,7 @@ pub(super) fn accept_data_conns(
     per_stream: u32,
     listeners: Vec<JoinHandle<()>>,
 ) -> Result<Vec<Vec<net::TcpStream>>> {
-    let nstreams = ctx.settings.nstreams;
+    let nstreams = ctx.plan.shape.nstreams;
     let want = nstreams as usize * per_stream as usize;
     let deadline = Instant::now() + ctx.setup_timeout;
     let mut got: BTreeMap<(u32, u32), net::TcpStream> = BTreeMap::new();
@@ -411,20 +408,20 @@ pub(super) fn accept_data_conns(
 /// Client: connects data connection `socket` of stream `stream` (to port `base + stream`)
 /// and names it with a `DataHello`.
 pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Result<net::TcpStream> {
-    let offset = data_port_offset(&ctx.settings, stream);
+    let offset = data_port_offset(&ctx.plan, stream);
     let addr = port_offset(ctx.server, ctx.server.port(), offset)?;
     let from = LocalEnd {
         ip: ctx.bind,
         port: ctx.client_port(stream, socket)?,
         device: ctx.bind_device.as_deref(),
     };
-    let mut sock = connect(addr, from, Some(&ctx.settings), ctx.setup_timeout)
+    let mut sock = connect(addr, from, Some(&ctx.plan.transport), ctx.setup_timeout)
         .with_context(|| format!("stream {stream}: cannot connect to {addr}"))?;
     crate::stream::sys::set_user_timeout(&sock, ctx.stall_timeout)?;
-    control::write_frame(
+    ctx.frames.write(
         &mut sock,
-        &Message::DataHello {
-            version: PROTOCOL_MAJOR,
+        &SetupMessage::DataHello {
+            version: ctx.frames.version(),
             session: ctx.session,
             stream,
             socket,
@@ -437,6 +434,7 @@ pub(super) fn open_data_conn(ctx: &ClientCtx, stream: u32, socket: u32) -> Resul
 /// checks it belongs to `session` and that stream, within `timeout` (at most
 /// [`HELLO_TIMEOUT`]). A connection that fails is told why (best effort) and dropped.
 pub fn read_data_hello(
+    frames: &dyn SetupFrames,
     mut sock: net::TcpStream,
     session: u64,
     stream: u32,
@@ -445,13 +443,14 @@ pub fn read_data_hello(
     let arrived = Instant::now();
     sock.set_nonblocking(false)?;
     sock.set_write_timeout(Some(HELLO_TIMEOUT))?;
-    let checked = match control::read_frame_within(&sock, timeout.min(HELLO_TIMEOUT)) {
-        Ok(Message::DataHello {
+    let checked = match frames.read_within(&sock, timeout.min(HELLO_TIMEOUT)) {
+        Ok(SetupMessage::DataHello {
             version,
             session: s,
             stream: k,
             socket,
-        }) => control::check_version(version)
+        }) => frames
+            .check_version(version)
             .map_err(anyhow::Error::from)
             .and_then(|()| {
                 if s != session || k != stream {
@@ -459,10 +458,7 @@ pub fn read_data_hello(
                 }
                 Ok(socket)
             }),
-        Ok(other) => Err(anyhow!(
-            "expected data_hello, got {}",
-            control::kind(&other)
-        )),
+        Ok(other) => Err(anyhow!("expected data_hello, got {}", other.kind())),
         Err(e) => Err(e.into()),
     };
     match checked {
@@ -476,9 +472,9 @@ pub fn read_data_hello(
             })
         }
         Err(e) => {
-            let _ = control::write_frame(
+            let _ = frames.write(
                 &mut sock,
-                &Message::Error {
+                &SetupMessage::Error {
                     message: e.to_string(),
                 },
             );
@@ -488,24 +484,25 @@ pub fn read_data_hello(
 }
 
 /// Connects to `addr` within `timeout`, from `from`. A data connection passes the run's
-/// `settings`, whose socket options must be in place before the handshake.
+/// `transport` settings, whose socket options must be in place before the handshake.
 pub fn connect(
     addr: SocketAddr,
     from: LocalEnd<'_>,
-    settings: Option<&Settings>,
+    transport: Option<&TransportSettings>,
     timeout: Duration,
 ) -> io::Result<net::TcpStream> {
+    let tcp = transport.and_then(TransportSettings::tcp);
     let handshake = crate::transport::tcp::stream::HandshakeOptions {
         bind: from.ip,
-        congestion: (settings.and_then(Settings::tcp)).and_then(|t| t.congestion.as_deref()),
-        window: settings.and_then(Settings::tcp_window).map(|w| w as usize),
-        tos: settings
-            .and_then(|s| s.transport.sockets())
-            .and_then(|s| s.tos),
-        mss: (settings.and_then(Settings::tcp)).and_then(|t| t.mss),
+        congestion: tcp.and_then(|t| t.congestion.as_deref()),
+        window: transport
+            .and_then(TransportSettings::tcp_window)
+            .map(|w| w as usize),
+        tos: transport.and_then(|t| t.sockets()).and_then(|s| s.tos),
+        mss: tcp.and_then(|t| t.mss),
         local_port: from.port,
         device: from.device,
-        flowlabel: (settings.and_then(Settings::tcp)).and_then(|t| t.flowlabel),
+        flowlabel: tcp.and_then(|t| t.flowlabel),
     };
     handshake.connect(addr, Some(timeout))
 }
@@ -513,7 +510,8 @@ pub fn connect(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::settings::{Protocol, TransportSettings};
+    use crate::settings::Settings;
+    use crate::transport::settings::{Protocol, TransportSettings};
     use crate::transport::sockets::{SocketSettings, MAX_WINDOW};
 
     /// A TCP run's settings with a `-w` of `window` bytes.
@@ -538,7 +536,13 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         let timeout = Duration::from_secs(5);
-        let data = connect(addr, LocalEnd::default(), Some(&settings), timeout).expect("connect");
+        let data = connect(
+            addr,
+            LocalEnd::default(),
+            Some(&settings.transport),
+            timeout,
+        )
+        .expect("connect");
         let control = connect(addr, LocalEnd::default(), None, timeout).expect("connect");
         let sizes = |s: &net::TcpStream| {
             let s = SockRef::from(s);
@@ -562,13 +566,21 @@ mod tests {
         let window = MAX_WINDOW;
         let settings = windowed(window);
         let ip = std::net::IpAddr::from([127, 0, 0, 1]);
-        let listener = bind_data_listener(SocketAddr::new(ip, 0), &settings).expect("listen");
+        let listener =
+            bind_data_listener(SocketAddr::new(ip, 0), &settings.stream_plan()).expect("listen");
         let addr = listener.local_addr().expect("addr");
         let timeout = Duration::from_secs(5);
-        let client = connect(addr, LocalEnd::default(), Some(&settings), timeout).expect("connect");
+        let client = connect(
+            addr,
+            LocalEnd::default(),
+            Some(&settings.transport),
+            timeout,
+        )
+        .expect("connect");
         let (server, _) = listener.accept().expect("accept");
         for (end, sock) in [("client", &client), ("server", &server)] {
-            let short = crate::stream::sys::receive_window_short_of(sock, u64::from(window));
+            let short =
+                crate::transport::tcp::facts::receive_window_short_of(sock, u64::from(window));
             assert_eq!(short.expect("tcp_info"), None, "{end}");
         }
         // A UDP test's per-stream connections carry control only: no window there.
@@ -576,7 +588,8 @@ mod tests {
             transport: TransportSettings::default_for(Protocol::Udp),
             ..settings
         };
-        let listener = bind_data_listener(SocketAddr::new(ip, 0), &udp).expect("listen");
+        let listener =
+            bind_data_listener(SocketAddr::new(ip, 0), &udp.stream_plan()).expect("listen");
         let rcvbuf = SockRef::from(&listener).recv_buffer_size().expect("rcvbuf");
         assert!(rcvbuf < window as usize, "{rcvbuf}");
     }
@@ -587,7 +600,12 @@ mod tests {
             nstreams: 3,
             ..Settings::default()
         };
-        let offsets = |s: &Settings| (0..3).map(|i| data_port_offset(s, i)).collect::<Vec<_>>();
+        let offsets = |s: &Settings| {
+            let plan = s.stream_plan();
+            (0..3)
+                .map(|i| data_port_offset(&plan, i))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(offsets(&tcp), [0, 1, 2]);
         let window = Settings {
             nstreams: 3,

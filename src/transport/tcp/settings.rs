@@ -3,8 +3,8 @@
 //! the reads' nap while data flows).
 
 use crate::options::Feature;
-use crate::settings::labels::{HeaderLabels, Sample, Samples};
-use crate::settings::shape::RunShape;
+use crate::transport::labels::{HeaderLabels, Sample, Samples};
+use crate::transport::shape::RunShape;
 use crate::transport::sockets::{SocketSettings, SocketSettingsError};
 use crate::transport::tcp::zerocopy::ZeroCopy;
 use crate::units::bit_rate;

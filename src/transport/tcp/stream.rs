@@ -39,12 +39,12 @@ use crate::stream::epoll::Epoll;
 use crate::stream::sender::{LazySenders, PacketSink, Senders};
 use crate::stream::socket_calls::DataSocket;
 use crate::stream::sys::{
-    bound_paced_backlog, receive_window_short_of, set_max_pacing_rate, set_tos, set_window,
-    tcp_quickack,
+    bound_paced_backlog, set_max_pacing_rate, set_tos, set_window, tcp_quickack,
 };
-use crate::stream::{Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout};
-use crate::transport::figures::TransportFigures;
-use crate::transport::tcp::facts::TcpInfo;
+use crate::stream::{Deadline, Timeout};
+use crate::transport::figures::{TransportFigures, TransportInForce};
+use crate::transport::stream::{SocketBuffers, SocketFacts, Stream, StreamOptions};
+use crate::transport::tcp::facts::{receive_window_short_of, TcpInForce, TcpInfo};
 use crate::transport::tcp::settings::RECV_CHUNK;
 use bytes::Bytes;
 use socket2::SockRef;
@@ -963,10 +963,15 @@ impl Stream for TcpStream {
         SocketFacts {
             figures: TransportFigures {
                 tcp: self.tcp_info(),
+                ..TransportFigures::default()
             },
-            congestion: self.in_force.congestion.clone(),
-            rcvlowat: self.in_force.rcvlowat,
-            rx_nap: self.rx_nap(),
+            in_force: TransportInForce {
+                tcp: TcpInForce {
+                    congestion: self.in_force.congestion.clone(),
+                    rcvlowat: self.in_force.rcvlowat,
+                    rx_nap_us: (self.rx_nap()).and_then(|nap| u32::try_from(nap.as_micros()).ok()),
+                },
+            },
             // rsockets are not kernel sockets.
             buffers: self
                 .sockets
@@ -1194,7 +1199,7 @@ fn congestion_of(sock: &DataSocket) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&raw[..end]).into_owned())
 }
 
-crate::stream::impl_std_io!(TcpStream);
+crate::transport::stream::impl_std_io!(TcpStream);
 
 #[cfg(test)]
 mod tests {
@@ -1484,9 +1489,9 @@ mod tests {
             };
             let mut server = TcpStream::accept(&listener, server_opts).expect("accept");
             let mut client = t.join().expect("join");
-            assert_eq!(server.facts().rcvlowat, Some(4096), "{mode}");
+            assert_eq!(server.facts().in_force.tcp.rcvlowat, Some(4096), "{mode}");
             assert_eq!(
-                client.facts().rcvlowat,
+                client.facts().in_force.tcp.rcvlowat,
                 Some(1),
                 "{mode}: the kernel's default"
             );
@@ -1585,7 +1590,10 @@ mod tests {
             ..StreamOptions::default()
         };
         let (mut client, mut server) = pair(opts);
-        assert_eq!(server.facts().rx_nap, Some(nap));
+        assert_eq!(
+            server.facts().in_force.tcp.rx_nap_us,
+            u32::try_from(nap.as_micros()).ok()
+        );
         let (go, wait) = std::sync::mpsc::channel::<()>();
         let t = thread::spawn(move || {
             let mut next = 0u32;

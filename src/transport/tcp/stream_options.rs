@@ -2,13 +2,13 @@
 //! carries them, and that must not make the STREAM abstraction depend on the TCP
 //! STREAM's code.
 //!
-//! [`StreamOptions`]: crate::stream::StreamOptions
+//! [`StreamOptions`]: crate::transport::stream::StreamOptions
 
 use super::zerocopy::ZeroCopy;
 use std::time::Duration;
 
 /// The TCP STREAM's own options, as one end applies them
-/// ([`crate::stream::StreamOptions::tcp`]).
+/// ([`crate::transport::stream::StreamOptions::tcp`]).
 #[derive(Clone, Debug, Default)]
 pub struct TcpOptions {
     /// Set TCP_NODELAY.

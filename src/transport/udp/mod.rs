@@ -21,6 +21,7 @@
 
 pub mod batch;
 mod cmsg;
+pub mod facts;
 mod flows;
 pub mod options;
 pub mod settings;
@@ -28,17 +29,16 @@ pub mod stream;
 pub mod wire;
 
 use super::tcp::{accept_data_conns, listen_data_ports, open_data_conn};
-use super::{port_offset, stream_options, Acceptor, ClientCtx, ServerCtx, Transport};
-use crate::control::{self, Message};
-use crate::settings::Settings;
-use crate::stream::{canonical, Stream};
+use super::{port_offset, Acceptor, ClientCtx, ServerCtx, Transport};
+use crate::stream::canonical;
+use crate::transport::setup::SetupMessage;
+use crate::transport::shape::RunShape;
+use crate::transport::stream::Stream;
 use anyhow::{anyhow, bail, Context, Result};
 use settings::UdpSettings;
 use socket2::{Domain, Socket, Type};
 use std::io;
 use std::net::{self, IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 use stream::UdpStream;
@@ -69,11 +69,11 @@ fn check_datagram_size(flag: &str, size: u32, ip: IpAddr) -> Result<()> {
     Ok(())
 }
 
-/// Refuses datagrams of `settings`, requests or replies, that cannot be one datagram
-/// to `ip`.
-fn check_datagram_sizes(settings: &Settings, ip: IpAddr) -> Result<()> {
-    check_datagram_size("--pktsize", settings.pktsize, ip)?;
-    match settings.response_size {
+/// Refuses datagrams of a run shaped `run`, requests or replies, that cannot be one
+/// datagram to `ip`.
+fn check_datagram_sizes(run: &RunShape, ip: IpAddr) -> Result<()> {
+    check_datagram_size("--pktsize", run.pktsize, ip)?;
+    match run.response_size {
         Some(size) => check_datagram_size("--response-size", size, ip),
         None => Ok(()),
     }
@@ -97,19 +97,16 @@ fn bind_udp(
     Ok(sock.into())
 }
 
-/// Stream `stream`'s UDP STREAM over its sockets and its TCP side connection; both
-/// ends build it the same way.
-fn udp_stream(
-    settings: &Settings,
+/// The UDP options of stream `stream` in a run shaped `run`; both ends build its STREAM
+/// with the same.
+fn udp_options(
     options: &UdpSettings,
+    run: &RunShape,
     stream: u32,
-    socks: Vec<net::UdpSocket>,
-    control: net::TcpStream,
-    abort: Arc<AtomicBool>,
     buffer_cap: Option<u64>,
-) -> io::Result<Box<dyn Stream>> {
-    let udp = UdpOptions {
-        batch: options.batch_size(&settings.shape()) as usize,
+) -> UdpOptions {
+    UdpOptions {
+        batch: options.batch_size(run) as usize,
         gso: options.gso,
         gro: options.gro,
         rx_timestamps: options.rx_timestamps,
@@ -119,22 +116,18 @@ fn udp_stream(
             stream,
             Duration::from_millis(u64::from(options.ack_timeout_ms)),
         )
-    };
-    let opts = stream_options(settings, abort);
-    Ok(Box::new(UdpStream::from_sockets(
-        socks, control, opts, udp,
-    )?))
+    }
 }
 
 impl Transport for UdpTransport {
-    fn check(&self, settings: &Settings, server: SocketAddr) -> Result<()> {
-        check_datagram_sizes(settings, server.ip())
+    fn check(&self, run: &RunShape, server: SocketAddr) -> Result<()> {
+        check_datagram_sizes(run, server.ip())
     }
 
     fn listen(&self, ctx: &ServerCtx) -> Result<Box<dyn Acceptor>> {
         let ip = ctx.local.ip().to_canonical();
-        check_datagram_sizes(&ctx.settings, ip)?;
-        let first = (0..ctx.settings.nstreams)
+        check_datagram_sizes(&ctx.plan.shape, ip)?;
+        let first = (0..ctx.plan.shape.nstreams)
             .map(|i| {
                 let addr = port_offset(SocketAddr::new(ip, 0), ctx.port, i)?;
                 bind_udp(addr, true, None)
@@ -150,7 +143,7 @@ impl Transport for UdpTransport {
     }
 
     fn connect(&self, ctx: &ClientCtx) -> Result<Vec<Box<dyn Stream>>> {
-        let s = &ctx.settings;
+        let s = &ctx.plan;
         let local_ip = ctx.bind.unwrap_or(if ctx.server.is_ipv4() {
             Ipv4Addr::UNSPECIFIED.into()
         } else {
@@ -158,14 +151,14 @@ impl Transport for UdpTransport {
         });
         // Every control connection first: the server sets the streams up only once
         // all have arrived.
-        let controls = (0..s.nstreams)
+        let controls = (0..s.shape.nstreams)
             .map(|i| open_data_conn(ctx, i, 0))
             .collect::<Result<Vec<_>>>()?;
-        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
-        for (i, control) in (0..s.nstreams).zip(controls) {
+        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.shape.nstreams as usize);
+        for (i, control) in (0..s.shape.nstreams).zip(controls) {
             let server_udp = port_offset(ctx.server, ctx.server.port(), i)?;
-            let mut socks = Vec::with_capacity(s.nsockets as usize);
-            for k in 0..s.nsockets {
+            let mut socks = Vec::with_capacity(s.shape.nsockets as usize);
+            for k in 0..s.shape.nsockets {
                 let port = ctx.client_port(i, k)?.unwrap_or(0);
                 let from = SocketAddr::new(local_ip, port);
                 let sock = bind_udp(from, false, ctx.bind_device.as_deref())
@@ -181,21 +174,17 @@ impl Transport for UdpTransport {
             // The STREAM (which sizes the socket buffers) exists before the server hears
             // the addresses: with --reverse it sends as soon as every stream is ready.
             let mut setup = control.try_clone()?;
-            streams.push(udp_stream(
-                s,
-                &self.0,
-                i,
-                socks,
-                control,
-                ctx.abort.clone(),
-                None,
-            )?);
-            control::write_frame(&mut setup, &Message::UdpSockets { addrs })?;
+            let udp = udp_options(&self.0, &s.shape, i, None);
+            let opts = s.stream_options(ctx.abort.clone());
+            let stream = UdpStream::from_sockets(socks, control, ctx.frames, opts, udp)?;
+            streams.push(Box::new(stream));
+            ctx.frames
+                .write(&mut setup, &SetupMessage::UdpSockets { addrs })?;
             setup.set_read_timeout(Some(ctx.setup_timeout))?;
-            match control::read_frame(&mut setup) {
-                Ok(Message::Ready) => {}
-                Ok(Message::Error { message }) => bail!("stream {i}: server: {message}"),
-                Ok(other) => bail!("stream {i}: expected ready, got {}", control::kind(&other)),
+            match ctx.frames.read(&mut setup) {
+                Ok(SetupMessage::Ready) => {}
+                Ok(SetupMessage::Error { message }) => bail!("stream {i}: server: {message}"),
+                Ok(other) => bail!("stream {i}: expected ready, got {}", other.kind()),
                 Err(e) => return Err(anyhow!("stream {i}: UDP set-up: {e}")),
             }
             // The read time-out is the socket's, shared with the STREAM's handle.
@@ -207,9 +196,9 @@ impl Transport for UdpTransport {
 
 impl Acceptor for UdpAcceptor {
     fn accept(self: Box<Self>, ctx: &ServerCtx) -> Result<Vec<Box<dyn Stream>>> {
-        let s = &ctx.settings;
+        let s = &ctx.plan;
         let conns = accept_data_conns(ctx, 1, self.listeners)?;
-        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.nstreams as usize);
+        let mut streams: Vec<Box<dyn Stream>> = Vec::with_capacity(s.shape.nstreams as usize);
         for (i, (first, control)) in self.first.into_iter().zip(conns).enumerate() {
             let i = i as u32;
             let Some(mut control) = control.into_iter().next() else {
@@ -217,19 +206,16 @@ impl Acceptor for UdpAcceptor {
             };
             control.set_nonblocking(false)?;
             control.set_read_timeout(Some(ctx.setup_timeout))?;
-            let addrs = match control::read_frame(&mut control) {
-                Ok(Message::UdpSockets { addrs }) => addrs,
-                Ok(other) => bail!(
-                    "stream {i}: expected udp_sockets, got {}",
-                    control::kind(&other)
-                ),
+            let addrs = match ctx.frames.read(&mut control) {
+                Ok(SetupMessage::UdpSockets { addrs }) => addrs,
+                Ok(other) => bail!("stream {i}: expected udp_sockets, got {}", other.kind()),
                 Err(e) => bail!("stream {i}: UDP set-up: {e}"),
             };
-            if addrs.len() != s.nsockets as usize {
+            if addrs.len() != s.shape.nsockets as usize {
                 bail!(
                     "stream {i}: the client named {} UDP sockets, not {}",
                     addrs.len(),
-                    s.nsockets
+                    s.shape.nsockets
                 );
             }
             let distinct: std::collections::HashSet<_> = addrs.iter().collect();
@@ -257,16 +243,11 @@ impl Acceptor for UdpAcceptor {
             // The STREAM (which sizes the socket buffers) must exist before the client is
             // told to send: its first datagrams would overflow the default buffers.
             let mut ready = control.try_clone()?;
-            streams.push(udp_stream(
-                s,
-                &self.udp,
-                i,
-                socks,
-                control,
-                ctx.abort.clone(),
-                ctx.socket_buffer_cap,
-            )?);
-            control::write_frame(&mut ready, &Message::Ready)?;
+            let udp = udp_options(&self.udp, &s.shape, i, ctx.socket_buffer_cap);
+            let opts = s.stream_options(ctx.abort.clone());
+            let stream = UdpStream::from_sockets(socks, control, ctx.frames, opts, udp)?;
+            streams.push(Box::new(stream));
+            ctx.frames.write(&mut ready, &SetupMessage::Ready)?;
         }
         Ok(streams)
     }
@@ -289,11 +270,12 @@ mod tests {
         assert!(check(65_508, mapped).is_err());
         assert!(check(65_527, v6).is_ok());
         assert!(check(65_528, v6).is_err());
-        let replies = Settings {
+        let replies = crate::settings::Settings {
             pktsize: 100,
             response_size: Some(65_508),
-            ..Settings::default()
-        };
+            ..crate::settings::Settings::default()
+        }
+        .shape();
         let e = check_datagram_sizes(&replies, v4).expect_err("a reply too big for IPv4");
         assert!(
             e.to_string()

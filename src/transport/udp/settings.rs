@@ -2,8 +2,8 @@
 //! MPRTT, their checks, and the batch size each end derives from them.
 
 use crate::options::Feature;
-use crate::settings::labels::{HeaderLabels, Sample, Samples};
-use crate::settings::shape::{RunShape, MAX_FOOTPRINT};
+use crate::transport::labels::{HeaderLabels, Sample, Samples};
+use crate::transport::shape::{RunShape, MAX_FOOTPRINT};
 use crate::transport::sockets::{SocketSettings, SocketSettingsError};
 use crate::transport::udp::batch::{gro_slots, GRO_SLOT_BYTES};
 use serde::{Deserialize, Serialize};

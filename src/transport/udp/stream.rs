@@ -54,15 +54,14 @@ use super::batch::{gro_slots, RecvBatch, SendBatch, Sent};
 use super::cmsg::{enable_rx_timestamps, recv_with_control, rx_timestamp_ns, ControlBuffer};
 use super::flows::{unacknowledged, DatagramFlow, UdpFlows};
 use super::wire::{decode, Arrival, Header, ReplyDatagram, SeqTracker, HEADER_LEN};
-use crate::control::{self, ControlError, Message};
+use crate::stats::buffer_grant::BufferGrant;
 use crate::stats::{span_ns, StreamStats};
-use crate::stream::buffer_grant::BufferGrant;
 use crate::stream::epoll::{poll_many, poll_one, Epoll};
 use crate::stream::sender::{LazySenders, PacketSink, Senders};
 use crate::stream::sys::{set_int_opt, set_tos, set_window, size_buffer, Direction};
-use crate::stream::{
-    check_abort, Deadline, SocketBuffers, SocketFacts, Stream, StreamOptions, Timeout,
-};
+use crate::stream::{check_abort, Deadline, Timeout};
+use crate::transport::setup::{SetupFrames, SetupMessage};
+use crate::transport::stream::{SocketBuffers, SocketFacts, Stream, StreamOptions};
 use crate::transport::udp::settings::{socket_buffer, MAX_RETRIES};
 use bytes::Bytes;
 use socket2::SockRef;
@@ -588,6 +587,8 @@ pub struct UdpStream {
     sockets: Vec<Socket>,
     /// The reliable control connection (blocking, with I/O time-outs).
     control: net::TcpStream,
+    /// How messages are framed on it.
+    frames: &'static dyn SetupFrames,
     opts: StreamOptions,
     senders: LazySenders,
     /// Figures of `send()` and `recv()` (the calling thread's).
@@ -659,11 +660,12 @@ pub(crate) fn forbid_fragments(
 
 impl UdpStream {
     /// Builds a STREAM from connected UDP sockets (socket 0 first) and the stream's
-    /// control connection; sizes the socket buffers, sets the sockets non-blocking and
-    /// starts one sender thread per socket.
+    /// control connection, whose messages `frames` encodes; sizes the socket buffers,
+    /// sets the sockets non-blocking and starts one sender thread per socket.
     pub fn from_sockets(
         socks: Vec<net::UdpSocket>,
         control: net::TcpStream,
+        frames: &'static dyn SetupFrames,
         opts: StreamOptions,
         udp: UdpOptions,
     ) -> io::Result<UdpStream> {
@@ -781,6 +783,7 @@ impl UdpStream {
             ready: Vec::with_capacity(sockets.len() + 1),
             sockets,
             control,
+            frames,
             senders: LazySenders::NotStarted,
             stats: StreamStats::default(),
             tracker,
@@ -1112,8 +1115,8 @@ impl UdpStream {
 
     /// Reads the frame the peer sent on the control connection.
     fn read_control(&mut self) -> io::Result<()> {
-        match control::read_frame(&mut self.control) {
-            Ok(Message::UdpFinished { datagrams, .. }) => {
+        match self.frames.read(&mut self.control) {
+            Ok(SetupMessage::UdpFinished { datagrams, .. }) => {
                 let now = Instant::now();
                 self.peer = PeerSending::Draining {
                     since: now,
@@ -1126,16 +1129,16 @@ impl UdpStream {
                 io::ErrorKind::InvalidData,
                 format!(
                     "unexpected {} on the UDP stream's control connection",
-                    control::kind(&other)
+                    other.kind()
                 ),
             )),
             // The receiving end of a `--reverse` run closes once it has drained what this
             // end sent: the end of the stream, as EOF is for TCP.
-            Err(ControlError::Closed) if self.finish_sent => {
+            Err(e) if e.closed && self.finish_sent => {
                 self.peer = PeerSending::Done;
                 Ok(())
             }
-            Err(ControlError::Closed) => Err(io::Error::new(
+            Err(e) if e.closed => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "the peer closed the UDP stream's control connection before it finished sending",
             )),
@@ -1274,14 +1277,16 @@ impl Stream for UdpStream {
         }
         self.finish_sent = true;
         let sent = self.stats();
-        let told = control::write_frame(
-            &mut self.control,
-            &Message::UdpFinished {
-                datagrams: sent.datagrams.sent,
-                bytes: sent.bytes_sent,
-            },
-        )
-        .map_err(|e| io::Error::new(io::ErrorKind::BrokenPipe, e.to_string()));
+        let told = self
+            .frames
+            .write(
+                &mut self.control,
+                &SetupMessage::UdpFinished {
+                    datagrams: sent.datagrams.sent,
+                    bytes: sent.bytes_sent,
+                },
+            )
+            .map_err(|e| io::Error::new(io::ErrorKind::BrokenPipe, e.to_string()));
         // A sender's failure says more than the failure to report it.
         result.and(told)
     }
@@ -1296,7 +1301,7 @@ impl Stream for UdpStream {
     }
 }
 
-crate::stream::impl_std_io!(UdpStream);
+crate::transport::stream::impl_std_io!(UdpStream);
 
 #[cfg(test)]
 mod tests {
@@ -1321,8 +1326,16 @@ mod tests {
         }
         let udp = UdpOptions::new(0, ack_timeout);
         (
-            UdpStream::from_sockets(a_socks, ctl_a, opts.clone(), udp.clone()).expect("a"),
-            UdpStream::from_sockets(b_socks, ctl_b, opts, udp).expect("b"),
+            UdpStream::from_sockets(
+                a_socks,
+                ctl_a,
+                &crate::control::ControlFrames,
+                opts.clone(),
+                udp.clone(),
+            )
+            .expect("a"),
+            UdpStream::from_sockets(b_socks, ctl_b, &crate::control::ControlFrames, opts, udp)
+                .expect("b"),
         )
     }
 
@@ -1355,9 +1368,17 @@ mod tests {
         b.connect(a.local_addr().expect("addr")).expect("connect");
         let udp = UdpOptions::new(0, Duration::from_millis(100));
         let opts = StreamOptions::default();
-        let mut client =
-            UdpStream::from_sockets(vec![a], ctl_a, opts.clone(), udp.clone()).expect("a");
-        let mut server = UdpStream::from_sockets(vec![b], ctl_b, opts, udp).expect("b");
+        let mut client = UdpStream::from_sockets(
+            vec![a],
+            ctl_a,
+            &crate::control::ControlFrames,
+            opts.clone(),
+            udp.clone(),
+        )
+        .expect("a");
+        let mut server =
+            UdpStream::from_sockets(vec![b], ctl_b, &crate::control::ControlFrames, opts, udp)
+                .expect("b");
         let t = thread::spawn(move || {
             for _ in 0..10 {
                 client.send(&[0x5a; 500], Timeout::Forever).expect("send");
@@ -1497,8 +1518,14 @@ mod tests {
                 ..StreamOptions::default()
             };
             let udp = UdpOptions::new(0, Duration::from_secs(5));
-            let mut client =
-                UdpStream::from_sockets(vec![ours], control, opts, udp).expect("stream");
+            let mut client = UdpStream::from_sockets(
+                vec![ours],
+                control,
+                &crate::control::ControlFrames,
+                opts,
+                udp,
+            )
+            .expect("stream");
             let t = thread::spawn(move || {
                 let mut request = [0u8; 200];
                 let n = peer.recv(&mut request).expect("the request");
@@ -1651,7 +1678,14 @@ mod tests {
                 gro,
                 ..UdpOptions::new(0, Duration::from_millis(100))
             };
-            UdpStream::from_sockets(socks, control, opts.clone(), udp).expect("stream")
+            UdpStream::from_sockets(
+                socks,
+                control,
+                &crate::control::ControlFrames,
+                opts.clone(),
+                udp,
+            )
+            .expect("stream")
         };
         (rebuild(a), rebuild(b))
     }

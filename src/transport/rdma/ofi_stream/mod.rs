@@ -36,7 +36,8 @@ use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
 use super::ring::{Answer, Packet, RemoteRing, RingLayout, SendSlots, Slot};
 use super::ring::{CONTROL_SLOTS, RING_SLOTS_MAX};
 use crate::stats::StreamStats;
-use crate::stream::{Deadline, StreamOptions};
+use crate::stream::Deadline;
+use crate::transport::stream::StreamOptions;
 use std::collections::VecDeque;
 use std::ffi::{c_void, CStr, CString};
 use std::io;
@@ -74,7 +75,7 @@ const VALUE_MASK: u64 = (1 << KIND_SHIFT) - 1;
 const WRITE_LEN_BITS: u32 = 26;
 const _: () = assert!(
     RING_SLOTS_MAX <= 1 << (32 - WRITE_LEN_BITS)
-        && crate::settings::MAX_PKTSIZE as usize <= 1 << WRITE_LEN_BITS
+        && crate::stream::MAX_PKTSIZE as usize <= 1 << WRITE_LEN_BITS
 );
 /// Longest endpoint name accepted from a peer.
 pub const MAX_NAME_LEN: usize = 512;
@@ -1122,7 +1123,8 @@ pub fn describe_name(name: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::{Stream, Timeout};
+    use crate::stream::Timeout;
+    use crate::transport::stream::Stream;
     use bytes::Bytes;
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -1141,7 +1143,7 @@ mod tests {
 
     #[test]
     fn write_data_fits_in_a_32_bit_immediate_and_roundtrips() {
-        let max_len = crate::settings::MAX_PKTSIZE as usize;
+        let max_len = crate::stream::MAX_PKTSIZE as usize;
         for (slot, len) in [(0, 1), (RING_SLOTS_MAX - 1, max_len), (7, 32768)] {
             let data = write_data(slot, len);
             assert!(data <= u64::from(u32::MAX), "{data:#x}");

@@ -6,8 +6,7 @@
 pub struct HeaderLabels {
     /// How the data calls were made or waited for (`engine=io_uring`, `engine=epoll`).
     pub engine: &'static str,
-    /// The transport's set-up: socket buffers (`window=`), or RDMA's API, operation and
-    /// device.
+    /// The transport's set-up: socket buffers (`window=`).
     pub setup: String,
     /// What makes the figures unlike another tool's, last (`rx_copy=skipped`).
     pub caveat: &'static str,

@@ -1,8 +1,9 @@
 //! Which transport a run uses, with the options only it has.
 
-use crate::settings::labels::{HeaderLabels, Samples};
-use crate::settings::shape::RunShape;
+use crate::transport::facts::Facts;
+use crate::transport::labels::{HeaderLabels, Samples};
 use crate::transport::rdma::settings::RdmaSettings;
+use crate::transport::shape::RunShape;
 use crate::transport::sockets::SocketSettings;
 use crate::transport::tcp::settings::TcpSettings;
 use crate::transport::udp::settings::UdpSettings;
@@ -83,6 +84,20 @@ impl TransportSettings {
         }
     }
 
+    /// TCP's own options, in a TCP run.
+    pub fn tcp(&self) -> Option<&TcpSettings> {
+        match self {
+            TransportSettings::Tcp(tcp) => Some(tcp),
+            _ => None,
+        }
+    }
+
+    /// `--window` when it sizes TCP data connections (UDP's apply to its datagram
+    /// sockets).
+    pub fn tcp_window(&self) -> Option<u32> {
+        self.tcp().and_then(|tcp| tcp.sockets.window)
+    }
+
     /// The socket options, for the transports that move data through kernel sockets.
     pub fn sockets(&self) -> Option<&SocketSettings> {
         match self {
@@ -120,12 +135,22 @@ impl TransportSettings {
         }
     }
 
-    /// What a report header says of the transport's options.
+    /// What a report header says of the transport's options (RDMA's are facts of its
+    /// own, see [`TransportSettings::facts`]).
     pub fn labels(&self) -> HeaderLabels {
         match self {
             TransportSettings::Tcp(tcp) => tcp.labels(),
             TransportSettings::Udp(udp) => udp.labels(),
-            TransportSettings::Rdma(rdma) => rdma.labels(),
+            TransportSettings::Rdma(_) => HeaderLabels::default(),
+        }
+    }
+
+    /// What the transport says of the run it set up, as the outputs read it: RDMA's
+    /// programming interface and device.
+    pub fn facts(&self) -> Option<&dyn Facts> {
+        match self {
+            TransportSettings::Rdma(rdma) => Some(rdma),
+            TransportSettings::Tcp(_) | TransportSettings::Udp(_) => None,
         }
     }
 }
