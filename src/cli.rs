@@ -10,19 +10,21 @@ use fperf::auth::AuthKey;
 use fperf::client::ClientConfig;
 use fperf::control::keepalive::ControlKeepalive;
 use fperf::exporter::{Allow, ExporterConfig};
-use fperf::family::IpFamily;
+use fperf::family::{IpFamily, OPTIONS as FAMILY_OPTIONS};
 use fperf::limits::Limits;
 use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
 use fperf::options::{and_list, Front, Given, TestOption};
 use fperf::output::json_document::DocLabels;
-use fperf::percentiles::{Percentiles, PercentilesError};
+use fperf::percentiles::Percentiles;
 use fperf::server::ServerConfig;
+use fperf::settings::options::{
+    GivenTime, WorkloadFlags, OUTPUT_OPTIONS, TIME_OPTION, WORKLOAD_OPTIONS,
+};
 use fperf::settings::{
     default_pktsize, SchedPolicy, Settings, DEFAULT_MB, DEFAULT_PORT, DEFAULT_TIME_MS,
     MAX_NSOCKETS, MAX_NSTREAMS,
 };
 use fperf::stream::sender::QueueKind;
-use fperf::stream::MAX_PKTSIZE;
 use fperf::transport::rdma::options::OPTIONS as RDMA_OPTIONS;
 use fperf::transport::rdma::settings::RdmaSettings;
 use fperf::transport::settings::{Protocol, TransportSettings};
@@ -31,7 +33,8 @@ use fperf::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::options::OPTIONS as UDP_OPTIONS;
 use fperf::transport::udp::settings::UdpSettings;
-use fperf::workload::{Reply, Workload, WorkloadError};
+use fperf::units::parse_seconds;
+use fperf::workload::Workload;
 use std::ffi::OsString;
 use std::fs::File;
 use std::net::IpAddr;
@@ -118,19 +121,8 @@ pub struct Cli {
     )]
     iperf3: bool,
 
-    /// Number of data STREAMs, each driven by its own thread.
-    ///
-    /// Stream i uses port PORT+i.
-    #[arg(
-        help_heading = "Test",
-        short = 't',
-        long,
-        value_name = "N",
-        default_value_t = 1,
-        allow_negative_numbers = true,
-        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NSTREAMS))
-    )]
-    nstreams: u32,
+    #[command(flatten)]
+    nstreams: Declared<StreamsGroup>,
 
     /// Sockets inside each STREAM (1..=100).
     ///
@@ -189,14 +181,8 @@ pub struct Cli {
     #[arg(help_heading = "Test", short = 'm', long, value_name = "N")]
     mb: Option<u64>,
 
-    /// Bytes per send (K, M, G binary) [default: 32K; 1472 with -u; 1 with -r]
-    ///
-    /// K, M and G are binary: 128K = 131072. Default: 32K; with -u 1472 (1452 over IPv6), a
-    /// datagram that a 1500-byte MTU carries whole; with -r, --echo or --crr 1, as qperf,
-    /// netperf and neper send.
-    #[arg(help_heading = "Test", short = 'l', long, alias = "length", value_name = "BYTES",
-          value_parser = parse_pktsize, allow_negative_numbers = true)]
-    pktsize: Option<u32>,
+    #[command(flatten)]
+    pktsize: Declared<PktsizeGroup>,
 
     /// Queue inside a STREAM: 1 = mutex, 0 = lock-free.
     ///
@@ -289,28 +275,8 @@ pub struct Cli {
           value_parser = clap::value_parser!(u16).range(1..))]
     cport: Option<u16>,
 
-    /// IPv4 only, as iperf3's -4: the client takes HOST's IPv4 address; the server
-    /// listens on IPv4 alone.
-    #[arg(
-        hide_short_help = true,
-        help_heading = "Roles",
-        short = '4',
-        long,
-        alias = "version4",
-        conflicts_with = "ipv6"
-    )]
-    ipv4: bool,
-
-    /// IPv6 only, as iperf3's -6: the client takes HOST's IPv6 address; the server
-    /// listens on IPv6 alone; --loopback runs over ::1.
-    #[arg(
-        hide_short_help = true,
-        help_heading = "Roles",
-        short = '6',
-        long,
-        alias = "version6"
-    )]
-    ipv6: bool,
+    #[command(flatten)]
+    family: Declared<FamilyGroup>,
 
     /// Server: also serve unmodified iperf3 clients (TCP and UDP), on this port (iperf3's own
     /// is 5201), beside fperf clients on -p.
@@ -323,14 +289,8 @@ pub struct Cli {
     )]
     iperf3_port: Option<u16>,
 
-    /// Bound the run by time: each stream sends for SECS seconds [default: 10 s].
-    ///
-    /// It replaces --mb's bound. Without -m, --time or --transactions a run lasts 10 s
-    /// (plus --omit). SECS is a number of seconds, or a number with a unit: ms, s, m or h
-    /// (e.g. 500ms, 2s, 1.5m).
-    #[arg(help_heading = "Test", long, value_name = "SECS", conflicts_with_all = ["mb", "server"],
-          allow_negative_numbers = true, value_parser = parse_seconds)]
-    time: Option<f64>,
+    #[command(flatten)]
+    time: Declared<TimeGroup>,
 
     /// With -r, --echo or --crr: each stream ends after N round trips (requests
     /// answered) instead of --mb MB.
@@ -443,12 +403,8 @@ pub struct Cli {
     #[arg(hide_short_help = true, help_heading = "Output", long, value_name = "FILE", conflicts_with_all = ["server", "sweep"])]
     csv: Option<std::path::PathBuf>,
 
-    /// The latency percentiles both ends report, in the text, --json and --csv:
-    /// comma-separated, each above 0 and at most 100, at most 16 (e.g. 50,99,99.99).
-    /// Default: 50,90,99,99.9.
-    #[arg(hide_short_help = true, help_heading = "Output", long, value_name = "LIST",
-          value_parser = parse_percentiles, conflicts_with_all = ["server", "sweep"])]
-    percentiles: Option<Percentiles>,
+    #[command(flatten)]
+    percentiles: Declared<PercentilesGroup>,
 
     /// Draw an SVG picture in FILE: the client's send latency (mprtt with -r) by
     /// percentile, or with --sweep each figure against the swept value.
@@ -497,14 +453,8 @@ pub struct Cli {
           requires = "sweep", conflicts_with_all = ["json", "tests"])]
     table: Option<Table>,
 
-    /// Target rate of each stream in bits/s, e.g. 100M (default: no limit).
-    ///
-    /// K/M/G/T = 10^3..10^12. The client paces its sends to it, whole packets (-l) at a
-    /// time, so at a slow rate one packet must go within --idle-timeout. 0, as iperf3's
-    /// -b 0: as fast as possible.
-    #[arg(help_heading = "Test", short = 'b', long, value_name = "RATE", value_parser = fperf::units::parse_target_rate,
-          conflicts_with = "server")]
-    bitrate: Option<u64>,
+    #[command(flatten)]
+    bitrate: Declared<BitrateGroup>,
 
     /// Write the man page, a shell's completions or the JSON output's schema to stdout,
     /// then exit: fperf's page (man), fperf mesh's (man-mesh), fperf exporter's
@@ -561,7 +511,7 @@ enum Command {
     /// Each pair's test is run by the sending host's server towards the receiving
     /// host's, at this coordinator's request; the servers run with --allow-mesh and the
     /// same --auth-key. The coordinator carries no data.
-    Mesh(MeshArgs),
+    Mesh(Box<MeshArgs>),
 }
 
 /// `fperf mesh`.
@@ -591,10 +541,8 @@ struct MeshArgs {
           value_parser = clap::value_parser!(u16).range(1..))]
     port: u16,
 
-    /// Each pair's test length in seconds (or with a unit: 500ms, 2s, 1m).
-    #[arg(long, value_name = "SECS", default_value_t = 2.0, allow_negative_numbers = true,
-          value_parser = parse_seconds)]
-    time: f64,
+    #[command(flatten)]
+    time: Declared<MeshTimeGroup>,
 
     /// Data streams per test.
     #[arg(short = 't', long, value_name = "N", default_value_t = 1)]
@@ -604,23 +552,14 @@ struct MeshArgs {
     #[arg(short = 'u', long)]
     udp: bool,
 
-    /// Bytes per send (K, M, G = 2^10, 2^20, 2^30) [default: 32K; 1472 with -u, 1452
-    /// with -u -6; 1 with -r or --echo].
-    #[arg(short = 'l', long, value_name = "SIZE", value_parser = parse_pktsize)]
-    pktsize: Option<u32>,
+    #[command(flatten)]
+    pktsize: Declared<MeshPktsizeGroup>,
 
-    /// A latency matrix: each packet answered by 1 byte (median round trip per pair).
-    #[arg(short = 'r', long, conflicts_with = "echo")]
-    mprtt: bool,
+    #[command(flatten)]
+    round_trips: Declared<MeshRoundTripGroup>,
 
-    /// A latency matrix: each packet echoed whole.
-    #[arg(long)]
-    echo: bool,
-
-    /// Target rate of each stream in bits/s (e.g. 100M, 2.5G); 0, as fast as possible
-    /// (the default).
-    #[arg(short = 'b', long, value_name = "RATE", value_parser = fperf::units::parse_target_rate)]
-    bitrate: Option<u64>,
+    #[command(flatten)]
+    bitrate: Declared<MeshBitrateGroup>,
 
     #[command(flatten)]
     tcp: Declared<MeshTcpGroup>,
@@ -628,15 +567,8 @@ struct MeshArgs {
     #[command(flatten)]
     sockets: Declared<MeshSocketGroup>,
 
-    /// IPv4 only: the coordinator reaches each server at its name's IPv4 address and
-    /// sends every test to the receiving host's IPv4 address.
-    #[arg(short = '4', long, conflicts_with = "ipv6")]
-    ipv4: bool,
-
-    /// IPv6 only: the coordinator reaches each server at its name's IPv6 address and
-    /// sends every test to the receiving host's IPv6 address.
-    #[arg(short = '6', long)]
-    ipv6: bool,
+    #[command(flatten)]
+    family: Declared<MeshFamilyGroup>,
 
     /// Shared secret file the servers hold (or the secret in $FPERF_AUTH_KEY).
     #[arg(long, value_name = "FILE")]
@@ -694,7 +626,7 @@ impl MeshArgs {
             .iter()
             .map(|n| MeshHost::parse(n, self.port).map_err(|e| anyhow::anyhow!(e)))
             .collect::<Result<Vec<_>>>()?;
-        let family = IpFamily::from_flags(self.ipv4, self.ipv6);
+        let family = self.family.family()?;
         for h in &hosts {
             if let Ok(ip) = h.host.parse::<std::net::IpAddr>() {
                 family
@@ -724,11 +656,9 @@ impl MeshArgs {
                 self.outlier_below
             );
         }
-        let workload = match (self.mprtt, self.echo) {
-            (true, _) => Workload::RoundTrip(Reply::Ack),
-            (_, true) => Workload::RoundTrip(Reply::Echo),
-            _ => Workload::Bulk,
-        };
+        let mut flags = WorkloadFlags::default();
+        self.round_trips.apply(&mut flags)?;
+        let workload = flags.workload()?;
         let mut tcp = TcpSettings::default();
         self.tcp.apply(&mut tcp)?;
         let mut sockets = SocketSettings::default();
@@ -739,17 +669,16 @@ impl MeshArgs {
                 anyhow::anyhow!("{} are TCP's, not UDP's", and_list(&flags))
             })?;
         let protocol = transport.protocol();
-        let settings = Settings {
+        let mut settings = Settings {
             nstreams: self.nstreams,
-            pktsize: (self.pktsize)
-                .unwrap_or_else(|| default_pktsize(protocol, workload.mprtt(), self.ipv6)),
+            pktsize: default_pktsize(protocol, workload.mprtt(), family == IpFamily::V6),
             workload,
-            time_ms: secs_to_ms("time", Some(self.time))?,
-            // 0: no target, as iperf3's -b 0.
-            rate_bps: self.bitrate.filter(|&b| b > 0),
+            time_ms: secs_to_ms("time", self.time.secs()?)?,
             transport,
             ..Settings::default()
         };
+        self.pktsize.apply(&mut settings)?;
+        self.bitrate.apply(&mut settings)?;
         settings.validate()?;
         Ok(MeshRun {
             config: MeshConfig {
@@ -810,6 +739,15 @@ struct ExporterArgs {
 
 /// The end of `fperf exporter --help`: a probe's query, with the parameters TCP declares.
 fn exporter_after_help() -> String {
+    let test: Vec<String> = fperf::exporter::probe::test_parameters()
+        .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
+        .collect();
+    let workload: Vec<String> = fperf::exporter::probe::workload_parameters()
+        .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
+        .collect();
+    let outputs: Vec<String> = fperf::exporter::probe::output_parameters()
+        .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
+        .collect();
     let sockets = fperf::exporter::probe::socket_parameters()
         .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")));
     let tcp: Vec<String> = fperf::exporter::probe::tcp_parameters()
@@ -819,7 +757,7 @@ fn exporter_after_help() -> String {
     format!(
         "A probe's query: target=HOST[:PORT] (an fperf server), and optionally \
          protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
-         workload=bulk|rr|echo|crr, streams=N, bitrate=RATE, reverse=1, percentiles=LIST, \
+         workload=bulk|rr|echo|crr, {}, {}, {}, \
          {} (the last {} TCP's; a rate of 0 is none), and family=4|6 (IPv4 or IPv6 \
          alone). A probe over the limits, or whose test fails, answers \
          fperf_probe_success 0 and the reason is logged; more probes than --max-probes \
@@ -827,6 +765,9 @@ fn exporter_after_help() -> String {
          names the targets: otherwise every such failure answers alike, after the probe's \
          whole time-out, so that no one can tell a closed port from another program's \
          through the exporter.",
+        test.join(", "),
+        workload.join(", "),
+        outputs.join(", "),
         and_list(&transport),
         count_word(tcp.len()),
     )
@@ -877,19 +818,8 @@ impl ExporterArgs {
 #[derive(clap::Args, Debug)]
 #[command(next_help_heading = WORKLOADS_HEADING)]
 struct WorkloadArgs {
-    /// Wait for a 1-byte ACK after each packet and report its round trip (mprtt).
-    ///
-    /// "Most-practical round-trip time": each packet waits for the peer's answer
-    /// before the next is sent.
-    #[arg(short = 'r', long)]
-    mprtt: bool,
-
-    /// TCP, UDP or RDMA (every --rdma-api): MPRTT (implies -r) where the server answers
-    /// each packet with the packet itself (as many bytes, like sockperf/qperf
-    /// ping-pong) instead of a 1-byte ACK; mprtt is then the round trip of a request and
-    /// its full-size echo
-    #[arg(hide_short_help = true, long)]
-    echo: bool,
+    #[command(flatten)]
+    round_trips: Declared<RoundTripGroup>,
 
     /// With -r, TCP, UDP or RDMA (every --rdma-api): the server answers each -l-byte
     /// request with N bytes instead of a 1-byte ACK (neper's request and response
@@ -899,26 +829,8 @@ struct WorkloadArgs {
           value_parser = fperf::units::parse_bytes_u32)]
     response_size: Option<u32>,
 
-    /// TCP only: connect-request-response (implies -r), as netperf's TCP_CRR and neper's
-    /// tcp_crr: every packet is a new connection (connect, the -l-byte request, a 1-byte
-    /// reply, the server closes, the client closes), and mprtt is that whole life of a
-    /// connection. Stream i uses the server's port PORT+1+i
-    #[arg(hide_short_help = true, long)]
-    crr: bool,
-
-    /// Data from the server to the client, as iperf3's -R (fperf's -R is RDMA).
-    ///
-    /// TCP or UDP bulk in reverse: the server sends and the client receives, with the
-    /// same flags and figures; the client's report is then the receiving end's (with
-    /// UDP its loss, reordering and jitter).
-    #[arg(long)]
-    reverse: bool,
-
-    /// TCP bulk both ways at once, as iperf3's --bidir: -t N streams carry the client's
-    /// data and N more the server's (streams N..2N-1). Each end reports what it sent
-    /// and what it received, each direction over its own time
-    #[arg(hide_short_help = true, long, conflicts_with = "sweep")]
-    bidir: bool,
+    #[command(flatten)]
+    others: Declared<OtherWorkloadGroup>,
 }
 
 /// A group of declared options ([`fperf::options`]) as clap arguments of one command
@@ -1044,6 +956,241 @@ fn taken_by_mesh<T>(option: &TestOption<T>) -> bool {
     !matches!(option.mesh, fperf::options::Mesh::No)
 }
 
+/// `--percentiles`, as the test's outputs declare it ([`fperf::settings::options`]).
+struct PercentilesGroup;
+
+impl OptionGroup for PercentilesGroup {
+    type Settings = Settings;
+    const HEADING: Option<&'static str> = Some("Output");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<Settings>> {
+        OUTPUT_OPTIONS.iter()
+    }
+}
+
+/// `--time`, as the test's options declare it ([`fperf::settings::options`]): listed in
+/// `-h` too.
+struct TimeGroup;
+
+impl OptionGroup for TimeGroup {
+    type Settings = GivenTime;
+    const HEADING: Option<&'static str> = Some("Test");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<GivenTime>> {
+        std::iter::once(&TIME_OPTION)
+    }
+    fn arg(option: &'static TestOption<GivenTime>) -> clap::Arg {
+        (option.arg(Front::Cli).hide_short_help(false)).allow_negative_numbers(true)
+    }
+}
+
+/// `fperf mesh`'s `--time`, each pair's: 2 s unless given.
+struct MeshTimeGroup;
+
+impl OptionGroup for MeshTimeGroup {
+    type Settings = GivenTime;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<GivenTime>> {
+        std::iter::once(&TIME_OPTION)
+    }
+    fn arg(option: &'static TestOption<GivenTime>) -> clap::Arg {
+        (option.arg(Front::Mesh).default_value("2")).allow_negative_numbers(true)
+    }
+}
+
+impl<G: OptionGroup<Settings = GivenTime>> Declared<G> {
+    /// The seconds `--time` gave, if it was given (or has a default).
+    fn secs(&self) -> Result<Option<f64>> {
+        let mut time = GivenTime::default();
+        self.apply(&mut time)?;
+        Ok(time.secs)
+    }
+}
+
+/// The workload flags before --response-size in the help, as the test's options
+/// declare them ([`fperf::settings::options`]): -r is listed in `-h` too.
+struct RoundTripGroup;
+
+impl OptionGroup for RoundTripGroup {
+    type Settings = WorkloadFlags;
+    const HEADING: Option<&'static str> = Some(WORKLOADS_HEADING);
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<WorkloadFlags>> {
+        workload_options(&["mprtt", "echo"])
+    }
+    fn arg(option: &'static TestOption<WorkloadFlags>) -> clap::Arg {
+        option.arg(Front::Cli).hide_short_help(option.id != "mprtt")
+    }
+}
+
+/// The workload flags after --response-size in the help: --reverse is listed in `-h`
+/// too.
+struct OtherWorkloadGroup;
+
+impl OptionGroup for OtherWorkloadGroup {
+    type Settings = WorkloadFlags;
+    const HEADING: Option<&'static str> = Some(WORKLOADS_HEADING);
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<WorkloadFlags>> {
+        workload_options(&["crr", "reverse", "bidir"])
+    }
+    fn arg(option: &'static TestOption<WorkloadFlags>) -> clap::Arg {
+        option
+            .arg(Front::Cli)
+            .hide_short_help(option.id != "reverse")
+    }
+}
+
+/// `fperf mesh`'s latency matrices: -r, or --echo.
+struct MeshRoundTripGroup;
+
+impl OptionGroup for MeshRoundTripGroup {
+    type Settings = WorkloadFlags;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<WorkloadFlags>> {
+        WORKLOAD_OPTIONS
+            .iter()
+            .filter(|option| taken_by_mesh(option))
+    }
+    fn arg(option: &'static TestOption<WorkloadFlags>) -> clap::Arg {
+        match option.id {
+            "mprtt" => option.arg(Front::Mesh).conflicts_with("echo"),
+            _ => option.arg(Front::Mesh),
+        }
+    }
+}
+
+/// The workload flags of clap names `ids`, in the order the help lists them.
+fn workload_options(
+    ids: &'static [&'static str],
+) -> impl Iterator<Item = &'static TestOption<WorkloadFlags>> {
+    WORKLOAD_OPTIONS
+        .iter()
+        .filter(move |option| ids.contains(&option.id))
+}
+
+/// `-t`, as the test's options declare it ([`fperf::settings::options`]): listed in
+/// `-h` too, 1 unless given.
+struct StreamsGroup;
+
+impl OptionGroup for StreamsGroup {
+    type Settings = Settings;
+    const HEADING: Option<&'static str> = Some("Test");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<Settings>> {
+        test_option("nstreams")
+    }
+    fn arg(option: &'static TestOption<Settings>) -> clap::Arg {
+        (option.arg(Front::Cli).hide_short_help(false))
+            .default_value("1")
+            .allow_negative_numbers(true)
+    }
+}
+
+/// `-4` and `-6`, as the IP family declares them ([`fperf::family`]).
+struct FamilyGroup;
+
+impl OptionGroup for FamilyGroup {
+    type Settings = IpFamily;
+    const HEADING: Option<&'static str> = Some("Roles");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<IpFamily>> {
+        FAMILY_OPTIONS.iter()
+    }
+}
+
+/// `fperf mesh`'s `-4` and `-6`, for the coordinator and every test: they have no
+/// other spelling.
+struct MeshFamilyGroup;
+
+impl OptionGroup for MeshFamilyGroup {
+    type Settings = IpFamily;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<IpFamily>> {
+        FAMILY_OPTIONS.iter()
+    }
+    fn arg(option: &'static TestOption<IpFamily>) -> clap::Arg {
+        (option.arg(Front::Mesh).alias(None)).conflicts_with_all(option.conflicts)
+    }
+}
+
+impl<G: OptionGroup<Settings = IpFamily>> Declared<G> {
+    /// The IP family asked for: `-4`, `-6`, or either.
+    fn family(&self) -> Result<IpFamily> {
+        let mut family = IpFamily::Any;
+        self.apply(&mut family)?;
+        Ok(family)
+    }
+}
+
+/// `-l`, as the test's options declare it ([`fperf::settings::options`]): listed in
+/// `-h` too.
+struct PktsizeGroup;
+
+impl OptionGroup for PktsizeGroup {
+    type Settings = Settings;
+    const HEADING: Option<&'static str> = Some("Test");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<Settings>> {
+        test_option("pktsize")
+    }
+    fn arg(option: &'static TestOption<Settings>) -> clap::Arg {
+        (option.arg(Front::Cli).hide_short_help(false)).allow_negative_numbers(true)
+    }
+}
+
+/// `fperf mesh`'s `-l`, for every test of the mesh: its value is a SIZE, and it has no
+/// other spelling.
+struct MeshPktsizeGroup;
+
+impl OptionGroup for MeshPktsizeGroup {
+    type Settings = Settings;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<Settings>> {
+        test_option("pktsize")
+    }
+    fn arg(option: &'static TestOption<Settings>) -> clap::Arg {
+        (option.arg(Front::Mesh).value_name("SIZE")).alias(None)
+    }
+}
+
+/// `-b`, as the test's options declare it ([`fperf::settings::options`]): listed in
+/// `-h` too.
+struct BitrateGroup;
+
+impl OptionGroup for BitrateGroup {
+    type Settings = Settings;
+    const HEADING: Option<&'static str> = Some("Test");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<Settings>> {
+        test_option("bitrate")
+    }
+    fn arg(option: &'static TestOption<Settings>) -> clap::Arg {
+        option.arg(Front::Cli).hide_short_help(false)
+    }
+}
+
+/// `fperf mesh`'s `-b`, for every test of the mesh.
+struct MeshBitrateGroup;
+
+impl OptionGroup for MeshBitrateGroup {
+    type Settings = Settings;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<Settings>> {
+        test_option("bitrate")
+    }
+}
+
+/// The test-wide option of clap name `id`, as a group's only option.
+fn test_option(id: &str) -> impl Iterator<Item = &'static TestOption<Settings>> {
+    fperf::settings::options::option(id).into_iter()
+}
+
 /// Options of UDP runs, as UDP declares them ([`fperf::transport::udp::options`]).
 struct UdpGroup;
 
@@ -1091,35 +1238,12 @@ fn refuse_foreign(given: &[impl AsRef<str>], owner: &str, protocol: Protocol) ->
 }
 
 impl WorkloadArgs {
-    /// The workload the flags ask for, refusing flags that ask for two.
-    fn workload(&self) -> Result<Workload, WorkloadError> {
-        if self.bidir {
-            let other = [
-                (self.reverse, "--reverse"),
-                (self.crr, "--crr"),
-                (self.echo, "--echo"),
-                (self.mprtt, "-r"),
-            ]
-            .into_iter()
-            .find_map(|(given, flag)| given.then_some(flag));
-            return match other {
-                Some(flag) => Err(WorkloadError::BidirConflict(flag)),
-                None => Ok(Workload::Bidir),
-            };
-        }
-        if self.reverse {
-            return match self.mprtt || self.echo || self.crr {
-                true => Err(WorkloadError::ReverseMprtt),
-                false => Ok(Workload::Reverse),
-            };
-        }
-        match (self.crr, self.echo, self.mprtt) {
-            (true, true, _) => Err(WorkloadError::CrrConflict("with --echo")),
-            (true, false, _) => Ok(Workload::Crr),
-            (false, true, _) => Ok(Workload::RoundTrip(Reply::Echo)),
-            (false, false, true) => Ok(Workload::RoundTrip(Reply::Ack)),
-            (false, false, false) => Ok(Workload::Bulk),
-        }
+    /// The workload flags given.
+    fn flags(&self) -> Result<WorkloadFlags> {
+        let mut flags = WorkloadFlags::default();
+        self.round_trips.apply(&mut flags)?;
+        self.others.apply(&mut flags)?;
+        Ok(flags)
     }
 }
 
@@ -1238,40 +1362,6 @@ impl Guard {
     }
 }
 
-/// `--percentiles LIST`, checked (clap names the flag in its message).
-fn parse_percentiles(text: &str) -> Result<Percentiles, PercentilesError> {
-    text.parse()
-}
-
-/// A time as users write it (clap's value parser): seconds, or a number ending in ms, s,
-/// sec, m or h (`500ms`, `2s`, `1.5m`), in seconds.
-fn parse_seconds(text: &str) -> Result<f64, String> {
-    let t = text.trim();
-    let (number, scale) = [
-        ("ms", 0.001),
-        ("sec", 1.0),
-        ("s", 1.0),
-        ("m", 60.0),
-        ("h", 3600.0),
-    ]
-    .iter()
-    .find_map(|&(unit, scale)| t.strip_suffix(unit).map(|n| (n, scale)))
-    .unwrap_or((t, 1.0));
-    let value = number
-        .parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite())
-        .ok_or_else(|| {
-            "not a time: give seconds (10, 0.5) or a number with a unit, ms, s, m or h (500ms, \
-         2s, 1.5m)"
-                .to_string()
-        })?;
-    if value < 0.0 {
-        return Err("a time cannot be negative: give 0 or more seconds (e.g. 10 or 2s)".into());
-    }
-    Ok(value * scale)
-}
-
 /// `-c HOST` (clap's value parser): a name or address, an IPv6 one also in brackets
 /// (`[::1]`), as mesh hosts and exporter targets are written.
 fn parse_host(text: &str) -> Result<String, String> {
@@ -1296,20 +1386,6 @@ fn parse_ip(text: &str) -> Result<IpAddr, String> {
     inside.parse().map_err(|_| {
         format!("'{text}' is not an IP address: give one of this host's, e.g. 192.0.2.1 or ::1")
     })
-}
-
-/// `-l BYTES` (clap's value parser): a byte count up to the largest packet fperf sends.
-fn parse_pktsize(text: &str) -> Result<u32, String> {
-    let bytes = fperf::units::parse_bytes(text).ok_or_else(|| {
-        format!("'{text}' is not a byte count (digits, optionally ending in K, M or G)")
-    })?;
-    if bytes > u64::from(MAX_PKTSIZE) {
-        return Err(format!(
-            "a packet is at most 64M ({MAX_PKTSIZE} bytes): give -l 64M or less"
-        ));
-    }
-    // At most MAX_PKTSIZE, so it fits.
-    Ok(bytes as u32)
 }
 
 /// Seconds from the command line as whole milliseconds.
@@ -1345,6 +1421,8 @@ impl Cli {
         } else {
             self.nsockets
         };
+        let mut declared = Settings::default();
+        self.nstreams.apply(&mut declared)?;
         // --flows F --threads T: T streams of F/T sockets, each socket a flow.
         let (nstreams, nsockets) = match self.flows {
             Some(flows) => {
@@ -1360,9 +1438,9 @@ impl Cli {
                 }
                 (threads, flows / threads)
             }
-            None => (self.nstreams, nsockets),
+            None => (declared.nstreams, nsockets),
         };
-        let workload = self.workload_opts.workload()?;
+        let workload = self.workload_opts.flags()?.workload()?;
         if workload == Workload::Bidir && nstreams > MAX_NSTREAMS / 2 {
             bail!(
                 "--bidir opens -t streams each way: -t must be at most {}",
@@ -1372,7 +1450,7 @@ impl Cli {
         if self.udp_opts.has("ack_timeout") && !(self.udp && workload.mprtt()) {
             bail!("--ack-timeout applies to UDP with MPRTT only: use it with -u -r or -u --echo");
         }
-        let s = Settings {
+        let mut s = Settings {
             // With --bidir, -t counts the streams each way.
             nstreams: if workload == Workload::Bidir {
                 nstreams.saturating_mul(2)
@@ -1381,9 +1459,7 @@ impl Cli {
             },
             nsockets,
             mb: self.mb.unwrap_or(DEFAULT_MB),
-            pktsize: self
-                .pktsize
-                .unwrap_or_else(|| default_pktsize(protocol, workload.mprtt(), self.over_ipv6())),
+            pktsize: default_pktsize(protocol, workload.mprtt(), self.over_ipv6()?),
             workload,
             queue,
             time_ms: self.time_ms()?,
@@ -1392,8 +1468,7 @@ impl Cli {
             // iperf3's -i 0: no interval reports.
             interval_ms: secs_to_ms("interval", self.interval.filter(|&s| s != 0.0))?,
             omit_ms: secs_to_ms("omit", self.omit)?,
-            // 0: no target, as iperf3's -b 0.
-            rate_bps: self.bitrate.filter(|&b| b > 0),
+            rate_bps: None,
             client_cpus: self.cpu.clone(),
             server_cpus: self.server_cpu.clone(),
             flows: self.flows.is_some(),
@@ -1402,23 +1477,26 @@ impl Cli {
                 "batch" => SchedPolicy::Batch,
                 _ => SchedPolicy::Auto,
             },
-            percentiles: self.percentiles.unwrap_or_default(),
+            percentiles: Percentiles::default(),
             transport: self.transport_settings(protocol)?,
         };
+        self.pktsize.apply(&mut s)?;
+        self.bitrate.apply(&mut s)?;
+        self.percentiles.apply(&mut s)?;
         s.validate()?;
         Ok(s)
     }
 
     /// Whether the run is known to go over IPv6 before the server's name is resolved:
     /// `-6`, or an IPv6 address as the server or `-B`.
-    fn over_ipv6(&self) -> bool {
+    fn over_ipv6(&self) -> Result<bool> {
         let literal_v6 = |host: &str| {
             let host = host.trim_start_matches('[').trim_end_matches(']');
             host.parse::<IpAddr>().is_ok_and(|ip| ip.is_ipv6())
         };
-        self.ipv6
+        Ok(self.family()? == IpFamily::V6
             || self.bind.is_some_and(|ip| ip.is_ipv6())
-            || self.client.as_deref().is_some_and(literal_v6)
+            || self.client.as_deref().is_some_and(literal_v6))
     }
 
     /// Neither `-m`, `--time` nor `--transactions` bounds the run (nor a sweep of `mb`):
@@ -1427,13 +1505,13 @@ impl Cli {
         let sweeps_mb = (self.sweep.as_deref())
             .and_then(|spec| fperf::sweep::parse(spec).ok())
             .is_some_and(|sweep| sweep.param == fperf::sweep::SweepParam::Mb);
-        self.mb.is_none() && self.time.is_none() && self.transactions.is_none() && !sweeps_mb
+        self.mb.is_none() && !self.time.has("time") && self.transactions.is_none() && !sweeps_mb
     }
 
     /// `--time` in ms, or where nothing bounds the run the default time (with a sweep,
     /// each run's share of it), after `--omit`'s warm-up.
     fn time_ms(&self) -> Result<Option<u64>> {
-        let given = secs_to_ms("time", self.time)?;
+        let given = secs_to_ms("time", self.time.secs()?)?;
         if !self.length_defaulted() {
             return Ok(given);
         }
@@ -2137,7 +2215,7 @@ impl Cli {
         }
         let auth = AuthKey::from_cli(self.guard.auth_key.as_deref())?;
         let idle = Duration::from_secs(self.guard.idle_timeout);
-        let family = self.family();
+        let family = self.family()?;
         let host_ip = self.client.as_deref().and_then(|h| h.parse().ok());
         for (flag, ip) in [("-B", self.bind), ("-c", host_ip)] {
             if let Some(ip) = ip {
@@ -2234,11 +2312,11 @@ impl Cli {
         }
         client.control_keepalive = self.guard.cntl_ka;
         client.auth = auth;
-        client.datagram_for_family = self.pktsize.is_none()
+        client.datagram_for_family = !self.pktsize.has("pktsize")
             && self.sweep.is_none()
             && client.settings.protocol() == Protocol::Udp
             && !client.settings.workload.mprtt()
-            && !self.over_ipv6();
+            && !self.over_ipv6()?;
         if self.conf {
             return Ok(Config::Conf(Box::new(client)));
         }
@@ -2290,8 +2368,8 @@ impl Cli {
     }
 
     /// The IP family asked for: `-4`, `-6`, or either.
-    fn family(&self) -> IpFamily {
-        IpFamily::from_flags(self.ipv4, self.ipv6)
+    fn family(&self) -> Result<IpFamily> {
+        self.family.family()
     }
 
     /// The base port: `-p`, or the default of the server's kind.
@@ -2316,7 +2394,7 @@ impl Cli {
             sweep.tests = fperf::sweep::parse_tests(list)?;
         }
         let table = self.table.unwrap_or(Table::Fperf);
-        let w = &self.workload_opts;
+        let w = self.workload_opts.flags()?;
         if table == Table::Sfnt && !(w.mprtt || w.echo || w.crr) {
             bail!("--table sfnt shows round trips: give -r, --echo or --crr");
         }
@@ -2330,7 +2408,7 @@ impl Cli {
         }
         let host = match (self.loopback, &self.client) {
             (false, Some(host)) => host.clone(),
-            _ => self.bind.unwrap_or(self.family().loopback()).to_string(),
+            _ => self.bind.unwrap_or(self.family()?.loopback()).to_string(),
         };
         use std::io::IsTerminal;
         Ok(Output {
@@ -2355,6 +2433,37 @@ impl Cli {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_group_of_the_tests_options_finds_its_declarations() {
+        let ids = |options: &mut dyn Iterator<Item = &'static str>| options.collect::<Vec<_>>();
+        assert_eq!(
+            ids(&mut StreamsGroup::options().map(|o| o.id)),
+            ["nstreams"]
+        );
+        assert_eq!(ids(&mut PktsizeGroup::options().map(|o| o.id)), ["pktsize"]);
+        assert_eq!(
+            ids(&mut MeshPktsizeGroup::options().map(|o| o.id)),
+            ["pktsize"]
+        );
+        assert_eq!(ids(&mut BitrateGroup::options().map(|o| o.id)), ["bitrate"]);
+        assert_eq!(
+            ids(&mut MeshBitrateGroup::options().map(|o| o.id)),
+            ["bitrate"]
+        );
+        assert_eq!(
+            ids(&mut RoundTripGroup::options().map(|o| o.id)),
+            ["mprtt", "echo"]
+        );
+        assert_eq!(
+            ids(&mut OtherWorkloadGroup::options().map(|o| o.id)),
+            ["crr", "reverse", "bidir"]
+        );
+        assert_eq!(
+            ids(&mut MeshRoundTripGroup::options().map(|o| o.id)),
+            ["mprtt", "echo"]
+        );
+    }
 
     fn config(args: &[&str]) -> Result<Config> {
         let mut argv = vec!["fperf"];

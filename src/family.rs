@@ -1,7 +1,57 @@
 //! The IP family a client connects over and a server listens on: either (the default),
 //! or IPv4 or IPv6 alone (`-4`, `-6`, as iperf3's).
 
+use crate::options::{Iperf3, Mesh, Takes, TestOption};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// `-4` and `-6`, each declared once (see [`crate::options`]): the command line and
+/// `fperf mesh` take them from here. A probe's family=4|6 names a family, not a flag.
+pub static OPTIONS: [TestOption<IpFamily>; 2] = [
+    TestOption {
+        id: "ipv4",
+        long: "ipv4",
+        short: Some('4'),
+        alias: Some("version4"),
+        takes: Takes::Nothing,
+        choices: &[],
+        conflicts: &["ipv6"],
+        help: "IPv4 only, as iperf3's -4: the client takes HOST's IPv4 address; the server \
+               listens on IPv4 alone.",
+        mesh: Mesh::Help(
+            "IPv4 only: the coordinator reaches each server at its name's IPv4 address and \
+             sends every test to the receiving host's IPv4 address.",
+        ),
+        probe: None,
+        iperf3: Iperf3::No,
+        what: "a flag",
+        set: |family, _| {
+            *family = IpFamily::V4;
+            Ok(())
+        },
+    },
+    TestOption {
+        id: "ipv6",
+        long: "ipv6",
+        short: Some('6'),
+        alias: Some("version6"),
+        takes: Takes::Nothing,
+        choices: &[],
+        conflicts: &[],
+        help: "IPv6 only, as iperf3's -6: the client takes HOST's IPv6 address; the server \
+               listens on IPv6 alone; --loopback runs over ::1.",
+        mesh: Mesh::Help(
+            "IPv6 only: the coordinator reaches each server at its name's IPv6 address and \
+             sends every test to the receiving host's IPv6 address.",
+        ),
+        probe: None,
+        iperf3: Iperf3::No,
+        what: "a flag",
+        set: |family, _| {
+            *family = IpFamily::V6;
+            Ok(())
+        },
+    },
+];
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum IpFamily {
@@ -14,15 +64,6 @@ pub enum IpFamily {
 }
 
 impl IpFamily {
-    /// The family `-4` and `-6` ask for (at most one of them is given), or either.
-    pub fn from_flags(ipv4: bool, ipv6: bool) -> IpFamily {
-        match (ipv4, ipv6) {
-            (true, _) => IpFamily::V4,
-            (_, true) => IpFamily::V6,
-            _ => IpFamily::Any,
-        }
-    }
-
     /// Whether `ip` is of this family.
     pub fn admits(self, ip: IpAddr) -> bool {
         match self {

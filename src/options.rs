@@ -55,6 +55,10 @@ impl Feature {
     }
 }
 
+/// The value a flag that takes none is set with when given: on, as a probe's query
+/// writes it.
+pub const FLAG_GIVEN: &str = "1";
+
 /// What an option's flag takes after it.
 #[derive(Clone, Copy, Debug)]
 pub enum Takes {
@@ -119,9 +123,10 @@ pub struct TestOption<T: 'static> {
     pub probe: Option<&'static str>,
     pub iperf3: Iperf3,
     /// What a value must be, for a probe's or an iperf3 client's refusal ("a number of
-    /// bytes").
+    /// bytes"); empty where a probe's refusal is the parser's own words (see
+    /// [`apply_query`]).
     pub what: &'static str,
-    /// Sets the option from its value (`""` for [`Takes::Nothing`]); why the value is
+    /// Sets the option from its value ([`FLAG_GIVEN`] for [`Takes::Nothing`]); why the value is
     /// wrong otherwise.
     pub set: fn(&mut T, &str) -> Result<(), String>,
 }
@@ -199,10 +204,10 @@ impl<T: Default + 'static> TestOption<T> {
         }
     }
 
-    /// The option's value in `matches`, as given (`""` for a flag given), if it was.
+    /// The option's value in `matches`, as given ([`FLAG_GIVEN`] for a flag), if it was.
     fn given(&self, matches: &clap::ArgMatches) -> Option<String> {
         match self.takes {
-            Takes::Nothing => matches.get_flag(self.id).then(String::new),
+            Takes::Nothing => matches.get_flag(self.id).then(|| FLAG_GIVEN.to_owned()),
             _ => matches.get_one::<String>(self.id).cloned(),
         }
     }
@@ -286,7 +291,9 @@ fn remove_period(text: &str) -> String {
 }
 
 /// Sets on `target` each option of `options` that a probe's query names (`get` finds a
-/// parameter's value); a value it cannot take is refused as "`key` must be `what`".
+/// parameter's value); a value it cannot take is refused as "`key` must be `what`", or
+/// where the option says no `what`, in the parser's words, after "`key`: " unless they
+/// name the option already.
 pub fn apply_query<'a, T: Default + 'static>(
     options: impl IntoIterator<Item = &'static TestOption<T>>,
     get: impl Fn(&str) -> Option<&'a str>,
@@ -296,8 +303,11 @@ pub fn apply_query<'a, T: Default + 'static>(
         let (Some(key), Some(text)) = (option.probe, option.probe.and_then(&get)) else {
             continue;
         };
-        (option.set)(target, text)
-            .map_err(|_| format!("{key} must be {}, not {text:?}", option.what))?;
+        (option.set)(target, text).map_err(|e| match option.what {
+            "" if e.starts_with(&option.flag()) => e,
+            "" => format!("{key}: {e}"),
+            what => format!("{key} must be {what}, not {text:?}"),
+        })?;
     }
     Ok(())
 }
@@ -325,9 +335,9 @@ pub fn apply_iperf3<T: Default + 'static>(
             },
         };
         let text = match (option.iperf3, value) {
-            (Iperf3::Present(_), _) => String::new(),
+            (Iperf3::Present(_), _) => FLAG_GIVEN.to_owned(),
             (Iperf3::Flag(_), v) if v.as_u64() == Some(0) || v.as_bool() == Some(false) => continue,
-            (Iperf3::Flag(_), _) => String::new(),
+            (Iperf3::Flag(_), _) => FLAG_GIVEN.to_owned(),
             (Iperf3::Number(_), Value::Number(n)) if n.as_u64() == Some(0) => continue,
             (Iperf3::Number(_) | Iperf3::Count(_), Value::Number(n)) => match n.as_u64() {
                 Some(v) => v.to_string(),

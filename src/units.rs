@@ -157,6 +157,35 @@ pub fn parse_target_rate(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A time as users write it seconds, or a number ending in ms, s,
+/// sec, m or h (`500ms`, `2s`, `1.5m`), in seconds.
+pub fn parse_seconds(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let (number, scale) = [
+        ("ms", 0.001),
+        ("sec", 1.0),
+        ("s", 1.0),
+        ("m", 60.0),
+        ("h", 3600.0),
+    ]
+    .iter()
+    .find_map(|&(unit, scale)| t.strip_suffix(unit).map(|n| (n, scale)))
+    .unwrap_or((t, 1.0));
+    let value = number
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite())
+        .ok_or_else(|| {
+            "not a time: give seconds (10, 0.5) or a number with a unit, ms, s, m or h (500ms, \
+         2s, 1.5m)"
+                .to_string()
+        })?;
+    if value < 0.0 {
+        return Err("a time cannot be negative: give 0 or more seconds (e.g. 10 or 2s)".into());
+    }
+    Ok(value * scale)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

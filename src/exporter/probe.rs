@@ -8,8 +8,10 @@ use crate::options::{and_list, apply_query, TestOption};
 use crate::output::json_document::StartTime;
 use crate::output::openmetrics::OpenMetrics;
 use crate::output::{Sink, Sinks};
-use crate::percentiles::Percentiles;
-use crate::settings::{Settings, DEFAULT_PORT, MAX_NSTREAMS};
+use crate::settings::options::{
+    WorkloadFlags, OPTIONS as TEST_OPTIONS, OUTPUT_OPTIONS, WORKLOAD_OPTIONS,
+};
+use crate::settings::{Settings, DEFAULT_PORT};
 use crate::stream::MAX_PKTSIZE;
 use crate::transport::settings::{Protocol, TransportSettings};
 use crate::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
@@ -31,21 +33,34 @@ const SETUP_ALLOWANCE: Duration = Duration::from_secs(5);
 const LEAST_SETUP: Duration = Duration::from_millis(500);
 /// Taken off Prometheus's scrape time-out, so that the answer arrives before it gives up.
 const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
-/// The query parameters a probe takes before the socket options' and TCP's (which
-/// they declare, see [`socket_parameters`] and [`tcp_parameters`]).
-const PARAMETERS: [&str; 9] = [
-    "target",
-    "protocol",
-    "duration",
-    "size",
-    "workload",
-    "streams",
-    "bitrate",
-    "reverse",
-    "percentiles",
-];
+/// The query parameters a probe takes before the declared ones: the test-wide
+/// options', the workload flags', the outputs', the socket options' and TCP's (see
+/// [`test_parameters`] and the others).
+const FIRST_PARAMETERS: [&str; 5] = ["target", "protocol", "duration", "size", "workload"];
 /// The query parameter a probe takes after TCP's.
 const LAST_PARAMETER: &str = "family";
+
+/// The test-wide options that a probe's query may set, with their parameters' names.
+pub fn test_parameters() -> impl Iterator<Item = (&'static str, &'static TestOption<Settings>)> {
+    TEST_OPTIONS
+        .iter()
+        .filter_map(|option| option.probe.map(|key| (key, option)))
+}
+
+/// The workload flags that a probe's query may set, with their parameters' names.
+pub fn workload_parameters(
+) -> impl Iterator<Item = (&'static str, &'static TestOption<WorkloadFlags>)> {
+    WORKLOAD_OPTIONS
+        .iter()
+        .filter_map(|option| option.probe.map(|key| (key, option)))
+}
+
+/// The test's outputs that a probe's query may set, with their parameters' names.
+pub fn output_parameters() -> impl Iterator<Item = (&'static str, &'static TestOption<Settings>)> {
+    OUTPUT_OPTIONS
+        .iter()
+        .filter_map(|option| option.probe.map(|key| (key, option)))
+}
 
 /// The socket options that a probe's query may set, with their parameters' names.
 pub fn socket_parameters(
@@ -64,10 +79,14 @@ pub fn tcp_parameters() -> impl Iterator<Item = (&'static str, &'static TestOpti
 
 /// Every query parameter a probe takes, in the order the help lists them.
 fn parameters() -> Vec<&'static str> {
+    let test = test_parameters().map(|(key, _)| key);
     let sockets = socket_parameters().map(|(key, _)| key);
     let tcp = tcp_parameters().map(|(key, _)| key);
-    PARAMETERS
+    FIRST_PARAMETERS
         .into_iter()
+        .chain(test)
+        .chain(workload_parameters().map(|(key, _)| key))
+        .chain(output_parameters().map(|(key, _)| key))
         .chain(sockets)
         .chain(tcp)
         .chain([LAST_PARAMETER])
@@ -164,12 +183,9 @@ impl ProbeRequest {
                 config.max_duration
             )));
         }
-        let reverse = match get("reverse") {
-            None | Some("0" | "false") => false,
-            Some("1" | "true") => true,
-            Some(other) => return Err(bad(format!("reverse must be 0 or 1, not {other:?}"))),
-        };
-        let workload = match (get("workload").unwrap_or("bulk"), reverse) {
+        let mut flags = WorkloadFlags::default();
+        apply_query(workload_parameters().map(|(_, o)| o), get, &mut flags).map_err(bad)?;
+        let workload = match (get("workload").unwrap_or("bulk"), flags.reverse) {
             ("bulk", false) => Workload::Bulk,
             ("bulk", true) => Workload::Reverse,
             ("rr", false) => Workload::RoundTrip(Reply::Ack),
@@ -206,20 +222,9 @@ impl ProbeRequest {
                     ))
                 })?,
         };
-        let nstreams = match get("streams") {
-            None => 1,
-            Some(text) => text
-                .parse::<u32>()
-                .ok()
-                .filter(|n| (1..=MAX_NSTREAMS).contains(n))
-                .ok_or_else(|| bad(format!("streams must be 1 to {MAX_NSTREAMS}, not {text:?}")))?,
-        };
-        let rate_bps = optional_rate(get("bitrate"), "bitrate")?;
-        // The round trip's percentile labels; the default set without it.
-        let percentiles = get("percentiles")
-            .map(|text| text.parse::<Percentiles>().map_err(|e| bad(e.to_string())))
-            .transpose()?
-            .unwrap_or_default();
+        let mut declared = Settings::default();
+        apply_query(test_parameters().map(|(_, o)| o), get, &mut declared).map_err(bad)?;
+        apply_query(output_parameters().map(|(_, o)| o), get, &mut declared).map_err(bad)?;
         let mut sockets = SocketSettings::default();
         apply_query(socket_parameters().map(|(_, o)| o), get, &mut sockets).map_err(bad)?;
         let mut tcp = TcpSettings::default();
@@ -231,14 +236,11 @@ impl ProbeRequest {
                     bad(format!("{} are TCP's, not UDP's", and_list(&keys)))
                 })?;
         let settings = Settings {
-            nstreams,
             pktsize,
             workload,
             time_ms: Some(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
-            rate_bps,
-            percentiles,
             transport,
-            ..Settings::default()
+            ..declared
         };
         settings
             .validate()
@@ -269,17 +271,6 @@ impl ProbeRequest {
         }
         Ok(own.min(timeout))
     }
-}
-
-/// A probe's rate parameter `name`, as the command line's: 0 means none (no target, no
-/// cap), as a client's `-b 0` and `--fq-rate 0` do.
-fn optional_rate(text: Option<&str>, name: &str) -> Result<Option<u64>, ProbeError> {
-    let Some(text) = text else {
-        return Ok(None);
-    };
-    let rate = crate::units::parse_target_rate(text)
-        .map_err(|e| ProbeError::Parameter(format!("{name}: {e}")))?;
-    Ok((rate > 0).then_some(rate))
 }
 
 /// Runs `request`'s test, giving up after `timeout`: its figures as metrics in
@@ -390,6 +381,7 @@ impl Allow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::percentiles::Percentiles;
 
     fn config() -> ExporterConfig {
         ExporterConfig {
@@ -401,6 +393,30 @@ mod tests {
 
     fn parse(query: &str) -> Result<ProbeRequest, ProbeError> {
         ProbeRequest::parse(query, &config())
+    }
+
+    #[test]
+    fn a_probe_lists_its_parameters_in_the_helps_order() {
+        assert_eq!(
+            parameters(),
+            [
+                "target",
+                "protocol",
+                "duration",
+                "size",
+                "workload",
+                "streams",
+                "bitrate",
+                "reverse",
+                "percentiles",
+                "window",
+                "congestion",
+                "mss",
+                "fq_rate",
+                "notsent_lowat",
+                "family"
+            ]
+        );
     }
 
     fn refusal(query: &str) -> String {
@@ -471,6 +487,10 @@ mod tests {
         let r = parse("target=127.0.0.1&workload=rr&percentiles=50,99.99").expect("accepted");
         assert_eq!(r.settings.percentiles.as_slice(), [50.0, 99.99]);
         assert!(refusal("target=127.0.0.1&percentiles=0").contains("above 0"));
+        assert_eq!(
+            refusal("target=127.0.0.1&percentiles=x"),
+            "--percentiles: \"x\" is not a number"
+        );
     }
 
     #[test]
@@ -487,9 +507,26 @@ mod tests {
         assert!(refusal("target=127.0.0.1&size=0").contains("size must be"));
         assert!(refusal("target=127.0.0.1&size=9G").contains("size must be"));
         assert!(refusal("target=127.0.0.1&streams=100000").contains("streams must be"));
+        assert_eq!(
+            refusal("target=127.0.0.1&streams=0"),
+            "streams must be 1 to 256, not \"0\""
+        );
         assert!(refusal("target=127.0.0.1&protocol=sctp").contains("tcp or udp"));
         assert!(refusal("target=127.0.0.1&workload=rr&reverse=1").contains("reverse"));
+        for query in ["target=127.0.0.1&reverse=2", "target=127.0.0.1&reverse="] {
+            let value = query.rsplit('=').next().unwrap_or_default();
+            assert_eq!(
+                refusal(query),
+                format!("reverse must be 0 or 1, not {value:?}")
+            );
+        }
+        let r = parse("target=127.0.0.1&workload=rr&reverse=false").expect("accepted");
+        assert_eq!(r.settings.workload, Workload::RoundTrip(Reply::Ack));
         assert!(refusal("target=127.0.0.1&bitrate=fast").contains("bitrate"));
+        assert_eq!(
+            refusal("target=127.0.0.1&bitrate=fast"),
+            "bitrate: 'fast' is not a rate such as 100M or 2.5G (bits/s)"
+        );
         assert!(refusal("target=127.0.0.1&window=big").contains("window must be"));
         assert!(refusal("target=127.0.0.1&window=0").contains("cannot run"));
         assert!(refusal("target=127.0.0.1&window=1G").contains("cannot run"));

@@ -8,6 +8,7 @@
 use super::wire::ErrorCode;
 use crate::options::Iperf3Refusal;
 use crate::peer_text::printable;
+use crate::settings::options::{WorkloadFlags, OPTIONS as TEST_OPTIONS, WORKLOAD_OPTIONS};
 use crate::settings::{Settings, MB};
 use crate::transport::settings::TransportSettings;
 use crate::transport::sockets::OPTIONS as SOCKET_OPTIONS;
@@ -120,13 +121,17 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         None if udp => DEFAULT_UDP_LEN,
         None => DEFAULT_TCP_LEN,
     };
-    let rate = optional(params, "bandwidth", 0, u64::MAX)?.filter(|&r| r > 0);
+    // The test-wide options, as they declare them.
+    let refused = |(key, what, value): Iperf3Refusal| invalid(key, what, &value);
+    let mut declared = Settings::default();
+    crate::options::apply_iperf3(&TEST_OPTIONS, params, &mut declared).map_err(refused)?;
     let client_version = match params.get("client_version") {
         Some(Value::String(v)) => Some(printable(&v.chars().take(32).collect::<String>())),
         _ => None,
     };
-    let bidir = params.contains_key("bidirectional");
-    let reverse = params.contains_key("reverse");
+    let mut flags = WorkloadFlags::default();
+    crate::options::apply_iperf3(&WORKLOAD_OPTIONS, params, &mut flags).map_err(refused)?;
+    let (bidir, reverse) = (flags.bidir, flags.reverse);
     let workload = match (bidir, reverse) {
         (true, _) => Workload::Bidir,
         (false, true) => Workload::Reverse,
@@ -136,7 +141,6 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
     let nstreams = if bidir { 2 * parallel } else { parallel };
     // The socket options and TCP's, as they declare them; with UDP, TCP's to refuse
     // those that change the test.
-    let refused = |(key, what, value): Iperf3Refusal| invalid(key, what, &value);
     let mut tcp = TcpSettings::default();
     crate::options::apply_iperf3(&SOCKET_OPTIONS, params, &mut tcp.sockets).map_err(refused)?;
     crate::options::apply_iperf3(&TCP_OPTIONS, params, &mut tcp).map_err(refused)?;
@@ -175,9 +179,8 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         pktsize: u32::try_from(len).unwrap_or(u32::MAX),
         workload,
         omit_ms: (omit > 0).then_some(omit * 1000),
-        rate_bps: rate,
         transport,
-        ..Settings::default()
+        ..declared
     };
     let announced = match volume {
         Some(bytes) => Settings {
@@ -235,19 +238,6 @@ fn number(
         },
         Some(other) => Err(invalid(key, "a whole number", other)),
     }
-}
-
-/// The number under `key` as [`number`] reads it, or `None` where absent.
-fn optional(
-    params: &Map<String, Value>,
-    key: &'static str,
-    least: u64,
-    most: u64,
-) -> Result<Option<u64>, ParamsError> {
-    params
-        .get(key)
-        .map(|_| number(params, key, least, most))
-        .transpose()
 }
 
 /// The error for a parameter's bad `value`, which is shown as JSON, made printable.

@@ -6,6 +6,8 @@
 //! Invariant: a [`Settings`] value that passed [`Settings::validate`] is safe to act on;
 //! nothing past validation re-checks a field.
 
+pub mod options;
+
 use crate::options::Feature;
 use crate::percentiles::{Percentiles, PercentilesError};
 use crate::stream::sender::QueueKind;
