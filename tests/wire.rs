@@ -92,7 +92,8 @@ fn figures() -> Figures {
         submit_latency: Some(latency()),
         retries: 2,
         transport: TransportFigures {
-            // As every version sends them: figures a later one adds stay absent.
+            // Every figure this version sends; an earlier version's file lacks those
+            // added since, and a later one's adds its own.
             tcp: serde_json::from_value(serde_json::json!({
                 "sockets": 1,
                 "retransmits": 5,
@@ -102,6 +103,12 @@ fn figures() -> Figures {
                 "snd_wnd_bytes": 131072,
                 "mss": 1448,
                 "pmtu": 1500,
+                "min_rtt": 15,
+                "pacing_rate": 250_000_000,
+                "delivery_rate": 120_000_000,
+                "busy_time": 1_000_000,
+                "rwnd_limited": 600_000,
+                "sndbuf_limited": 100_000,
             }))
             .expect("tcp_info"),
             udp: UdpFacts {
@@ -202,9 +209,7 @@ fn settings() -> Settings {
             mss: Some(1400),
             fq_rate: Some(250_000_000),
             flowlabel: Some(0x12345),
-            // Brought after this version's samples: a test that sets it needs the
-            // peer's notsent_lowat feature.
-            notsent_lowat: None,
+            notsent_lowat: Some(16384),
             sockets: sockets(),
         }),
         ..Settings::default()

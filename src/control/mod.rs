@@ -40,7 +40,7 @@ pub const PROTOCOL_MAJOR: u32 = 16;
 /// what is measured also comes with a [`crate::features::Feature`], so that an older
 /// peer refuses the test instead of ignoring the field. 1: `Hello` and `Welcome` carry
 /// the minor and the features.
-pub const PROTOCOL_MINOR: u32 = 1;
+pub const PROTOCOL_MINOR: u32 = 2;
 /// Most features one `Hello` or `Welcome` may list, and the longest name of one.
 pub const MAX_FEATURES: usize = 64;
 const MAX_FEATURE_NAME: usize = 64;

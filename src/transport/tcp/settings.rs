@@ -44,7 +44,7 @@ pub const FQ_RATE: Feature = Feature::new("fq_rate", "--fq-rate");
 pub const FLOWLABEL: Feature = Feature::new("flowlabel", "--flowlabel");
 /// What `--notsent-lowat` needs of the peer: peers of the protocol's first minor, and
 /// releases that announce no such feature, would leave the mark out unsaid.
-pub const NOTSENT_LOWAT: Feature = Feature::new("notsent_lowat", "--notsent-lowat").since(1);
+pub const NOTSENT_LOWAT: Feature = Feature::new("notsent_lowat", "--notsent-lowat").since(2);
 /// Every feature TCP's options may need of the peer (see [`crate::features`]).
 pub const FEATURES: [Feature; 4] = [MSS, FQ_RATE, FLOWLABEL, NOTSENT_LOWAT];
 
