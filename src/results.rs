@@ -191,7 +191,8 @@ impl SideTotals {
         }
     }
 
-    /// Adds stream `stream`'s figures, counted over `span`.
+    /// Adds stream `stream`'s figures, counted over `span`: what its STREAM counted
+    /// (`stats`, UDP's datagrams among them) and what its sockets said (`transport`).
     pub fn add(
         &mut self,
         stream: u32,

@@ -671,6 +671,27 @@ mod tests {
     }
 
     #[test]
+    fn a_udp_servers_totals_count_each_datagram_once() {
+        let s = Settings {
+            nstreams: 2,
+            transport: TransportSettings::Udp(Default::default()),
+            rate_bps: Some(1_000_000),
+            ..Settings::default()
+        };
+        let theirs = json!({"streams": [
+            {"id": 1, "bytes": 14_000, "packets": 10, "errors": 1, "end_time": 1.0},
+            {"id": 3, "bytes": 7_000, "packets": 5, "errors": 0, "end_time": 1.0}]});
+        let theirs = theirs.as_object().expect("object");
+        let (r, _) = results::server_result(&s, theirs, &[]).expect("valid");
+        let total = r.total.transport.udp.datagrams.expect("datagrams");
+        assert_eq!(
+            (total.peer_sent, total.received, total.lost),
+            (15, 14, 1),
+            "the streams' counts, added once"
+        );
+    }
+
+    #[test]
     fn a_servers_impossible_or_unknown_streams_are_refused() {
         let s = Settings {
             nstreams: 2,
