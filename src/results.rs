@@ -202,7 +202,8 @@ impl SideTotals {
     ) {
         let part = &mut self.parts[usize::from(self.server_data(stream))];
         part.stats.merge(stats);
-        part.transport.merge(transport);
+        // What the STREAM counted is in `stats` already.
+        part.transport.merge(&transport.sockets());
         if let Some((from, to)) = span {
             part.span = Some(
                 part.span

@@ -8,7 +8,7 @@ use crate::settings::Settings;
 use crate::stats::datagrams::DatagramCounts;
 use crate::stats::StreamStats;
 use crate::sysinfo::CpuUsage;
-use crate::transport::figures::{TransportFigures, TransportInForce};
+use crate::transport::figures::TransportInForce;
 use crate::transport::settings::Protocol;
 use crate::transport::tcp::facts::{TcpInForce, TcpInfo};
 use crate::transport::Role;
@@ -240,13 +240,12 @@ pub fn server_result(
             retransmits: r,
             ..TcpInfo::default()
         });
-        // The totals count UDP's datagrams from `stats`: only the sockets' own figures
-        // go beside them.
-        let sockets = TransportFigures {
-            tcp: figures.transport.tcp,
-            ..TransportFigures::default()
-        };
-        totals.add(index, &stats, &sockets, Some((base, base + duration)));
+        totals.add(
+            index,
+            &stats,
+            &figures.transport,
+            Some((base, base + duration)),
+        );
         results.push(StreamResult {
             index,
             local: String::new(),

@@ -33,6 +33,15 @@ impl TransportFigures {
         }
     }
 
+    /// What the sockets said, without what the STREAMs counted (see
+    /// [`TransportFigures::counted`]): what totals add beside the streams' stats.
+    pub fn sockets(&self) -> TransportFigures {
+        TransportFigures {
+            tcp: self.tcp,
+            udp: UdpFacts::default(),
+        }
+    }
+
     /// What makes these figures, as a peer sent them, impossible, if anything.
     pub fn impossible(&self) -> Option<String> {
         self.udp.impossible()
