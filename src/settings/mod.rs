@@ -360,9 +360,7 @@ impl Settings {
                 nsockets: self.nsockets as usize,
                 queue: self.queue,
                 pktsize: self.pktsize as usize,
-                mprtt: self.workload.mprtt(),
-                echo: self.workload.echo(),
-                response_size: self.response_size.map_or(1, |n| n as usize),
+                reply: self.reply(),
                 busy_poll: sockets.busy_poll,
                 cpu: None,
                 window: sockets.window.map(|w| w as usize),
@@ -567,13 +565,19 @@ impl Settings {
         Ok(())
     }
 
+    /// What answers each packet: the workload's reply, whose ACK `--response-size`
+    /// makes a reply of that size. `None` without replies.
+    pub fn reply(&self) -> Option<Reply> {
+        match (self.workload.reply()?, self.response_size) {
+            (Reply::Ack, Some(n)) => Some(Reply::Sized(n)),
+            (reply, _) => Some(reply),
+        }
+    }
+
     /// Bytes of the reply to each request: `--response-size`, else the request's own
     /// (`--echo`) or the 1-byte ACK. `None` without replies.
     pub fn reply_size(&self) -> Option<u32> {
-        match self.workload.behaviour().reply()? {
-            Reply::Echo => Some(self.pktsize),
-            Reply::Ack => Some(self.response_size.unwrap_or(1)),
-        }
+        u32::try_from(self.reply()?.len(self.pktsize as usize)).ok()
     }
 
     /// What a report header says of the workload, starting with a space (or empty):

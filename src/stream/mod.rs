@@ -1,5 +1,6 @@
 //! What every STREAM is built of: time-outs and deadlines, packet buffers, the sender
-//! threads and their queues, CPU affinity, epoll and the socket calls. The STREAM itself
+//! threads and their queues, CPU affinity, epoll, the socket calls, and the per-packet
+//! reply of a round-trip run with its accounting. The STREAM itself
 //! ([`crate::transport::stream::Stream`]) and its options are the transport layer's:
 //! each transport implements it, and what it reports of its sockets names every
 //! transport's own figures.
@@ -7,6 +8,7 @@
 pub mod affinity;
 pub mod buffer;
 pub(crate) mod epoll;
+pub mod reply;
 pub mod sender;
 pub mod socket_calls;
 pub(crate) mod sys;

@@ -15,13 +15,14 @@
 //! wait bounded by socket time-outs) or in `poll()` after a read or write returned
 //! `EAGAIN`, never both. Every blocking call takes a [`Timeout`].
 //!
-//! With MPRTT (`mprtt`), every packet is answered by a 1-byte ACK: the sending side's
-//! `send()` returns once the ACK is read, and the receiving side's `recv()` writes the
-//! ACK once a whole packet (`pktsize` bytes) has arrived on a socket. With `echo`, the
-//! reply is the packet itself, as ping-pong tools do; with `response_size`, that many
-//! bytes.
+//! With MPRTT (a `reply`), every packet is answered ([`Reply`]): the sending side's
+//! `send()` returns once the whole reply is read, and the receiving side's `recv()`
+//! writes the reply once a whole packet (`pktsize` bytes) has arrived on a socket: the
+//! original design's 1-byte ACK, `--response-size` bytes, or the packet itself, as
+//! ping-pong tools do.
 
 use crate::stats::StreamStats;
+use crate::stream::reply::Reply;
 use crate::stream::sender::QueueKind;
 use crate::stream::{check_abort, Timeout, DEFAULT_PKTSIZE};
 use crate::transport::tcp::stream_options::TcpOptions;
@@ -75,22 +76,17 @@ macro_rules! impl_std_io {
 pub(crate) use impl_std_io;
 
 /// Options fixed when a STREAM is created. Both ends of a STREAM must use the same
-/// `nsockets`, `pktsize`, `mprtt`, `echo` and `response_size`.
+/// `nsockets`, `pktsize` and `reply`.
 #[derive(Clone, Debug)]
 pub struct StreamOptions {
     /// Sockets inside the STREAM (and sender threads).
     pub nsockets: usize,
     /// Queue between `send_submit()` and the sender threads.
     pub queue: QueueKind,
-    /// Bytes per packet: the unit an MPRTT ACK answers (and the size of buffers).
+    /// Bytes per packet: the unit an MPRTT reply answers (and the size of buffers).
     pub pktsize: usize,
-    /// Answer / wait for a 1-byte ACK per packet.
-    pub mprtt: bool,
-    /// With `mprtt`: the reply echoes the packet (as many bytes) instead of a 1-byte
-    /// ACK.
-    pub echo: bool,
-    /// With `mprtt` and without `echo`: bytes of each reply (1: the ACK).
-    pub response_size: usize,
+    /// MPRTT: what answers each packet (the sending side waits for it); `None`: bulk.
+    pub reply: Option<Reply>,
     /// Set to make every blocked call of this STREAM fail with `Interrupted` soon.
     pub abort: Arc<AtomicBool>,
     /// Spin on non-blocking calls instead of sleeping in `poll()` (burns a core per
@@ -119,9 +115,7 @@ impl Default for StreamOptions {
             nsockets: 1,
             queue: QueueKind::Mutex,
             pktsize: DEFAULT_PKTSIZE as usize,
-            mprtt: false,
-            echo: false,
-            response_size: 1,
+            reply: None,
             abort: Arc::new(AtomicBool::new(false)),
             busy_poll: false,
             cpu: None,

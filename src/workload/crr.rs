@@ -3,7 +3,7 @@
 //! mprtt is that whole life of a connection. Its transport is TCP's connection per
 //! packet ([`crate::transport::tcp::crr`]).
 
-use super::{Behaviour, Reply, WorkloadError};
+use super::{Behaviour, WorkloadError};
 use crate::transport::settings::TransportSettings;
 use crate::transport::shape::RunShape;
 
@@ -13,10 +13,6 @@ pub struct Crr;
 impl Behaviour for Crr {
     fn flag(&self) -> &'static str {
         "--crr"
-    }
-
-    fn reply(&self) -> Option<Reply> {
-        Some(Reply::Ack)
     }
 
     /// A connection per packet from the stream's own thread (with `--flows`, several in

@@ -5,7 +5,7 @@
 //!
 //! Which one a run does is part of its settings ([`Workload`]). The engine and the
 //! STREAMs carry it out: a workload says which end sends on each stream, what each
-//! packet waits for ([`Reply`], which every STREAM answers in its own way, as the
+//! packet waits for ([`Reply`], the one spelling every STREAM answers, as the
 //! original design defines MPRTT), which transports can run it, and what reports say of
 //! it. A new workload is a new file and a variant here.
 
@@ -20,15 +20,7 @@ use crate::transport::shape::RunShape;
 use serde::Serialize;
 use thiserror::Error;
 
-/// What each packet of a request/response workload waits for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reply {
-    /// A 1-byte ACK (`-r`, the original MPRTT), or as many bytes as the run's
-    /// `--response-size` says.
-    Ack,
-    /// The packet itself, as many bytes (`--echo`, sockperf's and qperf's ping-pong).
-    Echo,
-}
+pub use crate::stream::reply::Reply;
 
 /// What a run does with its data streams.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -40,7 +32,9 @@ pub enum Workload {
     /// The client sends, the server receives.
     #[default]
     Bulk,
-    /// Each packet waits for its reply before the next is sent (MPRTT).
+    /// Each packet waits for its reply before the next is sent (MPRTT): the 1-byte ACK
+    /// (`-r`) or the packet's echo (`--echo`). The settings' `--response-size` makes the
+    /// ACK a reply of that size ([`crate::settings::Settings::reply`]).
     RoundTrip(Reply),
     /// Each packet is a connection of its own (`--crr`).
     Crr,
@@ -54,11 +48,6 @@ pub enum Workload {
 pub trait Behaviour: Sync {
     /// How the command line asks for it (`-r`, `--echo`, ...); empty for bulk.
     fn flag(&self) -> &'static str;
-
-    /// What each packet waits for, if anything.
-    fn reply(&self) -> Option<Reply> {
-        None
-    }
 
     /// The first of `nstreams` streams the server sends on, when it sends on some only.
     fn first_server_stream(&self, _nstreams: u32) -> Option<u32> {
@@ -98,22 +87,31 @@ impl Workload {
     pub fn behaviour(self) -> &'static dyn Behaviour {
         match self {
             Workload::Bulk => &bulk::Bulk,
-            Workload::RoundTrip(Reply::Ack) => &rr::RoundTrip(Reply::Ack),
-            Workload::RoundTrip(Reply::Echo) => &rr::RoundTrip(Reply::Echo),
+            Workload::RoundTrip(Reply::Echo) => &rr::RoundTrip { echo: true },
+            Workload::RoundTrip(Reply::Ack | Reply::Sized(_)) => &rr::RoundTrip { echo: false },
             Workload::Crr => &crr::Crr,
             Workload::Reverse => &reverse::Reverse,
             Workload::Bidir => &bidir::Bidir,
         }
     }
 
+    /// What each packet waits for, if anything.
+    pub fn reply(self) -> Option<Reply> {
+        match self {
+            Workload::RoundTrip(reply) => Some(reply),
+            Workload::Crr => Some(Reply::Ack),
+            Workload::Bulk | Workload::Reverse | Workload::Bidir => None,
+        }
+    }
+
     /// Whether each packet waits for a reply: MPRTT (`-r`, `--echo`, `--crr`).
     pub fn mprtt(self) -> bool {
-        self.behaviour().reply().is_some()
+        self.reply().is_some()
     }
 
     /// Whether each reply is the packet's echo.
     pub fn echo(self) -> bool {
-        self.behaviour().reply() == Some(Reply::Echo)
+        self.reply() == Some(Reply::Echo)
     }
 }
 

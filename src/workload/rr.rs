@@ -3,23 +3,22 @@
 //! `--response-size` bytes (`-r --response-size N`, as neper's request and response
 //! sizes), or the packet's own bytes (`--echo`, as sockperf's and qperf's ping-pong).
 
-use super::{Behaviour, Reply, WorkloadError};
+use super::{Behaviour, WorkloadError};
 use crate::transport::settings::TransportSettings;
 use crate::transport::shape::RunShape;
 
-/// The request/response workload, with its reply.
-pub struct RoundTrip(pub Reply);
+/// The request/response workload: its replies echo the packet, or are the ACK (or
+/// `--response-size` bytes).
+pub struct RoundTrip {
+    pub echo: bool,
+}
 
 impl Behaviour for RoundTrip {
     fn flag(&self) -> &'static str {
-        match self.0 {
-            Reply::Ack => "-r",
-            Reply::Echo => "--echo",
+        match self.echo {
+            false => "-r",
+            true => "--echo",
         }
-    }
-
-    fn reply(&self) -> Option<Reply> {
-        Some(self.0)
     }
 
     fn sized_replies(&self) -> bool {
@@ -28,9 +27,9 @@ impl Behaviour for RoundTrip {
 
     fn buffer_copies(&self) -> u64 {
         // An echo also holds the packet being echoed (server) or read back (client).
-        match self.0 {
-            Reply::Ack => 1,
-            Reply::Echo => 2,
+        match self.echo {
+            false => 1,
+            true => 2,
         }
     }
 
@@ -40,7 +39,7 @@ impl Behaviour for RoundTrip {
         let Some(size) = run.response_size else {
             return Ok(());
         };
-        if self.0 == Reply::Echo && size != run.pktsize {
+        if self.echo && size != run.pktsize {
             return Err(WorkloadError::ResponseSizeEcho {
                 asked: size,
                 pktsize: run.pktsize,
@@ -50,9 +49,9 @@ impl Behaviour for RoundTrip {
     }
 
     fn label(&self, _nstreams: u32) -> String {
-        match self.0 {
-            Reply::Ack => String::new(),
-            Reply::Echo => " reply=echo (mprtt = request + echo of pkt_size bytes)".to_string(),
+        match self.echo {
+            false => String::new(),
+            true => " reply=echo (mprtt = request + echo of pkt_size bytes)".to_string(),
         }
     }
 }

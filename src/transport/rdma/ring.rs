@@ -5,9 +5,10 @@
 //! it ([`RemoteRing`]), and the credits that keep a verbs sender from ever overrunning
 //! the receives its peer posted ([`Credits`]), with the immediate data that carries
 //! them ([`Imm`]) or the trailer of a message found by polling ([`Trailer`]), what
-//! answers each MPRTT request ([`Answer`]), and what each send slot already holds
+//! answers each MPRTT request ([`answer_of`]), and what each send slot already holds
 //! ([`SendSlots`]). The STREAMs drive these; the unit tests below check them alone.
 
+pub use crate::stream::reply::Reply;
 use bytes::Bytes;
 use std::ops::{Deref, Range};
 
@@ -27,7 +28,7 @@ pub fn ring_slots(pktsize: usize) -> usize {
 }
 
 /// Most bytes one endpoint of either RDMA STREAM registers for slots of `slot_bytes`
-/// (the larger of a packet and a reply, see [`Answer::slot_bytes`]): both rings, with
+/// (the larger of a packet and a reply, see [`slot_bytes`]): both rings, with
 /// at least [`CREDIT_RING_MIN`] slots of at least 8 bytes (a verbs FIN), the control
 /// slots, and a credit slot beside each receive.
 pub fn endpoint_bytes_at_most(slot_bytes: usize) -> u64 {
@@ -189,21 +190,21 @@ impl SendSlots {
     pub fn stage_reply(
         &mut self,
         region: &mut [u8],
-        answer: Answer,
+        answer: Reply,
         request: Range<usize>,
         to: usize,
         at: usize,
     ) -> usize {
         let len = request.len();
         match answer {
-            Answer::Echo => region.copy_within(request, at),
-            Answer::Ack => region[at] = 1,
-            Answer::Sized(_) => return answer.reply_len(len),
+            Reply::Echo => region.copy_within(request, at),
+            Reply::Ack => region[at] = 1,
+            Reply::Sized(_) => return answer.len(len),
         }
         if let Some(held) = self.held.get_mut(to) {
             *held = None;
         }
-        answer.reply_len(len)
+        answer.len(len)
     }
 }
 
@@ -363,66 +364,44 @@ impl Trailer {
     }
 }
 
-/// What answers each request of an MPRTT run: the 1-byte ACK (`-r`), the request's
-/// own bytes (`--echo`) or `--response-size` bytes. A reply with a payload fills a
-/// receive slot of the requester's ring, so slots hold the larger of a packet and a
-/// reply, and a reply is one message whatever its size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Answer {
-    Ack,
-    Echo,
-    Sized(usize),
+/// How [`Reply`] travels over RDMA: the ACK as an immediate, without payload (so a
+/// 1-byte `--response-size` reply is the ACK); a reply with a payload (an echo, a sized
+/// reply) fills a receive slot of the requester's ring, so slots hold the larger of a
+/// packet and a reply, and a reply is one message whatever its size.
+pub fn answer_of(reply: Option<Reply>) -> Option<Reply> {
+    match reply? {
+        Reply::Sized(0 | 1) => Some(Reply::Ack),
+        other => Some(other),
+    }
 }
 
-impl Answer {
-    /// The answer of a run with `mprtt`, `echo` and `response_size` (1: the ACK); none
-    /// without MPRTT.
-    pub fn new(mprtt: bool, echo: bool, response_size: usize) -> Option<Answer> {
-        match (mprtt, echo, response_size) {
-            (false, _, _) => None,
-            (true, true, _) => Some(Answer::Echo),
-            (true, false, 0 | 1) => Some(Answer::Ack),
-            (true, false, n) => Some(Answer::Sized(n)),
-        }
+/// Bytes of a ring slot for packets of `pktsize` bytes and their replies, if any.
+pub fn slot_bytes(answer: Option<Reply>, pktsize: usize) -> usize {
+    match answer {
+        Some(Reply::Sized(n)) => pktsize.max(n as usize),
+        _ => pktsize,
     }
+}
 
-    /// Bytes of a ring slot for packets of `pktsize` bytes and their replies, if any.
-    pub fn slot_bytes(answer: Option<Answer>, pktsize: usize) -> usize {
-        match answer {
-            Some(Answer::Sized(n)) => pktsize.max(n),
-            _ => pktsize,
-        }
+/// Checks `reply` from the peer against the `request` it answers as `answer`: its
+/// length, and for an echo its bytes.
+pub fn check_reply(answer: Reply, reply: &[u8], request: &[u8]) -> Result<(), String> {
+    let want = answer.len(request.len());
+    if reply.len() != want {
+        return Err(format!(
+            "a reply of {} bytes to a request of {}, where {want} were due",
+            reply.len(),
+            request.len()
+        ));
     }
-
-    /// Bytes of the reply to a request of `request` bytes.
-    pub fn reply_len(self, request: usize) -> usize {
-        match self {
-            Answer::Ack => 1,
-            Answer::Echo => request,
-            Answer::Sized(n) => n,
-        }
+    if answer == Reply::Echo && reply != request {
+        let at = reply.iter().zip(request).position(|(a, b)| a != b);
+        return Err(format!(
+            "an echo that differs from its request (first at byte {})",
+            at.unwrap_or(0)
+        ));
     }
-
-    /// Checks a reply from the peer against the request it answers: its length, and
-    /// for an echo its bytes.
-    pub fn check(self, reply: &[u8], request: &[u8]) -> Result<(), String> {
-        let want = self.reply_len(request.len());
-        if reply.len() != want {
-            return Err(format!(
-                "a reply of {} bytes to a request of {}, where {want} were due",
-                reply.len(),
-                request.len()
-            ));
-        }
-        if self == Answer::Echo && reply != request {
-            let at = reply.iter().zip(request).position(|(a, b)| a != b);
-            return Err(format!(
-                "an echo that differs from its request (first at byte {})",
-                at.unwrap_or(0)
-            ));
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 /// Fewest receives a ring using [`Credits`] may have (see there why).
@@ -571,19 +550,19 @@ mod tests {
         let recv1 = layout.offset(Slot::Recv(1));
         region[recv1..recv1 + 8].copy_from_slice(b"XYZ12345");
         let request = recv1..recv1 + 3;
-        let n = slots.stage_reply(&mut region, Answer::Echo, request.clone(), 0, send0);
+        let n = slots.stage_reply(&mut region, Reply::Echo, request.clone(), 0, send0);
         assert_eq!((n, &region[send0..send0 + 8]), (3, &b"XYZdefgh"[..]));
         slots.fill(0, &mut region[send0..send0 + 8], &shared);
         assert_eq!(&region[send0..send0 + 8], b"abcdefgh");
         // A sized reply leaves the slot as it is.
-        let sized = slots.stage_reply(&mut region, Answer::Sized(6), request.clone(), 0, send0);
+        let sized = slots.stage_reply(&mut region, Reply::Sized(6), request.clone(), 0, send0);
         assert_eq!((sized, &region[send0..send0 + 8]), (6, &b"abcdefgh"[..]));
         // ... and it still holds the shared bytes, so they are not copied in again.
         region[send0] = b'Q';
         slots.fill(0, &mut region[send0..send0 + 8], &shared);
         assert_eq!(&region[send0..send0 + 8], b"Qbcdefgh");
         // An ACK is its one byte, here at the slot's end; the slot is filled again after.
-        let ack = slots.stage_reply(&mut region, Answer::Ack, request, 0, send0 + 7);
+        let ack = slots.stage_reply(&mut region, Reply::Ack, request, 0, send0 + 7);
         assert_eq!((ack, &region[send0..send0 + 8]), (1, &b"Qbcdefg\x01"[..]));
         slots.fill(0, &mut region[send0..send0 + 8], &shared);
         assert_eq!(&region[send0..send0 + 8], b"abcdefgh");
@@ -689,27 +668,23 @@ mod tests {
 
     #[test]
     fn replies_are_checked_against_their_requests() {
-        assert_eq!(Answer::new(false, true, 300), None);
-        assert_eq!(Answer::new(true, false, 1), Some(Answer::Ack));
-        assert_eq!(Answer::new(true, true, 1), Some(Answer::Echo));
-        assert_eq!(Answer::new(true, false, 300), Some(Answer::Sized(300)));
-        assert_eq!(Answer::slot_bytes(Some(Answer::Sized(300)), 100), 300);
-        assert_eq!(Answer::slot_bytes(Some(Answer::Sized(30)), 100), 100);
-        assert_eq!(Answer::slot_bytes(Some(Answer::Echo), 100), 100);
-        assert_eq!(Answer::slot_bytes(None, 100), 100);
+        assert_eq!(answer_of(None), None);
+        assert_eq!(answer_of(Some(Reply::Sized(1))), Some(Reply::Ack));
+        assert_eq!(answer_of(Some(Reply::Echo)), Some(Reply::Echo));
+        assert_eq!(answer_of(Some(Reply::Sized(300))), Some(Reply::Sized(300)));
+        assert_eq!(slot_bytes(Some(Reply::Sized(300)), 100), 300);
+        assert_eq!(slot_bytes(Some(Reply::Sized(30)), 100), 100);
+        assert_eq!(slot_bytes(Some(Reply::Echo), 100), 100);
+        assert_eq!(slot_bytes(None, 100), 100);
         let request = [1u8, 2, 3];
-        assert_eq!(Answer::Echo.check(&request, &request), Ok(()));
-        let e = Answer::Echo
-            .check(&[1, 9, 3], &request)
-            .expect_err("differs");
+        assert_eq!(check_reply(Reply::Echo, &request, &request), Ok(()));
+        let e = check_reply(Reply::Echo, &[1, 9, 3], &request).expect_err("differs");
         assert!(e.contains("at byte 1"), "{e}");
-        assert!(Answer::Echo.check(&request[..2], &request).is_err());
-        assert_eq!(Answer::Sized(5).check(&[0; 5], &request), Ok(()));
-        let e = Answer::Sized(5)
-            .check(&[0; 4], &request)
-            .expect_err("short");
+        assert!(check_reply(Reply::Echo, &request[..2], &request).is_err());
+        assert_eq!(check_reply(Reply::Sized(5), &[0; 5], &request), Ok(()));
+        let e = check_reply(Reply::Sized(5), &[0; 4], &request).expect_err("short");
         assert!(e.contains("4 bytes") && e.contains("5 were due"), "{e}");
-        assert_eq!(Answer::Ack.check(&[1], &request), Ok(()));
+        assert_eq!(check_reply(Reply::Ack, &[1], &request), Ok(()));
     }
 
     #[test]

@@ -28,7 +28,7 @@
 //! channel wake-up would add scheduler latency to every figure; the nap keeps an idle
 //! receiver from burning a CPU.
 //!
-//! MPRTT: each data message is answered by one message (see [`Answer`]): the 1-byte
+//! MPRTT: each data message is answered by one message (see [`answer_of`]): the 1-byte
 //! ACK, a control message; or with `--echo` and `--response-size` a reply with a
 //! payload, which goes as data does (a SEND into a receive slot), from a send slot,
 //! against a credit like any message. Slots hold the larger of a packet and a reply,
@@ -47,7 +47,10 @@
 
 use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
 use super::ring::CONTROL_SLOTS;
-use super::ring::{Answer, Credits, Imm, ImmKind, Packet, RemoteRing, RingLayout, SendSlots, Slot};
+use super::ring::{
+    answer_of, check_reply, slot_bytes, Credits, Imm, ImmKind, Packet, RemoteRing, Reply,
+    RingLayout, SendSlots, Slot,
+};
 use super::ring::{Trailer, TRAILER_BYTES};
 use super::ring::{CONTROL_SLOT_BYTES, CREDIT_RING_MIN, RING_SLOTS_MAX};
 use crate::stats::StreamStats;
@@ -306,8 +309,8 @@ fn path_mtu(local: u32, peer: u32) -> Mtu {
 }
 
 /// What answers each data message of a STREAM with `opts`, if anything.
-fn answer_for(opts: &StreamOptions) -> Option<Answer> {
-    Answer::new(opts.mprtt, opts.echo, opts.response_size)
+fn answer_for(opts: &StreamOptions) -> Option<Reply> {
+    answer_of(opts.reply)
 }
 
 /// The rings of a QP for `opts` (over RDMA WRITE with `write`): slots of a packet (or
@@ -315,7 +318,7 @@ fn answer_for(opts: &StreamOptions) -> Option<Answer> {
 /// (a FIN lands in a receive slot like any SEND), and at least [`CREDIT_RING_MIN`] of
 /// them.
 fn layout_for(opts: &StreamOptions, write: bool) -> RingLayout {
-    let mut slot_bytes = Answer::slot_bytes(answer_for(opts), opts.pktsize);
+    let mut slot_bytes = slot_bytes(answer_for(opts), opts.pktsize);
     if write {
         slot_bytes += TRAILER_BYTES;
     }
@@ -569,7 +572,7 @@ pub struct QpEndpoint {
     max_inline: u32,
     psn: u32,
     /// MPRTT: what answers each data message.
-    answer: Option<Answer>,
+    answer: Option<Reply>,
     /// `--rdma-write`: data, ACKs and replies are written, and found by polling.
     write: bool,
     /// Messages written to the peer, and found in this end's ring (see [`Trailer`]).
@@ -1049,7 +1052,7 @@ impl QpEndpoint {
 
     /// Counts an ACK from the peer, which must be due.
     fn acked(&mut self) -> io::Result<()> {
-        if self.answer != Some(Answer::Ack) {
+        if self.answer != Some(Reply::Ack) {
             return Err(VerbsError::Peer("an ACK from the peer where none was due".into()).into());
         }
         self.acks += 1;
@@ -1207,7 +1210,7 @@ impl QpEndpoint {
     /// echo's bytes); only then is its receive posted again. Returns when it arrived.
     fn await_reply(
         &mut self,
-        answer: Answer,
+        answer: Reply,
         request: &[u8],
         start: Instant,
         deadline: Deadline,
@@ -1219,9 +1222,7 @@ impl QpEndpoint {
             return Err(io::Error::other("reply vanished"));
         };
         self.awaiting = false;
-        answer
-            .check(&self.region[off..off + len], request)
-            .map_err(VerbsError::Peer)?;
+        check_reply(answer, &self.region[off..off + len], request).map_err(VerbsError::Peer)?;
         if let Some(wqe) = wqe {
             self.post_recv(wqe)?;
         }
@@ -1236,11 +1237,11 @@ impl QpEndpoint {
     /// too.
     fn answer_request(
         &mut self,
-        answer: Answer,
+        answer: Reply,
         request: Ready,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        if answer == Answer::Ack && !self.write {
+        if answer == Reply::Ack && !self.write {
             self.control_send(ImmKind::Ack, &[1], Deadline::Never, stats)?;
             stats.bytes_sent += 1;
             return Ok(());
@@ -1251,7 +1252,7 @@ impl QpEndpoint {
         let (Some(i), Some(credits)) = (self.send_free.pop(), self.credits.take()) else {
             return Err(io::Error::other("send slot vanished"));
         };
-        let at = self.message_offset(Slot::Send(i), answer.reply_len(request.len));
+        let at = self.message_offset(Slot::Send(i), answer.len(request.len));
         let n = self.send_slots.stage_reply(
             &mut self.region,
             answer,
@@ -1263,7 +1264,7 @@ impl QpEndpoint {
         // arrived, which may be before this send's completion.
         self.send_len[i] = 0;
         stats.bytes_sent += n as u64;
-        let kind = if answer == Answer::Ack {
+        let kind = if answer == Reply::Ack {
             ImmKind::Ack
         } else {
             ImmKind::Reply
@@ -1333,7 +1334,7 @@ impl RingEndpoint for QpEndpoint {
             let slot = &mut self.region[off..off + chunk.len()];
             self.send_slots.fill(i, slot, &chunk);
             // Before the post: a reply may arrive with the send's own completion.
-            self.awaiting = matches!(self.answer, Some(Answer::Echo | Answer::Sized(_)));
+            self.awaiting = matches!(self.answer, Some(Reply::Echo | Reply::Sized(_)));
             let start = Instant::now();
             self.send_posted_at[i] = start;
             self.send_len[i] = chunk.len();
@@ -1354,7 +1355,7 @@ impl RingEndpoint for QpEndpoint {
                     self.poll(stats)?;
                     None
                 }
-                Some(Answer::Ack) => {
+                Some(Reply::Ack) => {
                     self.wait_for(deadline, stats, |e| e.acks > 0)?;
                     self.acks -= 1;
                     stats.bytes_received += 1;
@@ -1624,7 +1625,7 @@ mod tests {
     fn bytes_arrive_intact(pktsize: usize, write: bool, mprtt: bool, stall: u64) {
         let opts = StreamOptions {
             pktsize,
-            mprtt,
+            reply: mprtt.then_some(Reply::Ack),
             ..StreamOptions::default()
         };
         exchange(&opts, write, 700, stall);
@@ -1706,7 +1707,7 @@ mod tests {
             "one latency per operation"
         );
         let replies: u64 = match answer_for(&opts) {
-            Some(answer) => want_lens.iter().map(|&n| answer.reply_len(n) as u64).sum(),
+            Some(answer) => want_lens.iter().map(|&n| answer.len(n) as u64).sum(),
             None => 0,
         };
         assert_eq!(cs.bytes_received, replies);
@@ -1782,8 +1783,7 @@ mod tests {
     fn echoes_return_every_packet_over_send_and_write() {
         let opts = StreamOptions {
             pktsize: 1000,
-            mprtt: true,
-            echo: true,
+            reply: Some(Reply::Echo),
             ..StreamOptions::default()
         };
         exchange(&opts, false, 700, 0);
@@ -1801,8 +1801,7 @@ mod tests {
         ] {
             let opts = StreamOptions {
                 pktsize,
-                mprtt: true,
-                response_size,
+                reply: Some(Reply::Sized(response_size as u32)),
                 ..StreamOptions::default()
             };
             assert_eq!(
@@ -1855,9 +1854,11 @@ mod tests {
         for (echo, response_size, bad, imm, says) in cases {
             let opts = StreamOptions {
                 pktsize: 1000,
-                mprtt: true,
-                echo,
-                response_size,
+                reply: Some(if echo {
+                    Reply::Echo
+                } else {
+                    Reply::Sized(response_size as u32)
+                }),
                 ..StreamOptions::default()
             };
             let (mut a, mut b) = fake_pair(&opts, false);
@@ -1876,8 +1877,7 @@ mod tests {
         // A reply to a request never sent.
         let opts = StreamOptions {
             pktsize: 1000,
-            mprtt: true,
-            response_size: 300,
+            reply: Some(Reply::Sized(300)),
             ..StreamOptions::default()
         };
         let (mut a, mut b) = fake_pair(&opts, false);
@@ -1940,8 +1940,7 @@ mod tests {
             for response_size in [1, 100, 1 << 20, 64 << 20] {
                 let opts = StreamOptions {
                     pktsize,
-                    mprtt: true,
-                    response_size,
+                    reply: Some(Reply::Sized(response_size as u32)),
                     ..StreamOptions::default()
                 };
                 for write in [false, true] {
@@ -1967,7 +1966,7 @@ mod tests {
         for (write, mprtt) in [(false, false), (true, false), (false, true), (true, true)] {
             let opts = StreamOptions {
                 pktsize: 6 << 20,
-                mprtt,
+                reply: mprtt.then_some(Reply::Ack),
                 ..StreamOptions::default()
             };
             assert_eq!(layout_for(&opts, write).recv, CREDIT_RING_MIN);
@@ -2102,7 +2101,7 @@ mod tests {
     fn hostile_written_messages_end_the_stream_with_an_error_not_a_panic() {
         let opts = StreamOptions {
             pktsize: 100,
-            mprtt: true,
+            reply: Some(Reply::Ack),
             ..StreamOptions::default()
         };
         let imm = |kind, credits| Imm { kind, credits }.encode();

@@ -555,6 +555,7 @@ impl crate::transport::stream::Stream for CrrServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stream::reply::Reply;
     use crate::transport::stream::Stream;
     use std::collections::BTreeSet;
 
@@ -566,7 +567,7 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let opts = StreamOptions {
             pktsize,
-            mprtt: true,
+            reply: Some(Reply::Ack),
             ..StreamOptions::default()
         };
         let client = CrrClient::new(addr, None, SESSION, 3, Duration::from_secs(5), opts.clone());
@@ -674,7 +675,7 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let opts = StreamOptions {
             pktsize: 100,
-            mprtt: true,
+            reply: Some(Reply::Ack),
             flows: true,
             nsockets: room,
             ..StreamOptions::default()

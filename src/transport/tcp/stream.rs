@@ -22,7 +22,7 @@
 //! rather than on every segment. Reads still return less at end of stream, and after a
 //! poll slice (see `poll_open`).
 //!
-//! MPRTT replies: a 1-byte ACK per packet, `response_size` bytes per packet, or with
+//! MPRTT replies: a 1-byte ACK per packet, `--response-size` bytes per packet, or with
 //! `echo` the packet's own bytes. A request's reply may arrive in pieces: the sender
 //! reads until all of it is there, then times the round trip.
 //!
@@ -36,6 +36,7 @@ use super::uring::{no_wait, Ring};
 use super::zerocopy::{ZeroCopy, ZeroCopyWriter};
 use crate::stats::{span_ns, StreamStats};
 use crate::stream::epoll::Epoll;
+use crate::stream::reply::{Reply, ReplyCursor};
 use crate::stream::sender::{LazySenders, PacketSink, Senders};
 use crate::stream::socket_calls::DataSocket;
 use crate::stream::sys::{
@@ -68,11 +69,8 @@ struct KernelTimeouts {
 /// `Socket` for the same connection (see [`Socket::for_sender`]).
 struct Socket {
     sock: Arc<DataSocket>,
-    mprtt: bool,
-    /// MPRTT replies echo the packet instead of a 1-byte ACK.
-    echo: bool,
-    /// Without `echo`: bytes of each MPRTT reply (1: the ACK).
-    response_size: usize,
+    /// MPRTT: what answers each packet sent.
+    reply_due: Option<Reply>,
     quickack: bool,
     busy_poll: bool,
     /// Calls sleep in the kernel (see the module doc); else `poll()` after `EAGAIN`.
@@ -108,22 +106,13 @@ impl Socket {
         Ok(Socket {
             zerocopy: ZeroCopyWriter::new(opts.tcp.zerocopy, &*sock)?,
             sock,
-            mprtt: opts.mprtt,
-            echo: opts.echo,
-            response_size: opts.response_size.max(1),
+            reply_due: opts.reply,
             quickack: opts.tcp.quickack,
             busy_poll: opts.busy_poll,
             blocking,
             timeouts: Arc::default(),
             abort: opts.abort.clone(),
-            reply: vec![
-                0u8;
-                if opts.echo {
-                    opts.pktsize.max(1)
-                } else {
-                    opts.response_size.max(1)
-                }
-            ],
+            reply: vec![0u8; opts.reply.map_or(1, |r| r.max_len(opts.pktsize)).max(1)],
             recv_flags: if opts.tcp.skip_rx_copy {
                 libc::MSG_TRUNC
             } else {
@@ -139,9 +128,7 @@ impl Socket {
     fn for_sender(&self, mode: ZeroCopy) -> io::Result<Socket> {
         Ok(Socket {
             sock: self.sock.clone(),
-            mprtt: self.mprtt,
-            echo: self.echo,
-            response_size: self.response_size,
+            reply_due: self.reply_due,
             quickack: self.quickack,
             busy_poll: self.busy_poll,
             blocking: self.blocking,
@@ -284,10 +271,10 @@ impl Socket {
         Ok(())
     }
 
-    /// Reads the MPRTT reply to a packet of `sent` bytes: `response_size` bytes (the
-    /// 1-byte ACK by default), or with echo `sent` bytes. Returns the bytes read.
-    fn read_reply(&mut self, sent: usize, deadline: Deadline) -> io::Result<usize> {
-        let want = if self.echo { sent } else { self.response_size };
+    /// Reads `reply`, the MPRTT reply to a packet of `sent` bytes. Returns the bytes
+    /// read.
+    fn read_reply(&mut self, reply: Reply, sent: usize, deadline: Deadline) -> io::Result<usize> {
+        let want = reply.len(sent);
         // Non-blocking mode: the reply needs the peer to wake and answer, so right after
         // the write it is never there yet; sleeping in poll() first saves a read() that
         // would only return EAGAIN. Spinning and non-blocking calls try the read first.
@@ -388,8 +375,8 @@ impl Socket {
     ) -> io::Result<Instant> {
         let start = Instant::now();
         self.write_payload(buf, deadline)?;
-        if self.mprtt {
-            stats.bytes_received += self.read_reply(buf.len(), deadline)? as u64;
+        if let Some(reply) = self.reply_due {
+            stats.bytes_received += self.read_reply(reply, buf.len(), deadline)? as u64;
         }
         let end = stats.send_latency.record_since(start);
         stats.bytes_sent += buf.len() as u64;
@@ -426,14 +413,8 @@ pub struct TcpStream {
     ready: Vec<usize>,
     /// Socket read last; tried first next time.
     cursor: usize,
-    /// MPRTT: bytes of the current packet received per socket.
-    partial: Vec<usize>,
-    /// MPRTT with echo: the current packet's bytes per socket, kept when it arrives in
-    /// pieces (allocated once, a packet per socket).
-    echo_bufs: Vec<Vec<u8>>,
-    /// MPRTT without echo: the reply written for each packet (the 1-byte ACK, or
-    /// `response_size` bytes), allocated once.
-    response: Vec<u8>,
+    /// MPRTT: per socket, where the packet arriving stands and what it is owed.
+    owed: Vec<ReplyCursor>,
     /// MPRTT: a reply was just written for a whole packet, so the next packet cannot be
     /// there before the peer has read it: in non-blocking mode the next `recv()` polls
     /// before reading.
@@ -543,7 +524,7 @@ impl TcpStream {
                 ));
             }
         }
-        if opts.tcp.skip_rx_copy && opts.mprtt {
+        if opts.tcp.skip_rx_copy && opts.reply.is_some() {
             // MPRTT reads replies (and echoes) whose bytes matter.
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -604,15 +585,11 @@ impl TcpStream {
                 revents: 0,
             })
             .collect();
-        let echo_bufs = if opts.mprtt && opts.echo {
-            (0..n).map(|_| vec![0u8; opts.pktsize.max(1)]).collect()
-        } else {
-            Vec::new()
-        };
-        let response = if opts.mprtt && !opts.echo {
-            vec![1u8; opts.response_size.max(1)]
-        } else {
-            Vec::new()
+        let owed = match opts.reply {
+            Some(reply) => (0..n)
+                .map(|_| ReplyCursor::new(reply, opts.pktsize))
+                .collect(),
+            None => Vec::new(),
         };
         let in_force = InForce::read(&sockets[0].sock);
         Ok(TcpStream {
@@ -628,9 +605,7 @@ impl TcpStream {
             open: n,
             ready: Vec::with_capacity(n),
             cursor: 0,
-            partial: vec![0; n],
-            echo_bufs,
-            response,
+            owed,
             acked: false,
             flowing: false,
             pollfds,
@@ -671,40 +646,16 @@ impl TcpStream {
         if self.opts.tcp.quickack {
             tcp_quickack(&*sock.sock)?;
         }
-        if !self.opts.mprtt {
+        let Some(owed) = self.owed.get_mut(k) else {
             return Ok(());
-        }
-        let pkt = self.opts.pktsize.max(1);
-        if self.opts.echo {
-            let mut rest = data;
-            while !rest.is_empty() {
-                if self.partial[k] == 0 && rest.len() >= pkt {
-                    // A whole packet in this read: echoed from where it lies.
-                    sock.write_all(&rest[..pkt], Deadline::Never)?;
-                    self.stats.bytes_sent += pkt as u64;
-                    rest = &rest[pkt..];
-                    continue;
-                }
-                let at = self.partial[k];
-                let take = (pkt - at).min(rest.len());
-                self.echo_bufs[k][at..at + take].copy_from_slice(&rest[..take]);
-                self.partial[k] += take;
-                rest = &rest[take..];
-                if self.partial[k] == pkt {
-                    self.partial[k] = 0;
-                    sock.write_all(&self.echo_bufs[k], Deadline::Never)?;
-                    self.stats.bytes_sent += pkt as u64;
-                }
-            }
-        } else {
-            self.partial[k] += data.len();
-            while self.partial[k] >= pkt {
-                self.partial[k] -= pkt;
-                sock.write_all(&self.response, Deadline::Never)?;
-                self.stats.bytes_sent += self.response.len() as u64;
-            }
-        }
-        self.acked = self.partial[k] == 0 && self.sockets.len() == 1;
+        };
+        let sent = &mut self.stats.bytes_sent;
+        owed.take(data, |reply| {
+            sock.write_all(reply, Deadline::Never)?;
+            *sent += reply.len() as u64;
+            Ok::<(), io::Error>(())
+        })?;
+        self.acked = owed.between_packets() && self.sockets.len() == 1;
         Ok(())
     }
 
@@ -923,21 +874,13 @@ impl Stream for TcpStream {
     }
 
     fn ack_partial(&mut self) -> io::Result<()> {
-        if !self.opts.mprtt {
-            return Ok(());
-        }
-        for k in 0..self.sockets.len() {
-            let part = std::mem::take(&mut self.partial[k]);
-            if part == 0 {
-                continue;
-            }
-            if self.opts.echo {
-                self.sockets[k].write_all(&self.echo_bufs[k][..part], Deadline::Never)?;
-                self.stats.bytes_sent += part as u64;
-            } else {
-                self.sockets[k].write_all(&self.response, Deadline::Never)?;
-                self.stats.bytes_sent += self.response.len() as u64;
-            }
+        for (sock, owed) in self.sockets.iter().zip(&mut self.owed) {
+            let sent = &mut self.stats.bytes_sent;
+            owed.finish(|reply| {
+                sock.write_all(reply, Deadline::Never)?;
+                *sent += reply.len() as u64;
+                Ok::<(), io::Error>(())
+            })?;
         }
         Ok(())
     }
@@ -985,11 +928,7 @@ impl Stream for TcpStream {
 /// `--flows`: the sending side's flows over `sockets`, with room for a whole reply.
 fn new_flows(sockets: &[Socket], opts: &StreamOptions) -> Flows {
     let fds: Vec<RawFd> = sockets.iter().map(FlowSocket::fd).collect();
-    let reply_max = if opts.echo {
-        opts.pktsize
-    } else {
-        opts.response_size
-    };
+    let reply_max = opts.reply.map_or(1, |r| r.max_len(opts.pktsize));
     Flows::new(&fds, reply_max)
 }
 
@@ -1004,18 +943,13 @@ fn send_on_flows(
     stats: &mut StreamStats,
 ) -> io::Result<Instant> {
     let abort = &*opts.abort;
-    if !opts.mprtt {
+    let Some(reply) = opts.reply else {
         let start = Instant::now();
         flows.send_bulk(sockets, buf, deadline, abort)?;
         stats.bytes_sent += buf.len() as u64;
         return Ok(stats.send_latency.record_since(start));
-    }
-    let reply = if opts.echo {
-        buf.len()
-    } else {
-        opts.response_size
     };
-    flows.send_request(sockets, buf, reply, deadline, abort, stats)?;
+    flows.send_request(sockets, buf, reply.len(buf.len()), deadline, abort, stats)?;
     Ok(Instant::now())
 }
 
@@ -1338,7 +1272,7 @@ mod tests {
     #[test]
     fn mprtt_acks_every_packet_and_the_partial_last_one() {
         let opts = StreamOptions {
-            mprtt: true,
+            reply: Some(Reply::Ack),
             pktsize: 1000,
             ..StreamOptions::default()
         };
@@ -1559,7 +1493,7 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let t = thread::spawn(move || TcpStream::connect(addr, StreamOptions::default()));
         let opts = StreamOptions {
-            mprtt: true,
+            reply: Some(Reply::Ack),
             tcp: TcpOptions {
                 skip_rx_copy: true,
                 ..TcpOptions::default()
@@ -1749,7 +1683,7 @@ mod tests {
     #[test]
     fn a_reply_that_never_comes_times_out() {
         let base = StreamOptions {
-            mprtt: true,
+            reply: Some(Reply::Ack),
             pktsize: 100,
             ..StreamOptions::default()
         };
@@ -1848,8 +1782,7 @@ mod tests {
     #[test]
     fn echo_returns_every_packet_and_the_partial_last_one() {
         let base = StreamOptions {
-            mprtt: true,
-            echo: true,
+            reply: Some(Reply::Echo),
             pktsize: 1000,
             ..StreamOptions::default()
         };
@@ -1878,8 +1811,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
         let opts = StreamOptions {
-            mprtt: true,
-            echo: true,
+            reply: Some(Reply::Echo),
             pktsize: 5000,
             ..StreamOptions::default()
         };
@@ -1916,8 +1848,7 @@ mod tests {
     #[test]
     fn a_response_size_answers_every_packet_and_the_partial_last_one_in_full() {
         let base = StreamOptions {
-            mprtt: true,
-            response_size: 4096,
+            reply: Some(Reply::Sized(4096)),
             pktsize: 100,
             ..StreamOptions::default()
         };
@@ -1946,8 +1877,7 @@ mod tests {
             }
         });
         let opts = StreamOptions {
-            mprtt: true,
-            response_size: 4096,
+            reply: Some(Reply::Sized(4096)),
             pktsize: 100,
             ..StreamOptions::default()
         };

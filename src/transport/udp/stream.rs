@@ -18,8 +18,8 @@
 //!
 //! MPRTT: every datagram is answered by one reply datagram (see [`super::wire`]):
 //! by default a 1-byte ACK holding the low byte of its sequence number (so a late ACK
-//! of an earlier packet is not taken for the current one), with `response_size` that
-//! many bytes starting with the sequence number, with `echo` the datagram itself. The
+//! of an earlier packet is not taken for the current one), with `--response-size` that
+//! many bytes starting with the sequence number, with `--echo` the datagram itself. The
 //! sender resends a datagram whose reply does not come within the ACK time-out, at most
 //! [`MAX_RETRIES`] times, then fails naming the packet. The receiver answers every copy
 //! it reads, duplicates included, and both ends count every byte.
@@ -57,6 +57,7 @@ use super::wire::{decode, Arrival, Header, ReplyDatagram, SeqTracker, HEADER_LEN
 use crate::stats::buffer_grant::BufferGrant;
 use crate::stats::{span_ns, StreamStats};
 use crate::stream::epoll::{poll_many, poll_one, Epoll};
+use crate::stream::reply::Reply;
 use crate::stream::sender::{LazySenders, PacketSink, Senders};
 use crate::stream::sys::{set_int_opt, set_tos, set_window, size_buffer, Direction};
 use crate::stream::{check_abort, Deadline, Timeout};
@@ -199,9 +200,8 @@ impl EpochClock {
 #[derive(Clone)]
 struct Socket {
     sock: Arc<net::UdpSocket>,
-    mprtt: bool,
     /// MPRTT: what answers each datagram.
-    reply: ReplyDatagram,
+    reply: Option<Reply>,
     /// MPRTT, sending: where replies are read to (a sender thread's clone has its own).
     reply_buf: Vec<u8>,
     stream: u32,
@@ -401,7 +401,9 @@ impl Socket {
                 Ok(n) => {
                     stats.bytes_received += n as u64;
                     let held = &buf[..n.min(buf.len())];
-                    if self.reply.answers(held, n, request, seq, self.stream) {
+                    if self.reply.is_some_and(|kind| {
+                        ReplyDatagram::answers(kind, held, n, request, seq, self.stream)
+                    }) {
                         return Ok(true);
                     }
                 }
@@ -472,7 +474,7 @@ impl PacketSink for Socket {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
         self.send_datagram(buf, seq, start, deadline)?;
-        if self.mprtt {
+        if self.reply.is_some() {
             let mut reply = std::mem::take(&mut self.reply_buf);
             let answered = self.round_trip(&mut reply, buf, seq, start, deadline, stats);
             self.reply_buf = reply;
@@ -547,7 +549,8 @@ impl DatagramFlow for Socket {
     }
 
     fn answers(&self, reply: &[u8], len: usize, request: &[u8], seq: u64) -> bool {
-        self.reply.answers(reply, len, request, seq, self.stream)
+        self.reply
+            .is_some_and(|kind| ReplyDatagram::answers(kind, reply, len, request, seq, self.stream))
     }
 }
 
@@ -681,22 +684,20 @@ impl UdpStream {
         control.set_write_timeout(Some(CONTROL_IO_TIMEOUT))?;
         let next_seq = Arc::new(AtomicU64::new(0));
         let clock = EpochClock::new();
-        let blocking = opts.mprtt && !opts.busy_poll && !opts.epoll;
+        let blocking = opts.reply.is_some() && !opts.busy_poll && !opts.epoll;
         let slice = BLOCK_SLICE
             .min(udp.ack_timeout)
             .max(Duration::from_millis(1));
         // Batching holds datagrams back; MPRTT waits for each one's ACK.
-        let batched = udp.batch > 1 && !opts.mprtt;
-        let reply = if opts.echo {
-            ReplyDatagram::Echo
-        } else {
-            ReplyDatagram::Sized(opts.response_size.max(1))
-        };
+        let batched = udp.batch > 1 && opts.reply.is_none();
         // Replies to read (an echo's length is the request's) and to write.
-        let (reply_buf, response) = match (opts.mprtt, reply) {
-            (false, _) => (Vec::new(), Vec::new()),
-            (true, ReplyDatagram::Echo) => (vec![0u8; opts.pktsize.max(1)], Vec::new()),
-            (true, ReplyDatagram::Sized(n)) => (vec![0u8; n], vec![0u8; n]),
+        let (reply_buf, response) = match opts.reply {
+            None => (Vec::new(), Vec::new()),
+            Some(Reply::Echo) => (vec![0u8; opts.pktsize.max(1)], Vec::new()),
+            Some(sized) => {
+                let n = sized.len(opts.pktsize);
+                (vec![0u8; n], vec![0u8; n])
+            }
         };
         let mut default_buffer = socket_buffer(opts.flows.then_some(socks.len()));
         if let Some(cap) = udp.buffer_cap {
@@ -716,9 +717,9 @@ impl UdpStream {
             }
             if udp.dont_fragment {
                 // The packets, and with MPRTT their replies.
-                let reply = match opts.mprtt && !opts.echo {
-                    true => opts.response_size,
-                    false => 0,
+                let reply = match opts.reply {
+                    Some(Reply::Echo) | None => 0,
+                    Some(sized) => sized.len(opts.pktsize),
                 };
                 let (largest, flag) = match reply > opts.pktsize {
                     true => (reply, "--response-size"),
@@ -751,8 +752,7 @@ impl UdpStream {
             }
             sockets.push(Socket {
                 sock: Arc::new(s),
-                mprtt: opts.mprtt,
-                reply,
+                reply: opts.reply,
                 reply_buf: reply_buf.clone(),
                 stream: udp.stream,
                 ack_timeout: udp.ack_timeout,
@@ -875,11 +875,7 @@ impl UdpStream {
         let (sockets, opts) = (&self.sockets, &self.opts);
         let flows = self.flows.get_or_insert_with(|| {
             let fds: Vec<RawFd> = sockets.iter().map(DatagramFlow::fd).collect();
-            let reply_max = if opts.echo {
-                opts.pktsize
-            } else {
-                opts.response_size
-            };
+            let reply_max = opts.reply.map_or(1, |r| r.max_len(opts.pktsize));
             UdpFlows::new(&fds, reply_max, sockets[0].ack_timeout, sockets[0].stream)
         });
         let seq = sockets[0].next_seq.fetch_add(1, Ordering::Relaxed);
@@ -995,7 +991,10 @@ impl UdpStream {
                     // An empty datagram cannot be returned: Ok(0) means end of stream.
                     continue;
                 }
-                if self.opts.mprtt && kind != Arrival::Foreign && self.answer(k, &buf[..n], seq)? {
+                if self.opts.reply.is_some()
+                    && kind != Arrival::Foreign
+                    && self.answer(k, &buf[..n], seq)?
+                {
                     self.acked = true;
                 }
                 self.stats.recv_latency.record(span_ns(start, now));
@@ -1016,8 +1015,8 @@ impl UdpStream {
     /// bytes as sent; `Ok(false)` if the reply could not leave.
     fn answer(&mut self, k: usize, datagram: &[u8], seq: u64) -> io::Result<bool> {
         let reply = match self.sockets[k].reply {
-            ReplyDatagram::Echo => datagram,
-            ReplyDatagram::Sized(_) => {
+            Some(Reply::Echo) => datagram,
+            Some(Reply::Ack | Reply::Sized(_)) | None => {
                 ReplyDatagram::encode_sized(seq, &mut self.response);
                 &self.response
             }
@@ -1216,7 +1215,7 @@ impl Stream for UdpStream {
 
     fn send(&mut self, buf: &[u8], timeout: Timeout) -> io::Result<usize> {
         self.opts.check_abort()?;
-        if self.opts.flows && self.opts.mprtt {
+        if self.opts.flows && self.opts.reply.is_some() {
             self.send_on_flows(buf, timeout.deadline())?;
         } else if self.send_batch.is_some() && buf.len() <= self.opts.pktsize {
             self.send_batched(buf, timeout.deadline())?;
@@ -1480,7 +1479,7 @@ mod tests {
     /// MPRTT's waits: in blocking reads by default, in `epoll_wait()` with `--epoll`.
     fn mprtt_modes() -> [StreamOptions; 2] {
         let mprtt = StreamOptions {
-            mprtt: true,
+            reply: Some(Reply::Ack),
             ..StreamOptions::default()
         };
         let epoll = StreamOptions {
@@ -1499,7 +1498,7 @@ mod tests {
 
     #[test]
     fn an_echo_or_a_sized_reply_ends_the_round_trip_only_when_it_is_the_right_one() {
-        for reply in [ReplyDatagram::Echo, ReplyDatagram::Sized(300)] {
+        for reply in [Reply::Echo, Reply::Sized(300)] {
             let listener = net::TcpListener::bind("127.0.0.1:0").expect("tcp bind");
             let control =
                 net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
@@ -1511,9 +1510,7 @@ mod tests {
             peer.connect(ours.local_addr().expect("addr"))
                 .expect("connect");
             let opts = StreamOptions {
-                mprtt: true,
-                echo: reply == ReplyDatagram::Echo,
-                response_size: 300,
+                reply: Some(reply),
                 pktsize: 100,
                 ..StreamOptions::default()
             };
@@ -1530,9 +1527,9 @@ mod tests {
                 let mut request = [0u8; 200];
                 let n = peer.recv(&mut request).expect("the request");
                 let right = match reply {
-                    ReplyDatagram::Echo => request[..n].to_vec(),
-                    ReplyDatagram::Sized(len) => {
-                        let mut r = vec![0u8; len];
+                    Reply::Echo => request[..n].to_vec(),
+                    Reply::Ack | Reply::Sized(_) => {
+                        let mut r = vec![0u8; reply.len(100)];
                         ReplyDatagram::encode_sized(0, &mut r);
                         r
                     }
@@ -1559,8 +1556,8 @@ mod tests {
             // Every reply byte read counts, whether it ended the round trip or not; a
             // sized reply's filler does not matter, so the changed one answers.
             let read = match reply {
-                ReplyDatagram::Echo => 50 + 3 * len,
-                ReplyDatagram::Sized(_) => 50 + len,
+                Reply::Echo => 50 + 3 * len,
+                Reply::Ack | Reply::Sized(_) => 50 + len,
             };
             assert_eq!(cs.bytes_received, read, "{reply:?}");
         }

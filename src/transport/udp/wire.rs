@@ -20,7 +20,7 @@
 //! below zero. Out-of-order datagrams are never counted as lost.
 //!
 //! # Replies (MPRTT)
-//! A request is answered by one datagram, of one of two kinds ([`ReplyDatagram`]). A sized
+//! A request is answered by one datagram, of one of two kinds ([`ReplyDatagram`], for a [`Reply`]). A sized
 //! reply (`-r`, and `--response-size N`) is N bytes that start with the request's
 //! sequence number, little-endian, cut to the reply's length like a short header's
 //! (N = 1: the original 1-byte ACK, the sequence modulo 256); the rest is zeros. An
@@ -30,6 +30,7 @@
 //! any other datagram is counted and read past, as a late reply to an earlier request.
 
 use crate::stats::datagrams::DatagramCounts;
+use crate::stream::reply::Reply;
 
 /// Bytes of a full header.
 pub const HEADER_LEN: usize = 20;
@@ -115,26 +116,14 @@ pub fn extend_seq(cut: u64, bits: u32, reference: u64) -> u64 {
     best
 }
 
-/// What answers each request of a request/response run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReplyDatagram {
-    /// A datagram of this many bytes that starts with the request's sequence number.
-    Sized(usize),
-    /// The request itself.
-    Echo,
-}
+/// How a [`Reply`] travels as a datagram: the ACK and a sized reply are a datagram of
+/// their size that starts with the request's sequence number (as much of it as fits);
+/// an echo is the request itself.
+pub struct ReplyDatagram;
 
 impl ReplyDatagram {
-    /// Bytes of the reply to a request of `request` bytes.
-    pub fn len(self, request: usize) -> usize {
-        match self {
-            ReplyDatagram::Sized(n) => n,
-            ReplyDatagram::Echo => request,
-        }
-    }
-
-    /// Writes the reply to datagram `seq` into `out`, which holds [`ReplyDatagram::len`]
-    /// bytes: a sized reply's sequence number (its other bytes are left as they are).
+    /// Writes the ACK or sized reply to datagram `seq` into `out`, which holds
+    /// [`Reply::len`] bytes: its sequence number (its other bytes are left as they are).
     /// An echo is the request itself, which the caller sends as it is.
     pub fn encode_sized(seq: u64, out: &mut [u8]) {
         let n = out.len().min(SEQ_LEN);
@@ -142,9 +131,17 @@ impl ReplyDatagram {
     }
 
     /// Whether `reply`, a datagram of `len` bytes of which `reply` holds the first,
-    /// answers `request` (as sent, its header aside), datagram `seq` of stream `stream`.
-    pub fn answers(self, reply: &[u8], len: usize, request: &[u8], seq: u64, stream: u32) -> bool {
-        if len != self.len(request.len()) || reply.len() != len {
+    /// answers `request` (as sent, its header aside), datagram `seq` of stream `stream`,
+    /// with `kind`.
+    pub fn answers(
+        kind: Reply,
+        reply: &[u8],
+        len: usize,
+        request: &[u8],
+        seq: u64,
+        stream: u32,
+    ) -> bool {
+        if len != kind.len(request.len()) || reply.len() != len {
             return false;
         }
         let mut header = [0u8; HEADER_LEN];
@@ -154,12 +151,12 @@ impl ReplyDatagram {
             sent_ns: 0,
         }
         .encode(&mut header);
-        match self {
-            ReplyDatagram::Sized(_) => {
+        match kind {
+            Reply::Ack | Reply::Sized(_) => {
                 let n = len.min(SEQ_LEN);
                 reply[..n] == header[..n]
             }
-            ReplyDatagram::Echo => {
+            Reply::Echo => {
                 // The send time is not compared: a resent copy carries a later one.
                 let n = len.min(STREAM_END);
                 reply[..n] == header[..n] && reply.get(HEADER_LEN..) == request.get(HEADER_LEN..)
@@ -374,22 +371,36 @@ mod tests {
         assert_eq!(big[..8], seq.to_le_bytes());
         assert!(big[8..].iter().all(|&b| b == 0));
         let request = [0u8; 100];
-        let sized = ReplyDatagram::Sized(4096);
-        assert!(sized.answers(&big, 4096, &request, seq, 3));
+        let sized = Reply::Sized(4096);
+        assert!(ReplyDatagram::answers(sized, &big, 4096, &request, seq, 3));
         assert!(
-            !sized.answers(&big, 4096, &request, seq + 1, 3),
+            !ReplyDatagram::answers(sized, &big, 4096, &request, seq + 1, 3),
             "a late reply"
         );
         assert!(
-            !sized.answers(&big[..4000], 4000, &request, seq, 3),
+            !ReplyDatagram::answers(sized, &big[..4000], 4000, &request, seq, 3),
             "too short"
         );
         assert!(
-            !sized.answers(&big, 5000, &request, seq, 3),
+            !ReplyDatagram::answers(sized, &big, 5000, &request, seq, 3),
             "cut by the buffer"
         );
-        assert!(ReplyDatagram::Sized(1).answers(&ack, 1, &request, seq, 3));
-        assert!(!ReplyDatagram::Sized(1).answers(&ack, 1, &request, seq + 1, 3));
+        assert!(ReplyDatagram::answers(
+            Reply::Ack,
+            &ack,
+            1,
+            &request,
+            seq,
+            3
+        ));
+        assert!(!ReplyDatagram::answers(
+            Reply::Ack,
+            &ack,
+            1,
+            &request,
+            seq + 1,
+            3
+        ));
     }
 
     #[test]
@@ -401,8 +412,8 @@ mod tests {
             sent_ns: 1000,
         };
         header.encode(&mut request);
-        let echo = ReplyDatagram::Echo;
-        assert!(echo.answers(&request, 64, &request, 77, 2));
+        let echo = Reply::Echo;
+        assert!(ReplyDatagram::answers(echo, &request, 64, &request, 77, 2));
         // A resent copy's echo has a later send time: still the answer.
         let mut resent = request.clone();
         Header {
@@ -410,27 +421,30 @@ mod tests {
             ..header
         }
         .encode(&mut resent);
-        assert!(echo.answers(&resent, 64, &request, 77, 2));
-        assert!(!echo.answers(&request, 64, &request, 78, 2), "a late echo");
+        assert!(ReplyDatagram::answers(echo, &resent, 64, &request, 77, 2));
         assert!(
-            !echo.answers(&request, 64, &request, 77, 1),
+            !ReplyDatagram::answers(echo, &request, 64, &request, 78, 2),
+            "a late echo"
+        );
+        assert!(
+            !ReplyDatagram::answers(echo, &request, 64, &request, 77, 1),
             "another stream's"
         );
         let mut changed = request.clone();
         changed[40] ^= 1;
         assert!(
-            !echo.answers(&changed, 64, &request, 77, 2),
+            !ReplyDatagram::answers(echo, &changed, 64, &request, 77, 2),
             "its payload changed"
         );
         assert!(
-            !echo.answers(&request[..63], 63, &request, 77, 2),
+            !ReplyDatagram::answers(echo, &request[..63], 63, &request, 77, 2),
             "too short"
         );
         // Requests shorter than the header carry and echo only its first bytes.
         let mut tiny = [0u8; 3];
         Header { seq: 77, ..header }.encode(&mut tiny);
-        assert!(echo.answers(&tiny, 3, &tiny, 77, 2));
-        assert!(!echo.answers(&tiny, 3, &tiny, 78, 2));
+        assert!(ReplyDatagram::answers(echo, &tiny, 3, &tiny, 77, 2));
+        assert!(!ReplyDatagram::answers(echo, &tiny, 3, &tiny, 78, 2));
     }
 
     fn datagram(seq: u64, stream: u32, len: usize) -> Vec<u8> {

@@ -22,7 +22,7 @@
 //! stream only once every one of them arrived, whatever order completions come in.
 //!
 //! With `--echo` and `--response-size`, each packet is answered by a reply with a
-//! payload instead of the ACK (see [`Answer`]): a send from a send slot into one of the
+//! payload instead of the ACK (see [`answer_of`]): a send from a send slot into one of the
 //! requester's receive slots, marked by remote CQ data. It is a send with
 //! `--rdma-write` too: a write's 32 bits of CQ data hold its slot and length, with no
 //! room for a kind. Slots hold the larger of a packet and a reply, so a reply is one
@@ -33,7 +33,9 @@ pub mod sys;
 
 use self::sys::*;
 use super::endpoint::{Backoff, EndpointStream, RingEndpoint};
-use super::ring::{Answer, Packet, RemoteRing, RingLayout, SendSlots, Slot};
+use super::ring::{
+    answer_of, check_reply, slot_bytes, Packet, RemoteRing, Reply, RingLayout, SendSlots, Slot,
+};
 use super::ring::{CONTROL_SLOTS, RING_SLOTS_MAX};
 use crate::stats::StreamStats;
 use crate::stream::Deadline;
@@ -329,7 +331,7 @@ pub struct Endpoint {
     name: Vec<u8>,
     peer_name: Vec<u8>,
     /// MPRTT: what answers each data message.
-    answer: Option<Answer>,
+    answer: Option<Reply>,
     abort: Arc<std::sync::atomic::AtomicBool>,
     /// `--rdma-write`: register for remote writes; send by writing into the peer's ring.
     rma: bool,
@@ -378,8 +380,8 @@ impl Endpoint {
         let lib = info.lib;
         // SAFETY: `info.chosen` is a valid fi_info with its domain attributes set.
         let mr_mode = unsafe { (*(*info.chosen).domain_attr).mr_mode };
-        let answer = Answer::new(opts.mprtt, opts.echo, opts.response_size);
-        let layout = RingLayout::new(Answer::slot_bytes(answer, opts.pktsize));
+        let answer = answer_of(opts.reply);
+        let layout = RingLayout::new(slot_bytes(answer, opts.pktsize));
         let mut e = Endpoint {
             lib,
             fabric: ptr::null_mut(),
@@ -765,7 +767,7 @@ impl Endpoint {
                                 self.reply = Some((i, len));
                                 continue;
                             }
-                            (KIND_ACK, _) if self.answer != Some(Answer::Ack) => {
+                            (KIND_ACK, _) if self.answer != Some(Reply::Ack) => {
                                 return Err(OfiError::Peer(
                                     "an ACK from the peer where none was due".into(),
                                 ))
@@ -866,7 +868,7 @@ impl Endpoint {
     /// echo's bytes); only then is its receive slot posted again.
     fn await_reply(
         &mut self,
-        answer: Answer,
+        answer: Reply,
         request: &[u8],
         start: Instant,
         deadline: Deadline,
@@ -876,9 +878,7 @@ impl Endpoint {
         let arrived = stats.send_latency.record_since(start);
         self.awaiting = false;
         let off = self.layout.offset(Slot::Recv(slot));
-        answer
-            .check(&self.region[off..off + len], request)
-            .map_err(OfiError::Peer)?;
+        check_reply(answer, &self.region[off..off + len], request).map_err(OfiError::Peer)?;
         self.post_recv(slot)?;
         stats.bytes_received += len as u64;
         Ok(arrived)
@@ -888,12 +888,12 @@ impl Endpoint {
     /// ACK, or a reply sent from a send slot (the request's bytes for an echo).
     fn answer_request(
         &mut self,
-        answer: Answer,
+        answer: Reply,
         slot: usize,
         len: usize,
         stats: &mut StreamStats,
     ) -> io::Result<()> {
-        if answer == Answer::Ack {
+        if answer == Reply::Ack {
             let c = self.control_slot(Deadline::Never, stats)?;
             let off = self.layout.offset(Slot::Control(c));
             self.region[off] = 1;
@@ -998,7 +998,7 @@ impl RingEndpoint for Endpoint {
             self.send_posted_at[i] = start;
             self.send_len[i] = chunk.len();
             // Before the post: a reply may arrive with the send's own completion.
-            self.awaiting = matches!(self.answer, Some(Answer::Echo | Answer::Sized(_)));
+            self.awaiting = matches!(self.answer, Some(Reply::Echo | Reply::Sized(_)));
             if self.remote.is_some() {
                 self.post_write(i, chunk.len(), deadline, stats)?;
             } else {
@@ -1012,7 +1012,7 @@ impl RingEndpoint for Endpoint {
                     self.poll(stats)?;
                     None
                 }
-                Some(Answer::Ack) => {
+                Some(Reply::Ack) => {
                     self.wait_until(deadline, stats, |e| (e.acks > 0).then_some(()))?;
                     self.acks -= 1;
                     stats.bytes_received += 1;
@@ -1178,7 +1178,7 @@ mod tests {
     fn bytes_arrive_intact(rma: bool, mprtt: bool) {
         let opts = StreamOptions {
             pktsize: 1000,
-            mprtt,
+            reply: mprtt.then_some(Reply::Ack),
             ..StreamOptions::default()
         };
         exchange(&opts, rma);
@@ -1201,9 +1201,9 @@ mod tests {
             .map(|i| pool[(i * 3 + i / 11) % pool.len()].clone())
             .collect();
         let want: Vec<u8> = packets.concat();
-        let answer = Answer::new(opts.mprtt, opts.echo, opts.response_size);
+        let answer = answer_of(opts.reply);
         let replies: u64 = match answer {
-            Some(a) => packets.iter().map(|p| a.reply_len(p.len()) as u64).sum(),
+            Some(a) => packets.iter().map(|p| a.len(p.len()) as u64).sum(),
             None => 0,
         };
         let t = std::thread::spawn(move || {
@@ -1271,9 +1271,11 @@ mod tests {
         for (echo, response_size) in [(true, 1), (false, 5000), (false, 10)] {
             let opts = StreamOptions {
                 pktsize: 1000,
-                mprtt: true,
-                echo,
-                response_size,
+                reply: Some(if echo {
+                    Reply::Echo
+                } else {
+                    Reply::Sized(response_size as u32)
+                }),
                 ..StreamOptions::default()
             };
             exchange(&opts, false);
@@ -1288,8 +1290,7 @@ mod tests {
     fn a_wrong_reply_is_refused() {
         let opts = StreamOptions {
             pktsize: 1000,
-            mprtt: true,
-            echo: true,
+            reply: Some(Reply::Echo),
             ..StreamOptions::default()
         };
         let target = OfiTarget {
