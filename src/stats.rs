@@ -14,6 +14,7 @@
 
 pub mod buffer_grant;
 pub mod datagrams;
+pub mod latency_doc;
 
 use crate::percentiles::{quantile, PercentileValue, PercentileValues, Percentiles};
 use hdrhistogram::Histogram;

@@ -9,14 +9,14 @@
 //! meaning.
 
 use crate::client::{ClientOutcome, StreamInfo};
-use crate::percentiles::PercentileValues;
 use crate::results::{Figures, IntervalResult, SideResult, StreamInterval};
 use crate::settings::Settings;
-use crate::stats::datagrams::DatagramCounts;
+use crate::stats::latency_doc::finite;
+pub use crate::stats::latency_doc::LatencyDoc;
 use crate::stats::LatencySummary;
 use crate::sweep::{SweepParam, SweepTest};
 use crate::sysinfo::{CpuUsage, SystemFacts};
-use crate::transport::figures::{TransportFigures, TransportInForce};
+use crate::transport::figures::{TransportFiguresDoc, TransportInForce};
 use crate::transport::labels::Sample;
 use crate::transport::Role;
 use schemars::generate::SchemaSettings;
@@ -26,15 +26,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Version of the document layout.
 pub const SCHEMA_VERSION: u32 = 1;
-
-/// A value that must be finite in JSON.
-fn finite(x: f64) -> f64 {
-    if x.is_finite() {
-        x
-    } else {
-        0.0
-    }
-}
 
 /// When a run started.
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
@@ -109,57 +100,6 @@ fn civil_date(secs: u64) -> (i64, i64, i64) {
     (year, month, day)
 }
 
-/// One latency distribution in nanoseconds: count, min, max, mean and stddev exact
-/// (an interval's min and max within the histogram's 0.1%), percentiles from an HDR
-/// histogram (3 significant digits). Each percentile the run reported is in
-/// `percentiles`; the four reported by default are also under `p50_ns`, `p90_ns`,
-/// `p99_ns` and `p999_ns`, which are left out when not reported.
-#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
-#[schemars(rename = "latency")]
-#[schemars(deny_unknown_fields)]
-pub struct LatencyDoc {
-    /// Samples.
-    pub count: u64,
-    pub min_ns: u64,
-    pub max_ns: u64,
-    #[schemars(range(min = 0.0))]
-    pub mean_ns: f64,
-    #[schemars(range(min = 0.0))]
-    pub stddev_ns: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "u64")]
-    pub p50_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "u64")]
-    pub p90_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "u64")]
-    pub p99_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "u64")]
-    pub p999_ns: Option<u64>,
-    /// Each percentile the run reported (`--percentiles`; by default 50, 90, 99 and
-    /// 99.9), in the order asked, with its figure in ns.
-    pub percentiles: PercentileValues,
-}
-
-impl LatencyDoc {
-    fn new(l: &LatencySummary) -> LatencyDoc {
-        LatencyDoc {
-            count: l.count,
-            min_ns: l.min_ns,
-            max_ns: l.max_ns,
-            mean_ns: finite(l.mean_ns),
-            stddev_ns: finite(l.stddev_ns),
-            p50_ns: l.at(50.0),
-            p90_ns: l.at(90.0),
-            p99_ns: l.at(99.0),
-            p999_ns: l.at(99.9),
-            percentiles: l.percentiles,
-        }
-    }
-}
-
 /// What one end measured over a span: exact bytes and nanoseconds, and the rates
 /// derived from them (0 over zero time).
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
@@ -187,23 +127,10 @@ pub struct FiguresDoc {
     /// What one sample of `recv_latency` covers; `None` when `recv_latency` is.
     pub recv_latency_per: Option<Sample>,
     pub submit_latency: Option<LatencyDoc>,
-    /// `--rx-timestamps`, a receiving UDP end only (absent elsewhere): each datagram's
-    /// time from the send time in its header to the kernel's receipt here; one way, so
-    /// the two hosts' clocks must agree.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "LatencyDoc")]
-    pub network_latency: Option<LatencyDoc>,
-    /// `--rx-timestamps`, a receiving UDP end only (absent elsewhere): each datagram's
-    /// time from the kernel's receipt to the read that returned it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "LatencyDoc")]
-    pub app_latency: Option<LatencyDoc>,
     pub retries: u64,
-    /// The transport's own figures, each under its transport's key.
+    /// The transports' own figures, each in its transport's form and keys.
     #[serde(flatten)]
-    pub transport: TransportFigures,
-    /// UDP datagram accounting; `None` for stream transports.
-    pub datagrams: Option<DatagramCounts>,
+    pub transport: TransportFiguresDoc,
     /// A UDP sender: the wait from its last send to the peer's confirmation that it had
     /// everything (up to the receiver's quiet time when datagrams were lost), not in
     /// `duration_ns`; `None` elsewhere.
@@ -235,14 +162,8 @@ impl FiguresDoc {
             recv_latency: lat(&f.recv_latency),
             recv_latency_per: f.recv_latency.map(|_| samples.recv),
             submit_latency: lat(&f.submit_latency),
-            network_latency: lat(&f.transport.udp.network_latency),
-            app_latency: lat(&f.transport.udp.app_latency),
             retries: f.retries,
-            transport: f.transport.clone(),
-            datagrams: f.transport.udp.datagrams.map(|d| DatagramCounts {
-                jitter_ns: d.jitter_ns.map(finite),
-                ..d
-            }),
+            transport: f.transport.doc(),
             drain_ns: f.drain_ns,
         }
     }

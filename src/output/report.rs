@@ -573,8 +573,8 @@ fn stream_line(role: Role, settings: &Settings, s: &StreamInterval) -> String {
 
 /// The columns every interval line begins with: `[ START- ENDs] WHO`, what `f` sent (or
 /// received), its rate over the span, and its latency's p50 and p99 (every percentile
-/// of `--percentiles` when it was given); for a UDP receiver of bulk data, the
-/// datagrams lost of those sent in the interval and the jitter, as iperf3's columns.
+/// of `--percentiles` when it was given); for a receiver of bulk data, the transport's
+/// own columns (UDP's datagrams lost and jitter).
 fn moved_columns(
     settings: &Settings,
     sends: bool,
@@ -610,19 +610,10 @@ fn moved_columns(
             );
         }
     }
-    match f.transport.udp.datagrams {
-        Some(d) if !sends && d.peer_sent > 0 && !settings.workload.mprtt() => {
-            line += &format!(
-                "  lost: {}/{} ({:.2}%)",
-                d.lost,
-                d.peer_sent,
-                d.loss_percent()
-            );
-            if let Some(j) = d.jitter_ns {
-                line += &format!("  jitter: {:.2}us", j / 1000.0);
-            }
+    if !sends && !settings.workload.mprtt() {
+        for facts in f.transport.each() {
+            line += &facts.receiver_columns();
         }
-        _ => {}
     }
     line
 }

@@ -36,6 +36,13 @@ pub trait Facts {
         Vec::new()
     }
 
+    /// Columns of its own on the interval lines of an end receiving bulk data, each
+    /// after two spaces (UDP: the datagrams lost and the jitter, as iperf3's columns);
+    /// none by default.
+    fn receiver_columns(&self) -> String {
+        String::new()
+    }
+
     /// Lines of its own in the text report, labels padded to `width` (UDP's datagram
     /// accounting); none by default.
     fn report_lines(&self, _width: usize) -> String {

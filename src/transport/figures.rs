@@ -3,7 +3,7 @@
 
 use super::facts::Facts;
 use super::tcp::facts::{TcpInForce, TcpInfo};
-use super::udp::facts::UdpFacts;
+use super::udp::facts::{UdpFacts, UdpFactsDoc};
 use crate::percentiles::Percentiles;
 use crate::stats::StreamStats;
 use serde::{Deserialize, Serialize};
@@ -69,11 +69,29 @@ impl TransportFigures {
         }
     }
 
+    /// These figures as the JSON documents write them.
+    pub fn doc(&self) -> TransportFiguresDoc {
+        TransportFiguresDoc {
+            tcp: self.tcp,
+            udp: self.udp.doc(),
+        }
+    }
+
     /// The figures there are, each as the outputs read them.
     pub fn each(&self) -> impl Iterator<Item = &dyn Facts> {
         let tcp = self.tcp.iter().map(|t| t as &dyn Facts);
         tcp.chain(std::iter::once(&self.udp as &dyn Facts))
     }
+}
+
+/// The transports' own figures as the JSON documents write them: each transport's in
+/// its own form, flattened into the figures that hold them.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct TransportFiguresDoc {
+    /// TCP's own figures for the sockets (`TCP_INFO`); `null` for other transports.
+    pub tcp: Option<TcpInfo>,
+    #[serde(flatten)]
+    pub udp: UdpFactsDoc,
 }
 
 /// What the transports' sockets of a stream ended up with, as the kernel reported it:

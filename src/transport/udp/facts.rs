@@ -3,8 +3,10 @@
 
 use crate::percentiles::Percentiles;
 use crate::stats::datagrams::DatagramCounts;
+use crate::stats::latency_doc::{finite, LatencyDoc};
 use crate::stats::{LatencySummary, StreamStats};
 use crate::transport::facts::{Amount, Entry, Facts, Metric, Shown};
+use serde::Serialize;
 use std::fmt::Write as _;
 
 /// UDP's figures of a stream, or of streams together; empty for other transports.
@@ -72,6 +74,39 @@ impl UdpFacts {
     }
 }
 
+/// UDP's figures as the JSON documents write them, under the keys they have always
+/// had beside the other figures.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct UdpFactsDoc {
+    /// `--rx-timestamps`, a receiving UDP end only (absent elsewhere): each datagram's
+    /// time from the send time in its header to the kernel's receipt here; one way, so
+    /// the two hosts' clocks must agree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "LatencyDoc")]
+    pub network_latency: Option<LatencyDoc>,
+    /// `--rx-timestamps`, a receiving UDP end only (absent elsewhere): each datagram's
+    /// time from the kernel's receipt to the read that returned it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "LatencyDoc")]
+    pub app_latency: Option<LatencyDoc>,
+    /// UDP datagram accounting; `None` for stream transports.
+    pub datagrams: Option<DatagramCounts>,
+}
+
+impl UdpFacts {
+    /// These figures as the JSON documents write them.
+    pub fn doc(&self) -> UdpFactsDoc {
+        UdpFactsDoc {
+            network_latency: self.network_latency.as_ref().map(LatencyDoc::new),
+            app_latency: self.app_latency.as_ref().map(LatencyDoc::new),
+            datagrams: self.datagrams.map(|d| DatagramCounts {
+                jitter_ns: d.jitter_ns.map(finite),
+                ..d
+            }),
+        }
+    }
+}
+
 impl Facts for UdpFacts {
     fn title(&self) -> &'static str {
         "datagrams"
@@ -121,6 +156,24 @@ impl Facts for UdpFacts {
             let _ = write!(clause, ", jitter {:.2}us", j / 1000.0);
         }
         Some(clause)
+    }
+
+    /// The datagrams lost of those sent in the span, where the sender's count is known,
+    /// and the jitter.
+    fn receiver_columns(&self) -> String {
+        let Some(d) = self.datagrams.filter(|d| d.peer_sent > 0) else {
+            return String::new();
+        };
+        let mut columns = format!(
+            "  lost: {}/{} ({:.2}%)",
+            d.lost,
+            d.peer_sent,
+            d.loss_percent()
+        );
+        if let Some(j) = d.jitter_ns {
+            let _ = write!(columns, "  jitter: {:.2}us", j / 1000.0);
+        }
+        columns
     }
 
     fn latencies(&self) -> Vec<(&'static str, &LatencySummary)> {
