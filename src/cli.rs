@@ -544,9 +544,8 @@ struct MeshArgs {
     #[command(flatten)]
     time: Declared<MeshTimeGroup>,
 
-    /// Data streams per test.
-    #[arg(short = 't', long, value_name = "N", default_value_t = 1)]
-    nstreams: u32,
+    #[command(flatten)]
+    nstreams: Declared<MeshStreamsGroup>,
 
     /// UDP instead of TCP.
     #[arg(short = 'u', long)]
@@ -670,13 +669,13 @@ impl MeshArgs {
             })?;
         let protocol = transport.protocol();
         let mut settings = Settings {
-            nstreams: self.nstreams,
             pktsize: default_pktsize(protocol, workload.mprtt(), family == IpFamily::V6),
             workload,
             time_ms: secs_to_ms("time", self.time.secs()?)?,
             transport,
             ..Settings::default()
         };
+        self.nstreams.apply(&mut settings)?;
         self.pktsize.apply(&mut settings)?;
         self.bitrate.apply(&mut settings)?;
         settings.validate()?;
@@ -1086,6 +1085,21 @@ impl OptionGroup for StreamsGroup {
         (option.arg(Front::Cli).hide_short_help(false))
             .default_value("1")
             .allow_negative_numbers(true)
+    }
+}
+
+/// `fperf mesh`'s `-t`, for every test of the mesh: 1 unless given.
+struct MeshStreamsGroup;
+
+impl OptionGroup for MeshStreamsGroup {
+    type Settings = Settings;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<Settings>> {
+        test_option("nstreams")
+    }
+    fn arg(option: &'static TestOption<Settings>) -> clap::Arg {
+        (option.arg(Front::Mesh).default_value("1")).allow_negative_numbers(true)
     }
 }
 
@@ -2439,6 +2453,10 @@ mod tests {
         let ids = |options: &mut dyn Iterator<Item = &'static str>| options.collect::<Vec<_>>();
         assert_eq!(
             ids(&mut StreamsGroup::options().map(|o| o.id)),
+            ["nstreams"]
+        );
+        assert_eq!(
+            ids(&mut MeshStreamsGroup::options().map(|o| o.id)),
             ["nstreams"]
         );
         assert_eq!(ids(&mut PktsizeGroup::options().map(|o| o.id)), ["pktsize"]);

@@ -315,8 +315,8 @@ fn usage() -> String {
     format!(
         "fperf exporter\n\n\
          GET /probe?target=HOST[:PORT]   runs an fperf test against an fperf server\n\
-         \x20   protocol=tcp|udp  duration=SECS  size=BYTES  workload=bulk|rr|echo|crr\n\
-         \x20   streams=N  bitrate=RATE (e.g. 500M, 0 none)  reverse=1  percentiles=LIST\n\
+         \x20   protocol=tcp|udp  duration=SECS  workload=bulk|rr|echo|crr  streams=N\n\
+         \x20   size=BYTES  bitrate=RATE (e.g. 500M, 0 none)  reverse=1  percentiles=LIST\n\
          \x20   window=BYTES  congestion=ALGO  mss=BYTES  fq_rate=RATE (e.g. 1G, 0 none)\n\
          \x20   family=4|6\n\
          GET /metrics                    the exporter's own counters\n\n\

@@ -9,10 +9,10 @@ use crate::output::json_document::StartTime;
 use crate::output::openmetrics::OpenMetrics;
 use crate::output::{Sink, Sinks};
 use crate::settings::options::{
-    WorkloadFlags, OPTIONS as TEST_OPTIONS, OUTPUT_OPTIONS, WORKLOAD_OPTIONS,
+    GivenTime, WorkloadFlags, OPTIONS as TEST_OPTIONS, OUTPUT_OPTIONS, TIME_OPTION,
+    WORKLOAD_OPTIONS,
 };
 use crate::settings::{Settings, DEFAULT_PORT};
-use crate::stream::MAX_PKTSIZE;
 use crate::transport::settings::{Protocol, TransportSettings};
 use crate::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
 use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
@@ -36,7 +36,7 @@ const SCRAPE_MARGIN: Duration = Duration::from_millis(500);
 /// The query parameters a probe takes before the declared ones: the test-wide
 /// options', the workload flags', the outputs', the socket options' and TCP's (see
 /// [`test_parameters`] and the others).
-const FIRST_PARAMETERS: [&str; 5] = ["target", "protocol", "duration", "size", "workload"];
+const FIRST_PARAMETERS: [&str; 4] = ["target", "protocol", "duration", "workload"];
 /// The query parameter a probe takes after TCP's.
 const LAST_PARAMETER: &str = "family";
 
@@ -169,13 +169,12 @@ impl ProbeRequest {
             "udp" => Protocol::Udp,
             other => return Err(bad(format!("protocol must be tcp or udp, not {other:?}"))),
         };
-        let duration = match get("duration") {
+        let mut given = GivenTime::default();
+        apply_query([&TIME_OPTION], get, &mut given).map_err(bad)?;
+        let duration = match given.secs {
             None => DEFAULT_DURATION.min(config.max_duration),
-            Some(text) => parse_seconds(text).ok_or_else(|| {
-                bad(format!(
-                    "duration must be a number of seconds, not {text:?}"
-                ))
-            })?,
+            Some(secs) => Duration::try_from_secs_f64(secs)
+                .map_err(|_| bad(format!("duration must be a number of seconds, not {secs}")))?,
         };
         if duration.is_zero() || duration > config.max_duration {
             return Err(bad(format!(
@@ -204,25 +203,16 @@ impl ProbeRequest {
                 )))
             }
         };
-        let pktsize = match get("size") {
-            // Over IPv6 when asked, or to an IPv6 address (a name's family is the
-            // client's to find; it fits the datagram then).
-            None => crate::settings::default_pktsize(
+        let mut declared = Settings {
+            // Unless size= says: over IPv6 when asked, or to an IPv6 address (a name's
+            // family is the client's to find; it fits the datagram then).
+            pktsize: crate::settings::default_pktsize(
                 protocol,
                 workload.mprtt(),
                 family == IpFamily::V6 || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_ipv6()),
             ),
-            Some(text) => crate::units::parse_bytes(text)
-                .and_then(|b| u32::try_from(b).ok())
-                .filter(|b| (1..=MAX_PKTSIZE).contains(b))
-                .ok_or_else(|| {
-                    bad(format!(
-                        "size must be 1 to {MAX_PKTSIZE} bytes (K, M and G are 2^10, 2^20, \
-                         2^30), not {text:?}"
-                    ))
-                })?,
+            ..Settings::default()
         };
-        let mut declared = Settings::default();
         apply_query(test_parameters().map(|(_, o)| o), get, &mut declared).map_err(bad)?;
         apply_query(output_parameters().map(|(_, o)| o), get, &mut declared).map_err(bad)?;
         let mut sockets = SocketSettings::default();
@@ -236,7 +226,6 @@ impl ProbeRequest {
                     bad(format!("{} are TCP's, not UDP's", and_list(&keys)))
                 })?;
         let settings = Settings {
-            pktsize,
             workload,
             time_ms: Some(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
             transport,
@@ -354,12 +343,6 @@ pub fn split_target(target: &str) -> Result<(String, u16), String> {
     Ok((host, port.unwrap_or(DEFAULT_PORT)))
 }
 
-/// Seconds as a decimal number, with an optional `s` (`2`, `0.5`, `2s`).
-fn parse_seconds(text: &str) -> Option<Duration> {
-    let secs: f64 = text.strip_suffix('s').unwrap_or(text).parse().ok()?;
-    Duration::try_from_secs_f64(secs).ok()
-}
-
 impl Allow {
     /// Whether probes may test only the targets named (`--allow`): then a failed probe
     /// may say why it failed, as it tells nothing of a target no one named.
@@ -403,9 +386,9 @@ mod tests {
                 "target",
                 "protocol",
                 "duration",
-                "size",
                 "workload",
                 "streams",
+                "size",
                 "bitrate",
                 "reverse",
                 "percentiles",
@@ -504,7 +487,7 @@ mod tests {
         assert!(refusal("target=127.0.0.1&duration=0").contains("above 0"));
         assert!(refusal("target=127.0.0.1&duration=-1").contains("number of seconds"));
         assert!(refusal("target=127.0.0.1&duration=NaN").contains("number of seconds"));
-        assert!(refusal("target=127.0.0.1&size=0").contains("size must be"));
+        assert!(refusal("target=127.0.0.1&size=0").contains("size must be 1 to 64M bytes"));
         assert!(refusal("target=127.0.0.1&size=9G").contains("size must be"));
         assert!(refusal("target=127.0.0.1&streams=100000").contains("streams must be"));
         assert_eq!(

@@ -8,8 +8,10 @@
 use super::wire::ErrorCode;
 use crate::options::Iperf3Refusal;
 use crate::peer_text::printable;
-use crate::settings::options::{WorkloadFlags, OPTIONS as TEST_OPTIONS, WORKLOAD_OPTIONS};
-use crate::settings::{Settings, MB};
+use crate::settings::options::{
+    GivenTime, WorkloadFlags, OPTIONS as TEST_OPTIONS, TIME_OPTION, WORKLOAD_OPTIONS,
+};
+use crate::settings::{Settings, MAX_NSTREAMS, MB};
 use crate::transport::settings::TransportSettings;
 use crate::transport::sockets::OPTIONS as SOCKET_OPTIONS;
 use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
@@ -21,11 +23,11 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 /// iperf3's default TCP block size.
-const DEFAULT_TCP_LEN: u64 = 128 << 10;
+const DEFAULT_TCP_LEN: u32 = 128 << 10;
 /// iperf3's UDP block size when it cannot learn the path's MSS.
-const DEFAULT_UDP_LEN: u64 = 1460;
-/// Most streams an iperf3 client opens (its own `-P` limit).
-const MAX_PARALLEL: u64 = 128;
+const DEFAULT_UDP_LEN: u32 = 1460;
+/// The longest test an iperf3 client may ask for, in seconds.
+const MAX_TIME_SECS: u64 = 7 * 24 * 3600;
 /// How long past its announced end a timed test may run before the server's limits
 /// treat it as overdue: iperf3's own server allows 40 s.
 const GRACE_SECS: u64 = 40;
@@ -111,20 +113,35 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         (false, true) => true,
         _ => return Err(ParamsError::NoProtocol),
     };
-    let time = number(params, "time", 0, 7 * 24 * 3600)?;
     let omit = number(params, "omit", 0, 3600)?;
     let num = number(params, "num", 0, u64::MAX)?;
     let blockcount = number(params, "blockcount", 0, u64::MAX)?;
-    let parallel = number(params, "parallel", 1, MAX_PARALLEL)?.max(1);
-    let len = match params.get("len") {
-        Some(_) => number(params, "len", 1, u64::from(crate::stream::MAX_PKTSIZE))?,
-        None if udp => DEFAULT_UDP_LEN,
-        None => DEFAULT_TCP_LEN,
-    };
-    // The test-wide options, as they declare them.
+    // The test-wide options, as they declare them; absent, len is iperf3's default.
     let refused = |(key, what, value): Iperf3Refusal| invalid(key, what, &value);
-    let mut declared = Settings::default();
+    let mut declared = Settings {
+        pktsize: if udp {
+            DEFAULT_UDP_LEN
+        } else {
+            DEFAULT_TCP_LEN
+        },
+        ..Settings::default()
+    };
     crate::options::apply_iperf3(&TEST_OPTIONS, params, &mut declared).map_err(refused)?;
+    let len = u64::from(declared.pktsize);
+    let mut given = GivenTime::default();
+    crate::options::apply_iperf3([&TIME_OPTION], params, &mut given).map_err(refused)?;
+    // Whole seconds, as iperf3 sends them; within a week.
+    let time = match given.secs {
+        Some(secs) if secs <= MAX_TIME_SECS as f64 => secs as u64,
+        Some(_) => {
+            return Err(invalid(
+                "time",
+                "a whole number in range",
+                params.get("time").unwrap_or(&Value::Null),
+            ))
+        }
+        None => 0,
+    };
     let client_version = match params.get("client_version") {
         Some(Value::String(v)) => Some(printable(&v.chars().take(32).collect::<String>())),
         _ => None,
@@ -137,8 +154,19 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         (false, true) => Workload::Reverse,
         (false, false) => Workload::Bulk,
     };
-    let parallel = u32::try_from(parallel).unwrap_or(1);
-    let nstreams = if bidir { 2 * parallel } else { parallel };
+    // -P streams, as -t's: with --bidir, each way.
+    let parallel = declared.nstreams;
+    let nstreams = match bidir {
+        true if parallel > MAX_NSTREAMS / 2 => {
+            return Err(invalid(
+                "parallel",
+                "at most 128 with --bidir",
+                params.get("parallel").unwrap_or(&Value::Null),
+            ))
+        }
+        true => 2 * parallel,
+        false => parallel,
+    };
     // The socket options and TCP's, as they declare them; with UDP, TCP's to refuse
     // those that change the test.
     let mut tcp = TcpSettings::default();
@@ -176,7 +204,6 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
     };
     let base = Settings {
         nstreams,
-        pktsize: u32::try_from(len).unwrap_or(u32::MAX),
         workload,
         omit_ms: (omit > 0).then_some(omit * 1000),
         transport,
@@ -324,7 +351,11 @@ mod tests {
             (json!({"udp":true,"congestion":"cubic"}), "-C"),
             (json!({"omit":0}), "no protocol"),
             (json!({"tcp":true,"udp":true}), "no protocol"),
-            (json!({"tcp":true,"parallel":129}), "parallel"),
+            (json!({"tcp":true,"parallel":257}), "parallel"),
+            (
+                json!({"tcp":true,"parallel":129,"bidirectional":true}),
+                "parallel",
+            ),
             (json!({"tcp":true,"parallel":-1}), "parallel"),
             (json!({"tcp":true,"time":"10"}), "time"),
             (json!({"tcp":true,"len":0}), "len"),

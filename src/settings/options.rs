@@ -20,11 +20,10 @@ pub static OPTIONS: [TestOption<Settings>; 3] = [
         conflicts: &[],
         help:
             "Number of data STREAMs, each driven by its own thread.\n\nStream i uses port PORT+i.",
-        // fperf mesh's -t is checked with the run's other settings, not as it is read.
-        mesh: Mesh::No,
+        mesh: Mesh::Help("Data streams per test."),
         probe: Some("streams"),
-        // An iperf3 client's streams (-P) are iperf3's own, at most 128 each way.
-        iperf3: Iperf3::No,
+        // An iperf3 client's -P; with --bidir, as with fperf's, streams each way.
+        iperf3: Iperf3::Number("parallel"),
         // 1 to MAX_NSTREAMS.
         what: "1 to 256",
         set: |settings, text| {
@@ -49,11 +48,11 @@ pub static OPTIONS: [TestOption<Settings>; 3] = [
             "Bytes per send (K, M, G = 2^10, 2^20, 2^30) [default: 32K; 1472 with -u, 1452 \
          with -u -6; 1 with -r or --echo].",
         ),
-        // A probe's size= is refused at once when out of range, in its own words; an
-        // iperf3 client's len has iperf3's default.
-        probe: None,
-        iperf3: Iperf3::No,
-        what: "a number of bytes",
+        // Absent, a probe's size= and an iperf3 client's len have their own front
+        // end's default (the workload's and family's; iperf3's).
+        probe: Some("size"),
+        iperf3: Iperf3::Count("len"),
+        what: "1 to 64M bytes (K, M and G are 2^10, 2^20, 2^30)",
         set: |settings, text| {
             settings.pktsize = parse_pktsize(text)?;
             Ok(())
@@ -93,12 +92,14 @@ pub fn option(id: &str) -> Option<&'static TestOption<Settings>> {
     OPTIONS.iter().find(|option| option.id == id)
 }
 
-/// `-l BYTES`: a byte count up to the largest packet fperf sends (0 is refused with
-/// the run's other settings).
+/// `-l BYTES`: a byte count from 1 up to the largest packet fperf sends.
 fn parse_pktsize(text: &str) -> Result<u32, String> {
     let bytes = crate::units::parse_bytes(text).ok_or_else(|| {
         format!("'{text}' is not a byte count (digits, optionally ending in K, M or G)")
     })?;
+    if bytes == 0 {
+        return Err("a packet is at least 1 byte".into());
+    }
     if bytes > u64::from(MAX_PKTSIZE) {
         return Err(format!(
             "a packet is at most 64M ({MAX_PKTSIZE} bytes): give -l 64M or less"
@@ -152,10 +153,10 @@ pub static TIME_OPTION: TestOption<GivenTime> = TestOption {
            (plus --omit). SECS is a number of seconds, or a number with a unit: ms, s, m or \
            h (e.g. 500ms, 2s, 1.5m).",
     mesh: Mesh::Help("Each pair's test length in seconds (or with a unit: 500ms, 2s, 1m)."),
-    // A probe's duration= and an iperf3 client's time are bounded by the exporter's
-    // and iperf3's own rules.
-    probe: None,
-    iperf3: Iperf3::No,
+    // A probe's duration= is bounded by the exporter's limit, an iperf3 client's time
+    // (0: bounded by bytes or blocks) by iperf3's own.
+    probe: Some("duration"),
+    iperf3: Iperf3::Number("time"),
     what: "a number of seconds",
     set: |time, text| {
         time.secs = Some(crate::units::parse_seconds(text)?);
