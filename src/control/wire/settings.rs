@@ -224,15 +224,6 @@ mod tests {
     use crate::transport::tcp::zerocopy::ZeroCopy;
     use crate::transport::udp::settings::UdpSettings;
 
-    const ALL: [Workload; 6] = [
-        Workload::Bulk,
-        Workload::RoundTrip(Reply::Ack),
-        Workload::RoundTrip(Reply::Echo),
-        Workload::Crr,
-        Workload::Reverse,
-        Workload::Bidir,
-    ];
-
     fn encode(s: &domain::Settings) -> serde_json::Value {
         serde_json::to_value(Settings::from(s.clone())).expect("encodes")
     }
@@ -306,7 +297,7 @@ mod tests {
 
     #[test]
     fn every_workload_travels_as_its_flags_and_back() {
-        for workload in ALL {
+        for workload in Workload::EVERY {
             let flags = WorkloadFlags::from(workload);
             assert_eq!(Workload::try_from(flags), Ok(workload), "{flags:?}");
         }
