@@ -664,6 +664,7 @@ mod tests {
                 rcvlowat,
                 rx_nap_us,
             },
+            ..TransportInForce::default()
         }
     }
 

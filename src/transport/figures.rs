@@ -4,6 +4,7 @@
 use super::facts::Facts;
 use super::tcp::facts::{TcpInForce, TcpInfo};
 use super::udp::facts::UdpFacts;
+use super::xdp::facts::XdpInForce;
 use crate::percentiles::Percentiles;
 use crate::stats::StreamStats;
 use serde::{Deserialize, Serialize};
@@ -84,6 +85,8 @@ impl TransportFigures {
 pub struct TransportInForce {
     #[serde(flatten)]
     pub tcp: TcpInForce,
+    #[serde(flatten)]
+    pub xdp: XdpInForce,
 }
 
 impl TransportInForce {
@@ -91,11 +94,12 @@ impl TransportInForce {
     pub fn sending(&self) -> TransportInForce {
         TransportInForce {
             tcp: self.tcp.sending(),
+            xdp: self.xdp.sending(),
         }
     }
 
     /// The settings there are, each as the outputs read them.
     pub fn each(&self) -> impl Iterator<Item = &dyn Facts> {
-        std::iter::once(&self.tcp as &dyn Facts)
+        [&self.tcp as &dyn Facts, &self.xdp as &dyn Facts].into_iter()
     }
 }
