@@ -34,6 +34,7 @@ use crate::stream::canonical;
 use crate::transport::setup::SetupMessage;
 use crate::transport::shape::RunShape;
 use crate::transport::stream::Stream;
+use crate::transport::xdp::{self, stream::XdpStream, XdpDevice};
 use anyhow::{anyhow, bail, Context, Result};
 use settings::UdpSettings;
 use socket2::{Domain, Socket, Type};
@@ -41,7 +42,6 @@ use std::io;
 use std::net::{self, IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use crate::transport::xdp::{self, stream::XdpStream, XdpDevice};
 use stream::UdpStream;
 use stream::{UdpOptions, CONTROL_IO_TIMEOUT, MAX_DATAGRAM_V4, MAX_DATAGRAM_V6};
 
@@ -133,7 +133,9 @@ fn make_stream(
     run: &RunShape,
 ) -> Result<Box<dyn Stream>> {
     let Some(device) = device else {
-        return Ok(Box::new(UdpStream::from_sockets(socks, control, frames, opts, udp)?));
+        return Ok(Box::new(UdpStream::from_sockets(
+            socks, control, frames, opts, udp,
+        )?));
     };
     xdp::check(run)?;
     let (Some(sock), true) = (socks.pop(), socks.is_empty()) else {
@@ -210,7 +212,9 @@ impl Transport for UdpTransport {
             let udp = udp_options(&self.0, &s.shape, i, None);
             let opts = s.stream_options(ctx.abort.clone());
             let device = self.0.xdp.as_ref();
-            streams.push(make_stream(device, socks, control, ctx.frames, opts, udp, &s.shape)?);
+            streams.push(make_stream(
+                device, socks, control, ctx.frames, opts, udp, &s.shape,
+            )?);
             ctx.frames
                 .write(&mut setup, &SetupMessage::UdpSockets { addrs })?;
             setup.set_read_timeout(Some(ctx.setup_timeout))?;
@@ -285,7 +289,9 @@ impl Acceptor for UdpAcceptor {
                 Err(e) => {
                     // The client waits for the answer: tell it why.
                     let message = format!("{e:#}");
-                    let _ = ctx.frames.write(&mut ready, &SetupMessage::Error { message });
+                    let _ = ctx
+                        .frames
+                        .write(&mut ready, &SetupMessage::Error { message });
                     return Err(e);
                 }
             };

@@ -101,7 +101,10 @@ mod tests {
         };
         let entries = facts.entries();
         assert_eq!(entries.len(), 1);
-        assert_eq!(entries[0].amount, Amount::Text("eth0:3 native copy need_wakeup".into()));
+        assert_eq!(
+            entries[0].amount,
+            Amount::Text("eth0:3 native copy need_wakeup".into())
+        );
         let refused = XdpInForce {
             refused_frames: Some(2),
             ..facts.clone()

@@ -65,7 +65,10 @@ impl Flow {
         frame[0..6].copy_from_slice(&self.next_hop_mac);
         frame[6..12].copy_from_slice(&self.local_mac);
         let udp_at = hdr - UDP_LEN;
-        let (src, dst) = (self.local.ip().to_canonical(), self.remote.ip().to_canonical());
+        let (src, dst) = (
+            self.local.ip().to_canonical(),
+            self.remote.ip().to_canonical(),
+        );
         match (src, dst) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
                 frame[12..14].copy_from_slice(&ETHERTYPE_IPV4);
@@ -117,7 +120,11 @@ impl Flow {
             return Err(Refused::NotTheFlow);
         }
         let (ethertype, src, dst): (_, Vec<u8>, Vec<u8>) = match self.remote.ip().to_canonical() {
-            IpAddr::V4(remote) => (ETHERTYPE_IPV4, remote.octets().into(), v4_octets(self.local)),
+            IpAddr::V4(remote) => (
+                ETHERTYPE_IPV4,
+                remote.octets().into(),
+                v4_octets(self.local),
+            ),
             IpAddr::V6(remote) => (
                 ETHERTYPE_IPV6,
                 remote.octets().into(),
@@ -297,14 +304,20 @@ mod tests {
         // Our own frame, as the sender sees it, is not from the peer.
         assert_eq!(f.payload(&frame), Err(Refused::NotTheFlow));
         let other_port = flow("10.0.0.1:5001", "10.0.0.2:6000");
-        assert_eq!(them.payload(&build(&other_port, b"x")), Err(Refused::NotTheFlow));
+        assert_eq!(
+            them.payload(&build(&other_port, b"x")),
+            Err(Refused::NotTheFlow)
+        );
         let mut flipped = frame.clone();
         *flipped.last_mut().unwrap() ^= 1;
         assert_eq!(them.payload(&flipped), Err(Refused::BadChecksum));
         let mut bad_ip = frame.clone();
         bad_ip[22] ^= 1; // the TTL
         assert_eq!(them.payload(&bad_ip), Err(Refused::BadChecksum));
-        assert_eq!(them.payload(&frame[..frame.len() - 1]), Err(Refused::Malformed));
+        assert_eq!(
+            them.payload(&frame[..frame.len() - 1]),
+            Err(Refused::Malformed)
+        );
         assert_eq!(them.payload(&frame[..20]), Err(Refused::NotTheFlow));
         // A checksum of 0 over IPv4 is "none": accepted; over IPv6 refused.
         let mut none = frame.clone();

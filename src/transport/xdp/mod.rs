@@ -120,7 +120,14 @@ pub fn open(device: &XdpDevice, port: net::UdpSocket, plan: &XdpPlan) -> io::Res
     let in_force = XdpInForce {
         xdp_queue: Some(device.to_string()),
         xdp_attach: Some(attached.mode.name().to_string()),
-        xdp_copy: Some(if xsk.bound.zero_copy { "zero-copy" } else { "copy" }.to_string()),
+        xdp_copy: Some(
+            if xsk.bound.zero_copy {
+                "zero-copy"
+            } else {
+                "copy"
+            }
+            .to_string(),
+        ),
         xdp_need_wakeup: Some(xsk.bound.need_wakeup),
         xdp_busy_poll: Some(xsk.bound.busy_poll),
         refused_frames: None,
@@ -145,11 +152,17 @@ mod tests {
     fn a_device_is_an_interface_and_an_optional_queue() {
         let dev = XdpDevice::parse("eth0").unwrap();
         assert_eq!((dev.iface.as_str(), dev.queue), ("eth0", 0));
-        assert_eq!(XdpDevice::parse("ens1f0:3").unwrap().to_string(), "ens1f0:3");
+        assert_eq!(
+            XdpDevice::parse("ens1f0:3").unwrap().to_string(),
+            "ens1f0:3"
+        );
         assert!(XdpDevice::parse("eth0:x").is_err());
         assert!(XdpDevice::parse(":1").is_err());
         assert!(XdpDevice::parse("a-very-long-interface-name").is_err());
         let e = ifindex("xd-none").unwrap_err();
-        assert_eq!(e.to_string(), "--xdp: there is no network interface xd-none");
+        assert_eq!(
+            e.to_string(),
+            "--xdp: there is no network interface xd-none"
+        );
     }
 }

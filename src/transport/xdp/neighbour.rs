@@ -107,7 +107,13 @@ impl Netlink {
     /// Sends request `kind` with `flags` and `body`; returns the payloads of the answer's
     /// messages of type `answer`, until the kernel says it is done (one message
     /// without a dump).
-    fn request(&mut self, kind: u16, flags: u16, body: &[u8], answer: u16) -> io::Result<Vec<Vec<u8>>> {
+    fn request(
+        &mut self,
+        kind: u16,
+        flags: u16,
+        body: &[u8],
+        answer: u16,
+    ) -> io::Result<Vec<Vec<u8>>> {
         self.seq += 1;
         let mut msg = Vec::with_capacity(16 + body.len());
         msg.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
@@ -127,7 +133,8 @@ impl Netlink {
         let mut buf = vec![0u8; 64 << 10];
         loop {
             // SAFETY: `buf` is live and exclusively borrowed; its length is passed.
-            let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            let n =
+                unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
             if n < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -179,7 +186,9 @@ impl Netlink {
         body[4..8].copy_from_slice(&(ifindex as i32).to_ne_bytes());
         let dump = libc::NLM_F_DUMP as u16;
         let entries = self.request(libc::RTM_GETNEIGH, dump, &body, libc::RTM_NEWNEIGH)?;
-        Ok(entries.iter().find_map(|entry| neighbour_mac(entry, ip, ifindex)))
+        Ok(entries
+            .iter()
+            .find_map(|entry| neighbour_mac(entry, ip, ifindex)))
     }
 }
 
@@ -201,7 +210,10 @@ pub(crate) fn neighbour_mac(entry: &[u8], ip: IpAddr, ifindex: u32) -> Option<Ma
         return None;
     }
     let found = attrs(&entry[12..]);
-    let dst = found.iter().find(|(k, _)| *k == NDA_DST).and_then(|(_, d)| ip_from(d))?;
+    let dst = found
+        .iter()
+        .find(|(k, _)| *k == NDA_DST)
+        .and_then(|(_, d)| ip_from(d))?;
     if dst != ip {
         return None;
     }
@@ -215,7 +227,10 @@ pub fn interface_mac(iface: &str) -> io::Result<Mac> {
     // SAFETY: `ifreq` is plain data; zeroed is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     if iface.len() >= req.ifr_name.len() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface name too long"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "interface name too long",
+        ));
     }
     for (d, s) in req.ifr_name.iter_mut().zip(iface.bytes()) {
         *d = s as libc::c_char;
@@ -239,7 +254,12 @@ pub fn interface_mac(iface: &str) -> io::Result<Mac> {
 /// kernel is made to resolve it, and waited for at most [`RESOLVE_WITHIN`].
 pub fn next_hop_mac(iface: &str, ifindex: u32, peer: SocketAddr) -> io::Result<Mac> {
     let peer_ip = peer.ip().to_canonical();
-    let fail = |e: io::Error| io::Error::new(e.kind(), format!("--xdp: the next hop towards {peer_ip} on {iface}: {e}"));
+    let fail = |e: io::Error| {
+        io::Error::new(
+            e.kind(),
+            format!("--xdp: the next hop towards {peer_ip} on {iface}: {e}"),
+        )
+    };
     let mut nl = Netlink::open().map_err(fail)?;
     let hop = nl.next_hop(peer_ip, ifindex).map_err(fail)?;
     let start = Instant::now();

@@ -320,7 +320,9 @@ pub fn load(insns: &[Insn]) -> io::Result<OwnedFd> {
     };
     match bpf(BPF_PROG_LOAD, &mut attr) {
         Ok(fd) => Ok(owned(fd)),
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) || e.raw_os_error() == Some(libc::EINVAL) => {
+        Err(e)
+            if e.raw_os_error() == Some(libc::EACCES) || e.raw_os_error() == Some(libc::EINVAL) =>
+        {
             // Load again with the verifier's log, to say why.
             attr.log_level = 1;
             attr.log_size = log.len() as u32;
@@ -409,7 +411,9 @@ pub fn attach(prog: OwnedFd, map: XskMap, ifindex: u32, name: &str) -> io::Resul
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                 return Err(io::Error::new(
                     e.kind(),
-                    format!("--xdp: {name} already has an XDP program attached (ip link show {name})"),
+                    format!(
+                        "--xdp: {name} already has an XDP program attached (ip link show {name})"
+                    ),
                 ))
             }
             Err(e) => last = Some(e),
@@ -448,7 +452,9 @@ mod tests {
             assert_eq!((map.imm, map.regs >> 4), (42, PSEUDO_MAP_FD));
             // The ports, as the packet holds them, are compared.
             let want = u32::from(u16::from_ne_bytes(5201u16.to_be_bytes()));
-            assert!(insns.iter().any(|i| i.code == JNE32_K && i.imm as u32 == want));
+            assert!(insns
+                .iter()
+                .any(|i| i.code == JNE32_K && i.imm as u32 == want));
             // IPv4: bounds, ethertype, version, fragment, protocol, 2 addresses, 2
             // ports; IPv6: no version or fragment test, 4 words per address.
             let expected = if local.is_ipv4() { 9 } else { 13 };

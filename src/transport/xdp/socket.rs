@@ -120,11 +120,15 @@ impl XskSocket {
                     Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(libc::EPROTONOSUPPORT)
                 ) =>
             {
-                XskSocket::open_with(iface, queue, busy_poll, SocketConfig::XDP_BIND_COPY)
-                    .map_err(|e| match e.raw_os_error() {
-                        Some(n) => xdp_error(&format!("bind an AF_XDP socket to {iface} queue {queue}"), n),
+                XskSocket::open_with(iface, queue, busy_poll, SocketConfig::XDP_BIND_COPY).map_err(
+                    |e| match e.raw_os_error() {
+                        Some(n) => xdp_error(
+                            &format!("bind an AF_XDP socket to {iface} queue {queue}"),
+                            n,
+                        ),
                         None => e,
-                    })
+                    },
+                )
             }
             Err(e) => match e.raw_os_error() {
                 Some(n) => Err(xdp_error(&format!("open an AF_XDP socket on {iface}"), n)),
@@ -193,13 +197,8 @@ impl XskSocket {
                 (libc::SO_BUSY_POLL, BUSY_POLL_US),
                 (SO_BUSY_POLL_BUDGET, BUSY_POLL_BUDGET),
             ] {
-                crate::stream::sys::set_int_opt(
-                    &fd,
-                    libc::SOL_SOCKET,
-                    opt,
-                    value,
-                )
-                .map_err(|e| io::Error::new(e.kind(), format!("--xdp: busy polling: {e}")))?;
+                crate::stream::sys::set_int_opt(&fd, libc::SOL_SOCKET, opt, value)
+                    .map_err(|e| io::Error::new(e.kind(), format!("--xdp: busy polling: {e}")))?;
             }
         }
         Ok(XskSocket {

@@ -171,7 +171,13 @@ impl XdpStream {
     }
 
     /// Sends `buf` as datagram `seq`, stamped as sent at `sent`.
-    fn put_datagram(&mut self, buf: &[u8], seq: u64, sent: Instant, deadline: Deadline) -> io::Result<()> {
+    fn put_datagram(
+        &mut self,
+        buf: &[u8],
+        seq: u64,
+        sent: Instant,
+        deadline: Deadline,
+    ) -> io::Result<()> {
         let mut head = [0u8; HEADER_LEN];
         let n = Header {
             seq,
@@ -224,7 +230,14 @@ impl XdpStream {
             // SAFETY: a zero-length, non-blocking read on the socket, which with
             // SO_PREFER_BUSY_POLL makes the kernel poll the device queue.
             unsafe {
-                libc::recvfrom(fd, std::ptr::null_mut(), 0, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut())
+                libc::recvfrom(
+                    fd,
+                    std::ptr::null_mut(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
             };
             if *spins % BUSY_SPINS_PER_POLL != 0 {
                 return Ok(());
@@ -270,7 +283,10 @@ impl XdpStream {
             }
             Ok(other) => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("unexpected {} on the UDP stream's control connection", other.kind()),
+                format!(
+                    "unexpected {} on the UDP stream's control connection",
+                    other.kind()
+                ),
             )),
             Err(e) if e.closed && self.finish_sent => {
                 self.peer = PeerSending::Done;
@@ -403,7 +419,12 @@ impl XdpStream {
             }
             if Instant::now() >= until {
                 if retries == MAX_RETRIES {
-                    return Err(unacknowledged(self.p.stream, seq, buf.len(), self.p.ack_timeout));
+                    return Err(unacknowledged(
+                        self.p.stream,
+                        seq,
+                        buf.len(),
+                        self.p.ack_timeout,
+                    ));
                 }
                 retries += 1;
                 self.stats.retries += 1;
