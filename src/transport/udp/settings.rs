@@ -207,6 +207,13 @@ impl UdpSettings {
     /// threads send one datagram per call), and the receiver's `recvmmsg()` (with GRO,
     /// of buffers that each hold up to 64 KiB of datagrams).
     pub fn samples(&self, run: &RunShape) -> Samples {
+        if self.xdp.is_some() {
+            // AF_XDP takes each datagram on its own (see crate::transport::xdp::stream).
+            return Samples {
+                send: Sample::Packet,
+                recv: Sample::Packet,
+            };
+        }
         let batch = self.batch_size(run);
         let batched = batch > 1 && !run.mprtt;
         let send = if batched && !run.asynchronous() {
