@@ -27,14 +27,14 @@ pub struct XdpInForce {
     pub xdp_busy_poll: Option<bool>,
     /// AF_XDP: frames of the flow dropped on arrival for a bad IP or UDP checksum.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub refused_frames: Option<u64>,
+    pub xdp_bad_checksums: Option<u64>,
 }
 
 impl XdpInForce {
     /// What a sending stream reports of these: all but the receiving side's refusals.
     pub fn sending(&self) -> XdpInForce {
         XdpInForce {
-            refused_frames: None,
+            xdp_bad_checksums: None,
             ..self.clone()
         }
     }
@@ -69,9 +69,9 @@ impl Facts for XdpInForce {
             shown: header,
             metric: None,
         }];
-        if let Some(n) = self.refused_frames.filter(|&n| n > 0) {
+        if let Some(n) = self.xdp_bad_checksums.filter(|&n| n > 0) {
             entries.push(Entry {
-                key: "refused_frames",
+                key: "xdp_bad_checksums",
                 label: "bad checksums",
                 amount: Amount::Count(n),
                 shown: Shown {
@@ -97,7 +97,7 @@ mod tests {
             xdp_copy: Some("copy".into()),
             xdp_need_wakeup: Some(true),
             xdp_busy_poll: Some(false),
-            refused_frames: Some(0),
+            xdp_bad_checksums: Some(0),
         };
         let entries = facts.entries();
         assert_eq!(entries.len(), 1);
@@ -106,7 +106,7 @@ mod tests {
             Amount::Text("eth0:3 native copy need_wakeup".into())
         );
         let refused = XdpInForce {
-            refused_frames: Some(2),
+            xdp_bad_checksums: Some(2),
             ..facts.clone()
         };
         assert_eq!(refused.entries()[1].amount, Amount::Count(2));

@@ -130,7 +130,7 @@ pub fn open(device: &XdpDevice, port: net::UdpSocket, plan: &XdpPlan) -> io::Res
         ),
         xdp_need_wakeup: Some(xsk.bound.need_wakeup),
         xdp_busy_poll: Some(xsk.bound.busy_poll),
-        refused_frames: None,
+        xdp_bad_checksums: None,
     };
     Ok(XdpParts {
         xsk,

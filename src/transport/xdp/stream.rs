@@ -555,7 +555,7 @@ impl Stream for XdpStream {
         SocketFacts {
             in_force: TransportInForce {
                 xdp: XdpInForce {
-                    refused_frames: Some(self.refused),
+                    xdp_bad_checksums: Some(self.refused),
                     ..self.p.in_force.clone()
                 },
                 ..TransportInForce::default()
