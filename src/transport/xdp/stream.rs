@@ -65,6 +65,10 @@ pub struct XdpStream {
     reply: ReplyDatagram,
     /// MPRTT with sized replies: the reply written for each datagram.
     response: Vec<u8>,
+    /// MPRTT, sending: where replies are read to, one byte longer than the reply so a
+    /// longer datagram shows as such, and the request as an echo must repeat it.
+    reply_buf: Vec<u8>,
+    request: Vec<u8>,
     next_seq: u64,
     ident: u16,
     stats: StreamStats,
@@ -125,6 +129,8 @@ impl XdpStream {
             revents: 0,
         });
         Ok(XdpStream {
+            reply_buf: Vec::with_capacity(reply.len(opts.pktsize) + 1),
+            request: Vec::with_capacity(opts.pktsize),
             tracker: SeqTracker::new(parts.stream),
             p: parts,
             control,
@@ -397,12 +403,30 @@ impl XdpStream {
     /// MPRTT, after datagram `seq` (`buf`, first sent at `start`) left: waits for its
     /// reply, sending it again each time the ACK time-out passes without one.
     fn round_trip(&mut self, buf: &[u8], seq: u64, deadline: Deadline) -> io::Result<()> {
-        let mut reply = vec![0u8; self.reply.len(buf.len()) + 1];
+        let mut reply = std::mem::take(&mut self.reply_buf);
+        reply.resize(self.reply.len(buf.len()) + 1, 0);
+        let mut request = std::mem::take(&mut self.request);
+        request.clear();
+        request.extend_from_slice(buf);
+        let result = self.await_reply(buf, seq, deadline, &mut reply, &mut request);
+        self.reply_buf = reply;
+        self.request = request;
+        result
+    }
+
+    /// [`XdpStream::round_trip`] with its buffers: `request` holds the request as sent.
+    fn await_reply(
+        &mut self,
+        buf: &[u8],
+        seq: u64,
+        deadline: Deadline,
+        reply: &mut [u8],
+        request: &mut [u8],
+    ) -> io::Result<()> {
         let mut retries = 0;
         let mut spins = 0;
         let mut until = Instant::now() + self.p.ack_timeout;
         // The request as sent, its header aside, which an echo must repeat.
-        let mut request = buf.to_vec();
         Header {
             seq,
             stream: self.p.stream,
@@ -410,10 +434,10 @@ impl XdpStream {
         }
         .encode(&mut request[..buf.len().min(HEADER_LEN)]);
         loop {
-            while let Some(len) = self.take(&mut reply) {
+            while let Some(len) = self.take(reply) {
                 self.stats.bytes_received += len as u64;
                 let held = &reply[..len.min(reply.len())];
-                if self.reply.answers(held, len, &request, seq, self.p.stream) {
+                if self.reply.answers(held, len, request, seq, self.p.stream) {
                     return Ok(());
                 }
             }
