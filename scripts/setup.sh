@@ -15,6 +15,8 @@ build=(
 tests=(
   iproute2       # ip netns / veth for the network-namespace tests
   nftables       # packet-loss injection in the network-namespace tests
+  ethtool        # tests/netns_xdp.rs: checksum offload off on the veths
+  iputils-ping   # tests/netns_xdp.rs: a ping beside an AF_XDP run
   libfabric-bin  # fi_info, and the library itself for the libfabric tests
   # The Soft-RoCE VM (scripts/softroce/run.sh, tests/softroce_vm.rs); it fetches the
   # kernel package itself.

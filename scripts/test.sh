@@ -35,6 +35,7 @@ gated() { # gated TEST-TARGET [FILTER]: the target's ignored tests (matching FIL
 not_run=()
 if [ "$(id -u)" -eq 0 ]; then
   gated netns_udp
+  gated netns_xdp
   gated netns_tos
   gated netns_mesh
   gated rdma_ofi needs_root::

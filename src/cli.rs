@@ -33,6 +33,7 @@ use fperf::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::options::OPTIONS as UDP_OPTIONS;
 use fperf::transport::udp::settings::UdpSettings;
+use fperf::transport::xdp::options::OPTIONS as XDP_OPTIONS;
 use fperf::units::parse_seconds;
 use fperf::workload::Workload;
 use std::ffi::OsString;
@@ -1213,7 +1214,7 @@ impl OptionGroup for UdpGroup {
     const HEADING: Option<&'static str> = Some("UDP options");
     const FRONT: Front = Front::Cli;
     fn options() -> impl Iterator<Item = &'static TestOption<UdpSettings>> {
-        UDP_OPTIONS.iter()
+        UDP_OPTIONS.iter().chain(XDP_OPTIONS.iter())
     }
 }
 
@@ -1549,7 +1550,8 @@ impl Cli {
         if protocol != Protocol::Tcp {
             refuse_foreign(&tcp.given(), "TCP", protocol)?;
         }
-        if protocol != Protocol::Udp {
+        // A server's --xdp is its own, for whichever UDP tests it serves.
+        if protocol != Protocol::Udp && !self.server {
             refuse_foreign(&udp.given(), "UDP", protocol)?;
         }
         let mut socket_settings = SocketSettings::default();
@@ -2090,7 +2092,10 @@ impl Cli {
                     .get_help_heading()
                     .is_some_and(|heading| TEST_HEADINGS.contains(&heading))
                     || CLIENT_ONLY.contains(&arg.get_id().as_str());
+                // Both ends have their own --xdp: the server's serves its UDP tests so.
+                let both_ends = arg.get_id() == "xdp";
                 describes_test
+                    && !both_ends
                     && matches.value_source(arg.get_id().as_str())
                         == Some(clap::parser::ValueSource::CommandLine)
             });
@@ -2257,6 +2262,7 @@ impl Cli {
                     iperf3_port: self.iperf3_port,
                     allow_mesh: self.guard.allow_mesh,
                     one_off: self.one_off,
+                    xdp: self.server_xdp()?,
                     ..ServerConfig::default()
                 },
                 json: self.json.is_some(),
@@ -2384,6 +2390,13 @@ impl Cli {
     /// The IP family asked for: `-4`, `-6`, or either.
     fn family(&self) -> Result<IpFamily> {
         self.family.family()
+    }
+
+    /// The server's `--xdp`: where it serves UDP tests through AF_XDP.
+    fn server_xdp(&self) -> Result<Option<fperf::transport::xdp::XdpDevice>> {
+        let mut udp = UdpSettings::default();
+        self.udp_opts.apply(&mut udp)?;
+        Ok(udp.xdp)
     }
 
     /// The base port: `-p`, or the default of the server's kind.

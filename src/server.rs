@@ -657,6 +657,7 @@ fn open_streams(
         setup_timeout: config.control_timeout,
         abort: test.abort.clone(),
         socket_buffer_cap: config.limits.socket_buffer_cap(settings),
+        xdp: config.xdp.clone(),
     };
     let acceptor = settings.data_transport().listen(&ctx)?;
     if !control.session.reports_in_one_piece() {

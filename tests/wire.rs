@@ -237,6 +237,8 @@ fn udp_settings() -> Settings {
             rx_timestamps: true,
             dont_fragment: true,
             sockets: sockets(),
+            // The client's own: never on the wire.
+            xdp: None,
         }),
         ..Settings::default()
     }
@@ -272,6 +274,7 @@ fn messages() -> Vec<Message> {
                     rcvlowat: Some(131072),
                     rx_nap_us: Some(20),
                 },
+                ..TransportInForce::default()
             },
             figures: figures(),
         }],

@@ -260,6 +260,7 @@ pub fn server_result(
                         }),
                     ..TcpInForce::default()
                 },
+                ..TransportInForce::default()
             },
             figures,
         });

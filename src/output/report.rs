@@ -655,6 +655,7 @@ mod tests {
                 rcvlowat,
                 rx_nap_us,
             },
+            ..TransportInForce::default()
         }
     }
 

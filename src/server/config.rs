@@ -40,6 +40,8 @@ pub struct ServerConfig {
     pub allow_mesh: bool,
     /// Serve one test, then stop (`-1`, as iperf3's).
     pub one_off: bool,
+    /// Serve UDP tests through AF_XDP on this interface and queue (`--xdp`).
+    pub xdp: Option<crate::transport::xdp::XdpDevice>,
 }
 
 /// Most connections from one address at a time that have not yet said what they are:
@@ -65,6 +67,7 @@ impl Default for ServerConfig {
             iperf3_port: None,
             allow_mesh: false,
             one_off: false,
+            xdp: None,
         }
     }
 }

@@ -4,6 +4,7 @@
 use super::facts::Facts;
 use super::tcp::facts::{TcpInForce, TcpInfo};
 use super::udp::facts::{UdpFacts, UdpFactsDoc};
+use super::xdp::facts::XdpInForce;
 use crate::percentiles::Percentiles;
 use crate::stats::StreamStats;
 use serde::{Deserialize, Serialize};
@@ -102,6 +103,8 @@ pub struct TransportFiguresDoc {
 pub struct TransportInForce {
     #[serde(flatten)]
     pub tcp: TcpInForce,
+    #[serde(flatten)]
+    pub xdp: XdpInForce,
 }
 
 impl TransportInForce {
@@ -109,11 +112,12 @@ impl TransportInForce {
     pub fn sending(&self) -> TransportInForce {
         TransportInForce {
             tcp: self.tcp.sending(),
+            xdp: self.xdp.sending(),
         }
     }
 
     /// The settings there are, each as the outputs read them.
     pub fn each(&self) -> impl Iterator<Item = &dyn Facts> {
-        std::iter::once(&self.tcp as &dyn Facts)
+        [&self.tcp as &dyn Facts, &self.xdp as &dyn Facts].into_iter()
     }
 }

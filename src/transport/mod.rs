@@ -18,6 +18,7 @@ pub mod sockets;
 pub mod stream;
 pub mod tcp;
 pub mod udp;
+pub mod xdp;
 
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -138,6 +139,9 @@ pub struct ServerCtx {
     /// The buffer, each way, each TCP data socket is held to so that the kernel's part
     /// stays within `--max-memory` ([`crate::limits::Limits::socket_buffer_cap`]).
     pub socket_buffer_cap: Option<u64>,
+    /// Where the server's UDP streams move their datagrams through AF_XDP (`fperf -s
+    /// --xdp`), if anywhere.
+    pub xdp: Option<xdp::XdpDevice>,
 }
 
 /// Where a client's socket sends from: `-B`'s address, `--cport`'s port and

@@ -313,6 +313,7 @@ impl From<StreamResult> for report::StreamResult {
                     rcvlowat: s.rcvlowat,
                     rx_nap_us: s.rx_nap_us,
                 },
+                ..TransportInForce::default()
             },
             figures: s.figures.into(),
         }
@@ -538,6 +539,7 @@ mod tests {
                         rcvlowat: Some(5),
                         rx_nap_us: Some(6),
                     },
+                    ..TransportInForce::default()
                 },
                 figures: figures(7),
             }],

@@ -914,6 +914,7 @@ impl Stream for TcpStream {
                     rcvlowat: self.in_force.rcvlowat,
                     rx_nap_us: (self.rx_nap()).and_then(|nap| u32::try_from(nap.as_micros()).ok()),
                 },
+                ..TransportInForce::default()
             },
             // rsockets are not kernel sockets.
             buffers: self

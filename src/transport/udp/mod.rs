@@ -34,6 +34,7 @@ use crate::stream::canonical;
 use crate::transport::setup::SetupMessage;
 use crate::transport::shape::RunShape;
 use crate::transport::stream::Stream;
+use crate::transport::xdp::{self, stream::XdpStream, XdpDevice};
 use anyhow::{anyhow, bail, Context, Result};
 use settings::UdpSettings;
 use socket2::{Domain, Socket, Type};
@@ -119,8 +120,42 @@ fn udp_options(
     }
 }
 
+/// With `--xdp`, the STREAM over AF_XDP on `device` that moves the datagrams of `sock`
+/// (bound and connected) instead of the kernel; the kernel's UDP STREAM otherwise.
+#[allow(clippy::too_many_arguments)]
+fn make_stream(
+    device: Option<&XdpDevice>,
+    mut socks: Vec<net::UdpSocket>,
+    control: net::TcpStream,
+    frames: &'static dyn crate::transport::setup::SetupFrames,
+    opts: crate::transport::stream::StreamOptions,
+    udp: UdpOptions,
+    run: &RunShape,
+) -> Result<Box<dyn Stream>> {
+    let Some(device) = device else {
+        return Ok(Box::new(UdpStream::from_sockets(
+            socks, control, frames, opts, udp,
+        )?));
+    };
+    xdp::check(run)?;
+    let (Some(sock), true) = (socks.pop(), socks.is_empty()) else {
+        bail!("--xdp runs one socket per stream");
+    };
+    let plan = xdp::XdpPlan {
+        stream: udp.stream,
+        ack_timeout: udp.ack_timeout,
+        batch: udp.batch,
+        busy_poll: opts.busy_poll,
+    };
+    let parts = xdp::open(device, sock, &plan)?;
+    Ok(Box::new(XdpStream::new(parts, control, frames, opts)?))
+}
+
 impl Transport for UdpTransport {
     fn check(&self, run: &RunShape, server: SocketAddr) -> Result<()> {
+        if self.0.xdp.is_some() {
+            xdp::check(run)?;
+        }
         check_datagram_sizes(run, server.ip())
     }
 
@@ -176,8 +211,10 @@ impl Transport for UdpTransport {
             let mut setup = control.try_clone()?;
             let udp = udp_options(&self.0, &s.shape, i, None);
             let opts = s.stream_options(ctx.abort.clone());
-            let stream = UdpStream::from_sockets(socks, control, ctx.frames, opts, udp)?;
-            streams.push(Box::new(stream));
+            let device = self.0.xdp.as_ref();
+            streams.push(make_stream(
+                device, socks, control, ctx.frames, opts, udp, &s.shape,
+            )?);
             ctx.frames
                 .write(&mut setup, &SetupMessage::UdpSockets { addrs })?;
             setup.set_read_timeout(Some(ctx.setup_timeout))?;
@@ -245,8 +282,20 @@ impl Acceptor for UdpAcceptor {
             let mut ready = control.try_clone()?;
             let udp = udp_options(&self.udp, &s.shape, i, ctx.socket_buffer_cap);
             let opts = s.stream_options(ctx.abort.clone());
-            let stream = UdpStream::from_sockets(socks, control, ctx.frames, opts, udp)?;
-            streams.push(Box::new(stream));
+            let device = ctx.xdp.as_ref();
+            let made = make_stream(device, socks, control, ctx.frames, opts, udp, &s.shape);
+            let stream = match made {
+                Ok(stream) => stream,
+                Err(e) => {
+                    // The client waits for the answer: tell it why.
+                    let message = format!("{e:#}");
+                    let _ = ctx
+                        .frames
+                        .write(&mut ready, &SetupMessage::Error { message });
+                    return Err(e);
+                }
+            };
+            streams.push(stream);
             ctx.frames.write(&mut ready, &SetupMessage::Ready)?;
         }
         Ok(streams)

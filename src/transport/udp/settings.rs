@@ -6,6 +6,7 @@ use crate::transport::labels::{HeaderLabels, Sample, Samples};
 use crate::transport::shape::{RunShape, MAX_FOOTPRINT};
 use crate::transport::sockets::{SocketSettings, SocketSettingsError};
 use crate::transport::udp::batch::{gro_slots, GRO_SLOT_BYTES};
+use crate::transport::xdp::XdpDevice;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -72,6 +73,12 @@ pub struct UdpSettings {
     pub dont_fragment: bool,
     #[serde(flatten)]
     pub sockets: SocketSettings,
+    /// This end's datagrams go through an AF_XDP socket on this interface and queue
+    /// (`--xdp`). The client's own: it stays off the wire, since the server's
+    /// interfaces are its own.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub xdp: Option<XdpDevice>,
 }
 
 fn default_ack_timeout_ms() -> u32 {
@@ -88,6 +95,7 @@ impl Default for UdpSettings {
             rx_timestamps: false,
             dont_fragment: false,
             sockets: SocketSettings::default(),
+            xdp: None,
         }
     }
 }
@@ -199,6 +207,13 @@ impl UdpSettings {
     /// threads send one datagram per call), and the receiver's `recvmmsg()` (with GRO,
     /// of buffers that each hold up to 64 KiB of datagrams).
     pub fn samples(&self, run: &RunShape) -> Samples {
+        if self.xdp.is_some() {
+            // AF_XDP takes each datagram on its own (see crate::transport::xdp::stream).
+            return Samples {
+                send: Sample::Packet,
+                recv: Sample::Packet,
+            };
+        }
         let batch = self.batch_size(run);
         let batched = batch > 1 && !run.mprtt;
         let send = if batched && !run.asynchronous() {

@@ -173,13 +173,13 @@ const MAX_STALE_READS: usize = 1 << 20;
 /// Only differences of header times are used (jitter), so the two hosts' clocks need
 /// not agree, and a wall clock step during the run does not show up as jitter.
 #[derive(Clone, Copy, Debug)]
-struct EpochClock {
+pub(crate) struct EpochClock {
     base: Instant,
     base_ns: u64,
 }
 
 impl EpochClock {
-    fn new() -> EpochClock {
+    pub(crate) fn new() -> EpochClock {
         let base = Instant::now();
         let base_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -189,7 +189,7 @@ impl EpochClock {
 
     /// `at` in ns since the Unix epoch.
     #[inline]
-    fn ns(&self, at: Instant) -> u64 {
+    pub(crate) fn ns(&self, at: Instant) -> u64 {
         let since =
             u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX);
         self.base_ns.saturating_add(since)
@@ -572,7 +572,7 @@ fn record_stamps(stats: &mut StreamStats, datagram: &[u8], kernel_ns: Option<u64
 
 /// Where the peer's sending stands, as the control connection told us.
 #[derive(Clone, Copy, Debug)]
-enum PeerSending {
+pub(crate) enum PeerSending {
     /// Still sending (or not yet told otherwise).
     Running,
     /// Finished: reading what is still on its way.
