@@ -106,6 +106,7 @@ pub mod family;
 pub mod features;
 pub mod interval;
 pub mod iperf3;
+pub mod latency_probe;
 pub mod limits;
 pub mod log_limit;
 pub mod mesh;
