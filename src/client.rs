@@ -821,9 +821,6 @@ pub fn conf(cfg: &ClientConfig) -> Result<SystemFacts> {
     }
 }
 
-/// As a mesh coordinator: asks the server of `cfg` to run `cfg.settings` as a client
-/// towards the fperf server at `peer` (`HOST:PORT`), and returns both ends' figures
-/// (the asked server's, then its peer's). `wait` bounds the wait for them.
 /// An open probe session (`--under-load`'s latency probes): the server echoes probes
 /// sent to `echo` that carry `token`, as long as `control` stays open.
 pub struct ProbeSession {
@@ -877,6 +874,9 @@ pub fn probe_echo(cfg: &ClientConfig, seconds: u32) -> Result<ProbeSession> {
     }
 }
 
+/// As a mesh coordinator: asks the server of `cfg` to run `cfg.settings` as a client
+/// towards the fperf server at `peer` (`HOST:PORT`), and returns both ends' figures
+/// (the asked server's, then its peer's). `wait` bounds the wait for them.
 pub fn mesh_test(
     cfg: &ClientConfig,
     peer: &str,

@@ -124,6 +124,7 @@ pub mod stream;
 pub mod sweep;
 pub mod sysinfo;
 pub mod transport;
+pub mod under_load;
 pub mod units;
 pub mod workload;
 
