@@ -33,6 +33,7 @@ use fperf::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::options::OPTIONS as UDP_OPTIONS;
 use fperf::transport::udp::settings::UdpSettings;
+use fperf::under_load::spec::{UnderLoadSpec, OPTIONS as UNDER_LOAD_OPTIONS};
 use fperf::units::parse_seconds;
 use fperf::workload::Workload;
 use std::ffi::OsString;
@@ -474,6 +475,9 @@ pub struct Cli {
     workload_opts: WorkloadArgs,
 
     #[command(flatten)]
+    under_load: Declared<UnderLoadGroup>,
+
+    #[command(flatten)]
     tcp_opts: Declared<TcpGroup>,
 
     #[command(flatten)]
@@ -896,6 +900,28 @@ impl<G: OptionGroup> Declared<G> {
     /// Sets the options given on `target`.
     fn apply(&self, target: &mut G::Settings) -> Result<()> {
         self.0.apply(target).map_err(anyhow::Error::msg)
+    }
+}
+
+/// `--under-load` and its options, as it declares them
+/// ([`fperf::under_load::spec::OPTIONS`]).
+struct UnderLoadGroup;
+
+impl OptionGroup for UnderLoadGroup {
+    type Settings = UnderLoadSpec;
+    const HEADING: Option<&'static str> = Some("Latency under load");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<UnderLoadSpec>> {
+        UNDER_LOAD_OPTIONS.iter()
+    }
+    fn arg(option: &'static TestOption<UnderLoadSpec>) -> clap::Arg {
+        let arg = option.arg(Front::Cli);
+        match option.id {
+            "under_load" => arg
+                .hide_short_help(false)
+                .conflicts_with_all(["server", "loopback", "iperf3", "conf"]),
+            _ => arg.requires("under_load"),
+        }
     }
 }
 
@@ -2381,6 +2407,17 @@ impl Cli {
         }
     }
 
+    /// `--under-load`'s options, if it was given.
+    fn under_load_spec(&self) -> Result<Option<UnderLoadSpec>> {
+        let mut spec = UnderLoadSpec::default();
+        self.under_load.apply(&mut spec)?;
+        if !spec.enabled {
+            return Ok(None);
+        }
+        spec.check().map_err(anyhow::Error::msg)?;
+        Ok(Some(spec))
+    }
+
     /// The outputs asked for.
     fn output(&self) -> Result<Output> {
         let mode = match (self.json, self.json_stream) {
@@ -2406,6 +2443,10 @@ impl Cli {
             File::create(path)
                 .with_context(|| format!("cannot create --plot file {}", path.display()))?;
         }
+        let under_load = self.under_load_spec()?;
+        if under_load.is_some() && mode == Mode::Iperf3Json {
+            bail!("--json=iperf3 describes one test; a --under-load run's document is --json");
+        }
         let host = match (self.loopback, &self.client) {
             (false, Some(host)) => host.clone(),
             _ => self.bind.unwrap_or(self.family()?.loopback()).to_string(),
@@ -2419,6 +2460,7 @@ impl Cli {
             csv: self.csv.clone(),
             plot: self.plot.clone(),
             sweep,
+            under_load,
             table,
             server: (host, self.port()),
             length_defaulted: false,

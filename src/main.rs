@@ -358,6 +358,9 @@ fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>, output: &Output) -> Re
     if let Some(sweep) = &output.sweep {
         return measure::run_sweep(cfg, abort, output, sweep);
     }
+    if let Some(spec) = &output.under_load {
+        return measure::run_under_load(cfg, abort, output, spec);
+    }
     // Checks RDMA is usable here before contacting the server, and names the provider.
     let settings = Settings {
         transport: fperf::transport::prepare(&cfg.settings.transport)?,
