@@ -8,8 +8,8 @@
 //! features it supports, and a test needing one the peer lacks is refused before any
 //! data flows, naming the option. This module collects every feature of the build.
 
-use crate::options::Feature;
 use crate::latency_probe;
+use crate::options::Feature;
 use crate::settings::TEST_FEATURES;
 use crate::transport::{rdma, sockets, tcp, udp};
 

@@ -10,12 +10,12 @@ use fperf::output::json::Json;
 use fperf::output::json_document::{
     self, DocLabels, RunDoc, StartTime, SweepDoc, SweepRecord, UnderLoadRunDoc,
 };
-use fperf::output::under_load;
 use fperf::output::json_stream::JsonStream;
 use fperf::output::plot::{hosts, plot_title, run_label, Plot};
 use fperf::output::progress::{Forecast, Progress, ERASE_LINE};
 use fperf::output::sfnt::{Preamble, Sfnt};
 use fperf::output::text::Text;
+use fperf::output::under_load;
 use fperf::output::{Sink, Sinks};
 use fperf::settings::Settings;
 use fperf::sweep::{self, Sweep, SweepParam, SweepRow};

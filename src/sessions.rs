@@ -11,9 +11,9 @@
 //! Invariant: a session is registered exactly as long as its [`SessionGuard`] lives, so
 //! no failure path can leave the server "busy" forever.
 
+use crate::latency_probe::MAX_PROBE_SESSIONS;
 use crate::transport::DataConn;
 use std::net::IpAddr;
-use crate::latency_probe::MAX_PROBE_SESSIONS;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};

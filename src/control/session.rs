@@ -441,9 +441,10 @@ impl ServerSession {
             }
             (ServerState::AwaitSettings, Message::ProbeEcho { seconds }) => {
                 if !self.asks_for_probe_echo() {
-                    return Err(ControlError::unexpected("settings", &Message::ProbeEcho {
-                        seconds,
-                    })
+                    return Err(ControlError::unexpected(
+                        "settings",
+                        &Message::ProbeEcho { seconds },
+                    )
                     .into());
                 }
                 if !(1..=crate::latency_probe::MAX_ECHO_SECS).contains(&seconds) {

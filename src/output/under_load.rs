@@ -41,7 +41,8 @@ pub fn text(run: &UnderLoadRun) -> String {
             .as_deref()
             .map_or(String::new(), |c| format!(" ({c})"))
     );
-    let _ = writeln!(
+    let _ =
+        writeln!(
         out,
         "{:<9} {:>5} {:>6} | {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8} | {:>9} {:>9} | {:>6} | {:>9}",
         "phase", "time", "loss", "min", "p50", "p90", "p99", "max", "added", "up", "down",

@@ -121,8 +121,8 @@ impl ClockOffset {
                 .and_then(|&m| u64::try_from(m.max(0)).ok())
         };
         let (up_ns, down_ns) = (median(&mut up)?, median(&mut down)?);
-        let known = self.same_host
-            || self.bound_ns.saturating_mul(ONE_WAY_MARGIN) <= up_ns.min(down_ns);
+        let known =
+            self.same_host || self.bound_ns.saturating_mul(ONE_WAY_MARGIN) <= up_ns.min(down_ns);
         known.then_some(OneWay { up_ns, down_ns })
     }
 }
@@ -201,7 +201,8 @@ pub fn rpm(rtts_ns: &mut [u64]) -> Option<f64> {
         return None;
     }
     rtts_ns.sort_unstable();
-    let keep = ((rtts_ns.len() as f64 * TRIMMED_MEAN_KEEPS).ceil() as usize).clamp(1, rtts_ns.len());
+    let keep =
+        ((rtts_ns.len() as f64 * TRIMMED_MEAN_KEEPS).ceil() as usize).clamp(1, rtts_ns.len());
     let kept = &rtts_ns[..keep];
     let mean_ms = kept.iter().map(|&ns| ns as f64).sum::<f64>() / kept.len() as f64 / 1e6;
     (mean_ms > 0.0).then(|| 60_000.0 / mean_ms)
@@ -254,7 +255,12 @@ mod tests {
         let at = |t1: u64, up: u64, down: u64| ProbeRecord {
             sent: Duration::ZERO,
             rtt: Some(Duration::from_nanos(up + down)),
-            stamps: Some([t1, t1 + up + 1_000_000_000, t1 + up + 1_000_000_000, t1 + up + down]),
+            stamps: Some([
+                t1,
+                t1 + up + 1_000_000_000,
+                t1 + up + 1_000_000_000,
+                t1 + up + down,
+            ]),
         };
         let probes = [at(0, 1_000_000, 1_000_000), at(10, 30_000_000, 1_000_000)];
         let clocks = ClockOffset::estimate(&probes, false).expect("stamps");

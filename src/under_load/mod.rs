@@ -76,7 +76,11 @@ pub struct UnderLoadRun {
 
 /// Runs `spec`'s phases against the server of `cfg`, whose settings (TCP options,
 /// `--tos`, `--fq-rate`, ...) every loaded phase's test takes.
-pub fn run(cfg: &ClientConfig, spec: &UnderLoadSpec, abort: Arc<AtomicBool>) -> Result<UnderLoadRun> {
+pub fn run(
+    cfg: &ClientConfig,
+    spec: &UnderLoadSpec,
+    abort: Arc<AtomicBool>,
+) -> Result<UnderLoadRun> {
     spec.check().map_err(anyhow::Error::msg)?;
     let phases = spec.phases();
     if phases.is_empty() {
@@ -278,7 +282,8 @@ impl RunObserver for PhaseObserver {
                 r.saturating_add(st.figures.bytes_received),
             )
         });
-        let at = (started + Duration::from_nanos(result.end_ns)).saturating_duration_since(self.epoch);
+        let at =
+            (started + Duration::from_nanos(result.end_ns)).saturating_duration_since(self.epoch);
         self.throughput.push(ThroughputSample {
             phase: self.kind,
             at,

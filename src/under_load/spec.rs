@@ -1,7 +1,7 @@
 //! What a `--under-load` run is asked to do: its phases and their lengths, the load's
 //! flows and the probes' pace, each option declared once for every front end.
 
-use crate::options::{Iperf3, Mesh, TestOption, Takes};
+use crate::options::{Iperf3, Mesh, Takes, TestOption};
 use std::time::Duration;
 
 /// One phase of a run: what loads the path while the probes go.
@@ -162,7 +162,9 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
         alias: None,
         takes: Takes::Nothing,
         choices: &[],
-        conflicts: &["sweep", "mprtt", "echo", "crr", "reverse", "bidir", "udp", "rdma"],
+        conflicts: &[
+            "sweep", "mprtt", "echo", "crr", "reverse", "bidir", "udp", "rdma",
+        ],
         help: "Measure latency under load (bufferbloat): how much the network's queues add \
                to the round trip when the link is busy.\n\n\
                UDP probes (one every --probe-interval) go to the server and back on a \
