@@ -16,6 +16,29 @@ use std::time::Duration;
 
 const PHASES: [&str; 4] = ["idle", "download", "upload", "bidir"];
 
+/// Asserts `doc` follows the committed schema's definition `def` (the root with `None`).
+fn assert_valid(doc: &Value, def: Option<&str>) {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/fperf-result.schema.json"
+    ))
+    .expect("schema file");
+    let mut schema: Value = serde_json::from_str(&text).expect("schema is JSON");
+    if let Some(def) = def {
+        schema = serde_json::json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$ref": format!("#/$defs/{def}"),
+            "$defs": schema["$defs"].clone(),
+        });
+    }
+    let v = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = v
+        .iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}\n{doc:#}");
+}
+
 #[test]
 fn every_phase_reports_every_figure_in_json_csv_and_plot() {
     let server = Server::start(&[]);
@@ -42,6 +65,7 @@ fn every_phase_reports_every_figure_in_json_csv_and_plot() {
         ],
     );
     let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_valid(&doc, None);
     let under_load = &doc["under_load"];
     assert!(under_load["rpm_method"]
         .as_str()
@@ -128,6 +152,9 @@ fn the_text_table_and_the_json_stream_show_the_phases() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
+    for line in &lines {
+        assert_valid(line, Some("under_load_event"));
+    }
     let probes = lines.iter().filter(|l| l["event"] == "probe").count();
     assert!(probes >= 30, "{probes} probe lines");
     assert!(lines
