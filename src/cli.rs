@@ -59,7 +59,7 @@ pub enum Config {
     },
     /// `--loopback`: a server in this process, and the client against it.
     Loopback {
-        server: ServerConfig,
+        server: Box<ServerConfig>,
         client: Box<ClientConfig>,
         output: Output,
     },
@@ -2311,12 +2311,12 @@ impl Cli {
                 .map_err(|e| anyhow::anyhow!(e))?;
             let ip: IpAddr = self.bind.unwrap_or(family.loopback());
             return Ok(Config::Loopback {
-                server: ServerConfig {
+                server: Box::new(ServerConfig {
                     bind: Some(ip),
                     port: self.port(),
                     control_keepalive: self.guard.cntl_ka,
                     ..ServerConfig::default()
-                },
+                }),
                 client: Box::new(ClientConfig {
                     cport: self.cport,
                     bind_device: self.bind_dev.clone(),
@@ -2408,14 +2408,14 @@ impl Cli {
     }
 
     /// `--under-load`'s options, if it was given.
-    fn under_load_spec(&self) -> Result<Option<UnderLoadSpec>> {
+    fn under_load_spec(&self) -> Result<Option<Box<UnderLoadSpec>>> {
         let mut spec = UnderLoadSpec::default();
         self.under_load.apply(&mut spec)?;
         if !spec.enabled {
             return Ok(None);
         }
         spec.check().map_err(anyhow::Error::msg)?;
-        Ok(Some(spec))
+        Ok(Some(Box::new(spec)))
     }
 
     /// The outputs asked for.

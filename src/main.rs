@@ -201,7 +201,7 @@ fn run(config: Config, removal: Option<pidfile::PidFileRemoval>) -> Result<ExitC
             server,
             client,
             output,
-        } => loopback(server, &client, interrupted, &output),
+        } => loopback(*server, &client, interrupted, &output),
         Config::Mesh(mesh) => run_mesh(&mesh, &interrupted),
         Config::Exporter(config) => {
             let exporter = Exporter::bind(config)?;

@@ -65,7 +65,7 @@ pub struct Output {
     pub plot: Option<std::path::PathBuf>,
     pub sweep: Option<Sweep>,
     /// `--under-load`: latency under load instead of one test.
-    pub under_load: Option<UnderLoadSpec>,
+    pub under_load: Option<Box<UnderLoadSpec>>,
     /// `--table`: the layout of a sweep's table on stdout.
     pub table: Table,
     /// The server as given on the command line, and its port.
