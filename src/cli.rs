@@ -917,9 +917,7 @@ impl OptionGroup for UnderLoadGroup {
     fn arg(option: &'static TestOption<UnderLoadSpec>) -> clap::Arg {
         let arg = option.arg(Front::Cli);
         match option.id {
-            "under_load" => arg
-                .hide_short_help(false)
-                .conflicts_with_all(["server", "loopback", "iperf3", "conf"]),
+            "under_load" => arg.conflicts_with_all(["server", "loopback", "iperf3", "conf"]),
             _ => arg.requires("under_load"),
         }
     }
