@@ -758,12 +758,17 @@ fn exporter_after_help() -> String {
         .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
         .collect();
     let transport: Vec<String> = sockets.chain(tcp.iter().cloned()).collect();
+    let under_load: Vec<String> = fperf::exporter::probe::under_load_parameters()
+        .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
+        .collect();
     format!(
         "A probe's query: target=HOST[:PORT] (an fperf server), and optionally \
          protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
          workload=bulk|rr|echo|crr, {}, {}, {}, \
-         {} (the last {} TCP's; a rate of 0 is none), and family=4|6 (IPv4 or IPv6 \
-         alone). A probe over the limits, or whose test fails, answers \
+         {} (the last {} TCP's; a rate of 0 is none), {} (latency under load instead of \
+         one test: duration= is split among the phases unless phase_time= is given; \
+         metrics fperf_under_load_*, the added delay and RPM per phase), and \
+         family=4|6 (IPv4 or IPv6 alone). A probe over the limits, or whose test fails, answers \
          fperf_probe_success 0 and the reason is logged; more probes than --max-probes \
          are answered 429. The answer says why a target's test failed only when --allow \
          names the targets: otherwise every such failure answers alike, after the probe's \
@@ -774,6 +779,7 @@ fn exporter_after_help() -> String {
         outputs.join(", "),
         and_list(&transport),
         count_word(tcp.len()),
+        under_load.join(", "),
     )
 }
 
