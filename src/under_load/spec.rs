@@ -177,11 +177,8 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
                the IETF draft \"Responsiveness under Working Conditions\"); also the round \
                trip TCP measured on the loaded connections. An older server that cannot \
                echo the probes refuses the run before it starts.",
-        mesh: Mesh::Help(
-            "Measure latency under load between each pair instead of throughput: the \
-             matrix shows the delay the load adds (the largest over the loaded phases), in \
-             ms.",
-        ),
+        // A mesh's tests run from one server towards another: not yet these.
+        mesh: Mesh::No,
         probe: Some("under_load"),
         iperf3: Iperf3::No,
         what: "0 or 1",
@@ -206,7 +203,7 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
                Each is idle, download, upload or bidir, with its own length after a colon \
                if it differs from --phase-time's (e.g. idle:2,download:10). The added delay \
                needs an idle phase.",
-        mesh: Mesh::AsClient,
+        mesh: Mesh::No,
         probe: Some("phases"),
         iperf3: Iperf3::No,
         what: "",
@@ -225,7 +222,7 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
         conflicts: &[],
         help: "With --under-load: each phase's length [default: 5 s] (or with a unit: \
                500ms, 2s, 1m).",
-        mesh: Mesh::AsClient,
+        mesh: Mesh::No,
         probe: Some("phase_time"),
         iperf3: Iperf3::No,
         what: "a number of seconds",
@@ -244,7 +241,7 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
         conflicts: &[],
         help: "With --under-load: TCP flows per loaded direction [default: 4] (a bidir \
                phase runs N each way).",
-        mesh: Mesh::AsClient,
+        mesh: Mesh::No,
         probe: Some("load_flows"),
         iperf3: Iperf3::No,
         what: "",
@@ -264,7 +261,7 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
         conflicts: &[],
         help: "With --under-load: the time between two latency probes, in ms, 1 to 1000 \
                [default: 10].",
-        mesh: Mesh::AsClient,
+        mesh: Mesh::No,
         probe: Some("probe_interval"),
         iperf3: Iperf3::No,
         what: "",
