@@ -3,6 +3,9 @@
 //! control connection closes.
 
 use super::datagram::{wall_ns, Probe, PROBE_LEN};
+use crate::transport::udp::cmsg::{
+    enable_rx_timestamps, rx_timestamp_ns, ControlBuffer, CONTROL_BYTES,
+};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -25,6 +28,9 @@ impl Echo {
     pub fn bind(local: IpAddr, peer: IpAddr, token: u64) -> io::Result<Echo> {
         let sock = UdpSocket::bind(SocketAddr::new(local.to_canonical(), 0))?;
         sock.set_nonblocking(true)?;
+        // The kernel's receive time: a probe that waited for this thread (a busy host)
+        // is not counted as time on the network.
+        enable_rx_timestamps(&sock)?;
         Ok(Echo {
             sock,
             peer: peer.to_canonical(),
@@ -83,7 +89,7 @@ impl Echo {
     fn echo_waiting(&self, buf: &mut [u8; PROBE_LEN + 1]) -> io::Result<u64> {
         let mut echoed = 0;
         loop {
-            let (len, from) = match self.sock.recv_from(buf) {
+            let (len, from, stamped) = match recv_stamped(&self.sock, buf) {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(echoed),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -91,11 +97,11 @@ impl Echo {
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
                 Err(e) => return Err(e),
             };
-            let received = wall_ns();
+            let received = stamped.unwrap_or_else(wall_ns);
             if from.ip().to_canonical() != self.peer {
                 continue;
             }
-            let Some(probe) = Probe::decode(&buf[..len], self.token) else {
+            let Some(probe) = buf.get(..len).and_then(|b| Probe::decode(b, self.token)) else {
                 continue;
             };
             let echo = Probe {
@@ -110,4 +116,35 @@ impl Echo {
             }
         }
     }
+}
+
+/// One datagram on `sock` into `buf`: its whole length, its sender and the kernel's
+/// receive time (ns since the Unix epoch), if the kernel gave one.
+fn recv_stamped(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, Option<u64>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = ControlBuffer::default();
+    // SAFETY: all-zero is a valid sockaddr_storage and msghdr.
+    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    msg.msg_controllen = CONTROL_BYTES;
+    // SAFETY: `msg` points at `name`, `iov` (over the exclusively borrowed `buf`) and
+    // `control`, all live for the call, with their lengths.
+    let rc = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_TRUNC) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel filled `name` with `msg_namelen` bytes of a socket address.
+    let from = unsafe { socket2::SockAddr::new(name, msg.msg_namelen) }
+        .as_socket()
+        .ok_or_else(|| io::Error::other("a datagram from no IP address"))?;
+    let used = msg.msg_controllen.min(CONTROL_BYTES);
+    Ok((rc as usize, from, rx_timestamp_ns(&control.0[..used])))
 }

@@ -3,8 +3,12 @@
 //! by sequence number. A probe without an echo is lost; it never holds up later ones.
 
 use crate::latency_probe::datagram::{wall_ns, Probe, PROBE_LEN};
+use crate::transport::udp::cmsg::{
+    enable_rx_timestamps, recv_with_control, rx_timestamp_ns, ControlBuffer,
+};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -52,6 +56,9 @@ impl Prober {
         let sock = UdpSocket::bind(SocketAddr::new(local.ip(), 0))?;
         sock.connect(echo)?;
         sock.set_read_timeout(Some(RECV_WAIT))?;
+        // The kernel's receive time: an echo that waited for the receiver thread (a
+        // busy host) is not counted as time on the network.
+        enable_rx_timestamps(&sock)?;
         let recv_sock = sock.try_clone()?;
         let log: Log = Arc::new(Mutex::new(Vec::new()));
         let stop_sending = Arc::new(AtomicBool::new(false));
@@ -137,19 +144,32 @@ fn send_probes(
     }
 }
 
+/// A probe's time on the network from its four stamps, as TWAMP counts it: from its
+/// sending to its echo's arrival (the kernel's receive time) on the client's clock, less
+/// the time the server held it, on the server's. `None` where a clock stepped between.
+fn on_network([t1, t2, t3, t4]: [u64; 4]) -> Option<Duration> {
+    let round_trip = t4.checked_sub(t1)?;
+    let held = t3.checked_sub(t2)?;
+    round_trip
+        .checked_sub(held)
+        .filter(|&ns| ns > 0)
+        .map(Duration::from_nanos)
+}
+
 /// Matches each echo to its probe until `stop`; drops anything else, and a second echo
 /// of one probe.
 fn receive_echoes(sock: &UdpSocket, token: u64, log: &Log, stop: &AtomicBool) {
     let mut buf = [0u8; PROBE_LEN + 1];
+    let mut control = ControlBuffer::default();
     while !stop.load(Ordering::Relaxed) {
-        let len = match sock.recv(&mut buf) {
-            Ok(len) => len,
+        let (len, used) = match recv_with_control(sock.as_raw_fd(), &mut buf, &mut control, 0) {
+            Ok(got) => got,
             // Time-outs, and ICMP errors of earlier probes: keep listening.
             Err(_) => continue,
         };
         let arrived = Instant::now();
-        let arrived_wall = wall_ns();
-        let Some(echo) = Probe::decode(&buf[..len], token) else {
+        let arrived_wall = rx_timestamp_ns(&control.0[..used]).unwrap_or_else(wall_ns);
+        let Some(echo) = buf.get(..len).and_then(|b| Probe::decode(b, token)) else {
             continue;
         };
         let Ok(mut log) = log.lock() else {
@@ -162,13 +182,15 @@ fn receive_echoes(sock: &UdpSocket, token: u64, log: &Log, stop: &AtomicBool) {
             continue;
         };
         if record.rtt.is_none() {
-            record.rtt = Some(arrived.saturating_duration_since(*sent_at));
-            record.stamps = Some([
+            let stamps = [
                 echo.client_send_ns,
                 echo.server_recv_ns,
                 echo.server_send_ns,
                 arrived_wall,
-            ]);
+            ];
+            let waited = arrived.saturating_duration_since(*sent_at);
+            record.rtt = Some(on_network(stamps).unwrap_or(waited));
+            record.stamps = Some(stamps);
         }
     }
 }
