@@ -1431,6 +1431,56 @@ mod tests {
         })
     }
 
+    #[test]
+    fn a_probe_session_asks_for_its_echo_and_for_nothing_else() {
+        let mut client = ClientSession::probe_echo(20, None);
+        let mut server = ServerSession::new(Limits::default(), None);
+        assert_eq!(
+            to_server(&mut client, &mut server),
+            [ServerStep::Identified]
+        );
+        assert!(server.asks_for_probe_echo());
+        server.welcome(7);
+        assert_eq!(to_client(&mut server, &mut client), [ClientStep::Continue]);
+        assert_eq!(
+            to_server(&mut client, &mut server),
+            [ServerStep::ProbeEcho { seconds: 20 }]
+        );
+        server.probe_echoing(4242, 99);
+        assert_eq!(
+            to_client(&mut server, &mut client),
+            [ClientStep::ProbeEchoing {
+                port: 4242,
+                token: 99
+            }]
+        );
+        // A connection that announced a probe session is never registered as a test:
+        // it may not ask for one, nor for an echo too long.
+        for (ask, refused) in [
+            (
+                Message::Settings {
+                    settings: Settings::default(),
+                },
+                "nothing but the probes' echo",
+            ),
+            (Message::ProbeEcho { seconds: 0 }, "1 to 3600 s, not 0 s"),
+        ] {
+            let mut server = ServerSession::new(Limits::default(), None);
+            let mut client = ClientSession::probe_echo(20, None);
+            to_server(&mut client, &mut server);
+            server.welcome(7);
+            let err = server.on_message(ask).expect_err("refused");
+            assert!(err.to_string().contains(refused), "{err}");
+        }
+        // An echo asked for without announcing it is out of turn.
+        let mut server = ServerSession::new(Limits::default(), None);
+        server.on_message(hello(PROTOCOL_MAJOR)).expect("hello");
+        server.welcome(7);
+        assert!(server
+            .on_message(Message::ProbeEcho { seconds: 5 })
+            .is_err());
+    }
+
     fn hello(version: u32) -> Message {
         Message::Hello {
             version,
