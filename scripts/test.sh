@@ -38,6 +38,7 @@ if [ "$(id -u)" -eq 0 ]; then
   gated netns_xdp
   gated netns_tos
   gated netns_mesh
+  gated netns_under_load
   gated rdma_ofi needs_root::
 else
   not_run+=("needs root: not root")

@@ -34,6 +34,7 @@ use fperf::transport::tcp::settings::TcpSettings;
 use fperf::transport::udp::options::OPTIONS as UDP_OPTIONS;
 use fperf::transport::udp::settings::UdpSettings;
 use fperf::transport::xdp::options::OPTIONS as XDP_OPTIONS;
+use fperf::under_load::spec::{UnderLoadSpec, OPTIONS as UNDER_LOAD_OPTIONS};
 use fperf::units::parse_seconds;
 use fperf::workload::Workload;
 use std::ffi::OsString;
@@ -59,7 +60,7 @@ pub enum Config {
     },
     /// `--loopback`: a server in this process, and the client against it.
     Loopback {
-        server: ServerConfig,
+        server: Box<ServerConfig>,
         client: Box<ClientConfig>,
         output: Output,
     },
@@ -475,6 +476,9 @@ pub struct Cli {
     workload_opts: WorkloadArgs,
 
     #[command(flatten)]
+    under_load: Declared<UnderLoadGroup>,
+
+    #[command(flatten)]
     tcp_opts: Declared<TcpGroup>,
 
     #[command(flatten)]
@@ -754,12 +758,17 @@ fn exporter_after_help() -> String {
         .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
         .collect();
     let transport: Vec<String> = sockets.chain(tcp.iter().cloned()).collect();
+    let under_load: Vec<String> = fperf::exporter::probe::under_load_parameters()
+        .map(|(key, option)| format!("{key}={}", option.value_name().unwrap_or("1")))
+        .collect();
     format!(
         "A probe's query: target=HOST[:PORT] (an fperf server), and optionally \
          protocol=tcp|udp, duration=SECS (default 1), size=BYTES (default as -l's), \
          workload=bulk|rr|echo|crr, {}, {}, {}, \
-         {} (the last {} TCP's; a rate of 0 is none), and family=4|6 (IPv4 or IPv6 \
-         alone). A probe over the limits, or whose test fails, answers \
+         {} (the last {} TCP's; a rate of 0 is none), {} (latency under load instead of \
+         one test: duration= is split among the phases unless phase_time= is given; \
+         metrics fperf_under_load_*, the added delay and RPM per phase), and \
+         family=4|6 (IPv4 or IPv6 alone). A probe over the limits, or whose test fails, answers \
          fperf_probe_success 0 and the reason is logged; more probes than --max-probes \
          are answered 429. The answer says why a target's test failed only when --allow \
          names the targets: otherwise every such failure answers alike, after the probe's \
@@ -770,6 +779,7 @@ fn exporter_after_help() -> String {
         outputs.join(", "),
         and_list(&transport),
         count_word(tcp.len()),
+        under_load.join(", "),
     )
 }
 
@@ -896,6 +906,26 @@ impl<G: OptionGroup> Declared<G> {
     /// Sets the options given on `target`.
     fn apply(&self, target: &mut G::Settings) -> Result<()> {
         self.0.apply(target).map_err(anyhow::Error::msg)
+    }
+}
+
+/// `--under-load` and its options, as it declares them
+/// ([`fperf::under_load::spec::OPTIONS`]).
+struct UnderLoadGroup;
+
+impl OptionGroup for UnderLoadGroup {
+    type Settings = UnderLoadSpec;
+    const HEADING: Option<&'static str> = Some("Latency under load");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<UnderLoadSpec>> {
+        UNDER_LOAD_OPTIONS.iter()
+    }
+    fn arg(option: &'static TestOption<UnderLoadSpec>) -> clap::Arg {
+        let arg = option.arg(Front::Cli);
+        match option.id {
+            "under_load" => arg.conflicts_with_all(["server", "loopback", "iperf3", "conf"]),
+            _ => arg.requires("under_load"),
+        }
     }
 }
 
@@ -2305,12 +2335,12 @@ impl Cli {
                 .map_err(|e| anyhow::anyhow!(e))?;
             let ip: IpAddr = self.bind.unwrap_or(family.loopback());
             return Ok(Config::Loopback {
-                server: ServerConfig {
+                server: Box::new(ServerConfig {
                     bind: Some(ip),
                     port: self.port(),
                     control_keepalive: self.guard.cntl_ka,
                     ..ServerConfig::default()
-                },
+                }),
                 client: Box::new(ClientConfig {
                     cport: self.cport,
                     bind_device: self.bind_dev.clone(),
@@ -2408,6 +2438,17 @@ impl Cli {
         }
     }
 
+    /// `--under-load`'s options, if it was given.
+    fn under_load_spec(&self) -> Result<Option<Box<UnderLoadSpec>>> {
+        let mut spec = UnderLoadSpec::default();
+        self.under_load.apply(&mut spec)?;
+        if !spec.enabled {
+            return Ok(None);
+        }
+        spec.check().map_err(anyhow::Error::msg)?;
+        Ok(Some(Box::new(spec)))
+    }
+
     /// The outputs asked for.
     fn output(&self) -> Result<Output> {
         let mode = match (self.json, self.json_stream) {
@@ -2433,6 +2474,10 @@ impl Cli {
             File::create(path)
                 .with_context(|| format!("cannot create --plot file {}", path.display()))?;
         }
+        let under_load = self.under_load_spec()?;
+        if under_load.is_some() && mode == Mode::Iperf3Json {
+            bail!("--json=iperf3 describes one test; a --under-load run's document is --json");
+        }
         let host = match (self.loopback, &self.client) {
             (false, Some(host)) => host.clone(),
             _ => self.bind.unwrap_or(self.family()?.loopback()).to_string(),
@@ -2446,6 +2491,7 @@ impl Cli {
             csv: self.csv.clone(),
             plot: self.plot.clone(),
             sweep,
+            under_load,
             table,
             server: (host, self.port()),
             length_defaulted: false,

@@ -821,6 +821,59 @@ pub fn conf(cfg: &ClientConfig) -> Result<SystemFacts> {
     }
 }
 
+/// An open probe session (`--under-load`'s latency probes): the server echoes probes
+/// sent to `echo` that carry `token`, as long as `control` stays open.
+pub struct ProbeSession {
+    /// Held open: closing it ends the server's echo.
+    pub control: Channel,
+    /// Where the probes go: the server's address, the echo's UDP port.
+    pub echo: SocketAddr,
+    pub token: u64,
+    /// This end's address on the control connection (the probes' source).
+    pub local: SocketAddr,
+}
+
+/// Opens a probe session with the server of `cfg` for `seconds` of echo (refused before
+/// any probe goes by a server that lacks the feature).
+pub fn probe_echo(cfg: &ClientConfig, seconds: u32) -> Result<ProbeSession> {
+    let server = resolve(&cfg.host, cfg.port, cfg.family)?;
+    let sock = connect_control(cfg, server, "fperf")?;
+    let local = sock.local_addr()?;
+    let mut chan = Channel::new(sock, cfg.control_timeout)?;
+    let auth = match &cfg.auth {
+        Some(key) => Some((key.clone(), auth::nonce()?)),
+        None => None,
+    };
+    let mut session = ClientSession::probe_echo(seconds, auth);
+    let mut first = true;
+    loop {
+        for msg in session.take_outbox() {
+            chan.send(&msg)?;
+        }
+        if std::mem::take(&mut first) {
+            answers_as_fperf(&chan, server, cfg.control_timeout)?;
+        }
+        let msg = chan.recv_message(cfg.control_timeout)?;
+        match session.on_message(msg) {
+            Ok(ClientStep::ProbeEchoing { port, token }) => {
+                return Ok(ProbeSession {
+                    control: chan,
+                    echo: SocketAddr::new(server.ip(), port),
+                    token,
+                    local,
+                })
+            }
+            Ok(_) => {}
+            Err(e) => {
+                if let Some(why) = e.to_peer() {
+                    chan.send_error(&why);
+                }
+                return Err(e.into());
+            }
+        }
+    }
+}
+
 /// As a mesh coordinator: asks the server of `cfg` to run `cfg.settings` as a client
 /// towards the fperf server at `peer` (`HOST:PORT`), and returns both ends' figures
 /// (the asked server's, then its peer's). `wait` bounds the wait for them.

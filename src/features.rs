@@ -8,6 +8,7 @@
 //! features it supports, and a test needing one the peer lacks is refused before any
 //! data flows, naming the option. This module collects every feature of the build.
 
+use crate::latency_probe;
 use crate::options::Feature;
 use crate::settings::TEST_FEATURES;
 use crate::transport::{rdma, sockets, tcp, udp};
@@ -17,16 +18,19 @@ const COUNT: usize = TEST_FEATURES.len()
     + tcp::settings::FEATURES.len()
     + udp::settings::FEATURES.len()
     + sockets::FEATURES.len()
-    + rdma::settings::FEATURES.len();
+    + rdma::settings::FEATURES.len()
+    + latency_probe::FEATURES.len();
 
 impl Feature {
-    /// Every feature this build supports: the test's own, then each transport's.
+    /// Every feature this build supports: the test's own, each transport's, then the
+    /// latency probes'.
     pub const ALL: [Feature; COUNT] = concat(&[
         &TEST_FEATURES,
         &tcp::settings::FEATURES,
         &udp::settings::FEATURES,
         &sockets::FEATURES,
         &rdma::settings::FEATURES,
+        &latency_probe::FEATURES,
     ]);
 
     /// The feature of that wire name, if this build knows it.

@@ -106,6 +106,7 @@ pub mod family;
 pub mod features;
 pub mod interval;
 pub mod iperf3;
+pub mod latency_probe;
 pub mod limits;
 pub mod log_limit;
 pub mod mesh;
@@ -123,6 +124,7 @@ pub mod stream;
 pub mod sweep;
 pub mod sysinfo;
 pub mod transport;
+pub mod under_load;
 pub mod units;
 pub mod workload;
 

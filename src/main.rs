@@ -201,7 +201,7 @@ fn run(config: Config, removal: Option<pidfile::PidFileRemoval>) -> Result<ExitC
             server,
             client,
             output,
-        } => loopback(server, &client, interrupted, &output),
+        } => loopback(*server, &client, interrupted, &output),
         Config::Mesh(mesh) => run_mesh(&mesh, &interrupted),
         Config::Exporter(config) => {
             let exporter = Exporter::bind(config)?;
@@ -357,6 +357,9 @@ fn log_limited(
 fn run_client(cfg: &ClientConfig, abort: Arc<AtomicBool>, output: &Output) -> Result<ExitCode> {
     if let Some(sweep) = &output.sweep {
         return measure::run_sweep(cfg, abort, output, sweep);
+    }
+    if let Some(spec) = &output.under_load {
+        return measure::run_under_load(cfg, abort, output, spec);
     }
     // Checks RDMA is usable here before contacting the server, and names the provider.
     let settings = Settings {

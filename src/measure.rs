@@ -7,15 +7,19 @@ use fperf::client::{self, ClientConfig};
 use fperf::output::csv::Csv;
 use fperf::output::iperf3_json::Iperf3Json;
 use fperf::output::json::Json;
-use fperf::output::json_document::{self, DocLabels, RunDoc, StartTime, SweepDoc, SweepRecord};
+use fperf::output::json_document::{
+    self, DocLabels, RunDoc, StartTime, SweepDoc, SweepRecord, UnderLoadRunDoc,
+};
 use fperf::output::json_stream::JsonStream;
 use fperf::output::plot::{hosts, plot_title, run_label, Plot};
 use fperf::output::progress::{Forecast, Progress, ERASE_LINE};
 use fperf::output::sfnt::{Preamble, Sfnt};
 use fperf::output::text::Text;
+use fperf::output::under_load;
 use fperf::output::{Sink, Sinks};
 use fperf::settings::Settings;
 use fperf::sweep::{self, Sweep, SweepParam, SweepRow};
+use fperf::under_load::spec::UnderLoadSpec;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
@@ -60,6 +64,8 @@ pub struct Output {
     /// `--plot`: the SVG file to draw the run's latency distribution (or the sweep) in.
     pub plot: Option<std::path::PathBuf>,
     pub sweep: Option<Sweep>,
+    /// `--under-load`: latency under load instead of one test.
+    pub under_load: Option<Box<UnderLoadSpec>>,
     /// `--table`: the layout of a sweep's table on stdout.
     pub table: Table,
     /// The server as given on the command line, and its port.
@@ -317,4 +323,41 @@ fn finish_row(output: &Output, sweep: &Sweep, rows: &[SweepRow]) {
     };
     outln!("{line}");
     let _ = std::io::stdout().flush();
+}
+
+/// Runs `--under-load`'s phases, then writes what they measured: the table (or the
+/// JSON document, or `--json-stream`'s lines), the CSV rows and the picture.
+pub fn run_under_load(
+    cfg: &ClientConfig,
+    abort: Arc<AtomicBool>,
+    output: &Output,
+    spec: &UnderLoadSpec,
+) -> Result<ExitCode> {
+    let start = StartTime::now();
+    if output.mode == Mode::Human {
+        let phases: Vec<String> = spec
+            .phases()
+            .iter()
+            .map(|(kind, len)| format!("{} {} s", kind.name(), len.as_secs_f64()))
+            .collect();
+        eprintln!("Latency under load: {}", phases.join(", "));
+    }
+    let run = fperf::under_load::run(cfg, spec, abort)?;
+    let doc = UnderLoadRunDoc::new(&run, start, output.labels.clone());
+    match output.mode {
+        Mode::Human => out!("{}", under_load::text(&run)),
+        Mode::Json | Mode::Iperf3Json => outln!("{}", json_document::to_document(&doc)),
+        Mode::JsonStream => {
+            for event in under_load::stream_events(&run, doc) {
+                outln!("{}", json_document::to_line(&event));
+            }
+        }
+    }
+    if let Some(path) = &output.csv {
+        under_load::write_csv(path, &run)?;
+    }
+    if let Some(path) = &output.plot {
+        under_load::plot(path, &run)?;
+    }
+    Ok(ExitCode::from(if run.interrupted { 130 } else { 0 }))
 }

@@ -14,6 +14,7 @@ pub(crate) mod events;
 pub(crate) mod figures;
 pub(crate) mod iperf3;
 mod mesh;
+mod probe;
 
 pub use config::{ServerConfig, ServerEvent, MAX_PENDING_GREETERS, MAX_PENDING_PER_SOURCE};
 use events::EventSender;
@@ -347,6 +348,9 @@ fn greet(
         Ok(session) => session,
         Err(e) => return control.refuse(&e, config, &log),
     };
+    if control.session.asks_for_probe_echo() {
+        return probe::serve(control, peer, active, config, &log);
+    }
     let (tx, rx) = mpsc::channel();
     let registered = match active.open(session, tx.clone()) {
         Ok(guard) => guard,
@@ -574,6 +578,8 @@ fn run_session(
                 server: Box::new(server),
             });
         }
+        // Probe sessions are served apart (see `greet`): this one did not announce it.
+        Request::ProbeEcho { .. } => return Err(SessionError::ProbeSessionOnly.into()),
     };
     let test = TestScope {
         settings: &settings,

@@ -11,9 +11,10 @@
 //! Invariant: a session is registered exactly as long as its [`SessionGuard`] lives, so
 //! no failure path can leave the server "busy" forever.
 
+use crate::latency_probe::MAX_PROBE_SESSIONS;
 use crate::transport::DataConn;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -38,6 +39,18 @@ pub struct Sessions {
     report: Mutex<()>,
     /// Tests that have ended: their [`EndMark`]s dropped.
     ended: AtomicU64,
+    /// Probe sessions (`--under-load`'s latency probes) echoing now: apart from the
+    /// tests, which they neither block nor wait for.
+    probes: AtomicUsize,
+}
+
+/// Keeps a probe session counted until dropped.
+pub struct ProbeGuard(Arc<Sessions>);
+
+impl Drop for ProbeGuard {
+    fn drop(&mut self) {
+        self.0.probes.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Keeps a session registered until dropped.
@@ -54,6 +67,7 @@ impl Sessions {
             parallel: parallel.max(1),
             report: Mutex::new(()),
             ended: AtomicU64::new(0),
+            probes: AtomicUsize::new(0),
         })
     }
 
@@ -76,6 +90,19 @@ impl Sessions {
         self.running
             .lock()
             .map_err(|_| "server state poisoned by a panic".to_string())
+    }
+
+    /// Counts a new probe session, or says why the server is busy: at most
+    /// [`MAX_PROBE_SESSIONS`] at once.
+    pub fn open_probe(self: &Arc<Self>) -> Result<ProbeGuard, String> {
+        self.probes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < MAX_PROBE_SESSIONS).then_some(n + 1)
+            })
+            .map(|_| ProbeGuard(self.clone()))
+            .map_err(|n| {
+                format!("server busy: {n} latency probe sessions are running, try again later")
+            })
     }
 
     /// Registers a new test, or says why the server is busy.

@@ -884,3 +884,40 @@ fn a_bad_parameter_cannot_add_lines_to_the_page_or_the_log() {
         "{log}"
     );
 }
+
+#[test]
+fn an_under_load_probe_answers_each_phases_added_delay_and_rpm() {
+    let server = Server::start(&[]);
+    let exporter = Exporter::start(&[]);
+    let m = exporter.probe(
+        &format!(
+            "target=127.0.0.1:{}&under_load=1&phases=idle,upload&duration=1&load_flows=2",
+            server.port
+        ),
+        true,
+    );
+    for phase in ["idle", "upload"] {
+        assert!(m.get(&format!(r#"fperf_under_load_rpm{{phase="{phase}"}}"#)) > 0.0);
+        assert_eq!(
+            m.get(&format!(
+                r#"fperf_under_load_probe_loss_ratio{{phase="{phase}"}}"#
+            )),
+            0.0
+        );
+        let p50 =
+            format!(r#"fperf_under_load_round_trip_seconds{{percentile="50",phase="{phase}"}}"#);
+        assert!(m.get(&p50) > 0.0, "{p50}");
+    }
+    assert_eq!(
+        m.get(r#"fperf_under_load_added_delay_seconds{phase="idle"}"#),
+        0.0
+    );
+    assert!(m.has(r#"fperf_under_load_added_delay_seconds{phase="upload"}"#));
+    assert!(m.get(r#"fperf_under_load_bits_per_second{direction="up",phase="upload"}"#) > 1e6);
+    // Phases that do not fit in the exporter's longest test are refused.
+    let (_, body) = exporter.get(&format!(
+        "/probe?target=127.0.0.1:{}&under_load=1&phase_time=60",
+        server.port
+    ));
+    assert!(body.contains("fperf_probe_success 0"), "{body}");
+}

@@ -121,6 +121,13 @@ pub enum Message {
         client: Box<SideResult>,
         server: Box<SideResult>,
     },
+    /// Client → server, after `Welcome` and instead of `Settings` (`--under-load`): echo
+    /// latency probes for `seconds`, on a UDP socket of the session's own.
+    ProbeEcho { seconds: u32 },
+    /// Server → client: the answer to `ProbeEcho`: the UDP port the probes go to, and
+    /// the random token each must carry. The echo ends when the control connection
+    /// closes, or the time asked for is over.
+    ProbeEchoing { port: u16, token: u64 },
 }
 
 /// Why a control exchange failed.
@@ -229,6 +236,8 @@ pub fn kind(msg: &Message) -> String {
         Message::AuthConfirm { .. } => "auth_confirm",
         Message::MeshTest { .. } => "mesh_test",
         Message::MeshResult { .. } => "mesh_result",
+        Message::ProbeEcho { .. } => "probe_echo",
+        Message::ProbeEchoing { .. } => "probe_echoing",
     }
     .to_string()
 }

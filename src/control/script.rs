@@ -179,7 +179,7 @@ impl Cursor<'_> {
     }
 
     fn message(&mut self) -> Message {
-        match self.u8() % 19 {
+        match self.u8() % 21 {
             0 => Message::Hello {
                 version: self.version(),
                 software: self.text(),
@@ -236,6 +236,13 @@ impl Cursor<'_> {
             16 => Message::MeshResult {
                 client: self.side(Role::Client, false),
                 server: self.side(Role::Server, false),
+            },
+            17 => Message::ProbeEcho {
+                seconds: self.u32(),
+            },
+            18 => Message::ProbeEchoing {
+                port: self.u32() as u16,
+                token: self.u64(),
             },
             // The rest as raw bytes a peer could send, decoded as the reader would.
             _ => {

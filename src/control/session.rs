@@ -86,6 +86,15 @@ pub enum SessionError {
     MeshPeer(String),
     #[error("the server sent impossible figures for the mesh test: {0}")]
     ImpossibleMeshFigures(String),
+    /// A probe session asked for an echo longer than a server gives.
+    #[error(
+        "a latency probe echo lasts 1 to {most} s, not {0} s",
+        most = crate::latency_probe::MAX_ECHO_SECS
+    )]
+    ProbeEchoLength(u32),
+    /// A connection that announced a probe session asked for something else.
+    #[error("a probe session's connection asks for nothing but the probes' echo")]
+    ProbeSessionOnly,
     /// The server lacks a feature the test needs.
     #[error(
         "the server ({server}, protocol {server_protocol}) does not support {option}; upgrade \
@@ -204,6 +213,9 @@ enum ServerState {
     /// A mesh coordinator's test towards another server runs; its figures end the
     /// session ([`ServerSession::mesh_results`]).
     MeshRunning,
+    /// A probe session asked for its echo: the driver binds the echo's socket, then
+    /// calls [`ServerSession::probe_echoing`].
+    ProbeSettingUp,
     /// `Results` sent: the client's own figures may follow.
     ResultsSent,
     /// Over: results, facts or an error sent, or the connection handed on as data.
@@ -239,6 +251,9 @@ pub enum ServerStep {
         port: u16,
         settings: Box<Settings>,
     },
+    /// A probe session's request: echo latency probes for `seconds`, then call
+    /// [`ServerSession::probe_echoing`].
+    ProbeEcho { seconds: u32 },
 }
 
 /// The server's end of one control connection.
@@ -424,6 +439,26 @@ impl ServerSession {
             (ServerState::Challenged { .. }, other) => {
                 Err(ControlError::unexpected("auth_response", &other).into())
             }
+            (ServerState::AwaitSettings, Message::ProbeEcho { seconds }) => {
+                if !self.asks_for_probe_echo() {
+                    return Err(ControlError::unexpected(
+                        "settings",
+                        &Message::ProbeEcho { seconds },
+                    )
+                    .into());
+                }
+                if !(1..=crate::latency_probe::MAX_ECHO_SECS).contains(&seconds) {
+                    return Err(SessionError::ProbeEchoLength(seconds));
+                }
+                self.state = ServerState::ProbeSettingUp;
+                Ok(ServerStep::ProbeEcho { seconds })
+            }
+            // A probe session is not registered as a test: it may not turn into one.
+            (ServerState::AwaitSettings, Message::Settings { .. } | Message::MeshTest { .. })
+                if self.asks_for_probe_echo() =>
+            {
+                Err(SessionError::ProbeSessionOnly)
+            }
             (ServerState::AwaitSettings, Message::Settings { settings }) => {
                 self.check_client_features()?;
                 settings.validate()?;
@@ -489,6 +524,24 @@ impl ServerSession {
                 client_protocol: client.protocol.clone(),
             }),
             None => Ok(()),
+        }
+    }
+
+    /// Whether the client's `Hello` announced a probe session (`--under-load`'s latency
+    /// probes): such a session is not a test and is not registered as one.
+    pub fn asks_for_probe_echo(&self) -> bool {
+        let name = crate::latency_probe::PROBE_ECHO.name();
+        self.client
+            .as_ref()
+            .is_some_and(|c| c.features.iter().flatten().any(|f| f == name))
+    }
+
+    /// The probe session's echo listens on UDP `port` for probes carrying `token`:
+    /// tells the client, which ends the exchange of messages.
+    pub fn probe_echoing(&mut self, port: u16, token: u64) {
+        if matches!(self.state, ServerState::ProbeSettingUp) {
+            self.outbox.push(Message::ProbeEchoing { port, token });
+            self.state = ServerState::Ended;
         }
     }
 
@@ -596,6 +649,9 @@ pub enum Request {
         port: u16,
         settings: Box<Settings>,
     },
+    /// A probe session: echo latency probes for `seconds`, then call
+    /// [`ServerSession::probe_echoing`].
+    ProbeEcho { seconds: u32 },
 }
 
 /// What the drivers decide with the session: the steps of each phase, the waits, and
@@ -638,9 +694,11 @@ impl ServerSession {
                 socket,
             }),
             ServerStep::Conf => Ok(Greeting::Conf),
-            ServerStep::Test(_) | ServerStep::MeshTest { .. } => Err(SessionError::StepOutOfTurn(
-                "settings before welcome".into(),
-            )),
+            ServerStep::Test(_) | ServerStep::MeshTest { .. } | ServerStep::ProbeEcho { .. } => {
+                Err(SessionError::StepOutOfTurn(
+                    "settings before welcome".into(),
+                ))
+            }
             ServerStep::ClientResults(_) => {
                 Err(SessionError::StepOutOfTurn("figures before a test".into()))
             }
@@ -680,6 +738,7 @@ impl ServerSession {
                 port,
                 settings,
             }),
+            ServerStep::ProbeEcho { seconds } => Ok(Request::ProbeEcho { seconds }),
             other => {
                 self.state = ServerState::Ended;
                 Err(SessionError::StepOutOfTurn(format!(
@@ -792,6 +851,8 @@ enum ClientState {
     GotResults,
     /// A mesh test was asked for; waiting for both ends' figures.
     AwaitMeshResult,
+    /// A probe echo was asked for; waiting for its port.
+    AwaitProbeEchoing,
     /// Done, or failed.
     Ended,
 }
@@ -814,6 +875,9 @@ pub enum ClientStep {
         client: Box<SideResult>,
         server: Box<SideResult>,
     },
+    /// The server echoes probes carrying `token` on UDP `port`: the session is over, its
+    /// connection held open while the probes go.
+    ProbeEchoing { port: u16, token: u64 },
 }
 
 /// The client's end of a control connection.
@@ -833,6 +897,8 @@ pub struct ClientSession {
     outbox: Vec<Message>,
     /// As a mesh coordinator: the server (`HOST:PORT`) the test goes towards.
     mesh_peer: Option<String>,
+    /// As a probe session: the seconds of echo to ask for.
+    probe_secs: Option<u32>,
 }
 
 impl ClientSession {
@@ -860,6 +926,7 @@ impl ClientSession {
             reports: 0,
             outbox: vec![hello],
             mesh_peer: None,
+            probe_secs: None,
         }
     }
 
@@ -874,6 +941,30 @@ impl ClientSession {
         ClientSession {
             mesh_peer: Some(peer),
             ..ClientSession::new(settings, auth)
+        }
+    }
+
+    /// A probe session's (`--under-load`'s latency probes): once welcomed, it asks the
+    /// server to echo probes for `seconds`, and ends with the echo's port and token.
+    pub fn probe_echo(seconds: u32, auth: Option<(AuthKey, [u8; NONCE_LEN])>) -> Self {
+        let hello = Message::Hello {
+            version: PROTOCOL_MAJOR,
+            software: software(),
+            minor: PROTOCOL_MINOR,
+            features: Some(vec![crate::latency_probe::PROBE_ECHO.name().to_string()]),
+        };
+        ClientSession {
+            outbox: vec![hello],
+            probe_secs: Some(seconds),
+            ..ClientSession::new(Settings::default(), auth)
+        }
+    }
+
+    /// The features the server must support for what this session asks.
+    fn needed_features(&self) -> Vec<Feature> {
+        match self.probe_secs {
+            Some(_) => vec![crate::latency_probe::PROBE_ECHO],
+            None => self.settings.needed_features(),
         }
     }
 
@@ -981,7 +1072,6 @@ impl ClientSession {
                 check_features(features.as_deref())?;
                 let server = PeerHello::new(&software, minor, features);
                 if let Some(f) = self
-                    .settings
                     .needed_features()
                     .into_iter()
                     .find(|&f| !features::peer_supports(server.features.as_deref(), f))
@@ -994,15 +1084,19 @@ impl ClientSession {
                 }
                 self.session = Some(session);
                 let settings = self.settings.clone();
-                match &self.mesh_peer {
-                    Some(peer) => {
+                match (&self.mesh_peer, self.probe_secs) {
+                    (_, Some(seconds)) => {
+                        self.outbox.push(Message::ProbeEcho { seconds });
+                        self.state = ClientState::AwaitProbeEchoing;
+                    }
+                    (Some(peer), None) => {
                         self.outbox.push(Message::MeshTest {
                             peer: peer.clone(),
                             settings,
                         });
                         self.state = ClientState::AwaitMeshResult;
                     }
-                    None => {
+                    (None, None) => {
                         self.outbox.push(Message::Settings { settings });
                         self.state = ClientState::AwaitReady;
                     }
@@ -1058,6 +1152,13 @@ impl ClientSession {
             }
             (ClientState::AwaitMeshResult, other) => {
                 Err(ControlError::unexpected("mesh_result", &other).into())
+            }
+            (ClientState::AwaitProbeEchoing, Message::ProbeEchoing { port, token }) => {
+                self.state = ClientState::Ended;
+                Ok(ClientStep::ProbeEchoing { port, token })
+            }
+            (ClientState::AwaitProbeEchoing, other) => {
+                Err(ControlError::unexpected("probe_echoing", &other).into())
             }
             (ClientState::GotResults | ClientState::Ended, other) => {
                 Err(ControlError::unexpected("nothing", &other).into())
@@ -1131,7 +1232,10 @@ impl ClientRun {
             Ok(ClientStep::Results(result)) => self.last_word = Some((at, Ok(result))),
             // The session takes no other step once the test runs.
             Ok(
-                ClientStep::Continue | ClientStep::Connect { .. } | ClientStep::MeshResult { .. },
+                ClientStep::Continue
+                | ClientStep::Connect { .. }
+                | ClientStep::MeshResult { .. }
+                | ClientStep::ProbeEchoing { .. },
             ) => {}
             // The first word that ended the session stands.
             Err(e) => {
@@ -1325,6 +1429,56 @@ mod tests {
             streams: Vec::new(),
             cpu: None,
         })
+    }
+
+    #[test]
+    fn a_probe_session_asks_for_its_echo_and_for_nothing_else() {
+        let mut client = ClientSession::probe_echo(20, None);
+        let mut server = ServerSession::new(Limits::default(), None);
+        assert_eq!(
+            to_server(&mut client, &mut server),
+            [ServerStep::Identified]
+        );
+        assert!(server.asks_for_probe_echo());
+        server.welcome(7);
+        assert_eq!(to_client(&mut server, &mut client), [ClientStep::Continue]);
+        assert_eq!(
+            to_server(&mut client, &mut server),
+            [ServerStep::ProbeEcho { seconds: 20 }]
+        );
+        server.probe_echoing(4242, 99);
+        assert_eq!(
+            to_client(&mut server, &mut client),
+            [ClientStep::ProbeEchoing {
+                port: 4242,
+                token: 99
+            }]
+        );
+        // A connection that announced a probe session is never registered as a test:
+        // it may not ask for one, nor for an echo too long.
+        for (ask, refused) in [
+            (
+                Message::Settings {
+                    settings: Settings::default(),
+                },
+                "nothing but the probes' echo",
+            ),
+            (Message::ProbeEcho { seconds: 0 }, "1 to 3600 s, not 0 s"),
+        ] {
+            let mut server = ServerSession::new(Limits::default(), None);
+            let mut client = ClientSession::probe_echo(20, None);
+            to_server(&mut client, &mut server);
+            server.welcome(7);
+            let err = server.on_message(ask).expect_err("refused");
+            assert!(err.to_string().contains(refused), "{err}");
+        }
+        // An echo asked for without announcing it is out of turn.
+        let mut server = ServerSession::new(Limits::default(), None);
+        server.on_message(hello(PROTOCOL_MAJOR)).expect("hello");
+        server.welcome(7);
+        assert!(server
+            .on_message(Message::ProbeEcho { seconds: 5 })
+            .is_err());
     }
 
     fn hello(version: u32) -> Message {

@@ -17,6 +17,7 @@ use crate::transport::settings::{Protocol, TransportSettings};
 use crate::transport::sockets::{SocketSettings, OPTIONS as SOCKET_OPTIONS};
 use crate::transport::tcp::options::OPTIONS as TCP_OPTIONS;
 use crate::transport::tcp::settings::TcpSettings;
+use crate::under_load::spec::{UnderLoadSpec, OPTIONS as UNDER_LOAD_OPTIONS};
 use crate::workload::{Reply, Workload};
 use prometheus::Registry;
 use std::net::IpAddr;
@@ -77,6 +78,14 @@ pub fn tcp_parameters() -> impl Iterator<Item = (&'static str, &'static TestOpti
         .filter_map(|option| option.probe.map(|key| (key, option)))
 }
 
+/// `--under-load`'s options that a probe's query may set, with their parameters' names.
+pub fn under_load_parameters(
+) -> impl Iterator<Item = (&'static str, &'static TestOption<UnderLoadSpec>)> {
+    UNDER_LOAD_OPTIONS
+        .iter()
+        .filter_map(|option| option.probe.map(|key| (key, option)))
+}
+
 /// Every query parameter a probe takes, in the order the help lists them.
 fn parameters() -> Vec<&'static str> {
     let test = test_parameters().map(|(key, _)| key);
@@ -89,6 +98,7 @@ fn parameters() -> Vec<&'static str> {
         .chain(output_parameters().map(|(key, _)| key))
         .chain(sockets)
         .chain(tcp)
+        .chain(under_load_parameters().map(|(key, _)| key))
         .chain([LAST_PARAMETER])
         .collect()
 }
@@ -118,7 +128,10 @@ pub struct ProbeRequest {
     /// The IP family the test keeps to (`family=4` or `6`), or either.
     pub family: IpFamily,
     pub settings: Settings,
+    /// How long the test runs (with `under_load`, its phases and the pauses between).
     pub duration: Duration,
+    /// `under_load=1`: latency under load instead of one test.
+    pub under_load: Option<UnderLoadSpec>,
 }
 
 impl ProbeRequest {
@@ -234,6 +247,15 @@ impl ProbeRequest {
         settings
             .validate()
             .map_err(|e| bad(format!("the test asked for cannot run: {e}")))?;
+        let mut spec = UnderLoadSpec::default();
+        apply_query(under_load_parameters().map(|(_, o)| o), get, &mut spec).map_err(bad)?;
+        let (duration, under_load) = match spec.enabled {
+            false => (duration, None),
+            true => (
+                under_load_length(&mut spec, get, duration, config)?,
+                Some(spec),
+            ),
+        };
         Ok(ProbeRequest {
             target: target.to_owned(),
             host,
@@ -241,6 +263,7 @@ impl ProbeRequest {
             family,
             settings,
             duration,
+            under_load,
         })
     }
 
@@ -294,8 +317,9 @@ pub fn run(
     let place = Arc::new(place);
     let test = {
         let (abort, registry, place) = (abort.clone(), registry.clone(), place.clone());
+        let under_load = request.under_load.clone();
         move || {
-            let result = measure(&client, abort, registry);
+            let result = measure(&client, under_load.as_ref(), abort, registry);
             // Given back before the answer goes: a scraper that reads the exporter's
             // counters after its probe's answer sees the probe ended.
             drop(place);
@@ -320,13 +344,48 @@ pub fn run(
     result
 }
 
+/// How long an `under_load=1` probe runs: without `phase_time`, `duration` split evenly
+/// among the phases; refused past the exporter's `--max-duration`.
+fn under_load_length<'a>(
+    spec: &mut UnderLoadSpec,
+    get: impl Fn(&str) -> Option<&'a str>,
+    duration: Duration,
+    config: &ExporterConfig,
+) -> Result<Duration, ProbeError> {
+    let phases = u32::try_from(spec.phases.len().max(1)).unwrap_or(u32::MAX);
+    if get("phase_time").is_none() {
+        spec.phase_time = (duration / phases).max(Duration::from_millis(100));
+    }
+    let total = spec.total();
+    if total > config.max_duration {
+        return Err(ProbeError::Parameter(format!(
+            "under_load's phases take {total:?}, more than the exporter's {:?}",
+            config.max_duration
+        )));
+    }
+    spec.check().map_err(ProbeError::Parameter)?;
+    Ok(total + PAUSE_PER_PHASE * phases)
+}
+
+/// What an `under_load=1` probe adds per phase to its test time: the pause between
+/// phases and a phase's own set-up.
+const PAUSE_PER_PHASE: Duration = Duration::from_secs(1);
+
 /// One test against the target, its end recorded into `registry`.
 fn measure(
     client: &ClientConfig,
+    under_load: Option<&UnderLoadSpec>,
     abort: Arc<AtomicBool>,
     registry: Registry,
 ) -> Result<(), ProbeError> {
     let failed = |e: anyhow::Error| ProbeError::Test(format!("{e:#}"));
+    if let Some(spec) = under_load {
+        let run = crate::under_load::run(client, spec, abort).map_err(failed)?;
+        if run.interrupted {
+            return Err(ProbeError::Test("the run was cut short".into()));
+        }
+        return crate::output::openmetrics::record_under_load(&registry, &run).map_err(failed);
+    }
     let sink: Box<dyn Sink> = Box::new(OpenMetrics::new(registry));
     let mut sinks = Sinks::new(&client.settings, StartTime::now(), vec![sink]);
     let outcome = client::run_observed(client, abort, &mut sinks).map_err(failed)?;
@@ -397,6 +456,11 @@ mod tests {
                 "mss",
                 "fq_rate",
                 "notsent_lowat",
+                "under_load",
+                "phases",
+                "phase_time",
+                "load_flows",
+                "probe_interval",
                 "family"
             ]
         );

@@ -9,7 +9,7 @@
 //! meaning.
 
 use crate::client::{ClientOutcome, StreamInfo};
-use crate::results::{Figures, IntervalResult, SideResult, StreamInterval};
+use crate::results::{nanos, Figures, IntervalResult, SideResult, StreamInterval};
 use crate::settings::Settings;
 use crate::stats::latency_doc::finite;
 pub use crate::stats::latency_doc::LatencyDoc;
@@ -19,6 +19,8 @@ use crate::sysinfo::{CpuUsage, SystemFacts};
 use crate::transport::figures::{TransportFiguresDoc, TransportInForce};
 use crate::transport::labels::Sample;
 use crate::transport::Role;
+use crate::under_load::figures::{ClockOffset, PhaseFigures, RPM_DRAFT};
+use crate::under_load::UnderLoadRun;
 use schemars::generate::SchemaSettings;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -590,6 +592,197 @@ impl Event {
     }
 }
 
+// The documents of a `--under-load` run.
+
+/// How a `--under-load` run's RPM figures are computed, as the outputs say it.
+pub fn rpm_method() -> String {
+    format!(
+        "{RPM_DRAFT}: 60000 / the single-sided 95% trimmed mean of the phase's probe round \
+         trips in ms (with one kind of probe every term of the draft's formula is this mean)"
+    )
+}
+
+/// One phase in the `--json` document.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "under_load_phase", deny_unknown_fields)]
+pub struct PhaseDoc {
+    #[schemars(extend("enum" = ["idle", "download", "upload", "bidir"]))]
+    pub name: &'static str,
+    /// When the phase's load ran (the whole phase when idle), in ns since the run began:
+    /// the probes sent within it are the phase's.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The round trips of the phase's probes that came back; `None` if none did.
+    pub rtt: Option<LatencyDoc>,
+    pub probes_sent: u64,
+    pub probes_lost: u64,
+    /// The share of the phase's probes lost, 0 to 1.
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub probe_loss: f64,
+    /// The phase's median round trip less the idle phase's, in ns; `None` without an
+    /// idle phase.
+    pub added_delay_ns: Option<i64>,
+    /// Throughput client → server, as the server received it.
+    pub up_bits_per_second: f64,
+    /// Throughput server → client, as the client received it.
+    pub down_bits_per_second: f64,
+    /// Round trips per minute from the same probes (see `rpm_method`).
+    pub rpm: Option<f64>,
+    /// The round trip TCP measured on the loaded connections (TCP_INFO's smoothed RTT
+    /// of the sending ends, sampled every interval); `None` when idle.
+    pub loaded_connection_rtt: Option<LatencyDoc>,
+    /// Median one-way delays, present only where the clocks are known to agree well
+    /// enough (see `clock_offset`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "OneWayDoc")]
+    pub one_way: Option<OneWayDoc>,
+}
+
+/// Median one-way delays of a phase's probes.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "under_load_one_way", deny_unknown_fields)]
+pub struct OneWayDoc {
+    pub up_ns: u64,
+    pub down_ns: u64,
+}
+
+/// The two clocks compared.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "under_load_clocks", deny_unknown_fields)]
+pub struct ClocksDoc {
+    /// The server's clock less the client's, in ns (0 on one host).
+    pub offset_ns: i64,
+    /// How far off `offset_ns` may be: half the fastest probe's time on the network.
+    pub uncertainty_ns: u64,
+    /// Both ends are this host: one clock.
+    pub same_host: bool,
+}
+
+impl ClocksDoc {
+    fn new(c: &ClockOffset) -> ClocksDoc {
+        ClocksDoc {
+            offset_ns: c.offset_ns,
+            uncertainty_ns: c.bound_ns,
+            same_host: c.same_host,
+        }
+    }
+}
+
+/// What a `--under-load` run measured, in its `--json` document.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "under_load", deny_unknown_fields)]
+pub struct UnderLoadDoc {
+    /// The server as given, and the addresses the probes went between.
+    pub server: String,
+    pub client_address: String,
+    pub server_address: String,
+    pub probe_interval_ns: u64,
+    /// TCP flows per loaded direction (a bidir phase runs as many each way).
+    pub load_flows: u32,
+    /// The load's congestion control on the client's sockets.
+    pub congestion: Option<String>,
+    /// How `rpm` is computed, naming the draft's revision.
+    pub rpm_method: String,
+    /// The clocks compared; `None` when no probe came back.
+    pub clock_offset: Option<ClocksDoc>,
+    pub phases: Vec<PhaseDoc>,
+}
+
+impl UnderLoadDoc {
+    pub fn new(run: &UnderLoadRun) -> UnderLoadDoc {
+        UnderLoadDoc {
+            server: run.server.clone(),
+            client_address: run.client_addr.to_string(),
+            server_address: run.server_addr.to_string(),
+            probe_interval_ns: nanos(run.probe_interval),
+            load_flows: run.flows,
+            congestion: run.congestion.clone(),
+            rpm_method: rpm_method(),
+            clock_offset: run.clocks.as_ref().map(ClocksDoc::new),
+            phases: run.phases.iter().map(phase_doc).collect(),
+        }
+    }
+}
+
+fn phase_doc(p: &PhaseFigures) -> PhaseDoc {
+    PhaseDoc {
+        name: p.kind.name(),
+        start_ns: nanos(p.window.0),
+        end_ns: nanos(p.window.1),
+        rtt: p.rtt.as_ref().map(LatencyDoc::new),
+        probes_sent: p.sent,
+        probes_lost: p.lost,
+        probe_loss: p.loss(),
+        added_delay_ns: p.added_delay_ns,
+        up_bits_per_second: p.up_bps,
+        down_bits_per_second: p.down_bps,
+        rpm: p.rpm,
+        loaded_connection_rtt: p.loaded_rtt.as_ref().map(LatencyDoc::new),
+        one_way: p.one_way.map(|w| OneWayDoc {
+            up_ns: w.up_ns,
+            down_ns: w.down_ns,
+        }),
+    }
+}
+
+/// The `--json` document of a `--under-load` run.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "under_load_run", deny_unknown_fields)]
+pub struct UnderLoadRunDoc {
+    #[schemars(extend("const" = SCHEMA_VERSION))]
+    pub schema_version: u32,
+    pub fperf_version: &'static str,
+    #[serde(flatten)]
+    pub labels: DocLabels,
+    pub start: StartTime,
+    /// Cut short by Ctrl-C: the phases run until then.
+    pub interrupted: bool,
+    pub under_load: UnderLoadDoc,
+}
+
+impl UnderLoadRunDoc {
+    pub fn new(run: &UnderLoadRun, start: StartTime, labels: DocLabels) -> UnderLoadRunDoc {
+        UnderLoadRunDoc {
+            schema_version: SCHEMA_VERSION,
+            fperf_version: crate::VERSION,
+            labels,
+            start,
+            interrupted: run.interrupted,
+            under_load: UnderLoadDoc::new(run),
+        }
+    }
+}
+
+/// One line of `--json-stream` for a `--under-load` run: every probe and throughput
+/// sample in time order, then the document.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "under_load_event", deny_unknown_fields)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub enum UnderLoadEvent {
+    /// One latency probe.
+    Probe {
+        /// The phase it was sent in; `None` between phases.
+        #[schemars(extend("enum" = ["idle", "download", "upload", "bidir", null]))]
+        phase: Option<&'static str>,
+        seq: u64,
+        /// When it was sent, in ns since the run began.
+        sent_ns: u64,
+        /// Its round trip; `None`: lost.
+        rtt_ns: Option<u64>,
+    },
+    /// The load's throughput over one interval, as the client counted it.
+    Throughput {
+        #[schemars(extend("enum" = ["download", "upload", "bidir"]))]
+        phase: &'static str,
+        /// The interval's end, in ns since the run began.
+        at_ns: u64,
+        up_bits_per_second: f64,
+        down_bits_per_second: f64,
+    },
+    /// The run ended: its whole document.
+    End { result: Box<UnderLoadRunDoc> },
+}
+
 /// The JSON Schema (draft 2020-12) of the documents above, as committed in
 /// `docs/fperf-result.schema.json`: its root is a run or sweep document (`--json`);
 /// `$defs/event` is one line of `--json-stream`, and `$defs/server_test` and
@@ -600,8 +793,10 @@ pub fn result_schema() -> serde_json::Value {
         .into_generator();
     let run = generator.subschema_for::<RunDoc>();
     let sweep = generator.subschema_for::<SweepDoc>();
+    let under_load = generator.subschema_for::<UnderLoadRunDoc>();
     // The documents printed one per line are only referred to from `$defs`.
     generator.subschema_for::<Event>();
+    generator.subschema_for::<UnderLoadEvent>();
     generator.subschema_for::<ServerTestDoc>();
     generator.subschema_for::<ServerMeshTestDoc>();
     let defs = generator.take_definitions(true);
@@ -609,10 +804,11 @@ pub fn result_schema() -> serde_json::Value {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://fperf.invalid/fperf-result.schema.json",
         "title": "fperf --json output",
-        "description": "A run document, or a sweep document (with --sweep). Lines of \
-            --json-stream follow $defs/event, lines of fperf -s --json $defs/server_test \
-            or $defs/server_mesh_test. See docs/json.md.",
-        "oneOf": [run, sweep],
+        "description": "A run document, a sweep document (with --sweep) or a latency under \
+            load document (with --under-load). Lines of --json-stream follow $defs/event \
+            ($defs/under_load_event with --under-load), lines of fperf -s --json \
+            $defs/server_test or $defs/server_mesh_test. See docs/json.md.",
+        "oneOf": [run, sweep, under_load],
         "$defs": defs,
     });
     as_prose(&mut schema);

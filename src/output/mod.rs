@@ -31,6 +31,7 @@ pub mod report;
 pub mod sfnt;
 pub mod svg;
 pub mod text;
+pub mod under_load;
 
 use crate::client::{ClientOutcome, RunObserver, StreamInfo};
 use crate::output::json_document::StartTime;

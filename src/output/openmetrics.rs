@@ -230,6 +230,61 @@ pub fn gauge(registry: &Registry, name: &str, help: &str) -> Result<Gauge> {
     Ok(gauge)
 }
 
+/// A `--under-load` run's figures, each phase's under its `phase` label: the probes'
+/// round trip (p50 and p99), their loss, the delay the load added and RPM.
+pub fn record_under_load(registry: &Registry, run: &crate::under_load::UnderLoadRun) -> Result<()> {
+    let per_phase = |name: &str, help: &str| gauge_vec(registry, name, help, &["phase"]);
+    let rtt = gauge_vec(
+        registry,
+        "fperf_under_load_round_trip_seconds",
+        "Round trip of the latency probes in each phase, at the percentile given.",
+        &["phase", "percentile"],
+    )?;
+    let added = per_phase(
+        "fperf_under_load_added_delay_seconds",
+        "The delay the phase's load added: its median probe round trip less the idle phase's.",
+    )?;
+    let rpm = per_phase(
+        "fperf_under_load_rpm",
+        "Round trips per minute in the phase (IETF draft-ietf-ippm-responsiveness-08, from the probes).",
+    )?;
+    let loss = per_phase(
+        "fperf_under_load_probe_loss_ratio",
+        "The share of the phase's latency probes that did not come back.",
+    )?;
+    let throughput = gauge_vec(
+        registry,
+        "fperf_under_load_bits_per_second",
+        "The phase's throughput in each direction (up: client to server).",
+        &["phase", "direction"],
+    )?;
+    for phase in &run.phases {
+        let name = phase.kind.name();
+        if let Some(r) = &phase.rtt {
+            for (percentile, ns) in [("50", r.at(50.0)), ("99", r.at(99.0))] {
+                if let Some(ns) = ns {
+                    rtt.with_label_values(&[name, percentile])
+                        .set(ns as f64 / 1e9);
+                }
+            }
+        }
+        if let Some(ns) = phase.added_delay_ns {
+            added.with_label_values(&[name]).set(ns as f64 / 1e9);
+        }
+        if let Some(r) = phase.rpm {
+            rpm.with_label_values(&[name]).set(r);
+        }
+        loss.with_label_values(&[name]).set(phase.loss());
+        throughput
+            .with_label_values(&[name, "up"])
+            .set(phase.up_bps);
+        throughput
+            .with_label_values(&[name, "down"])
+            .set(phase.down_bps);
+    }
+    Ok(())
+}
+
 /// A gauge with `labels`, registered in `registry`.
 pub fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<GaugeVec> {
     let gauges =

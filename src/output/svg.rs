@@ -185,6 +185,69 @@ pub fn sweep(path: &Path, title: &str, param: SweepParam, series: &[Series]) -> 
     draw(path, title, &x, &panels)
 }
 
+/// One phase of a latency-under-load picture: its name and when it ran, in seconds.
+pub struct PhaseSpan {
+    pub name: &'static str,
+    pub start: f64,
+    pub end: f64,
+}
+
+/// Draws a `--under-load` run over time: the probes' round trips (ms) in one panel and
+/// the load's throughput each way (Mbit/s) in the other, the x axis (seconds) marked
+/// where each phase's load began.
+pub fn under_load(
+    path: &Path,
+    title: &str,
+    rtt_ms: &[(f64, f64)],
+    up_mbps: &[(f64, f64)],
+    down_mbps: &[(f64, f64)],
+    phases: &[PhaseSpan],
+) -> Result<()> {
+    let end = rtt_ms
+        .iter()
+        .chain(up_mbps)
+        .chain(down_mbps)
+        .map(|p| p.0)
+        .chain(phases.iter().map(|p| p.end))
+        .fold(0.0f64, f64::max);
+    if end <= 0.0 {
+        return Err(anyhow!("--plot: the run has nothing to draw"));
+    }
+    let label = |x: &f64| match phases.iter().find(|p| (p.start - x).abs() < 1e-9) {
+        Some(phase) => format!("{} {:.1}", phase.name, x),
+        None => format!("{x:.1}"),
+    };
+    let x = Axis {
+        desc: "seconds (each phase's name where its load began)",
+        label: &label,
+        range: 0.0..end,
+        ticks: phases.iter().map(|p| p.start).collect(),
+    };
+    let rtt = [Line {
+        label: "probe round trip".into(),
+        points: rtt_ms.to_vec(),
+    }];
+    let throughput = [
+        Line {
+            label: "up (client to server)".into(),
+            points: up_mbps.to_vec(),
+        },
+        Line {
+            label: "down (server to client)".into(),
+            points: down_mbps.to_vec(),
+        },
+    ];
+    draw(
+        path,
+        title,
+        &x,
+        &[
+            ("round trip (ms)", Scale::FromZero, &rtt),
+            ("Mbit/s", Scale::FromZero, &throughput),
+        ],
+    )
+}
+
 /// The x axis: its name, its label for a position, its range and where it is labelled.
 struct Axis<'a> {
     desc: &'a str,

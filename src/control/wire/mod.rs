@@ -139,6 +139,13 @@ pub enum Message {
         client: Box<SideResult>,
         server: Box<SideResult>,
     },
+    ProbeEcho {
+        seconds: u32,
+    },
+    ProbeEchoing {
+        port: u16,
+        token: u64,
+    },
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -215,6 +222,8 @@ impl From<&Domain> for Message {
                 client: Box::new((*client).into()),
                 server: Box::new((*server).into()),
             },
+            Domain::ProbeEcho { seconds } => Message::ProbeEcho { seconds },
+            Domain::ProbeEchoing { port, token } => Message::ProbeEchoing { port, token },
         }
     }
 }
@@ -291,6 +300,8 @@ impl TryFrom<Message> for Domain {
                 client: Box::new((*client).into()),
                 server: Box::new((*server).into()),
             },
+            Message::ProbeEcho { seconds } => Domain::ProbeEcho { seconds },
+            Message::ProbeEchoing { port, token } => Domain::ProbeEchoing { port, token },
         })
     }
 }

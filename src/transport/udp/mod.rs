@@ -20,7 +20,7 @@
 //! UDP's own options are in [`settings`].
 
 pub mod batch;
-mod cmsg;
+pub(crate) mod cmsg;
 pub mod facts;
 mod flows;
 pub mod options;
