@@ -34,6 +34,7 @@ use crate::results::SideResult;
 use crate::sessions::{SessionGuard, Sessions};
 use crate::settings::Settings;
 use crate::stream::Timeout;
+use crate::transport::settings::TransportSettings;
 use crate::transport::stream::Stream;
 use crate::transport::Role;
 use crate::transport::{self, DataConn, ServerCtx};
@@ -552,6 +553,15 @@ enum Served {
 
 /// Runs one test on a welcomed control connection (`Welcome` queued) and returns the
 /// server's figures for the caller to send, once every socket of the test is closed.
+/// A test's settings as this server carries them out: with its own `--xdp`, a UDP
+/// test's datagrams move through AF_XDP, one latency sample each, which its reports say.
+fn served_by(config: &ServerConfig, mut settings: Settings) -> Settings {
+    if let TransportSettings::Udp(udp) = &mut settings.transport {
+        udp.xdp = udp.xdp.take().or_else(|| config.xdp.clone());
+    }
+    settings
+}
+
 /// Data connections must present the registered session id.
 fn run_session(
     control: &mut Control,
@@ -562,7 +572,7 @@ fn run_session(
     events: &EventSender,
 ) -> Result<Served> {
     let settings = match control.recv_request(config)? {
-        Request::Test(settings) => *settings,
+        Request::Test(settings) => served_by(config, *settings),
         Request::Mesh {
             host,
             port,
