@@ -187,11 +187,12 @@ fn pause(length: Duration, abort: &AtomicBool) -> bool {
 /// The test of a loaded phase: `base`'s options with the phase's streams, direction and
 /// length.
 fn phase_settings(base: &Settings, kind: PhaseKind, flows: u32, length: Duration) -> Settings {
-    let (nstreams, workload) = match kind {
-        PhaseKind::Upload | PhaseKind::Idle => (flows, Workload::Bulk),
-        PhaseKind::Download => (flows, Workload::Reverse),
-        PhaseKind::Bidir => (flows * 2, Workload::Bidir),
+    let workload = match kind {
+        PhaseKind::Upload | PhaseKind::Idle => Workload::Bulk,
+        PhaseKind::Download => Workload::Reverse,
+        PhaseKind::Bidir => Workload::Bidir,
     };
+    let nstreams = kind.streams(flows);
     Settings {
         nstreams,
         workload,

@@ -4,51 +4,8 @@
 use crate::options::{Iperf3, Mesh, Takes, TestOption};
 use std::time::Duration;
 
-/// One phase of a run: what loads the path while the probes go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PhaseKind {
-    /// No load: the path's own round trip.
-    Idle,
-    /// TCP flows from the server to the client.
-    Download,
-    /// TCP flows from the client to the server.
-    Upload,
-    /// Both at once.
-    Bidir,
-}
-
-impl PhaseKind {
-    pub const ALL: [PhaseKind; 4] = [
-        PhaseKind::Idle,
-        PhaseKind::Download,
-        PhaseKind::Upload,
-        PhaseKind::Bidir,
-    ];
-
-    /// Its name in `--phases` and in every output.
-    pub fn name(self) -> &'static str {
-        match self {
-            PhaseKind::Idle => "idle",
-            PhaseKind::Download => "download",
-            PhaseKind::Upload => "upload",
-            PhaseKind::Bidir => "bidir",
-        }
-    }
-
-    fn from_name(name: &str) -> Option<PhaseKind> {
-        PhaseKind::ALL.into_iter().find(|k| k.name() == name)
-    }
-
-    /// Whether data goes from the client to the server.
-    pub fn loads_up(self) -> bool {
-        matches!(self, PhaseKind::Upload | PhaseKind::Bidir)
-    }
-
-    /// Whether data goes from the server to the client.
-    pub fn loads_down(self) -> bool {
-        matches!(self, PhaseKind::Download | PhaseKind::Bidir)
-    }
-}
+pub use crate::latency_probe::phases::{PhaseKind, MAX_FLOWS, MAX_PHASE, MAX_PROBES};
+use crate::latency_probe::phases::PhasePlan;
 
 /// A phase's length unless `--phase-time` or `--phases` says otherwise.
 pub const DEFAULT_PHASE: Duration = Duration::from_secs(5);
@@ -56,12 +13,6 @@ pub const DEFAULT_PHASE: Duration = Duration::from_secs(5);
 pub const DEFAULT_FLOWS: u32 = 4;
 /// The probes' interval unless `--probe-interval` says otherwise.
 pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(10);
-/// The most flows per direction (a bidir phase runs twice as many streams).
-pub const MAX_FLOWS: u32 = 64;
-/// The longest phase.
-pub const MAX_PHASE: Duration = Duration::from_secs(600);
-/// The most probes one run sends: each is kept for the figures and the plot.
-pub const MAX_PROBES: u64 = 1 << 20;
 
 /// A `--under-load` run's own options, as given.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,6 +53,26 @@ impl UnderLoadSpec {
     /// The phases' lengths added up.
     pub fn total(&self) -> Duration {
         self.phases().iter().map(|(_, len)| *len).sum()
+    }
+
+    /// The run as a mesh coordinator asks a server for it.
+    pub fn plan(&self) -> PhasePlan {
+        PhasePlan {
+            phases: self.phases(),
+            flows: self.flows,
+            probe_interval: self.probe_interval,
+        }
+    }
+
+    /// The run a mesh coordinator asked for.
+    pub fn from_plan(plan: &PhasePlan) -> UnderLoadSpec {
+        UnderLoadSpec {
+            enabled: true,
+            phases: plan.phases.iter().map(|&(k, len)| (k, Some(len))).collect(),
+            phase_time: DEFAULT_PHASE,
+            flows: plan.flows,
+            probe_interval: plan.probe_interval,
+        }
     }
 
     /// Refuses a run that would keep more probes than [`MAX_PROBES`].
