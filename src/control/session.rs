@@ -27,6 +27,7 @@ use super::{
 };
 use crate::auth::{self, AuthError, AuthKey, Exchange, NONCE_LEN};
 use crate::features;
+use crate::latency_probe::phases::{self, PhasePlan, PhaseReport};
 use crate::limits::{LimitError, Limits};
 use crate::options::Feature;
 use crate::peer_text::printable;
@@ -86,6 +87,8 @@ pub enum SessionError {
     MeshPeer(String),
     #[error("the server sent impossible figures for the mesh test: {0}")]
     ImpossibleMeshFigures(String),
+    #[error("the mesh coordinator asked for phases of latency under load that cannot run: {0}")]
+    MeshPhases(String),
     /// A probe session asked for an echo longer than a server gives.
     #[error(
         "a latency probe echo lasts 1 to {most} s, not {0} s",
@@ -250,6 +253,15 @@ pub enum ServerStep {
         host: String,
         port: u16,
         settings: Box<Settings>,
+    },
+    /// A mesh coordinator's phases of latency under load, valid and within the
+    /// server's limits: run them as the client towards the fperf server at
+    /// `host`:`port`, then call [`ServerSession::mesh_under_load_results`].
+    MeshUnderLoad {
+        host: String,
+        port: u16,
+        settings: Box<Settings>,
+        plan: Box<PhasePlan>,
     },
     /// A probe session's request: echo latency probes for `seconds`, then call
     /// [`ServerSession::probe_echoing`].
@@ -454,8 +466,10 @@ impl ServerSession {
                 Ok(ServerStep::ProbeEcho { seconds })
             }
             // A probe session is not registered as a test: it may not turn into one.
-            (ServerState::AwaitSettings, Message::Settings { .. } | Message::MeshTest { .. })
-                if self.asks_for_probe_echo() =>
+            (
+                ServerState::AwaitSettings,
+                Message::Settings { .. } | Message::MeshTest { .. } | Message::MeshUnderLoad { .. },
+            ) if self.asks_for_probe_echo() =>
             {
                 Err(SessionError::ProbeSessionOnly)
             }
@@ -481,6 +495,39 @@ impl ServerSession {
                     host,
                     port,
                     settings: Box::new(settings),
+                })
+            }
+            (
+                ServerState::AwaitSettings,
+                Message::MeshUnderLoad {
+                    peer,
+                    settings,
+                    plan,
+                },
+            ) => {
+                if !self.allow_mesh {
+                    return Err(SessionError::MeshNotAllowed);
+                }
+                let (host, port) = mesh_peer(&peer).map_err(SessionError::MeshPeer)?;
+                self.check_client_features()?;
+                plan.check().map_err(SessionError::MeshPhases)?;
+                settings.validate()?;
+                // The limits bound the whole run: its longest phase's streams, all its
+                // phases' time.
+                let widest = Settings {
+                    nstreams: plan.most_streams(),
+                    time_ms: Some(u64::try_from(plan.total().as_millis()).unwrap_or(u64::MAX)),
+                    ..settings.clone()
+                };
+                widest.validate()?;
+                self.limits.check(&widest)?;
+                self.state = ServerState::MeshRunning;
+                self.test = Some(settings.clone());
+                Ok(ServerStep::MeshUnderLoad {
+                    host,
+                    port,
+                    settings: Box::new(settings),
+                    plan: Box::new(plan),
                 })
             }
             (ServerState::AwaitSettings, other) => {
@@ -607,6 +654,15 @@ impl ServerSession {
         }
     }
 
+    /// The mesh coordinator's phases of latency under load are over: their figures end
+    /// the session.
+    pub fn mesh_under_load_results(&mut self, phases: Vec<PhaseReport>) {
+        if matches!(self.state, ServerState::MeshRunning) {
+            self.outbox.push(Message::MeshUnderLoadResult { phases });
+            self.state = ServerState::Ended;
+        }
+    }
+
     /// The test is over: its figures end the session.
     pub fn results(&mut self, result: Box<SideResult>) {
         if matches!(self.state, ServerState::Running) {
@@ -648,6 +704,15 @@ pub enum Request {
         host: String,
         port: u16,
         settings: Box<Settings>,
+    },
+    /// A mesh coordinator's phases of latency under load towards the fperf server at
+    /// `host`:`port`: run them as the client, then call
+    /// [`ServerSession::mesh_under_load_results`].
+    MeshUnderLoad {
+        host: String,
+        port: u16,
+        settings: Box<Settings>,
+        plan: Box<PhasePlan>,
     },
     /// A probe session: echo latency probes for `seconds`, then call
     /// [`ServerSession::probe_echoing`].
@@ -694,7 +759,10 @@ impl ServerSession {
                 socket,
             }),
             ServerStep::Conf => Ok(Greeting::Conf),
-            ServerStep::Test(_) | ServerStep::MeshTest { .. } | ServerStep::ProbeEcho { .. } => {
+            ServerStep::Test(_)
+            | ServerStep::MeshTest { .. }
+            | ServerStep::MeshUnderLoad { .. }
+            | ServerStep::ProbeEcho { .. } => {
                 Err(SessionError::StepOutOfTurn(
                     "settings before welcome".into(),
                 ))
@@ -737,6 +805,17 @@ impl ServerSession {
                 host,
                 port,
                 settings,
+            }),
+            ServerStep::MeshUnderLoad {
+                host,
+                port,
+                settings,
+                plan,
+            } => Ok(Request::MeshUnderLoad {
+                host,
+                port,
+                settings,
+                plan,
             }),
             ServerStep::ProbeEcho { seconds } => Ok(Request::ProbeEcho { seconds }),
             other => {
@@ -853,6 +932,8 @@ enum ClientState {
     AwaitMeshResult,
     /// A probe echo was asked for; waiting for its port.
     AwaitProbeEchoing,
+    /// A mesh's phases of latency under load were asked for; waiting for their figures.
+    AwaitMeshUnderLoadResult,
     /// Done, or failed.
     Ended,
 }
@@ -878,6 +959,9 @@ pub enum ClientStep {
     /// The server echoes probes carrying `token` on UDP `port`: the session is over, its
     /// connection held open while the probes go.
     ProbeEchoing { port: u16, token: u64 },
+    /// Each phase's figures of the mesh's latency under load asked for, checked against
+    /// the plan: the session is over.
+    MeshUnderLoadResult { phases: Vec<PhaseReport> },
 }
 
 /// The client's end of a control connection.
@@ -899,6 +983,8 @@ pub struct ClientSession {
     mesh_peer: Option<String>,
     /// As a probe session: the seconds of echo to ask for.
     probe_secs: Option<u32>,
+    /// As a mesh coordinator of latency under load: the phases to ask for.
+    mesh_plan: Option<PhasePlan>,
 }
 
 impl ClientSession {
@@ -927,6 +1013,7 @@ impl ClientSession {
             outbox: vec![hello],
             mesh_peer: None,
             probe_secs: None,
+            mesh_plan: None,
         }
     }
 
@@ -960,11 +1047,45 @@ impl ClientSession {
         }
     }
 
+    /// A mesh coordinator's session of latency under load: once welcomed, it asks the
+    /// server to run `plan`'s phases, each loaded one's test with `settings`' options,
+    /// towards the fperf server at `peer` (`HOST:PORT`), and ends with each phase's
+    /// figures.
+    pub fn mesh_under_load(
+        peer: String,
+        settings: Settings,
+        plan: PhasePlan,
+        auth: Option<(AuthKey, [u8; NONCE_LEN])>,
+    ) -> Self {
+        let mut session = ClientSession {
+            mesh_peer: Some(peer),
+            mesh_plan: Some(plan),
+            ..ClientSession::new(settings, auth)
+        };
+        let features = session
+            .needed_features()
+            .into_iter()
+            .map(|f| f.name().to_string())
+            .collect();
+        session.outbox = vec![Message::Hello {
+            version: PROTOCOL_MAJOR,
+            software: software(),
+            minor: PROTOCOL_MINOR,
+            features: Some(features),
+        }];
+        session
+    }
+
     /// The features the server must support for what this session asks.
     fn needed_features(&self) -> Vec<Feature> {
-        match self.probe_secs {
-            Some(_) => vec![crate::latency_probe::PROBE_ECHO],
-            None => self.settings.needed_features(),
+        match (self.probe_secs, &self.mesh_plan) {
+            (Some(_), _) => vec![crate::latency_probe::PROBE_ECHO],
+            (None, Some(_)) => {
+                let mut needed = vec![crate::latency_probe::MESH_UNDER_LOAD];
+                needed.extend(self.settings.needed_features());
+                needed
+            }
+            (None, None) => self.settings.needed_features(),
         }
     }
 
@@ -1084,19 +1205,27 @@ impl ClientSession {
                 }
                 self.session = Some(session);
                 let settings = self.settings.clone();
-                match (&self.mesh_peer, self.probe_secs) {
-                    (_, Some(seconds)) => {
+                match (&self.mesh_peer, self.probe_secs, &self.mesh_plan) {
+                    (_, Some(seconds), _) => {
                         self.outbox.push(Message::ProbeEcho { seconds });
                         self.state = ClientState::AwaitProbeEchoing;
                     }
-                    (Some(peer), None) => {
+                    (Some(peer), None, Some(plan)) => {
+                        self.outbox.push(Message::MeshUnderLoad {
+                            peer: peer.clone(),
+                            settings,
+                            plan: plan.clone(),
+                        });
+                        self.state = ClientState::AwaitMeshUnderLoadResult;
+                    }
+                    (Some(peer), None, None) => {
                         self.outbox.push(Message::MeshTest {
                             peer: peer.clone(),
                             settings,
                         });
                         self.state = ClientState::AwaitMeshResult;
                     }
-                    (None, None) => {
+                    (None, None, _) => {
                         self.outbox.push(Message::Settings { settings });
                         self.state = ClientState::AwaitReady;
                     }
@@ -1159,6 +1288,17 @@ impl ClientSession {
             }
             (ClientState::AwaitProbeEchoing, other) => {
                 Err(ControlError::unexpected("probe_echoing", &other).into())
+            }
+            (ClientState::AwaitMeshUnderLoadResult, Message::MeshUnderLoadResult { phases }) => {
+                let plan = self.mesh_plan.as_ref();
+                if let Some(why) = plan.and_then(|plan| phases::impossible(plan, &phases)) {
+                    return Err(SessionError::ImpossibleMeshFigures(why));
+                }
+                self.state = ClientState::Ended;
+                Ok(ClientStep::MeshUnderLoadResult { phases })
+            }
+            (ClientState::AwaitMeshUnderLoadResult, other) => {
+                Err(ControlError::unexpected("mesh_under_load_result", &other).into())
             }
             (ClientState::GotResults | ClientState::Ended, other) => {
                 Err(ControlError::unexpected("nothing", &other).into())
@@ -1235,6 +1375,7 @@ impl ClientRun {
                 ClientStep::Continue
                 | ClientStep::Connect { .. }
                 | ClientStep::MeshResult { .. }
+                | ClientStep::MeshUnderLoadResult { .. }
                 | ClientStep::ProbeEchoing { .. },
             ) => {}
             // The first word that ended the session stands.
