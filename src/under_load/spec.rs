@@ -148,8 +148,15 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
                the IETF draft \"Responsiveness under Working Conditions\"); also the round \
                trip TCP measured on the loaded connections. An older server that cannot \
                echo the probes refuses the run before it starts.",
-        // A mesh's tests run from one server towards another: not yet these.
-        mesh: Mesh::No,
+        mesh: Mesh::Help(
+            "Measure latency under load between each pair: the sending host's server runs \
+             the phases towards the receiving host's, one pair at a time, and the matrix is \
+             the delay each loaded phase added to the idle round trip, in ms.\n\n\
+             It takes the same options as fperf -c HOST --under-load (--phases, \
+             --phase-time, --load-flows, --probe-interval) and TCP's (-C, --fq-rate); the \
+             phases need an idle one and each phase runs once. A server older than this \
+             coordinator cannot run them: its pairs fail, naming both versions.",
+        ),
         probe: Some("under_load"),
         iperf3: Iperf3::No,
         what: "0 or 1",
@@ -174,7 +181,7 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
                Each is idle, download, upload or bidir, with its own length after a colon \
                if it differs from --phase-time's (e.g. idle:2,download:10). The added delay \
                needs an idle phase.",
-        mesh: Mesh::No,
+        mesh: Mesh::AsClient,
         probe: Some("phases"),
         iperf3: Iperf3::No,
         what: "",
@@ -193,7 +200,7 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
         conflicts: &[],
         help: "With --under-load: each phase's length [default: 5 s] (or with a unit: \
                500ms, 2s, 1m).",
-        mesh: Mesh::No,
+        mesh: Mesh::AsClient,
         probe: Some("phase_time"),
         iperf3: Iperf3::No,
         what: "a number of seconds",
@@ -212,7 +219,7 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
         conflicts: &[],
         help: "With --under-load: TCP flows per loaded direction [default: 4] (a bidir \
                phase runs N each way).",
-        mesh: Mesh::No,
+        mesh: Mesh::AsClient,
         probe: Some("load_flows"),
         iperf3: Iperf3::No,
         what: "",
@@ -232,7 +239,7 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
         conflicts: &[],
         help: "With --under-load: the time between two latency probes, in ms, 1 to 1000 \
                [default: 10].",
-        mesh: Mesh::No,
+        mesh: Mesh::AsClient,
         probe: Some("probe_interval"),
         iperf3: Iperf3::No,
         what: "",
