@@ -1696,6 +1696,163 @@ mod tests {
         panic!("no mesh test asked for")
     }
 
+    /// A plan of an idle and a download phase, a second each.
+    fn plan() -> PhasePlan {
+        PhasePlan {
+            phases: vec![
+                (crate::latency_probe::phases::PhaseKind::Idle, Duration::from_secs(1)),
+                (crate::latency_probe::phases::PhaseKind::Download, Duration::from_secs(1)),
+            ],
+            flows: 2,
+            probe_interval: Duration::from_millis(10),
+        }
+    }
+
+    /// Runs a coordinator's session of latency under load against `server` up to the
+    /// server's step, or either end's error.
+    fn ask_for_under_load(
+        server: &mut ServerSession,
+        plan: PhasePlan,
+    ) -> (ClientSession, Result<ServerStep, SessionError>) {
+        let mut client = ClientSession::mesh_under_load(
+            "b:5201".into(),
+            Settings::default(),
+            plan,
+            Some((key("k"), [2; NONCE_LEN])),
+        );
+        for _ in 0..4 {
+            for msg in client.take_outbox() {
+                match server.on_message(msg) {
+                    Ok(ServerStep::Identified) => {
+                        server.welcome(7);
+                    }
+                    Ok(ServerStep::Continue) => {}
+                    other => return (client, other),
+                }
+            }
+            for msg in server.take_outbox() {
+                if let Err(e) = client.on_message(msg) {
+                    return (client, Err(e));
+                }
+            }
+        }
+        panic!("no phases asked for")
+    }
+
+    #[test]
+    fn a_mesh_runs_phases_under_load_on_a_server_that_can_and_refuses_what_cannot_be_true() {
+        use crate::latency_probe::phases::{PhaseKind, PhaseReport, RttFigures};
+        let keyed = || ServerSession::new(Limits::default(), Some((key("k"), [1; NONCE_LEN])));
+        let mut server = keyed().allowing_mesh();
+        let (mut client, step) = ask_for_under_load(&mut server, plan());
+        let Ok(ServerStep::MeshUnderLoad {
+            host, port, plan: asked, ..
+        }) = step
+        else {
+            panic!("{step:?}")
+        };
+        assert_eq!((host.as_str(), port, *asked), ("b", 5201, plan()));
+        let phase = |kind, p50_ns, added_delay_ns, down_bps| PhaseReport {
+            kind,
+            rtt: Some(RttFigures {
+                min_ns: 10_000,
+                p50_ns,
+                p90_ns: 3_000_000,
+                p99_ns: 3_000_000,
+                max_ns: 3_000_000,
+            }),
+            probes_sent: 100,
+            probes_lost: 0,
+            added_delay_ns: Some(added_delay_ns),
+            up_bps: 0.0,
+            down_bps,
+            rpm: Some(100_000.0),
+        };
+        let phases = vec![
+            phase(PhaseKind::Idle, 20_000, 0, 0.0),
+            phase(PhaseKind::Download, 2_020_000, 2_000_000, 9e9),
+        ];
+        server.mesh_under_load_results(phases.clone());
+        assert_eq!(
+            to_client(&mut server, &mut client),
+            [ClientStep::MeshUnderLoadResult {
+                phases: phases.clone()
+            }]
+        );
+
+        // Figures that cannot be true of the plan end the coordinator's session.
+        let mut lying = phases.clone();
+        lying[1].added_delay_ns = Some(-5);
+        let mut slow = phases.clone();
+        slow[1].up_bps = 1e9;
+        for bad in [lying, slow, phases[..1].to_vec()] {
+            let mut server = keyed().allowing_mesh();
+            let (mut client, _) = ask_for_under_load(&mut server, plan());
+            server.mesh_under_load_results(bad.clone());
+            let Some(msg) = server.take_outbox().pop() else {
+                panic!("no result")
+            };
+            let e = client.on_message(msg).expect_err("impossible");
+            assert!(
+                e.to_string()
+                    .starts_with("the server sent impossible figures for the mesh test"),
+                "{e}"
+            );
+        }
+
+        // The server refuses phases that cannot run, and a run over its limits.
+        let mut twice = plan();
+        twice.phases.push(twice.phases[0]);
+        let mut server = keyed().allowing_mesh();
+        let e = ask_for_under_load(&mut server, twice).1.expect_err("twice");
+        assert!(e.to_string().contains("at most once"), "{e}");
+        let mut strict = ServerSession::new(
+            Limits {
+                max_time: Some(Duration::from_secs(1)),
+                ..Limits::default()
+            },
+            Some((key("k"), [1; NONCE_LEN])),
+        )
+        .allowing_mesh();
+        assert!(ask_for_under_load(&mut strict, plan()).1.is_err(), "2 s of phases");
+        let e = ask_for_under_load(&mut keyed(), plan()).1.expect_err("no --allow-mesh");
+        assert!(e.to_string().contains("--allow-mesh"), "{e}");
+    }
+
+    #[test]
+    fn a_server_without_phases_for_a_mesh_is_refused_naming_the_option_and_both_versions() {
+        let mut client = ClientSession::mesh_under_load(
+            "b:5201".into(),
+            Settings::default(),
+            plan(),
+            None,
+        );
+        let hello = client.take_outbox();
+        assert!(
+            matches!(hello.as_slice(), [Message::Hello { features: Some(f), .. }]
+                if f.iter().any(|f| f == "mesh_under_load")),
+            "{hello:?}"
+        );
+        let mut older = features::supported_names();
+        older.retain(|f| f != "mesh_under_load");
+        let e = client
+            .on_message(Message::Welcome {
+                version: PROTOCOL_MAJOR,
+                software: "fperf 0.2.0".into(),
+                session: 7,
+                minor: 2,
+                features: Some(older),
+            })
+            .expect_err("lacks it");
+        let text = e.to_string();
+        assert!(
+            text.starts_with("the server (fperf 0.2.0, protocol 16.2) does not support --under-load")
+                && text.contains(&format!("this client: {}", software())),
+            "{text}"
+        );
+        assert!(client.take_outbox().is_empty(), "asked for nothing");
+    }
+
     #[test]
     fn a_mesh_test_is_run_for_a_coordinator_that_proved_the_key_and_answered_with_both_ends() {
         let keyed = || ServerSession::new(Limits::default(), Some((key("k"), [1; NONCE_LEN])));

@@ -80,8 +80,9 @@ impl PhaseFigures {
             probes_sent: self.sent,
             probes_lost: self.lost,
             added_delay_ns: self.added_delay_ns,
-            up_bps: self.up_bps,
-            down_bps: self.down_bps,
+            // No flows that way add up to -0.0, which reads as a sign.
+            up_bps: self.up_bps + 0.0,
+            down_bps: self.down_bps + 0.0,
             rpm: self.rpm,
         }
     }
