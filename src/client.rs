@@ -922,7 +922,11 @@ fn mesh_auth(cfg: &ClientConfig) -> Result<Option<(AuthKey, [u8; auth::NONCE_LEN
 
 /// Drives a mesh coordinator's `session` with the server of `cfg` to its last step:
 /// the figures asked for, waited for at most `wait` once asked.
-fn mesh_exchange(cfg: &ClientConfig, mut session: ClientSession, wait: Duration) -> Result<ClientStep> {
+fn mesh_exchange(
+    cfg: &ClientConfig,
+    mut session: ClientSession,
+    wait: Duration,
+) -> Result<ClientStep> {
     let server = resolve(&cfg.host, cfg.port, cfg.family)?;
     let sock = connect_control(cfg, server, "fperf")?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
@@ -931,7 +935,10 @@ fn mesh_exchange(cfg: &ClientConfig, mut session: ClientSession, wait: Duration)
     loop {
         for msg in session.take_outbox() {
             chan.send(&msg)?;
-            if matches!(msg, Message::MeshTest { .. } | Message::MeshUnderLoad { .. }) {
+            if matches!(
+                msg,
+                Message::MeshTest { .. } | Message::MeshUnderLoad { .. }
+            ) {
                 timeout = wait;
             }
         }

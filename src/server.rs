@@ -598,8 +598,7 @@ fn run_session(
         } => {
             registered.streams_connected_from(&routed);
             drop(routed);
-            let phases =
-                mesh::run_under_load(
+            let phases = mesh::run_under_load(
                 control,
                 registered,
                 (&host, port),

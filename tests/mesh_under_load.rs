@@ -75,7 +75,10 @@ fn every_pair_runs_every_phase_and_the_added_delay_is_a_matrix() {
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     // One pair at a time: a round per pair.
     assert_eq!(doc["rounds"], 6, "{doc:#}");
-    assert_eq!(doc["phase"], "download", "no bidir: download's is the headline");
+    assert_eq!(
+        doc["phase"], "download",
+        "no bidir: download's is the headline"
+    );
     let pairs = doc["pairs"].as_array().expect("pairs");
     assert_eq!(pairs.len(), 6);
     for pair in pairs {
@@ -95,7 +98,10 @@ fn every_pair_runs_every_phase_and_the_added_delay_is_a_matrix() {
             assert_eq!(phase["probes_lost"], 0, "{phase:#}");
             assert_eq!(phase["probe_loss"], 0.0, "{phase:#}");
             assert!(phase["probes_sent"].as_u64() >= Some(80), "{phase:#}");
-            assert!(phase["rpm"].as_f64().is_some_and(f64::is_finite), "{phase:#}");
+            assert!(
+                phase["rpm"].as_f64().is_some_and(f64::is_finite),
+                "{phase:#}"
+            );
             assert!(phase["added_delay_ns"].as_i64().is_some(), "{phase:#}");
             let (up, down) = (
                 phase["up_bits_per_second"].as_f64().expect("up"),
@@ -167,7 +173,10 @@ fn what_a_mesh_under_load_cannot_run_is_refused_before_it_starts() {
             "at most once",
         ),
         (&["--under-load", "-u"][..], "cannot be used with"),
-        (&["--under-load", "--pattern", "incast:1"][..], "one pair at a time"),
+        (
+            &["--under-load", "--pattern", "incast:1"][..],
+            "one pair at a time",
+        ),
         (&["--phases", "idle:1,upload:1"][..], "--under-load"),
     ] {
         let mut args = base.to_vec();

@@ -469,10 +469,7 @@ impl ServerSession {
             (
                 ServerState::AwaitSettings,
                 Message::Settings { .. } | Message::MeshTest { .. } | Message::MeshUnderLoad { .. },
-            ) if self.asks_for_probe_echo() =>
-            {
-                Err(SessionError::ProbeSessionOnly)
-            }
+            ) if self.asks_for_probe_echo() => Err(SessionError::ProbeSessionOnly),
             (ServerState::AwaitSettings, Message::Settings { settings }) => {
                 self.check_client_features()?;
                 settings.validate()?;
@@ -762,11 +759,9 @@ impl ServerSession {
             ServerStep::Test(_)
             | ServerStep::MeshTest { .. }
             | ServerStep::MeshUnderLoad { .. }
-            | ServerStep::ProbeEcho { .. } => {
-                Err(SessionError::StepOutOfTurn(
-                    "settings before welcome".into(),
-                ))
-            }
+            | ServerStep::ProbeEcho { .. } => Err(SessionError::StepOutOfTurn(
+                "settings before welcome".into(),
+            )),
             ServerStep::ClientResults(_) => {
                 Err(SessionError::StepOutOfTurn("figures before a test".into()))
             }
@@ -1700,8 +1695,14 @@ mod tests {
     fn plan() -> PhasePlan {
         PhasePlan {
             phases: vec![
-                (crate::latency_probe::phases::PhaseKind::Idle, Duration::from_secs(1)),
-                (crate::latency_probe::phases::PhaseKind::Download, Duration::from_secs(1)),
+                (
+                    crate::latency_probe::phases::PhaseKind::Idle,
+                    Duration::from_secs(1),
+                ),
+                (
+                    crate::latency_probe::phases::PhaseKind::Download,
+                    Duration::from_secs(1),
+                ),
             ],
             flows: 2,
             probe_interval: Duration::from_millis(10),
@@ -1746,7 +1747,10 @@ mod tests {
         let mut server = keyed().allowing_mesh();
         let (mut client, step) = ask_for_under_load(&mut server, plan());
         let Ok(ServerStep::MeshUnderLoad {
-            host, port, plan: asked, ..
+            host,
+            port,
+            plan: asked,
+            ..
         }) = step
         else {
             panic!("{step:?}")
@@ -1814,19 +1818,20 @@ mod tests {
             Some((key("k"), [1; NONCE_LEN])),
         )
         .allowing_mesh();
-        assert!(ask_for_under_load(&mut strict, plan()).1.is_err(), "2 s of phases");
-        let e = ask_for_under_load(&mut keyed(), plan()).1.expect_err("no --allow-mesh");
+        assert!(
+            ask_for_under_load(&mut strict, plan()).1.is_err(),
+            "2 s of phases"
+        );
+        let e = ask_for_under_load(&mut keyed(), plan())
+            .1
+            .expect_err("no --allow-mesh");
         assert!(e.to_string().contains("--allow-mesh"), "{e}");
     }
 
     #[test]
     fn a_server_without_phases_for_a_mesh_is_refused_naming_the_option_and_both_versions() {
-        let mut client = ClientSession::mesh_under_load(
-            "b:5201".into(),
-            Settings::default(),
-            plan(),
-            None,
-        );
+        let mut client =
+            ClientSession::mesh_under_load("b:5201".into(), Settings::default(), plan(), None);
         let hello = client.take_outbox();
         assert!(
             matches!(hello.as_slice(), [Message::Hello { features: Some(f), .. }]
@@ -1846,8 +1851,9 @@ mod tests {
             .expect_err("lacks it");
         let text = e.to_string();
         assert!(
-            text.starts_with("the server (fperf 0.2.0, protocol 16.2) does not support --under-load")
-                && text.contains(&format!("this client: {}", software())),
+            text.starts_with(
+                "the server (fperf 0.2.0, protocol 16.2) does not support --under-load"
+            ) && text.contains(&format!("this client: {}", software())),
             "{text}"
         );
         assert!(client.take_outbox().is_empty(), "asked for nothing");

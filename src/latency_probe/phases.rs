@@ -233,7 +233,9 @@ fn impossible_phase(p: &PhaseReport, idle_p50: Option<u64>) -> Option<String> {
         let order = [r.min_ns, r.p50_ns, r.p90_ns, r.p99_ns, r.max_ns];
         let most = u64::try_from(MOST_RTT.as_nanos()).unwrap_or(u64::MAX);
         if order.windows(2).any(|w| w[0] > w[1]) || r.max_ns > most {
-            return Some(format!("round trips out of order or too long: {order:?} ns"));
+            return Some(format!(
+                "round trips out of order or too long: {order:?} ns"
+            ));
         }
     }
     let median_gap = p
@@ -269,7 +271,9 @@ fn impossible_phase(p: &PhaseReport, idle_p50: Option<u64>) -> Option<String> {
             let possible = rpm.is_finite() && rpm >= low - slack && rpm <= high + slack;
             (!possible).then(|| format!("an RPM of {rpm} from round trips of {r:?}"))
         }
-        (rpm, _) => Some(format!("an RPM of {rpm:?} without round trips, or none with them")),
+        (rpm, _) => Some(format!(
+            "an RPM of {rpm:?} without round trips, or none with them"
+        )),
     }
 }
 
@@ -358,7 +362,10 @@ mod tests {
     fn figures_that_cannot_be_true_are_refused() {
         assert_eq!(impossible(&plan(), &[idle(), download()]), None);
         assert!(impossible(&plan(), &[idle()]).is_some(), "a phase missing");
-        assert!(impossible(&plan(), &[download(), idle()]).is_some(), "order");
+        assert!(
+            impossible(&plan(), &[download(), idle()]).is_some(),
+            "order"
+        );
         let broken: [fn(&mut PhaseReport); 8] = [
             |p| p.probes_lost = 101,
             |p| p.rtt = None,

@@ -64,12 +64,16 @@ impl MeshReport {
         elapsed: Duration,
     ) -> MeshReport {
         let n = config.hosts.len();
-        let loaded: Vec<PhaseKind> = config.under_load.iter().flat_map(|plan| {
-            plan.phases
-                .iter()
-                .map(|(kind, _)| *kind)
-                .filter(|&kind| kind != PhaseKind::Idle)
-        }).collect();
+        let loaded: Vec<PhaseKind> = config
+            .under_load
+            .iter()
+            .flat_map(|plan| {
+                plan.phases
+                    .iter()
+                    .map(|(kind, _)| *kind)
+                    .filter(|&kind| kind != PhaseKind::Idle)
+            })
+            .collect();
         let headline = [PhaseKind::Bidir, PhaseKind::Download, PhaseKind::Upload]
             .into_iter()
             .find(|kind| loaded.contains(kind));
@@ -229,7 +233,11 @@ impl MeshReport {
     pub fn text(&self) -> String {
         let mut out = String::new();
         let how = if self.phase_matrices.is_empty() {
-            format!("{} rounds of {:.1} s", self.rounds, self.test_time.as_secs_f64())
+            format!(
+                "{} rounds of {:.1} s",
+                self.rounds,
+                self.test_time.as_secs_f64()
+            )
         } else {
             format!(
                 "one at a time, {:.1} s of phases each",
@@ -246,7 +254,10 @@ impl MeshReport {
             self.phase_matrices
                 .iter()
                 .map(|(phase, matrix)| {
-                    (format!("Delay added under {} load (ms)", phase.name()), matrix)
+                    (
+                        format!("Delay added under {} load (ms)", phase.name()),
+                        matrix,
+                    )
                 })
                 .collect()
         };
@@ -336,7 +347,9 @@ impl MeshReport {
         let unit = match self.kind {
             MatrixKind::Received => "bit/s (received)".to_owned(),
             MatrixKind::RoundTrip => "ns (median round trip)".to_owned(),
-            MatrixKind::AddedDelay(phase) => format!("ns (delay added under {} load)", phase.name()),
+            MatrixKind::AddedDelay(phase) => {
+                format!("ns (delay added under {} load)", phase.name())
+            }
         };
         let mut doc = json!({
             "hosts": self.hosts,
@@ -366,7 +379,11 @@ impl MeshReport {
         if !self.phase_matrices.is_empty() {
             return self.phases_csv();
         }
-        let unit = if self.lower_is_better() { "ns" } else { "bit/s" };
+        let unit = if self.lower_is_better() {
+            "ns"
+        } else {
+            "bit/s"
+        };
         let mut out = String::from("from,to,value,unit,error\n");
         for p in &self.pairs {
             let value = self.matrix[p.from][p.to].map_or(String::new(), |v| format!("{v:.0}"));
@@ -416,11 +433,7 @@ impl MeshReport {
                 }
                 Ok(PairFigures::Test { .. }) => {}
                 Err(why) => {
-                    let _ = writeln!(
-                        out,
-                        "{from},{to},,,,,,,,,\"{}\"",
-                        why.replace('"', "\"\"")
-                    );
+                    let _ = writeln!(out, "{from},{to},,,,,,,,,\"{}\"", why.replace('"', "\"\""));
                 }
             }
         }

@@ -4,8 +4,8 @@
 use crate::options::{Iperf3, Mesh, Takes, TestOption};
 use std::time::Duration;
 
-pub use crate::latency_probe::phases::{PhaseKind, MAX_FLOWS, MAX_PHASE, MAX_PROBES};
 use crate::latency_probe::phases::PhasePlan;
+pub use crate::latency_probe::phases::{PhaseKind, MAX_FLOWS, MAX_PHASE, MAX_PROBES};
 
 /// A phase's length unless `--phase-time` or `--phases` says otherwise.
 pub const DEFAULT_PHASE: Duration = Duration::from_secs(5);

@@ -72,10 +72,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Phases<T> {
                 let mut phases = Vec::with_capacity(MOST_PHASES);
                 while let Some(phase) = seq.next_element()? {
                     if phases.len() == MOST_PHASES {
-                        return Err(serde::de::Error::invalid_length(
-                            MOST_PHASES + 1,
-                            &self,
-                        ));
+                        return Err(serde::de::Error::invalid_length(MOST_PHASES + 1, &self));
                     }
                     phases.push(phase);
                 }
