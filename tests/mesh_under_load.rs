@@ -152,7 +152,10 @@ fn every_pair_runs_every_phase_and_the_added_delay_is_a_matrix() {
         stdout.starts_with("Delay added under bidir load (ms), senders as rows"),
         "{stdout}"
     );
-    assert!(stdout.contains("2 pairs in one at a time"), "{stdout}");
+    assert!(
+        stdout.contains("2 pairs one at a time, 1.0 s of phases each"),
+        "{stdout}"
+    );
     let row = stdout
         .lines()
         .find(|l| l.starts_with(hosts[0].as_str()))

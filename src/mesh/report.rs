@@ -234,7 +234,7 @@ impl MeshReport {
         let mut out = String::new();
         let how = if self.phase_matrices.is_empty() {
             format!(
-                "{} rounds of {:.1} s",
+                "in {} rounds of {:.1} s",
                 self.rounds,
                 self.test_time.as_secs_f64()
             )
@@ -264,7 +264,7 @@ impl MeshReport {
         for (what, matrix) in tables {
             let _ = writeln!(
                 out,
-                "{what}, senders as rows, receivers as columns; {} pairs in {how}, {:.1} s in all",
+                "{what}, senders as rows, receivers as columns; {} pairs {how}, {:.1} s in all",
                 self.pairs.len(),
                 self.elapsed.as_secs_f64()
             );
@@ -620,5 +620,79 @@ mod tests {
         assert_eq!(r.outliers.len(), 1, "{:?}", r.outliers);
         assert_eq!((r.outliers[0].from, r.outliers[0].to), (0, 1));
         assert!(r.outliers[0].reason.contains("28% off"), "{:?}", r.outliers);
+    }
+
+    /// A report of 3 hosts under load (idle and download) where pair (a, b) added
+    /// `added(a, b)` ns.
+    fn under_load(added: impl Fn(usize, usize) -> i64) -> MeshReport {
+        use crate::latency_probe::phases::{PhasePlan, PhaseReport};
+        let plan = PhasePlan {
+            phases: vec![
+                (PhaseKind::Idle, Duration::from_secs(1)),
+                (PhaseKind::Download, Duration::from_secs(1)),
+            ],
+            flows: 1,
+            probe_interval: Duration::from_millis(10),
+        };
+        let config = MeshConfig {
+            hosts: (0..3)
+                .map(|i| MeshHost::parse(&format!("h{i}"), 1).expect("host"))
+                .collect(),
+            pattern: Pattern::AllPairs,
+            settings: Settings::default(),
+            auth: None,
+            control_timeout: Duration::from_secs(1),
+            family: crate::family::IpFamily::Any,
+            outlier_below: 0.8,
+            under_load: Some(plan),
+        };
+        let phase = |kind, added_delay_ns| PhaseReport {
+            kind,
+            rtt: None,
+            probes_sent: 0,
+            probes_lost: 0,
+            added_delay_ns: Some(added_delay_ns),
+            up_bps: 0.0,
+            down_bps: 0.0,
+            rpm: None,
+        };
+        let pairs = (0..3)
+            .flat_map(|a| (0..3).map(move |b| (a, b)))
+            .filter(|(a, b)| a != b)
+            .map(|(from, to)| PairResult {
+                from,
+                to,
+                outcome: Ok(PairFigures::UnderLoad(vec![
+                    phase(PhaseKind::Idle, 0),
+                    phase(PhaseKind::Download, added(from, to)),
+                ])),
+            })
+            .collect();
+        MeshReport::new(&config, 6, pairs, Duration::from_secs(20))
+    }
+
+    #[test]
+    fn under_load_a_pair_whose_added_delay_stands_out_by_a_millisecond_is_an_outlier() {
+        let r = under_load(|a, b| {
+            if (a, b) == (0, 1) {
+                15_000_000
+            } else {
+                2_000_000
+            }
+        });
+        assert_eq!(r.kind, MatrixKind::AddedDelay(PhaseKind::Download));
+        assert_eq!(r.matrix[0][1], Some(15e6));
+        assert_eq!(r.phase_matrices.len(), 1);
+        let flagged: Vec<(usize, usize)> = r.outliers.iter().map(|o| (o.from, o.to)).collect();
+        assert_eq!(flagged, vec![(0, 1)], "{:?}", r.outliers);
+        assert!(r.outliers[0]
+            .reason
+            .contains("15.00 ms is above the median 2.00 ms"));
+        assert!(r.text().starts_with("Delay added under download load (ms)"));
+        assert_eq!(r.json()["added_delay"]["download"][0][1], 15e6);
+        assert_eq!(r.csv().lines().count(), 1 + 6 * 2);
+        // Tenths of a millisecond apart are noise, however many times the median.
+        let quiet = under_load(|a, b| if (a, b) == (0, 1) { 400_000 } else { 20_000 });
+        assert!(quiet.outliers.is_empty(), "{:?}", quiet.outliers);
     }
 }
