@@ -11,6 +11,7 @@ use fperf::client::ClientConfig;
 use fperf::control::keepalive::ControlKeepalive;
 use fperf::exporter::{Allow, ExporterConfig};
 use fperf::family::{IpFamily, OPTIONS as FAMILY_OPTIONS};
+use fperf::latency_probe::phases::PhasePlan;
 use fperf::limits::Limits;
 use fperf::mesh::{pattern::Pattern, MeshConfig, MeshHost};
 use fperf::options::{and_list, Front, Given, TestOption};
@@ -574,6 +575,9 @@ struct MeshArgs {
     #[command(flatten)]
     family: Declared<MeshFamilyGroup>,
 
+    #[command(flatten)]
+    under_load: Declared<MeshUnderLoadGroup>,
+
     /// Shared secret file the servers hold (or the secret in $FPERF_AUTH_KEY).
     #[arg(long, value_name = "FILE")]
     auth_key: Option<std::path::PathBuf>,
@@ -684,6 +688,7 @@ impl MeshArgs {
         self.pktsize.apply(&mut settings)?;
         self.bitrate.apply(&mut settings)?;
         settings.validate()?;
+        let under_load = self.under_load_plan(&pattern)?;
         Ok(MeshRun {
             config: MeshConfig {
                 hosts,
@@ -693,12 +698,32 @@ impl MeshArgs {
                 control_timeout: Duration::from_secs(10),
                 family,
                 outlier_below: self.outlier_below,
+                under_load,
             },
             json: self.json,
             csv: self.csv.clone(),
             plot: self.plot.clone(),
             fail_on_outliers: self.fail_on_outliers,
         })
+    }
+}
+
+impl MeshArgs {
+    /// With `--under-load`, the phases each pair runs.
+    fn under_load_plan(&self, pattern: &Pattern) -> Result<Option<PhasePlan>> {
+        let mut spec = UnderLoadSpec::default();
+        self.under_load.apply(&mut spec)?;
+        if !spec.enabled {
+            return Ok(None);
+        }
+        if let Pattern::Incast(_) = pattern {
+            bail!("--under-load runs one pair at a time, and incast:K runs K at once");
+        }
+        spec.check().map_err(anyhow::Error::msg)?;
+        let plan = spec.plan();
+        plan.check()
+            .map_err(|e| anyhow::anyhow!("fperf mesh --under-load: {e}"))?;
+        Ok(Some(plan))
     }
 }
 
@@ -924,6 +949,29 @@ impl OptionGroup for UnderLoadGroup {
         let arg = option.arg(Front::Cli);
         match option.id {
             "under_load" => arg.conflicts_with_all(["server", "loopback", "iperf3", "conf"]),
+            _ => arg.requires("under_load"),
+        }
+    }
+}
+
+/// `fperf mesh --under-load` and its options, as latency under load declares them
+/// ([`fperf::under_load::spec::OPTIONS`]).
+struct MeshUnderLoadGroup;
+
+impl OptionGroup for MeshUnderLoadGroup {
+    type Settings = UnderLoadSpec;
+    const HEADING: Option<&'static str> = None;
+    const FRONT: Front = Front::Mesh;
+    fn options() -> impl Iterator<Item = &'static TestOption<UnderLoadSpec>> {
+        UNDER_LOAD_OPTIONS
+            .iter()
+            .filter(|option| taken_by_mesh(option))
+    }
+    fn arg(option: &'static TestOption<UnderLoadSpec>) -> clap::Arg {
+        let arg = option.arg(Front::Mesh);
+        match option.id {
+            // The phases set each test's length, streams and direction.
+            "under_load" => arg.conflicts_with_all(["udp", "mprtt", "echo", "nstreams", "time"]),
             _ => arg.requires("under_load"),
         }
     }

@@ -14,6 +14,7 @@ use crate::control::{Channel, ControlError, Message, PROTOCOL_MAJOR};
 use crate::engine::{drive, receive, sending_end, Ceiling, Driven, Received};
 use crate::family::IpFamily;
 use crate::interval::{Collector, Meter, Schedule};
+use crate::latency_probe::phases::{PhasePlan, PhaseReport};
 use crate::limits::TestWatch;
 use crate::results::{nanos, Figures, IntervalResult, SideResult, SideTotals, StreamResult};
 use crate::settings::Settings;
@@ -882,20 +883,62 @@ pub fn mesh_test(
     peer: &str,
     wait: Duration,
 ) -> Result<(SideResult, SideResult)> {
+    let session = ClientSession::mesh(peer.to_owned(), cfg.settings.clone(), mesh_auth(cfg)?);
+    match mesh_exchange(cfg, session, wait)? {
+        ClientStep::MeshResult { client, server } => Ok((*client, *server)),
+        other => bail!("unexpected step of a mesh test: {other:?}"),
+    }
+}
+
+/// As a mesh coordinator: asks the server of `cfg` to run `plan`'s phases of latency
+/// under load as the client towards the fperf server at `peer` (`HOST:PORT`), each
+/// loaded phase's test with `cfg.settings`' options, and returns each phase's figures.
+/// `wait` bounds the wait for them.
+pub fn mesh_under_load(
+    cfg: &ClientConfig,
+    peer: &str,
+    plan: &PhasePlan,
+    wait: Duration,
+) -> Result<Vec<PhaseReport>> {
+    let session = ClientSession::mesh_under_load(
+        peer.to_owned(),
+        cfg.settings.clone(),
+        plan.clone(),
+        mesh_auth(cfg)?,
+    );
+    match mesh_exchange(cfg, session, wait)? {
+        ClientStep::MeshUnderLoadResult { phases } => Ok(phases),
+        other => bail!("unexpected step of a mesh test: {other:?}"),
+    }
+}
+
+/// The key `cfg` proves, with a fresh nonce.
+fn mesh_auth(cfg: &ClientConfig) -> Result<Option<(AuthKey, [u8; auth::NONCE_LEN])>> {
+    Ok(match &cfg.auth {
+        Some(key) => Some((key.clone(), auth::nonce()?)),
+        None => None,
+    })
+}
+
+/// Drives a mesh coordinator's `session` with the server of `cfg` to its last step:
+/// the figures asked for, waited for at most `wait` once asked.
+fn mesh_exchange(
+    cfg: &ClientConfig,
+    mut session: ClientSession,
+    wait: Duration,
+) -> Result<ClientStep> {
     let server = resolve(&cfg.host, cfg.port, cfg.family)?;
     let sock = connect_control(cfg, server, "fperf")?;
     let mut chan = Channel::new(sock, cfg.control_timeout)?;
-    let auth = match &cfg.auth {
-        Some(key) => Some((key.clone(), auth::nonce()?)),
-        None => None,
-    };
-    let mut session = ClientSession::mesh(peer.to_owned(), cfg.settings.clone(), auth);
     let mut timeout = cfg.control_timeout;
     let mut first = true;
     loop {
         for msg in session.take_outbox() {
             chan.send(&msg)?;
-            if matches!(msg, Message::MeshTest { .. }) {
+            if matches!(
+                msg,
+                Message::MeshTest { .. } | Message::MeshUnderLoad { .. }
+            ) {
                 timeout = wait;
             }
         }
@@ -904,7 +947,9 @@ pub fn mesh_test(
         }
         let msg = chan.recv_message(timeout)?;
         match session.on_message(msg) {
-            Ok(ClientStep::MeshResult { client, server }) => return Ok((*client, *server)),
+            Ok(step @ (ClientStep::MeshResult { .. } | ClientStep::MeshUnderLoadResult { .. })) => {
+                return Ok(step)
+            }
             Ok(_) => {}
             Err(e) => {
                 if let Some(why) = e.to_peer() {

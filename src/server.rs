@@ -28,6 +28,7 @@ use crate::control::{self, Channel, ControlError, Message};
 use crate::engine::{receive, Ceiling, Received, StreamNames};
 use crate::family::IpFamily;
 use crate::interval::MeterMsg;
+use crate::latency_probe::phases::PhaseReport;
 use crate::limits::{StopReason, TestWatch, Watchdog};
 use crate::pending::{PendingCaps, PendingSlot, WaitTurn};
 use crate::results::SideResult;
@@ -364,6 +365,14 @@ fn greet(
         Ok(Served::Mesh { client, server }) => {
             send_mesh_results(&mut control, registered, (client, server), events, &log)
         }
+        Ok(Served::MeshUnderLoad(phases)) => {
+            // Free before the coordinator hears: its next pair may come at once.
+            close_session(registered, events);
+            control.session.mesh_under_load_results(phases);
+            if let Err(e) = control.flush() {
+                log.error(SessionError::MeshResultsUnsent(e).to_string());
+            }
+        }
         Ok(Served::Test(result)) => {
             exchange_results(&mut control, registered, result, active, events, &log)
         }
@@ -549,6 +558,9 @@ enum Served {
         client: Box<SideResult>,
         server: Box<SideResult>,
     },
+    /// A mesh coordinator's phases of latency under load towards another server: each
+    /// phase's figures, for the caller to send.
+    MeshUnderLoad(Vec<PhaseReport>),
 }
 
 /// Runs one test on a welcomed control connection (`Welcome` queued) and returns the
@@ -587,6 +599,25 @@ fn run_session(
                 client: Box::new(client),
                 server: Box::new(server),
             });
+        }
+        Request::MeshUnderLoad {
+            host,
+            port,
+            settings,
+            plan,
+        } => {
+            registered.streams_connected_from(&routed);
+            drop(routed);
+            let phases = mesh::run_under_load(
+                control,
+                registered,
+                (&host, port),
+                *settings,
+                &plan,
+                config,
+                events,
+            )?;
+            return Ok(Served::MeshUnderLoad(phases));
         }
         // Probe sessions are served apart (see `greet`): this one did not announce it.
         Request::ProbeEcho { .. } => return Err(SessionError::ProbeSessionOnly.into()),

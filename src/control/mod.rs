@@ -20,6 +20,7 @@ pub mod script;
 pub mod session;
 pub mod wire;
 
+use crate::latency_probe::phases::{PhasePlan, PhaseReport};
 use crate::peer_text::printable;
 use crate::results::{IntervalResult, SideResult};
 use crate::settings::Settings;
@@ -128,6 +129,17 @@ pub enum Message {
     /// the random token each must carry. The echo ends when the control connection
     /// closes, or the time asked for is over.
     ProbeEchoing { port: u16, token: u64 },
+    /// Mesh coordinator → server, after `Welcome` and instead of `Settings` (`fperf mesh
+    /// --under-load`): run `plan`'s phases of latency under load as the client towards
+    /// the fperf server at `peer` (`HOST:PORT`), each loaded phase's test with
+    /// `settings`' options.
+    MeshUnderLoad {
+        peer: String,
+        settings: Settings,
+        plan: PhasePlan,
+    },
+    /// Server → mesh coordinator: each phase's figures, in the plan's order.
+    MeshUnderLoadResult { phases: Vec<PhaseReport> },
 }
 
 /// Why a control exchange failed.
@@ -238,6 +250,8 @@ pub fn kind(msg: &Message) -> String {
         Message::MeshResult { .. } => "mesh_result",
         Message::ProbeEcho { .. } => "probe_echo",
         Message::ProbeEchoing { .. } => "probe_echoing",
+        Message::MeshUnderLoad { .. } => "mesh_under_load",
+        Message::MeshUnderLoadResult { .. } => "mesh_under_load_result",
     }
     .to_string()
 }

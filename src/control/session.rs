@@ -27,6 +27,7 @@ use super::{
 };
 use crate::auth::{self, AuthError, AuthKey, Exchange, NONCE_LEN};
 use crate::features;
+use crate::latency_probe::phases::{self, PhasePlan, PhaseReport};
 use crate::limits::{LimitError, Limits};
 use crate::options::Feature;
 use crate::peer_text::printable;
@@ -86,6 +87,8 @@ pub enum SessionError {
     MeshPeer(String),
     #[error("the server sent impossible figures for the mesh test: {0}")]
     ImpossibleMeshFigures(String),
+    #[error("the mesh coordinator asked for phases of latency under load that cannot run: {0}")]
+    MeshPhases(String),
     /// A probe session asked for an echo longer than a server gives.
     #[error(
         "a latency probe echo lasts 1 to {most} s, not {0} s",
@@ -250,6 +253,15 @@ pub enum ServerStep {
         host: String,
         port: u16,
         settings: Box<Settings>,
+    },
+    /// A mesh coordinator's phases of latency under load, valid and within the
+    /// server's limits: run them as the client towards the fperf server at
+    /// `host`:`port`, then call [`ServerSession::mesh_under_load_results`].
+    MeshUnderLoad {
+        host: String,
+        port: u16,
+        settings: Box<Settings>,
+        plan: Box<PhasePlan>,
     },
     /// A probe session's request: echo latency probes for `seconds`, then call
     /// [`ServerSession::probe_echoing`].
@@ -454,11 +466,10 @@ impl ServerSession {
                 Ok(ServerStep::ProbeEcho { seconds })
             }
             // A probe session is not registered as a test: it may not turn into one.
-            (ServerState::AwaitSettings, Message::Settings { .. } | Message::MeshTest { .. })
-                if self.asks_for_probe_echo() =>
-            {
-                Err(SessionError::ProbeSessionOnly)
-            }
+            (
+                ServerState::AwaitSettings,
+                Message::Settings { .. } | Message::MeshTest { .. } | Message::MeshUnderLoad { .. },
+            ) if self.asks_for_probe_echo() => Err(SessionError::ProbeSessionOnly),
             (ServerState::AwaitSettings, Message::Settings { settings }) => {
                 self.check_client_features()?;
                 settings.validate()?;
@@ -481,6 +492,39 @@ impl ServerSession {
                     host,
                     port,
                     settings: Box::new(settings),
+                })
+            }
+            (
+                ServerState::AwaitSettings,
+                Message::MeshUnderLoad {
+                    peer,
+                    settings,
+                    plan,
+                },
+            ) => {
+                if !self.allow_mesh {
+                    return Err(SessionError::MeshNotAllowed);
+                }
+                let (host, port) = mesh_peer(&peer).map_err(SessionError::MeshPeer)?;
+                self.check_client_features()?;
+                plan.check().map_err(SessionError::MeshPhases)?;
+                settings.validate()?;
+                // The limits bound the whole run: its longest phase's streams, all its
+                // phases' time.
+                let widest = Settings {
+                    nstreams: plan.most_streams(),
+                    time_ms: Some(u64::try_from(plan.total().as_millis()).unwrap_or(u64::MAX)),
+                    ..settings.clone()
+                };
+                widest.validate()?;
+                self.limits.check(&widest)?;
+                self.state = ServerState::MeshRunning;
+                self.test = Some(settings.clone());
+                Ok(ServerStep::MeshUnderLoad {
+                    host,
+                    port,
+                    settings: Box::new(settings),
+                    plan: Box::new(plan),
                 })
             }
             (ServerState::AwaitSettings, other) => {
@@ -607,6 +651,15 @@ impl ServerSession {
         }
     }
 
+    /// The mesh coordinator's phases of latency under load are over: their figures end
+    /// the session.
+    pub fn mesh_under_load_results(&mut self, phases: Vec<PhaseReport>) {
+        if matches!(self.state, ServerState::MeshRunning) {
+            self.outbox.push(Message::MeshUnderLoadResult { phases });
+            self.state = ServerState::Ended;
+        }
+    }
+
     /// The test is over: its figures end the session.
     pub fn results(&mut self, result: Box<SideResult>) {
         if matches!(self.state, ServerState::Running) {
@@ -648,6 +701,15 @@ pub enum Request {
         host: String,
         port: u16,
         settings: Box<Settings>,
+    },
+    /// A mesh coordinator's phases of latency under load towards the fperf server at
+    /// `host`:`port`: run them as the client, then call
+    /// [`ServerSession::mesh_under_load_results`].
+    MeshUnderLoad {
+        host: String,
+        port: u16,
+        settings: Box<Settings>,
+        plan: Box<PhasePlan>,
     },
     /// A probe session: echo latency probes for `seconds`, then call
     /// [`ServerSession::probe_echoing`].
@@ -694,11 +756,12 @@ impl ServerSession {
                 socket,
             }),
             ServerStep::Conf => Ok(Greeting::Conf),
-            ServerStep::Test(_) | ServerStep::MeshTest { .. } | ServerStep::ProbeEcho { .. } => {
-                Err(SessionError::StepOutOfTurn(
-                    "settings before welcome".into(),
-                ))
-            }
+            ServerStep::Test(_)
+            | ServerStep::MeshTest { .. }
+            | ServerStep::MeshUnderLoad { .. }
+            | ServerStep::ProbeEcho { .. } => Err(SessionError::StepOutOfTurn(
+                "settings before welcome".into(),
+            )),
             ServerStep::ClientResults(_) => {
                 Err(SessionError::StepOutOfTurn("figures before a test".into()))
             }
@@ -737,6 +800,17 @@ impl ServerSession {
                 host,
                 port,
                 settings,
+            }),
+            ServerStep::MeshUnderLoad {
+                host,
+                port,
+                settings,
+                plan,
+            } => Ok(Request::MeshUnderLoad {
+                host,
+                port,
+                settings,
+                plan,
             }),
             ServerStep::ProbeEcho { seconds } => Ok(Request::ProbeEcho { seconds }),
             other => {
@@ -853,6 +927,8 @@ enum ClientState {
     AwaitMeshResult,
     /// A probe echo was asked for; waiting for its port.
     AwaitProbeEchoing,
+    /// A mesh's phases of latency under load were asked for; waiting for their figures.
+    AwaitMeshUnderLoadResult,
     /// Done, or failed.
     Ended,
 }
@@ -878,6 +954,9 @@ pub enum ClientStep {
     /// The server echoes probes carrying `token` on UDP `port`: the session is over, its
     /// connection held open while the probes go.
     ProbeEchoing { port: u16, token: u64 },
+    /// Each phase's figures of the mesh's latency under load asked for, checked against
+    /// the plan: the session is over.
+    MeshUnderLoadResult { phases: Vec<PhaseReport> },
 }
 
 /// The client's end of a control connection.
@@ -899,6 +978,8 @@ pub struct ClientSession {
     mesh_peer: Option<String>,
     /// As a probe session: the seconds of echo to ask for.
     probe_secs: Option<u32>,
+    /// As a mesh coordinator of latency under load: the phases to ask for.
+    mesh_plan: Option<PhasePlan>,
 }
 
 impl ClientSession {
@@ -927,6 +1008,7 @@ impl ClientSession {
             outbox: vec![hello],
             mesh_peer: None,
             probe_secs: None,
+            mesh_plan: None,
         }
     }
 
@@ -960,11 +1042,45 @@ impl ClientSession {
         }
     }
 
+    /// A mesh coordinator's session of latency under load: once welcomed, it asks the
+    /// server to run `plan`'s phases, each loaded one's test with `settings`' options,
+    /// towards the fperf server at `peer` (`HOST:PORT`), and ends with each phase's
+    /// figures.
+    pub fn mesh_under_load(
+        peer: String,
+        settings: Settings,
+        plan: PhasePlan,
+        auth: Option<(AuthKey, [u8; NONCE_LEN])>,
+    ) -> Self {
+        let mut session = ClientSession {
+            mesh_peer: Some(peer),
+            mesh_plan: Some(plan),
+            ..ClientSession::new(settings, auth)
+        };
+        let features = session
+            .needed_features()
+            .into_iter()
+            .map(|f| f.name().to_string())
+            .collect();
+        session.outbox = vec![Message::Hello {
+            version: PROTOCOL_MAJOR,
+            software: software(),
+            minor: PROTOCOL_MINOR,
+            features: Some(features),
+        }];
+        session
+    }
+
     /// The features the server must support for what this session asks.
     fn needed_features(&self) -> Vec<Feature> {
-        match self.probe_secs {
-            Some(_) => vec![crate::latency_probe::PROBE_ECHO],
-            None => self.settings.needed_features(),
+        match (self.probe_secs, &self.mesh_plan) {
+            (Some(_), _) => vec![crate::latency_probe::PROBE_ECHO],
+            (None, Some(_)) => {
+                let mut needed = vec![crate::latency_probe::MESH_UNDER_LOAD];
+                needed.extend(self.settings.needed_features());
+                needed
+            }
+            (None, None) => self.settings.needed_features(),
         }
     }
 
@@ -1084,19 +1200,27 @@ impl ClientSession {
                 }
                 self.session = Some(session);
                 let settings = self.settings.clone();
-                match (&self.mesh_peer, self.probe_secs) {
-                    (_, Some(seconds)) => {
+                match (&self.mesh_peer, self.probe_secs, &self.mesh_plan) {
+                    (_, Some(seconds), _) => {
                         self.outbox.push(Message::ProbeEcho { seconds });
                         self.state = ClientState::AwaitProbeEchoing;
                     }
-                    (Some(peer), None) => {
+                    (Some(peer), None, Some(plan)) => {
+                        self.outbox.push(Message::MeshUnderLoad {
+                            peer: peer.clone(),
+                            settings,
+                            plan: plan.clone(),
+                        });
+                        self.state = ClientState::AwaitMeshUnderLoadResult;
+                    }
+                    (Some(peer), None, None) => {
                         self.outbox.push(Message::MeshTest {
                             peer: peer.clone(),
                             settings,
                         });
                         self.state = ClientState::AwaitMeshResult;
                     }
-                    (None, None) => {
+                    (None, None, _) => {
                         self.outbox.push(Message::Settings { settings });
                         self.state = ClientState::AwaitReady;
                     }
@@ -1159,6 +1283,17 @@ impl ClientSession {
             }
             (ClientState::AwaitProbeEchoing, other) => {
                 Err(ControlError::unexpected("probe_echoing", &other).into())
+            }
+            (ClientState::AwaitMeshUnderLoadResult, Message::MeshUnderLoadResult { phases }) => {
+                let plan = self.mesh_plan.as_ref();
+                if let Some(why) = plan.and_then(|plan| phases::impossible(plan, &phases)) {
+                    return Err(SessionError::ImpossibleMeshFigures(why));
+                }
+                self.state = ClientState::Ended;
+                Ok(ClientStep::MeshUnderLoadResult { phases })
+            }
+            (ClientState::AwaitMeshUnderLoadResult, other) => {
+                Err(ControlError::unexpected("mesh_under_load_result", &other).into())
             }
             (ClientState::GotResults | ClientState::Ended, other) => {
                 Err(ControlError::unexpected("nothing", &other).into())
@@ -1235,6 +1370,7 @@ impl ClientRun {
                 ClientStep::Continue
                 | ClientStep::Connect { .. }
                 | ClientStep::MeshResult { .. }
+                | ClientStep::MeshUnderLoadResult { .. }
                 | ClientStep::ProbeEchoing { .. },
             ) => {}
             // The first word that ended the session stands.
@@ -1553,6 +1689,174 @@ mod tests {
             }
         }
         panic!("no mesh test asked for")
+    }
+
+    /// A plan of an idle and a download phase, a second each.
+    fn plan() -> PhasePlan {
+        PhasePlan {
+            phases: vec![
+                (
+                    crate::latency_probe::phases::PhaseKind::Idle,
+                    Duration::from_secs(1),
+                ),
+                (
+                    crate::latency_probe::phases::PhaseKind::Download,
+                    Duration::from_secs(1),
+                ),
+            ],
+            flows: 2,
+            probe_interval: Duration::from_millis(10),
+        }
+    }
+
+    /// Runs a coordinator's session of latency under load against `server` up to the
+    /// server's step, or either end's error.
+    fn ask_for_under_load(
+        server: &mut ServerSession,
+        plan: PhasePlan,
+    ) -> (ClientSession, Result<ServerStep, SessionError>) {
+        let mut client = ClientSession::mesh_under_load(
+            "b:5201".into(),
+            Settings::default(),
+            plan,
+            Some((key("k"), [2; NONCE_LEN])),
+        );
+        for _ in 0..4 {
+            for msg in client.take_outbox() {
+                match server.on_message(msg) {
+                    Ok(ServerStep::Identified) => {
+                        server.welcome(7);
+                    }
+                    Ok(ServerStep::Continue) => {}
+                    other => return (client, other),
+                }
+            }
+            for msg in server.take_outbox() {
+                if let Err(e) = client.on_message(msg) {
+                    return (client, Err(e));
+                }
+            }
+        }
+        panic!("no phases asked for")
+    }
+
+    #[test]
+    fn a_mesh_runs_phases_under_load_on_a_server_that_can_and_refuses_what_cannot_be_true() {
+        use crate::latency_probe::phases::{PhaseKind, PhaseReport, RttFigures};
+        let keyed = || ServerSession::new(Limits::default(), Some((key("k"), [1; NONCE_LEN])));
+        let mut server = keyed().allowing_mesh();
+        let (mut client, step) = ask_for_under_load(&mut server, plan());
+        let Ok(ServerStep::MeshUnderLoad {
+            host,
+            port,
+            plan: asked,
+            ..
+        }) = step
+        else {
+            panic!("{step:?}")
+        };
+        assert_eq!((host.as_str(), port, *asked), ("b", 5201, plan()));
+        let phase = |kind, p50_ns, added_delay_ns, down_bps| PhaseReport {
+            kind,
+            rtt: Some(RttFigures {
+                min_ns: 10_000,
+                p50_ns,
+                p90_ns: 3_000_000,
+                p99_ns: 3_000_000,
+                max_ns: 3_000_000,
+            }),
+            probes_sent: 100,
+            probes_lost: 0,
+            added_delay_ns: Some(added_delay_ns),
+            up_bps: 0.0,
+            down_bps,
+            rpm: Some(100_000.0),
+        };
+        let phases = vec![
+            phase(PhaseKind::Idle, 20_000, 0, 0.0),
+            phase(PhaseKind::Download, 2_020_000, 2_000_000, 9e9),
+        ];
+        server.mesh_under_load_results(phases.clone());
+        assert_eq!(
+            to_client(&mut server, &mut client),
+            [ClientStep::MeshUnderLoadResult {
+                phases: phases.clone()
+            }]
+        );
+
+        // Figures that cannot be true of the plan end the coordinator's session.
+        let mut lying = phases.clone();
+        lying[1].added_delay_ns = Some(-5);
+        let mut slow = phases.clone();
+        slow[1].up_bps = 1e9;
+        for bad in [lying, slow, phases[..1].to_vec()] {
+            let mut server = keyed().allowing_mesh();
+            let (mut client, _) = ask_for_under_load(&mut server, plan());
+            server.mesh_under_load_results(bad.clone());
+            let Some(msg) = server.take_outbox().pop() else {
+                panic!("no result")
+            };
+            let e = client.on_message(msg).expect_err("impossible");
+            assert!(
+                e.to_string()
+                    .starts_with("the server sent impossible figures for the mesh test"),
+                "{e}"
+            );
+        }
+
+        // The server refuses phases that cannot run, and a run over its limits.
+        let mut twice = plan();
+        twice.phases.push(twice.phases[0]);
+        let mut server = keyed().allowing_mesh();
+        let e = ask_for_under_load(&mut server, twice).1.expect_err("twice");
+        assert!(e.to_string().contains("at most once"), "{e}");
+        let mut strict = ServerSession::new(
+            Limits {
+                max_time: Some(Duration::from_secs(1)),
+                ..Limits::default()
+            },
+            Some((key("k"), [1; NONCE_LEN])),
+        )
+        .allowing_mesh();
+        assert!(
+            ask_for_under_load(&mut strict, plan()).1.is_err(),
+            "2 s of phases"
+        );
+        let e = ask_for_under_load(&mut keyed(), plan())
+            .1
+            .expect_err("no --allow-mesh");
+        assert!(e.to_string().contains("--allow-mesh"), "{e}");
+    }
+
+    #[test]
+    fn a_server_without_phases_for_a_mesh_is_refused_naming_the_option_and_both_versions() {
+        let mut client =
+            ClientSession::mesh_under_load("b:5201".into(), Settings::default(), plan(), None);
+        let hello = client.take_outbox();
+        assert!(
+            matches!(hello.as_slice(), [Message::Hello { features: Some(f), .. }]
+                if f.iter().any(|f| f == "mesh_under_load")),
+            "{hello:?}"
+        );
+        let mut older = features::supported_names();
+        older.retain(|f| f != "mesh_under_load");
+        let e = client
+            .on_message(Message::Welcome {
+                version: PROTOCOL_MAJOR,
+                software: "fperf 0.2.0".into(),
+                session: 7,
+                minor: 2,
+                features: Some(older),
+            })
+            .expect_err("lacks it");
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "the server (fperf 0.2.0, protocol 16.2) does not support --under-load"
+            ) && text.contains(&format!("this client: {}", software())),
+            "{text}"
+        );
+        assert!(client.take_outbox().is_empty(), "asked for nothing");
     }
 
     #[test]

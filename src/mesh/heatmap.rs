@@ -2,7 +2,7 @@
 //! as columns, each cell shaded by its value and labelled with it, with a colour scale
 //! beside it and a title that names fperf's version, the test and the hosts.
 
-use super::report::MeshReport;
+use super::report::{MatrixKind, MeshReport};
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -113,11 +113,7 @@ const FAILED: RGBColor = RGBColor(250, 200, 200);
 /// The title: what the matrix holds and fperf's version, then the hosts, as many as fit
 /// in `width` pixels.
 fn title_lines(report: &MeshReport, width: i32) -> [String; 2] {
-    let test = if report.latency {
-        "median round trip (us)"
-    } else {
-        "received bandwidth (Gbit/s)"
-    };
+    let test = report.what();
     let first = format!(
         "fperf {} mesh: {test}, {:.1} s per pair, senders as rows",
         crate::VERSION,
@@ -140,7 +136,7 @@ fn title_lines(report: &MeshReport, width: i32) -> [String; 2] {
 /// How good `v` is within `range` (lowest, highest): 0 the worst, 1 the best.
 fn goodness(report: &MeshReport, (low, high): (f64, f64), v: f64) -> f64 {
     let span = (high - low).max(f64::MIN_POSITIVE);
-    if report.latency {
+    if report.lower_is_better() {
         (high - v) / span
     } else {
         (v - low) / span
@@ -156,7 +152,7 @@ fn draw_scale(
     (x, y): (i32, i32),
 ) -> std::result::Result<(), DrawingAreaErrorKind<std::io::Error>> {
     let font = (FONT, 13).into_font();
-    let unit = if report.latency { "us" } else { "Gbit/s" };
+    let unit = report.unit();
     root.draw(&Text::new(unit, (x, y), font.clone()))?;
     let bar = 160;
     let top = y + 24;
@@ -171,7 +167,7 @@ fn draw_scale(
             BLACK.stroke_width(1),
         ))?;
         // The best value at the top, the worst at the bottom, and between them.
-        let (best, worst) = if report.latency {
+        let (best, worst) = if report.lower_is_better() {
             (low, high)
         } else {
             (high, low)
@@ -181,9 +177,9 @@ fn draw_scale(
             .into_text_style(root)
             .pos(Pos::new(HPos::Left, VPos::Center));
         // Enough decimals that neighbouring labels differ, however close the values.
-        let unit_step = (worst - best).abs() / 4.0 / if report.latency { 1e3 } else { 1e9 };
+        let unit_step = report.scaled((worst - best).abs() / 4.0);
         let needed = (-unit_step.log10()).ceil().clamp(0.0, 4.0) as usize;
-        let decimals = needed.max(if report.latency { 1 } else { 2 });
+        let decimals = needed.max(least_decimals(report));
         for k in 0..=4 {
             let v = best + (worst - best) * f64::from(k) / 4.0;
             let at = top + (bar - 1) * k / 4;
@@ -224,13 +220,21 @@ fn shade(good: f64) -> RGBColor {
 /// A matrix value in the picture's unit: us for round trips (given in ns), Gbit/s for
 /// bandwidth (given in bit/s).
 fn value_text(report: &MeshReport, v: f64) -> String {
-    scale_text(report, v, if report.latency { 1 } else { 2 })
+    scale_text(report, v, least_decimals(report))
 }
 
 /// `v` in the picture's unit, with `decimals` decimals.
 fn scale_text(report: &MeshReport, v: f64, decimals: usize) -> String {
-    let unit = if report.latency { 1e3 } else { 1e9 };
-    format!("{:.decimals$}", v / unit)
+    format!("{:.decimals$}", report.scaled(v))
+}
+
+/// The decimals a value gets at least: round trips in us need one, Gbit/s and ms two.
+fn least_decimals(report: &MeshReport) -> usize {
+    if report.kind == MatrixKind::RoundTrip {
+        1
+    } else {
+        2
+    }
 }
 
 #[cfg(test)]
@@ -241,12 +245,17 @@ mod tests {
     fn report(latency: bool, matrix: Vec<Vec<Option<f64>>>) -> MeshReport {
         MeshReport {
             hosts: vec!["node-a".into(), "node-b".into(), "node-c".into()],
-            latency,
+            kind: if latency {
+                MatrixKind::RoundTrip
+            } else {
+                MatrixKind::Received
+            },
             rounds: 6,
             test_time: Duration::from_secs(2),
             elapsed: Duration::from_secs(13),
             pairs: Vec::new(),
             matrix,
+            phase_matrices: Vec::new(),
             outliers: Vec::new(),
         }
     }

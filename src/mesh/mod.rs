@@ -4,6 +4,12 @@
 //! return both ends' figures (a third-party test; such servers run with
 //! `--allow-mesh` and a key). The pairs run in rounds ([`pattern`]); the figures become
 //! a matrix, its outliers and its outputs ([`report`], [`heatmap`]).
+//!
+//! With `--under-load` the sending host's server runs the phases of latency under load
+//! towards the receiving host's, and the matrix is the delay each loaded phase added.
+//! Those pairs run one at a time, never a round at once: a phase loads the links it
+//! crosses to the full, and two pairs sharing a link or a switch would add each other's
+//! queues to their figures.
 
 pub mod heatmap;
 pub mod pattern;
@@ -12,6 +18,7 @@ pub mod report;
 use crate::auth::AuthKey;
 use crate::client::{self, ClientConfig};
 use crate::family::IpFamily;
+use crate::latency_probe::phases::{PhasePlan, PhaseReport};
 use crate::results::SideResult;
 use crate::settings::Settings;
 use pattern::{Pair, Pattern};
@@ -22,6 +29,9 @@ use std::time::{Duration, Instant};
 /// Beyond its own length, how long a pair's test may take: setting up and the results,
 /// at both servers.
 const TEST_ALLOWANCE: Duration = Duration::from_secs(30);
+/// Beyond its own length, how long one phase of latency under load may take: the pause
+/// before it, and its test's setting up and results.
+const PHASE_ALLOWANCE: Duration = Duration::from_secs(6);
 
 /// Most hosts one mesh measures between: its matrix then holds at most 1024 x 1024
 /// figures (16 MiB).
@@ -101,6 +111,21 @@ pub struct MeshConfig {
     /// Pairs below this share of the median are outliers (latency: above the median
     /// over this share).
     pub outlier_below: f64,
+    /// `--under-load`: each pair runs these phases of latency under load instead of
+    /// one test, with `settings`' options for the load.
+    pub under_load: Option<PhasePlan>,
+}
+
+/// What a pair measured.
+#[derive(Clone, Debug)]
+pub enum PairFigures {
+    /// Both ends' figures of its test, the sender's (the client's) first.
+    Test {
+        client: Box<SideResult>,
+        server: Box<SideResult>,
+    },
+    /// Each phase of latency under load, the sender the client.
+    UnderLoad(Vec<PhaseReport>),
 }
 
 /// Both ends' figures of one pair's test, or why there are none.
@@ -108,7 +133,7 @@ pub struct MeshConfig {
 pub struct PairResult {
     pub from: usize,
     pub to: usize,
-    pub outcome: Result<(SideResult, SideResult), String>,
+    pub outcome: Result<PairFigures, String>,
 }
 
 /// What a mesh tells its caller while it runs.
@@ -139,51 +164,77 @@ pub fn run(
     on_event: &mut dyn FnMut(MeshEvent),
 ) -> MeshReport {
     let n = config.hosts.len();
-    let rounds = config.pattern.round_count(n);
     let total = config.pattern.pair_count(n);
+    // Under load, one pair at a time (see the module's doc).
+    let one_at_a_time = config.under_load.is_some();
+    let rounds = if one_at_a_time {
+        total
+    } else {
+        config.pattern.round_count(n)
+    };
     let started = Instant::now();
     let mut results = Vec::with_capacity(total.min(MOST_PAIRS));
-    for index in 0..rounds {
-        if abort.load(Ordering::Relaxed) {
-            break;
-        }
-        let round = config.pattern.round(n, index);
-        on_event(MeshEvent::Round {
-            index: index + 1,
-            rounds,
-            pairs: round.len(),
-            done: results.len(),
-            total,
-        });
-        let ended: Vec<PairResult> = std::thread::scope(|scope| {
-            let tests: Vec<_> = round
-                .iter()
-                .map(|&pair| scope.spawn(move || test_pair(config, pair)))
-                .collect();
-            tests
-                .into_iter()
-                .zip(&round)
-                .map(|(test, &(from, to))| {
-                    test.join().unwrap_or_else(|_| PairResult {
-                        from,
-                        to,
-                        outcome: Err("the test's thread failed".into()),
-                    })
-                })
-                .collect()
-        });
-        for result in ended {
-            results.push(result);
-            if let Some(result) = results.last() {
-                on_event(MeshEvent::Pair {
-                    result,
-                    done: results.len(),
-                    total,
-                });
+    let mut index = 0;
+    for made in 0..config.pattern.round_count(n) {
+        let round = config.pattern.round(n, made);
+        let groups: Vec<&[Pair]> = if one_at_a_time {
+            round.chunks(1).collect()
+        } else {
+            vec![&round[..]]
+        };
+        for group in groups {
+            if abort.load(Ordering::Relaxed) {
+                return MeshReport::new(config, rounds, results, started.elapsed());
+            }
+            index += 1;
+            on_event(MeshEvent::Round {
+                index,
+                rounds,
+                pairs: group.len(),
+                done: results.len(),
+                total,
+            });
+            for result in run_at_once(config, group) {
+                results.push(result);
+                if let Some(result) = results.last() {
+                    on_event(MeshEvent::Pair {
+                        result,
+                        done: results.len(),
+                        total,
+                    });
+                }
             }
         }
     }
     MeshReport::new(config, rounds, results, started.elapsed())
+}
+
+/// The tests of `pairs`, all at once.
+fn run_at_once(config: &MeshConfig, pairs: &[Pair]) -> Vec<PairResult> {
+    std::thread::scope(|scope| {
+        let tests: Vec<_> = pairs
+            .iter()
+            .map(|&pair| scope.spawn(move || test_pair(config, pair)))
+            .collect();
+        tests
+            .into_iter()
+            .zip(pairs)
+            .map(|(test, &(from, to))| {
+                test.join().unwrap_or_else(|_| PairResult {
+                    from,
+                    to,
+                    outcome: Err("the test's thread failed".into()),
+                })
+            })
+            .collect()
+    })
+}
+
+/// How long a pair's phases of latency under load may take: the phases, and for each
+/// the pause before it and its test's setting up and results.
+fn under_load_length(plan: &PhasePlan) -> Duration {
+    let phases = u32::try_from(plan.phases.len()).unwrap_or(u32::MAX);
+    plan.total() + PHASE_ALLOWANCE.saturating_mul(phases)
 }
 
 /// One pair's third-party test.
@@ -203,7 +254,21 @@ fn test_pair(config: &MeshConfig, (from, to): Pair) -> PairResult {
         family => client::resolve(&receiver.host, receiver.port, family).map(|a| a.to_string()),
     };
     let outcome = peer
-        .and_then(|peer| client::mesh_test(&client, &peer, length + TEST_ALLOWANCE))
+        .and_then(|peer| match &config.under_load {
+            Some(plan) => client::mesh_under_load(
+                &client,
+                &peer,
+                plan,
+                under_load_length(plan) + TEST_ALLOWANCE,
+            )
+            .map(PairFigures::UnderLoad),
+            None => client::mesh_test(&client, &peer, length + TEST_ALLOWANCE).map(
+                |(client, server)| PairFigures::Test {
+                    client: Box::new(client),
+                    server: Box::new(server),
+                },
+            ),
+        })
         .map_err(|e| crate::peer_text::printable(&format!("{e:#}")));
     PairResult { from, to, outcome }
 }

@@ -1,7 +1,12 @@
 //! A mesh's figures: the N×N matrix (senders as rows, receivers as columns), its
 //! outliers, and the matrix as text, JSON and CSV.
+//!
+//! Under load, a matrix of the delay each loaded phase added; the headline one (the
+//! JSON's `matrix`, the heatmap and the outliers) is the bidir phase's where it ran,
+//! else download's, else upload's.
 
-use super::{MeshConfig, PairResult};
+use super::{MeshConfig, PairFigures, PairResult};
+use crate::latency_probe::phases::{PhaseKind, PhaseReport};
 use crate::results::SideResult;
 use serde_json::{json, Value};
 use std::fmt::Write;
@@ -9,6 +14,20 @@ use std::time::Duration;
 
 /// Two directions of a pair that differ by more than this share are an outlier.
 pub const ASYMMETRY: f64 = 0.2;
+/// An added delay stands out only by at least this much, in ns: below a millisecond,
+/// the differences between idle paths are noise.
+const ADDED_DELAY_FLOOR: f64 = 1e6;
+
+/// What a mesh's matrix holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatrixKind {
+    /// The bits per second the receivers received.
+    Received,
+    /// The senders' median round trip, in ns (`-r`, `--echo`).
+    RoundTrip,
+    /// The delay a phase's load added to the idle round trip, in ns (`--under-load`).
+    AddedDelay(PhaseKind),
+}
 
 /// A pair that stands out, and why.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,16 +41,18 @@ pub struct Outlier {
 #[derive(Debug)]
 pub struct MeshReport {
     pub hosts: Vec<String>,
-    /// The matrix is of round trips (`-r`, `--echo`, `--crr`), not bandwidth.
-    pub latency: bool,
+    pub kind: MatrixKind,
     pub rounds: usize,
-    /// Each test's length.
+    /// Each test's length (under load, all its phases').
     pub test_time: Duration,
     /// The whole mesh's wall time.
     pub elapsed: Duration,
     pub pairs: Vec<PairResult>,
-    /// Per sender and receiver: received bit/s, or the median round trip in ns.
+    /// Per sender and receiver: received bit/s, the median round trip in ns, or the
+    /// headline phase's added delay in ns.
     pub matrix: Vec<Vec<Option<f64>>>,
+    /// Under load: each loaded phase's added delays, in ns, in the phases' order.
+    pub phase_matrices: Vec<(PhaseKind, Vec<Vec<Option<f64>>>)>,
     pub outliers: Vec<Outlier>,
 }
 
@@ -43,21 +64,51 @@ impl MeshReport {
         elapsed: Duration,
     ) -> MeshReport {
         let n = config.hosts.len();
-        let latency = config.settings.workload.mprtt();
-        let mut matrix = vec![vec![None; n]; n];
-        for pair in &pairs {
-            if let Ok((client, server)) = &pair.outcome {
-                matrix[pair.from][pair.to] = Some(value(latency, client, server));
+        let loaded: Vec<PhaseKind> = config
+            .under_load
+            .iter()
+            .flat_map(|plan| {
+                plan.phases
+                    .iter()
+                    .map(|(kind, _)| *kind)
+                    .filter(|&kind| kind != PhaseKind::Idle)
+            })
+            .collect();
+        let headline = [PhaseKind::Bidir, PhaseKind::Download, PhaseKind::Upload]
+            .into_iter()
+            .find(|kind| loaded.contains(kind));
+        let kind = match headline {
+            Some(phase) => MatrixKind::AddedDelay(phase),
+            None if config.settings.workload.mprtt() => MatrixKind::RoundTrip,
+            None => MatrixKind::Received,
+        };
+        let matrix_of = |cell: &dyn Fn(&PairFigures) -> Option<f64>| {
+            let mut matrix = vec![vec![None; n]; n];
+            for pair in &pairs {
+                if let Ok(figures) = &pair.outcome {
+                    matrix[pair.from][pair.to] = cell(figures);
+                }
             }
-        }
+            matrix
+        };
+        let matrix = matrix_of(&|figures| value(kind, figures));
+        let phase_matrices = loaded
+            .iter()
+            .map(|&phase| (phase, matrix_of(&|figures| added_delay(phase, figures))))
+            .collect();
+        let test_time = match &config.under_load {
+            Some(plan) => plan.total(),
+            None => Duration::from_millis(config.settings.time_ms.unwrap_or(0)),
+        };
         let mut report = MeshReport {
             hosts: config.hosts.iter().map(|h| h.name.clone()).collect(),
-            latency,
+            kind,
             rounds,
-            test_time: Duration::from_millis(config.settings.time_ms.unwrap_or(0)),
+            test_time,
             elapsed,
             pairs,
             matrix,
+            phase_matrices,
             outliers: Vec::new(),
         };
         report.outliers = report.find_outliers(config.outlier_below);
@@ -86,8 +137,9 @@ impl MeshReport {
         let cell = |a: usize, b: usize| self.matrix[a][b];
         for (from, to) in (0..n).flat_map(|a| (0..n).map(move |b| (a, b))) {
             let Some(v) = cell(from, to) else { continue };
-            let off_median = if self.latency {
-                (v * share > median).then(|| {
+            let floor = self.outlier_floor();
+            let off_median = if self.lower_is_better() {
+                (v * share > median && v - median >= floor).then(|| {
                     format!(
                         "{} is above the median {} over {share}",
                         self.figure(v),
@@ -106,8 +158,13 @@ impl MeshReport {
             // The worse of two directions that differ by more than ASYMMETRY.
             let asymmetric = cell(to, from).and_then(|back| {
                 let (low, high) = (v.min(back), v.max(back));
-                let worse = if self.latency { v > back } else { v < back };
-                (high > 0.0 && (high - low) / high > ASYMMETRY && worse).then(|| {
+                let worse = if self.lower_is_better() {
+                    v > back
+                } else {
+                    v < back
+                };
+                let apart = high > 0.0 && (high - low) / high > ASYMMETRY && high - low >= floor;
+                (apart && worse).then(|| {
                     format!(
                         "{} is {:.0}% off the other direction's {}",
                         self.figure(v),
@@ -124,21 +181,45 @@ impl MeshReport {
         outliers
     }
 
+    /// Whether the lower a cell, the better: round trips and delays.
+    pub fn lower_is_better(&self) -> bool {
+        self.kind != MatrixKind::Received
+    }
+
+    /// How much a cell must stand out by to be an outlier, in its own unit.
+    fn outlier_floor(&self) -> f64 {
+        match self.kind {
+            MatrixKind::AddedDelay(_) => ADDED_DELAY_FLOOR,
+            _ => 0.0,
+        }
+    }
+
     /// The unit of the matrix's cells in text.
     pub fn unit(&self) -> &'static str {
-        if self.latency {
-            "us"
-        } else {
-            "Gbit/s"
+        match self.kind {
+            MatrixKind::Received => "Gbit/s",
+            MatrixKind::RoundTrip => "us",
+            MatrixKind::AddedDelay(_) => "ms",
         }
     }
 
     /// A cell's value in the text's unit.
-    fn scaled(&self, v: f64) -> f64 {
-        if self.latency {
-            v / 1e3
-        } else {
-            v / 1e9
+    pub fn scaled(&self, v: f64) -> f64 {
+        match self.kind {
+            MatrixKind::Received => v / 1e9,
+            MatrixKind::RoundTrip => v / 1e3,
+            MatrixKind::AddedDelay(_) => v / 1e6,
+        }
+    }
+
+    /// What the matrix holds, with its unit, for titles.
+    pub fn what(&self) -> String {
+        match self.kind {
+            MatrixKind::Received => "received bandwidth (Gbit/s)".into(),
+            MatrixKind::RoundTrip => "median round trip (us)".into(),
+            MatrixKind::AddedDelay(phase) => {
+                format!("delay added under {} load (ms)", phase.name())
+            }
         }
     }
 
@@ -147,40 +228,47 @@ impl MeshReport {
         format!("{:.2} {}", self.scaled(v), self.unit())
     }
 
-    /// The human report: the matrix, then the outliers.
+    /// The human report: the matrix (under load, each loaded phase's), then the
+    /// outliers.
     pub fn text(&self) -> String {
         let mut out = String::new();
-        let what = if self.latency {
-            "Median round trip (us)"
+        let how = if self.phase_matrices.is_empty() {
+            format!(
+                "in {} rounds of {:.1} s",
+                self.rounds,
+                self.test_time.as_secs_f64()
+            )
         } else {
-            "Received (Gbit/s)"
+            format!(
+                "one at a time, {:.1} s of phases each",
+                self.test_time.as_secs_f64()
+            )
         };
-        let _ = writeln!(
-            out,
-            "{what}, senders as rows, receivers as columns; {} pairs in {} rounds of {:.1} s, {:.1} s in all",
-            self.pairs.len(),
-            self.rounds,
-            self.test_time.as_secs_f64(),
-            self.elapsed.as_secs_f64()
-        );
-        let width = self.hosts.iter().map(String::len).max().unwrap_or(0).max(8);
-        let _ = write!(out, "{:width$}", "");
-        for host in &self.hosts {
-            let _ = write!(out, "  {host:>width$}");
-        }
-        let _ = writeln!(out);
-        for (from, row) in self.matrix.iter().enumerate() {
-            let _ = write!(out, "{:width$}", self.hosts[from]);
-            for (to, cell) in row.iter().enumerate() {
-                let text = match cell {
-                    _ if from == to => "-".to_owned(),
-                    Some(v) => format!("{:.2}", self.scaled(*v)),
-                    None if self.failed(from, to) => "failed".to_owned(),
-                    None => String::new(),
-                };
-                let _ = write!(out, "  {text:>width$}");
-            }
-            let _ = writeln!(out);
+        let tables: Vec<(String, &Vec<Vec<Option<f64>>>)> = if self.phase_matrices.is_empty() {
+            let what = match self.kind {
+                MatrixKind::RoundTrip => "Median round trip (us)",
+                _ => "Received (Gbit/s)",
+            };
+            vec![(what.to_owned(), &self.matrix)]
+        } else {
+            self.phase_matrices
+                .iter()
+                .map(|(phase, matrix)| {
+                    (
+                        format!("Delay added under {} load (ms)", phase.name()),
+                        matrix,
+                    )
+                })
+                .collect()
+        };
+        for (what, matrix) in tables {
+            let _ = writeln!(
+                out,
+                "{what}, senders as rows, receivers as columns; {} pairs {how}, {:.1} s in all",
+                self.pairs.len(),
+                self.elapsed.as_secs_f64()
+            );
+            self.write_matrix(&mut out, matrix);
         }
         if !self.outliers.is_empty() {
             let _ = writeln!(out, "Outliers:");
@@ -193,6 +281,29 @@ impl MeshReport {
             }
         }
         out
+    }
+
+    /// `matrix` as text, a row per sender.
+    fn write_matrix(&self, out: &mut String, matrix: &[Vec<Option<f64>>]) {
+        let width = self.hosts.iter().map(String::len).max().unwrap_or(0).max(8);
+        let _ = write!(out, "{:width$}", "");
+        for host in &self.hosts {
+            let _ = write!(out, "  {host:>width$}");
+        }
+        let _ = writeln!(out);
+        for (from, row) in matrix.iter().enumerate() {
+            let _ = write!(out, "{:width$}", self.hosts[from]);
+            for (to, cell) in row.iter().enumerate() {
+                let text = match cell {
+                    _ if from == to => "-".to_owned(),
+                    Some(v) => format!("{:.2}", self.scaled(*v)),
+                    None if self.failed(from, to) => "failed".to_owned(),
+                    None => String::new(),
+                };
+                let _ = write!(out, "  {text:>width$}");
+            }
+            let _ = writeln!(out);
+        }
     }
 
     fn failed(&self, from: usize, to: usize) -> bool {
@@ -214,9 +325,12 @@ impl MeshReport {
                     "to": self.hosts[p.to],
                 });
                 match &p.outcome {
-                    Ok((client, server)) => {
+                    Ok(PairFigures::Test { client, server }) => {
                         doc["client"] = json!(client);
                         doc["server"] = json!(server);
+                    }
+                    Ok(PairFigures::UnderLoad(phases)) => {
+                        doc["phases"] = phases.iter().map(phase_json).collect();
                     }
                     Err(why) => doc["error"] = json!(why),
                 }
@@ -230,21 +344,46 @@ impl MeshReport {
                 |o| json!({"from": self.hosts[o.from], "to": self.hosts[o.to], "reason": o.reason}),
             )
             .collect();
-        json!({
+        let unit = match self.kind {
+            MatrixKind::Received => "bit/s (received)".to_owned(),
+            MatrixKind::RoundTrip => "ns (median round trip)".to_owned(),
+            MatrixKind::AddedDelay(phase) => {
+                format!("ns (delay added under {} load)", phase.name())
+            }
+        };
+        let mut doc = json!({
             "hosts": self.hosts,
-            "unit": if self.latency { "ns (median round trip)" } else { "bit/s (received)" },
+            "unit": unit,
             "rounds": self.rounds,
             "test_seconds": self.test_time.as_secs_f64(),
             "elapsed_seconds": self.elapsed.as_secs_f64(),
             "matrix": self.matrix,
             "pairs": pairs,
             "outliers": outliers,
-        })
+        });
+        if let MatrixKind::AddedDelay(phase) = self.kind {
+            doc["phase"] = json!(phase.name());
+            doc["added_delay"] = self
+                .phase_matrices
+                .iter()
+                .map(|(phase, matrix)| (phase.name().to_owned(), json!(matrix)))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+        }
+        doc
     }
 
-    /// A row per pair measured or failed: from, to, the value and its unit, the error.
+    /// A row per pair measured or failed: from, to, the value and its unit, the error;
+    /// under load, a row per pair and phase.
     pub fn csv(&self) -> String {
-        let unit = if self.latency { "ns" } else { "bit/s" };
+        if !self.phase_matrices.is_empty() {
+            return self.phases_csv();
+        }
+        let unit = if self.lower_is_better() {
+            "ns"
+        } else {
+            "bit/s"
+        };
         let mut out = String::from("from,to,value,unit,error\n");
         for p in &self.pairs {
             let value = self.matrix[p.from][p.to].map_or(String::new(), |v| format!("{v:.0}"));
@@ -264,9 +403,92 @@ impl MeshReport {
     }
 }
 
-/// A pair's cell: the receiver's rate in bit/s, or the sender's median round trip in
+/// Each pair's phases of latency under load, a row each; a failed pair's row names
+/// no phase.
+impl MeshReport {
+    fn phases_csv(&self) -> String {
+        let mut out = String::from(
+            "from,to,phase,rtt_p50_ns,rtt_p99_ns,added_delay_ns,probe_loss,\
+             up_bits_per_second,down_bits_per_second,rpm,error\n",
+        );
+        let text = |v: Option<String>| v.unwrap_or_default();
+        for p in &self.pairs {
+            let (from, to) = (csv_field(&self.hosts[p.from]), csv_field(&self.hosts[p.to]));
+            match &p.outcome {
+                Ok(PairFigures::UnderLoad(phases)) => {
+                    for phase in phases {
+                        let _ = writeln!(
+                            out,
+                            "{from},{to},{},{},{},{},{},{:.0},{:.0},{},",
+                            phase.kind.name(),
+                            text(phase.rtt.map(|r| r.p50_ns.to_string())),
+                            text(phase.rtt.map(|r| r.p99_ns.to_string())),
+                            text(phase.added_delay_ns.map(|d| d.to_string())),
+                            phase.loss(),
+                            phase.up_bps,
+                            phase.down_bps,
+                            text(phase.rpm.map(|r| format!("{r:.0}"))),
+                        );
+                    }
+                }
+                Ok(PairFigures::Test { .. }) => {}
+                Err(why) => {
+                    let _ = writeln!(out, "{from},{to},,,,,,,,,\"{}\"", why.replace('"', "\"\""));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One phase of a pair's latency under load, as the mesh's JSON writes it.
+fn phase_json(p: &PhaseReport) -> Value {
+    json!({
+        "name": p.kind.name(),
+        "rtt": p.rtt.map(|r| json!({
+            "min_ns": r.min_ns,
+            "p50_ns": r.p50_ns,
+            "p90_ns": r.p90_ns,
+            "p99_ns": r.p99_ns,
+            "max_ns": r.max_ns,
+        })),
+        "probes_sent": p.probes_sent,
+        "probes_lost": p.probes_lost,
+        "probe_loss": p.loss(),
+        "added_delay_ns": p.added_delay_ns,
+        "up_bits_per_second": p.up_bps,
+        "down_bits_per_second": p.down_bps,
+        "rpm": p.rpm,
+    })
+}
+
+/// A pair's cell in a matrix of `kind`: the receiver's rate in bit/s, the sender's
+/// median round trip in ns, or the phase's added delay in ns.
+fn value(kind: MatrixKind, figures: &PairFigures) -> Option<f64> {
+    match (kind, figures) {
+        (MatrixKind::AddedDelay(phase), figures) => added_delay(phase, figures),
+        (kind, PairFigures::Test { client, server }) => {
+            Some(test_value(kind == MatrixKind::RoundTrip, client, server))
+        }
+        (_, PairFigures::UnderLoad(_)) => None,
+    }
+}
+
+/// The delay `phase` added, in ns, if the pair ran it.
+fn added_delay(phase: PhaseKind, figures: &PairFigures) -> Option<f64> {
+    match figures {
+        PairFigures::UnderLoad(phases) => phases
+            .iter()
+            .find(|p| p.kind == phase)
+            .and_then(|p| p.added_delay_ns)
+            .map(|ns| ns as f64),
+        PairFigures::Test { .. } => None,
+    }
+}
+
+/// A test's cell: the receiver's rate in bit/s, or the sender's median round trip in
 /// ns.
-fn value(latency: bool, client: &SideResult, server: &SideResult) -> f64 {
+fn test_value(latency: bool, client: &SideResult, server: &SideResult) -> f64 {
     if latency {
         // A mesh reports the default percentiles, the median among them.
         client
@@ -333,6 +555,7 @@ mod tests {
             control_timeout: Duration::from_secs(1),
             family: crate::family::IpFamily::Any,
             outlier_below: 0.8,
+            under_load: None,
         };
         let pairs = (0..n)
             .flat_map(|a| (0..n).map(move |b| (a, b)))
@@ -341,7 +564,10 @@ mod tests {
                 from,
                 to,
                 outcome: rate(from, to)
-                    .map(|r| (side(Role::Client, 0), side(Role::Server, r)))
+                    .map(|r| PairFigures::Test {
+                        client: Box::new(side(Role::Client, 0)),
+                        server: Box::new(side(Role::Server, r)),
+                    })
                     .ok_or_else(|| "connection refused".to_owned()),
             })
             .collect();
@@ -394,5 +620,79 @@ mod tests {
         assert_eq!(r.outliers.len(), 1, "{:?}", r.outliers);
         assert_eq!((r.outliers[0].from, r.outliers[0].to), (0, 1));
         assert!(r.outliers[0].reason.contains("28% off"), "{:?}", r.outliers);
+    }
+
+    /// A report of 3 hosts under load (idle and download) where pair (a, b) added
+    /// `added(a, b)` ns.
+    fn under_load(added: impl Fn(usize, usize) -> i64) -> MeshReport {
+        use crate::latency_probe::phases::{PhasePlan, PhaseReport};
+        let plan = PhasePlan {
+            phases: vec![
+                (PhaseKind::Idle, Duration::from_secs(1)),
+                (PhaseKind::Download, Duration::from_secs(1)),
+            ],
+            flows: 1,
+            probe_interval: Duration::from_millis(10),
+        };
+        let config = MeshConfig {
+            hosts: (0..3)
+                .map(|i| MeshHost::parse(&format!("h{i}"), 1).expect("host"))
+                .collect(),
+            pattern: Pattern::AllPairs,
+            settings: Settings::default(),
+            auth: None,
+            control_timeout: Duration::from_secs(1),
+            family: crate::family::IpFamily::Any,
+            outlier_below: 0.8,
+            under_load: Some(plan),
+        };
+        let phase = |kind, added_delay_ns| PhaseReport {
+            kind,
+            rtt: None,
+            probes_sent: 0,
+            probes_lost: 0,
+            added_delay_ns: Some(added_delay_ns),
+            up_bps: 0.0,
+            down_bps: 0.0,
+            rpm: None,
+        };
+        let pairs = (0..3)
+            .flat_map(|a| (0..3).map(move |b| (a, b)))
+            .filter(|(a, b)| a != b)
+            .map(|(from, to)| PairResult {
+                from,
+                to,
+                outcome: Ok(PairFigures::UnderLoad(vec![
+                    phase(PhaseKind::Idle, 0),
+                    phase(PhaseKind::Download, added(from, to)),
+                ])),
+            })
+            .collect();
+        MeshReport::new(&config, 6, pairs, Duration::from_secs(20))
+    }
+
+    #[test]
+    fn under_load_a_pair_whose_added_delay_stands_out_by_a_millisecond_is_an_outlier() {
+        let r = under_load(|a, b| {
+            if (a, b) == (0, 1) {
+                15_000_000
+            } else {
+                2_000_000
+            }
+        });
+        assert_eq!(r.kind, MatrixKind::AddedDelay(PhaseKind::Download));
+        assert_eq!(r.matrix[0][1], Some(15e6));
+        assert_eq!(r.phase_matrices.len(), 1);
+        let flagged: Vec<(usize, usize)> = r.outliers.iter().map(|o| (o.from, o.to)).collect();
+        assert_eq!(flagged, vec![(0, 1)], "{:?}", r.outliers);
+        assert!(r.outliers[0]
+            .reason
+            .contains("15.00 ms is above the median 2.00 ms"));
+        assert!(r.text().starts_with("Delay added under download load (ms)"));
+        assert_eq!(r.json()["added_delay"]["download"][0][1], 15e6);
+        assert_eq!(r.csv().lines().count(), 1 + 6 * 2);
+        // Tenths of a millisecond apart are noise, however many times the median.
+        let quiet = under_load(|a, b| if (a, b) == (0, 1) { 400_000 } else { 20_000 });
+        assert!(quiet.outliers.is_empty(), "{:?}", quiet.outliers);
     }
 }

@@ -8,10 +8,13 @@
 use super::events::EventSender;
 use super::{Control, ServerConfig, ServerEvent};
 use crate::client::{self, ClientConfig, RunObserver, StreamInfo};
+use crate::control::session::SessionError;
+use crate::latency_probe::phases::{PhasePlan, PhaseReport};
 use crate::limits::TestWatch;
 use crate::results::SideResult;
 use crate::sessions::SessionGuard;
 use crate::settings::{Settings, MB};
+use crate::under_load::{self, spec::UnderLoadSpec};
 use anyhow::{bail, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -146,4 +149,71 @@ pub(super) fn run_test(
         result: Box::new(outcome.client.clone()),
     });
     Ok((outcome.client, outcome.server))
+}
+
+/// Runs `plan`'s phases of latency under load as the client towards the fperf server at
+/// `host`:`port` for the coordinator on `control`, each loaded phase's test with
+/// `settings`' options: each phase's figures.
+///
+/// The server's limits were checked against the whole run (its widest phase, all its
+/// time); an unpaced load is paced to `--max-rate` as a mesh test is.
+pub(super) fn run_under_load(
+    control: &mut Control,
+    registered: &SessionGuard,
+    (host, port): (&str, u16),
+    mut settings: Settings,
+    plan: &PhasePlan,
+    config: &ServerConfig,
+    events: &EventSender,
+) -> Result<Vec<PhaseReport>> {
+    let towards = client::join_host_port(host, port);
+    if let (Some(max), None) = (config.limits.max_rate, settings.rate_bps) {
+        settings.rate_bps = Some((max / u64::from(plan.flows.max(1))).max(1));
+    }
+    let coordinator = control
+        .chan
+        .peer_addr()
+        .map(|a| crate::stream::canonical(a).to_string())
+        .unwrap_or_default();
+    let client = ClientConfig {
+        connect_timeout: config.control_timeout,
+        control_timeout: config.control_timeout,
+        stall_timeout: config.idle_timeout,
+        auth: config.auth.clone(),
+        ..ClientConfig::new(host, port, settings)
+    };
+    registered.streams_connected();
+    let answered = AtomicBool::new(false);
+    let started = Instant::now();
+    let spec = UnderLoadSpec::from_plan(plan);
+    let run = under_load::run_noting(&client, &spec, Arc::new(AtomicBool::new(false)), &answered);
+    let run = match run {
+        Ok(run) => run,
+        // A server that proved the key and lacks the probes' echo may be named; any
+        // other failure before the probe session opened looks alike, as a mesh test's.
+        Err(e)
+            if !answered.load(Ordering::Relaxed)
+                && !matches!(
+                    e.downcast_ref::<SessionError>(),
+                    Some(SessionError::ServerLacks { .. })
+                ) =>
+        {
+            events.client_error(
+                coordinator,
+                format!("latency under load towards {towards}: {e:#}"),
+            );
+            let alike = started + config.control_timeout;
+            std::thread::sleep(alike.saturating_duration_since(Instant::now()));
+            bail!(
+                "latency under load towards {towards} did not start: no fperf server with \
+                 this server's key answered there within {} s",
+                config.control_timeout.as_secs()
+            );
+        }
+        Err(e) => return Err(e.context(format!("latency under load towards {towards}"))),
+    };
+    if run.interrupted {
+        bail!("latency under load towards {towards} was cut short");
+    }
+    Ok(run.phases.iter().map(|p| p.report()).collect())
 }

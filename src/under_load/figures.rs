@@ -4,6 +4,7 @@
 
 use super::prober::ProbeRecord;
 use super::spec::PhaseKind;
+use crate::latency_probe::phases::{PhaseReport, RttFigures};
 use crate::percentiles::Percentiles;
 use crate::stats::{LatencyStats, LatencySummary};
 use std::time::Duration;
@@ -59,6 +60,31 @@ impl PhaseFigures {
     /// The probes' median round trip, in ns.
     pub fn p50_ns(&self) -> Option<u64> {
         self.rtt.as_ref().and_then(|r| r.at(50.0))
+    }
+
+    /// The figures a mesh server reports of the phase.
+    pub fn report(&self) -> PhaseReport {
+        let rtt = self.rtt.as_ref().map(|r| {
+            let at = |p: f64| r.at(p).unwrap_or(r.max_ns).clamp(r.min_ns, r.max_ns);
+            RttFigures {
+                min_ns: r.min_ns,
+                p50_ns: at(50.0),
+                p90_ns: at(90.0),
+                p99_ns: at(99.0),
+                max_ns: r.max_ns,
+            }
+        });
+        PhaseReport {
+            kind: self.kind,
+            rtt,
+            probes_sent: self.sent,
+            probes_lost: self.lost,
+            added_delay_ns: self.added_delay_ns,
+            // No flows that way add up to -0.0, which reads as a sign.
+            up_bps: self.up_bps + 0.0,
+            down_bps: self.down_bps + 0.0,
+            rpm: self.rpm,
+        }
     }
 }
 

@@ -81,6 +81,17 @@ pub fn run(
     spec: &UnderLoadSpec,
     abort: Arc<AtomicBool>,
 ) -> Result<UnderLoadRun> {
+    run_noting(cfg, spec, abort, &AtomicBool::new(false))
+}
+
+/// [`run`], setting `answered` once the server proved its key (if asked to) and opened
+/// the probe session: a mesh server tells failures before that from those after.
+pub fn run_noting(
+    cfg: &ClientConfig,
+    spec: &UnderLoadSpec,
+    abort: Arc<AtomicBool>,
+    answered: &AtomicBool,
+) -> Result<UnderLoadRun> {
     spec.check().map_err(anyhow::Error::msg)?;
     let phases = spec.phases();
     if phases.is_empty() {
@@ -89,6 +100,7 @@ pub fn run(
     let echo_secs = spec.total().as_secs() + 1 + PHASE_OVERHEAD_SECS * phases.len() as u64;
     let echo_secs = u32::try_from(echo_secs.min(u64::from(MAX_ECHO_SECS))).unwrap_or(MAX_ECHO_SECS);
     let session = client::probe_echo(cfg, echo_secs)?;
+    answered.store(true, Ordering::Relaxed);
     let epoch = Instant::now();
     let prober = Prober::start(
         session.local,
@@ -187,11 +199,12 @@ fn pause(length: Duration, abort: &AtomicBool) -> bool {
 /// The test of a loaded phase: `base`'s options with the phase's streams, direction and
 /// length.
 fn phase_settings(base: &Settings, kind: PhaseKind, flows: u32, length: Duration) -> Settings {
-    let (nstreams, workload) = match kind {
-        PhaseKind::Upload | PhaseKind::Idle => (flows, Workload::Bulk),
-        PhaseKind::Download => (flows, Workload::Reverse),
-        PhaseKind::Bidir => (flows * 2, Workload::Bidir),
+    let workload = match kind {
+        PhaseKind::Upload | PhaseKind::Idle => Workload::Bulk,
+        PhaseKind::Download => Workload::Reverse,
+        PhaseKind::Bidir => Workload::Bidir,
     };
+    let nstreams = kind.streams(flows);
     Settings {
         nstreams,
         workload,

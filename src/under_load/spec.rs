@@ -4,51 +4,8 @@
 use crate::options::{Iperf3, Mesh, Takes, TestOption};
 use std::time::Duration;
 
-/// One phase of a run: what loads the path while the probes go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PhaseKind {
-    /// No load: the path's own round trip.
-    Idle,
-    /// TCP flows from the server to the client.
-    Download,
-    /// TCP flows from the client to the server.
-    Upload,
-    /// Both at once.
-    Bidir,
-}
-
-impl PhaseKind {
-    pub const ALL: [PhaseKind; 4] = [
-        PhaseKind::Idle,
-        PhaseKind::Download,
-        PhaseKind::Upload,
-        PhaseKind::Bidir,
-    ];
-
-    /// Its name in `--phases` and in every output.
-    pub fn name(self) -> &'static str {
-        match self {
-            PhaseKind::Idle => "idle",
-            PhaseKind::Download => "download",
-            PhaseKind::Upload => "upload",
-            PhaseKind::Bidir => "bidir",
-        }
-    }
-
-    fn from_name(name: &str) -> Option<PhaseKind> {
-        PhaseKind::ALL.into_iter().find(|k| k.name() == name)
-    }
-
-    /// Whether data goes from the client to the server.
-    pub fn loads_up(self) -> bool {
-        matches!(self, PhaseKind::Upload | PhaseKind::Bidir)
-    }
-
-    /// Whether data goes from the server to the client.
-    pub fn loads_down(self) -> bool {
-        matches!(self, PhaseKind::Download | PhaseKind::Bidir)
-    }
-}
+use crate::latency_probe::phases::PhasePlan;
+pub use crate::latency_probe::phases::{PhaseKind, MAX_FLOWS, MAX_PHASE, MAX_PROBES};
 
 /// A phase's length unless `--phase-time` or `--phases` says otherwise.
 pub const DEFAULT_PHASE: Duration = Duration::from_secs(5);
@@ -56,12 +13,6 @@ pub const DEFAULT_PHASE: Duration = Duration::from_secs(5);
 pub const DEFAULT_FLOWS: u32 = 4;
 /// The probes' interval unless `--probe-interval` says otherwise.
 pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(10);
-/// The most flows per direction (a bidir phase runs twice as many streams).
-pub const MAX_FLOWS: u32 = 64;
-/// The longest phase.
-pub const MAX_PHASE: Duration = Duration::from_secs(600);
-/// The most probes one run sends: each is kept for the figures and the plot.
-pub const MAX_PROBES: u64 = 1 << 20;
 
 /// A `--under-load` run's own options, as given.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,6 +53,26 @@ impl UnderLoadSpec {
     /// The phases' lengths added up.
     pub fn total(&self) -> Duration {
         self.phases().iter().map(|(_, len)| *len).sum()
+    }
+
+    /// The run as a mesh coordinator asks a server for it.
+    pub fn plan(&self) -> PhasePlan {
+        PhasePlan {
+            phases: self.phases(),
+            flows: self.flows,
+            probe_interval: self.probe_interval,
+        }
+    }
+
+    /// The run a mesh coordinator asked for.
+    pub fn from_plan(plan: &PhasePlan) -> UnderLoadSpec {
+        UnderLoadSpec {
+            enabled: true,
+            phases: plan.phases.iter().map(|&(k, len)| (k, Some(len))).collect(),
+            phase_time: DEFAULT_PHASE,
+            flows: plan.flows,
+            probe_interval: plan.probe_interval,
+        }
     }
 
     /// Refuses a run that would keep more probes than [`MAX_PROBES`].
@@ -177,8 +148,15 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
                the IETF draft \"Responsiveness under Working Conditions\"); also the round \
                trip TCP measured on the loaded connections. An older server that cannot \
                echo the probes refuses the run before it starts.",
-        // A mesh's tests run from one server towards another: not yet these.
-        mesh: Mesh::No,
+        mesh: Mesh::Help(
+            "Measure latency under load between each pair: the sending host's server runs \
+             the phases towards the receiving host's, one pair at a time, and the matrix is \
+             the delay each loaded phase added to the idle round trip, in ms.\n\n\
+             It takes the same options as fperf -c HOST --under-load (--phases, \
+             --phase-time, --load-flows, --probe-interval) and TCP's (-C, --fq-rate); the \
+             phases need an idle one and each phase runs once. A server older than this \
+             coordinator cannot run them: its pairs fail, naming both versions.",
+        ),
         probe: Some("under_load"),
         iperf3: Iperf3::No,
         what: "0 or 1",
@@ -203,7 +181,7 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
                Each is idle, download, upload or bidir, with its own length after a colon \
                if it differs from --phase-time's (e.g. idle:2,download:10). The added delay \
                needs an idle phase.",
-        mesh: Mesh::No,
+        mesh: Mesh::AsClient,
         probe: Some("phases"),
         iperf3: Iperf3::No,
         what: "",
@@ -222,7 +200,7 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
         conflicts: &[],
         help: "With --under-load: each phase's length [default: 5 s] (or with a unit: \
                500ms, 2s, 1m).",
-        mesh: Mesh::No,
+        mesh: Mesh::AsClient,
         probe: Some("phase_time"),
         iperf3: Iperf3::No,
         what: "a number of seconds",
@@ -241,7 +219,7 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
         conflicts: &[],
         help: "With --under-load: TCP flows per loaded direction [default: 4] (a bidir \
                phase runs N each way).",
-        mesh: Mesh::No,
+        mesh: Mesh::AsClient,
         probe: Some("load_flows"),
         iperf3: Iperf3::No,
         what: "",
@@ -261,7 +239,7 @@ pub static OPTIONS: [TestOption<UnderLoadSpec>; 5] = [
         conflicts: &[],
         help: "With --under-load: the time between two latency probes, in ms, 1 to 1000 \
                [default: 10].",
-        mesh: Mesh::No,
+        mesh: Mesh::AsClient,
         probe: Some("probe_interval"),
         iperf3: Iperf3::No,
         what: "",

@@ -38,6 +38,7 @@
 
 mod results;
 mod settings;
+mod under_load;
 
 use crate::control::Message as Domain;
 use serde::{Deserialize, Serialize};
@@ -49,6 +50,7 @@ pub use results::{
     StreamInterval, StreamResult, SystemFacts, UsageCounts,
 };
 pub use settings::{Queue, Sched, Settings, WorkloadFlags};
+pub use under_load::{PhaseFigures, PhasePlan, Phases, PlannedPhase, RttFigures};
 
 /// Why a message a peer sent cannot be taken as the value it stands for.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
@@ -61,6 +63,8 @@ pub enum WireError {
         reverse: bool,
         bidir: bool,
     },
+    #[error("no phase of latency under load is called {0:?}")]
+    Phase(String),
 }
 
 /// Every message of the control protocol, as it is encoded (see
@@ -146,6 +150,14 @@ pub enum Message {
         port: u16,
         token: u64,
     },
+    MeshUnderLoad {
+        peer: String,
+        settings: Settings,
+        plan: PhasePlan,
+    },
+    MeshUnderLoadResult {
+        phases: Phases<PhaseFigures>,
+    },
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -224,6 +236,18 @@ impl From<&Domain> for Message {
             },
             Domain::ProbeEcho { seconds } => Message::ProbeEcho { seconds },
             Domain::ProbeEchoing { port, token } => Message::ProbeEchoing { port, token },
+            Domain::MeshUnderLoad {
+                peer,
+                settings,
+                plan,
+            } => Message::MeshUnderLoad {
+                peer,
+                settings: Settings::from(settings),
+                plan: PhasePlan::from(&plan),
+            },
+            Domain::MeshUnderLoadResult { phases } => Message::MeshUnderLoadResult {
+                phases: Phases(phases.iter().map(PhaseFigures::from).collect()),
+            },
         }
     }
 }
@@ -302,6 +326,22 @@ impl TryFrom<Message> for Domain {
             },
             Message::ProbeEcho { seconds } => Domain::ProbeEcho { seconds },
             Message::ProbeEchoing { port, token } => Domain::ProbeEchoing { port, token },
+            Message::MeshUnderLoad {
+                peer,
+                settings,
+                plan,
+            } => Domain::MeshUnderLoad {
+                peer,
+                settings: settings.try_into()?,
+                plan: plan.try_into()?,
+            },
+            Message::MeshUnderLoadResult { phases } => Domain::MeshUnderLoadResult {
+                phases: phases
+                    .0
+                    .into_iter()
+                    .map(TryInto::try_into)
+                    .collect::<Result<_, _>>()?,
+            },
         })
     }
 }
