@@ -134,7 +134,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// What `fperf --version` prints after the name: the software's version and the
 /// control protocol's (a test checks that it names [`control::PROTOCOL_MAJOR`] and
 /// [`control::PROTOCOL_MINOR`]).
-pub const VERSION_TEXT: &str = concat!(env!("CARGO_PKG_VERSION"), " (protocol 16.2)");
+pub const VERSION_TEXT: &str = concat!(env!("CARGO_PKG_VERSION"), " (protocol 16.3)");
 
 #[cfg(test)]
 mod tests {

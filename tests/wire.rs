@@ -14,6 +14,7 @@
 //! - Other majors' hellos are refused, naming both versions.
 
 use fperf::control::{self, Message, PROTOCOL_MAJOR, PROTOCOL_MINOR};
+use fperf::latency_probe::phases::{PhaseKind, PhasePlan, PhaseReport, RttFigures};
 use fperf::results::{Figures, IntervalResult, SideResult, StreamInterval, StreamResult};
 use fperf::settings::{SchedPolicy, Settings};
 use fperf::stats::buffer_grant::BufferGrant;
@@ -34,6 +35,7 @@ use fperf::transport::Role;
 use fperf::workload::{Reply, Workload};
 use serde_json::Value;
 use std::path::PathBuf;
+use std::time::Duration;
 
 fn wire_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/wire")
@@ -371,6 +373,55 @@ fn messages() -> Vec<Message> {
                 ..side.clone()
             }),
             server: Box::new(side),
+        },
+        Message::ProbeEcho { seconds: 25 },
+        Message::ProbeEchoing {
+            port: 40000,
+            token: u64::MAX - 7,
+        },
+        Message::MeshUnderLoad {
+            peer: "10.0.0.2:28444".into(),
+            settings: Settings::default(),
+            plan: PhasePlan {
+                phases: vec![
+                    (PhaseKind::Idle, Duration::from_millis(2500)),
+                    (PhaseKind::Download, Duration::from_secs(5)),
+                    (PhaseKind::Upload, Duration::from_secs(5)),
+                    (PhaseKind::Bidir, Duration::from_secs(5)),
+                ],
+                flows: 4,
+                probe_interval: Duration::from_millis(10),
+            },
+        },
+        Message::MeshUnderLoadResult {
+            phases: vec![
+                PhaseReport {
+                    kind: PhaseKind::Idle,
+                    rtt: Some(RttFigures {
+                        min_ns: 50_000,
+                        p50_ns: 60_000,
+                        p90_ns: 70_000,
+                        p99_ns: 80_000,
+                        max_ns: 90_000,
+                    }),
+                    probes_sent: 250,
+                    probes_lost: 0,
+                    added_delay_ns: None,
+                    up_bps: 0.0,
+                    down_bps: 0.0,
+                    rpm: Some(900_000.0),
+                },
+                PhaseReport {
+                    kind: PhaseKind::Bidir,
+                    rtt: None,
+                    probes_sent: 500,
+                    probes_lost: 500,
+                    added_delay_ns: Some(-3_000),
+                    up_bps: 43.5e6,
+                    down_bps: 47.25e6,
+                    rpm: None,
+                },
+            ],
         },
     ]
 }

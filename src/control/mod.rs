@@ -40,8 +40,9 @@ pub const PROTOCOL_MAJOR: u32 = 16;
 /// Minor version: adding an optional field or message raises it. A field that changes
 /// what is measured also comes with a [`crate::features::Feature`], so that an older
 /// peer refuses the test instead of ignoring the field. 1: `Hello` and `Welcome` carry
-/// the minor and the features.
-pub const PROTOCOL_MINOR: u32 = 2;
+/// the minor and the features; 2: `notsent_lowat` and TCP's new figures; 3: latency
+/// probe sessions and a mesh's latency under load.
+pub const PROTOCOL_MINOR: u32 = 3;
 /// Most features one `Hello` or `Welcome` may list, and the longest name of one.
 pub const MAX_FEATURES: usize = 64;
 const MAX_FEATURE_NAME: usize = 64;
