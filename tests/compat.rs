@@ -5,7 +5,8 @@
 //!   refused before any data flows.
 //! - `needs_previous_release::`: this build against the previous release, both ways
 //!   (its client against this server, this client against its server) for TCP, UDP and
-//!   reverse, and one mesh pair each way. `scripts/compat-check.sh` builds the previous
+//!   reverse, and one mesh pair each way; a previous release without latency probes
+//!   refuses `--under-load` before it starts. `scripts/compat-check.sh` builds the previous
 //!   release from the repository's history (CHANGELOG.md names its commit) and runs them
 //!   with `FPERF_PREVIOUS` set to its binary.
 
@@ -248,4 +249,58 @@ fn needs_previous_release_a_mesh_pair_each_way() {
         server.wait_for(|o| o.contains("mesh test for"), Duration::from_secs(5));
     }
     let _ = std::fs::remove_file(&key);
+}
+
+/// The previous release's protocol minor, from its `--version` (`... (protocol 16.N)`).
+fn previous_minor() -> u32 {
+    let out = run_program(
+        previous().to_str().expect("a UTF-8 path"),
+        &["--version"],
+        Duration::from_secs(10),
+        |_| {},
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let minor = text
+        .split("(protocol ")
+        .nth(1)
+        .and_then(|rest| rest.split(['.', ')']).nth(1))
+        .and_then(|m| m.parse().ok());
+    minor.unwrap_or_else(|| panic!("no protocol version in {text:?}"))
+}
+
+#[test]
+#[ignore = "needs the previous release's binary: scripts/compat-check.sh"]
+fn needs_previous_release_refuses_latency_under_load_before_it_starts_if_it_lacks_it() {
+    let s = server_of(&previous(), &[]);
+    let port = s.port.to_string();
+    let bin = fperf_bin();
+    let args = [
+        "-c",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--under-load",
+        "--phases",
+        "idle:1,download:1",
+        "--load-flows",
+        "1",
+    ];
+    let out = run_program(&bin, &args, Duration::from_secs(60), |_| {});
+    let errors = String::from_utf8_lossy(&out.stderr).to_string();
+    let minor = previous_minor();
+    // Latency probe sessions came with protocol minor 3.
+    if minor >= 3 {
+        assert!(out.status.success(), "{errors}");
+        return;
+    }
+    assert!(!out.status.success(), "an older server ran it: {errors}");
+    let ours = format!("protocol {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}");
+    for needle in [
+        "does not support --under-load".to_string(),
+        format!("protocol {PROTOCOL_MAJOR}.{minor}"),
+        ours,
+    ] {
+        assert!(errors.contains(&needle), "{needle:?} in {errors}");
+    }
+    drop(s);
 }
