@@ -285,7 +285,7 @@ fn needs_previous_release_refuses_latency_under_load_before_it_starts_if_it_lack
         "--load-flows",
         "1",
     ];
-    let out = run_program(&bin, &args, Duration::from_secs(60), |_| {});
+    let out = run_program(bin, &args, Duration::from_secs(60), |_| {});
     let errors = String::from_utf8_lossy(&out.stderr).to_string();
     let minor = previous_minor();
     // Latency probe sessions came with protocol minor 3.
