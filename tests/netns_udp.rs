@@ -7,12 +7,11 @@
 //! not. Needs root, `ip` and `nft`: marked ignored, and run by scripts/test.sh as root.
 
 mod common;
-use common::{collect, collect_joinable, fperf_bin, nft_in, sh};
+use common::{fperf_bin, nft_in, run_in, sh, NsServer};
 use regex::Regex;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SERVER_IP: &str = "10.99.0.1";
 const CLIENT_IP: &str = "10.99.0.2";
@@ -160,20 +159,7 @@ impl Netns {
 
     /// Starts `fperf -s` in the server's namespace.
     fn server(&self) -> NsServer {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.server, fperf_bin(), "-s"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start fperf -s");
-        let s = NsServer {
-            stdout: collect(child.stdout.take().unwrap()),
-            stderr: collect(child.stderr.take().unwrap()),
-            child,
-        };
-        s.wait_for(1);
-        s
+        NsServer::start(&self.server, &[])
     }
 
     /// Runs `fperf -c SERVER_IP -u ARGS` in the client's namespace; asserts success.
@@ -185,51 +171,15 @@ impl Netns {
             "client {args:?} failed\nstdout:\n{stdout}\nstderr:\n{}\nserver:\n{}\n{}",
             String::from_utf8_lossy(&out.stderr),
             server.stdout(),
-            server.stderr.lock().unwrap()
+            server.stderr()
         );
         stdout
     }
 
     fn client_output(&self, args: &[&str]) -> Output {
-        let mut child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.client,
-                fperf_bin(),
-                "-c",
-                SERVER_IP,
-                "-u",
-            ])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start fperf -c");
-        let (out, out_reader) = collect_joinable(child.stdout.take().unwrap());
-        let (err, err_reader) = collect_joinable(child.stderr.take().unwrap());
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let status = loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                break st;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("client {args:?} did not finish in 120s");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        // The process is gone, so its pipes end: read them to the end.
-        let _ = (out_reader.join(), err_reader.join());
-        let stdout = out.lock().unwrap().clone().into_bytes();
-        let stderr = err.lock().unwrap().clone().into_bytes();
-        Output {
-            status,
-            stdout,
-            stderr,
-        }
+        let mut all = vec![fperf_bin(), "-c", SERVER_IP, "-u"];
+        all.extend_from_slice(args);
+        run_in(&self.client, &all, Duration::from_secs(120))
     }
 }
 
@@ -238,52 +188,6 @@ impl Drop for Netns {
         for name in [&self.server, &self.client] {
             let _ = Command::new("ip").args(["netns", "del", name]).status();
         }
-    }
-}
-
-/// `fperf -s` inside a namespace, killed on drop.
-struct NsServer {
-    child: Child,
-    stdout: Arc<Mutex<String>>,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl NsServer {
-    fn stdout(&self) -> String {
-        self.stdout.lock().unwrap().clone()
-    }
-
-    /// Waits until the server printed `Server listening` `n` times.
-    fn wait_for(&self, n: usize) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let out = self.stdout();
-            if out.matches("Server listening").count() >= n {
-                return out;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "server did not get there:\n{out}\n{}",
-                self.stderr.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The report of the first test.
-    fn report(&self) -> String {
-        let out = self.wait_for(2);
-        out.split("Server listening")
-            .nth(1)
-            .unwrap_or_default()
-            .to_string()
-    }
-}
-
-impl Drop for NsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -310,7 +214,7 @@ fn plain_udp_reports_the_injected_loss() {
     let server = ns.server();
     // 8 MB in 1472-byte datagrams: 5698 full ones and one of 1152 bytes.
     let c = ns.client(&["-m", "8", "-l", &DATAGRAM.to_string()], &server);
-    let s = server.report();
+    let s = server.report(1);
     let sent = field(&c, "datagrams", "sent=");
     assert_eq!(sent, 5699, "{c}");
     assert_eq!(bytes(&c, "sent"), 8 << 20);
@@ -359,7 +263,7 @@ fn mprtt_run(ns: &Netns) -> (String, String, u64) {
         &["-r", "-m", "1", "-l", "1024", "--ack-timeout", "20"],
         &server,
     );
-    let s = server.report();
+    let s = server.report(1);
     assert_eq!(field(&c, "datagrams", "sent="), 1024, "{c}");
     assert_eq!(
         bytes(&c, "sent"),
@@ -447,7 +351,7 @@ fn several_streams_and_sockets_across_the_link() {
     // Two streams of four sockets each; the server pairs its sockets on each port with
     // the client's by source address.
     let c = ns.client(&["-t", "2", "-n", "4", "-m", "4", "-l", "1472"], &server);
-    let s = server.report();
+    let s = server.report(1);
     for k in 0..2u16 {
         let port = PORT + k;
         assert!(
@@ -503,7 +407,7 @@ fn gso_loss(extra: &[&str]) {
     let mut args = vec!["-m", "8", "-l", "1472", "--gso"];
     args.extend_from_slice(extra);
     let c = ns.client(&args, &server);
-    let s = server.report();
+    let s = server.report(1);
     let sent = field(&c, "datagrams", "sent=");
     assert_eq!(sent, 5699, "{c}");
     assert_eq!(field(&s, "datagrams", "sent="), sent, "{s}");

@@ -9,11 +9,10 @@
 //! scripts/test.sh as root.
 
 mod common;
-use common::{collect_joinable, fperf_bin, nft_in, sh};
+use common::{fperf_bin, nft_in, run_in, sh, NsServer};
 use serde_json::Value;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 const CLIENT_IP: &str = "10.77.1.2";
 const ROUTER_CLIENT_SIDE: &str = "10.77.1.1";
@@ -162,61 +161,23 @@ impl Path {
 
     /// Starts `fperf -s` in the server's namespace.
     fn server(&self) -> NsServer {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.server, fperf_bin(), "-s"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start fperf -s");
-        let (stdout, _) = collect_joinable(child.stdout.take().unwrap());
-        let (stderr, _) = collect_joinable(child.stderr.take().unwrap());
-        let server = NsServer {
-            child,
-            stdout,
-            stderr,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !server.stdout.lock().unwrap().contains("Server listening") {
-            assert!(Instant::now() < deadline, "the server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
+        NsServer::start(&self.server, &[])
     }
 
     /// Runs `fperf -c SERVER_IP --under-load --json ARGS` in the client's namespace and
     /// returns its `under_load` object.
     fn under_load(&self, args: &[&str], server: &NsServer) -> Value {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.client, fperf_bin(), "-c", SERVER_IP])
-            .args(["--under-load", "--json"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start fperf -c");
-        let (out, out_reader) = collect_joinable(child.stdout.take().unwrap());
-        let (err, err_reader) = collect_joinable(child.stderr.take().unwrap());
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("client {args:?} did not finish in 60 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let _ = (out_reader.join(), err_reader.join());
-        let (out, err) = (out.lock().unwrap().clone(), err.lock().unwrap().clone());
+        let mut all = vec![fperf_bin(), "-c", SERVER_IP, "--under-load", "--json"];
+        all.extend_from_slice(args);
+        let output = run_in(&self.client, &all, Duration::from_secs(60));
+        let status = output.status;
+        let out = String::from_utf8_lossy(&output.stdout).to_string();
+        let err = String::from_utf8_lossy(&output.stderr).to_string();
         assert!(
             status.success(),
             "client {args:?} failed\n{out}\n{err}\nserver:\n{}\n{}",
-            server.stdout.lock().unwrap(),
-            server.stderr.lock().unwrap()
+            server.stdout(),
+            server.stderr()
         );
         let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
         doc["under_load"].clone()
@@ -228,20 +189,6 @@ impl Drop for Path {
         for ns in [&self.client, &self.router, &self.server] {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
-    }
-}
-
-/// `fperf -s` inside a namespace, killed on drop.
-struct NsServer {
-    child: Child,
-    stdout: Arc<Mutex<String>>,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Drop for NsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

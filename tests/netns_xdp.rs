@@ -17,11 +17,10 @@
 //! scripts/test.sh as root.
 
 mod common;
-use common::{collect, collect_joinable, fperf_bin, nft_in, sh};
+use common::{finish_within, fperf_bin, nft_in, sh, spawn_in, NsServer};
 use regex::Regex;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const SERVER_IP: &str = "10.98.0.1";
@@ -118,37 +117,22 @@ impl Netns {
 
     /// Starts `fperf -s -p port ARGS` in the server's namespace.
     fn server(&self, port: u16, args: &[&str]) -> NsServer {
-        let mut child = self
-            .exec(&self.server, &[fperf_bin(), "-s", "-p", &port.to_string()])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start fperf -s");
-        let s = NsServer {
-            stdout: collect(child.stdout.take().unwrap()),
-            stderr: collect(child.stderr.take().unwrap()),
-            child,
-        };
-        s.wait_for(1);
-        s
+        let port = port.to_string();
+        let mut all = vec!["-p", port.as_str()];
+        all.extend_from_slice(args);
+        NsServer::start(&self.server, &all)
     }
 
     /// Starts `fperf -c SERVER_IP ARGS` in the client's namespace.
     fn spawn_client(&self, args: &[&str]) -> Child {
-        self.exec(&self.client, &[fperf_bin(), "-c", SERVER_IP])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start fperf -c")
+        let mut all = vec![fperf_bin(), "-c", SERVER_IP];
+        all.extend_from_slice(args);
+        spawn_in(&self.client, &all)
     }
 
     /// Runs `fperf -c SERVER_IP ARGS` in the client's namespace, at most 60 s.
     fn client_output(&self, args: &[&str]) -> Output {
-        finish(self.spawn_client(args), Duration::from_secs(60))
+        finish_within(self.spawn_client(args), Duration::from_secs(60))
     }
 
     /// As [`Netns::client_output`], asserting success; its stdout.
@@ -160,35 +144,9 @@ impl Netns {
             "client {args:?} failed\nstdout:\n{stdout}\nstderr:\n{}\nserver:\n{}\n{}",
             String::from_utf8_lossy(&out.stderr),
             server.stdout(),
-            server.stderr.lock().unwrap()
+            server.stderr()
         );
         stdout
-    }
-}
-
-/// Waits for `child` at most `limit` (killing it then), reading its output.
-fn finish(mut child: Child, limit: Duration) -> Output {
-    let (out, out_reader) = collect_joinable(child.stdout.take().unwrap());
-    let (err, err_reader) = collect_joinable(child.stderr.take().unwrap());
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("a command did not finish in {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let _ = (out_reader.join(), err_reader.join());
-    let stdout = out.lock().unwrap().clone().into_bytes();
-    let stderr = err.lock().unwrap().clone().into_bytes();
-    Output {
-        status,
-        stdout,
-        stderr,
     }
 }
 
@@ -197,62 +155,6 @@ impl Drop for Netns {
         for name in [&self.server, &self.client] {
             let _ = Command::new("ip").args(["netns", "del", name]).status();
         }
-    }
-}
-
-/// `fperf -s` inside a namespace, killed on drop.
-struct NsServer {
-    child: Child,
-    stdout: Arc<Mutex<String>>,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl NsServer {
-    fn stdout(&self) -> String {
-        self.stdout.lock().unwrap().clone()
-    }
-
-    /// Waits until the server printed `Server listening` `n` times.
-    fn wait_for(&self, n: usize) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = self.stdout();
-            if out.matches("Server listening").count() >= n {
-                return out;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "server did not get there:\n{out}\n{}",
-                self.stderr.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The report of test `n` (from 1), once complete: its last line is the
-    /// client's (`client   : sent ...`).
-    fn report(&self, n: usize) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = self.stdout();
-            let section = out.split("Server listening").nth(n).unwrap_or_default();
-            if section.lines().any(|l| l.starts_with("client ")) {
-                return section.to_string();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no complete report of test {n}:\n{out}\n{}",
-                self.stderr.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for NsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -327,7 +229,7 @@ fn an_af_xdp_client_against_a_kernel_server_while_other_traffic_goes_on() {
         "{}",
         String::from_utf8_lossy(&ping.stdout)
     );
-    let tcp = finish(
+    let tcp = finish_within(
         ns.spawn_client(&["-p", &TCP_PORT.to_string(), "-m", "1"]),
         Duration::from_secs(30),
     );
@@ -342,7 +244,7 @@ fn an_af_xdp_client_against_a_kernel_server_while_other_traffic_goes_on() {
         ns.has_xdp(&ns.client, &ns.client_dev),
         "the AF_XDP run ended before the other traffic did: nothing was shown"
     );
-    let out = finish(client, Duration::from_secs(60));
+    let out = finish_within(client, Duration::from_secs(60));
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
@@ -577,7 +479,7 @@ fn af_xdp_is_refused_in_one_line_without_privileges_or_an_interface() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("setpriv");
-    let out = finish(unprivileged, Duration::from_secs(30));
+    let out = finish_within(unprivileged, Duration::from_secs(30));
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!out.status.success(), "{stderr}");

@@ -7,12 +7,12 @@
 
 mod common;
 
-use common::{fperf_bin, run, run_with};
+use common::{fperf_bin, older_server, run, run_with};
 use fperf::auth::AuthKey;
-use fperf::control::{self, Message, PROTOCOL_MAJOR, PROTOCOL_MINOR};
+use fperf::control::PROTOCOL_MINOR;
 use fperf::server::{Server, ServerConfig};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::fd::RawFd;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -219,39 +219,12 @@ fn a_meshs_notsent_lowat_reaches_the_sending_servers_data_sockets() {
     assert!(seen, "no data socket held unsent bytes to 28K:\n{stdout}");
 }
 
-/// A fake server that welcomes a client as a server of protocol minor `minor`
-/// announcing `features` would; returns its port, and the messages it got after.
-fn older_server(minor: u32, features: Option<Vec<String>>) -> (u16, JoinHandle<Vec<String>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let fake = std::thread::spawn(move || {
-        let t = Duration::from_secs(10);
-        let (s, _) = listener.accept().unwrap();
-        let mut chan = control::Channel::new(s, t).unwrap();
-        assert!(matches!(chan.recv(t).unwrap(), Message::Hello { .. }));
-        chan.send(&Message::Welcome {
-            version: PROTOCOL_MAJOR,
-            software: "fperf 0.2.0".into(),
-            session: 9,
-            minor,
-            features,
-        })
-        .unwrap();
-        let mut after = Vec::new();
-        while let Ok(message) = chan.recv(t) {
-            after.push(control::kind(&message));
-        }
-        after
-    });
-    (port, fake)
-}
-
 #[test]
 fn a_server_without_notsent_lowat_refuses_it_before_any_data_flows() {
     let mut known = fperf::features::supported_names();
     known.retain(|name| name != "notsent_lowat");
     for (minor, features) in [(PROTOCOL_MINOR, Some(known)), (0, None)] {
-        let (port, fake) = older_server(minor, features);
+        let (port, fake) = older_server("fperf 0.2.0", minor, features);
         let out = run(
             &[
                 "-c",

@@ -4,14 +4,13 @@
 
 mod common;
 
-use common::{client_ok, run, Server};
+use common::{client_ok, older_server, run, Server};
 use fperf::client::{probe_echo, ClientConfig};
-use fperf::control::{self, Message, PROTOCOL_MAJOR, PROTOCOL_MINOR};
+use fperf::control::PROTOCOL_MINOR;
 use fperf::latency_probe::datagram::{Probe, PROBE_LEN};
 use fperf::settings::Settings;
 use serde_json::Value;
-use std::net::{TcpListener, UdpSocket};
-use std::thread::JoinHandle;
+use std::net::UdpSocket;
 use std::time::Duration;
 
 const PHASES: [&str; 4] = ["idle", "download", "upload", "bidir"];
@@ -198,39 +197,12 @@ fn the_echo_answers_only_its_sessions_probes_and_takes_no_tests_place() {
     drop(session);
 }
 
-/// A fake server that welcomes a client as a server of protocol minor `minor`
-/// announcing `features` would; returns its port, and the messages it got after.
-fn older_server(minor: u32, features: Option<Vec<String>>) -> (u16, JoinHandle<Vec<String>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let fake = std::thread::spawn(move || {
-        let t = Duration::from_secs(10);
-        let (s, _) = listener.accept().unwrap();
-        let mut chan = control::Channel::new(s, t).unwrap();
-        assert!(matches!(chan.recv(t).unwrap(), Message::Hello { .. }));
-        chan.send(&Message::Welcome {
-            version: PROTOCOL_MAJOR,
-            software: "fperf 0.3.0".into(),
-            session: 9,
-            minor,
-            features,
-        })
-        .unwrap();
-        let mut after = Vec::new();
-        while let Ok(message) = chan.recv(t) {
-            after.push(control::kind(&message));
-        }
-        after
-    });
-    (port, fake)
-}
-
 #[test]
 fn a_server_without_the_echo_refuses_under_load_before_any_probe() {
     let mut known = fperf::features::supported_names();
     known.retain(|name| name != "probe_echo");
     for (minor, features) in [(PROTOCOL_MINOR, Some(known)), (0, None)] {
-        let (port, fake) = older_server(minor, features);
+        let (port, fake) = older_server("fperf 0.3.0", minor, features);
         let out = run(
             &["-c", "127.0.0.1", "-p", &port.to_string(), "--under-load"],
             Duration::from_secs(20),

@@ -232,32 +232,155 @@ pub fn run_program(
         .stderr(Stdio::piped())
         .spawn()
         .expect("start fperf");
-    let (out, out_reader) = collect_joinable(child.stdout.take().unwrap());
-    let (err, err_reader) = collect_joinable(child.stderr.take().unwrap());
+    let pipes = Pipes::of(&mut child);
     meanwhile(&child);
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
+    pipes.finish(child, deadline, &format!("fperf {args:?}"))
+}
+
+/// A child's two output pipes, each read to its end by a thread of its own.
+pub struct Pipes {
+    out: (Arc<Mutex<String>>, std::thread::JoinHandle<()>),
+    err: (Arc<Mutex<String>>, std::thread::JoinHandle<()>),
+}
+
+impl Pipes {
+    /// Starts reading `child`'s stdout and stderr (both piped).
+    pub fn of(child: &mut Child) -> Pipes {
+        Pipes {
+            out: collect_joinable(child.stdout.take().expect("stdout piped")),
+            err: collect_joinable(child.stderr.take().expect("stderr piped")),
         }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "fperf {args:?} did not finish in {timeout:?}\nstdout:\n{}\nstderr:\n{}",
-                out.lock().unwrap(),
-                err.lock().unwrap()
+    }
+
+    /// Waits for `child` to exit, killing it at `deadline` (then panicking, naming
+    /// `what`); its status and everything it printed.
+    pub fn finish(self, mut child: Child, deadline: Instant, what: &str) -> Output {
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("wait") {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "{what} did not finish in time\nstdout:\n{}\nstderr:\n{}",
+                    self.out.0.lock().unwrap(),
+                    self.err.0.lock().unwrap()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // The process exited: read its pipes to the end (a fixed pause lost output under
+        // load).
+        let _ = (self.out.1.join(), self.err.1.join());
+        let stdout = self.out.0.lock().unwrap().clone().into_bytes();
+        let stderr = self.err.0.lock().unwrap().clone().into_bytes();
+        Output {
+            status,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+/// Starts `ip netns exec NS ARGS` (stdout and stderr piped).
+pub fn spawn_in(ns: &str, args: &[&str]) -> Child {
+    Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start a command in a namespace")
+}
+
+/// Runs `ip netns exec NS ARGS` to its end, killing it after `limit` (then panicking).
+pub fn run_in(ns: &str, args: &[&str], limit: Duration) -> Output {
+    finish_within(spawn_in(ns, args), limit)
+}
+
+/// Waits for `child` (its output piped) at most `limit`, killing it then and
+/// panicking; its status and everything it printed.
+pub fn finish_within(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    Pipes::of(&mut child).finish(child, deadline, "a command")
+}
+
+/// `fperf -s ARGS` inside a network namespace, killed on drop.
+pub struct NsServer {
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl NsServer {
+    /// Starts `fperf -s ARGS` in namespace `ns`; returns once it listens.
+    pub fn start(ns: &str, args: &[&str]) -> NsServer {
+        let mut all = vec![fperf_bin(), "-s"];
+        all.extend_from_slice(args);
+        let mut child = spawn_in(ns, &all);
+        let server = NsServer {
+            stdout: collect(child.stdout.take().expect("stdout piped")),
+            stderr: collect(child.stderr.take().expect("stderr piped")),
+            child,
+        };
+        server.wait_for(1);
+        server
+    }
+
+    /// What it printed so far.
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    /// What it printed on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits (at most 60 s) until it printed `Server listening` `n` times; all it
+    /// printed.
+    pub fn wait_for(&self, n: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = self.stdout();
+            if out.matches("Server listening").count() >= n {
+                return out;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server did not get there:\n{out}\n{}",
+                self.stderr()
             );
+            std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    // The process exited: read its pipes to the end (a fixed pause lost output under load).
-    let _ = (out_reader.join(), err_reader.join());
-    let stdout = out.lock().unwrap().clone().into_bytes();
-    let stderr = err.lock().unwrap().clone().into_bytes();
-    Output {
-        status,
-        stdout,
-        stderr,
+    }
+
+    /// The report of test `n` (from 1), once complete: its last line is the client's
+    /// (`client   : sent ...`).
+    pub fn report(&self, n: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self.stdout();
+            let section = out.split("Server listening").nth(n).unwrap_or_default();
+            if section.lines().any(|l| l.starts_with("client ")) {
+                return section.to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no complete report of test {n}:\n{out}\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for NsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -525,4 +648,37 @@ pub fn refused(args: &[&str], why: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
     assert!(err.contains(why), "{args:?}: {err}");
+}
+
+/// A fake server that welcomes a client as `software`, a server of protocol minor
+/// `minor` announcing `features`, would; returns its port, and the kinds of the
+/// messages it got after.
+pub fn older_server(
+    software: &'static str,
+    minor: u32,
+    features: Option<Vec<String>>,
+) -> (u16, std::thread::JoinHandle<Vec<String>>) {
+    use fperf::control::{self, Message, PROTOCOL_MAJOR};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let fake = std::thread::spawn(move || {
+        let t = Duration::from_secs(10);
+        let (s, _) = listener.accept().unwrap();
+        let mut chan = control::Channel::new(s, t).unwrap();
+        assert!(matches!(chan.recv(t).unwrap(), Message::Hello { .. }));
+        chan.send(&Message::Welcome {
+            version: PROTOCOL_MAJOR,
+            software: software.into(),
+            session: 9,
+            minor,
+            features,
+        })
+        .unwrap();
+        let mut after = Vec::new();
+        while let Ok(message) = chan.recv(t) {
+            after.push(control::kind(&message));
+        }
+        after
+    });
+    (port, fake)
 }

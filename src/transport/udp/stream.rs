@@ -61,7 +61,7 @@ use crate::stream::reply::Reply;
 use crate::stream::sender::{LazySenders, PacketSink, Senders};
 use crate::stream::sys::{set_int_opt, set_tos, set_window, size_buffer, Direction};
 use crate::stream::{check_abort, Deadline, Timeout};
-use crate::transport::setup::{SetupFrames, SetupMessage};
+use crate::transport::setup::{FrameError, SetupFrames, SetupMessage};
 use crate::transport::stream::{SocketBuffers, SocketFacts, Stream, StreamOptions};
 use crate::transport::udp::settings::{socket_buffer, MAX_RETRIES};
 use bytes::Bytes;
@@ -583,6 +583,41 @@ pub(crate) enum PeerSending {
     },
     /// Finished and drained: `recv()` returns end of stream.
     Done,
+}
+
+impl PeerSending {
+    /// Where the peer's sending stands once `read` is what its control connection said,
+    /// this end having told it it finished if `finish_sent`.
+    pub(crate) fn told(
+        read: Result<SetupMessage, FrameError>,
+        finish_sent: bool,
+    ) -> io::Result<PeerSending> {
+        match read {
+            Ok(SetupMessage::UdpFinished { datagrams, .. }) => {
+                let now = Instant::now();
+                Ok(PeerSending::Draining {
+                    since: now,
+                    last_arrival: now,
+                    datagrams,
+                })
+            }
+            Ok(other) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "unexpected {} on the UDP stream's control connection",
+                    other.kind()
+                ),
+            )),
+            // The receiving end of a `--reverse` run closes once it has drained what this
+            // end sent: the end of the stream, as EOF is for TCP.
+            Err(e) if e.closed && finish_sent => Ok(PeerSending::Done),
+            Err(e) if e.closed => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the peer closed the UDP stream's control connection before it finished sending",
+            )),
+            Err(e) => Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
+        }
+    }
 }
 
 /// One end of a UDP STREAM.
@@ -1114,35 +1149,9 @@ impl UdpStream {
 
     /// Reads the frame the peer sent on the control connection.
     fn read_control(&mut self) -> io::Result<()> {
-        match self.frames.read(&mut self.control) {
-            Ok(SetupMessage::UdpFinished { datagrams, .. }) => {
-                let now = Instant::now();
-                self.peer = PeerSending::Draining {
-                    since: now,
-                    last_arrival: now,
-                    datagrams,
-                };
-                Ok(())
-            }
-            Ok(other) => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "unexpected {} on the UDP stream's control connection",
-                    other.kind()
-                ),
-            )),
-            // The receiving end of a `--reverse` run closes once it has drained what this
-            // end sent: the end of the stream, as EOF is for TCP.
-            Err(e) if e.closed && self.finish_sent => {
-                self.peer = PeerSending::Done;
-                Ok(())
-            }
-            Err(e) if e.closed => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the peer closed the UDP stream's control connection before it finished sending",
-            )),
-            Err(e) => Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
-        }
+        let read = self.frames.read(&mut self.control);
+        self.peer = PeerSending::told(read, self.finish_sent)?;
+        Ok(())
     }
 
     /// Polls the sockets (and the control connection until the peer finished); fills

@@ -278,33 +278,9 @@ impl XdpStream {
 
     /// Reads the frame the peer sent on the control connection.
     fn read_control(&mut self) -> io::Result<()> {
-        match self.frames.read(&mut self.control) {
-            Ok(SetupMessage::UdpFinished { datagrams, .. }) => {
-                let now = Instant::now();
-                self.peer = PeerSending::Draining {
-                    since: now,
-                    last_arrival: now,
-                    datagrams,
-                };
-                Ok(())
-            }
-            Ok(other) => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "unexpected {} on the UDP stream's control connection",
-                    other.kind()
-                ),
-            )),
-            Err(e) if e.closed && self.finish_sent => {
-                self.peer = PeerSending::Done;
-                Ok(())
-            }
-            Err(e) if e.closed => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the peer closed the UDP stream's control connection before it finished sending",
-            )),
-            Err(e) => Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
-        }
+        let read = self.frames.read(&mut self.control);
+        self.peer = PeerSending::told(read, self.finish_sent)?;
+        Ok(())
     }
 
     /// Whether the peer finished and everything that will arrive has.
