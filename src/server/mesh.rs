@@ -41,6 +41,29 @@ impl RunObserver for Watched {
     }
 }
 
+/// The coordinator on `control`'s address (for the log), and the client that runs
+/// `settings` towards `host`:`port` for it, under this server's time-outs and key.
+fn client_for(
+    control: &Control,
+    config: &ServerConfig,
+    (host, port): (&str, u16),
+    settings: Settings,
+) -> (String, ClientConfig) {
+    let coordinator = control
+        .chan
+        .peer_addr()
+        .map(|a| crate::stream::canonical(a).to_string())
+        .unwrap_or_default();
+    let client = ClientConfig {
+        connect_timeout: config.control_timeout,
+        control_timeout: config.control_timeout,
+        stall_timeout: config.idle_timeout,
+        auth: config.auth.clone(),
+        ..ClientConfig::new(host, port, settings)
+    };
+    (coordinator, client)
+}
+
 /// Runs `settings` towards the fperf server at `host`:`port` for the coordinator on
 /// `control`: both ends' figures, this server's first.
 pub(super) fn run_test(
@@ -59,18 +82,7 @@ pub(super) fn run_test(
     if let (Some(max), None) = (limits.max_rate, settings.rate_bps) {
         settings.rate_bps = Some((max / u64::from(settings.nstreams.max(1))).max(1));
     }
-    let coordinator = control
-        .chan
-        .peer_addr()
-        .map(|a| crate::stream::canonical(a).to_string())
-        .unwrap_or_default();
-    let client = ClientConfig {
-        connect_timeout: config.control_timeout,
-        control_timeout: config.control_timeout,
-        stall_timeout: config.idle_timeout,
-        auth: config.auth.clone(),
-        ..ClientConfig::new(host, port, settings.clone())
-    };
+    let (coordinator, client) = client_for(control, config, (host, port), settings.clone());
     let abort = Arc::new(AtomicBool::new(false));
     let watched = Watched::default();
     let (ended, end) = mpsc::channel::<()>();
@@ -170,18 +182,7 @@ pub(super) fn run_under_load(
     if let (Some(max), None) = (config.limits.max_rate, settings.rate_bps) {
         settings.rate_bps = Some((max / u64::from(plan.flows.max(1))).max(1));
     }
-    let coordinator = control
-        .chan
-        .peer_addr()
-        .map(|a| crate::stream::canonical(a).to_string())
-        .unwrap_or_default();
-    let client = ClientConfig {
-        connect_timeout: config.control_timeout,
-        control_timeout: config.control_timeout,
-        stall_timeout: config.idle_timeout,
-        auth: config.auth.clone(),
-        ..ClientConfig::new(host, port, settings)
-    };
+    let (coordinator, client) = client_for(control, config, (host, port), settings);
     registered.streams_connected();
     let answered = AtomicBool::new(false);
     let started = Instant::now();

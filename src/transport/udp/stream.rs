@@ -586,6 +586,33 @@ pub(crate) enum PeerSending {
 }
 
 impl PeerSending {
+    /// Whether the peer finished and everything that will arrive has, as `tracker`
+    /// counted it: all it sent, or nothing for a quiet while, or the longest drain;
+    /// then the tracker is told how many were sent, and the peer is done.
+    pub(crate) fn drained(&mut self, tracker: &mut SeqTracker) -> bool {
+        match *self {
+            PeerSending::Running => false,
+            PeerSending::Done => true,
+            PeerSending::Draining {
+                since,
+                last_arrival,
+                datagrams,
+            } => {
+                let now = Instant::now();
+                if tracker.unique() >= datagrams
+                    || now.duration_since(last_arrival) >= DRAIN_QUIET
+                    || now.duration_since(since) >= DRAIN_MAX
+                {
+                    tracker.finish(datagrams);
+                    *self = PeerSending::Done;
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+
     /// Where the peer's sending stands once `read` is what its control connection said,
     /// this end having told it it finished if `finish_sent`.
     pub(crate) fn told(
@@ -1124,27 +1151,7 @@ impl UdpStream {
     /// Whether the peer finished and everything that will arrive has; moves to `Done`
     /// (working out the loss) when it just became so.
     fn drained(&mut self) -> bool {
-        match self.peer {
-            PeerSending::Running => false,
-            PeerSending::Done => true,
-            PeerSending::Draining {
-                since,
-                last_arrival,
-                datagrams,
-            } => {
-                let now = Instant::now();
-                if self.tracker.unique() >= datagrams
-                    || now.duration_since(last_arrival) >= DRAIN_QUIET
-                    || now.duration_since(since) >= DRAIN_MAX
-                {
-                    self.tracker.finish(datagrams);
-                    self.peer = PeerSending::Done;
-                    true
-                } else {
-                    false
-                }
-            }
-        }
+        self.peer.drained(&mut self.tracker)
     }
 
     /// Reads the frame the peer sent on the control connection.

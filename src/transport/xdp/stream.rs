@@ -23,9 +23,7 @@ use crate::transport::figures::TransportInForce;
 use crate::transport::setup::{SetupFrames, SetupMessage};
 use crate::transport::stream::{SocketFacts, Stream, StreamOptions};
 use crate::transport::udp::settings::MAX_RETRIES;
-use crate::transport::udp::stream::{
-    EpochClock, PeerSending, CONTROL_IO_TIMEOUT, DRAIN_MAX, DRAIN_QUIET,
-};
+use crate::transport::udp::stream::{EpochClock, PeerSending, CONTROL_IO_TIMEOUT, DRAIN_QUIET};
 use crate::transport::udp::wire::{Arrival, Header, ReplyDatagram, SeqTracker, HEADER_LEN};
 use bytes::Bytes;
 use std::io;
@@ -285,27 +283,7 @@ impl XdpStream {
 
     /// Whether the peer finished and everything that will arrive has.
     fn drained(&mut self) -> bool {
-        match self.peer {
-            PeerSending::Running => false,
-            PeerSending::Done => true,
-            PeerSending::Draining {
-                since,
-                last_arrival,
-                datagrams,
-            } => {
-                let now = Instant::now();
-                if self.tracker.unique() >= datagrams
-                    || now.duration_since(last_arrival) >= DRAIN_QUIET
-                    || now.duration_since(since) >= DRAIN_MAX
-                {
-                    self.tracker.finish(datagrams);
-                    self.peer = PeerSending::Done;
-                    true
-                } else {
-                    false
-                }
-            }
-        }
+        self.peer.drained(&mut self.tracker)
     }
 
     /// MPRTT: answers `datagram`, numbered `seq`, and counts the reply as sent.
