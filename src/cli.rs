@@ -19,7 +19,7 @@ use fperf::output::json_document::DocLabels;
 use fperf::percentiles::Percentiles;
 use fperf::server::ServerConfig;
 use fperf::settings::options::{
-    GivenTime, WorkloadFlags, OUTPUT_OPTIONS, TIME_OPTION, WORKLOAD_OPTIONS,
+    GivenTime, WorkloadFlags, OMIT_OPTION, OUTPUT_OPTIONS, TIME_OPTION, WORKLOAD_OPTIONS,
 };
 use fperf::settings::{
     default_pktsize, SchedPolicy, Settings, DEFAULT_MB, DEFAULT_PORT, DEFAULT_TIME_MS,
@@ -316,18 +316,8 @@ pub struct Cli {
     )]
     interval: Option<f64>,
 
-    /// Leave the first SECS seconds (warm-up) out of the totals, as iperf3's -O (units
-    /// as --time's).
-    #[arg(
-        hide_short_help = true,
-        help_heading = "Test",
-        long,
-        value_name = "SECS",
-        conflicts_with = "server",
-        allow_negative_numbers = true,
-        value_parser = parse_seconds
-    )]
-    omit: Option<f64>,
+    #[command(flatten)]
+    omit: Declared<OmitGroup>,
 
     /// Print one JSON document for the run instead of the text report.
     ///
@@ -1062,6 +1052,21 @@ impl OptionGroup for TimeGroup {
     }
 }
 
+/// `--omit`, as the test's options declare it ([`fperf::settings::options`]).
+struct OmitGroup;
+
+impl OptionGroup for OmitGroup {
+    type Settings = GivenTime;
+    const HEADING: Option<&'static str> = Some("Test");
+    const FRONT: Front = Front::Cli;
+    fn options() -> impl Iterator<Item = &'static TestOption<GivenTime>> {
+        std::iter::once(&OMIT_OPTION)
+    }
+    fn arg(option: &'static TestOption<GivenTime>) -> clap::Arg {
+        option.arg(Front::Cli).allow_negative_numbers(true)
+    }
+}
+
 /// `fperf mesh`'s `--time`, each pair's: 2 s unless given.
 struct MeshTimeGroup;
 
@@ -1078,7 +1083,7 @@ impl OptionGroup for MeshTimeGroup {
 }
 
 impl<G: OptionGroup<Settings = GivenTime>> Declared<G> {
-    /// The seconds `--time` gave, if it was given (or has a default).
+    /// The seconds `--time` (or `--omit`) gave, if it was given (or has a default).
     fn secs(&self) -> Result<Option<f64>> {
         let mut time = GivenTime::default();
         self.apply(&mut time)?;
@@ -1560,7 +1565,7 @@ impl Cli {
             response_size: self.workload_opts.response_size,
             // iperf3's -i 0: no interval reports.
             interval_ms: secs_to_ms("interval", self.interval.filter(|&s| s != 0.0))?,
-            omit_ms: secs_to_ms("omit", self.omit)?,
+            omit_ms: secs_to_ms("omit", self.omit.secs()?)?,
             rate_bps: None,
             client_cpus: self.cpu.clone(),
             server_cpus: self.server_cpu.clone(),
@@ -1618,7 +1623,7 @@ impl Cli {
                 sweep.values.len() * tests.max(1)
             });
         let ms = runs.map_or(DEFAULT_TIME_MS, fperf::settings::sweep_run_ms);
-        let omit = secs_to_ms("omit", self.omit)?.unwrap_or(0);
+        let omit = secs_to_ms("omit", self.omit.secs()?)?.unwrap_or(0);
         Ok(Some(ms.saturating_add(omit)))
     }
 

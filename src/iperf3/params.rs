@@ -6,10 +6,10 @@
 //! options it knows but does not carry out are refused by name.
 
 use super::wire::ErrorCode;
-use crate::options::Iperf3Refusal;
+use crate::options::{Iperf3Refusal, TestOption};
 use crate::peer_text::printable;
 use crate::settings::options::{
-    GivenTime, WorkloadFlags, OPTIONS as TEST_OPTIONS, TIME_OPTION, WORKLOAD_OPTIONS,
+    GivenTime, WorkloadFlags, OMIT_OPTION, OPTIONS as TEST_OPTIONS, TIME_OPTION, WORKLOAD_OPTIONS,
 };
 use crate::settings::{Settings, MAX_NSTREAMS, MB};
 use crate::transport::settings::TransportSettings;
@@ -28,6 +28,8 @@ const DEFAULT_TCP_LEN: u32 = 128 << 10;
 const DEFAULT_UDP_LEN: u32 = 1460;
 /// The longest test an iperf3 client may ask for, in seconds.
 const MAX_TIME_SECS: u64 = 7 * 24 * 3600;
+/// The longest warm-up an iperf3 client may ask to leave out, in seconds.
+const MAX_OMIT_SECS: u64 = 3600;
 /// How long past its announced end a timed test may run before the server's limits
 /// treat it as overdue: iperf3's own server allows 40 s.
 const GRACE_SECS: u64 = 40;
@@ -113,7 +115,6 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         (false, true) => true,
         _ => return Err(ParamsError::NoProtocol),
     };
-    let omit = number(params, "omit", 0, 3600)?;
     let num = number(params, "num", 0, u64::MAX)?;
     let blockcount = number(params, "blockcount", 0, u64::MAX)?;
     // The test-wide options, as they declare them; absent, len is iperf3's default.
@@ -128,20 +129,10 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
     };
     crate::options::apply_iperf3(&TEST_OPTIONS, params, &mut declared).map_err(refused)?;
     let len = u64::from(declared.pktsize);
-    let mut given = GivenTime::default();
-    crate::options::apply_iperf3([&TIME_OPTION], params, &mut given).map_err(refused)?;
-    // Whole seconds, as iperf3 sends them; within a week.
-    let time = match given.secs {
-        Some(secs) if secs <= MAX_TIME_SECS as f64 => secs as u64,
-        Some(_) => {
-            return Err(invalid(
-                "time",
-                "a whole number in range",
-                params.get("time").unwrap_or(&Value::Null),
-            ))
-        }
-        None => 0,
-    };
+    // Whole seconds, as iperf3 sends them: the test within a week, its warm-up within
+    // an hour.
+    let time = whole_seconds(&TIME_OPTION, params, MAX_TIME_SECS)?;
+    let omit = whole_seconds(&OMIT_OPTION, params, MAX_OMIT_SECS)?;
     let client_version = match params.get("client_version") {
         Some(Value::String(v)) => Some(printable(&v.chars().take(32).collect::<String>())),
         _ => None,
@@ -244,6 +235,33 @@ pub fn parse(params: &Map<String, Value>) -> Result<Iperf3Test, ParamsError> {
         wide_counters: params.contains_key("udp_counters_64bit"),
         volume,
     })
+}
+
+/// The whole seconds an iperf3 client's parameters give `option` (0 when absent), at
+/// most `most`.
+fn whole_seconds(
+    option: &'static TestOption<GivenTime>,
+    params: &Map<String, Value>,
+    most: u64,
+) -> Result<u64, ParamsError> {
+    let mut given = GivenTime::default();
+    crate::options::apply_iperf3([option], params, &mut given)
+        .map_err(|(key, what, value)| invalid(key, what, &value))?;
+    match given.secs {
+        None => Ok(0),
+        Some(secs) if secs <= most as f64 => Ok(secs as u64),
+        Some(_) => {
+            let key = match option.iperf3 {
+                crate::options::Iperf3::Number(key) => key,
+                _ => option.long,
+            };
+            Err(invalid(
+                key,
+                "a whole number in range",
+                params.get(key).unwrap_or(&Value::Null),
+            ))
+        }
+    }
 }
 
 /// The non-negative integer under `key` (absent: `least`), within `least..=most`.

@@ -164,6 +164,28 @@ pub static TIME_OPTION: TestOption<GivenTime> = TestOption {
     },
 };
 
+/// `--omit`, declared once: what it sets is a span, as `--time`'s.
+pub static OMIT_OPTION: TestOption<GivenTime> = TestOption {
+    id: "omit",
+    long: "omit",
+    short: None,
+    alias: None,
+    takes: Takes::Value("SECS"),
+    choices: &[],
+    conflicts: &["server"],
+    help: "Leave the first SECS seconds (warm-up) out of the totals, as iperf3's -O (units as \
+           --time's).",
+    mesh: Mesh::No,
+    probe: None,
+    // An iperf3 client's -O, in whole seconds (0: none), bounded by iperf3's own rule.
+    iperf3: Iperf3::Number("omit"),
+    what: "a number of seconds",
+    set: |omit, text| {
+        omit.secs = Some(crate::units::parse_seconds(text)?);
+        Ok(())
+    },
+};
+
 /// The flags that pick a test's workload, as given; [`WorkloadFlags::workload`] makes
 /// them one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
