@@ -14,8 +14,8 @@ use crate::output::json_document::{DocLabels, RunDoc};
 use crate::results::{Figures, IntervalResult, SideResult, StreamResult};
 use crate::settings::Settings;
 use crate::stats::datagrams::DatagramCounts;
+use crate::transport::figures::TransportFigures;
 use crate::transport::settings::{Protocol, TransportSettings};
-use crate::transport::tcp::facts::TcpInfo;
 use crate::transport::Role;
 use anyhow::{bail, Result};
 use serde_json::{json, Map, Value};
@@ -157,8 +157,8 @@ impl<W: Write> Iperf3Json<W> {
                 .client
                 .streams
                 .first()
-                .and_then(|s| s.figures.transport.tcp);
-            start["tcp_mss_default"] = json!(mss.map_or(0, |t| t.mss));
+                .and_then(|s| s.figures.transport.figure("mss"));
+            start["tcp_mss_default"] = json!(mss.unwrap_or(0));
         }
         start
     }
@@ -204,16 +204,15 @@ impl View<'_> {
             let sum = &mut sums[usize::from(!sender && self.bidir())];
             sum.add(&s.figures, sender);
             line.insert("omitted".into(), json!(r.omitted));
-            if let Some(t) = s.figures.transport.tcp.filter(|_| sender && self.tcp()) {
-                line.insert("retransmits".into(), json!(t.retransmits));
-                line.insert("snd_cwnd".into(), json!(t.cwnd_bytes));
-                line.insert("snd_wnd".into(), json!(t.snd_wnd_bytes));
-                line.insert("rtt".into(), json!(t.srtt_us));
-                line.insert("rttvar".into(), json!(t.rttvar_us));
-                line.insert("pmtu".into(), json!(t.pmtu));
+            if sender && self.tcp() {
+                for (name, key) in SENDER_FIGURES {
+                    if let Some(value) = s.figures.transport.figure(key) {
+                        line.insert(name.into(), json!(value));
+                    }
+                }
             }
             if !self.tcp() {
-                let counts = s.figures.transport.udp.datagrams.unwrap_or_default();
+                let counts = s.figures.transport.datagrams().unwrap_or_default();
                 datagram_fields(&mut line, &counts, sender);
             }
             line.insert("sender".into(), json!(sender));
@@ -297,7 +296,7 @@ impl View<'_> {
             let congestion = |side: &SideResult| {
                 side.streams
                     .iter()
-                    .find_map(|s| s.in_force.tcp.congestion.clone())
+                    .find_map(|s| s.in_force.text("congestion"))
                     .map(Value::String)
             };
             let (sender, receiver) = if self.reverse() {
@@ -326,12 +325,10 @@ impl View<'_> {
         let sent = Self::stream(sending, index).map(|s| &s.figures);
         let received = Self::stream(receiving, index).map(|s| &s.figures);
         let mut sender = socket_first(index, whole_run(sent, true));
-        let tcp = sent.and_then(|f| f.transport.tcp);
-        let rtt = RttSpan::over(sending, index, tcp);
-        sender.insert(
-            "retransmits".into(),
-            json!(tcp.map_or(0, |t| t.retransmits)),
-        );
+        let last = sent.map(|f| &f.transport);
+        let rtt = RttSpan::over(sending, index, last);
+        let retransmits = last.and_then(|t| t.figure("retransmits"));
+        sender.insert("retransmits".into(), json!(retransmits.unwrap_or(0)));
         sender.insert("max_snd_cwnd".into(), json!(rtt.max_cwnd));
         sender.insert("max_snd_wnd".into(), json!(rtt.max_wnd));
         sender.insert("max_rtt".into(), json!(rtt.max));
@@ -377,11 +374,10 @@ impl View<'_> {
     fn udp_stream_end(&self, index: u32) -> Value {
         let (sending, receiving) = self.ends(index);
         let sent = Self::stream(sending, index).map(|s| &s.figures);
-        let received =
-            Self::stream(receiving, index).and_then(|s| s.figures.transport.udp.datagrams);
+        let received = Self::stream(receiving, index).and_then(|s| s.figures.transport.datagrams());
         let mut line = socket_first(index, whole_run(sent, true));
         let sent_packets = sent
-            .and_then(|f| f.transport.udp.datagrams)
+            .and_then(|f| f.transport.datagrams())
             .map_or(0, |d| d.sent);
         udp_end_fields(&mut line, received.as_ref(), sent_packets);
         line.insert("sender".into(), json!(self.client_sends(index)));
@@ -514,6 +510,17 @@ fn percent(part: u64, whole: u64) -> f64 {
     }
 }
 
+/// iperf3's names for a sending TCP stream's figures in an interval, and the keys the
+/// transport gives them.
+const SENDER_FIGURES: [(&str, &str); 6] = [
+    ("retransmits", "retransmits"),
+    ("snd_cwnd", "cwnd_bytes"),
+    ("snd_wnd", "snd_wnd_bytes"),
+    ("rtt", "srtt_us"),
+    ("rttvar", "rttvar_us"),
+    ("pmtu", "pmtu"),
+];
+
 /// Streams' figures added up for a sum line.
 #[derive(Default)]
 struct Sum {
@@ -529,12 +536,12 @@ impl Sum {
     fn add(&mut self, f: &Figures, sent: bool) {
         self.bytes += bytes_moved(f, sent);
         self.duration_ns = self.duration_ns.max(f.duration_ns);
-        self.retransmits += f.transport.tcp.map_or(0, |t| t.retransmits);
-        if let Some(d) = &f.transport.udp.datagrams {
+        self.retransmits += f.transport.figure("retransmits").unwrap_or(0);
+        if let Some(d) = f.transport.datagrams() {
             if sent {
                 self.sent_packets += d.sent;
             } else {
-                self.received.merge(d);
+                self.received.merge(&d);
             }
         }
     }
@@ -566,39 +573,37 @@ impl Sum {
 
 /// The congestion window, send window and round-trip time of a sending stream over
 /// its intervals, as iperf3 keeps them (µs and bytes); the end's own figures when the
-/// run had no intervals at that end.
+/// run had no intervals at that end. Read from the transport's figures by their keys.
 struct RttSpan {
     max_cwnd: u64,
     max_wnd: u64,
-    max: u32,
-    min: u32,
-    mean: u32,
+    max: u64,
+    min: u64,
+    mean: u64,
 }
 
 impl RttSpan {
-    fn over(side: &SideResult, index: u32, last: Option<TcpInfo>) -> RttSpan {
-        let mut samples: Vec<TcpInfo> = side
+    fn over(side: &SideResult, index: u32, last: Option<&TransportFigures>) -> RttSpan {
+        let timed = |t: &&TransportFigures| t.figure("srtt_us").is_some();
+        let mut samples: Vec<&TransportFigures> = side
             .intervals
             .iter()
             .flat_map(|r| r.streams.iter())
             .filter(|s| s.index == index)
-            .filter_map(|s| s.figures.transport.tcp)
+            .map(|s| &s.figures.transport)
+            .filter(timed)
             .collect();
         if samples.is_empty() {
-            samples.extend(last);
+            samples.extend(last.filter(timed));
         }
-        let rtts = || samples.iter().map(|t| t.srtt_us);
+        let each = |key: &'static str| samples.iter().filter_map(move |t| t.figure(key));
         let count = samples.len() as u64;
         RttSpan {
-            max_cwnd: samples.iter().map(|t| t.cwnd_bytes).max().unwrap_or(0),
-            max_wnd: samples.iter().map(|t| t.snd_wnd_bytes).max().unwrap_or(0),
-            max: rtts().max().unwrap_or(0),
-            min: rtts().min().unwrap_or(0),
-            mean: rtts()
-                .map(u64::from)
-                .sum::<u64>()
-                .checked_div(count)
-                .map_or(0, |m| m as u32),
+            max_cwnd: each("cwnd_bytes").max().unwrap_or(0),
+            max_wnd: each("snd_wnd_bytes").max().unwrap_or(0),
+            max: each("srtt_us").max().unwrap_or(0),
+            min: each("srtt_us").min().unwrap_or(0),
+            mean: each("srtt_us").sum::<u64>().checked_div(count).unwrap_or(0),
         }
     }
 }

@@ -585,7 +585,7 @@ impl Event {
                     index: s.index,
                     local: s.local.clone(),
                     peer: s.peer.clone(),
-                    congestion: s.in_force.tcp.congestion.clone(),
+                    congestion: s.in_force.text("congestion"),
                 })
                 .collect(),
         }

@@ -7,6 +7,7 @@
 //! the wire; the renderers ask it for [`Facts`] and list their
 //! [`Entry`]s, so a new figure is added in the transport's folder alone.
 
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::LatencySummary;
 
 /// A transport's figures as the outputs render them.
@@ -41,6 +42,12 @@ pub trait Facts {
     /// none by default.
     fn receiver_columns(&self) -> String {
         String::new()
+    }
+
+    /// Its datagram accounting, for a transport that moves datagrams (UDP, over the
+    /// kernel or AF_XDP); none by default.
+    fn datagrams(&self) -> Option<&DatagramCounts> {
+        None
     }
 
     /// Lines of its own in the text report, labels padded to `width` (UDP's datagram
@@ -81,6 +88,25 @@ pub enum Amount {
 }
 
 impl Amount {
+    /// The value as the whole number it holds (bytes, µs, ...); `None` for a ratio or
+    /// text.
+    pub fn whole(&self) -> Option<u64> {
+        match self {
+            Amount::Count(n) | Amount::Bytes(n) | Amount::Micros(n) | Amount::BytesPerSecond(n) => {
+                Some(*n)
+            }
+            Amount::Ratio(_) | Amount::Text(_) => None,
+        }
+    }
+
+    /// The text it holds, if it is text.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Amount::Text(t) => Some(t),
+            _ => None,
+        }
+    }
+
     /// The value in the base unit of OpenMetrics (bytes, seconds, bytes per second);
     /// `None` for text.
     pub fn base_unit(&self) -> Option<f64> {
@@ -127,4 +153,11 @@ pub enum OnHeader {
 pub struct Metric {
     pub name: &'static str,
     pub help: &'static str,
+}
+
+/// The entry of key `key` among `facts`' entries, if one has it.
+pub fn entry<'a>(facts: impl IntoIterator<Item = &'a dyn Facts>, key: &str) -> Option<Entry> {
+    facts
+        .into_iter()
+        .find_map(|f| f.entries().into_iter().find(|e| e.key == key))
 }

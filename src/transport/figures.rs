@@ -6,6 +6,7 @@ use super::tcp::facts::{TcpInForce, TcpInfo};
 use super::udp::facts::{UdpFacts, UdpFactsDoc};
 use super::xdp::facts::XdpInForce;
 use crate::percentiles::Percentiles;
+use crate::stats::datagrams::DatagramCounts;
 use crate::stats::StreamStats;
 use serde::{Deserialize, Serialize};
 
@@ -83,6 +84,16 @@ impl TransportFigures {
         let tcp = self.tcp.iter().map(|t| t as &dyn Facts);
         tcp.chain(std::iter::once(&self.udp as &dyn Facts))
     }
+
+    /// The figure of key `key` as a whole number, whichever transport has it.
+    pub fn figure(&self, key: &str) -> Option<u64> {
+        super::facts::entry(self.each(), key).and_then(|e| e.amount.whole())
+    }
+
+    /// The datagram accounting of a datagram transport, if the figures have one.
+    pub fn datagrams(&self) -> Option<DatagramCounts> {
+        self.each().find_map(|f| f.datagrams().copied())
+    }
 }
 
 /// The transports' own figures as the JSON documents write them: each transport's in
@@ -119,5 +130,10 @@ impl TransportInForce {
     /// The settings there are, each as the outputs read them.
     pub fn each(&self) -> impl Iterator<Item = &dyn Facts> {
         [&self.tcp as &dyn Facts, &self.xdp as &dyn Facts].into_iter()
+    }
+
+    /// The setting of key `key` as text, whichever transport has it.
+    pub fn text(&self, key: &str) -> Option<String> {
+        super::facts::entry(self.each(), key).and_then(|e| e.amount.text().map(str::to_owned))
     }
 }

@@ -186,6 +186,10 @@ impl Facts for UdpFacts {
             .collect()
     }
 
+    fn datagrams(&self) -> Option<&DatagramCounts> {
+        self.datagrams.as_ref()
+    }
+
     fn report_lines(&self, width: usize) -> String {
         (self.datagrams.as_ref()).map_or_else(String::new, |d| d.report_lines(width))
     }
