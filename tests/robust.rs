@@ -1551,31 +1551,17 @@ fn hostile_server(
     during: impl FnOnce(&mut control::Channel) + Send + 'static,
     last: Message,
 ) -> (u16, std::thread::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let fake = std::thread::spawn(move || {
+    fake_server("fake", 0, None, move |chan, listener| {
         let t = Duration::from_secs(10);
-        let (s, _) = listener.accept().unwrap();
-        let mut chan = control::Channel::new(s, t).unwrap();
-        assert!(matches!(chan.recv(t).unwrap(), Message::Hello { .. }));
-        chan.send(&Message::Welcome {
-            version: PROTOCOL_MAJOR,
-            software: "fake".into(),
-            session: 9,
-            minor: 0,
-            features: None,
-        })
-        .unwrap();
         assert!(matches!(chan.recv(t).unwrap(), Message::Settings { .. }));
         chan.send(&Message::Ready).unwrap();
         let (mut data, _) = listener.accept().unwrap();
         let _hello = control::read_frame(&mut data).unwrap();
-        during(&mut chan);
+        during(chan);
         let mut sink = Vec::new();
         let _ = data.read_to_end(&mut sink);
         let _ = chan.send(&last);
-    });
-    (port, fake)
+    })
 }
 
 /// The server's figures for a test, claiming `bytes_received`.

@@ -1674,6 +1674,18 @@ mod tests {
     ) -> (ClientSession, Result<ServerStep, SessionError>) {
         let mut client =
             ClientSession::mesh(peer.into(), settings, Some((key("k"), [2; NONCE_LEN])));
+        let step = exchange(&mut client, server, "no mesh test asked for");
+        (client, step)
+    }
+
+    /// Passes a coordinator's messages between `client` and `server` until the server
+    /// takes a step past its greeting, or either end fails; panics with `none` if
+    /// neither happens.
+    fn exchange(
+        client: &mut ClientSession,
+        server: &mut ServerSession,
+        none: &str,
+    ) -> Result<ServerStep, SessionError> {
         for _ in 0..4 {
             for msg in client.take_outbox() {
                 match server.on_message(msg) {
@@ -1681,32 +1693,14 @@ mod tests {
                         server.welcome(7);
                     }
                     Ok(ServerStep::Continue) => {}
-                    other => return (client, other),
+                    other => return other,
                 }
             }
             for msg in server.take_outbox() {
-                client.on_message(msg).expect("client step");
+                client.on_message(msg)?;
             }
         }
-        panic!("no mesh test asked for")
-    }
-
-    /// A plan of an idle and a download phase, a second each.
-    fn plan() -> PhasePlan {
-        PhasePlan {
-            phases: vec![
-                (
-                    crate::latency_probe::phases::PhaseKind::Idle,
-                    Duration::from_secs(1),
-                ),
-                (
-                    crate::latency_probe::phases::PhaseKind::Download,
-                    Duration::from_secs(1),
-                ),
-            ],
-            flows: 2,
-            probe_interval: Duration::from_millis(10),
-        }
+        panic!("{none}")
     }
 
     /// Runs a coordinator's session of latency under load against `server` up to the
@@ -1721,23 +1715,8 @@ mod tests {
             plan,
             Some((key("k"), [2; NONCE_LEN])),
         );
-        for _ in 0..4 {
-            for msg in client.take_outbox() {
-                match server.on_message(msg) {
-                    Ok(ServerStep::Identified) => {
-                        server.welcome(7);
-                    }
-                    Ok(ServerStep::Continue) => {}
-                    other => return (client, other),
-                }
-            }
-            for msg in server.take_outbox() {
-                if let Err(e) = client.on_message(msg) {
-                    return (client, Err(e));
-                }
-            }
-        }
-        panic!("no phases asked for")
+        let step = exchange(&mut client, server, "no phases asked for");
+        (client, step)
     }
 
     #[test]
@@ -1745,7 +1724,7 @@ mod tests {
         use crate::latency_probe::phases::{PhaseKind, PhaseReport, RttFigures};
         let keyed = || ServerSession::new(Limits::default(), Some((key("k"), [1; NONCE_LEN])));
         let mut server = keyed().allowing_mesh();
-        let (mut client, step) = ask_for_under_load(&mut server, plan());
+        let (mut client, step) = ask_for_under_load(&mut server, PhasePlan::example());
         let Ok(ServerStep::MeshUnderLoad {
             host,
             port,
@@ -1755,7 +1734,10 @@ mod tests {
         else {
             panic!("{step:?}")
         };
-        assert_eq!((host.as_str(), port, *asked), ("b", 5201, plan()));
+        assert_eq!(
+            (host.as_str(), port, *asked),
+            ("b", 5201, PhasePlan::example())
+        );
         let phase = |kind, p50_ns, added_delay_ns, down_bps| PhaseReport {
             kind,
             rtt: Some(RttFigures {
@@ -1791,7 +1773,7 @@ mod tests {
         slow[1].up_bps = 1e9;
         for bad in [lying, slow, phases[..1].to_vec()] {
             let mut server = keyed().allowing_mesh();
-            let (mut client, _) = ask_for_under_load(&mut server, plan());
+            let (mut client, _) = ask_for_under_load(&mut server, PhasePlan::example());
             server.mesh_under_load_results(bad.clone());
             let Some(msg) = server.take_outbox().pop() else {
                 panic!("no result")
@@ -1805,7 +1787,7 @@ mod tests {
         }
 
         // The server refuses phases that cannot run, and a run over its limits.
-        let mut twice = plan();
+        let mut twice = PhasePlan::example();
         twice.phases.push(twice.phases[0]);
         let mut server = keyed().allowing_mesh();
         let e = ask_for_under_load(&mut server, twice).1.expect_err("twice");
@@ -1819,10 +1801,12 @@ mod tests {
         )
         .allowing_mesh();
         assert!(
-            ask_for_under_load(&mut strict, plan()).1.is_err(),
+            ask_for_under_load(&mut strict, PhasePlan::example())
+                .1
+                .is_err(),
             "2 s of phases"
         );
-        let e = ask_for_under_load(&mut keyed(), plan())
+        let e = ask_for_under_load(&mut keyed(), PhasePlan::example())
             .1
             .expect_err("no --allow-mesh");
         assert!(e.to_string().contains("--allow-mesh"), "{e}");
@@ -1830,8 +1814,12 @@ mod tests {
 
     #[test]
     fn a_server_without_phases_for_a_mesh_is_refused_naming_the_option_and_both_versions() {
-        let mut client =
-            ClientSession::mesh_under_load("b:5201".into(), Settings::default(), plan(), None);
+        let mut client = ClientSession::mesh_under_load(
+            "b:5201".into(),
+            Settings::default(),
+            PhasePlan::example(),
+            None,
+        );
         let hello = client.take_outbox();
         assert!(
             matches!(hello.as_slice(), [Message::Hello { features: Some(f), .. }]

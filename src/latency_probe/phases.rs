@@ -89,6 +89,20 @@ pub struct PhasePlan {
 }
 
 impl PhasePlan {
+    /// An idle and a download phase, a second each, with 2 flows and a probe every
+    /// 10 ms.
+    #[cfg(test)]
+    pub fn example() -> PhasePlan {
+        PhasePlan {
+            phases: vec![
+                (PhaseKind::Idle, Duration::from_secs(1)),
+                (PhaseKind::Download, Duration::from_secs(1)),
+            ],
+            flows: 2,
+            probe_interval: Duration::from_millis(10),
+        }
+    }
+
     /// Why the plan cannot be run, if it cannot: a mesh reports each loaded phase's
     /// delay added to the idle one, so it needs an idle phase and a loaded one, each
     /// kind once.
@@ -281,17 +295,6 @@ fn impossible_phase(p: &PhaseReport, idle_p50: Option<u64>) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn plan() -> PhasePlan {
-        PhasePlan {
-            phases: vec![
-                (PhaseKind::Idle, Duration::from_secs(1)),
-                (PhaseKind::Download, Duration::from_secs(1)),
-            ],
-            flows: 2,
-            probe_interval: Duration::from_millis(10),
-        }
-    }
-
     fn idle() -> PhaseReport {
         PhaseReport {
             kind: PhaseKind::Idle,
@@ -332,14 +335,14 @@ mod tests {
 
     #[test]
     fn a_plan_runs_each_kind_once_with_an_idle_and_a_loaded_phase() {
-        assert_eq!(plan().check(), Ok(()));
-        assert_eq!(plan().most_streams(), 2);
+        assert_eq!(PhasePlan::example().check(), Ok(()));
+        assert_eq!(PhasePlan::example().most_streams(), 2);
         let with = |phases: &[(PhaseKind, u64)]| PhasePlan {
             phases: phases
                 .iter()
                 .map(|&(k, ms)| (k, Duration::from_millis(ms)))
                 .collect(),
-            ..plan()
+            ..PhasePlan::example()
         };
         let bidir = with(&[(PhaseKind::Idle, 500), (PhaseKind::Bidir, 500)]);
         assert_eq!(bidir.most_streams(), 4);
@@ -348,10 +351,13 @@ mod tests {
             with(&[(PhaseKind::Download, 500)]),
             with(&[(PhaseKind::Idle, 500)]),
             with(&[(PhaseKind::Idle, 50), (PhaseKind::Upload, 500)]),
-            PhasePlan { flows: 0, ..plan() },
+            PhasePlan {
+                flows: 0,
+                ..PhasePlan::example()
+            },
             PhasePlan {
                 probe_interval: Duration::ZERO,
-                ..plan()
+                ..PhasePlan::example()
             },
         ] {
             assert!(refused.check().is_err(), "{refused:?}");
@@ -360,10 +366,16 @@ mod tests {
 
     #[test]
     fn figures_that_cannot_be_true_are_refused() {
-        assert_eq!(impossible(&plan(), &[idle(), download()]), None);
-        assert!(impossible(&plan(), &[idle()]).is_some(), "a phase missing");
+        assert_eq!(
+            impossible(&PhasePlan::example(), &[idle(), download()]),
+            None
+        );
         assert!(
-            impossible(&plan(), &[download(), idle()]).is_some(),
+            impossible(&PhasePlan::example(), &[idle()]).is_some(),
+            "a phase missing"
+        );
+        assert!(
+            impossible(&PhasePlan::example(), &[download(), idle()]).is_some(),
             "order"
         );
         let broken: [fn(&mut PhaseReport); 8] = [
@@ -383,7 +395,10 @@ mod tests {
         for (i, breaking) in broken.iter().enumerate() {
             let mut bad = download();
             breaking(&mut bad);
-            assert!(impossible(&plan(), &[idle(), bad]).is_some(), "case {i}");
+            assert!(
+                impossible(&PhasePlan::example(), &[idle(), bad]).is_some(),
+                "case {i}"
+            );
         }
         assert!((download().loss() - 0.01).abs() < 1e-12);
     }

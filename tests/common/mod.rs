@@ -650,21 +650,23 @@ pub fn refused(args: &[&str], why: &str) {
     assert!(err.contains(why), "{args:?}: {err}");
 }
 
-/// A fake server that welcomes a client as `software`, a server of protocol minor
-/// `minor` announcing `features`, would; returns its port, and the kinds of the
-/// messages it got after.
-pub fn older_server(
+/// A fake server on loopback that takes one control connection and welcomes its
+/// client as `software`, a server of protocol minor `minor` announcing `features`,
+/// would; then `then` has the channel (and the listener, for data connections).
+/// Returns its port and what `then` returned.
+pub fn fake_server<R: Send + 'static>(
     software: &'static str,
     minor: u32,
     features: Option<Vec<String>>,
-) -> (u16, std::thread::JoinHandle<Vec<String>>) {
-    use fperf::control::{self, Message, PROTOCOL_MAJOR};
+    then: impl FnOnce(&mut fperf::control::Channel, &TcpListener) -> R + Send + 'static,
+) -> (u16, std::thread::JoinHandle<R>) {
+    use fperf::control::{Channel, Message, PROTOCOL_MAJOR};
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let fake = std::thread::spawn(move || {
         let t = Duration::from_secs(10);
         let (s, _) = listener.accept().unwrap();
-        let mut chan = control::Channel::new(s, t).unwrap();
+        let mut chan = Channel::new(s, t).unwrap();
         assert!(matches!(chan.recv(t).unwrap(), Message::Hello { .. }));
         chan.send(&Message::Welcome {
             version: PROTOCOL_MAJOR,
@@ -674,11 +676,23 @@ pub fn older_server(
             features,
         })
         .unwrap();
-        let mut after = Vec::new();
-        while let Ok(message) = chan.recv(t) {
-            after.push(control::kind(&message));
-        }
-        after
+        then(&mut chan, &listener)
     });
     (port, fake)
+}
+
+/// A [`fake_server`] that only listens: returns the kinds of the messages it got after
+/// its welcome.
+pub fn older_server(
+    software: &'static str,
+    minor: u32,
+    features: Option<Vec<String>>,
+) -> (u16, std::thread::JoinHandle<Vec<String>>) {
+    fake_server(software, minor, features, |chan, _| {
+        let mut after = Vec::new();
+        while let Ok(message) = chan.recv(Duration::from_secs(10)) {
+            after.push(fperf::control::kind(&message));
+        }
+        after
+    })
 }

@@ -135,6 +135,46 @@ impl TryFrom<PhasePlan> for domain::PhasePlan {
     }
 }
 
+// The same five figures each way; a field added to either type does not compile until
+// its counterpart has it.
+impl From<domain::RttFigures> for RttFigures {
+    fn from(r: domain::RttFigures) -> RttFigures {
+        let domain::RttFigures {
+            min_ns,
+            p50_ns,
+            p90_ns,
+            p99_ns,
+            max_ns,
+        } = r;
+        RttFigures {
+            min_ns,
+            p50_ns,
+            p90_ns,
+            p99_ns,
+            max_ns,
+        }
+    }
+}
+
+impl From<RttFigures> for domain::RttFigures {
+    fn from(r: RttFigures) -> domain::RttFigures {
+        let RttFigures {
+            min_ns,
+            p50_ns,
+            p90_ns,
+            p99_ns,
+            max_ns,
+        } = r;
+        domain::RttFigures {
+            min_ns,
+            p50_ns,
+            p90_ns,
+            p99_ns,
+            max_ns,
+        }
+    }
+}
+
 impl From<&domain::PhaseReport> for PhaseFigures {
     fn from(p: &domain::PhaseReport) -> PhaseFigures {
         let domain::PhaseReport {
@@ -149,22 +189,7 @@ impl From<&domain::PhaseReport> for PhaseFigures {
         } = p;
         PhaseFigures {
             name: kind.name().to_owned(),
-            rtt: rtt.map(|r| {
-                let domain::RttFigures {
-                    min_ns,
-                    p50_ns,
-                    p90_ns,
-                    p99_ns,
-                    max_ns,
-                } = r;
-                RttFigures {
-                    min_ns,
-                    p50_ns,
-                    p90_ns,
-                    p99_ns,
-                    max_ns,
-                }
-            }),
+            rtt: rtt.map(RttFigures::from),
             probes_sent: *probes_sent,
             probes_lost: *probes_lost,
             added_delay_ns: *added_delay_ns,
@@ -191,22 +216,7 @@ impl TryFrom<PhaseFigures> for domain::PhaseReport {
         } = p;
         Ok(domain::PhaseReport {
             kind: kind(&name)?,
-            rtt: rtt.map(|r| {
-                let RttFigures {
-                    min_ns,
-                    p50_ns,
-                    p90_ns,
-                    p99_ns,
-                    max_ns,
-                } = r;
-                domain::RttFigures {
-                    min_ns,
-                    p50_ns,
-                    p90_ns,
-                    p99_ns,
-                    max_ns,
-                }
-            }),
+            rtt: rtt.map(domain::RttFigures::from),
             probes_sent,
             probes_lost,
             added_delay_ns,
